@@ -1,0 +1,530 @@
+"""JSON values <-> Python values for the ``data`` member.
+
+JSON-native values are stored as they are. Any other value becomes an object tagged with
+SB3's ``":type:"`` and, where it pickles, SB3's ``":serialized:"`` (base64 cloudpickle), so SB3
+can read it; beside them zipsave writes a pickle-free native form under ``":zipsave:"``.
+Containers are walked, so one odd value only pickles itself. Decoding prefers the native
+form; ``":serialized:"`` goes through the restricted unpickler of :mod:`zipsave._unpickle`.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import datetime as _dt
+import enum
+import importlib
+import json
+import math
+import pathlib
+import types
+from typing import Any, Callable
+
+import cloudpickle
+import numpy as np
+import orjson
+import torch
+
+from . import _format, _spaces
+from ._unpickle import TrustPolicy, restricted_loads
+from .exceptions import DecodeError, EncodeError
+
+__all__ = ["Decoder", "Encoder", "is_json_native", "parse_json", "dump_json"]
+
+T, S, N = _format.TYPE_KEY, _format.SERIALIZED_KEY, _format.NATIVE_KEY
+_RESERVED = frozenset({T, S, N})
+_INT64 = (-(2**63), 2**64 - 1)
+#: Arrays up to this many elements are written as readable JSON lists.
+_LIST_ELEMENTS = 256
+
+
+class _NoNative(Exception):
+    """The value has no pickle-free form."""
+
+
+def _type_hint(value: Any) -> str:
+    return str(type(value))
+
+
+def _b64(data: bytes | memoryview) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: Any) -> bytes:
+    if not isinstance(text, str):
+        raise DecodeError(f"expected a base64 string, found {type(text).__name__}.")
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+def is_json_native(value: Any, _depth: int = 0) -> bool:
+    """True when ``value`` survives ``orjson`` unchanged in type and value."""
+    kind = type(value)
+    if value is None or kind is bool or kind is str:
+        return True
+    if kind is int:
+        return _INT64[0] <= value <= _INT64[1]
+    if kind is float:
+        return math.isfinite(value)
+    if _depth > 200:
+        return False
+    if kind is list:
+        return all(is_json_native(v, _depth + 1) for v in value)
+    if kind is dict:
+        return all(type(k) is str and k not in _RESERVED for k in value) and all(
+            is_json_native(v, _depth + 1) for v in value.values()
+        )
+    return False
+
+
+def import_path(obj: Any) -> str | None:
+    """``"module:qualname"`` when ``obj`` can be found again by import, else ``None``."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    if module == "__main__":
+        return None
+    try:
+        found: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except Exception:
+        return None
+    return f"{module}:{qualname}" if found is obj else None
+
+
+class Encoder:
+    """Encodes one ``data`` dict. Large arrays are handed to ``add_array`` (which returns the
+    member name they will be written to) instead of being put in the JSON."""
+
+    def __init__(self, *, add_array: Callable[[np.ndarray], str] | None = None, array_bytes: int = 64 << 10) -> None:
+        self._add_array = add_array
+        self._array_bytes = array_bytes
+        self._external = False
+
+    # -- top level -------------------------------------------------------------------------
+    def encode_entry(self, key: str, value: Any) -> Any:
+        """Encode one top-level entry, SB3-compatible."""
+        if is_json_native(value):
+            return value
+        self._external = False
+        try:
+            native = self._native(value, ())
+        except _NoNative:
+            native = None
+        except RecursionError as err:
+            raise EncodeError("is nested too deeply to save.", key=key) from err
+        out: dict[str, Any] = {T: _type_hint(value)}
+        # SB3 reads only the pickle; skip it when the value's arrays live in .npy members
+        # (SB3 #2141: a pickled copy would put them back into the JSON).
+        if native is None or not self._external:
+            try:
+                out[S] = _b64(cloudpickle.dumps(value))
+            except Exception as err:
+                if native is None:
+                    raise EncodeError(
+                        f"cannot be saved: it has no JSON form and does not pickle ({type(err).__name__}: {err}).",
+                        key=key,
+                        hint=f"Leave it out with `exclude=[{key!r}]`.",
+                    ) from err
+        if native is not None:
+            out[N] = native
+        return out
+
+    # -- nested ----------------------------------------------------------------------------
+    def encode(self, value: Any, path: tuple = ()) -> Any:
+        """Encode a nested value: JSON as is, else a tagged object."""
+        kind = type(value)
+        if value is None or kind is bool or kind is str:
+            return value
+        if kind is int and _INT64[0] <= value <= _INT64[1]:
+            return value
+        if kind is float and math.isfinite(value):
+            return value
+        if kind is list:
+            return [self.encode(v, path + (i,)) for i, v in enumerate(value)]
+        if kind is dict and all(type(k) is str and k not in _RESERVED for k in value):
+            return {k: self.encode(v, path + (k,)) for k, v in value.items()}
+        try:
+            return {T: _type_hint(value), N: self._native(value, path)}
+        except _NoNative:
+            pass
+        try:
+            return {T: _type_hint(value), S: _b64(cloudpickle.dumps(value))}
+        except Exception as err:
+            where = ".".join(map(str, path))
+            raise EncodeError(
+                f"value at `{where}` of type {_type_hint(value)} has no JSON form and does not pickle "
+                f"({type(err).__name__}: {err})."
+            ) from err
+
+    def _items(self, pairs: Any, path: tuple) -> list:
+        return [[self.encode(k, path), self.encode(v, path + (str(k),))] for k, v in pairs]
+
+    def _native(self, value: Any, path: tuple) -> dict:  # noqa: C901 - one dispatch table
+        kind = type(value)
+        if kind is int:
+            return {"kind": "int", "value": str(value)}
+        if kind is float:
+            return {"kind": "float", "value": repr(value)}
+        if kind is dict:
+            return {"kind": "dict", "items": self._items(value.items(), path)}
+        if kind is tuple:
+            return {"kind": "tuple", "items": [self.encode(v, path + (i,)) for i, v in enumerate(value)]}
+        if isinstance(value, tuple) and hasattr(kind, "_fields"):
+            ref = import_path(kind)
+            if ref is None:
+                raise _NoNative
+            return {"kind": "namedtuple", "class": ref, "items": [self.encode(v, path + (i,)) for i, v in enumerate(value)]}
+        if kind in (set, frozenset):
+            items = [self.encode(v, path) for v in value]
+            items.sort(key=lambda j: orjson.dumps(j, option=orjson.OPT_SORT_KEYS))
+            return {"kind": kind.__name__, "items": items}
+        if kind in (bytes, bytearray):
+            return {"kind": kind.__name__, "b64": _b64(value)}
+        if kind is complex:
+            return {"kind": "complex", "real": self.encode(value.real), "imag": self.encode(value.imag)}
+        if kind is collections.OrderedDict:
+            return {"kind": "OrderedDict", "items": self._items(value.items(), path)}
+        if kind is collections.defaultdict:
+            factory = value.default_factory
+            ref = None if factory is None else import_path(factory)
+            if factory is not None and ref is None:
+                raise _NoNative
+            return {"kind": "defaultdict", "factory": ref, "items": self._items(value.items(), path)}
+        if kind is collections.deque:
+            return {"kind": "deque", "maxlen": value.maxlen, "items": [self.encode(v, path + (i,)) for i, v in enumerate(value)]}
+        if isinstance(value, enum.Enum):
+            ref = import_path(kind)
+            if ref is None:
+                raise _NoNative
+            return {"kind": "enum", "class": ref, "name": value.name, "value": self.encode(value.value, path)}
+        if isinstance(value, pathlib.PurePath):
+            flavour = "windows" if isinstance(value, pathlib.PureWindowsPath) else "posix"
+            pure = not isinstance(value, pathlib.Path)
+            return {"kind": "path", "flavour": flavour, "pure": pure, "value": str(value)}
+        if kind is _dt.datetime:
+            return {"kind": "datetime", "value": value.isoformat(), "tz": _zone_key(value.tzinfo)}
+        if kind is _dt.date:
+            return {"kind": "date", "value": value.isoformat()}
+        if kind is _dt.time:
+            return {"kind": "time", "value": value.isoformat(), "tz": _zone_key(value.tzinfo)}
+        if kind is _dt.timedelta:
+            return {"kind": "timedelta", "days": value.days, "seconds": value.seconds, "microseconds": value.microseconds}
+        if kind is np.ndarray:
+            return self._array(value)
+        if isinstance(value, np.generic):
+            if value.dtype.hasobject:
+                raise _NoNative
+            item = value.item()
+            body: dict[str, Any] = {"kind": "numpy_scalar", "dtype": _dtype_descr(value.dtype)}
+            if type(item) in (bool, int, float) and is_json_native(item) and np.asarray(item, dtype=value.dtype) == value:
+                body["value"] = item
+            else:
+                body["b64"] = _b64(np.ascontiguousarray(value).tobytes())
+            return body
+        if isinstance(value, np.dtype):
+            return {"kind": "numpy_dtype", "descr": _dtype_descr(value)}
+        if isinstance(value, torch.dtype):
+            return {"kind": "torch_dtype", "name": str(value).removeprefix("torch.")}
+        if kind is torch.device:
+            return {"kind": "torch_device", "value": str(value)}
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value)
+        if _spaces.is_space(value):
+            try:
+                return {"kind": "space", **_spaces.encode_space(value, self.encode)}
+            except EncodeError:
+                raise _NoNative from None
+        if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
+            ref = import_path(value)
+            if ref is None:
+                raise _NoNative
+            return {"kind": "ref", "path": ref}
+        raise _NoNative
+
+    def _array(self, arr: np.ndarray) -> dict:
+        if arr.dtype.hasobject:
+            raise _NoNative
+        body: dict[str, Any] = {"kind": "ndarray", "dtype": _dtype_descr(arr.dtype), "shape": list(arr.shape)}
+        if self._add_array is not None and arr.nbytes > self._array_bytes:
+            body["member"] = self._add_array(arr)
+            self._external = True
+        elif arr.size <= _LIST_ELEMENTS and arr.dtype.kind in "biuf" and arr.dtype.isnative and (
+            arr.dtype.kind != "f" or bool(np.isfinite(arr).all())
+        ):
+            body["values"] = arr.tolist()
+        else:
+            body["b64"] = _b64(np.ascontiguousarray(arr).tobytes())
+        return body
+
+    def _tensor(self, t: torch.Tensor) -> dict:
+        if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
+            raise _NoNative
+        cpu = t.detach().to("cpu").contiguous()
+        if cpu.is_conj():
+            cpu = cpu.resolve_conj()
+        raw = cpu.reshape(-1).view(torch.uint8).numpy() if cpu.numel() else np.empty(0, np.uint8)
+        return {
+            "kind": "tensor",
+            "dtype": str(t.dtype).removeprefix("torch."),
+            "shape": list(t.shape),
+            "requires_grad": bool(t.requires_grad),
+            "parameter": isinstance(t, torch.nn.Parameter),
+            "device": str(t.device),
+            "data": self._array(raw),
+        }
+
+
+def _zone_key(tz: Any) -> str | None:
+    key = getattr(tz, "key", None)
+    return key if isinstance(key, str) else None
+
+
+def _dtype_descr(dtype: np.dtype) -> Any:
+    if dtype.fields is None and dtype.subdtype is None:
+        return dtype.str
+    return np.lib.format.dtype_to_descr(dtype)
+
+
+def _descr_dtype(descr: Any) -> np.dtype:
+    if isinstance(descr, str):
+        return np.dtype(descr)
+    if isinstance(descr, list):
+        def fix(d: Any) -> Any:
+            if isinstance(d, list):
+                return [tuple(fix(x) if isinstance(x, list) else x for x in field) for field in d]
+            return d
+        dtype = np.lib.format.descr_to_dtype(fix(descr))
+        if dtype.hasobject:
+            raise DecodeError("array dtype holds Python objects; refusing to decode it without pickle.")
+        return dtype
+    raise DecodeError(f"expected a dtype description, found {type(descr).__name__}.")
+
+
+# -- JSON text ---------------------------------------------------------------------------------
+def dump_json(obj: Any) -> bytes:
+    """Pretty, deterministic JSON (key order as given; SB3's ``data`` is human-read)."""
+    return orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def parse_json(raw: bytes, *, max_depth: int) -> Any:
+    """Parse JSON bytes; accepts the ``NaN``/``Infinity`` tokens Python's ``json`` writes."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        first = err
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError as err:
+        raise DecodeError(f"JSON is nested more deeply than Python can parse ({first}).") from err
+    except (ValueError, UnicodeDecodeError) as err:
+        raise DecodeError(f"not valid JSON: {err}.") from err
+
+
+# -- decoding --------------------------------------------------------------------------------
+class Decoder:
+    """Decodes ``data`` values under a :class:`~zipsave._unpickle.TrustPolicy`."""
+
+    def __init__(
+        self,
+        policy: TrustPolicy,
+        *,
+        load_array: Callable[[str], np.ndarray] | None = None,
+        device: torch.device | None = None,
+        max_depth: int = 500,
+        archive: Any = None,
+        member: str | None = None,
+    ) -> None:
+        self.policy = policy
+        self._load_array = load_array
+        self._device = device
+        self._max_depth = max_depth
+        self._archive = archive
+        self._member = member
+        self._key: str | None = None
+
+    def decode_entry(self, key: str, value: Any) -> Any:
+        self._key = key
+        return self.decode(value, 0)
+
+    def decode(self, value: Any, depth: int = 0) -> Any:
+        if depth > self._max_depth:
+            raise DecodeError(f"value is nested deeper than {self._max_depth} levels (limit `max_json_depth`).")
+        kind = type(value)
+        if kind is list:
+            return [self.decode(v, depth + 1) for v in value]
+        if kind is not dict:
+            return value
+        if N in value:
+            return self._native(value[N], depth + 1)
+        if S in value:
+            return restricted_loads(_unb64(value[S]), self.policy, key=self._key, member=self._member, archive=self._archive)
+        return {k: self.decode(v, depth + 1) for k, v in value.items()}
+
+    def _resolve(self, ref: Any) -> Any:
+        if not isinstance(ref, str) or ":" not in ref:
+            raise DecodeError(f"expected an import path `module:qualname`, found {ref!r}.")
+        module, qualname = ref.split(":", 1)
+        return self.policy.resolve(module, qualname, key=self._key, member=self._member, archive=self._archive)
+
+    def _items(self, body: dict, depth: int) -> list:
+        items = _field(body, "items", list)
+        out = []
+        for pair in items:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise DecodeError("expected [key, value] pairs in `items`.")
+            out.append((self.decode(pair[0], depth + 1), self.decode(pair[1], depth + 1)))
+        return out
+
+    def _native(self, body: Any, depth: int) -> Any:  # noqa: C901 - one dispatch table
+        if not isinstance(body, dict):
+            raise DecodeError(f"expected the native form to be an object, found {type(body).__name__}.")
+        kind = body.get("kind")
+        if kind == "int":
+            return int(_field(body, "value", str))
+        if kind == "float":
+            text = _field(body, "value", str)
+            if text not in ("nan", "inf", "-inf") and not _is_number(text):
+                raise DecodeError(f"expected a float literal, found {text!r}.")
+            return float(text)
+        if kind in ("tuple", "list"):
+            return tuple(self.decode(v, depth) for v in _field(body, "items", list))
+        if kind == "namedtuple":
+            cls = self._resolve(body.get("class"))
+            return cls(*(self.decode(v, depth) for v in _field(body, "items", list)))
+        if kind == "set":
+            return {self.decode(v, depth) for v in _field(body, "items", list)}
+        if kind == "frozenset":
+            return frozenset(self.decode(v, depth) for v in _field(body, "items", list))
+        if kind == "bytes":
+            return _unb64(body.get("b64"))
+        if kind == "bytearray":
+            return bytearray(_unb64(body.get("b64")))
+        if kind == "complex":
+            return complex(self.decode(body.get("real"), depth), self.decode(body.get("imag"), depth))
+        if kind == "dict":
+            return dict(self._items(body, depth))
+        if kind == "OrderedDict":
+            return collections.OrderedDict(self._items(body, depth))
+        if kind == "defaultdict":
+            factory = body.get("factory")
+            return collections.defaultdict(None if factory is None else self._resolve(factory), self._items(body, depth))
+        if kind == "deque":
+            maxlen = body.get("maxlen")
+            if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
+                raise DecodeError(f"expected `maxlen` to be a non-negative integer or null, found {maxlen!r}.")
+            return collections.deque((self.decode(v, depth) for v in _field(body, "items", list)), maxlen)
+        if kind == "enum":
+            cls = self._resolve(body.get("class"))
+            if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+                raise DecodeError(f"`{body.get('class')}` is not an Enum class.")
+            name = body.get("name")
+            if isinstance(name, str) and name in cls.__members__:
+                return cls[name]
+            return cls(self.decode(body.get("value"), depth))
+        if kind == "path":
+            text = _field(body, "value", str)
+            windows = body.get("flavour") == "windows"
+            if body.get("pure"):
+                return pathlib.PureWindowsPath(text) if windows else pathlib.PurePosixPath(text)
+            return pathlib.Path(text)
+        if kind in ("datetime", "time"):
+            parse = _dt.datetime.fromisoformat if kind == "datetime" else _dt.time.fromisoformat
+            value = parse(_field(body, "value", str))
+            zone = body.get("tz")
+            if isinstance(zone, str):
+                import zoneinfo
+
+                value = value.replace(tzinfo=zoneinfo.ZoneInfo(zone))
+            return value
+        if kind == "date":
+            return _dt.date.fromisoformat(_field(body, "value", str))
+        if kind == "timedelta":
+            return _dt.timedelta(days=_field(body, "days", int), seconds=_field(body, "seconds", int), microseconds=_field(body, "microseconds", int))
+        if kind == "ndarray":
+            return self._array(body)
+        if kind == "numpy_scalar":
+            dtype = _descr_dtype(body.get("dtype"))
+            if "value" in body:
+                return np.asarray(body["value"], dtype=dtype)[()]
+            raw = _unb64(body.get("b64"))
+            if len(raw) != dtype.itemsize:
+                raise DecodeError(f"numpy scalar holds {len(raw)} bytes, expected {dtype.itemsize} for dtype {dtype}.")
+            return np.frombuffer(raw, dtype=dtype)[0].copy()
+        if kind == "numpy_dtype":
+            return _descr_dtype(body.get("descr"))
+        if kind == "torch_dtype":
+            dtype = getattr(torch, _field(body, "name", str), None)
+            if not isinstance(dtype, torch.dtype):
+                raise DecodeError(f"unknown torch dtype `{body.get('name')}`.")
+            return dtype
+        if kind == "torch_device":
+            return torch.device(_field(body, "value", str))
+        if kind == "tensor":
+            return self._tensor(body)
+        if kind == "space":
+            return _spaces.decode_space({k: v for k, v in body.items() if k != "kind"}, lambda j: self.decode(j, depth), key=self._key)
+        if kind == "ref":
+            return self._resolve(body.get("path"))
+        raise DecodeError(f"unknown native kind {kind!r}; was the archive written by a newer zipsave?")
+
+    def _array(self, body: dict) -> np.ndarray:
+        dtype = _descr_dtype(body.get("dtype"))
+        shape = _field(body, "shape", list)
+        if not all(type(s) is int and s >= 0 for s in shape):
+            raise DecodeError(f"expected `shape` to be a list of non-negative integers, found {shape!r}.")
+        count = math.prod(shape)
+        if "member" in body:
+            if self._load_array is None:
+                raise DecodeError("array member given but this archive has no array reader.")
+            arr = self._load_array(_field(body, "member", str))
+            if arr.dtype != dtype or list(arr.shape) != shape:
+                raise DecodeError(
+                    f"array member `{body['member']}` holds {arr.dtype}{list(arr.shape)}, expected {dtype}{shape}."
+                )
+            return arr
+        if "values" in body:
+            arr = np.array(body["values"], dtype=dtype)
+            if arr.size != count:
+                raise DecodeError(f"array holds {arr.size} values, expected {count} for shape {shape}.")
+            return arr.reshape(shape)
+        raw = _unb64(body.get("b64"))
+        if len(raw) != count * dtype.itemsize:
+            raise DecodeError(f"array holds {len(raw)} bytes, expected {count * dtype.itemsize} for {dtype}{shape}.")
+        return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+    def _tensor(self, body: dict) -> torch.Tensor:
+        dtype = getattr(torch, _field(body, "dtype", str), None)
+        if not isinstance(dtype, torch.dtype):
+            raise DecodeError(f"unknown torch dtype `{body.get('dtype')}`.")
+        shape = _field(body, "shape", list)
+        raw = self._native(_field(body, "data", dict), 0)
+        if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8:
+            raise DecodeError("tensor data must be a uint8 array.")
+        if raw.size != math.prod(shape) * dtype.itemsize:
+            raise DecodeError(f"tensor holds {raw.size} bytes, expected {math.prod(shape) * dtype.itemsize} for {dtype}{shape}.")
+        t = torch.from_numpy(np.ascontiguousarray(raw)).view(dtype).reshape(shape) if raw.size else torch.empty(shape, dtype=dtype)
+        device = self._device if self._device is not None else torch.device(body.get("device", "cpu"))
+        if device.type != "cpu":
+            t = t.to(device)
+        if body.get("parameter"):
+            return torch.nn.Parameter(t, requires_grad=bool(body.get("requires_grad")))
+        return t.requires_grad_(bool(body.get("requires_grad")))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _field(body: dict, name: str, kind: type) -> Any:
+    value = body.get(name)
+    if type(value) is not kind:
+        raise DecodeError(
+            f"expected field `{name}` of the {body.get('kind')!r} form to be {kind.__name__}, found {type(value).__name__}."
+        )
+    return value

@@ -1,0 +1,51 @@
+"""The archive format version and every member name, in one place.
+
+Bumping the format: increase ``FORMAT_VERSION`` only for a change an older zipsave could
+misread; add the reader for the old layout beside the new one (never drop it), keep an
+archive of each version under ``tests/data/`` with the script that made it, and describe
+the change in ``docs/format.rst``.
+"""
+
+from __future__ import annotations
+
+FORMAT_VERSION = 1
+FORMAT_NAME = "zipsave"
+
+DATA = "data"
+PYTORCH_VARIABLES = "pytorch_variables.pth"
+LEGACY_PYTORCH_VARIABLES = "tensors.pth"
+VERSION = "_zipsave_version"
+SB3_VERSION = "_stable_baselines3_version"
+SYSTEM_INFO = "system_info.txt"
+MANIFEST = "manifest.json"
+INIT = "init.json"
+ARRAYS_DIR = "arrays/"
+PTH_SUFFIX = ".pth"
+NPY_SUFFIX = ".npy"
+
+#: Members whose bytes a person may legitimately edit in a zip explorer: a hash mismatch
+#: there is reported and tolerated instead of skipping the member.
+EDITABLE = frozenset({DATA, INIT, SYSTEM_INFO})
+
+#: Tensor data inside ``.pth`` and ``.npy`` members starts on this boundary in the outer
+#: file, so records can be read in place or memory-mapped.
+ALIGNMENT = 64
+
+#: Fixed timestamp for every member: same state in, same bytes out.
+DATE_TIME = (1980, 1, 1, 0, 0, 0)
+
+#: Keys of the native form inside a tagged JSON object. ``:type:`` and ``:serialized:`` are
+#: SB3's spelling and must stay as they are.
+TYPE_KEY = ":type:"
+SERIALIZED_KEY = ":serialized:"
+NATIVE_KEY = ":zipsave:"
+
+
+def join(component: str, member: str) -> str:
+    """Return the member name of ``member`` inside the component folder ``component``."""
+    return f"{component}/{member}" if component else member
+
+
+def state_dict_member(name: str) -> str:
+    """Member name of the state dict saved for the attribute path ``name``."""
+    return name + PTH_SUFFIX

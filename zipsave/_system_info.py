@@ -1,0 +1,227 @@
+"""The ``system_info.txt`` member: the versions a model was saved with, in SB3's line format,
+and the differences from the loading machine that can break or change a load."""
+
+from __future__ import annotations
+
+import platform
+import re
+import sys
+from importlib import metadata
+from typing import TextIO
+
+from ._version import __version__
+
+__all__ = [
+    "compare_system_info",
+    "format_system_info",
+    "get_system_info",
+    "parse_system_info",
+    "print_system_info",
+]
+
+# Versions read from installed metadata: importing gymnasium or SB3 only to ask their version
+# would cost seconds and run their import-time code.
+_DISTRIBUTIONS = (
+    ("Numpy", "numpy"),
+    ("Cloudpickle", "cloudpickle"),
+    ("Gymnasium", "gymnasium"),
+    ("orjson", "orjson"),
+    ("Stable-Baselines3", "stable-baselines3"),
+)
+
+# (key, release parts that must match, what a difference can break)
+_RULES = (
+    ("Python", 2, "pickled functions and code objects may not load"),
+    ("Numpy", 1, "pickled numpy objects may not load across numpy major versions"),
+    (
+        "PyTorch",
+        2,
+        "tensors saved by a newer torch may not load, and results may differ",
+    ),
+    (
+        "Gymnasium",
+        2,
+        "pickled spaces may not load, and environments may behave differently",
+    ),
+    ("Cloudpickle", 1, "pickled functions may not load"),
+)
+
+# SB3 writes "- key: value"; the key never holds a colon, the value (the OS line) may.
+_LINE = re.compile(r"\s*(?:-\s*)?([^:\s][^:]*?)\s*:\s?(.*)")
+_RELEASE = re.compile(r"\s*v?(\d+)(?:\.(\d+))?")
+
+
+def get_system_info() -> dict[str, str]:
+    """Collect the versions that decide whether an archive loads here.
+
+    Returns
+    -------
+    dict of str to str
+        In this order: ``OS`` (platform and kernel version, ``#<digit>`` written ``# <digit>``
+        as SB3 does so GitHub does not link issues), ``Python``, ``zipsave``, ``PyTorch``,
+        ``GPU Enabled``, ``Numpy``, ``Cloudpickle``, ``Gymnasium``, ``orjson``, and
+        ``Stable-Baselines3`` when it is installed. A package that is not installed is left
+        out. Only torch is imported (for its CUDA check); the other versions come from the
+        installed package metadata.
+
+    Examples
+    --------
+    >>> info = get_system_info()
+    >>> list(info)[:3]
+    ['OS', 'Python', 'zipsave']
+    """
+    import torch  # a zipsave requirement, imported here so parsing a file does not need it
+
+    info = {
+        "OS": re.sub(r"#(\d)", r"# \1", f"{platform.platform()} {platform.version()}"),
+        "Python": platform.python_version(),
+        "zipsave": __version__,
+        "PyTorch": str(torch.__version__),
+        "GPU Enabled": str(torch.cuda.is_available()),
+    }
+    for key, distribution in _DISTRIBUTIONS:
+        try:
+            info[key] = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            pass
+    return info
+
+
+def format_system_info(info: dict[str, str]) -> str:
+    """Write system info as SB3 does: one ``- {key}: {value}`` line per entry.
+
+    Parameters
+    ----------
+    info : dict of str to str
+        As returned by :func:`get_system_info`.
+
+    Returns
+    -------
+    str
+        The text, each line ending with a newline. A line break inside a value is written
+        as a space so that every entry stays on one line.
+
+    Examples
+    --------
+    >>> format_system_info({"Python": "3.11.7", "GPU Enabled": "False"})
+    '- Python: 3.11.7\\n- GPU Enabled: False\\n'
+    """
+    lines = []
+    for key, value in info.items():
+        value = " ".join(str(value).splitlines())
+        lines.append(f"- {key}: {value}\n")
+    return "".join(lines)
+
+
+def parse_system_info(text: str) -> dict[str, str]:
+    """Read system info written by :func:`format_system_info` or by SB3.
+
+    Parameters
+    ----------
+    text : str
+        The content of ``system_info.txt``.
+
+    Returns
+    -------
+    dict of str to str
+        Keys and values in file order. The key ends at the first colon, so values may hold
+        colons and ``#`` (SB3's OS line does). Blank lines and lines without a colon are
+        ignored; a repeated key keeps its last value.
+
+    Examples
+    --------
+    >>> parse_system_info("- OS: Linux-6.1.0 # 1 SMP 12:00\\n- Python: 3.11.7\\n")
+    {'OS': 'Linux-6.1.0 # 1 SMP 12:00', 'Python': '3.11.7'}
+    """
+    info: dict[str, str] = {}
+    for line in text.lstrip("\ufeff").splitlines():
+        match = _LINE.fullmatch(line)
+        if match:
+            info[match.group(1)] = match.group(2).strip()
+    return info
+
+
+def compare_system_info(saved: dict[str, str], current: dict[str, str]) -> list[str]:
+    """Name the version differences that can stop an archive from loading or change it.
+
+    Compared: Python (major.minor), Numpy (major), PyTorch (major.minor), Gymnasium
+    (major.minor) and Cloudpickle (major). A key missing on either side is not a difference;
+    a version that cannot be read as numbers differs when its text differs.
+
+    Parameters
+    ----------
+    saved : dict of str to str
+        The saved info, e.g. ``parse_system_info(text)``.
+    current : dict of str to str
+        The info of this machine, e.g. ``get_system_info()``.
+
+    Returns
+    -------
+    list of str
+        One sentence per difference, in the order above; empty when nothing matters.
+
+    Examples
+    --------
+    >>> compare_system_info({"Python": "3.10.12"}, {"Python": "3.11.7"})
+    ['Python differs: saved 3.10.12, current 3.11.7 (pickled functions and code objects may not load)']
+    """
+    differences = []
+    for key, parts, consequence in _RULES:
+        if key not in saved or key not in current:
+            continue
+        old, new = saved[key], current[key]
+        old_release, new_release = _release(old, parts), _release(new, parts)
+        if old_release is None or new_release is None:
+            differs = old.strip() != new.strip()
+        else:
+            differs = old_release != new_release
+        if differs:
+            differences.append(
+                f"{key} differs: saved {old}, current {new} ({consequence})"
+            )
+    return differences
+
+
+def print_system_info(saved_text: str | None, file: TextIO | None = None) -> None:
+    """Print the saved and the current system info and the differences that matter.
+
+    Parameters
+    ----------
+    saved_text : str or None
+        The archive's ``system_info.txt``, or ``None`` if it has none.
+    file : file-like, optional
+        Where to print. Default ``None``: ``sys.stdout`` at the time of the call.
+
+    Examples
+    --------
+    >>> print_system_info(None)  # doctest: +ELLIPSIS
+    == SAVED MODEL SYSTEM INFO ==
+    (the archive has no system_info.txt)
+    == CURRENT SYSTEM INFO ==
+    - OS: ...
+    == DIFFERENCES THAT MATTER ==
+    none
+    """
+    out = sys.stdout if file is None else file
+    current = get_system_info()
+    print("== SAVED MODEL SYSTEM INFO ==", file=out)
+    if saved_text is None:
+        print("(the archive has no system_info.txt)", file=out)
+        differences = []
+    else:
+        print(saved_text.rstrip("\n") or "(system_info.txt is empty)", file=out)
+        differences = compare_system_info(parse_system_info(saved_text), current)
+    print("== CURRENT SYSTEM INFO ==", file=out)
+    print(format_system_info(current), end="", file=out)
+    print("== DIFFERENCES THAT MATTER ==", file=out)
+    for sentence in differences:
+        print(f"- {sentence}", file=out)
+    if not differences:
+        print("none", file=out)
+
+
+def _release(version: str, parts: int) -> tuple[int, ...] | None:
+    match = _RELEASE.match(version)
+    if match is None:
+        return None
+    return (int(match.group(1)), int(match.group(2) or 0))[:parts]
