@@ -517,6 +517,7 @@ class ArchiveReader:
         self._infos: dict[str, zipfile.ZipInfo] = {}
         total = 0
         self._end = self._zip.start_dir
+        self._check_end_record(fp, archive)
         for info in infos:
             name = info.filename
             _check_name(name, archive)
@@ -559,6 +560,31 @@ class ArchiveReader:
         self.manifest: dict[str, dict] | None = None
         self.manifest_error: str | None = None
         self._load_manifest()
+
+    def _check_end_record(self, fp: IO[bytes], archive: Any) -> None:
+        """The end-of-central-directory record must close the file.
+
+        zipfile accepts the last end record it finds in the file's final 64 KiB. In a truncated
+        zipsave archive that can be the end record of a ``.pth`` member's inner zip, which would
+        silently open the wrong archive.
+        """
+        try:
+            endrec = zipfile._EndRecData(fp)  # type: ignore[attr-defined]
+            size = fp.seek(0, io.SEEK_END)
+        except (OSError, ValueError) as err:
+            raise ArchiveFormatError(f"unreadable zip structure ({err}).", archive=archive) from err
+        if endrec is None:
+            raise ArchiveFormatError("has no end-of-central-directory record (truncated).", archive=archive)
+        location = endrec[zipfile._ECD_LOCATION]  # type: ignore[attr-defined]
+        comment = endrec[zipfile._ECD_COMMENT_SIZE]  # type: ignore[attr-defined]
+        end_of_record = location + 22 + comment
+        if location != size - 22 - comment and end_of_record != size:
+            raise ArchiveFormatError(
+                f"ends {size - end_of_record} bytes after its end-of-central-directory record; "
+                "the archive is truncated or has trailing data.",
+                archive=archive,
+                hint="Was the file fully written and copied?",
+            )
 
     # -- listing ---------------------------------------------------------------------------
     def names(self) -> list[str]:

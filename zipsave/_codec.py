@@ -85,12 +85,23 @@ def import_path(obj: Any) -> str | None:
     if module == "__main__":
         return None
     try:
-        found: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            found = getattr(found, part)
+        owner: Any = importlib.import_module(module)
     except Exception:
         return None
-    return f"{module}:{qualname}" if found is obj else None
+    # torch's C functions report a private qualname (`_VariableFunctionsClass.relu`) but are
+    # found under their plain name, as pickle finds them.
+    for candidate in dict.fromkeys([qualname, getattr(obj, "__name__", None)]):
+        if not isinstance(candidate, str):
+            continue
+        found: Any = owner
+        try:
+            for part in candidate.split("."):
+                found = getattr(found, part)
+        except Exception:
+            continue
+        if found is obj:
+            return f"{module}:{candidate}"
+    return None
 
 
 class Encoder:
@@ -164,10 +175,18 @@ class Encoder:
     def _native(self, value: Any, path: tuple) -> dict:  # noqa: C901 - one dispatch table
         kind = type(value)
         if kind is int:
-            return {"kind": "int", "value": str(value)}
+            try:
+                return {"kind": "int", "value": str(value)}
+            except ValueError:  # beyond sys.get_int_max_str_digits(); hex has no such limit
+                return {"kind": "int", "hex": hex(value)}
         if kind is float:
             return {"kind": "float", "value": repr(value)}
+        if kind is list:
+            return {"kind": "list", "items": [self.encode(v, path + (i,)) for i, v in enumerate(value)]}
         if kind is dict:
+            if all(type(k) is str and k not in _RESERVED for k in value):
+                # Keys stay keys, so the entry reads as the dict it is.
+                return {"kind": "dict", "value": {k: self.encode(v, path + (k,)) for k, v in value.items()}}
             return {"kind": "dict", "items": self._items(value.items(), path)}
         if kind is tuple:
             return {"kind": "tuple", "items": [self.encode(v, path + (i,)) for i, v in enumerate(value)]}
@@ -203,12 +222,14 @@ class Encoder:
             flavour = "windows" if isinstance(value, pathlib.PureWindowsPath) else "posix"
             pure = not isinstance(value, pathlib.Path)
             return {"kind": "path", "flavour": flavour, "pure": pure, "value": str(value)}
-        if kind is _dt.datetime:
-            return {"kind": "datetime", "value": value.isoformat(), "tz": _zone_key(value.tzinfo)}
+        if kind in (_dt.datetime, _dt.time):
+            body = {"kind": "datetime" if kind is _dt.datetime else "time", "value": value.isoformat()}
+            body.update(_tz_fields(value.tzinfo))
+            if value.fold:
+                body["fold"] = 1
+            return body
         if kind is _dt.date:
             return {"kind": "date", "value": value.isoformat()}
-        if kind is _dt.time:
-            return {"kind": "time", "value": value.isoformat(), "tz": _zone_key(value.tzinfo)}
         if kind is _dt.timedelta:
             return {"kind": "timedelta", "days": value.days, "seconds": value.seconds, "microseconds": value.microseconds}
         if kind is np.ndarray:
@@ -217,14 +238,27 @@ class Encoder:
             if value.dtype.hasobject:
                 raise _NoNative
             item = value.item()
-            body: dict[str, Any] = {"kind": "numpy_scalar", "dtype": _dtype_descr(value.dtype)}
-            if type(item) in (bool, int, float) and is_json_native(item) and np.asarray(item, dtype=value.dtype) == value:
+            body = {"kind": "numpy_scalar", "dtype": _dtype_descr(value.dtype)}
+            if (
+                type(item) in (bool, int, float)
+                and is_json_native(item)
+                and np.asarray(item, dtype=value.dtype).tobytes() == np.asarray(value).tobytes()
+            ):
                 body["value"] = item
             else:
                 body["b64"] = _b64(np.ascontiguousarray(value).tobytes())
             return body
         if isinstance(value, np.dtype):
+            if value.hasobject:
+                raise _NoNative
             return {"kind": "numpy_dtype", "descr": _dtype_descr(value)}
+        if isinstance(value, type) and issubclass(value, np.generic) and value is not np.object_:
+            try:
+                descr = np.dtype(value)
+            except TypeError:  # abstract scalar types (np.floating) have no dtype
+                descr = None
+            if descr is not None and descr.type is value:
+                return {"kind": "numpy_type", "dtype": _dtype_descr(descr)}
         if isinstance(value, torch.dtype):
             return {"kind": "torch_dtype", "name": str(value).removeprefix("torch.")}
         if kind is torch.device:
@@ -261,9 +295,7 @@ class Encoder:
     def _tensor(self, t: torch.Tensor) -> dict:
         if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
             raise _NoNative
-        cpu = t.detach().to("cpu").contiguous()
-        if cpu.is_conj():
-            cpu = cpu.resolve_conj()
+        cpu = t.detach().to("cpu").resolve_conj().resolve_neg().contiguous()
         raw = cpu.reshape(-1).view(torch.uint8).numpy() if cpu.numel() else np.empty(0, np.uint8)
         return {
             "kind": "tensor",

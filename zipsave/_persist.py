@@ -537,7 +537,7 @@ class _Source:
         except BaseException:
             self._stack.close()
             raise
-        if self.reader.manifest_error:
+        if self.reader.manifest_error and self.verify:
             self._integrity(self.reader.manifest_error, None)
 
     def _open(self, path: Any) -> tuple[IO[bytes], str]:
@@ -1130,6 +1130,12 @@ def load(
         if folder and not src.has(_format.join(folder, _format.DATA)):
             raise ArchiveFormatError(
                 f"has no component `{folder}`; components: {sorted(_all_components(src))}.", archive=src.name
+            )
+        if not src.has(_format.join(folder, _format.DATA)) and not src.has(_format.join(folder, _format.INIT)):
+            raise ArchiveFormatError(
+                "has no `data` member, so it holds no model (not a zipsave or SB3 model archive?).",
+                archive=src.name,
+                hint="Use `zipsave.load_archive` to read its tensors, or check the path.",
             )
         if cls is None and not src.has(_format.join(folder, _format.INIT)):
             obj = _load_app_state(src, folder, custom_objects=custom_objects, exclude=exclude)

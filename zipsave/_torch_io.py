@@ -162,7 +162,7 @@ class _MetaUnpickler(pickle.Unpickler):
             if isinstance(attr, torch.dtype):
                 return attr
             if name.endswith("Storage") and isinstance(attr, type) and issubclass(attr, torch.storage._LegacyStorage):
-                return _StorageType(attr.dtype)
+                return _StorageType(attr._dtype)  # `.dtype` warns that TypedStorage is deprecated
         raise _Unsupported(f"global {module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:

@@ -1,0 +1,163 @@
+"""The Saveable mixin: recorded constructor arguments, discovery, load/set_parameters."""
+
+from __future__ import annotations
+
+import re
+import zipfile
+
+import numpy as np
+import orjson
+import pytest
+import torch
+from models import Algo, Plain, same_state
+
+import zipsave
+
+
+def test_constructor_arguments_are_recorded(tmp_path):
+    algo = Algo(learning_rate=1e-3, net_arch=(8,))
+    algo.save(tmp_path / "algo.zip")
+    with zipfile.ZipFile(tmp_path / "algo.zip") as zf:
+        init = orjson.loads(zf.read("init.json"))
+    assert init["class"] == "models:Algo"
+    assert init["args"]["learning_rate"] == 1e-3
+    assert init["args"]["net_arch"][":zipsave:"] == {"kind": "tuple", "items": [8]}
+    loaded = Algo.load(tmp_path / "algo.zip")
+    assert loaded.net_arch == (8,)
+    assert loaded.policy[0].out_features == 8
+
+
+def test_discovery_of_modules_optimizers_and_tensors(tmp_path):
+    algo = Algo().train_step(2)
+    algo.save(tmp_path / "algo.zip")
+    with zipfile.ZipFile(tmp_path / "algo.zip") as zf:
+        names = zf.namelist()
+        data = orjson.loads(zf.read("data"))
+    assert {"policy.pth", "policy.optimizer.pth", "pytorch_variables.pth"} <= set(names)
+    # Saved as members, so not repeated in data; live handles (env) are left out or None.
+    assert "policy" not in data and "log_ent_coef" not in data
+    assert data["num_timesteps"] == 16
+
+
+def test_round_trip_restores_everything(tmp_path):
+    algo = Algo(learning_rate=1e-3).train_step(3)
+    algo.save(tmp_path / "algo.zip")
+    loaded = Algo.load(tmp_path / "algo.zip")
+    assert same_state(algo.policy, loaded.policy)
+    assert same_state(algo.policy.optimizer, loaded.policy.optimizer)
+    assert torch.equal(algo.log_ent_coef, loaded.log_ent_coef)
+    assert loaded.log_ent_coef.requires_grad
+    assert loaded.ep_info_buffer == algo.ep_info_buffer and loaded.ep_info_buffer.maxlen == 10
+    assert np.array_equal(loaded._last_obs, algo._last_obs) and loaded._last_obs.dtype == np.float32
+    assert loaded.observation_space == algo.observation_space
+    obs = np.random.default_rng(0).uniform(-1, 1, (50, 4))
+    assert np.array_equal(loaded.predict(obs), algo.predict(obs))
+    assert loaded.zipsave_report is not None and loaded.zipsave_report.ok
+
+
+def test_training_resumes_identically(tmp_path):
+    algo = Algo().train_step(2)
+    algo.save(tmp_path / "algo.zip")
+    loaded = Algo.load(tmp_path / "algo.zip")
+    algo.train_step(3)
+    loaded.train_step(3)
+    assert same_state(algo.policy, loaded.policy)
+    assert same_state(algo.policy.optimizer, loaded.policy.optimizer)
+
+
+def test_overrides_win(tmp_path):
+    Algo(learning_rate=1e-3).save(tmp_path / "algo.zip")
+    env_marker = object()
+    loaded = Algo.load(tmp_path / "algo.zip", env=env_marker, num_timesteps=99)
+    assert loaded.env is env_marker
+    assert loaded.num_timesteps == 99
+
+
+def test_aliases_are_saved_once(tmp_path):
+    algo = Algo()
+    algo.actor = algo.policy  # an alias of the same module
+    algo.first_layer = algo.policy[0]  # a piece of a saved module
+    algo.save(tmp_path / "algo.zip")
+    with zipfile.ZipFile(tmp_path / "algo.zip") as zf:
+        names = zf.namelist()
+    assert "policy.pth" in names
+    assert "actor.pth" not in names and "first_layer.pth" not in names
+
+
+def test_exclude_and_include(tmp_path):
+    algo = Algo().train_step(1)
+    algo.save(tmp_path / "algo.zip", exclude=["ep_info_buffer", "_last_obs"])
+    data, _, _ = zipsave.load_archive(tmp_path / "algo.zip")
+    assert "ep_info_buffer" not in data and "_last_obs" not in data
+
+    class Holder(zipsave.Saveable):
+        def __init__(self):
+            import logging
+
+            self.log = logging.getLogger("x")
+            self.value = 3
+
+    Holder().save(tmp_path / "h.zip")
+    data, _, _ = zipsave.load_archive(tmp_path / "h.zip")
+    assert "log" not in data and data["value"] == 3
+
+
+def test_sb3_hooks_are_honoured(tmp_path):
+    class Hooked(Algo):
+        def _excluded_save_params(self):
+            return ["ep_info_buffer"]
+
+        def _get_torch_save_params(self):
+            return ["policy"], ["log_ent_coef"]
+
+    algo = Hooked().train_step(1)
+    zipsave.save(algo, tmp_path / "h.zip")
+    with zipfile.ZipFile(tmp_path / "h.zip") as zf:
+        names = set(zf.namelist())
+    assert "policy.pth" in names and "policy.optimizer.pth" not in names
+    data, params, variables = zipsave.load_archive(tmp_path / "h.zip")
+    assert "ep_info_buffer" not in data
+    assert set(params) == {"policy"}
+    assert torch.equal(variables["log_ent_coef"], algo.log_ent_coef)
+
+
+def test_get_and_set_parameters(tmp_path):
+    algo = Algo().train_step(2)
+    params = algo.get_parameters()
+    assert set(params) == {"policy", "policy.optimizer"}
+    other = Algo(seed=5)
+    other.set_parameters(params)
+    assert same_state(algo.policy, other.policy)
+    algo.save(tmp_path / "algo.zip")
+    third = Algo(seed=7)
+    third.set_parameters(tmp_path / "algo.zip")
+    assert same_state(algo.policy, third.policy)
+    assert third.num_timesteps == 0  # set_parameters never touches data
+
+
+def test_set_parameters_exact_match(tmp_path):
+    algo = Algo()
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("got state dicts ['policy'], but the object has ['policy', 'policy.optimizer']")):
+        algo.set_parameters({"policy": algo.policy.state_dict()})
+    algo.set_parameters({"policy": algo.policy.state_dict()}, exact_match=False)
+    small = Algo(net_arch=(4,))
+    small.save(tmp_path / "small.zip")
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("member `policy.pth`")):
+        Algo().set_parameters(tmp_path / "small.zip")
+
+
+def test_load_on_an_instance_loads_in_place(tmp_path):
+    trained = Algo().train_step(3)
+    trained.save(tmp_path / "algo.zip")
+    fresh = Algo(seed=3)
+    result = fresh.load(tmp_path / "algo.zip")
+    assert result is fresh
+    assert same_state(trained.policy, fresh.policy)
+    assert fresh.num_timesteps == trained.num_timesteps
+
+
+def test_plain_values_only(tmp_path):
+    Plain(a=5, b=(1, 2)).save(tmp_path / "p")
+    assert (tmp_path / "p.zip").exists()
+    loaded = zipsave.load(tmp_path / "p.zip")
+    assert isinstance(loaded, Plain) and loaded.a == 5 and loaded.b == (1, 2)
