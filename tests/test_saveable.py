@@ -161,3 +161,20 @@ def test_plain_values_only(tmp_path):
     assert (tmp_path / "p.zip").exists()
     loaded = zipsave.load(tmp_path / "p.zip")
     assert isinstance(loaded, Plain) and loaded.a == 5 and loaded.b == (1, 2)
+
+
+def test_lists_and_dicts_of_modules_become_members(tmp_path):
+    class Twin(zipsave.Saveable):
+        def __init__(self):
+            self.critics = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
+            self.heads = {"pi": torch.nn.Linear(2, 1)}
+            self.optimizers = (torch.optim.SGD(self.critics[0].parameters(), lr=0.1),)
+
+    twin = Twin()
+    twin.save(tmp_path / "t.zip")
+    with zipfile.ZipFile(tmp_path / "t.zip") as zf:
+        names = set(zf.namelist())
+    assert {"critics.0.pth", "critics.1.pth", "heads.pi.pth", "optimizers.0.pth"} <= names
+    other = Twin()
+    zipsave.restore(other, tmp_path / "t.zip")
+    assert same_state(twin.critics[1], other.critics[1]) and same_state(twin.heads["pi"], other.heads["pi"])

@@ -17,6 +17,7 @@ import importlib
 import json
 import math
 import pathlib
+import re
 import types
 from typing import Any, Callable
 
@@ -308,30 +309,100 @@ class Encoder:
         }
 
 
-def _zone_key(tz: Any) -> str | None:
-    key = getattr(tz, "key", None)
-    return key if isinstance(key, str) else None
+def _tz_fields(tz: Any) -> dict[str, Any]:
+    """The time zone of a datetime/time, beside its ISO text (which only keeps the offset)."""
+    if tz is None or type(tz) is _dt.timezone and tz is _dt.timezone.utc:
+        return {}
+    if type(tz) is _dt.timezone:
+        name = tz.tzname(None)
+        # A fixed offset is all of it, except a name given on purpose (`timezone(td, "EST")`).
+        return {} if name == _dt.timezone(tz.utcoffset(None)).tzname(None) else {"tzname": name}
+    import zoneinfo
+
+    if type(tz) is zoneinfo.ZoneInfo and isinstance(tz.key, str):
+        return {"tz": tz.key}
+    raise _NoNative  # pytz, dateutil, custom tzinfo classes: left to pickle
+
+
+_MAX_DTYPE_DEPTH = 32
 
 
 def _dtype_descr(dtype: np.dtype) -> Any:
-    if dtype.fields is None and dtype.subdtype is None:
+    """A JSON description of ``dtype`` that :func:`_descr_dtype` turns back into an equal one.
+
+    Plain dtypes are their ``.str`` (``"<f4"``, ``">i2"``, ``"<U3"``, ``"<M8[s]"``); sub-array and
+    structured dtypes are objects whose fields mirror ``np.dtype``'s own dict form, so field
+    offsets, padding, titles and byte order all survive.
+    """
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return {"base": _dtype_descr(base), "shape": list(shape)}
+    if dtype.fields is None:
         return dtype.str
-    return np.lib.format.dtype_to_descr(dtype)
+    names = list(dtype.names or ())
+    fields = [dtype.fields[n] for n in names]
+    out: dict[str, Any] = {
+        "names": names,
+        "formats": [_dtype_descr(f[0]) for f in fields],
+        "offsets": [int(f[1]) for f in fields],
+        "itemsize": dtype.itemsize,
+    }
+    if any(len(f) > 2 for f in fields):
+        out["titles"] = [f[2] if len(f) > 2 else None for f in fields]
+    if dtype.isalignedstruct:
+        out["aligned"] = True
+    return out
 
 
-def _descr_dtype(descr: Any) -> np.dtype:
+def _descr_dtype(descr: Any, _depth: int = 0) -> np.dtype:
+    """The dtype described by :func:`_dtype_descr`; never one that holds Python objects."""
+    if _depth > _MAX_DTYPE_DEPTH:
+        raise DecodeError(f"dtype description is nested deeper than {_MAX_DTYPE_DEPTH} levels.")
     if isinstance(descr, str):
-        return np.dtype(descr)
-    if isinstance(descr, list):
-        def fix(d: Any) -> Any:
-            if isinstance(d, list):
-                return [tuple(fix(x) if isinstance(x, list) else x for x in field) for field in d]
-            return d
-        dtype = np.lib.format.descr_to_dtype(fix(descr))
-        if dtype.hasobject:
-            raise DecodeError("array dtype holds Python objects; refusing to decode it without pickle.")
-        return dtype
-    raise DecodeError(f"expected a dtype description, found {type(descr).__name__}.")
+        try:
+            dtype = np.dtype(descr)
+        except (TypeError, ValueError) as err:
+            raise DecodeError(f"`{descr}` is not a numpy dtype ({err}).") from None
+    elif isinstance(descr, dict) and "base" in descr:
+        shape = descr.get("shape")
+        if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):
+            raise DecodeError(f"expected the sub-array `shape` to be a list of non-negative integers, found {shape!r}.")
+        dtype = np.dtype((_descr_dtype(descr["base"], _depth + 1), tuple(shape)))
+    elif isinstance(descr, dict):
+        names, formats, offsets = descr.get("names"), descr.get("formats"), descr.get("offsets")
+        itemsize, titles = descr.get("itemsize"), descr.get("titles")
+        if not (
+            isinstance(names, list)
+            and all(isinstance(n, str) for n in names)
+            and isinstance(formats, list)
+            and isinstance(offsets, list)
+            and all(type(o) is int and o >= 0 for o in offsets)
+            and len(names) == len(formats) == len(offsets)
+            and type(itemsize) is int
+            and itemsize >= 0
+            and (titles is None or (isinstance(titles, list) and len(titles) == len(names)))
+        ):
+            raise DecodeError(
+                "expected a structured dtype description with `names`, `formats`, `offsets` of equal "
+                "length and an integer `itemsize`."
+            )
+        spec: dict[str, Any] = {
+            "names": names,
+            "formats": [_descr_dtype(f, _depth + 1) for f in formats],
+            "offsets": offsets,
+            "itemsize": itemsize,
+        }
+        if titles is not None:
+            spec["titles"] = titles
+        try:
+            dtype = np.dtype(spec, align=descr.get("aligned") is True)
+        except (TypeError, ValueError) as err:
+            raise DecodeError(f"invalid structured dtype description ({err}).") from None
+    else:
+        raise DecodeError(f"expected a dtype description, found {type(descr).__name__}.")
+    if dtype.hasobject:
+        raise DecodeError(f"dtype `{dtype}` holds Python objects; refusing to decode it without pickle.")
+    return dtype
 
 
 # -- JSON text ---------------------------------------------------------------------------------
@@ -414,17 +485,33 @@ class Decoder:
             raise DecodeError(f"expected the native form to be an object, found {type(body).__name__}.")
         kind = body.get("kind")
         if kind == "int":
-            return int(_field(body, "value", str))
+            if "hex" in body:
+                text = _field(body, "hex", str)
+                if not _HEX_INT.fullmatch(text):
+                    raise DecodeError(f"expected a hexadecimal integer literal, found {text[:40]!r}.")
+                return int(text, 16)
+            text = _field(body, "value", str)
+            if not _DEC_INT.fullmatch(text):
+                raise DecodeError(f"expected a decimal integer literal, found {text[:40]!r}.")
+            return int(text)
         if kind == "float":
             text = _field(body, "value", str)
             if text not in ("nan", "inf", "-inf") and not _is_number(text):
                 raise DecodeError(f"expected a float literal, found {text!r}.")
             return float(text)
-        if kind in ("tuple", "list"):
+        if kind == "tuple":
             return tuple(self.decode(v, depth) for v in _field(body, "items", list))
+        if kind == "list":
+            return [self.decode(v, depth) for v in _field(body, "items", list)]
         if kind == "namedtuple":
             cls = self._resolve(body.get("class"))
-            return cls(*(self.decode(v, depth) for v in _field(body, "items", list)))
+            # Checked before the call: the class path came from the archive.
+            if not (isinstance(cls, type) and issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple)):
+                raise DecodeError(f"`{body.get('class')}` is not a namedtuple class.")
+            items = [self.decode(v, depth) for v in _field(body, "items", list)]
+            if len(items) != len(cls._fields):
+                raise DecodeError(f"`{body.get('class')}` has {len(cls._fields)} fields, found {len(items)} values.")
+            return cls._make(items)
         if kind == "set":
             return {self.decode(v, depth) for v in _field(body, "items", list)}
         if kind == "frozenset":
@@ -436,6 +523,8 @@ class Decoder:
         if kind == "complex":
             return complex(self.decode(body.get("real"), depth), self.decode(body.get("imag"), depth))
         if kind == "dict":
+            if "value" in body:
+                return {k: self.decode(v, depth) for k, v in _field(body, "value", dict).items()}
             return dict(self._items(body, depth))
         if kind == "OrderedDict":
             return collections.OrderedDict(self._items(body, depth))
@@ -464,12 +553,19 @@ class Decoder:
         if kind in ("datetime", "time"):
             parse = _dt.datetime.fromisoformat if kind == "datetime" else _dt.time.fromisoformat
             value = parse(_field(body, "value", str))
-            zone = body.get("tz")
-            if isinstance(zone, str):
+            if "tz" in body:
                 import zoneinfo
 
-                value = value.replace(tzinfo=zoneinfo.ZoneInfo(zone))
-            return value
+                value = value.replace(tzinfo=zoneinfo.ZoneInfo(_field(body, "tz", str)))
+            elif "tzname" in body:
+                offset = value.utcoffset()
+                if offset is None:
+                    raise DecodeError("a named fixed time zone needs an offset in `value`.")
+                value = value.replace(tzinfo=_dt.timezone(offset, _field(body, "tzname", str)))
+            fold = body.get("fold", 0)
+            if fold not in (0, 1) or type(fold) is not int:
+                raise DecodeError(f"expected `fold` to be 0 or 1, found {fold!r}.")
+            return value.replace(fold=fold) if fold else value
         if kind == "date":
             return _dt.date.fromisoformat(_field(body, "value", str))
         if kind == "timedelta":
@@ -479,6 +575,10 @@ class Decoder:
         if kind == "numpy_scalar":
             dtype = _descr_dtype(body.get("dtype"))
             if "value" in body:
+                if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
+                    raise DecodeError(f"a numpy scalar of dtype {dtype} cannot be given as a JSON `value`.")
+                if type(body["value"]) not in (bool, int, float):
+                    raise DecodeError(f"expected the numpy scalar `value` to be a number, found {type(body['value']).__name__}.")
                 return np.asarray(body["value"], dtype=dtype)[()]
             raw = _unb64(body.get("b64"))
             if len(raw) != dtype.itemsize:
@@ -486,6 +586,11 @@ class Decoder:
             return np.frombuffer(raw, dtype=dtype)[0].copy()
         if kind == "numpy_dtype":
             return _descr_dtype(body.get("descr"))
+        if kind == "numpy_type":
+            scalar_type = _descr_dtype(body.get("dtype")).type
+            if scalar_type is np.void and not isinstance(body.get("dtype"), str):
+                raise DecodeError("a numpy scalar type is described by a plain dtype string.")
+            return scalar_type
         if kind == "torch_dtype":
             dtype = getattr(torch, _field(body, "name", str), None)
             if not isinstance(dtype, torch.dtype):
@@ -517,7 +622,9 @@ class Decoder:
                 )
             return arr
         if "values" in body:
-            arr = np.array(body["values"], dtype=dtype)
+            if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
+                raise DecodeError(f"an array of dtype {dtype} cannot be given as JSON `values`.")
+            arr = np.array(_field(body, "values", list), dtype=dtype)
             if arr.size != count:
                 raise DecodeError(f"array holds {arr.size} values, expected {count} for shape {shape}.")
             return arr.reshape(shape)
@@ -531,6 +638,8 @@ class Decoder:
         if not isinstance(dtype, torch.dtype):
             raise DecodeError(f"unknown torch dtype `{body.get('dtype')}`.")
         shape = _field(body, "shape", list)
+        if not all(type(s) is int and s >= 0 for s in shape):
+            raise DecodeError(f"expected the tensor `shape` to be a list of non-negative integers, found {shape!r}.")
         raw = self._native(_field(body, "data", dict), 0)
         if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8:
             raise DecodeError("tensor data must be a uint8 array.")
@@ -543,6 +652,10 @@ class Decoder:
         if body.get("parameter"):
             return torch.nn.Parameter(t, requires_grad=bool(body.get("requires_grad")))
         return t.requires_grad_(bool(body.get("requires_grad")))
+
+
+_DEC_INT = re.compile(r"-?[0-9]+")
+_HEX_INT = re.compile(r"-?0x[0-9a-f]+")
 
 
 def _is_number(text: str) -> bool:

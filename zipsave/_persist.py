@@ -156,8 +156,14 @@ def _is_stateful(value: Any) -> bool:
 
 
 def _recursive_getattr(obj: Any, path: str) -> Any:
+    """``a.b.0.c``: attributes, and indexes into lists/dicts holding stateful objects."""
     for part in path.split("."):
-        obj = getattr(obj, part)
+        if isinstance(obj, (list, tuple)) and part.isdigit():
+            obj = obj[int(part)]
+        elif isinstance(obj, dict) and part in obj:
+            obj = obj[part]
+        else:
+            obj = getattr(obj, part)
     return obj
 
 
@@ -243,6 +249,13 @@ def _collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | N
                 if isinstance(attr, torch.optim.Optimizer) and id(attr) not in seen:
                     seen[id(attr)] = f"{name}.{attr_name}"
                     state.append((f"{name}.{attr_name}", attr))
+        elif _holds_stateful(value):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                item = _unwrap(item)
+                if id(item) not in seen:
+                    seen[id(item)] = f"{name}.{key}"
+                    state.append((f"{name}.{key}", item))
         elif isinstance(value, torch.Tensor):
             if id(value) in covered or id(value) in seen:
                 continue
@@ -261,6 +274,17 @@ def _collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | N
     if isinstance(obj, Saveable):
         init = obj._zipsave_init_record()
     return _Parts(data, state, variables, components, init)
+
+
+def _holds_stateful(value: Any) -> bool:
+    """A plain list/tuple/dict of modules or optimizers (e.g. ``self.critics = [q1, q2]``)."""
+    if type(value) in (list, tuple):
+        items = list(value)
+    elif type(value) is dict and all(type(k) is str and k and "." not in k and "/" not in k for k in value):
+        items = list(value.values())
+    else:
+        return False
+    return bool(items) and all(_is_stateful(v) and not _is_live_handle(v) for v in items)
 
 
 def _is_root(module: torch.nn.Module, attrs: dict) -> bool:
