@@ -2,6 +2,8 @@
 back without running pickled code."""
 
 from ._archive import Limits
+from ._background import SaveHandle
+from ._inspect import ArchiveInfo, inspect, read
 from ._persist import (
     LoadReport,
     SkippedEntry,
@@ -12,6 +14,7 @@ from ._persist import (
     save,
     save_archive,
 )
+from ._rng import RNGState
 from ._version import __version__
 from .exceptions import (
     ArchiveFormatError,
@@ -28,6 +31,7 @@ from .saveable import Saveable
 
 __all__ = [
     "ArchiveFormatError",
+    "ArchiveInfo",
     "ArchiveLimitError",
     "DecodeError",
     "EncodeError",
@@ -35,6 +39,8 @@ __all__ = [
     "Limits",
     "LoadReport",
     "ParameterMismatchError",
+    "RNGState",
+    "SaveHandle",
     "Saveable",
     "SkippedEntry",
     "SkippedEntryWarning",
@@ -42,8 +48,10 @@ __all__ = [
     "ZipsaveError",
     "ZipsaveWarning",
     "__version__",
+    "inspect",
     "load",
     "load_archive",
+    "read",
     "restore",
     "save",
     "save_archive",

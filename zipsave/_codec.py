@@ -10,10 +10,12 @@ form; ``":serialized:"`` goes through the restricted unpickler of :mod:`zipsave.
 from __future__ import annotations
 
 import base64
+import binascii
 import collections
 import datetime as _dt
 import enum
 import importlib
+import io
 import json
 import math
 import pathlib
@@ -26,9 +28,9 @@ import numpy as np
 import orjson
 import torch
 
-from . import _format, _spaces
+from . import _format, _json, _spaces
 from ._unpickle import TrustPolicy, restricted_loads
-from .exceptions import DecodeError, EncodeError
+from .exceptions import DecodeError, EncodeError, UnsafeGlobalError, ZipsaveError
 
 __all__ = ["Decoder", "Encoder", "is_json_native", "parse_json", "dump_json"]
 
@@ -54,7 +56,30 @@ def _b64(data: bytes | memoryview) -> str:
 def _unb64(text: Any) -> bytes:
     if not isinstance(text, str):
         raise DecodeError(f"expected a base64 string, found {type(text).__name__}.")
-    return base64.b64decode(text.encode("ascii"), validate=True)
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, binascii.Error) as err:
+        raise DecodeError(f"expected base64 text ({err}).") from None
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, except that a space's random generator that was never seeded nor used is
+    written as ``None`` (gymnasium makes a fresh one on demand): such a generator holds
+    OS entropy, and same state in must give same bytes out."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if _spaces.is_space(obj) and obj._np_random is not None and _spaces.is_unused_generator(obj._np_random):
+            rv = obj.__reduce_ex__(self.proto)
+            if isinstance(rv, tuple) and len(rv) >= 3 and isinstance(rv[2], dict) and "_np_random" in rv[2]:
+                return (*rv[:2], {**rv[2], "_np_random": None}, *rv[3:])
+        return super().reducer_override(obj)
+
+
+def _pickle(value: Any) -> str:
+    """``":serialized:"``: base64 cloudpickle, as SB3 writes it."""
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(value)
+    return _b64(buf.getbuffer())
 
 
 def is_json_native(value: Any, _depth: int = 0) -> bool:
@@ -107,11 +132,20 @@ def import_path(obj: Any) -> str | None:
 
 class Encoder:
     """Encodes one ``data`` dict. Large arrays are handed to ``add_array`` (which returns the
-    member name they will be written to) instead of being put in the JSON."""
+    member name they will be written to) instead of being put in the JSON. When an entry's
+    arrays went there, ``stand_in(key, value)``, if given, is what its ``":serialized:"`` holds
+    for readers of the pickle alone (SB3); without it the entry has no pickle."""
 
-    def __init__(self, *, add_array: Callable[[np.ndarray], str] | None = None, array_bytes: int = 64 << 10) -> None:
+    def __init__(
+        self,
+        *,
+        add_array: Callable[[np.ndarray], str] | None = None,
+        array_bytes: int = 64 << 10,
+        stand_in: Callable[[str, Any], Any] | None = None,
+    ) -> None:
         self._add_array = add_array
         self._array_bytes = array_bytes
+        self._stand_in = stand_in
         self._external = False
 
     # -- top level -------------------------------------------------------------------------
@@ -126,12 +160,17 @@ class Encoder:
             native = None
         except RecursionError as err:
             raise EncodeError("is nested too deeply to save.", key=key) from err
+        except EncodeError as err:
+            if err.key is None:  # raised for a value nested inside this entry
+                err.key = key
+                err.args = (err._compose(),)
+            raise
         out: dict[str, Any] = {T: _type_hint(value)}
         # SB3 reads only the pickle; skip it when the value's arrays live in .npy members
         # (SB3 #2141: a pickled copy would put them back into the JSON).
         if native is None or not self._external:
             try:
-                out[S] = _b64(cloudpickle.dumps(value))
+                out[S] = _pickle(value)
             except Exception as err:
                 if native is None:
                     raise EncodeError(
@@ -139,6 +178,11 @@ class Encoder:
                         key=key,
                         hint=f"Leave it out with `exclude=[{key!r}]`.",
                     ) from err
+        elif self._stand_in is not None:
+            try:
+                out[S] = _b64(cloudpickle.dumps(self._stand_in(key, value)))
+            except Exception:  # noqa: BLE001 - the native form is enough for zipsave
+                pass
         if native is not None:
             out[N] = native
         return out
@@ -162,7 +206,7 @@ class Encoder:
         except _NoNative:
             pass
         try:
-            return {T: _type_hint(value), S: _b64(cloudpickle.dumps(value))}
+            return {T: _type_hint(value), S: _pickle(value)}
         except Exception as err:
             where = ".".join(map(str, path))
             raise EncodeError(
@@ -247,7 +291,7 @@ class Encoder:
             ):
                 body["value"] = item
             else:
-                body["b64"] = _b64(np.ascontiguousarray(value).tobytes())
+                body["b64"] = _b64(_canonical(np.asarray(value)).tobytes())
             return body
         if isinstance(value, np.dtype):
             if value.hasobject:
@@ -283,14 +327,14 @@ class Encoder:
             raise _NoNative
         body: dict[str, Any] = {"kind": "ndarray", "dtype": _dtype_descr(arr.dtype), "shape": list(arr.shape)}
         if self._add_array is not None and arr.nbytes > self._array_bytes:
-            body["member"] = self._add_array(arr)
+            body["member"] = self._add_array(_canonical(arr))
             self._external = True
-        elif arr.size <= _LIST_ELEMENTS and arr.dtype.kind in "biuf" and arr.dtype.isnative and (
+        elif arr.size <= _LIST_ELEMENTS and arr.dtype.kind in "biuf" and arr.dtype.itemsize <= 8 and arr.dtype.isnative and (
             arr.dtype.kind != "f" or bool(np.isfinite(arr).all())
         ):
             body["values"] = arr.tolist()
         else:
-            body["b64"] = _b64(np.ascontiguousarray(arr).tobytes())
+            body["b64"] = _b64(_canonical(arr).tobytes())
         return body
 
     def _tensor(self, t: torch.Tensor) -> dict:
@@ -307,6 +351,21 @@ class Encoder:
             "device": str(t.device),
             "data": self._array(raw),
         }
+
+
+# x87 extended precision keeps 10 meaningful bytes in a 12- or 16-byte long double; the rest
+# is whatever memory held, which would make equal arrays encode to different bytes.
+_LONGDOUBLE_PAD = np.finfo(np.longdouble).nmant == 63 and np.dtype(np.longdouble).itemsize > 10
+
+
+def _canonical(arr: np.ndarray) -> np.ndarray:
+    """A C-contiguous array whose bytes depend only on its values (long double padding zeroed)."""
+    data = np.asarray(arr, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
+    if _LONGDOUBLE_PAD and data.dtype.type in (np.longdouble, np.clongdouble) and data.dtype.isnative:
+        data = data.copy()
+        size = np.dtype(np.longdouble).itemsize
+        data.reshape(-1).view(np.uint8).reshape(-1, size)[:, 10:] = 0
+    return data
 
 
 def _tz_fields(tz: Any) -> dict[str, Any]:
@@ -412,17 +471,9 @@ def dump_json(obj: Any) -> bytes:
 
 
 def parse_json(raw: bytes, *, max_depth: int) -> Any:
-    """Parse JSON bytes; accepts the ``NaN``/``Infinity`` tokens Python's ``json`` writes."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        first = err
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except RecursionError as err:
-        raise DecodeError(f"JSON is nested more deeply than Python can parse ({first}).") from err
-    except (ValueError, UnicodeDecodeError) as err:
-        raise DecodeError(f"not valid JSON: {err}.") from err
+    """Parse JSON bytes nested at most ``max_depth`` deep; accepts the ``NaN``/``Infinity``
+    tokens Python's ``json`` writes (see :mod:`zipsave._json`)."""
+    return _json.loads(raw, max_depth=max_depth)
 
 
 # -- decoding --------------------------------------------------------------------------------
@@ -449,7 +500,10 @@ class Decoder:
 
     def decode_entry(self, key: str, value: Any) -> Any:
         self._key = key
-        return self.decode(value, 0)
+        try:
+            return self.decode(value, 0)
+        except RecursionError:
+            raise DecodeError("value is nested too deeply to decode (limit `max_json_depth`).") from None
 
     def decode(self, value: Any, depth: int = 0) -> Any:
         if depth > self._max_depth:
@@ -615,7 +669,16 @@ class Decoder:
         if "member" in body:
             if self._load_array is None:
                 raise DecodeError("array member given but this archive has no array reader.")
-            arr = self._load_array(_field(body, "member", str))
+            name = _field(body, "member", str)
+            try:
+                arr = self._load_array(name)
+            except UnsafeGlobalError:
+                raise
+            except ZipsaveError as err:
+                if name in err.detail:
+                    raise
+                # Same class (an IntegrityError stays one for strict=True), member named.
+                raise type(err)(f"array member `{name}`: {err.detail}", hint=err.hint) from err
             if arr.dtype != dtype or list(arr.shape) != shape:
                 raise DecodeError(
                     f"array member `{body['member']}` holds {arr.dtype}{list(arr.shape)}, expected {dtype}{shape}."
@@ -624,7 +687,10 @@ class Decoder:
         if "values" in body:
             if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
                 raise DecodeError(f"an array of dtype {dtype} cannot be given as JSON `values`.")
-            arr = np.array(_field(body, "values", list), dtype=dtype)
+            values = body["values"]
+            if not isinstance(values, list) and type(values) not in (bool, int, float):
+                raise DecodeError(f"expected `values` to be a list or a number, found {type(values).__name__}.")
+            arr = np.array(values, dtype=dtype)
             if arr.size != count:
                 raise DecodeError(f"array holds {arr.size} values, expected {count} for shape {shape}.")
             return arr.reshape(shape)

@@ -15,16 +15,17 @@ import dataclasses
 import html
 import math
 import re
-from typing import Any, Iterator
+from typing import Any
 
+import numpy as np
 import orjson
 import torch
 
 from . import _format, _system_info
-from ._archive import Limits, manifest_digest
+from ._archive import Limits, MemberView, manifest_digest
 from ._codec import Decoder, parse_json
 from ._persist import _Source
-from ._torch_io import TensorRef, _Unsupported, _walk_refs, read_pth_meta
+from ._torch_io import PthMeta, TensorRef, _Unsupported, _walk_refs, read_pth_meta
 from ._unpickle import TrustPolicy, pickle_globals
 from .exceptions import ArchiveFormatError, DecodeError, ZipsaveError
 
@@ -98,7 +99,7 @@ class DataEntry:
 
     @property
     def name(self) -> str:
-        """The address :func:`read` accepts for this key."""
+        """The address :func:`zipsave.read` accepts for this key."""
         return _format.join(self.component, self.key)
 
     @property
@@ -139,7 +140,7 @@ class TensorInfo:
 
     @property
     def name(self) -> str:
-        """The address :func:`read` accepts for this tensor (``"policy/0.weight"``)."""
+        """The address :func:`zipsave.read` accepts for this tensor (``"policy/0.weight"``)."""
         return f"{self.member[: -len(_format.PTH_SUFFIX)]}/{self.key}"
 
 
@@ -170,8 +171,12 @@ class ArchiveInfo:
     layout
         ``"zipsave"`` (has ``_zipsave_version``), ``"sb3"`` (has
         ``_stable_baselines3_version``) or ``"unknown"``.
-    zipsave_version, format_version, sb3_version
-        Versions read from ``_zipsave_version`` / ``_stable_baselines3_version`` (or ``None``).
+    zipsave_version
+        The package version in ``_zipsave_version`` (``None`` without one).
+    format_version
+        The archive format version in ``_zipsave_version``.
+    sb3_version
+        The version in ``_stable_baselines3_version``.
     system_info
         The saved ``system_info.txt``, parsed.
     members
@@ -352,23 +357,34 @@ def _native_summary(body: Any) -> str:
         return "native"
     kind = body.get("kind")
     if kind in ("ndarray", "tensor"):
-        dtype = body.get("dtype")
+        dtype = _dtype_name(body.get("dtype"))
         shape = body.get("shape")
         where = f" in `{body['member']}`" if isinstance(body.get("member"), str) else ""
         return f"{kind} {dtype} {_shape(tuple(shape)) if isinstance(shape, list) else shape}{where}"
     if kind == "space":
         return f"{body.get('space')} space"
     if kind in ("int", "float"):
-        return str(body.get("value"))
+        return _short(str(body.get("value", body.get("hex"))))
     if kind in _REF_FIELDS and kind != "defaultdict":
         ref = body.get(_REF_FIELDS[kind])
         name = f".{body['name']}" if kind == "enum" and isinstance(body.get("name"), str) else ""
         return f"{kind} {ref}{name}"
     if kind == "path":
         return f"path {body.get('value')}"
-    if isinstance(body.get("items"), list):
-        return f"{kind} of {len(body['items'])}"
+    for field in ("items", "value"):
+        if isinstance(body.get(field), (list, dict)):
+            return f"{kind} of {len(body[field])}"
     return str(kind)
+
+
+def _dtype_name(descr: Any) -> Any:
+    """``"<f4"`` -> ``"float32"``; anything numpy does not read plainly stays as it is."""
+    if isinstance(descr, str):
+        try:
+            return np.dtype(descr).name
+        except TypeError:
+            pass
+    return descr
 
 
 def _scan(value: Any, pickles: list[str], refs: list[str], native: bool) -> None:
@@ -436,7 +452,7 @@ def _json_dumpable(value: Any) -> bool:
 
 
 # -- inspect -----------------------------------------------------------------------------------
-def inspect(path: Any, *, limits: Limits | None = None) -> ArchiveInfo:
+def inspect(path: Any, *, limits: Limits | None = None, storage_options: dict[str, Any] | None = None) -> ArchiveInfo:
     """Describe an archive without loading it: nothing is unpickled or ``torch.load``-ed.
 
     Parameters
@@ -445,6 +461,8 @@ def inspect(path: Any, *, limits: Limits | None = None) -> ArchiveInfo:
         File path (``.zip`` is tried too), URL, or readable binary file object (not closed).
     limits
         Safety limits (:class:`~zipsave.Limits`); the defaults suit any sane archive.
+    storage_options
+        Options for the ``fsspec`` filesystem of a URL (credentials, endpoint).
 
     Returns
     -------
@@ -465,7 +483,7 @@ def inspect(path: Any, *, limits: Limits | None = None) -> ArchiveInfo:
     ['policy/0.weight', 'policy/0.bias']
     """
     policy = TrustPolicy()
-    with _Source(path, policy=policy, device="cpu", limits=limits, verify=False) as src:
+    with _Source(path, policy=policy, device="cpu", limits=limits, verify=False, storage_options=storage_options) as src:
         reader = src.reader
         notes: list[str] = []
         if reader.manifest_error:
@@ -494,6 +512,11 @@ def inspect(path: Any, *, limits: Limits | None = None) -> ArchiveInfo:
         if _format.SB3_VERSION in reader:
             sb3_version = _read_text(src, _format.SB3_VERSION, notes).strip() or None
         layout = "zipsave" if _format.VERSION in reader else "sb3" if sb3_version else "unknown"
+        if format_version is not None and format_version > _format.FORMAT_VERSION:
+            notes.append(
+                f"format version {format_version} is newer than this zipsave reads ({_format.FORMAT_VERSION}); "
+                "upgrade zipsave to load it."
+            )
         system_info = {}
         if _format.SYSTEM_INFO in reader:
             system_info = _system_info.parse_system_info(_read_text(src, _format.SYSTEM_INFO, notes))
@@ -506,12 +529,8 @@ def inspect(path: Any, *, limits: Limits | None = None) -> ArchiveInfo:
         for folder in _folders(reader.names()):
             components.append(ComponentInfo(folder, _component_class(src, folder, notes)))
             member = _format.join(folder, _format.DATA)
-            raw = _read_json(src, member, notes)
+            raw = _read_json(src, member, notes, check_digest=True)
             if isinstance(raw, dict):
-                try:
-                    reader.check_digest(member, sha256=None, data=_raw_bytes(src, member))
-                except ZipsaveError as err:
-                    notes.append(f"`{member}`: {err.detail} (edited after saving?)")
                 data += [_describe_entry(folder, key, value, policy) for key, value in raw.items()]
             elif raw is not None:
                 notes.append(f"`{member}`: holds a JSON {type(raw).__name__}, expected an object")
@@ -543,10 +562,6 @@ def _folders(names: list[str]) -> list[str]:
     return ([""] if _format.DATA in names else []) + sorted(found)
 
 
-def _raw_bytes(src: _Source, member: str) -> bytes:
-    return src.reader.read(member, limit=src.limits.max_json_bytes, verify=False)
-
-
 def _read_text(src: _Source, member: str, notes: list[str]) -> str:
     try:
         return src.reader.read(member, limit=1 << 20, verify=False).decode("utf-8", "replace")
@@ -555,9 +570,19 @@ def _read_text(src: _Source, member: str, notes: list[str]) -> str:
         return ""
 
 
-def _read_json(src: _Source, member: str, notes: list[str]) -> Any:
+def _read_json(src: _Source, member: str, notes: list[str], *, check_digest: bool = False) -> Any:
     try:
-        return parse_json(_raw_bytes(src, member), max_depth=src.limits.max_json_depth)
+        raw = src.reader.read(member, limit=src.limits.max_json_bytes, verify=False)
+    except ZipsaveError as err:
+        notes.append(f"`{member}`: {err.detail}")
+        return None
+    if check_digest:
+        try:
+            src.reader.check_digest(member, raw)
+        except ZipsaveError as err:
+            notes.append(f"`{member}`: {err.detail} It was edited after saving.")
+    try:
+        return parse_json(raw, max_depth=src.limits.max_json_depth)
     except ZipsaveError as err:
         notes.append(f"`{member}`: {err.detail}")
         return None
@@ -587,9 +612,9 @@ def _dotted(path: tuple) -> str:
     return ".".join(map(str, path))
 
 
-def _pth_refs(src: _Source, member: str) -> Iterator[tuple[tuple, TensorRef]]:
+def _pth_meta(src: _Source, member: str, view: MemberView | None = None) -> PthMeta:
     try:
-        meta = read_pth_meta(src.reader.open_view(member))
+        return read_pth_meta(view if view is not None else src.reader.open_view(member))
     except _Unsupported as err:
         raise ArchiveFormatError(
             f"cannot be listed without `torch.load` ({err}).",
@@ -597,14 +622,13 @@ def _pth_refs(src: _Source, member: str) -> Iterator[tuple[tuple, TensorRef]]:
             member=member,
             hint="`zipsave.load_archive` reads it with `weights_only=True`.",
         ) from None
-    return _walk_refs(meta.tree)
 
 
 def _list_tensors(src: _Source, member: str, notes: list[str]) -> list[TensorInfo]:
     try:
         return [
             TensorInfo(member, _dotted(path), str(ref.dtype).removeprefix("torch."), ref.shape, ref.nbytes)
-            for path, ref in _pth_refs(src, member)
+            for path, ref in _walk_refs(_pth_meta(src, member).tree)
         ]
     except ZipsaveError as err:
         notes.append(f"`{member}`: {err.detail}")
@@ -620,6 +644,7 @@ def read(
     allow_pickle: bool = False,
     trusted: Any = (),
     limits: Limits | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Any:
     """Read one tensor, or one ``data`` key, without reading the rest of the archive.
 
@@ -631,8 +656,8 @@ def read(
     that folder's ``data``. A name without a matching prefix is a key of the top-level
     ``data`` (``learning_rate``). Prefixes are tried longest first, a ``.pth`` member before
     a ``data`` member of the same folder, and the first that holds ``<rest>`` wins. The
-    addresses :func:`inspect` lists (:attr:`TensorInfo.name`, :attr:`DataEntry.name`)
-    always work.
+    addresses :func:`inspect` lists (:attr:`~zipsave._inspect.TensorInfo.name`,
+    :attr:`~zipsave._inspect.DataEntry.name`) always work.
 
     Only the bytes of the tensor's storage record are read (plus the member's small
     ``data.pkl``); a ``data`` key decodes from the JSON member and, if it refers to one,
@@ -651,6 +676,8 @@ def read(
         The trust policy for a pickled ``data`` key; see :doc:`security`.
     limits
         Safety limits (:class:`~zipsave.Limits`).
+    storage_options
+        Options for the ``fsspec`` filesystem of a URL (credentials, endpoint).
 
     Returns
     -------
@@ -673,16 +700,18 @@ def read(
         raise TypeError(f"name must be a non-empty string such as 'policy/0.weight', got {name!r}.")
     name = name.strip("/")
     policy = TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted)
-    with _Source(path, policy=policy, device=device, limits=limits) as src:
+    with _Source(path, policy=policy, device=device, limits=limits, storage_options=storage_options) as src:
         for prefix, is_tensor in _candidates(src.reader.names()):
             if prefix and not name.startswith(prefix + "/"):
                 continue
             rest = name[len(prefix) + 1 :] if prefix else name
             if is_tensor:
                 member = prefix + _format.PTH_SUFFIX
-                found = _find_ref(src, member, rest)
+                view = src.reader.open_view(member)
+                meta = _pth_meta(src, member, view)
+                found = _find_ref(src, member, meta, rest)
                 if found is not None:
-                    return _read_tensor(src, member, found)
+                    return _read_tensor(src, member, view, meta, found)
             else:
                 member = _format.join(prefix, _format.DATA)
                 raw = src.read_json(member)
@@ -702,8 +731,8 @@ def _candidates(names: list[str]) -> list[tuple[str, bool]]:
     return sorted(found, key=lambda item: (-len(item[0]), not item[1]))
 
 
-def _find_ref(src: _Source, member: str, rest: str) -> TensorRef | None:
-    matches = [(path, ref) for path, ref in _pth_refs(src, member) if rest in ("/".join(map(str, path)), _dotted(path))]
+def _find_ref(src: _Source, member: str, meta: PthMeta, rest: str) -> TensorRef | None:
+    matches = [(path, ref) for path, ref in _walk_refs(meta.tree) if rest in ("/".join(map(str, path)), _dotted(path))]
     if len(matches) > 1:
         raise ArchiveFormatError(
             f"`{rest}` matches several tensors: {sorted(_dotted(p) for p, _ in matches)}.",
@@ -713,14 +742,13 @@ def _find_ref(src: _Source, member: str, rest: str) -> TensorRef | None:
     return matches[0][1] if matches else None
 
 
-def _read_tensor(src: _Source, member: str, ref: TensorRef) -> torch.Tensor:
+def _read_tensor(src: _Source, member: str, view: MemberView, meta: PthMeta, ref: TensorRef) -> torch.Tensor:
     src.reader.check_recorded(member)
-    view = src.reader.open_view(member)
-    meta_records = read_pth_meta(view).records
-    if ref.storage.key not in meta_records:
-        raise ArchiveFormatError(f"`data.pkl` names storage record `{ref.storage.key}`, which is missing.",
-                                 archive=src.name, member=member)
-    start, length = meta_records[ref.storage.key]
+    if ref.storage.key not in meta.records:
+        raise ArchiveFormatError(
+            f"`data.pkl` names storage record `{ref.storage.key}`, which is missing.", archive=src.name, member=member
+        )
+    start, length = meta.records[ref.storage.key]
     itemsize = ref.dtype.itemsize
     if ref.numel == 0:
         tensor = torch.empty(ref.size, dtype=ref.dtype)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
+import functools
 import html
 import io
 import logging
@@ -24,9 +25,10 @@ from typing import IO, Any, Iterable, Iterator
 import numpy as np
 import torch
 
-from . import _format, _system_info
+from . import _format, _progress, _system_info
 from ._archive import DEFAULT_LIMITS, ArchiveReader, ArchiveWriter, Limits, atomic_output, open_input
 from ._codec import Decoder, Encoder, dump_json, import_path, parse_json
+from ._npy import read_npy
 from ._torch_io import get_device, load_pth, save_pth
 from ._unpickle import TrustPolicy
 from ._version import __version__
@@ -112,17 +114,21 @@ class LoadReport:
         lines += [f"  - note: {note}" for note in self.notes]
         return "\n".join(lines)
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython's text display
+        printer.text(str(self))
+
     def _repr_html_(self) -> str:
+        cell = "<td style='text-align:left'>{}</td>"
         rows = "".join(
-            f"<tr><td>{html.escape(e.member)}</td><td>{html.escape(e.key or '')}</td>"
-            f"<td>{html.escape(e.type_hint or '')}</td><td>{html.escape(e.cause)}</td></tr>"
+            "<tr>" + "".join(cell.format(html.escape(v)) for v in (e.member, e.key or "", e.type_hint or "", e.cause))
+            + "</tr>"
             for e in self.skipped
         )
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
-        head = html.escape(f"{self.archive}: {len(self.skipped)} skipped")
-        table = (
-            f"<table><tr><th>member</th><th>key</th><th>type</th><th>cause</th></tr>{rows}</table>" if rows else ""
-        )
+        status = f"{len(self.skipped)} skipped" if self.skipped else "everything loaded"
+        head = html.escape(f"{self.archive}: {status}")
+        header = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("member", "key", "type", "cause"))
+        table = f"<table><tr>{header}</tr>{rows}</table>" if rows else ""
         return f"<div><b>{head}</b>{table}{f'<ul>{notes}</ul>' if notes else ''}</div>"
 
 
@@ -183,6 +189,7 @@ class _Parts:
     variables: dict[str, torch.Tensor] | None
     components: list[tuple[str, Any]]
     init: dict[str, Any] | None = None
+    encoder_options: dict[str, Any] = dataclasses.field(default_factory=dict)  # keyword arguments of Encoder
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:
@@ -195,6 +202,8 @@ def _collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | N
     include = set(include or ())
     from .saveable import Saveable
 
+    if isinstance(obj, _Parts):
+        return obj  # a component collected by its owner (SB3's replay buffer, VecNormalize)
     if isinstance(obj, dict):
         return _collect_app_state(obj, exclude, include)
     if not isinstance(obj, Saveable) and hasattr(obj, "_get_torch_save_params") and hasattr(obj, "_excluded_save_params"):
@@ -238,6 +247,12 @@ def _collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | N
             components.append((name, value))
         elif isinstance(value, dict) and value and all(isinstance(v, Saveable) for v in value.values()):
             for key, comp in value.items():
+                if not (isinstance(key, str) and key and "/" not in key):
+                    raise EncodeError(
+                        f"the dict of components `{name}` has the key {key!r}; component keys must be "
+                        "non-empty strings without `/` (they become folder names).",
+                        key=name,
+                    )
                 components.append((f"{name}/{key}", comp))
         elif isinstance(value, torch.nn.Module):
             module = _unwrap(value)
@@ -297,7 +312,12 @@ def _is_root(module: torch.nn.Module, attrs: dict) -> bool:
 
 
 def _collect_sb3(obj: Any, exclude: set, include: set) -> _Parts:
-    """SB3's own rules (``BaseAlgorithm.save``): its hooks decide what is torch-saved."""
+    """SB3's own rules (``BaseAlgorithm.save``): its hooks decide what is torch-saved.
+    ``include`` may also name the extras SB3 keeps in separate pickles (``_sb3.EXTRAS``)."""
+    from ._sb3 import EXTRAS, collect_extras, sb3_stand_in
+
+    extras = collect_extras(obj, include)
+    include = include - set(EXTRAS)
     state_names, var_names = obj._get_torch_save_params()
     excluded = (set(obj._excluded_save_params()) | exclude) - include
     for name in list(state_names) + list(var_names):
@@ -305,7 +325,7 @@ def _collect_sb3(obj: Any, exclude: set, include: set) -> _Parts:
     data = {k: v for k, v in obj.__dict__.items() if k not in excluded and not k.startswith(_ALWAYS_EXCLUDED_PREFIXES)}
     state = [(name, _unwrap(_recursive_getattr(obj, name))) for name in state_names]
     variables = {name: _recursive_getattr(obj, name) for name in var_names}
-    return _Parts(data, state, variables, [])
+    return _Parts(data, state, variables, extras, encoder_options={"stand_in": sb3_stand_in})
 
 
 def _collect_app_state(app: dict, exclude: set, include: set) -> _Parts:
@@ -345,7 +365,7 @@ def _encode(parts: _Parts, folder: str, *, exclude: Iterable[str] | None, includ
         arrays.append((name, arr))
         return name
 
-    encoder = Encoder(add_array=add_array)
+    encoder = Encoder(add_array=add_array, **parts.encoder_options)
     data = {key: encoder.encode_entry(key, value) for key, value in parts.data.items()}
     init = None
     if parts.init is not None:
@@ -374,11 +394,17 @@ def _encode(parts: _Parts, folder: str, *, exclude: Iterable[str] | None, includ
 
 
 def _nested(patterns: Iterable[str] | None, prefix: str) -> list[str]:
-    """Exclude/include patterns addressed to a component: ``"learner/opt"`` -> ``"opt"``."""
+    """Exclude/include patterns addressed to a component: ``"learner/opt"`` -> ``"opt"``.
+
+    A pattern that starts with ``*`` (``"*.optimizer"``) applies at every depth, as
+    fnmatch's ``*`` also matches ``/``.
+    """
     out = []
     for p in patterns or ():
         if p.startswith(prefix + "/"):
             out.append(p[len(prefix) + 1 :])
+        elif p.startswith("*"):
+            out.append(p)
     return out
 
 
@@ -395,7 +421,7 @@ def _write_encoded(writer: ArchiveWriter, enc: _Encoded, *, root: bool) -> None:
             save_pth(f, sd)
     for name, arr in enc.arrays:
         with writer.open_member(name) as f:
-            np.lib.format.write_array(f, np.ascontiguousarray(arr), allow_pickle=False)
+            np.lib.format.write_array(f, np.asarray(arr, order="C"), allow_pickle=False)  # keeps 0-d arrays 0-d
     for comp in enc.components:
         _write_encoded(writer, comp, root=False)
     if root:
@@ -421,32 +447,35 @@ def _output_path(path: Any) -> str:
     return path
 
 
-def _write_to(path: Any, write: Any) -> None:
-    """Run ``write(fp)`` against the destination: atomically for paths, as-is for files."""
+def _write_to(path: Any, write: Any, *, storage_options: dict | None = None, progress: bool = False) -> None:
+    """Run ``write(fp)`` against the destination: atomically for paths and URLs, as-is for files."""
     if hasattr(path, "write"):
         write(path)
         return
     if _is_url(path):
         from ._remote import remote_output
 
-        with remote_output(path) as fp:
+        with remote_output(path, storage_options=storage_options, progress=progress) as fp:
             write(fp)
         return
     with atomic_output(_output_path(path)) as fp:
         write(fp)
 
 
-def _save_encoded(enc: _Encoded, path: Any) -> None:
+def _save_encoded(
+    enc: _Encoded, path: Any, *, storage_options: dict | None = None, progress: bool = False, sha256: bool = False
+) -> None:
     def write(fp: IO[bytes]) -> None:
-        writer = ArchiveWriter(fp)
-        try:
-            _write_encoded(writer, enc, root=True)
-            writer.close()
-        except BaseException:
-            writer.abort()
-            raise
+        with _progress.counting_writer(fp, progress, total=_progress.encoded_size(enc), desc=f"zipsave save {path}") as out:
+            writer = ArchiveWriter(out, sha256=True if sha256 else None)
+            try:
+                _write_encoded(writer, enc, root=True)
+                writer.close()
+            except BaseException:
+                writer.abort()
+                raise
 
-    _write_to(path, write)
+    _write_to(path, write, storage_options=storage_options, progress=progress)
 
 
 def save(
@@ -456,6 +485,9 @@ def save(
     exclude: Iterable[str] | None = None,
     include: Iterable[str] | None = None,
     background: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    progress: bool = False,
+    sha256: bool = False,
 ) -> Any:
     """Save a model, a :class:`~zipsave.Saveable`, an SB3 algorithm or an app-state dict.
 
@@ -475,7 +507,18 @@ def save(
         leave out of, or force into, the archive.
     background
         Return at once with a :class:`~zipsave.SaveHandle`; the archive reflects the state
-        at the moment of the call.
+        at the moment of the call (tensors are copied before returning) and is written on a
+        worker thread. Saves to the same destination are written in call order.
+    storage_options
+        Options for the fsspec filesystem of a URL ``path`` (e.g. ``{"key": ...,
+        "client_kwargs": {"endpoint_url": ...}}`` for ``s3://``); needs the ``remote`` extra.
+    progress
+        Show a tqdm progress bar (the ``progress`` extra); silent by default.
+    sha256
+        Also record the SHA-256 of the tensor members (``.pth``, ``.npy``) in
+        ``manifest.json``. Every member always gets its size and CRC-32 (checked on load),
+        and the members written from memory (``data``, ``init.json``, ...) a SHA-256;
+        hashing the tensors too runs at about 1.5 GB/s and roughly triples a large save.
 
     Returns
     -------
@@ -490,15 +533,18 @@ def save(
     --------
     >>> zipsave.save(model, "model.zip")  # doctest: +SKIP
     """
+    _progress.check(progress)
     exclude = list(exclude or ())
     include = list(include or ())
     parts = _collect(obj, _flat(exclude), _flat(include))
     enc = _encode(parts, "", exclude=exclude, include=include)
-    if background:
-        from ._background import start_background_save
+    from ._background import start_background_save, wait_for_pending
 
-        return start_background_save(enc, path, _save_encoded)
-    _save_encoded(enc, path)
+    if background:
+        save_fn = functools.partial(_save_encoded, storage_options=storage_options, progress=progress, sha256=sha256)
+        return start_background_save(enc, path, save_fn)
+    wait_for_pending(path)  # an earlier background save to the same place must not land last
+    _save_encoded(enc, path, storage_options=storage_options, progress=progress, sha256=sha256)
     return None
 
 
@@ -544,6 +590,8 @@ class _Source:
         report: LoadReport | None = None,
         verify: bool = True,
         mmap: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        progress: bool = False,
     ) -> None:
         self.policy = policy
         self.device = get_device(device)
@@ -551,8 +599,12 @@ class _Source:
         self.strict = strict
         self.verify = verify
         self.mmap = mmap
+        self.storage_options = storage_options
+        self.progress = progress
+        _progress.check(progress)
         self._stack = contextlib.ExitStack()
         fp, name = self._open(path)
+        fp = _progress.counting_reader(fp, progress, desc=f"zipsave load {name}", stack=self._stack)
         self.name = name
         self.report = report if report is not None else LoadReport()
         self.report.archive = name
@@ -561,8 +613,15 @@ class _Source:
         except BaseException:
             self._stack.close()
             raise
-        if self.reader.manifest_error and self.verify:
-            self._integrity(self.reader.manifest_error, None)
+        try:
+            if self.reader.manifest_error and self.verify:
+                self._integrity(self.reader.manifest_error, None)
+            if self.verify and self.reader.manifest is not None:
+                for lost in sorted(set(self.reader.manifest) - set(self.reader.names())):
+                    self._integrity("is listed in manifest.json but missing from the archive.", lost)
+        except BaseException:
+            self._stack.close()
+            raise
 
     def _open(self, path: Any) -> tuple[IO[bytes], str]:
         if hasattr(path, "read"):
@@ -573,7 +632,8 @@ class _Source:
         if _is_url(path):
             from ._remote import remote_input
 
-            return self._stack.enter_context(remote_input(path)), path
+            opened = remote_input(path, storage_options=self.storage_options, progress=self.progress)
+            return self._stack.enter_context(opened), path
         text = os.fspath(path)
         if text.startswith("file://"):
             text = text[len("file://") :]
@@ -646,17 +706,17 @@ class _Source:
         self._check_member(member)
         view = self.reader.open_view(member)
         try:
-            arr = np.lib.format.read_array(view, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as err:
-            raise DecodeError(f"array member `{member}` is not a valid .npy file ({err}).") from err
-        return arr
+            return read_npy(view, member=member, expected_crc=self.reader.info(member).CRC if self.verify else None)
+        finally:
+            view.close()
 
     def _check_member(self, member: str) -> None:
         if self.verify:
             self.reader.check_recorded(member)
 
-    def load_tensors(self, member: str, targets: Any = None) -> tuple[Any, set]:
-        """Load a ``.pth`` member (into ``targets`` in place where shapes match)."""
+    def load_tensors(self, member: str, targets: Any = None, **checks: Any) -> tuple[Any, set]:
+        """Load a ``.pth`` member (into ``targets`` in place where shapes match); ``checks``
+        are ``load_pth``'s ``check_shapes`` / ``check_dtypes`` / ``validate``."""
         self._check_member(member)
         info = self.reader.info(member)
         view = self.reader.open_view(member)
@@ -666,7 +726,8 @@ class _Source:
                 device=self.device,
                 targets=targets,
                 verify_crc=info.CRC if self.verify and not self.mmap else None,
-                mmap=self.mmap,
+                mmap=self.mmap and targets is None,
+                **checks,
             )
         except ZipsaveError as err:
             err.archive, err.member = self.name, member
@@ -758,6 +819,8 @@ def load_archive(
     strict: bool = False,
     limits: Limits | None = None,
     report: LoadReport | None = None,
+    storage_options: dict[str, Any] | None = None,
+    progress: bool = False,
 ) -> tuple[dict[str, Any] | None, dict[str, Any], dict[str, torch.Tensor] | None]:
     """Read an archive's parts, as SB3's ``load_from_zip_file`` does.
 
@@ -781,16 +844,23 @@ def load_archive(
         Safety limits (:class:`~zipsave.Limits`).
     report
         A :class:`LoadReport` to fill with the skipped entries.
+    storage_options
+        Options for the fsspec filesystem of a URL ``path`` (the ``remote`` extra).
+    progress
+        Show a tqdm progress bar (the ``progress`` extra).
 
     Returns
     -------
-    (data, params, pytorch_variables)
-        ``data`` as a dict (or ``None``), ``{name: state_dict}`` for every ``.pth`` member,
+    tuple
+        ``(data, params, pytorch_variables)``: ``data`` as a dict (or ``None``), ``{name: state_dict}`` for every ``.pth`` member,
         and the loose tensors (or ``None`` when the archive has none).
     """
     custom_objects = _check_custom_objects(custom_objects)
     policy = TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted)
-    with _Source(path, policy=policy, device=device, limits=limits, strict=strict, report=report) as src:
+    with _Source(
+        path, policy=policy, device=device, limits=limits, strict=strict, report=report,
+        storage_options=storage_options, progress=progress,
+    ) as src:
         if print_system_info:
             _print_system_info(src)
         data = src.decode_data("", custom_objects=custom_objects) if load_data else None
@@ -855,7 +925,10 @@ def _restore_parts(
     state_names = [n for n in names if n not in (variables_name, "tensors")]
     if exact_match and not is_dict:
         expected = _expected_state_names(obj)
-        if expected is not None and set(expected) != set(state_names) and not exclude:
+        if expected is not None and exclude:
+            # what the caller left out (``exclude=["*.optimizer"]``) is missing on purpose
+            expected = [n for n in expected if not _matches(n, exclude)]
+        if expected is not None and set(expected) != {n for n in state_names if not (exclude and _matches(n, exclude))}:
             raise ParameterMismatchError(
                 f"holds state dicts {sorted(state_names)}, but the object has {sorted(expected)}.",
                 archive=src.name,
@@ -898,13 +971,23 @@ def _restore_parts(
         if exclude and _matches(attr_path, exclude):
             continue
         parent, _, last = attr_path.rpartition("/")
-        holder = getattr(obj, parent) if parent else obj
+        holder = getattr(obj, parent, None) if parent else obj
+        if holder is None:  # a dict of components the constructor did not create
+            holder = {}
+            setattr(obj, parent, holder)
         current = holder.get(last) if isinstance(holder, dict) else getattr(holder, last, None)
+        if hasattr(obj, "_setup_model") and not is_dict:
+            from ._sb3 import EXTRAS, restore_extra
+
+            if attr_path in EXTRAS:
+                restore_extra(src, obj, attr_path)  # fills the SB3 model's own buffer / wrapper
+                continue
         if isinstance(current, Saveable):
             _restore_parts(src, current, child, custom_objects=None, exclude=_nested(exclude, attr_path),
                            exact_match=exact_match, set_data=True)
         else:
-            built = _build(src, child, cls=None, custom_objects=None, exclude=[], overrides={}, exact_match=exact_match)
+            built = _build(src, child, cls=None, custom_objects=None, exclude=_nested(exclude, attr_path), overrides={},
+                           exact_match=exact_match)
             if isinstance(holder, dict):
                 holder[last] = built
             else:
@@ -942,27 +1025,41 @@ def _expected_state_names(obj: Any) -> list[str] | None:
 def _load_state_into(src: _Source, member: str, target: Any, exact_match: bool) -> None:
     if isinstance(target, torch.nn.Module):
         current = target.state_dict(keep_vars=True)
-        tree, filled = src.load_tensors(member, current)
-        if not isinstance(tree, dict):
-            raise ArchiveFormatError(f"holds a {type(tree).__name__}, expected a state dict.", archive=src.name, member=member)
-        if exact_match and set(tree) != set(current):
-            missing = sorted(set(current) - set(tree))
-            unexpected = sorted(set(tree) - set(current))
-            raise ParameterMismatchError(
-                f"state dict does not match the module: missing keys {missing}, unexpected keys {unexpected}.",
-                archive=src.name,
-                member=member,
-                hint="Pass `exact_match=False` to load the keys that match.",
-            )
-        if len(filled) == len(tree) and set(tree) == set(current):
-            return  # every tensor was read straight into the module
+
+        def fits_module(tree: Any) -> None:  # checked before any byte lands in the module
+            if not isinstance(tree, dict):
+                raise ArchiveFormatError(f"holds a {type(tree).__name__}, expected a state dict.")
+            if exact_match and set(tree) != set(current):
+                missing = sorted(set(current) - set(tree))
+                unexpected = sorted(set(tree) - set(current))
+                raise ParameterMismatchError(
+                    f"state dict does not match the module: missing keys {missing}, unexpected keys {unexpected}.",
+                    hint="Pass `exact_match=False` to load the keys that match.",
+                )
+
+        tree, _filled = src.load_tensors(
+            member, current, check_shapes=True, check_dtypes=exact_match, validate=fits_module
+        )
         try:
+            # Tensors filled in place are passed as themselves: copy_ of a tensor onto itself
+            # is a no-op, and the module's load hooks still run.
             target.load_state_dict(tree, strict=exact_match)
         except RuntimeError as err:
             raise ParameterMismatchError(f"does not fit the module: {err}", archive=src.name, member=member) from err
         return
     if isinstance(target, torch.optim.Optimizer):
-        tree, _ = src.load_tensors(member, target.state_dict())
+        current_state = target.state_dict()
+
+        def fits_optimizer(tree: Any) -> None:
+            groups = tree.get("param_groups") if isinstance(tree, dict) else None
+            if not isinstance(groups, list) or [len(g.get("params", ())) for g in groups if isinstance(g, dict)] != [
+                len(g["params"]) for g in current_state["param_groups"]
+            ]:
+                raise ParameterMismatchError(
+                    "optimizer state does not match the optimizer's parameter groups (another model?)."
+                )
+
+        tree, _ = src.load_tensors(member, current_state, check_shapes=True, validate=fits_optimizer)
         try:
             target.load_state_dict(tree)
         except (ValueError, KeyError, RuntimeError) as err:
@@ -1101,6 +1198,8 @@ def load(
     limits: Limits | None = None,
     report: LoadReport | None = None,
     mmap: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    progress: bool = False,
     **overrides: Any,
 ) -> Any:
     """Rebuild a saved object: a :class:`~zipsave.Saveable`, an SB3 algorithm (``cls=PPO``),
@@ -1114,9 +1213,12 @@ def load(
         The class to build; by default the one recorded in ``init.json`` (only
         ``Saveable`` subclasses are built from the archive's say-so).
     component
-        Load only this component folder, e.g. ``"learner/module"``.
+        Load only this component folder, e.g. ``"learner/module/p0"``. A folder holding a
+        dict of components (``"learner/module"``) comes back as a dict of rebuilt objects.
     exclude
-        Keys or state-dict names to skip (glob patterns), e.g. ``["*.optimizer"]``.
+        Keys or state-dict names to skip (glob patterns), e.g. ``["*.optimizer"]`` to load
+        for inference without optimizer state. ``"learner/x"`` addresses a component; a
+        pattern starting with ``*`` applies in every component.
     custom_objects
         ``{key: value}`` used instead of those ``data`` keys, which are never decoded.
     device
@@ -1133,12 +1235,17 @@ def load(
         A :class:`LoadReport` to fill with the skipped entries.
     mmap
         Map tensor records from the file instead of reading them (lazy start-up).
+    storage_options
+        Options for the fsspec filesystem of a URL ``path`` (the ``remote`` extra).
+    progress
+        Show a tqdm progress bar (the ``progress`` extra); silent by default.
     **overrides
         Constructor arguments (``env=...``) or attributes that win over the saved ones.
 
     Returns
     -------
-    The rebuilt object. An app-state archive (no ``init.json``) comes back as a dict.
+    object
+        The rebuilt object. An app-state archive (no ``init.json``) comes back as a dict.
 
     Examples
     --------
@@ -1147,14 +1254,20 @@ def load(
     custom_objects = _check_custom_objects(custom_objects)
     policy = TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted)
     exclude = list(exclude or ())
-    with _Source(path, policy=policy, device=device, limits=limits, strict=strict, report=report, mmap=mmap) as src:
+    with _Source(
+        path, policy=policy, device=device, limits=limits, strict=strict, report=report, mmap=mmap,
+        storage_options=storage_options, progress=progress,
+    ) as src:
         if print_system_info:
             _print_system_info(src)
         folder = (component or "").strip("/")
-        if folder and not src.has(_format.join(folder, _format.DATA)):
-            raise ArchiveFormatError(
-                f"has no component `{folder}`; components: {sorted(_all_components(src))}.", archive=src.name
-            )
+        _check_component(src, folder)
+        if folder and not src.has(_format.join(folder, _format.DATA)):  # a dict of components
+            return {
+                child.rpartition("/")[2]: _build(src, child, cls=cls, custom_objects=custom_objects, exclude=exclude,
+                                                 overrides=dict(overrides))
+                for child in _child_components(src, folder)
+            }
         if not src.has(_format.join(folder, _format.DATA)) and not src.has(_format.join(folder, _format.INIT)):
             raise ArchiveFormatError(
                 "has no `data` member, so it holds no model (not a zipsave or SB3 model archive?).",
@@ -1175,6 +1288,37 @@ def load(
 
 def _all_components(src: _Source) -> list[str]:
     return [n[: -len("/" + _format.DATA)] for n in src.reader.names() if n.endswith("/" + _format.DATA)]
+
+
+def _check_component(src: _Source, folder: str) -> None:
+    """``folder`` must be a component (it has ``data``) or a dict of components."""
+    if folder and not src.has(_format.join(folder, _format.DATA)) and not _child_components(src, folder):
+        raise ArchiveFormatError(
+            f"has no component `{folder}`; components: {sorted(_all_components(src))}.", archive=src.name
+        )
+
+
+def _restore_target(src: _Source, obj: Any, folder: str, into: str | None) -> Any:
+    """Where a restored component goes: ``into`` (an attribute path in ``obj``, ``""`` for
+    ``obj`` itself), else the component's own path when ``obj`` has it, else ``obj``."""
+    path = folder if into is None else into.strip("/")
+    if not path:
+        return obj
+    parts = path.split("/")
+    if into is None and not (parts[0] in obj if isinstance(obj, dict) else hasattr(obj, parts[0])):
+        return obj  # e.g. restore(algo.learner.module["p0"], other, component="learner/module/p1")
+    target = obj
+    for depth, part in enumerate(parts):
+        found = target.get(part) if isinstance(target, dict) else getattr(target, part, None)
+        if found is None:
+            where = "/".join(parts[:depth]) or "the object"
+            raise ParameterMismatchError(
+                f"cannot restore component `{folder}` into `{path}`: {where} ({type(target).__name__}) has no `{part}`.",
+                archive=src.name,
+                hint='Pass `into="attribute/path"` to choose where it goes, or `into=""` for the object itself.',
+            )
+        target = found
+    return target
 
 
 def _load_app_state(src: _Source, folder: str, *, custom_objects: dict | None, exclude: list[str]) -> dict[str, Any]:
@@ -1207,6 +1351,10 @@ def restore(
     trusted: Iterable[Any] = (),
     limits: Limits | None = None,
     report: LoadReport | None = None,
+    verify: bool = True,
+    into: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    progress: bool = False,
 ) -> None:
     """Load an archive (or one component of it) into an existing object, in place.
 
@@ -1222,12 +1370,27 @@ def restore(
         File path, URL, or readable binary file object.
     component
         Restore only this component folder of the archive, e.g. ``"learner/module/p1"``.
+        It goes to the same place in ``obj`` (``obj.learner.module["p1"]``), leaving every
+        other part untouched; when ``obj`` has no such path (you passed the sub-object
+        itself) it goes into ``obj``.
+    into
+        Where in ``obj`` the component goes instead, as a path of attributes and dict keys
+        (``"learner/module/p0"``; ``""`` is ``obj`` itself): the self-play swap, e.g.
+        ``restore(algo, "old.zip", component="learner/module/p1", into="learner/module/p0")``.
     exact_match
         Require the saved state dicts to match the object's exactly.
     strict
         Raise instead of skipping a broken entry.
     device, exclude, custom_objects, allow_pickle, trusted, limits, report
         As for :func:`load`.
+    verify
+        Check every member against its CRC-32 and the manifest while reading (the check runs
+        on a helper thread, overlapped with the reads). ``False`` skips it, for trusted
+        checkpoints restored in a tight loop.
+    storage_options
+        Options for the fsspec filesystem of a URL ``path`` (the ``remote`` extra).
+    progress
+        Show a tqdm progress bar (the ``progress`` extra); silent by default.
 
     Examples
     --------
@@ -1236,12 +1399,13 @@ def restore(
     custom_objects = _check_custom_objects(custom_objects)
     policy = TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted)
     exclude = list(exclude or ())
-    with _Source(path, policy=policy, device=device, limits=limits, strict=strict, report=report) as src:
+    with _Source(
+        path, policy=policy, device=device, limits=limits, strict=strict, report=report, verify=verify,
+        storage_options=storage_options, progress=progress,
+    ) as src:
         folder = (component or "").strip("/")
-        if folder and not src.has(_format.join(folder, _format.DATA)):
-            raise ArchiveFormatError(
-                f"has no component `{folder}`; components: {sorted(_all_components(src))}.", archive=src.name
-            )
+        _check_component(src, folder)
+        obj = _restore_target(src, obj, folder, into)
         if isinstance(obj, dict):
             if strict:
                 _check_app_state(src, obj, folder)

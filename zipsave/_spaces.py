@@ -21,7 +21,7 @@ from .exceptions import DecodeError, EncodeError
 if TYPE_CHECKING:
     from gymnasium.spaces import Space
 
-__all__ = ["SPACE_KINDS", "decode_space", "encode_space", "is_space"]
+__all__ = ["SPACE_KINDS", "decode_space", "encode_space", "is_space", "is_unused_generator"]
 
 #: The space kinds with a native form, by the name stored in a body's ``"space"`` field.
 SPACE_KINDS = (
@@ -113,7 +113,9 @@ def encode_space(
     -------
     dict
         ``{"space": kind, <constructor fields>...}``, plus ``"rng"`` (the bit generator
-        state) for every space whose random generator exists (seeded or sampled from).
+        state) for every space whose random generator carries information: it was seeded
+        explicitly, or numbers were drawn from it. A generator seeded from OS entropy and never
+        used is left out, so an unseeded space always encodes to the same body.
 
     Raises
     ------
@@ -324,7 +326,7 @@ class _Encoder:
     def rng(self, space: Space, path: str) -> dict[str, Any] | None:
         # The private attribute: the public np_random property would create a generator.
         generator = space._np_random
-        if generator is None:
+        if generator is None or is_unused_generator(generator):
             return None
         bit_generator = getattr(generator, "bit_generator", None)
         if not isinstance(generator, np.random.Generator) or not any(
@@ -351,6 +353,38 @@ class _Encoder:
         raise self.error(
             path, f"unexpected value {_describe(value)} in its bit generator state."
         )
+
+
+def is_unused_generator(generator: Any) -> bool:
+    """Whether ``generator`` was seeded from OS entropy and has not drawn a number since.
+
+    Such a generator carries no information: a fresh unseeded one is as good. Gymnasium makes
+    them behind the user's back (``Graph`` and stacked ``Sequence`` deep-copy their sub-spaces'
+    generators while being built), and storing one would break "same state in, same bytes out".
+    A seed given on purpose is a small integer; numpy's own entropy is 128 random bits, so a
+    seed sequence with more than 64 bits of entropy and no spawned children is taken for
+    numpy's. A generator that has drawn numbers is always stored: its position matters.
+    """
+    bit_generator = getattr(generator, "bit_generator", None)
+    seed_seq = getattr(bit_generator, "seed_seq", None)
+    if not isinstance(seed_seq, np.random.SeedSequence):
+        return False
+    entropy = seed_seq.entropy
+    if not (isinstance(entropy, int) and entropy.bit_length() > 64) or seed_seq.spawn_key or seed_seq.n_children_spawned:
+        return False
+    try:
+        fresh = type(bit_generator)(seed_seq).state
+    except Exception:  # a bit generator that cannot be rebuilt this way: keep its state
+        return False
+    return _same_state(fresh, bit_generator.state)
+
+
+def _same_state(a: Any, b: Any) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return bool(np.array_equal(a, b))
+    return type(a) is type(b) and a == b
 
 
 def _join(path: str, part: str) -> str:

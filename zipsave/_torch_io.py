@@ -1,35 +1,45 @@
 """State dicts <-> ``.pth`` members, straight between the archive file and tensor memory.
 
 A ``.pth`` member is genuine ``torch.save`` output (a zip of stored, 64-byte-aligned
-records). Saving streams ``torch.save`` into the member. Loading reads the member's tiny
-``data.pkl`` with a metadata-only unpickler (no tensor bytes, no foreign globals), then reads
-every storage record once, in file order, with ``readinto`` directly into its destination:
-the live parameter when one exists (restore in place), else a fresh storage. The member's
-CRC-32 is computed on a helper thread while the next record is read. Anything the metadata
-reader does not understand falls back to ``torch.load(weights_only=True)``.
+records). Saving streams ``torch.save`` into the member with torch's own CRC pass off. Loading
+reads the member's tiny ``data.pkl`` with a metadata-only unpickler (no tensor bytes, no
+foreign globals), then reads every storage record once, in file order, with ``readinto``
+directly into its destination: the live tensor when one of the same dtype and shape exists
+(restore in place), else a fresh storage. The member's CRC-32 is computed on helper threads
+(:mod:`zipsave._crc`) while the next piece is read. Anything the metadata reader does not
+understand falls back to ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
 
 import collections
+import ctypes
 import dataclasses
 import io
 import mmap as _mmap
 import pickle
+import sys
 import threading
 import zipfile
 import zlib
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
+from . import _crc
 from .exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError
 
-__all__ = ["TensorRef", "get_device", "load_pth", "read_pth_meta", "save_pth"]
+__all__ = ["PthMeta", "TensorRef", "get_device", "load_pth", "read_pth_meta", "save_pth"]
 
-_CHUNK = 16 << 20
-_crc_lock = threading.Lock()
+#: Members up to this size are read whole with one call, checked, then parsed from memory.
+_SMALL_MEMBER = 1 << 20
+#: Large records are read in pieces of this size, so checksumming starts on the first piece.
+_PIECE = 8 << 20
+#: Fresh storages this large ask the kernel for transparent huge pages (fewer page faults).
+_HUGEPAGE_MIN = 4 << 20
+_ALIGNMENT = 64
+
+_crc_option_lock = threading.Lock()
 
 
 def get_device(device: Any = "auto") -> torch.device:
@@ -48,10 +58,11 @@ def get_device(device: Any = "auto") -> torch.device:
 def save_pth(stream: Any, obj: Any) -> None:
     """``torch.save(obj)`` into ``stream`` without torch's own CRC pass.
 
-    The outer zip's CRC-32 and the manifest's SHA-256 cover the same bytes, so torch's
-    per-record CRC would be a second pass over every tensor for nothing.
+    The outer zip's CRC-32 covers the same bytes and is computed while they are written, so
+    torch's per-record CRC would be a second pass over every tensor for nothing. The inner
+    records then carry a CRC of 0, which ``torch.load`` accepts.
     """
-    with _crc_lock:
+    with _crc_option_lock:
         previous = torch.serialization.get_crc32_options()
         torch.serialization.set_crc32_options(False)
         try:
@@ -100,7 +111,14 @@ class TensorRef:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * _itemsize(self.dtype)
+        return self.numel * self.dtype.itemsize
+
+    @property
+    def extent(self) -> int:
+        """Bytes of the storage this tensor spans, from its first element."""
+        if self.numel == 0:
+            return 0
+        return (1 + sum((n - 1) * s for n, s in zip(self.size, self.stride))) * self.dtype.itemsize
 
     def is_contiguous(self) -> bool:
         expected = 1
@@ -111,16 +129,14 @@ class TensorRef:
         return True
 
 
-def _itemsize(dtype: torch.dtype) -> int:
-    return dtype.itemsize
-
-
 def _rebuild_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata=None):
     if backward_hooks or metadata:
         raise _Unsupported("tensor with hooks or metadata")
     if not isinstance(storage, _StorageRef):
         raise _Unsupported("tensor without a storage record")
-    return TensorRef(storage, int(storage_offset), tuple(size), tuple(stride), bool(requires_grad))
+    if len(size) != len(stride) or min((*size, *stride, storage_offset), default=0) < 0:
+        raise _Unsupported("tensor with a negative size, stride or offset")
+    return TensorRef(storage, int(storage_offset), tuple(map(int, size)), tuple(map(int, stride)), bool(requires_grad))
 
 
 def _rebuild_v3(storage, storage_offset, size, stride, requires_grad, backward_hooks, dtype, metadata=None):
@@ -140,6 +156,23 @@ class _StorageType:
         self.dtype = dtype
 
 
+_QUANTIZED = frozenset(
+    getattr(torch, name) for name in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4") if hasattr(torch, name)
+)
+
+
+def _legacy_storage_dtypes() -> dict[str, torch.dtype]:
+    """``"FloatStorage"`` -> ``torch.float32`` etc., without touching the deprecated classes
+    (reading ``torch.FloatStorage.dtype`` warns). Quantized storages are left to torch.load."""
+    try:
+        table = torch.storage._dtype_to_storage_type_map()
+    except AttributeError:  # pragma: no cover - torch moved it; everything falls back
+        return {}
+    return {name: dtype for dtype, name in table.items() if dtype not in _QUANTIZED}
+
+
+_STORAGE_DTYPES = _legacy_storage_dtypes()
+
 _META_GLOBALS: dict[tuple[str, str], Any] = {
     ("collections", "OrderedDict"): collections.OrderedDict,
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_v2,
@@ -158,11 +191,11 @@ class _MetaUnpickler(pickle.Unpickler):
         if found is not None:
             return found
         if module == "torch":
+            if name in _STORAGE_DTYPES:
+                return _StorageType(_STORAGE_DTYPES[name])
             attr = getattr(torch, name, None)
-            if isinstance(attr, torch.dtype):
+            if isinstance(attr, torch.dtype) and attr not in _QUANTIZED:
                 return attr
-            if name.endswith("Storage") and isinstance(attr, type) and issubclass(attr, torch.storage._LegacyStorage):
-                return _StorageType(attr._dtype)  # `.dtype` warns that TypedStorage is deprecated
         raise _Unsupported(f"global {module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
@@ -171,7 +204,7 @@ class _MetaUnpickler(pickle.Unpickler):
         _, stype, key, _location, numel = pid
         if not isinstance(stype, _StorageType):
             raise _Unsupported("unknown storage type")
-        return _StorageRef(str(key), stype.dtype, int(numel) * _itemsize(stype.dtype))
+        return _StorageRef(str(key), stype.dtype, int(numel) * stype.dtype.itemsize)
 
 
 @dataclasses.dataclass
@@ -186,15 +219,17 @@ class PthMeta:
 def read_pth_meta(view: Any) -> PthMeta:
     """Parse a ``.pth`` member's inner zip and ``data.pkl`` without touching tensor bytes.
 
-    Raises ``_Unsupported`` for content only ``torch.load`` understands.
+    ``view`` needs ``read_at(offset, buffer)``, ``size`` and a file interface
+    (:class:`~zipsave._archive.MemberView`). Raises ``_Unsupported`` for content only
+    ``torch.load`` understands.
     """
     try:
         inner = zipfile.ZipFile(view)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, IndexError, OverflowError) as err:
         raise _Unsupported(f"not a torch zip ({err})") from err
     with inner:
         infos = inner.infolist()
-        pkl = [i for i in infos if i.filename.endswith("/data.pkl")]
+        pkl = [i for i in infos if i.filename.endswith("/data.pkl") or i.filename == "data.pkl"]
         if len(pkl) != 1:
             raise _Unsupported("no single data.pkl")
         prefix = pkl[0].filename[: -len("data.pkl")]
@@ -202,6 +237,8 @@ def read_pth_meta(view: Any) -> PthMeta:
         order = names.get(prefix + "byteorder")
         if order is not None and _raw_record(view, order).strip() != b"little":
             raise _Unsupported("big-endian archive")
+        if order is None and sys.byteorder != "little":
+            raise _Unsupported("no byteorder record on a big-endian machine")
         try:
             tree = _MetaUnpickler(io.BytesIO(_raw_record(view, pkl[0]))).load()
         except _Unsupported:
@@ -219,7 +256,7 @@ def read_pth_meta(view: Any) -> PthMeta:
 
 def _record_start(view: Any, info: zipfile.ZipInfo) -> int:
     """Offset of a stored record's bytes inside the member (from its local header)."""
-    if info.compress_type != zipfile.ZIP_STORED:
+    if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
         raise _Unsupported("compressed record")
     head = bytearray(30)
     if view.read_at(info.header_offset, head) != 30 or head[:4] != b"PK\x03\x04":
@@ -233,21 +270,66 @@ def _record_start(view: Any, info: zipfile.ZipInfo) -> int:
 def _raw_record(view: Any, info: zipfile.ZipInfo) -> bytes:
     """A small record's bytes. torch may have written it without a CRC, so zipfile's
     CRC-checking reader cannot be used; the outer member's CRC covers these bytes."""
+    if info.file_size > 1 << 30:
+        raise _Unsupported("oversized metadata record")
     buf = bytearray(info.file_size)
     if view.read_at(_record_start(view, info), buf) != len(buf):
         raise _Unsupported("short record")
     return bytes(buf)
 
 
-def _walk_refs(tree: Any, path: tuple = ()):  # yields (path, TensorRef)
-    if isinstance(tree, TensorRef):
+class _BufferView(io.RawIOBase):
+    """A small member held in memory, with the reading interface of a ``MemberView``."""
+
+    def __init__(self, data: bytearray) -> None:
+        super().__init__()
+        self._data = memoryview(data)
+        self.size = len(data)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def read_at(self, offset: int, buf: Any) -> int:
+        view = memoryview(buf).cast("B")
+        n = max(0, min(view.nbytes, self.size - offset))
+        view[:n] = self._data[offset : offset + n]
+        return n
+
+    def readinto(self, buf: Any) -> int:
+        n = self.read_at(self._pos, buf)
+        self._pos += n
+        return n
+
+
+# -- trees ---------------------------------------------------------------------------------
+def _walk_leaves(tree: Any, leaf: type, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    if isinstance(tree, leaf):
         yield path, tree
     elif isinstance(tree, dict):
         for k, v in tree.items():
-            yield from _walk_refs(v, path + (k,))
+            yield from _walk_leaves(v, leaf, path + (k,))
     elif isinstance(tree, (list, tuple)):
         for i, v in enumerate(tree):
-            yield from _walk_refs(v, path + (i,))
+            yield from _walk_leaves(v, leaf, path + (i,))
+
+
+def _walk_refs(tree: Any, path: tuple = ()) -> Iterator[tuple[tuple, TensorRef]]:
+    """Every :class:`TensorRef` of a metadata tree, with its path of keys / indices."""
+    return _walk_leaves(tree, TensorRef, path)
 
 
 def _lookup(tree: Any, path: tuple) -> Any:
@@ -276,10 +358,15 @@ def _replace(tree: Any, build: Callable[[TensorRef], Any]) -> Any:
     if isinstance(tree, list):
         return [_replace(v, build) for v in tree]
     if isinstance(tree, tuple):
-        return type(tree)(_replace(v, build) for v in tree) if type(tree) is not tuple else tuple(_replace(v, build) for v in tree)
+        return tuple(_replace(v, build) for v in tree)
     return tree
 
 
+def _dotted(path: tuple) -> str:
+    return ".".join(map(str, path))
+
+
+# -- destinations --------------------------------------------------------------------------
 def _byte_view(t: torch.Tensor) -> memoryview:
     """A writable byte view of a contiguous CPU tensor's memory."""
     flat = t.detach().reshape(-1)
@@ -288,56 +375,74 @@ def _byte_view(t: torch.Tensor) -> memoryview:
     return memoryview(flat.numpy()).cast("B")
 
 
-def _in_place_target(ref: TensorRef, target: Any) -> bool:
+def _in_place_target(ref: TensorRef, target: Any, length: int) -> bool:
+    """Can the record (``length`` bytes) be read straight into ``target``'s memory?"""
     return (
         isinstance(target, torch.Tensor)
         and target.device.type == "cpu"
         and target.dtype == ref.dtype
         and tuple(target.shape) == ref.size
+        and target.layout == torch.strided
         and target.is_contiguous()
         and not target.is_conj()
         and not target.is_neg()
-        and target.layout == torch.strided
+        and type(target) in (torch.Tensor, torch.nn.Parameter)
         and ref.is_contiguous()
+        and ref.offset == 0
+        and ref.nbytes == length
     )
 
 
-class _Crc:
-    """CRC-32 of a member computed in order on one helper thread, overlapping the reads."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.value = 0
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zipsave-crc") if enabled else None
-        self._jobs: list = []
-
-    def _update(self, buf: Any) -> None:
-        self.value = zlib.crc32(buf, self.value)
-
-    def feed(self, buf: Any) -> None:
-        if self._pool is not None:
-            self._jobs.append(self._pool.submit(self._update, buf))
-
-    def finish(self) -> int | None:
-        if self._pool is None:
-            return None
-        for job in self._jobs:
-            job.result()
-        self._pool.shutdown()
-        return self.value
+_libc: Any = None
 
 
-def _read_exact(view: Any, offset: int, buf: memoryview, crc: _Crc, what: str) -> None:
-    done = 0
-    total = buf.nbytes
-    while done < total:
-        piece = buf[done : min(total, done + _CHUNK)]
-        n = view.read_at(offset + done, piece)
-        if n != piece.nbytes:
-            raise ArchiveFormatError(f"ends inside {what} (truncated).")
-        crc.feed(piece)
-        done += n
+def _advise_hugepages(t: torch.Tensor) -> None:
+    """Ask for transparent huge pages on a fresh buffer (Linux ``madvise`` mode): one page
+    fault per 2 MiB instead of per 4 KiB when the bytes are read into it."""
+    global _libc
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        start = (t.data_ptr() + 4095) & ~4095
+        end = (t.data_ptr() + t.nbytes) & ~4095
+        if end > start:
+            _libc.madvise(start, end - start, 14)  # MADV_HUGEPAGE; failure only costs speed
+    except (OSError, AttributeError):
+        _libc = False
 
 
+def _fresh_bytes(length: int) -> torch.Tensor:
+    buf = torch.empty(length, dtype=torch.uint8)
+    if length >= _HUGEPAGE_MIN and _libc is not False:
+        _advise_hugepages(buf)
+    return buf
+
+
+def _check_targets(refs: list[tuple[tuple, Any]], targets: Any, *, shapes: bool, dtypes: bool) -> None:
+    """Refuse, before a byte is read, saved tensors that do not fit their live targets."""
+    problems = []
+    for path, ref in refs:
+        target = _lookup(targets, path)
+        if not isinstance(target, torch.Tensor):
+            continue
+        if shapes and tuple(target.shape) != tuple(ref.shape):
+            problems.append((path, f"saved shape {tuple(ref.shape)}, expected {tuple(target.shape)}"))
+        elif dtypes and target.dtype != ref.dtype:
+            problems.append((path, f"saved dtype {ref.dtype}, expected {target.dtype}"))
+    if problems:
+        listed = "; ".join(f"`{_dotted(path)}`: {what}" for path, what in problems)
+        raise ParameterMismatchError(
+            f"{len(problems)} saved tensor(s) do not fit the object: {listed}.",
+            key=_dotted(problems[0][0]),
+            hint="Build the object with the same architecture and dtypes as the saved one"
+            + (", or pass `exact_match=False` to cast dtypes." if dtypes else "."),
+        )
+
+
+# -- loading -------------------------------------------------------------------------------
 def load_pth(
     view: Any,
     *,
@@ -345,103 +450,189 @@ def load_pth(
     targets: Any = None,
     verify_crc: int | None = None,
     mmap: bool = False,
+    check_shapes: bool = False,
+    check_dtypes: bool = False,
+    validate: Callable[[Any], None] | None = None,
 ) -> tuple[Any, set[tuple]]:
     """Load one ``.pth`` member from a :class:`~zipsave._archive.MemberView`.
 
     Parameters
     ----------
+    view
+        The member.
+    device
+        Where fresh tensors go.
     targets
         An object tree shaped like the saved one (e.g. the current ``state_dict(keep_vars=True)``);
         a saved tensor whose target has the same dtype and shape is read straight into it.
     verify_crc
-        The member's expected CRC-32; checked while reading. ``None`` skips the check.
+        The member's expected CRC-32, checked while reading (``None`` skips the check).
+        A member up to 1 MiB is checked before anything is written into a target; in a larger
+        one a mismatch is found after the targets were filled, and the error says so.
     mmap
         Map records from the file instead of reading them (lazy; no CRC check).
+    check_shapes, check_dtypes
+        Raise :class:`~zipsave.ParameterMismatchError` (naming the key) before reading when
+        a saved tensor's shape / dtype differs from its target's.
+    validate
+        Called with the saved tree (:class:`TensorRef` leaves) before any byte is read into
+        a target, to refuse a state that does not fit (e.g. other keys).
 
     Returns
     -------
     (tree, filled)
         The loaded tree (filled targets appear as themselves) and the paths filled in place.
     """
+    source = view
+    if view.size <= _SMALL_MEMBER:
+        data = bytearray(view.size)
+        if view.read_at(0, data) != view.size:
+            raise ArchiveFormatError("ends early (truncated).")
+        if verify_crc is not None:
+            _check_crc(zlib.crc32(data), verify_crc, filled=False)
+            verify_crc = None
+        source = _BufferView(data)
     try:
-        meta = read_pth_meta(view)
+        meta = read_pth_meta(source)
     except _Unsupported:
-        return _torch_load(view, device, verify_crc), set()
+        tree = _torch_load(source, device, verify_crc)
+        if validate is not None:
+            validate(tree)
+        if targets is not None and (check_shapes or check_dtypes):
+            _check_targets(list(_walk_leaves(tree, torch.Tensor)), targets, shapes=check_shapes, dtypes=check_dtypes)
+        return tree, set()
     refs = list(_walk_refs(meta.tree))
     by_storage: dict[str, list[tuple[tuple, TensorRef]]] = collections.defaultdict(list)
     for path, ref in refs:
         if ref.storage.key not in meta.records:
-            raise ArchiveFormatError(f"data.pkl names storage record `{ref.storage.key}` that is missing.")
-        _start, length = meta.records[ref.storage.key]
-        if ref.numel and (ref.offset + 1 + sum((n - 1) * s for n, s in zip(ref.size, ref.stride))) * _itemsize(ref.dtype) > length:
+            raise ArchiveFormatError(f"data.pkl names storage record `{ref.storage.key}`, which is missing.")
+        length = meta.records[ref.storage.key][1]
+        if ref.offset * ref.dtype.itemsize + ref.extent > length:
             raise ArchiveFormatError(f"storage record `{ref.storage.key}` is shorter than the tensors that use it.")
         by_storage[ref.storage.key].append((path, ref))
+    if validate is not None:
+        validate(meta.tree)
+    if targets is not None and (check_shapes or check_dtypes):
+        _check_targets(refs, targets, shapes=check_shapes, dtypes=check_dtypes)
+    spans = sorted(meta.records.values())
+    for (start, length), (next_start, _) in zip(spans, spans[1:]):
+        if start + length > next_start:
+            return _torch_load(source, device, verify_crc), set()
 
-    if mmap and verify_crc is None and getattr(view, "_fd", None) is not None:
-        return _mmap_tree(view, meta, by_storage, device), set()
+    if mmap and source is view and getattr(view, "_fd", None) is not None:
+        mapped = _mmap_tree(view, meta, by_storage, device)
+        if mapped is not None:
+            return mapped, set()
 
-    # Decide each record's destination: one live target tensor, or a fresh storage.
+    # Each record's destination: one live target tensor, or a fresh storage.
     dest: dict[str, memoryview] = {}
     direct: dict[str, torch.Tensor] = {}
     storages: dict[str, torch.Tensor] = {}
     filled: set[tuple] = set()
     for key, users in by_storage.items():
-        start, length = meta.records[key]
-        if len(users) == 1 and targets is not None:
+        length = meta.records[key][1]
+        if targets is not None and len(users) == 1:
             path, ref = users[0]
             target = _lookup(targets, path)
-            if _in_place_target(ref, target) and ref.offset == 0 and ref.nbytes == length:
+            if _in_place_target(ref, target, length):
                 direct[key] = target
                 dest[key] = _byte_view(target) if length else memoryview(b"")
                 filled.add(path)
                 continue
-        buf = torch.empty(length, dtype=torch.uint8)
+        buf = _fresh_bytes(length)
         storages[key] = buf
         dest[key] = memoryview(buf.numpy()).cast("B") if length else memoryview(bytearray())
 
-    crc = _Crc(verify_crc is not None)
-    cursor = 0
+    crc = _crc.OrderedCrc() if verify_crc is not None else None
     try:
-        for key in sorted(dest, key=lambda k: meta.records[k][0]):
-            start, length = meta.records[key]
-            if start > cursor:
-                gap = bytearray(start - cursor)
-                if view.read_at(cursor, gap) != len(gap):
-                    raise ArchiveFormatError("ends early (truncated).")
-                crc.feed(gap)
-            elif start < cursor:
-                raise _Unsupported("overlapping records")
-            _read_exact(view, start, dest[key], crc, f"record `{key}`")
-            cursor = start + length
-        if verify_crc is not None and cursor < view.size:
-            tail = bytearray(view.size - cursor)
-            view.read_at(cursor, tail)
-            crc.feed(tail)
+        _read_records(source, meta, dest, crc)
+        actual = crc.value() if crc is not None else None
+    except BaseException as err:
+        if crc is not None:
+            crc.cancel()
+        if direct and isinstance(err, ArchiveFormatError):
+            err.detail += " Tensors of the live object were partly overwritten."
+            err.args = (err._compose(),)
+        raise
     finally:
-        actual = crc.finish()
-    if verify_crc is not None and actual != verify_crc:
-        raise IntegrityError(f"CRC-32 {actual:08x} does not match the recorded {verify_crc:08x} (corrupted).")
+        if direct:
+            from torch.autograd.graph import increment_version
+
+            increment_version(list(direct.values()))  # as an in-place copy_ would
+    if actual is not None and verify_crc is not None:
+        _check_crc(actual, verify_crc, filled=bool(direct))
+
+    moved: dict[str, torch.Tensor] = {}
 
     def build(ref: TensorRef) -> Any:
         key = ref.storage.key
         if key in direct:
-            tensor = direct[key]
-        else:
-            raw = storages[key]
-            tensor = torch.empty(0, dtype=ref.dtype).set_(raw.untyped_storage(), ref.offset, ref.size, ref.stride)
-            if device.type != "cpu":
-                tensor = tensor.to(device)
-        if ref.parameter and not isinstance(tensor, torch.nn.Parameter):
+            return direct[key]
+        raw = moved.get(key)
+        if raw is None:
+            raw = storages[key] if device.type == "cpu" else storages[key].to(device)
+            moved[key] = raw  # views of one storage stay views of one storage
+        tensor = torch.empty(0, dtype=ref.dtype, device=raw.device).set_(
+            raw.untyped_storage(), ref.offset, ref.size, ref.stride
+        )
+        if ref.parameter:
             return torch.nn.Parameter(tensor, requires_grad=ref.requires_grad)
-        if ref.requires_grad and key not in direct:
+        if ref.requires_grad:
             tensor.requires_grad_(True)
         return tensor
 
     return _replace(meta.tree, build), filled
 
 
+def _read_records(view: Any, meta: PthMeta, dest: dict[str, memoryview], crc: _crc.OrderedCrc | None) -> None:
+    """Read every destined record once, in file order; with ``crc``, also feed it every byte
+    of the member (headers and unused records included) in order."""
+    cursor = 0
+    for key in sorted(dest, key=lambda k: meta.records[k][0]):
+        start, length = meta.records[key]
+        if crc is not None and start > cursor:
+            _read_gap(view, cursor, start, crc)
+        target = dest[key]
+        done = 0
+        while done < length:
+            piece = target[done : min(length, done + _PIECE)]
+            if view.read_at(start + done, piece) != piece.nbytes:
+                raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
+            if crc is not None:
+                crc.feed(piece)
+            done += piece.nbytes
+        cursor = start + length
+    if crc is not None and cursor < view.size:
+        _read_gap(view, cursor, view.size, crc)
+
+
+def _read_gap(view: Any, start: int, end: int, crc: _crc.OrderedCrc) -> None:
+    pos = start
+    while pos < end:
+        gap = bytearray(min(end - pos, _PIECE))
+        if view.read_at(pos, gap) != len(gap):
+            raise ArchiveFormatError("ends early (truncated).")
+        crc.feed(gap)
+        pos += len(gap)
+
+
+def _check_crc(actual: int, expected: int, *, filled: bool) -> None:
+    if actual != expected:
+        note = " Tensors of the live object were partly overwritten with these bytes." if filled else ""
+        raise IntegrityError(f"CRC-32 {actual:08x} does not match the recorded {expected:08x} (corrupted).{note}")
+
+
 def _mmap_tree(view: Any, meta: PthMeta, by_storage: dict, device: torch.device) -> Any:
-    mapped = _mmap.mmap(view._fd, 0, access=_mmap.ACCESS_COPY)
+    """The tree with every tensor backed by a private (copy-on-write) map of the file, or
+    ``None`` when a record is not aligned for its dtype (e.g. an archive another tool wrote)."""
+    for key in by_storage:
+        start, length = meta.records[key]
+        if length and (view.start + start) % _ALIGNMENT:
+            return None
+    try:
+        mapped = _mmap.mmap(view._fd, 0, access=_mmap.ACCESS_COPY)
+    except (OSError, ValueError):
+        return None
     bases: dict[str, torch.Tensor] = {}
     for key in by_storage:
         start, length = meta.records[key]
@@ -449,12 +640,14 @@ def _mmap_tree(view: Any, meta: PthMeta, by_storage: dict, device: torch.device)
             bases[key] = torch.empty(0, dtype=torch.uint8)
         else:
             bases[key] = torch.frombuffer(mapped, dtype=torch.uint8, count=length, offset=view.start + start)
+            if device.type != "cpu":
+                bases[key] = bases[key].to(device)
 
     def build(ref: TensorRef) -> Any:
         base = bases[ref.storage.key]
-        tensor = torch.empty(0, dtype=ref.dtype).set_(base.untyped_storage(), ref.offset, ref.size, ref.stride)
-        if device.type != "cpu":
-            tensor = tensor.to(device)
+        tensor = torch.empty(0, dtype=ref.dtype, device=base.device).set_(
+            base.untyped_storage(), ref.offset, ref.size, ref.stride
+        )
         if ref.parameter:
             return torch.nn.Parameter(tensor, requires_grad=ref.requires_grad)
         return tensor.requires_grad_(ref.requires_grad) if ref.requires_grad else tensor
@@ -463,9 +656,10 @@ def _mmap_tree(view: Any, meta: PthMeta, by_storage: dict, device: torch.device)
 
 
 def _torch_load(view: Any, device: torch.device, verify_crc: int | None) -> Any:
+    """The fallback: ``torch.load(weights_only=True)`` after checking the member's CRC."""
     if verify_crc is not None:
         crc = 0
-        buf = bytearray(_CHUNK)
+        buf = bytearray(min(_PIECE, max(view.size, 1)))
         pos = 0
         while pos < view.size:
             n = view.read_at(pos, buf)
@@ -473,31 +667,6 @@ def _torch_load(view: Any, device: torch.device, verify_crc: int | None) -> Any:
                 break
             crc = zlib.crc32(memoryview(buf)[:n], crc)
             pos += n
-        if crc != verify_crc:
-            raise IntegrityError(f"CRC-32 {crc:08x} does not match the recorded {verify_crc:08x} (corrupted).")
+        _check_crc(crc, verify_crc, filled=False)
     view.seek(0)
     return torch.load(view, map_location=device, weights_only=True)
-
-
-def check_shapes(tree: Any, targets: Any, *, exact: bool) -> list[str]:
-    """Describe every saved tensor whose target has another shape or dtype."""
-    problems = []
-    for path, value in _walk_tensors(tree):
-        target = _lookup(targets, path)
-        if isinstance(target, torch.Tensor) and isinstance(value, torch.Tensor):
-            if tuple(target.shape) != tuple(value.shape):
-                problems.append(f"`{'.'.join(map(str, path))}`: saved shape {tuple(value.shape)}, expected {tuple(target.shape)}")
-            elif exact and target.dtype != value.dtype:
-                problems.append(f"`{'.'.join(map(str, path))}`: saved dtype {value.dtype}, expected {target.dtype}")
-    return problems
-
-
-def _walk_tensors(tree: Any, path: tuple = ()):
-    if isinstance(tree, torch.Tensor):
-        yield path, tree
-    elif isinstance(tree, dict):
-        for k, v in tree.items():
-            yield from _walk_tensors(v, path + (k,))
-    elif isinstance(tree, (list, tuple)):
-        for i, v in enumerate(tree):
-            yield from _walk_tensors(v, path + (i,))

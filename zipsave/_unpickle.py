@@ -25,6 +25,7 @@ from __future__ import annotations
 import _compat_pickle
 import copyreg
 import dataclasses
+import enum
 import importlib
 import io
 import pickle
@@ -32,7 +33,7 @@ import pickletools
 import sys
 import types
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import cloudpickle
 
@@ -382,15 +383,15 @@ def _normalise_entry(item: Any) -> str:
         return text
     if isinstance(item, types.ModuleType):
         return f"{item.__name__}."
-    module = getattr(item, "__module__", None)
-    qualname = getattr(item, "__qualname__", None)
-    if not (isinstance(module, str) and isinstance(qualname, str)):
+    defined_in: Any = getattr(item, "__module__", None)
+    name: Any = getattr(item, "__qualname__", None)
+    if not (isinstance(defined_in, str) and isinstance(name, str)):
         raise TypeError(
             f"`trusted` entries must be names, classes, functions or modules; got {type(item).__name__}."
         )
-    if _is_local(qualname):
-        raise ValueError(f"cannot trust `{module}.{qualname}`. {_LOCAL_HINT}")
-    return f"{module}.{qualname}"
+    if _is_local(name):
+        raise ValueError(f"cannot trust `{defined_in}.{name}`. {_LOCAL_HINT}")
+    return f"{defined_in}.{name}"
 
 
 def _normalise_trusted(trusted: Any) -> tuple[str, ...]:
@@ -667,7 +668,7 @@ def _check_dtype(numpy: Any, dtype: Any) -> str | None:
     """
     try:
         canonical = _rebuild_dtype(numpy, dtype)
-    except Exception as err:
+    except (TypeError, ValueError, OverflowError, RecursionError) as err:
         return f"its fields cannot be rebuilt ({type(err).__name__}: {err})"
     if not (
         canonical == dtype
@@ -712,7 +713,11 @@ def _check_bit_generator(obj: Any) -> str | None:
     return None
 
 
-class _RestrictedUnpickler(pickle._Unpickler):
+# typeshed describes pickle._Unpickler as the C class, without the stack and dispatch table.
+_PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
+
+
+class _RestrictedUnpickler(_PurePythonUnpickler):
     """pickle's pure-Python unpickler with every import, call and in-place change gated.
 
     The C ``pickle.Unpickler`` only lets a subclass hook imports; BUILD, REDUCE and NEWOBJ run
@@ -720,7 +725,7 @@ class _RestrictedUnpickler(pickle._Unpickler):
     The pure-Python one dispatches each opcode through a table a subclass can replace.
     """
 
-    dispatch = dict(pickle._Unpickler.dispatch)
+    dispatch: ClassVar[dict[int, Any]] = dict(_PurePythonUnpickler.dispatch)
 
     def __init__(self, file: Any, policy: TrustPolicy, where: dict[str, Any]) -> None:
         super().__init__(file)
@@ -856,8 +861,9 @@ class _RestrictedUnpickler(pickle._Unpickler):
 
     # in-place changes
     def _check_target(self, obj: Any, opname: str) -> None:
+        # Enum members are process-wide singletons handed out by calling their class.
         if self._was_imported(obj) or isinstance(
-            obj, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType)
+            obj, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, enum.Enum)
         ):
             raise self._error(
                 f"{opname} would modify `{self._describe(obj)}` itself, which is shared by the whole program."
@@ -1085,9 +1091,10 @@ def pickle_globals(payload: bytes) -> list[str]:
         raise TypeError(f"payload must be bytes, got {type(payload).__name__}.")
     found: set[str] = set()
     stack: list[Any] = []
-    memo: dict[int, Any] = {}
-    proto = 0
-    pos = 0
+    memo: dict[Any, Any] = {}
+    proto: Any = 0
+    pos: Any = 0
+    arg: Any
     try:
         for opcode, arg, pos in pickletools.genops(payload):
             name = opcode.name

@@ -1,48 +1,189 @@
-"""The ``zipsave`` command: ``demo`` (and the archive tools added beside it)."""
+"""The ``zipsave`` command: look inside, check, compare and unpack archives, and a demo.
+
+Exit status: 0 on success, 1 when ``verify`` finds a problem or ``diff`` finds a difference,
+2 on any error (one line on stderr, never a traceback).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
-from typing import Sequence
+import warnings
+from collections.abc import Sequence
+from typing import Any
 
 from ._version import __version__
 from .exceptions import ZipsaveError
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
+
+EXIT_OK, EXIT_FOUND, EXIT_ERROR = 0, 1, 2
 
 
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+# -- subcommands -------------------------------------------------------------------------------
 def _cmd_demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
     return run_demo(seconds=args.seconds, out=args.out)
 
 
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from ._inspect import inspect
+
+    info = inspect(args.archive)
+    if args.json:
+        _print_json(info.to_dict())
+    else:
+        print(info)
+    return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from ._verify import verify
+
+    problems = verify(args.archive)
+    if args.json:
+        _print_json({"archive": args.archive, "ok": not problems, "problems": problems})
+    elif problems:
+        print(f"{args.archive}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
+        for problem in problems:
+            print(f"  - {problem}")
+    else:
+        print(f"{args.archive}: OK")
+    return EXIT_FOUND if problems else EXIT_OK
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from ._diff import diff
+
+    result = diff(args.a, args.b)
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print(result)
+    return EXIT_OK if result.identical else EXIT_FOUND
+
+
+def _cmd_extract(args: argparse.Namespace) -> int:
+    from ._extract import extract
+
+    written = extract(args.archive, args.folder, overwrite=args.overwrite)
+    if args.json:
+        _print_json({"archive": args.archive, "folder": args.folder, "files": written})
+    else:
+        for path in written:
+            print(path)
+    return EXIT_OK
+
+
+# -- parser ------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zipsave", description="Save, inspect and check RL model archives.")
+    parser = argparse.ArgumentParser(
+        prog="zipsave",
+        description="Look inside, check, compare and unpack zipsave and Stable-Baselines3 model archives.",
+        epilog="Exit status: 0 success, 1 verify found a problem or diff found a difference, 2 error.",
+    )
     parser.add_argument("--version", action="version", version=f"zipsave {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo = sub.add_parser("demo", help="train a small agent on CartPole-v1, save it, load it back and compare")
+
+    def add(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=description)
+
+    inspect = add(
+        "inspect",
+        "show what an archive holds, without loading it",
+        "Show members, versions, saved system info, every data key with its type and whether it needs "
+        "pickle, every tensor with dtype and shape, and the component tree. Never unpickles and never "
+        "calls torch.load.",
+    )
+    inspect.add_argument("archive", help="the archive (a path; .zip is tried too)")
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
+    inspect.set_defaults(func=_cmd_inspect)
+
+    verify = add(
+        "verify",
+        "check hashes and structure (exit 0 if OK, 1 if not)",
+        "Check every member against manifest.json (size, CRC-32, SHA-256) and the archive's structure. "
+        "Exit status 0 when the archive is intact, 1 when a problem was found.",
+    )
+    verify.add_argument("archive", help="the archive")
+    verify.add_argument("--json", action="store_true", help="print JSON: {archive, ok, problems}")
+    verify.set_defaults(func=_cmd_verify)
+
+    diff = add(
+        "diff",
+        "compare two archives: data keys and tensors (exit 1 if they differ)",
+        "List changed, added and removed data keys and tensors, with the largest absolute difference of "
+        "each changed tensor. Nothing is unpickled. Exit status 0 when equal, 1 when they differ.",
+    )
+    diff.add_argument("a", help="the old archive")
+    diff.add_argument("b", help="the new archive")
+    diff.add_argument("--json", action="store_true", help="print JSON instead of text")
+    diff.set_defaults(func=_cmd_diff)
+
+    extract = add(
+        "extract",
+        "unpack an archive into a folder, safely",
+        "Write every member below FOLDER. Refuses absolute names, `..`, symbolic links and special files, "
+        "and never writes through a link; checks each member's CRC-32 and manifest hash.",
+    )
+    extract.add_argument("archive", help="the archive")
+    extract.add_argument("folder", help="destination folder (created if missing)")
+    extract.add_argument("--overwrite", action="store_true", help="replace files that exist already")
+    extract.add_argument("--json", action="store_true", help="print JSON: {archive, folder, files}")
+    extract.set_defaults(func=_cmd_extract)
+
+    demo = add(
+        "demo",
+        "train a small agent on CartPole-v1, save it, load it back and compare",
+        "Train REINFORCE on CartPole-v1 for a few seconds, save it, show the archive, load it back and "
+        "check that it acts the same and keeps training.",
+    )
     demo.add_argument("--seconds", type=float, default=3.0, help="how long to train (default: 3)")
     demo.add_argument("--out", default=None, help="folder for the archive (default: a temporary folder)")
     demo.set_defaults(func=_cmd_demo)
     return parser
 
 
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    print(f"zipsave: warning: {_one_line(message)}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``zipsave`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    try:
-        return int(args.func(args) or 0)
-    except ZipsaveError as err:
-        print(f"zipsave: error: {err}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as err:
-        print(f"zipsave: error: {err}", file=sys.stderr)
-        return 1
+        parser.print_help(sys.stderr)
+        return EXIT_ERROR
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return int(args.func(args) or 0)
+        except ZipsaveError as err:
+            message = _one_line(err)
+        except OSError as err:
+            if isinstance(err, BrokenPipeError):  # `zipsave inspect x.zip | head`: not an error
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return EXIT_OK
+            where = f"`{err.filename}`: " if err.filename else ""
+            message = f"{where}{err.strerror or err}"
+        except KeyboardInterrupt:
+            message = "interrupted"
+        except Exception as err:  # noqa: BLE001 - the command never shows a traceback
+            message = f"unexpected {type(err).__name__}: {_one_line(err)} (please report this as a zipsave bug)"
+    print(f"zipsave: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

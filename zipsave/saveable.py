@@ -102,9 +102,15 @@ class Saveable:
         include: Iterable[str] | None = None,
         *,
         background: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        progress: bool = False,
     ) -> Any:
-        """Save this model to ``path`` (see :func:`zipsave.save`)."""
-        return _persist.save(self, path, exclude=exclude, include=include, background=background)
+        """Save this model to ``path`` (see :func:`zipsave.save`); with ``background=True``
+        returns a :class:`~zipsave.SaveHandle`."""
+        return _persist.save(
+            self, path, exclude=exclude, include=include, background=background,
+            storage_options=storage_options, progress=progress,
+        )
 
     def get_parameters(self) -> dict[str, dict[str, Any]]:
         """``{name: state_dict}`` of every module, optimizer and stateful attribute."""

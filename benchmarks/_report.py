@@ -1,0 +1,191 @@
+"""Aggregate benchmark records: medians, side-by-side ratios, text and RST tables, the plot."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Iterable
+
+import _ops
+
+#: Each zipsave op and the peers it is compared with, in the same repetition.
+PEERS: dict[str, dict[str, str]] = {
+    "zipsave_save": {"torch": "torch_save", "sb3": "sb3_save"},
+    "zipsave_save_durable": {"raw": "raw_write_fsync", "torch": "torch_save", "sb3": "sb3_save"},
+    "zipsave_load": {"torch": "torch_load", "sb3": "sb3_load"},
+    "zipsave_load_noopt": {"torch": "torch_load", "sb3": "sb3_load"},
+    "zipsave_restore": {"torch": "torch_load_apply", "sb3": "sb3_load_apply"},
+    "zipsave_restore_noverify": {"torch": "torch_load_apply", "sb3": "sb3_load_apply"},
+    "zipsave_set_parameters": {"torch": "torch_load_apply", "sb3": "sb3_load_apply"},
+    "zipsave_load_mmap": {"torch": "torch_load_mmap", "sb3": "sb3_load"},
+    "zipsave_load_mmap_apply": {"torch": "torch_load_mmap_apply", "sb3": "sb3_load_apply"},
+    "zipsave_read_weight": {"torch": "torch_load", "sb3": "sb3_load"},
+    "zipsave_read_bias": {"torch": "torch_load", "sb3": "sb3_load"},
+}
+FLOOR = {"save": "raw_write", "load": "raw_readinto"}
+
+
+def size_label(n: float) -> str:
+    exp = f"{n:.0e}".replace("e+0", "e").replace("e+", "e")
+    return exp.replace(".0e", "e")
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def summarize(records: list[dict]) -> dict[str, Any]:
+    """``{size: {regime: {op: stats}}}`` with medians and per-repetition ratios."""
+    table: dict[tuple, dict] = {}
+    for r in records:
+        if "seconds" in r:
+            table.setdefault((r["n"], r["regime"], r["op"]), {})[r["rep"]] = r
+    out: dict[str, Any] = {}
+    keys = sorted({(n, regime) for n, regime, _ in table})
+    for n, regime in keys:
+        ops = {op: reps for (m, g, op), reps in table.items() if m == n and g == regime}
+        stats = {}
+        for name, reps in ops.items():
+            op = _ops.BY_NAME[name]
+            secs = _median(r["seconds"] for r in reps.values())
+            nbytes = next(iter(reps.values()))["bytes"]
+            mem = _median(r["delta_rss"] / r["bytes"] if r.get("delta_rss") is not None else None for r in reps.values())
+            entry = {
+                "label": op.label,
+                "group": op.group,
+                "reps": len(reps),
+                "seconds": secs,
+                "bytes": nbytes,
+                "gb_per_s": nbytes / secs / 1e9 if secs else None,
+                "delta_rss_x": mem,
+            }
+            peers = {"raw": FLOOR[op.group], **PEERS.get(name, {})}
+            for key, peer in peers.items():
+                if peer == name or peer not in ops:
+                    continue
+                ratios = []
+                for rep, rec in reps.items():
+                    other = ops[peer].get(rep)
+                    if other is not None and other["seconds"] > 0:
+                        ratios.append((rec["seconds"] / rec["bytes"]) / (other["seconds"] / other["bytes"]))
+                if ratios:
+                    entry[f"x_{key}"] = statistics.median(ratios)
+            stats[name] = entry
+        out.setdefault(size_label(n), {})[regime] = stats
+    return out
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1e3:.1f} ms" if value < 1 else f"{value:.2f} s"
+
+
+COLUMNS = ["operation", "time", "GB/s", "dRSS x", "x raw", "x torch", "x SB3"]
+
+
+def rows(stats: dict[str, dict]) -> list[list[str]]:
+    out = []
+    for op in _ops.OPS:
+        s = stats.get(op.name)
+        if s is None:
+            continue
+        out.append([
+            op.label,
+            _seconds(s["seconds"]),
+            _fmt(s["gb_per_s"], ".2f"),
+            _fmt(s["delta_rss_x"], ".2f"),
+            _fmt(s.get("x_raw"), ".2f"),
+            _fmt(s.get("x_torch"), ".2f"),
+            _fmt(s.get("x_sb3"), ".2f"),
+        ])
+    return out
+
+
+def text_table(title: str, body: list[list[str]], header: list[str] = COLUMNS) -> str:
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+
+    def line(r: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+
+    return "\n".join([title, line(header), line(["-" * w for w in widths]), *map(line, body)])
+
+
+def rst_table(body: list[list[str]], header: list[str] = COLUMNS) -> str:
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    rule = "  ".join("=" * w for w in widths)
+
+    def line(r: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+
+    return "\n".join([rule, line(header), rule, *map(line, body), rule])
+
+
+def render_text(summary: dict) -> str:
+    parts = []
+    for size, regimes in summary.items():
+        for regime, stats in regimes.items():
+            parts.append(text_table(f"\n{size} parameters, {regime}", rows(stats)))
+    return "\n".join(parts) + "\n"
+
+
+def render_rst(summary: dict) -> str:
+    parts = []
+    for size, regimes in summary.items():
+        for regime, stats in regimes.items():
+            title = f"{size} parameters, {regime}"
+            parts.append(f"{title}\n{'^' * len(title)}\n\n{rst_table(rows(stats))}\n")
+    return "\n".join(parts)
+
+
+# -- the plot --------------------------------------------------------------------------------
+PLOTTED = {
+    "save": ["raw_write", "zipsave_save", "torch_save", "sb3_save", "safetensors_save"],
+    "load": ["raw_readinto", "zipsave_restore", "zipsave_load", "zipsave_load_mmap_apply", "torch_load",
+             "torch_load_apply", "sb3_load_apply", "safetensors_load_apply"],
+}
+
+
+def plot(summary: dict, records: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = {size_label(r["n"]): r["n"] for r in records if "n" in r}
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.6))
+    panels = [
+        (axes[0], "save", "seconds", "save: wall time (s)"),
+        (axes[1], "load", "seconds", "load / restore: wall time (s)"),
+        (axes[2], "load", "delta_rss_x", "load: peak extra RSS / tensor bytes"),
+    ]
+    colors: dict[str, Any] = {}
+    cmap = plt.get_cmap("tab10")
+    for ax, group, field, title in panels:
+        for name in PLOTTED[group]:
+            color = colors.setdefault(name, cmap(len(colors) % 10))
+            for regime, style in (("prefault", "-"), ("asis", "--")):
+                xs, ys = [], []
+                for size, regimes in summary.items():
+                    s = regimes.get(regime, {}).get(name)
+                    if s is not None and s.get(field) is not None:
+                        xs.append(sizes[size])
+                        ys.append(s[field])
+                if xs:
+                    label = _ops.BY_NAME[name].label if regime == "prefault" else None
+                    ax.plot(xs, ys, style, marker="o", markersize=3, color=color, label=label)
+        ax.set_xscale("log")
+        if field == "seconds":
+            ax.set_yscale("log")
+        ax.set_xlabel("parameters (policy; Adam state adds 2x)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle("zipsave vs torch, SB3, safetensors and the raw floor (solid: prefault, dashed: asis)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,175 @@
+"""App-state dicts (TorchSnapshot's take/restore) and RNGState: a resumed run is bit-identical."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import zipsave
+
+
+def make(seed: int):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(32, 2))
+    optim = torch.optim.Adam(model.parameters(), lr=1e-2)
+    return model, optim
+
+
+def step(model, optim) -> list:
+    """One update whose randomness comes from torch (dropout, randperm), numpy and random."""
+    batch = torch.from_numpy(np.random.standard_normal((16, 6)).astype(np.float32))
+    batch = batch[torch.randperm(16)] * random.uniform(0.5, 1.5)
+    loss = model(batch).pow(2).mean()
+    optim.zero_grad()
+    loss.backward()
+    optim.step()
+    return [loss.detach().clone(), torch.rand(3), np.random.random(), random.random()]
+
+
+def run(model, optim, n):
+    return [step(model, optim) for _ in range(n)]
+
+
+def identical(a, b) -> bool:
+    for x, y in zip(a, b, strict=True):
+        for p, q in zip(x, y, strict=True):
+            if isinstance(p, torch.Tensor):
+                if not torch.equal(p, q):
+                    return False
+            elif p != q:
+                return False
+    return True
+
+
+def seed_everything(seed):
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def test_resumed_run_is_bit_identical(tmp_path):
+    seed_everything(0)
+    model, optim = make(0)
+    run(model, optim, 3)
+    zipsave.save({"model": model, "optim": optim, "step": 3, "rng": zipsave.RNGState()}, tmp_path / "ckpt.zip")
+    expected = run(model, optim, 5)
+
+    seed_everything(123)  # a fresh process: other weights, other random streams
+    model2, optim2 = make(1)
+    app_state = {"model": model2, "optim": optim2, "step": 0, "rng": zipsave.RNGState()}
+    zipsave.restore(app_state, tmp_path / "ckpt.zip", strict=True)
+    assert app_state["step"] == 3
+    assert identical(run(model2, optim2, 5), expected)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), model2.parameters()))
+
+
+def test_without_rng_state_the_resumed_run_differs(tmp_path):
+    seed_everything(0)
+    model, optim = make(0)
+    run(model, optim, 2)
+    zipsave.save({"model": model, "optim": optim}, tmp_path / "ckpt.zip")
+    expected = run(model, optim, 3)
+    seed_everything(5)
+    model2, optim2 = make(1)
+    zipsave.restore({"model": model2, "optim": optim2}, tmp_path / "ckpt.zip", strict=True)
+    assert not identical(run(model2, optim2, 3), expected)
+
+
+def test_restore_is_in_place_without_copies(tmp_path):
+    model, optim = make(0)
+    run(model, optim, 2)
+    zipsave.save({"model": model, "optim": optim, "step": 2}, tmp_path / "ckpt.zip")
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    saved_avg = [optim.state[p]["exp_avg"].clone() for p in model.parameters()]
+    run(model, optim, 2)  # move on, then go back
+    params = [p.data_ptr() for p in model.parameters()]
+    moments = [optim.state[p]["exp_avg"].data_ptr() for p in model.parameters()]
+    app_state = {"model": model, "optim": optim, "step": 0}
+
+    zipsave.restore(app_state, tmp_path / "ckpt.zip", strict=True)
+
+    assert app_state["model"] is model and app_state["optim"] is optim and app_state["step"] == 2
+    assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())
+    assert all(torch.equal(optim.state[p]["exp_avg"], s) for p, s in zip(model.parameters(), saved_avg))
+    assert [p.data_ptr() for p in model.parameters()] == params  # read straight into them
+    assert [optim.state[p]["exp_avg"].data_ptr() for p in model.parameters()] == moments
+
+
+def test_app_state_archive_layout_and_plain_load(tmp_path):
+    model, optim = make(0)
+    zipsave.save({"model": model, "optim": optim, "step": 10, "note": "warm-up"}, tmp_path / "ckpt.zip")
+    loaded = zipsave.load(tmp_path / "ckpt.zip")  # no init.json: comes back as a dict
+    assert loaded["step"] == 10 and loaded["note"] == "warm-up"
+    assert set(loaded["model"]) == set(model.state_dict())
+    assert set(loaded["optim"]) == {"state", "param_groups"}
+
+
+def test_strict_restore_names_the_difference(tmp_path):
+    model, optim = make(0)
+    zipsave.save({"model": model, "optim": optim, "step": 1}, tmp_path / "ckpt.zip")
+    with pytest.raises(
+        zipsave.ParameterMismatchError,
+        match=re.escape("holds stateful entries ['model', 'optim'], but the app state has ['model', 'optim', 'rng']"),
+    ):
+        zipsave.restore({"model": model, "optim": optim, "rng": zipsave.RNGState()}, tmp_path / "ckpt.zip", strict=True)
+    # exact_match=False: what matches is restored, the rest is reported
+    state = {"model": model, "rng": zipsave.RNGState()}
+    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("member `optim.pth`")):
+        zipsave.restore(state, tmp_path / "ckpt.zip", exact_match=False)
+    assert state["step"] == 1
+
+
+@pytest.mark.parametrize(
+    "make_generator",
+    [
+        lambda: torch.Generator().manual_seed(1),
+        lambda: np.random.default_rng(2),
+        lambda: np.random.Generator(np.random.MT19937(3)),
+        lambda: np.random.RandomState(4),
+        lambda: random.Random(5),
+    ],
+    ids=["torch", "numpy-pcg64", "numpy-mt19937", "numpy-randomstate", "python"],
+)
+def test_named_generators_are_restored_in_place(tmp_path, make_generator):
+    gen = make_generator()
+    draw = {
+        torch.Generator: lambda g: torch.rand(4, generator=g).tolist(),
+        np.random.Generator: lambda g: g.random(4).tolist(),
+        np.random.RandomState: lambda g: g.random_sample(4).tolist(),
+        random.Random: lambda g: [g.random() for _ in range(4)],
+    }[next(t for t in (torch.Generator, np.random.Generator, np.random.RandomState, random.Random) if isinstance(gen, t))]
+    draw(gen)
+    zipsave.save({"rng": zipsave.RNGState(generators={"env": gen})}, tmp_path / "rng.zip")
+    expected = draw(gen)
+    draw(gen)
+    zipsave.restore({"rng": zipsave.RNGState(generators={"env": gen})}, tmp_path / "rng.zip", strict=True)
+    assert draw(gen) == expected
+
+
+def test_rng_state_only_what_is_asked(tmp_path):
+    seed_everything(0)
+    zipsave.save({"rng": zipsave.RNGState(numpy=False, python=False)}, tmp_path / "rng.zip")
+    saved = zipsave.load(tmp_path / "rng.zip")["rng"]
+    assert "torch" in saved and "numpy" not in saved and "python" not in saved
+    expected_torch = torch.rand(2)
+    seed_everything(1)
+    numpy_next = np.random.get_state()[1].copy()
+    zipsave.restore({"rng": zipsave.RNGState()}, tmp_path / "rng.zip")
+    assert torch.equal(torch.rand(2), expected_torch)
+    assert np.array_equal(np.random.get_state()[1], numpy_next)  # numpy was not saved, so not touched
+
+
+def test_rng_state_errors():
+    with pytest.raises(TypeError, match=re.escape("generator `env` is a int; expected torch.Generator")):
+        zipsave.RNGState(generators={"env": 3})
+    rng = zipsave.RNGState(generators={"env": random.Random(0)})
+    with pytest.raises(KeyError, match=re.escape("the saved RNG state has no generators ['env']; it has []")):
+        rng.load_state_dict({"torch": torch.get_rng_state()})
+    other = zipsave.RNGState(generators={"env": torch.Generator()}).state_dict()
+    with pytest.raises(TypeError, match=re.escape("saved a torch generator state, but the generator is a Random")):
+        rng.load_state_dict(other)
+    assert repr(rng) == "RNGState(torch, cuda, numpy, python, env)"

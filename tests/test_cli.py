@@ -1,0 +1,276 @@
+"""The ``zipsave`` command, run as ``python -m zipsave`` on real archives."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import zipsave
+from zipsave import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "zipsave", *map(str, args)], check=False, capture_output=True, text=True, env=ENV, cwd=cwd, timeout=300
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def one_error_line(done: subprocess.CompletedProcess) -> str:
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zipsave: error: "), done.stderr
+    assert done.returncode == 2
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("archives")
+    torch.manual_seed(0)
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    policy(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    buffer = np.zeros(20_000, dtype=np.float32)  # big enough for its own arrays/<id>.npy member
+    paths = {name: folder / f"{name}.zip" for name in ("a", "same", "b")}
+    state = {"policy": policy, "optim": optimizer, "learning_rate": 1e-3, "buffer": buffer, "gone": 1}
+    zipsave.save(state, paths["a"])
+    zipsave.save(state, paths["same"])
+    with torch.no_grad():
+        policy[2].bias += 0.25
+    buffer[7] = 1.0
+    del state["gone"]
+    zipsave.save(dict(state, learning_rate=5e-4, new_key="hello", extra=torch.nn.Linear(2, 2)), paths["b"])
+    return paths
+
+
+# -- help, usage -------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["inspect", "verify", "diff", "extract", "demo"])
+def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture):
+    with pytest.raises(SystemExit) as caught:
+        cli.main([command, "--help"])
+    assert caught.value.code == 0 and capsys.readouterr().out.startswith(f"usage: zipsave {command}")
+
+
+def test_help_through_the_module():
+    done = run("inspect", "--help")
+    assert done.returncode == 0 and "--json" in done.stdout and "never calls torch.load" in " ".join(done.stdout.split())
+
+
+def test_no_command_prints_usage_and_fails():
+    done = run()
+    assert done.returncode == 2 and "usage: zipsave" in done.stderr
+    assert run("--version").stdout.strip() == f"zipsave {zipsave.__version__}"
+
+
+def test_bad_arguments_are_a_usage_error():
+    done = run("diff", "only-one.zip")
+    assert done.returncode == 2 and "the following arguments are required: b" in done.stderr
+
+
+# -- inspect -----------------------------------------------------------------------------------
+def test_inspect_text(archives):
+    done = run("inspect", archives["a"])
+    assert done.returncode == 0 and done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"{archives['a']}: zipsave archive (format 1, zipsave {zipsave.__version__}), ")
+    assert any(line.split() == ["learning_rate", "float", "json", "0.001"] for line in lines)
+    assert any(line.split()[:3] == ["buffer", "numpy.ndarray", "native"] for line in lines)
+    assert any(line.split()[:4] == ["policy/0.weight", "float32", "(8,", "4)"] for line in lines)
+    assert any(line.split()[0] == "optim/state.0.exp_avg" for line in lines if line.strip())
+
+
+def test_inspect_json(archives):
+    done = run("inspect", archives["a"], "--json")
+    assert done.returncode == 0
+    info = json.loads(done.stdout)
+    assert info["layout"] == "zipsave" and info["format_version"] == 1
+    assert "arrays/0.npy" in [m["name"] for m in info["members"]]
+    assert {t["name"]: t["shape"] for t in info["tensors"]}["policy/2.weight"] == [2, 8]
+    buffer = next(d for d in info["data"] if d["key"] == "buffer")
+    assert buffer["form"] == "native" and buffer["needs_pickle"] is False
+
+
+def test_inspect_errors_are_one_line(tmp_path: Path):
+    assert "no such file" in one_error_line(run("inspect", tmp_path / "missing.zip"))
+    junk = tmp_path / "junk.zip"
+    junk.write_bytes(b"not a zip at all")
+    assert "not a zip archive" in one_error_line(run("inspect", junk))
+    assert "is a directory" in one_error_line(run("inspect", tmp_path))
+
+
+# -- verify ------------------------------------------------------------------------------------
+def test_verify_ok(archives):
+    done = run("verify", archives["a"])
+    assert (done.returncode, done.stdout.strip()) == (0, f"{archives['a']}: OK")
+    assert json.loads(run("verify", archives["a"], "--json").stdout) == {
+        "archive": str(archives["a"]), "ok": True, "problems": [],
+    }
+
+
+def test_verify_finds_a_flipped_byte(archives, tmp_path: Path):
+    broken = tmp_path / "broken.zip"
+    raw = bytearray(archives["a"].read_bytes())
+    with zipfile.ZipFile(archives["a"]) as archive:
+        info = archive.getinfo("policy.pth")
+    raw[info.header_offset + 200] ^= 0xFF  # inside the member's data, past its local header
+    broken.write_bytes(bytes(raw))
+    done = run("verify", broken)
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[0] == f"{broken}: 2 problems" or "problem" in done.stdout.splitlines()[0]
+    assert "member `policy.pth`" in done.stdout
+    report = json.loads(run("verify", broken, "--json").stdout)
+    assert report["ok"] is False and any("policy.pth" in p for p in report["problems"])
+
+
+def test_verify_missing_file_is_an_error(tmp_path: Path):
+    assert "no such file" in one_error_line(run("verify", tmp_path / "missing.zip"))
+
+
+# -- diff --------------------------------------------------------------------------------------
+def test_diff_identical(archives):
+    done = run("diff", archives["a"], archives["same"])
+    assert done.returncode == 0
+    assert done.stdout.splitlines()[-1].startswith("identical: same data and ")
+    assert json.loads(run("diff", archives["a"], archives["same"], "--json").stdout)["identical"] is True
+
+
+def test_diff_changes(archives):
+    done = run("diff", archives["a"], archives["b"])
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == [f"--- {archives['a']}", f"+++ {archives['b']}"]
+    assert "~ data    learning_rate: 0.001 -> 0.0005" in lines
+    assert "~ data    buffer: <numpy.ndarray> -> <numpy.ndarray>" in lines  # content of arrays/0.npy
+    assert "+ data    new_key" in lines and "- data    gone" in lines
+    assert "~ tensor  policy/2.bias: max |a-b| = 0.25" in lines
+    assert "+ tensor  extra/weight" in lines and "+ tensor  extra/bias" in lines
+    assert not any(line.startswith("~ tensor  policy/0.") for line in lines)
+
+
+def test_diff_json(archives):
+    result = json.loads(run("diff", archives["a"], archives["b"], "--json").stdout)
+    assert result["identical"] is False
+    assert {c["name"] for c in result["data_changed"]} == {"learning_rate", "buffer"}
+    assert result["data_added"] == ["new_key"] and result["data_removed"] == ["gone"]
+    bias = next(c for c in result["tensors_changed"] if c["name"] == "policy/2.bias")
+    assert bias["max_abs_diff"] == pytest.approx(0.25) and bias["old"] == bias["new"] == "float32[2]"
+    assert sorted(result["tensors_added"]) == ["extra/bias", "extra/weight"]
+
+
+def test_diff_reports_shape_changes_and_nan(tmp_path: Path):
+    a, b = tmp_path / "a.zip", tmp_path / "b.zip"
+    nan = float("nan")
+    zipsave.save_archive(a, params={"m": {"w": torch.zeros(2, 3), "n": torch.tensor([nan, 1.0]), "k": torch.tensor([nan, 1.0])}})
+    zipsave.save_archive(b, params={"m": {"w": torch.zeros(3, 3), "n": torch.tensor([nan, 1.0]), "k": torch.tensor([0.0, 1.0])}})
+    done = run("diff", a, b)
+    assert done.returncode == 1
+    assert "~ tensor  m/w: float32[2, 3] -> float32[3, 3]" in done.stdout.splitlines()
+    assert "~ tensor  m/k: max |a-b| = nan" in done.stdout.splitlines()
+    assert not any(line.startswith("~ tensor  m/n") for line in done.stdout.splitlines())  # NaN in the same place
+    result = json.loads(run("diff", a, b, "--json").stdout)
+    assert next(c for c in result["tensors_changed"] if c["name"] == "m/k")["max_abs_diff"] == "nan"
+
+
+def test_diff_missing_archive_is_an_error(archives, tmp_path: Path):
+    assert "no such file" in one_error_line(run("diff", archives["a"], tmp_path / "nope.zip"))
+
+
+# -- extract -----------------------------------------------------------------------------------
+def test_extract_writes_every_member(archives, tmp_path: Path):
+    out = tmp_path / "out"
+    done = run("extract", archives["a"], out)
+    assert done.returncode == 0, done.stderr
+    with zipfile.ZipFile(archives["a"]) as archive:
+        names = archive.namelist()
+        for name in names:
+            assert (out / name).read_bytes() == archive.read(name)
+    assert done.stdout.splitlines() == [str(out / name) for name in names]
+
+    again = run("extract", archives["a"], out)
+    assert "exists already" in one_error_line(again) and "--overwrite" in again.stderr
+    listing = json.loads(run("extract", archives["a"], out, "--overwrite", "--json").stdout)
+    assert listing["files"] == [str(out / name) for name in names]
+
+
+def _zip(path: Path, *members: zipfile.ZipInfo | str) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for member in members:
+            archive.writestr(member, b"payload")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("../escape.txt", "unsafe member name"),
+        ("/etc/absolute.txt", "unsafe member name"),
+        ("C:/drive.txt", "unsafe member name"),
+        ("a//b.txt", "unsafe name"),
+        ("a\\b.txt", "unsafe name"),
+    ],
+)
+def test_extract_refuses_unsafe_names(tmp_path: Path, name: str, words: str, capsys: pytest.CaptureFixture):
+    # In-process (the same `main` as the command) to keep the parametrized cases fast.
+    archive = _zip(tmp_path / "evil.zip", "fine.txt", zipfile.ZipInfo(name))
+    out = tmp_path / "out"
+    assert cli.main(["extract", str(archive), str(out)]) == 2
+    line = capsys.readouterr().err
+    assert line.startswith("zipsave: error: ") and line.count("\n") == 1 and words in line
+    assert not (out / "fine.txt").exists()  # refused before anything was written
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_extract_refuses_symlinks(tmp_path: Path):
+    link = zipfile.ZipInfo("link")
+    link.create_system = 3
+    link.external_attr = 0o120777 << 16
+    archive = _zip(tmp_path / "link.zip", link)
+    assert "member `link`: is a symbolic link; refusing to extract it." in one_error_line(run("extract", archive, tmp_path / "out"))
+
+
+def test_extract_never_writes_through_a_link_in_the_destination(tmp_path: Path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sub").symlink_to(outside)
+    archive = _zip(tmp_path / "a.zip", "sub/file.txt")
+    assert "outside the destination" in one_error_line(run("extract", archive, out))
+    assert list(outside.iterdir()) == []
+
+
+def test_extract_warns_about_an_edited_member(archives, tmp_path: Path):
+    edited = tmp_path / "edited.zip"
+    with zipfile.ZipFile(archives["a"]) as src, zipfile.ZipFile(edited, "w") as dst:
+        for item in src.infolist():
+            payload = src.read(item)
+            dst.writestr(item, payload.replace(b"0.001", b"0.002") if item.filename == "data" else payload)
+    done = run("extract", edited, tmp_path / "out")
+    assert done.returncode == 0
+    warning = done.stderr.splitlines()
+    assert len(warning) == 1 and warning[0].startswith("zipsave: warning: ") and "member `data`" in warning[0]
+    assert b"0.002" in (tmp_path / "out" / "data").read_bytes()
+
+
+# -- in-process: the last-resort handler -----------------------------------------------------
+def test_unexpected_exceptions_print_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
+    def boom(args):
+        raise RuntimeError("something\nodd")
+
+    monkeypatch.setattr(cli, "_cmd_inspect", boom)
+    assert cli.main(["inspect", "x.zip"]) == 2
+    err = capsys.readouterr().err
+    assert err == "zipsave: error: unexpected RuntimeError: something odd (please report this as a zipsave bug)\n"

@@ -1,0 +1,301 @@
+"""Component trees: an algorithm holding a learner holding one module or a dict of modules,
+saved as folders of one archive, loaded or restored part by part; inference loading."""
+
+from __future__ import annotations
+
+import re
+import zipfile
+
+import pytest
+import torch
+
+import zipsave
+
+
+class Module(zipsave.Saveable):
+    """A deployable policy (an RLlib RLModule): network plus its optimizer."""
+
+    def __init__(self, obs_dim=4, act_dim=2, hidden=8, seed=0):
+        torch.manual_seed(seed)
+        self.obs_dim = obs_dim
+        self.policy = torch.nn.Sequential(
+            torch.nn.Linear(obs_dim, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, act_dim)
+        )
+        self.policy.optimizer = torch.optim.Adam(self.policy.parameters(), lr=1e-2)
+        self.version = 0
+
+    def act(self, obs):
+        with torch.no_grad():
+            return self.policy(obs)
+
+    def update(self, gen):
+        obs = torch.randn(16, self.obs_dim, generator=gen)
+        loss = self.policy(obs).pow(2).mean()
+        self.policy.optimizer.zero_grad()
+        loss.backward()
+        self.policy.optimizer.step()
+        self.version += 1
+
+
+class Learner(zipsave.Saveable):
+    def __init__(self, agents=None, seed=0):
+        if agents is None:
+            self.module = Module(seed=seed)
+        else:
+            self.module = {name: Module(seed=seed + i) for i, name in enumerate(agents)}
+        self.value_head = torch.nn.Linear(4, 1)
+        self.updates = 0
+
+    def modules(self):
+        return self.module.values() if isinstance(self.module, dict) else [self.module]
+
+
+class Algo(zipsave.Saveable):
+    def __init__(self, agents=None, gamma=0.99, seed=0):
+        self.learner = Learner(agents=agents, seed=seed)
+        self.gamma = gamma
+        self.iteration = 0
+        self.log_alpha = torch.zeros(1, requires_grad=True)
+
+    def train(self, steps=2, seed=0):
+        gen = torch.Generator().manual_seed(seed)
+        for _ in range(steps):
+            for module in self.learner.modules():
+                module.update(gen)
+            self.learner.updates += 1
+            self.iteration += 1
+            with torch.no_grad():
+                self.log_alpha += 0.1
+        return self
+
+
+class Team(zipsave.Saveable):
+    """Its constructor does not create the dict of components it later holds."""
+
+    def __init__(self, size=2):
+        self.size = size
+
+
+def tensors(obj) -> dict[str, torch.Tensor]:
+    """Every tensor of a component tree, by path, copied."""
+    out = {}
+    for name, value in vars(obj).items():
+        if isinstance(value, zipsave.Saveable):
+            out.update({f"{name}/{k}": v for k, v in tensors(value).items()})
+        elif isinstance(value, dict) and value and all(isinstance(v, zipsave.Saveable) for v in value.values()):
+            for key, comp in value.items():
+                out.update({f"{name}/{key}/{k}": v for k, v in tensors(comp).items()})
+        elif isinstance(value, torch.nn.Module):
+            out.update({f"{name}.{k}": v.detach().clone() for k, v in value.state_dict().items()})
+            opt = getattr(value, "optimizer", None)
+            if opt is not None:
+                for index, state in opt.state_dict()["state"].items():
+                    out.update({f"{name}.optimizer.{index}.{k}": v.clone() for k, v in state.items()})
+        elif isinstance(value, torch.Tensor):
+            out[name] = value.detach().clone()
+    return out
+
+
+def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def only(d: dict, prefix: str) -> dict:
+    return {k: v for k, v in d.items() if k.startswith(prefix)}
+
+
+def without(d: dict, prefix: str) -> dict:
+    return {k: v for k, v in d.items() if not k.startswith(prefix)}
+
+
+@pytest.fixture
+def multi(tmp_path):
+    algo = Algo(agents=["p0", "p1"]).train(3)
+    path = tmp_path / "algo.zip"
+    zipsave.save(algo, path)
+    return algo, path
+
+
+def test_components_are_folders_a_zip_explorer_shows(multi):
+    _, path = multi
+    with zipfile.ZipFile(path) as zf:
+        names = set(zf.namelist())
+        root = zipfile.Path(zf)
+        assert sorted(p.name for p in root.joinpath("learner/module").iterdir()) == ["p0", "p1"]
+        assert sorted(p.name for p in root.joinpath("learner/module/p1").iterdir()) == [
+            "data", "init.json", "policy.optimizer.pth", "policy.pth", "pytorch_variables.pth"
+        ]
+    for folder in ("", "learner/", "learner/module/p0/", "learner/module/p1/"):
+        assert {folder + "data", folder + "init.json", folder + "pytorch_variables.pth"} <= names
+    assert "learner/value_head.pth" in names
+    assert "learner/module/data" not in names  # a dict of components is a plain folder
+
+
+def test_whole_tree_round_trip(multi):
+    algo, path = multi
+    loaded = zipsave.load(path)
+    assert type(loaded) is Algo and type(loaded.learner) is Learner
+    assert sorted(loaded.learner.module) == ["p0", "p1"]
+    assert all(type(m) is Module for m in loaded.learner.module.values())
+    assert same(tensors(loaded), tensors(algo))
+    assert (loaded.iteration, loaded.learner.updates, loaded.learner.module["p1"].version) == (3, 3, 3)
+    loaded.train(2, seed=7)  # optimizers were restored too: training continues identically
+    assert same(tensors(loaded), tensors(algo.train(2, seed=7)))
+
+
+def test_load_one_component_alone(multi):
+    algo, path = multi
+    module = zipsave.load(path, component="learner/module/p1")
+    assert type(module) is Module and module.version == 3
+    assert same(tensors(module), tensors(algo.learner.module["p1"]))
+    obs = torch.randn(5, 4)
+    assert torch.equal(module.act(obs), algo.learner.module["p1"].act(obs))
+
+    learner = zipsave.load(path, component="/learner/")
+    assert type(learner) is Learner and same(tensors(learner), tensors(algo.learner))
+
+
+def test_load_a_dict_of_components(multi):
+    algo, path = multi
+    modules = zipsave.load(path, component="learner/module")
+    assert isinstance(modules, dict) and sorted(modules) == ["p0", "p1"]
+    for key in ("p0", "p1"):
+        assert same(tensors(modules[key]), tensors(algo.learner.module[key]))
+
+
+def test_single_module_component(tmp_path):
+    algo = Algo().train(2)
+    zipsave.save(algo, tmp_path / "a.zip")
+    module = zipsave.load(tmp_path / "a.zip", component="learner/module")
+    assert type(module) is Module and same(tensors(module), tensors(algo.learner.module))
+
+
+def test_restore_one_component_leaves_everything_else_untouched(multi):
+    algo, path = multi
+    saved = tensors(algo)
+    algo.train(2, seed=1)  # training goes on; every tensor moves
+    moved = tensors(algo)
+    pointers = {k: v.data_ptr() for k, v in algo.learner.module["p1"].policy.state_dict().items()}
+
+    zipsave.restore(algo, path, component="learner/module/p1")
+
+    now = tensors(algo)
+    assert same(only(now, "learner/module/p1/"), only(saved, "learner/module/p1/"))
+    assert same(without(now, "learner/module/p1/"), without(moved, "learner/module/p1/"))
+    assert not same(without(now, "learner/module/p1/"), without(saved, "learner/module/p1/"))
+    assert algo.learner.module["p1"].version == 3 and algo.learner.module["p0"].version == 5
+    assert algo.iteration == 5 and algo.learner.updates == 5
+    # read straight into the live parameters, no new tensors
+    assert {k: v.data_ptr() for k, v in algo.learner.module["p1"].policy.state_dict().items()} == pointers
+
+
+def test_restore_a_dict_of_components_in_place(multi):
+    algo, path = multi
+    saved = tensors(algo)
+    algo.train(1, seed=2)
+    moved = tensors(algo)
+    zipsave.restore(algo, path, component="learner/module")
+    now = tensors(algo)
+    assert same(only(now, "learner/module/"), only(saved, "learner/module/"))
+    assert same(without(now, "learner/module/"), without(moved, "learner/module/"))
+
+
+def test_self_play_swap_from_another_archive(tmp_path):
+    """Restore an opponent's old policy from another checkpoint into a different slot."""
+    league = Algo(agents=["p0", "p1"], seed=100).train(4, seed=3)
+    zipsave.save(league, tmp_path / "league.zip")
+    algo = Algo(agents=["p0", "p1"]).train(1)
+    before = tensors(algo)
+
+    # 1. restore into the object you pass: it has no `learner`, so the component goes into it
+    zipsave.restore(algo.learner.module["p0"], tmp_path / "league.zip", component="learner/module/p1")
+    now = tensors(algo)
+    assert same(tensors(algo.learner.module["p0"]), tensors(league.learner.module["p1"]))
+    assert same(without(now, "learner/module/p0/"), without(before, "learner/module/p0/"))
+
+    # 2. the same, addressed from the root with `into=`
+    algo = Algo(agents=["p0", "p1"]).train(1)
+    zipsave.restore(algo, tmp_path / "league.zip", component="learner/module/p1", into="learner/module/p0")
+    assert same(tensors(algo.learner.module["p0"]), tensors(league.learner.module["p1"]))
+    assert same(tensors(algo.learner.module["p1"]), only_module(before, "p1"))
+
+
+def only_module(flat: dict, key: str) -> dict:
+    prefix = f"learner/module/{key}/"
+    return {k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)}
+
+
+def test_restore_errors_name_the_component(multi):
+    algo, path = multi
+    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("has no component `learner/module/p7`")):
+        zipsave.restore(algo, path, component="learner/module/p7")
+    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("components: ['learner', 'learner/module/p0'")):
+        zipsave.load(path, component="critic")
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("learner/module (dict) has no `p9`")):
+        zipsave.restore(algo, path, component="learner/module/p1", into="learner/module/p9")
+    smaller = Algo(agents=["p0"])
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape('Pass `into="attribute/path"`')):
+        zipsave.restore(smaller, path, component="learner/module/p1")
+
+
+def test_component_keys_must_be_folder_names(tmp_path):
+    algo = Algo(agents=["p0"])
+    algo.learner.module = {0: Module()}
+    with pytest.raises(zipsave.EncodeError, match=re.escape("the dict of components `module` has the key 0")):
+        zipsave.save(algo, tmp_path / "a.zip")
+    algo.learner.module = {"a/b": Module()}
+    with pytest.raises(zipsave.EncodeError, match=re.escape("has the key 'a/b'")):
+        zipsave.save(algo, tmp_path / "a.zip")
+    assert not (tmp_path / "a.zip").exists()
+
+
+def test_components_the_constructor_does_not_create_are_built(tmp_path):
+    team = Team()
+    team.members = {"a": Module(seed=1), "b": Module(seed=2)}
+    zipsave.save(team, tmp_path / "team.zip")
+    loaded = zipsave.load(tmp_path / "team.zip")
+    assert sorted(loaded.members) == ["a", "b"]
+    assert same(tensors(loaded.members["b"]), tensors(team.members["b"]))
+
+
+# -- inference loading -------------------------------------------------------------------------
+def optimizer_states(algo):
+    return [m.policy.optimizer.state_dict()["state"] for m in algo.learner.modules()]
+
+
+@pytest.mark.parametrize("how", ["zipsave.load", "Algo.load"])
+def test_load_without_optimizer_state(multi, how):
+    algo, path = multi
+    load = zipsave.load if how == "zipsave.load" else Algo.load
+    loaded = load(path, exclude=["*.optimizer"])
+    assert all(state == {} for state in optimizer_states(loaded))  # fresh optimizers
+    assert all(state for state in optimizer_states(algo))
+    assert same(
+        {k: v for k, v in tensors(loaded).items() if ".optimizer." not in k},
+        {k: v for k, v in tensors(algo).items() if ".optimizer." not in k},
+    )
+    assert loaded.zipsave_report.ok
+
+
+def test_load_component_without_optimizer_state(multi):
+    algo, path = multi
+    module = zipsave.load(path, component="learner/module/p0", exclude=["*.optimizer"])
+    assert module.policy.optimizer.state_dict()["state"] == {}
+    assert same(tensors(module), {k: v for k, v in tensors(algo.learner.module["p0"]).items() if ".optimizer." not in k})
+
+
+def test_restore_without_optimizer_state_keeps_the_running_one(multi):
+    algo, path = multi
+    algo.train(1, seed=5)
+    running = [{i: {k: v.clone() for k, v in s.items()} for i, s in state.items()} for state in optimizer_states(algo)]
+    zipsave.restore(algo, path, exclude=["*.optimizer"])
+    for before, after in zip(running, optimizer_states(algo)):
+        assert all(torch.equal(before[i][k], after[i][k]) for i in before for k in before[i])
+
+
+def test_exclude_does_not_hide_a_real_mismatch(tmp_path):
+    algo = Algo()
+    zipsave.save(algo, tmp_path / "a.zip")
+    algo.learner.module.extra = torch.nn.Linear(2, 2)
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("but the object has ['extra', 'policy']")):
+        zipsave.restore(algo, tmp_path / "a.zip", exclude=["*.optimizer"])

@@ -1,0 +1,59 @@
+"""CRC-32 on helper threads: combining pieces gives zlib's CRC of the whole stream."""
+
+from __future__ import annotations
+
+import os
+import warnings
+import zlib
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zipsave import _crc
+
+
+@given(st.binary(max_size=300), st.binary(max_size=300))
+def test_combine_matches_zlib(a, b):
+    assert _crc.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+def test_combine_long_second_part():
+    b = os.urandom(3 << 20)
+    assert _crc.crc32_combine(zlib.crc32(b"x"), zlib.crc32(b), len(b)) == zlib.crc32(b"x" + b)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 5000), max_size=12))
+def test_ordered_crc_of_mixed_pieces(sizes):
+    data = np.random.default_rng(len(sizes)).integers(0, 256, sum(sizes) + 1, dtype=np.uint8)
+    old = (_crc.PARALLEL_MIN, _crc.PIECE)
+    _crc.PARALLEL_MIN, _crc.PIECE = 1000, 700  # small pieces go inline, others to the pool
+    try:
+        crc = _crc.OrderedCrc()
+        pos = 0
+        for n in sizes:
+            crc.feed(memoryview(data)[pos : pos + n])
+            pos += n
+        assert crc.value() == zlib.crc32(memoryview(data)[:pos])
+        assert crc.size == pos
+    finally:
+        _crc.PARALLEL_MIN, _crc.PIECE = old
+
+
+def test_pool_is_remade_in_a_forked_child():
+    if not hasattr(os, "fork"):
+        return
+    _crc.pool()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads running
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            crc = _crc.OrderedCrc()
+            crc.feed(b"\1" * (4 << 20))
+            os._exit(0 if crc.value() == zlib.crc32(b"\1" * (4 << 20)) else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
