@@ -106,11 +106,11 @@ def rows(stats: dict[str, dict]) -> list[list[str]]:
     return out
 
 
-def text_table(title: str, body: list[list[str]], header: list[str] = COLUMNS) -> str:
+def text_table(title: str, body: list[list[str]], header: list[str] = COLUMNS, left: int = 1) -> str:
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
 
     def line(r: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
 
     return "\n".join([title, line(header), line(["-" * w for w in widths]), *map(line, body)])
 
@@ -130,11 +130,17 @@ def render_text(summary: dict) -> str:
     for size, regimes in summary.items():
         for regime, stats in regimes.items():
             parts.append(text_table(f"\n{size} parameters, {regime}", rows(stats)))
+    targets = target_rows(summary)
+    if targets:
+        parts.append(text_table("\nTargets", targets, TARGET_COLUMNS, left=2))
     return "\n".join(parts) + "\n"
 
 
 def render_rst(summary: dict) -> str:
     parts = []
+    targets = target_rows(summary)
+    if targets:
+        parts.append(f"Targets\n^^^^^^^\n\n{rst_table(targets, TARGET_COLUMNS)}\n")
     for size, regimes in summary.items():
         for regime, stats in regimes.items():
             title = f"{size} parameters, {regime}"
@@ -189,3 +195,54 @@ def plot(summary: dict, records: list[dict], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# -- targets (issues 7 and 8) -------------------------------------------------------------------
+#: (label, op, field, limit): met when the median is at most the limit.
+TARGETS = [
+    ("save <= 1.3x raw write", "zipsave_save", "x_raw", 1.3),
+    ("save <= 1.1x torch.save", "zipsave_save", "x_torch", 1.1),
+    ("save no slower than SB3", "zipsave_save", "x_sb3", 1.0),
+    ("save peak extra memory <= 0.02x", "zipsave_save", "delta_rss_x", 0.02),
+    ("durable save vs raw write + fsync (report)", "zipsave_save_durable", "x_raw", None),
+    ("restore in place, CRC on <= 1.5x raw readinto", "zipsave_restore", "x_raw", 1.5),
+    ("restore in place, verify off <= 1.2x raw readinto", "zipsave_restore_noverify", "x_raw", 1.2),
+    ("restore peak extra memory <= 0.02x", "zipsave_restore", "delta_rss_x", 0.02),
+    ("fresh load <= 1.1x torch.load", "zipsave_load", "x_torch", 1.1),
+    ("fresh load >= 2x faster than SB3 load", "zipsave_load", "x_sb3", 0.5),
+    ("restore >= 2x faster than SB3 load + apply", "zipsave_restore", "x_sb3", 0.5),
+    ("fresh load peak extra memory <= 1.1x", "zipsave_load", "delta_rss_x", 1.1),
+    ("mmap load + apply vs torch mmap + apply (report)", "zipsave_load_mmap_apply", "x_torch", None),
+]
+
+
+def target_rows(summary: dict, sizes: Iterable[str] = ("1e7", "1e8")) -> list[list[str]]:
+    out = []
+    for size in sizes:
+        for regime, stats in summary.get(size, {}).items():
+            for label, op, field, limit in TARGETS:
+                value = stats.get(op, {}).get(field)
+                if value is None:
+                    continue
+                verdict = "-" if limit is None else ("met" if value <= limit else f"missed by {value / limit:.2f}x")
+                out.append([f"{size} {regime}", label, f"{value:.2f}", verdict])
+            load, read_w, read_b = (stats.get(k, {}) for k in ("zipsave_load", "zipsave_read_weight", "zipsave_read_bias"))
+            if load.get("seconds") and read_w.get("seconds"):
+                frac = read_w["bytes"] / load["bytes"]
+                out.append([f"{size} {regime}", f"read one weight ({frac:.1%} of the bytes): share of a full load's time",
+                            f"{read_w['seconds'] / load['seconds']:.1%}", "-"])
+            if load.get("seconds") and read_b.get("seconds"):
+                out.append([f"{size} {regime}", "read one bias: share of a full load's time",
+                            f"{read_b['seconds'] / load['seconds']:.2%}", "-"])
+    small = summary.get("1e4", {})
+    for regime, stats in small.items():
+        ours = [stats.get(k, {}).get("seconds") for k in ("zipsave_save", "zipsave_load")]
+        theirs = [stats.get(k, {}).get("seconds") for k in ("sb3_save", "sb3_load")]
+        if None not in ours and None not in theirs:
+            ratio = sum(ours) / sum(theirs)
+            out.append([f"1e4 {regime}", "save + load latency no worse than SB3 (ratio)", f"{ratio:.2f}",
+                        "met" if ratio <= 1.0 else f"missed by {ratio:.2f}x"])
+    return out
+
+
+TARGET_COLUMNS = ["size, regime", "target", "measured", "verdict"]

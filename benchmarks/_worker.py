@@ -157,7 +157,8 @@ def run(spec: dict) -> dict:
     if spec.get("prepare"):
         return {"prepared": _ops.prepare(spec["folder"], spec["n"])}
     if spec.get("batch"):
-        # --smoke: every op of one size in this process, one after the other.
+        # --smoke: the inputs and every op of one size in this process, one after the other.
+        _ops.prepare(spec["folder"], spec["n"])
         out = {}
         for name in spec["ops"]:
             try:

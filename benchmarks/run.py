@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         args.reps = args.reps or 1
         args.regime = "prefault"
         args.check = True
+        args.no_warmup = True
+        args.jobs = max(args.jobs, 2)  # timings of a smoke run mean nothing; finish fast
     sizes = _parse_sizes(args.sizes or DEFAULT_SIZES)
     regimes = [r.strip() for r in args.regime.split(",") if r.strip()]
     for regime in regimes:
@@ -166,17 +168,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"prepare warm-up inputs failed: {prepared['error']}\n{prepared.get('traceback', '')}",
                       file=sys.stderr)
                 return 1
+        deferred: list[dict] = []
         for n in sizes:
             folder = os.path.join(work, _report.size_label(n))
             t0 = time.perf_counter()
-            prepared = _worker({"prepare": True, "n": n, "folder": folder}, args.timeout)
-            if "error" in prepared:
-                print(f"prepare {_report.size_label(n)} failed: {prepared['error']}", file=sys.stderr)
-                print(prepared.get("traceback", ""), file=sys.stderr)
-                failures += 1
-                continue
-            print(f"== {_report.size_label(n)} params: inputs {prepared['prepared']} ({time.perf_counter() - t0:.1f} s)",
-                  flush=True)
+            if not args.smoke:  # a smoke run writes its inputs in its single worker
+                prepared = _worker({"prepare": True, "n": n, "folder": folder}, args.timeout)
+                if "error" in prepared:
+                    print(f"prepare {_report.size_label(n)} failed: {prepared['error']}", file=sys.stderr)
+                    print(prepared.get("traceback", ""), file=sys.stderr)
+                    failures += 1
+                    continue
+                print(f"== {_report.size_label(n)} params: inputs {prepared['prepared']} "
+                      f"({time.perf_counter() - t0:.1f} s)", flush=True)
             specs = []
             for rep in range(_reps_for(n, args.reps)):
                 for regime in regimes:
@@ -188,9 +192,17 @@ def main(argv: list[str] | None = None) -> int:
                         specs.append(common | {"op": "(all)", "batch": True, "ops": order})
                     else:
                         specs += [common | {"op": op} for op in order]
+            if args.smoke:  # one worker per size, all at once
+                deferred += specs
+                continue
             failures += _run_specs(specs, records, args)
             if not args.keep_inputs:
                 shutil.rmtree(folder, ignore_errors=True)
+        if deferred:
+            failures += _run_specs(deferred, records, args)
+            if not args.keep_inputs:
+                for spec in deferred:
+                    shutil.rmtree(spec["folder"], ignore_errors=True)
         if warm_folder and not args.keep_inputs:
             shutil.rmtree(warm_folder, ignore_errors=True)
     finally:

@@ -206,7 +206,17 @@ def test_refusal_carries_where_it_happened():
         restricted_loads(payload, DEFAULT, key="policy_kwargs", member="data", archive="m.zip")
     err = info.value
     assert (err.key, err.member, err.archive, err.global_name) == ("policy_kwargs", "data", "m.zip", name)
-    assert f"`trusted=[{name!r}]`" in str(err)
+    # A global that reaches the OS is never suggested for `trusted=`.
+    assert "trusted=" not in str(err) and "run arbitrary code" in str(err)
+
+
+def test_ordinary_refusal_suggests_the_three_opt_ins():
+    payload = pickle.dumps(UserThing.__new__(UserThing))
+    with pytest.raises(UnsafeGlobalError) as info:
+        restricted_loads(payload, DEFAULT, key="k")
+    text = str(info.value)
+    assert f"`trusted=[{info.value.global_name!r}]`" in text
+    assert "custom_objects=" in text and "allow_pickle=True" in text
 
 
 def test_cloudpickle_lambda_is_refused_by_default_and_loads_with_allow_pickle():
@@ -216,6 +226,7 @@ def test_cloudpickle_lambda_is_refused_by_default_and_loads_with_allow_pickle():
     name = info.value.global_name
     assert name.startswith("cloudpickle.") and name in pickle_globals(payload)
     assert str(info.value).startswith(f"refusing to import untrusted global `{name}`.")
+    assert "trusted=" not in str(info.value)  # trusting cloudpickle's code builders = running code
     assert restricted_loads(payload, TrustPolicy(allow_pickle=True))(1) == 2
 
 

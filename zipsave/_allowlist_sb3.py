@@ -29,9 +29,26 @@ SB3_ALLOWLIST: frozenset[str] = frozenset({
     "stable_baselines3.dqn.policies.DQNPolicy",
     "stable_baselines3.sac.policies.SACPolicy",
     "stable_baselines3.td3.policies.TD3Policy",  # TD3 and DDPG
+    # Their image and Dict-observation siblings: the same constructors with another default
+    # features extractor (NatureCNN / CombinedExtractor), reviewed the same way.
+    "stable_baselines3.common.policies.ActorCriticCnnPolicy",
+    "stable_baselines3.dqn.policies.CnnPolicy",
+    "stable_baselines3.dqn.policies.MultiInputPolicy",
+    "stable_baselines3.sac.policies.CnnPolicy",
+    "stable_baselines3.sac.policies.MultiInputPolicy",
+    "stable_baselines3.td3.policies.CnnPolicy",
+    "stable_baselines3.td3.policies.MultiInputPolicy",
+    "stable_baselines3.common.torch_layers.FlattenExtractor",
+    "stable_baselines3.common.torch_layers.NatureCNN",
+    "stable_baselines3.common.torch_layers.CombinedExtractor",
+    # Action noise (``action_noise`` of off-policy algorithms): plain objects holding numpy
+    # arrays and floats; no __setstate__, construction only stores and copies arrays.
+    "stable_baselines3.common.noise.NormalActionNoise",
+    "stable_baselines3.common.noise.OrnsteinUhlenbeckActionNoise",
     # Buffer classes (``rollout_buffer_class``, ``replay_buffer_class``), by reference; calling
     # one allocates zeroed numpy arrays (and ReplayBuffer reads psutil's memory figures).
     "stable_baselines3.common.buffers.DictRolloutBuffer",
+    "stable_baselines3.common.buffers.DictReplayBuffer",
     "stable_baselines3.common.buffers.ReplayBuffer",
     "stable_baselines3.common.buffers.RolloutBuffer",
     # Schedules (``lr_schedule``, ``clip_range``, ``exploration_schedule``): constructors store

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._progress import describe
+
 __all__ = ["SaveHandle", "start_background_save", "wait_for_pending"]
 
 _log = logging.getLogger("zipsave")
@@ -104,10 +106,7 @@ class SaveHandle:
 
 
 def _describe(path: Any) -> str:
-    if isinstance(path, (str, os.PathLike)):
-        return os.fspath(path)
-    name = getattr(path, "name", None)
-    return name if isinstance(name, str) else f"<{type(path).__name__}>"
+    return describe(path)
 
 
 def _destination(path: Any) -> Any:

@@ -70,6 +70,8 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     """CRC-32 of ``A + B`` from ``crc32(A)``, ``crc32(B)`` and ``len(B)``."""
     if len2 <= 0:
         return crc1
+    if crc1 == 0:  # multiplying 0 gives 0, whatever A was
+        return crc2
     return _multmodp(_x8nmodp(len2), crc1) ^ crc2
 
 
@@ -91,17 +93,24 @@ def pool() -> ThreadPoolExecutor:
 
 
 class OrderedCrc:
-    """The CRC-32 of a byte stream fed in order, computed off the calling thread.
+    """The CRC-32 of a byte stream fed in order, computed while the caller does I/O.
 
-    ``feed(buf)`` returns at once for large buffers: their pieces are checksummed by the
-    pool. The buffer must stay alive and unchanged until :meth:`wait` (or :meth:`value`)
-    returns. Small buffers are folded in inline.
+    Large buffers are cut into pieces; one helper thread from :func:`pool` checksums pieces
+    while the caller goes on reading or writing, and :meth:`wait` makes the caller checksum
+    whatever is left itself, so on two cores the I/O and the checksum share both. A fed
+    buffer must stay alive and unchanged until :meth:`wait` (or :meth:`value`) returns.
+    Small buffers are folded in inline.
     """
 
     def __init__(self) -> None:
-        # Runs of the stream: (crc or Future of it, length). Consecutive inline pieces extend
-        # the last run instead of adding one, so many small pieces cost no combines.
+        # Runs of the stream in order: [crc, length], or [None, length] for a piece not yet
+        # checksummed. Consecutive inline pieces extend one run, so they cost no combines.
         self._runs: list[list[Any]] = []
+        self._pending: list[tuple[list[Any], memoryview]] = []  # (run, bytes), claimed in order
+        self._next = 0
+        self._lock = threading.Lock()
+        self._helping = False
+        self._helper: Future | None = None
         self.size = 0
 
     def feed(self, buf: Any) -> None:
@@ -114,38 +123,62 @@ class OrderedCrc:
         self.size += n
         if n < PARALLEL_MIN:
             last = self._runs[-1] if self._runs else None
-            if last is not None and not isinstance(last[0], Future):
+            if last is not None and last[0] is not None and last[2]:
                 last[0] = zlib.crc32(view, last[0])
                 last[1] += n
             else:
-                self._runs.append([zlib.crc32(view), n])
+                self._runs.append([zlib.crc32(view), n, True])
             return
-        executor = pool()
-        for start in range(0, n, PIECE):
-            piece = view[start : start + PIECE]
-            self._runs.append([executor.submit(zlib.crc32, piece), piece.nbytes])
+        with self._lock:
+            for start in range(0, n, PIECE):
+                piece = view[start : start + PIECE]
+                run = [None, piece.nbytes, False]
+                self._runs.append(run)
+                self._pending.append((run, piece))
+            start_helper = not self._helping
+            self._helping = True
+        if start_helper:
+            self._helper = pool().submit(self._drain, True)
+
+    def _drain(self, helper: bool = False) -> None:
+        while True:
+            with self._lock:
+                if self._next == len(self._pending):
+                    if helper:
+                        self._helping = False
+                    return
+                run, piece = self._pending[self._next]
+                self._next += 1
+            run[0] = zlib.crc32(piece)
 
     def wait(self) -> None:
-        """Block until every piece fed so far has been checksummed."""
-        for run in self._runs:
-            if isinstance(run[0], Future):
-                run[0] = run[0].result()
+        """Checksum what is left on this thread, then wait for the helper's last piece."""
+        self._drain()
+        if self._helper is not None:
+            self._helper.result()
+            self._helper = None
+        with self._lock:
+            self._pending = self._pending[self._next :]
+            self._next = 0
 
     def value(self) -> int:
-        """The CRC-32 of everything fed (waits for the helpers)."""
+        """The CRC-32 of everything fed."""
         self.wait()
         crc = 0
-        for piece_crc, length in self._runs:
+        for piece_crc, length, _inline in self._runs:
             crc = crc32_combine(crc, piece_crc, length)
-        self._runs = [[crc, self.size]] if self.size else []
+        self._runs = [[crc, self.size, False]] if self.size else []
         return crc
 
     def cancel(self) -> None:
-        """Drop pending pieces (after an error); waits for running ones to finish with their buffers."""
-        for run in self._runs:
-            if isinstance(run[0], Future) and not run[0].cancel():
-                try:
-                    run[0].result()
-                except Exception:  # noqa: BLE001 - the caller is already handling an error
-                    pass
-        self._runs = []
+        """Drop pieces not started (after an error); waits for the helper's running piece,
+        so no thread touches a fed buffer after this returns."""
+        with self._lock:
+            self._next = len(self._pending)
+        if self._helper is not None:
+            try:
+                self._helper.result()
+            except Exception:  # noqa: BLE001 - the caller is already handling an error
+                pass
+            self._helper = None
+        self._runs, self._pending, self._next = [], [], 0

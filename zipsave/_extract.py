@@ -3,7 +3,7 @@
 Every name is checked before a byte is written: no absolute or drive-qualified names, no
 ``..``, no symbolic links or other special files, and no write through a symbolic link that
 already sits in the destination. Each member's CRC-32 is checked while it is copied, and its
-SHA-256 against ``manifest.json``.
+SHA-256 against ``manifest.json`` where the manifest records one.
 """
 
 from __future__ import annotations
@@ -88,8 +88,30 @@ def _copy_member(src: _Source, name: str, target: str, overwrite: bool) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
     if not overwrite:
         flags |= os.O_EXCL
-    view = reader.open_view(name)
-    crc, sha = 0, hashlib.sha256()
+    recorded = reader.expected(name) or {}
+    with reader.open_view(name) as view:
+        crc, sha = _write_file(src, name, view, target, flags, sha256=bool(recorded.get("sha256")))
+    if crc != reader.info(name).CRC:
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+        raise IntegrityError(
+            f"CRC-32 {crc:08x} does not match the recorded {reader.info(name).CRC:08x} (corrupted).",
+            archive=src.name,
+            member=name,
+        )
+    try:
+        reader.check_recorded(name)
+        if sha is not None:
+            reader.check_digest(name, sha256=sha)
+    except ZipsaveError as err:
+        edited = " (a member people may edit)" if os.path.basename(name) in _format.EDITABLE else ""
+        warnings.warn(ZipsaveWarning(f"{err}{edited}"), stacklevel=3)
+
+
+def _write_file(src: _Source, name: str, view: Any, target: str, flags: int, *, sha256: bool) -> tuple[int, str | None]:
+    """Copy the member to a new file; return its CRC-32 and (if asked) SHA-256. A failure
+    removes the file."""
+    crc, sha = 0, hashlib.sha256() if sha256 else None
     buf = bytearray(_CHUNK)
     fd = os.open(target, flags, 0o666)
     try:
@@ -102,21 +124,11 @@ def _copy_member(src: _Source, name: str, target: str, overwrite: bool) -> None:
                 chunk = memoryview(buf)[:n]
                 out.write(chunk)
                 crc = zlib.crc32(chunk, crc)
-                sha.update(chunk)
+                if sha is not None:
+                    sha.update(chunk)
                 pos += n
-        if crc != reader.info(name).CRC:
-            raise IntegrityError(
-                f"CRC-32 {crc:08x} does not match the recorded {reader.info(name).CRC:08x} (corrupted).",
-                archive=src.name,
-                member=name,
-            )
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(target)
         raise
-    try:
-        reader.check_recorded(name)
-        reader.check_digest(name, sha256=sha.hexdigest())
-    except ZipsaveError as err:
-        edited = " (a member people may edit)" if os.path.basename(name) in _format.EDITABLE else ""
-        warnings.warn(ZipsaveWarning(f"{err}{edited}"), stacklevel=3)
+    return crc, None if sha is None else sha.hexdigest()

@@ -612,9 +612,9 @@ def _dotted(path: tuple) -> str:
     return ".".join(map(str, path))
 
 
-def _pth_meta(src: _Source, member: str, view: MemberView | None = None) -> PthMeta:
+def _pth_meta(src: _Source, member: str, view: MemberView) -> PthMeta:
     try:
-        return read_pth_meta(view if view is not None else src.reader.open_view(member))
+        return read_pth_meta(view)
     except _Unsupported as err:
         raise ArchiveFormatError(
             f"cannot be listed without `torch.load` ({err}).",
@@ -626,9 +626,11 @@ def _pth_meta(src: _Source, member: str, view: MemberView | None = None) -> PthM
 
 def _list_tensors(src: _Source, member: str, notes: list[str]) -> list[TensorInfo]:
     try:
+        with src.reader.open_view(member) as view:
+            tree = _pth_meta(src, member, view).tree
         return [
             TensorInfo(member, _dotted(path), str(ref.dtype).removeprefix("torch."), ref.shape, ref.nbytes)
-            for path, ref in _walk_refs(_pth_meta(src, member).tree)
+            for path, ref in _walk_refs(tree)
         ]
     except ZipsaveError as err:
         notes.append(f"`{member}`: {err.detail}")
@@ -707,11 +709,11 @@ def read(
             rest = name[len(prefix) + 1 :] if prefix else name
             if is_tensor:
                 member = prefix + _format.PTH_SUFFIX
-                view = src.reader.open_view(member)
-                meta = _pth_meta(src, member, view)
-                found = _find_ref(src, member, meta, rest)
-                if found is not None:
-                    return _read_tensor(src, member, view, meta, found)
+                with src.reader.open_view(member) as view:
+                    meta = _pth_meta(src, member, view)
+                    found = _find_ref(src, member, meta, rest)
+                    if found is not None:
+                        return _read_tensor(src, member, view, meta, found)
             else:
                 member = _format.join(prefix, _format.DATA)
                 raw = src.read_json(member)

@@ -426,8 +426,15 @@ def _write_encoded(writer: ArchiveWriter, enc: _Encoded, *, root: bool) -> None:
         _write_encoded(writer, comp, root=False)
     if root:
         writer.write_bytes(_format.VERSION, f"zipsave {__version__}\nformat {_format.FORMAT_VERSION}\n".encode())
-        writer.write_bytes(_format.SYSTEM_INFO, _system_info.format_system_info(_system_info.get_system_info()).encode())
+        writer.write_bytes(_format.SYSTEM_INFO, _system_info_text(_system_info.get_system_info))
         writer.write_manifest()
+
+
+@functools.lru_cache(maxsize=4)
+def _system_info_text(get_info: Any) -> bytes:
+    """``system_info.txt``, collected once per process: versions do not change while it runs,
+    and reading five packages' metadata costs ~8 ms, more than saving a small model."""
+    return _system_info.format_system_info(get_info()).encode()
 
 
 def _is_url(path: Any) -> bool:
@@ -466,7 +473,8 @@ def _save_encoded(
     enc: _Encoded, path: Any, *, storage_options: dict | None = None, progress: bool = False, sha256: bool = False
 ) -> None:
     def write(fp: IO[bytes]) -> None:
-        with _progress.counting_writer(fp, progress, total=_progress.encoded_size(enc), desc=f"zipsave save {path}") as out:
+        total = _progress.encoded_size(enc) if progress else None
+        with _progress.counting_writer(fp, progress, total=total, desc=f"zipsave save {_progress.describe(path)}") as out:
             writer = ArchiveWriter(out, sha256=True if sha256 else None)
             try:
                 _write_encoded(writer, enc, root=True)
@@ -504,7 +512,9 @@ def save(
         writable binary file object (not closed).
     exclude, include
         Attribute names (glob patterns allowed; ``"learner/opt"`` addresses a component) to
-        leave out of, or force into, the archive.
+        leave out of, or force into, the archive. For an SB3 model, ``include`` may also
+        name ``"replay_buffer"`` and ``"vec_normalize"``: stored as arrays in component
+        folders of the same archive and restored by :func:`load` (see :doc:`sb3`).
     background
         Return at once with a :class:`~zipsave.SaveHandle`; the archive reflects the state
         at the moment of the call (tensors are copied before returning) and is written on a
@@ -1305,8 +1315,12 @@ def _restore_target(src: _Source, obj: Any, folder: str, into: str | None) -> An
     if not path:
         return obj
     parts = path.split("/")
-    if into is None and not (parts[0] in obj if isinstance(obj, dict) else hasattr(obj, parts[0])):
-        return obj  # e.g. restore(algo.learner.module["p0"], other, component="learner/module/p1")
+    if into is None:
+        from .saveable import Saveable
+
+        first = obj.get(parts[0]) if isinstance(obj, dict) else getattr(obj, parts[0], None)
+        if not isinstance(first, (Saveable, dict)):
+            return obj  # e.g. restore(algo.learner.module["p0"], other, component="learner/module/p1")
     target = obj
     for depth, part in enumerate(parts):
         found = target.get(part) if isinstance(target, dict) else getattr(target, part, None)
@@ -1371,8 +1385,8 @@ def restore(
     component
         Restore only this component folder of the archive, e.g. ``"learner/module/p1"``.
         It goes to the same place in ``obj`` (``obj.learner.module["p1"]``), leaving every
-        other part untouched; when ``obj`` has no such path (you passed the sub-object
-        itself) it goes into ``obj``.
+        other part untouched; when ``obj`` does not hold that component (you passed the
+        sub-object itself) it goes into ``obj``.
     into
         Where in ``obj`` the component goes instead, as a path of attributes and dict keys
         (``"learner/module/p0"``; ``""`` is ``obj`` itself): the self-play swap, e.g.

@@ -11,14 +11,20 @@ from typing import IO, Any
 import torch
 
 from ._optional import require
+from .exceptions import _describe_path
 
-__all__ = ["check", "counting_reader", "counting_writer", "encoded_size", "make_bar", "transfer_callback"]
+__all__ = ["check", "counting_reader", "counting_writer", "describe", "encoded_size", "make_bar", "transfer_callback"]
 
 _BAR_OPTIONS = {"unit": "B", "unit_scale": True, "unit_divisor": 1024, "leave": False}
 
 
 def _tqdm_class() -> Any:
     return require("tqdm", extra="progress", feature="`progress=True`").tqdm
+
+
+def describe(path: Any) -> str:
+    """A destination or source as a bar's label: the path, URL or file name."""
+    return _describe_path(path)
 
 
 def check(progress: bool) -> None:

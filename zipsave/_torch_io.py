@@ -25,6 +25,7 @@ import zlib
 from typing import Any, Callable, Iterator
 
 import torch
+from torch.autograd.graph import increment_version
 
 from . import _crc
 from .exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError
@@ -556,8 +557,6 @@ def load_pth(
         raise
     finally:
         if direct:
-            from torch.autograd.graph import increment_version
-
             increment_version(list(direct.values()))  # as an in-place copy_ would
     if actual is not None and verify_crc is not None:
         _check_crc(actual, verify_crc, filled=bool(direct))

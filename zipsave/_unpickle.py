@@ -317,6 +317,15 @@ _LOCAL_HINT = (
     "`allow_pickle=True` if you trust the archive completely."
 )
 _DYNAMIC_GLOBAL = "<STACK_GLOBAL with a computed name>"
+# Globals that rebuild code objects or reach the operating system. Suggesting
+# `trusted=[name]` for them would teach users to let any archive run code.
+_CODE_RUNNERS = ("cloudpickle.", "types.", "builtins.", "os.", "posix.", "nt.", "subprocess.", "sys.", "shutil.",
+                 "importlib.", "runpy.", "pickle.", "marshal.", "ctypes.", "socket.", "operator.", "functools.")
+_CODE_HINT = (
+    "It rebuilds code stored in the archive or reaches the operating system, so trusting it would "
+    "let this archive (and any other) run arbitrary code. Replace the entry with "
+    "`custom_objects={key: value}`, or pass `allow_pickle=True` only if you trust the archive completely."
+)
 
 
 # -- names -----------------------------------------------------------------------------------
@@ -567,6 +576,8 @@ class TrustPolicy:
         if not self.is_trusted(module, qualname):
             if isinstance(qualname, str) and _is_local(qualname):
                 raise UnsafeGlobalError(full, hint=_LOCAL_HINT, **where)
+            if full.startswith(_CODE_RUNNERS):
+                raise UnsafeGlobalError(full, hint=_CODE_HINT, **where)
             raise UnsafeGlobalError(full, **where)
         admitted_by = None if self.allow_pickle else self._match(full)
         by_prefix = admitted_by is not None and admitted_by != full
