@@ -448,6 +448,18 @@ def test_untrusted_policy_class_is_named_and_can_be_trusted(tmp_path):
 
 
 @needs_sb3
+def test_load_without_cls_names_the_fix(trained, tmp_path):
+    cls, path, _ = trained["ppo"]
+    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("holds a Stable-Baselines3 model")) as info:
+        zipsave.load(path)
+    assert "cls=PPO" in str(info.value)
+    model = cls.load(path)
+    zipsave.save(model, tmp_path / "z.zip")  # zipsave's own archive of an SB3 model, too
+    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("holds a Stable-Baselines3 model")):
+        zipsave.load(tmp_path / "z.zip")
+
+
+@needs_sb3
 def test_missing_required_key_is_a_format_error(trained, tmp_path):
     cls, path, _ = trained["ppo"]
     stripped = _edit_sb3_data(path, tmp_path / "stripped.zip", lambda data: data.pop("action_space"))

@@ -1285,6 +1285,13 @@ def load(
                 hint="Use `zipsave.load_archive` to read its tensors, or check the path.",
             )
         if cls is None and not src.has(_format.join(folder, _format.INIT)):
+            if _holds_sb3_model(src, folder):
+                raise ArchiveFormatError(
+                    "holds a Stable-Baselines3 model, and zipsave builds one only from the class you name.",
+                    archive=src.name,
+                    hint="Pass it: `zipsave.load(path, cls=PPO, env=env)`, or read the parts with "
+                    "`zipsave.load_archive(path)`.",
+                )
             obj = _load_app_state(src, folder, custom_objects=custom_objects, exclude=exclude)
             obj.update(overrides)
             return obj
@@ -1294,6 +1301,18 @@ def load(
         if isinstance(obj, Saveable):
             obj.zipsave_report = src.report
         return obj
+
+
+def _holds_sb3_model(src: _Source, folder: str) -> bool:
+    if src.has(_format.SB3_VERSION):
+        return True
+    member = _format.join(folder, _format.DATA)
+    if not src.has(member):
+        return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # integrity notes come again when the data is decoded
+        raw = src.read_json(member)
+    return isinstance(raw, dict) and "policy_class" in raw and src.has(_format.join(folder, "policy.pth"))
 
 
 def _all_components(src: _Source) -> list[str]:
