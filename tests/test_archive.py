@@ -17,8 +17,20 @@ import zlib
 import pytest
 
 from zipsave import _format
-from zipsave._archive import ArchiveReader, ArchiveWriter, Limits, MemberView, atomic_output, open_input
-from zipsave.exceptions import ArchiveFormatError, ArchiveLimitError, IntegrityError, ZipsaveError
+from zipsave._archive import (
+    ArchiveReader,
+    ArchiveWriter,
+    Limits,
+    MemberView,
+    atomic_output,
+    open_input,
+)
+from zipsave.exceptions import (
+    ArchiveFormatError,
+    ArchiveLimitError,
+    IntegrityError,
+    ZipsaveError,
+)
 
 LOCAL = struct.Struct("<IHHHHHIIIHH")
 
@@ -64,7 +76,7 @@ MEMBERS = {
     "policy.pth": os.urandom(1000),
     "empty.pth": b"",
     "arrays/0.npy": b"\x93NUMPY" + bytes(200),
-    "système.txt": "non-ASCII name".encode(),
+    "système.txt": b"non-ASCII name",
 }
 
 

@@ -24,7 +24,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zipsave import _codec
-from zipsave._codec import Decoder, Encoder, dump_json, import_path, is_json_native, parse_json
+from zipsave._codec import (
+    Decoder,
+    Encoder,
+    dump_json,
+    import_path,
+    is_json_native,
+    parse_json,
+)
 from zipsave._json import nesting_exceeds
 from zipsave._unpickle import TrustPolicy
 from zipsave.exceptions import DecodeError, EncodeError, UnsafeGlobalError
@@ -105,7 +112,7 @@ def no_pickle(monkeypatch):
     monkeypatch.setattr("pickle.Unpickler", refuse)
 
 
-def assert_same(a: Any, b: Any, where: str = "value") -> None:  # noqa: C901 - one table
+def assert_same(a: Any, b: Any, where: str = "value") -> None:
     assert type(a) is type(b), f"{where}: {type(a)} != {type(b)}"
     if isinstance(a, (np.ndarray, np.generic)):
         assert a.dtype == b.dtype and a.shape == b.shape, where
@@ -443,7 +450,7 @@ def test_user_globals_need_trust(value):
 
 
 def test_local_classes_fall_back_to_pickle():
-    Local = collections.namedtuple("Local", "a")  # noqa: PYI024 - the point of the test
+    Local = collections.namedtuple("Local", "a")
     entry = orjson.loads(encode(Local(1)))["k"]
     assert ":zipsave:" not in entry and ":serialized:" in entry
 

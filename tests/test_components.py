@@ -219,6 +219,12 @@ def test_self_play_swap_from_another_archive(tmp_path):
     assert same(tensors(algo.learner.module["p0"]), tensors(league.learner.module["p1"]))
     assert same(tensors(algo.learner.module["p1"]), only_module(before, "p1"))
 
+    # 3. `into=""` is the object passed, whatever it holds
+    algo = Algo(agents=["p0", "p1"]).train(1)
+    module = algo.learner.module["p1"]
+    zipsave.restore(module, tmp_path / "league.zip", component="learner/module/p0", into="")
+    assert same(tensors(module), tensors(league.learner.module["p0"]))
+
 
 def only_module(flat: dict, key: str) -> dict:
     prefix = f"learner/module/{key}/"

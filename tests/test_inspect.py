@@ -249,6 +249,18 @@ def test_inspect_of_a_missing_file(tmp_path: Path):
         zipsave.inspect(tmp_path / "nope.zip")
 
 
+def test_inspect_and_read_a_url(algo_zip: Path):
+    fsspec = pytest.importorskip("fsspec")
+    memory = fsspec.filesystem("memory")
+    memory.pipe("/test-inspect/algo.zip", algo_zip.read_bytes())
+    try:
+        info = zipsave.inspect("memory://test-inspect/algo.zip")
+        assert info.archive == "memory://test-inspect/algo.zip" and len(info.tensors) == 25
+        assert torch.equal(zipsave.read("memory://test-inspect/algo.zip", "policy/0.bias"), zipsave.read(algo_zip, "policy/0.bias"))
+    finally:
+        memory.rm("/test-inspect", recursive=True)
+
+
 # -- read --------------------------------------------------------------------------------------
 def test_read_tensors_by_member_and_key(tmp_path: Path):
     algo = Algo()

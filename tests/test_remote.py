@@ -79,7 +79,7 @@ def round_trip(url: str, **options) -> None:
     weight = zipsave.read(url, "learner/policy/0.weight", **options)
     assert torch.equal(weight, algo.learner.policy[0].weight.detach())
 
-    handle = zipsave.save(algo, url, background=True, **options)
+    handle = algo.save(url, background=True, **options)
     handle.wait()
     assert same(zipsave.load(url, **options).learner.policy, algo.learner.policy)
 

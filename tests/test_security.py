@@ -29,7 +29,7 @@ from models import Algo, same_state
 import zipsave
 from zipsave import _codec, _unpickle
 
-OPT_INS = ("To allow it, pass `trusted=[", "replace the entry with `custom_objects={key: value}`", "or pass `allow_pickle=True`")
+OPT_INS = ("`custom_objects={key: value}`", "`allow_pickle=True`")
 
 
 class Mode(enum.Enum):
@@ -217,6 +217,8 @@ def test_malicious_pickle_is_skipped_and_never_runs(tmp_path, case):
     assert f"refusing to import untrusted global `{refused}`." in text
     for opt_in in OPT_INS:
         assert opt_in in text
+    if case != "file-write":  # (a file writer is refused, but offered to `trusted=`)
+        assert "trusted=[" not in text  # a global that runs code is never offered for trust
     assert [(e.key, e.member) for e in report.skipped] == [("evil", "data")]
 
     # strict=True: an error, still before anything runs
@@ -235,6 +237,28 @@ def test_malicious_pickle_is_skipped_and_never_runs(tmp_path, case):
         warnings.simplefilter("ignore")  # e.g. the ResourceWarning of a Popen object
         zipsave.load(tmp_path / "a.zip", allow_pickle=True)
     assert marker.exists(), "the payload was not a real one"
+
+
+class UserThing:
+    """A harmless module-level class the allowlist does not know."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return type(other) is UserThing and other.value == self.value
+
+
+def test_refused_ordinary_class_names_all_three_ways_to_opt_in(tmp_path):
+    zipsave.save({"thing": UserThing(3)}, tmp_path / "a.zip")
+    with pytest.warns(zipsave.SkippedEntryWarning) as caught:
+        zipsave.load(tmp_path / "a.zip")
+    text = str(caught[0].message)
+    assert f"refusing to import untrusted global `{__name__}.UserThing`." in text
+    assert f"`trusted=['{__name__}.UserThing']`" in text
+    for opt_in in OPT_INS:
+        assert opt_in in text
+    assert zipsave.load(tmp_path / "a.zip", trusted=[UserThing])["thing"] == UserThing(3)
 
 
 def test_trusting_something_else_does_not_trust_the_payload(tmp_path):

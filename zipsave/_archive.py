@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import hashlib
 import io
+import itertools
 import os
 import shutil
 import struct
@@ -18,14 +19,20 @@ import tempfile
 import threading
 import zipfile
 import zlib
-from typing import IO, Any, Iterator
+from collections.abc import Iterator
+from typing import IO, Any
 
 import orjson
 
 from . import _crc, _format, _json
-from .exceptions import ArchiveFormatError, ArchiveLimitError, IntegrityError, ZipsaveError
+from .exceptions import (
+    ArchiveFormatError,
+    ArchiveLimitError,
+    IntegrityError,
+    ZipsaveError,
+)
 
-__all__ = ["Limits", "ArchiveReader", "ArchiveWriter", "MemberInfo", "atomic_output", "open_input"]
+__all__ = ["ArchiveReader", "ArchiveWriter", "Limits", "MemberInfo", "atomic_output", "open_input"]
 
 _LOCAL = struct.Struct("<IHHHHHIIIHH")
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
@@ -487,7 +494,7 @@ class MemberView(io.RawIOBase):
             else:
                 with self._lock:
                     self._fp.seek(self._start + offset + done)
-                    n = self._fp.readinto(view[done:])
+                    n = self._fp.readinto(view[done:])  # type: ignore[attr-defined]
             if not n:
                 break
             done += n
@@ -636,7 +643,7 @@ class ArchiveReader:
         """Members must not share bytes: overlapping entries are how a 40 KB zip expands to
         gigabytes (a "non-recursive" zip bomb), and zipsave never writes them."""
         ordered = sorted(self._infos.values(), key=lambda i: i.header_offset)
-        for first, second in zip(ordered, ordered[1:]):
+        for first, second in itertools.pairwise(ordered):
             if first.header_offset + _LOCAL.size + first.compress_size > second.header_offset:
                 raise ArchiveFormatError(
                     f"overlaps member `{second.filename}` (a zip bomb, or a forged directory).",
@@ -821,7 +828,7 @@ class ArchiveReader:
         if info.compress_type == zipfile.ZIP_STORED:
             return MemberView(self._fp, self._data_offset(name), info.file_size, self._lock)
         self._check_ratio(info)
-        spool = tempfile.TemporaryFile()
+        spool = tempfile.TemporaryFile()  # noqa: SIM115 - the view owns and closes it
         try:
             with self._lock, self._zip.open(info) as src:
                 shutil.copyfileobj(src, spool, _READ_CHUNK)

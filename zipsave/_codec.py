@@ -16,13 +16,13 @@ import datetime as _dt
 import enum
 import importlib
 import io
-import json
 import math
 import pathlib
 import pickle
 import re
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import cloudpickle
 import numpy as np
@@ -33,7 +33,7 @@ from . import _format, _json, _spaces
 from ._unpickle import TrustPolicy, restricted_loads
 from .exceptions import DecodeError, EncodeError, UnsafeGlobalError, ZipsaveError
 
-__all__ = ["Decoder", "Encoder", "is_json_native", "parse_json", "dump_json"]
+__all__ = ["Decoder", "Encoder", "dump_json", "is_json_native", "parse_json"]
 
 T, S, N = _format.TYPE_KEY, _format.SERIALIZED_KEY, _format.NATIVE_KEY
 _RESERVED = frozenset({T, S, N})
@@ -159,7 +159,7 @@ def import_path(obj: Any) -> str | None:
         return None
     try:
         owner: Any = importlib.import_module(module)
-    except Exception:
+    except Exception:  # noqa: BLE001 - importing a user's module may raise anything
         return None
     # torch's C functions report a private qualname (`_VariableFunctionsClass.relu`) but are
     # found under their plain name, as pickle finds them.
@@ -170,7 +170,7 @@ def import_path(obj: Any) -> str | None:
         try:
             for part in candidate.split("."):
                 found = getattr(found, part)
-        except Exception:
+        except Exception:  # noqa: BLE001, S112 - a property may raise anything
             continue
         if found is obj:
             return f"{module}:{candidate}"
@@ -227,8 +227,8 @@ class Encoder:
                     ) from err
         elif self._stand_in is not None:
             try:
-                out[S] = _b64(cloudpickle.dumps(self._stand_in(key, value)))
-            except Exception:  # noqa: BLE001 - the native form is enough for zipsave
+                out[S] = _pickle(self._stand_in(key, value))
+            except Exception:  # noqa: BLE001, S110 - the native form is enough for zipsave
                 pass
         if native is not None:
             out[N] = native
@@ -417,7 +417,7 @@ def _canonical(arr: np.ndarray) -> np.ndarray:
 
 def _tz_fields(tz: Any) -> dict[str, Any]:
     """The time zone of a datetime/time, beside its ISO text (which only keeps the offset)."""
-    if tz is None or type(tz) is _dt.timezone and tz is _dt.timezone.utc:
+    if tz is None or tz is _dt.timezone.utc:  # noqa: UP017 - datetime.UTC is 3.11+
         return {}
     if type(tz) is _dt.timezone:
         name = tz.tzname(None)
@@ -501,7 +501,7 @@ def _descr_dtype(descr: Any, _depth: int = 0) -> np.dtype:
         if titles is not None:
             spec["titles"] = titles
         try:
-            dtype = np.dtype(spec, align=descr.get("aligned") is True)
+            dtype = np.dtype(spec, align=descr.get("aligned") is True)  # type: ignore[call-overload]
         except (TypeError, ValueError) as err:
             raise DecodeError(f"invalid structured dtype description ({err}).") from None
     else:
@@ -605,7 +605,7 @@ class Decoder:
         if kind == "list":
             return [self.decode(v, depth) for v in _field(body, "items", list)]
         if kind == "namedtuple":
-            cls = self._resolve(body.get("class"))
+            cls: Any = self._resolve(body.get("class"))
             # Checked before the call: the class path came from the archive.
             if not (isinstance(cls, type) and issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple)):
                 raise DecodeError(f"`{body.get('class')}` is not a namedtuple class.")
@@ -693,10 +693,10 @@ class Decoder:
                 raise DecodeError("a numpy scalar type is described by a plain dtype string.")
             return scalar_type
         if kind == "torch_dtype":
-            dtype = getattr(torch, _field(body, "name", str), None)
-            if not isinstance(dtype, torch.dtype):
+            torch_dtype = getattr(torch, _field(body, "name", str), None)
+            if not isinstance(torch_dtype, torch.dtype):
                 raise DecodeError(f"unknown torch dtype `{body.get('name')}`.")
-            return dtype
+            return torch_dtype
         if kind == "torch_device":
             return torch.device(_field(body, "value", str))
         if kind == "tensor":

@@ -15,6 +15,7 @@ import dataclasses
 import html
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -279,20 +280,18 @@ class ArchiveInfo:
         parts.append("</p>")
         if self.notes:
             parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in self.notes) + "</ul>")
+        table = _html_table
         if self.data:
-            rows = [
-                (e.name, e.type, e.form, _entry_detail(e), "" if e.trusted else "untrusted: " + ", ".join(e.untrusted))
-                for e in self.data
-            ]
-            parts.append(_html_table(f"data ({len(self.data)} keys)", ("key", "type", "form", "value", "trust"), rows))
+            data = [(e.name, e.type, e.form, e.summary, _imports(e)) for e in self.data]
+            parts.append(table(f"data ({len(self.data)} keys)", ("key", "type", "form", "value", "imports"), data))
         if self.tensors:
-            rows = [(t.name, t.dtype, _shape(t.shape), _size(t.nbytes)) for t in self.tensors]
-            parts.append(_html_table(f"tensors ({len(self.tensors)})", ("name", "dtype", "shape", "size"), rows))
+            tensors = [(t.name, t.dtype, _shape(t.shape), _size(t.nbytes)) for t in self.tensors]
+            parts.append(table(f"tensors ({len(self.tensors)})", ("name", "dtype", "shape", "size"), tensors))
         if len(self.components) > 1:
-            rows = [(c.name or "(top level)", c.cls or "") for c in self.components]
-            parts.append(_html_table("components", ("folder", "class"), rows))
-        rows = [(m.name, _size(m.size), m.compression, (m.sha256 or "")[:16]) for m in self.members]
-        parts.append(_html_table(f"members ({len(self.members)})", ("name", "size", "compression", "sha256"), rows))
+            components = [(c.name or "(top level)", c.cls or "") for c in self.components]
+            parts.append(table("components", ("folder", "class"), components))
+        members = [(m.name, _size(m.size), m.compression, (m.sha256 or "")[:16]) for m in self.members]
+        parts.append(table(f"members ({len(self.members)})", ("name", "size", "compression", "sha256"), members))
         if self.system_info:
             parts.append(_html_table("saved with", ("", ""), list(self.system_info.items())))
         parts.append("</div>")
@@ -303,11 +302,12 @@ class ArchiveInfo:
 def _size(n: int) -> str:
     if n < 1024:
         return f"{n} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}"
-    raise AssertionError("unreachable")
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1024:.1f} TiB"
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -318,19 +318,20 @@ def _short(text: str, limit: int = _PREVIEW) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _imports(entry: DataEntry) -> str:
+    return ", ".join(g + (" (untrusted)" if g in entry.untrusted else "") for g in entry.globals)
+
+
 def _entry_detail(entry: DataEntry) -> str:
-    if not entry.globals:
-        return entry.summary
-    names = ", ".join(g + ("" if g not in entry.untrusted else " (untrusted)") for g in entry.globals)
-    return f"{entry.summary}; imports {names}"
+    return f"{entry.summary}; imports {_imports(entry)}" if entry.globals else entry.summary
 
 
-def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows]
 
 
-def _html_table(title: str, head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def _html_table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     esc = html.escape
     cells = "".join(
         "<tr>" + "".join(f"<td style='text-align:left'>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows
@@ -764,7 +765,7 @@ def _read_tensor(src: _Source, member: str, view: MemberView, meta: PthMeta, ref
                 member=member,
             )
         buf = torch.empty(nbytes, dtype=torch.uint8)
-        if view.read_at(start + first, memoryview(buf.numpy())) != nbytes:
+        if view.read_at(start + first, buf.numpy()) != nbytes:
             raise ArchiveFormatError("ends inside a tensor record (truncated).", archive=src.name, member=member)
         tensor = torch.empty(0, dtype=ref.dtype).set_(buf.untyped_storage(), 0, ref.size, ref.stride)
     if src.device.type != "cpu":

@@ -74,7 +74,7 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None) -> np.n
         view.read_at(0, head)
         crc = zlib.crc32(head)
     flat = np.empty(count, dtype=dtype)
-    buf = memoryview(flat.view(np.uint8)) if nbytes else memoryview(b"")
+    buf = flat.view(np.uint8).data if nbytes else memoryview(b"")
     done = 0
     while done < nbytes:
         piece = buf[done : done + _CHUNK]

@@ -365,7 +365,7 @@ def is_unused_generator(generator: Any) -> bool:
     seed sequence with more than 64 bits of entropy and no spawned children is taken for
     numpy's. A generator that has drawn numbers is always stored: its position matters.
     """
-    bit_generator = getattr(generator, "bit_generator", None)
+    bit_generator: Any = getattr(generator, "bit_generator", None)
     seed_seq = getattr(bit_generator, "seed_seq", None)
     if not isinstance(seed_seq, np.random.SeedSequence):
         return False
@@ -374,7 +374,7 @@ def is_unused_generator(generator: Any) -> bool:
         return False
     try:
         fresh = type(bit_generator)(seed_seq).state
-    except Exception:  # a bit generator that cannot be rebuilt this way: keep its state
+    except Exception:  # noqa: BLE001 - one that cannot be rebuilt this way keeps its state
         return False
     return _same_state(fresh, bit_generator.state)
 
