@@ -318,3 +318,10 @@ def test_serialized_spelling_matches_sb3(tmp_path):
     entry = data["fn"]
     assert entry[":type:"] == "<class 'function'>"
     assert cloudpickle.loads(base64.b64decode(entry[":serialized:"]))(7) == 7
+
+
+def test_newer_format_is_refused(tmp_path):
+    Algo().save(tmp_path / "a.zip")
+    _rewrite(tmp_path / "a.zip", "_zipsave_version", lambda raw: raw.replace(b"format 1", b"format 99"))
+    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("uses archive format 99; this zipsave")):
+        zipsave.load(tmp_path / "a.zip")

@@ -624,6 +624,7 @@ class _Source:
             self._stack.close()
             raise
         try:
+            self._check_format_version()
             if self.reader.manifest_error and self.verify:
                 self._integrity(self.reader.manifest_error, None)
             if self.verify and self.reader.manifest is not None:
@@ -632,6 +633,22 @@ class _Source:
         except BaseException:
             self._stack.close()
             raise
+
+    def _check_format_version(self) -> None:
+        """Refuse an archive written in a newer format than this zipsave reads."""
+        if not self.has(_format.VERSION):
+            return
+        text = self.reader.read(_format.VERSION, limit=4096, verify=False).decode("utf-8", "replace")
+        for line in text.splitlines():
+            word, _, value = line.partition(" ")
+            if word == "format" and value.strip().isdigit() and int(value) > _format.FORMAT_VERSION:
+                raise ArchiveFormatError(
+                    f"uses archive format {int(value)}; this zipsave ({__version__}) reads formats up to "
+                    f"{_format.FORMAT_VERSION}.",
+                    archive=self.name,
+                    member=_format.VERSION,
+                    hint="Upgrade zipsave (`pip install -U zipsave`).",
+                )
 
     def _open(self, path: Any) -> tuple[IO[bytes], str]:
         if hasattr(path, "read"):
