@@ -3,6 +3,7 @@ saved as folders of one archive, loaded or restored part by part; inference load
 
 from __future__ import annotations
 
+import json
 import re
 import zipfile
 
@@ -305,3 +306,31 @@ def test_exclude_does_not_hide_a_real_mismatch(tmp_path):
     algo.learner.module.extra = torch.nn.Linear(2, 2)
     with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("but the object has ['extra', 'policy']")):
         zipsave.restore(algo, tmp_path / "a.zip", exclude=["*.optimizer"])
+
+
+class _Inner(zipsave.Saveable):
+    def __init__(self, width=3):
+        self.net = torch.nn.Linear(width, width)
+
+
+class _Outer(zipsave.Saveable):
+    def __init__(self, inner, scale=1.0):
+        self.inner = inner
+        self.scale = scale
+
+
+def test_component_passed_to_the_constructor(tmp_path):
+    outer = _Outer(_Inner(width=4), scale=2.0)
+    with torch.no_grad():
+        outer.inner.net.weight.fill_(0.25)
+    outer.save(tmp_path / "o.zip")
+    with zipfile.ZipFile(tmp_path / "o.zip") as zf:
+        init = json.loads(zf.read("init.json"))
+        names = zf.namelist()
+    assert init["args"]["inner"][":zipsave:"] == {"kind": "component", "path": "inner"}
+    assert "inner/net.pth" in names and "inner/init.json" in names
+    loaded = zipsave.load(tmp_path / "o.zip")
+    assert isinstance(loaded.inner, _Inner) and loaded.scale == 2.0
+    assert loaded.inner.net.in_features == 4 and torch.all(loaded.inner.net.weight == 0.25)
+    replacement = _Inner(width=4)
+    assert _Outer.load(tmp_path / "o.zip", inner=replacement).inner is replacement

@@ -609,10 +609,11 @@ class Decoder:
             # Checked before the call: the class path came from the archive.
             if not (isinstance(cls, type) and issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple)):
                 raise DecodeError(f"`{body.get('class')}` is not a namedtuple class.")
+            fields: tuple = getattr(cls, "_fields", ())
             items = [self.decode(v, depth) for v in _field(body, "items", list)]
-            if len(items) != len(cls._fields):
-                raise DecodeError(f"`{body.get('class')}` has {len(cls._fields)} fields, found {len(items)} values.")
-            return cls._make(items)
+            if len(items) != len(fields):
+                raise DecodeError(f"`{body.get('class')}` has {len(fields)} fields, found {len(items)} values.")
+            return cls._make(items)  # type: ignore[attr-defined]  # tuple.__new__: no class code runs
         if kind == "set":
             return {self.decode(v, depth) for v in _field(body, "items", list)}
         if kind == "frozenset":

@@ -370,9 +370,15 @@ def _encode(parts: _Parts, folder: str, *, exclude: Iterable[str] | None, includ
     init = None
     if parts.init is not None:
         args = {}
+        component_of = {id(comp): name for name, comp in parts.components}
         for key, value in parts.init["args"].items():
             if _is_live_handle(value):
                 args[key] = None
+                continue
+            if id(value) in component_of:
+                # A component passed to the constructor: built from its folder first on load.
+                args[key] = {_format.TYPE_KEY: str(type(value)),
+                             _format.NATIVE_KEY: {"kind": "component", "path": component_of[id(value)]}}
                 continue
             try:
                 args[key] = encoder.encode_entry(key, value)
@@ -616,6 +622,7 @@ class _Source:
         fp, name = self._open(path)
         fp = _progress.counting_reader(fp, progress, desc=f"zipsave load {name}", stack=self._stack)
         self.name = name
+        self.built_components: set[str] = set()
         self.report = report if report is not None else LoadReport()
         self.report.archive = name
         try:
@@ -1009,6 +1016,8 @@ def _restore_parts(
             if attr_path in EXTRAS:
                 restore_extra(src, obj, attr_path)  # fills the SB3 model's own buffer / wrapper
                 continue
+        if child in src.built_components and isinstance(current, Saveable):
+            continue  # built (and restored) from its folder before the constructor ran
         if isinstance(current, Saveable):
             _restore_parts(src, current, child, custom_objects=None, exclude=_nested(exclude, attr_path),
                            exact_match=exact_match, set_data=True)
@@ -1178,7 +1187,19 @@ def _build(
         if not isinstance(record, dict) or not isinstance(record.get("args", {}), dict):
             raise ArchiveFormatError("must hold an object with `class` and `args`.", archive=src.name, member=init_member)
     klass = _resolve_class(src, record, init_member, cls)
-    args = src.decode_entries(record.get("args", {}), init_member, custom_objects=custom_objects)
+    raw_args = record.get("args", {})
+    built: dict[str, Any] = dict(custom_objects or {})
+    for key, raw in raw_args.items():
+        native = raw.get(_format.NATIVE_KEY) if isinstance(raw, dict) else None
+        if isinstance(native, dict) and native.get("kind") == "component" and key not in built:
+            child = _format.join(folder, str(native.get("path", "")))
+            if key in overrides:
+                built[key] = overrides[key]
+                continue
+            built[key] = _build(src, child, cls=None, custom_objects=None, exclude=_nested(exclude, str(native.get("path"))),
+                                overrides={}, exact_match=exact_match)
+            src.built_components.add(child)
+    args = src.decode_entries(raw_args, init_member, custom_objects=built or None)
     import inspect as _inspect
 
     try:

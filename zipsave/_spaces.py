@@ -328,7 +328,7 @@ class _Encoder:
         generator = space._np_random
         if generator is None or is_unused_generator(generator):
             return None
-        bit_generator = getattr(generator, "bit_generator", None)
+        bit_generator: Any = getattr(generator, "bit_generator", None)
         if not isinstance(generator, np.random.Generator) or not any(
             type(bit_generator) is cls for cls in _BIT_GENERATORS.values()
         ):
