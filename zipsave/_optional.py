@@ -6,13 +6,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .exceptions import ZipsaveError
+from .exceptions import MissingDependencyError
 
 __all__ = ["MissingDependencyError", "require"]
-
-
-class MissingDependencyError(ZipsaveError, ImportError):
-    """An optional feature was asked for, but the package it needs is not installed."""
 
 
 def require(module: str, *, package: str | None = None, extra: str, feature: str) -> Any:

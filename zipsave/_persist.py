@@ -1503,9 +1503,11 @@ def _check_app_state(src: _Source, app: dict, folder: str) -> None:
         )
 
 
-def set_parameters_from_archive(obj: Any, path: Any, *, exact_match: bool = True, device: Any = "auto") -> None:
+def set_parameters_from_archive(
+    obj: Any, path: Any, *, exact_match: bool = True, device: Any = "auto", limits: Limits | None = None
+) -> None:
     """Load only the state dicts of an archive into ``obj`` (``data`` is never decoded)."""
-    with _Source(path, policy=TrustPolicy.make(), device=device) as src:
+    with _Source(path, policy=TrustPolicy.make(), device=device, limits=limits) as src:
         _restore_parts(src, obj, "", custom_objects=None, exclude=[], exact_match=exact_match, set_data=False)
 
 

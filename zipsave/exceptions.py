@@ -12,6 +12,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "IntegrityError",
+    "MissingDependencyError",
     "ParameterMismatchError",
     "UnsafeGlobalError",
     "ZipsaveError",
@@ -105,6 +106,10 @@ class UnsafeGlobalError(ZipsaveError):
 
 class ParameterMismatchError(ZipsaveError, ValueError):
     """Saved parameters do not fit the object they are loaded into."""
+
+
+class MissingDependencyError(ZipsaveError, ImportError):
+    """An optional feature was asked for, but the package it needs is not installed."""
 
 
 class ZipsaveWarning(UserWarning):
