@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -95,9 +96,10 @@ def app_state(policy: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, 
 # -- input files ---------------------------------------------------------------------------
 def prepare(folder: str, n_params: float) -> dict[str, int]:
     """Write every input file for one size; return their sizes in bytes."""
-    import zipsave
     from safetensors.torch import save_file
     from stable_baselines3.common.save_util import save_to_zip_file
+
+    import zipsave
 
     os.makedirs(folder, exist_ok=True)
     policy, optimizer = build_model(n_params, SEED_SAVED)
@@ -107,8 +109,7 @@ def prepare(folder: str, n_params: float) -> dict[str, int]:
     torch.save(state_dicts(policy, optimizer), path["torch"])
     save_file(policy.state_dict(), path["safetensors"])
     with open(path["raw"], "wb") as f:
-        for t in state_tensors(policy, optimizer):
-            f.write(memoryview(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()))
+        f.writelines(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().data for t in state_tensors(policy, optimizer))
     return {k: os.path.getsize(p) for k, p in path.items()}
 
 

@@ -64,9 +64,8 @@ def _warm(path: str) -> None:
 
 def _context(op, n: float, folder: str, out: str):
     """Untimed setup of one op: the live model, the touched buffer, the warmed input file."""
-    import numpy as np
-
     import _ops
+    import numpy as np
 
     ctx = _ops.Ctx(n=n, folder=folder, out=out)
     if os.path.exists(out):
@@ -91,9 +90,8 @@ def _cleanup(ctx) -> None:
 
 
 def run_op(spec: dict, name: str) -> dict:
-    import numpy as np
-
     import _ops
+    import numpy as np
 
     op = _ops.BY_NAME[name]
     n = spec["n"]
@@ -148,9 +146,8 @@ def run_op(spec: dict, name: str) -> dict:
 
 
 def run(spec: dict) -> dict:
-    import torch
-
     import _ops
+    import torch
 
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
@@ -163,7 +160,7 @@ def run(spec: dict) -> dict:
         for name in spec["ops"]:
             try:
                 out[name] = run_op(spec, name)
-            except Exception as err:  # report, the driver decides what a failure means
+            except Exception as err:  # noqa: BLE001 - reported; the driver decides what a failure means
                 out[name] = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
         return {"batch": out}
     return run_op(spec, spec["op"])
@@ -173,7 +170,7 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     try:
         out = run(spec)
-    except Exception as err:  # report, the driver decides what a failure means
+    except Exception as err:  # noqa: BLE001 - reported; the driver decides what a failure means
         out = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
     sys.stdout.write("\n" + json.dumps(out) + "\n")
 

@@ -31,8 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-import _ops  # noqa: E402
-import _report  # noqa: E402
+import _ops
+import _report
 
 DEFAULT_SIZES = "1e4,1e6,1e7,1e8"
 SMOKE_SIZES = "1e3,1e4"
@@ -47,7 +47,7 @@ def _machine() -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Python 3.10.isoformat(timespec="seconds"),
     }
     try:
         with open("/proc/cpuinfo") as f:

@@ -166,7 +166,7 @@ def test_unencodable_value_fails_before_writing(previous):
 
 def test_state_dict_that_raises_leaves_the_previous_archive(previous):
     target, old_digest = previous
-    with pytest.raises(RuntimeError, match=re.escape("state_dict failed")):
+    with pytest.raises(zipsave.EncodeError, match=re.escape("key `thing`: `thing.state_dict()` failed (RuntimeError: state_dict failed)")):
         zipsave.save({"step": 1, "thing": _Stateful(RuntimeError("state_dict failed"))}, target)
     assert_untouched(target, old_digest)
 

@@ -53,7 +53,7 @@ def test_pool_is_remade_in_a_forked_child():
             crc = _crc.OrderedCrc()
             crc.feed(b"\1" * (4 << 20))
             os._exit(0 if crc.value() == zlib.crc32(b"\1" * (4 << 20)) else 1)
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - any failure in the child is a failed test
             os._exit(2)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0

@@ -338,7 +338,7 @@ def test_sb3_reads_the_archive(tmp_path):
     model, opt = _stepped(torch.optim.Adam, 0)
     path = tmp_path / "sb3.zip"
     zipsave.save_archive(path, data={"gamma": 0.99}, params={"policy": model.state_dict(), "policy.optimizer": opt.state_dict()})
-    data, params, variables = load_from_zip_file(path)
+    data, params, _variables = load_from_zip_file(path)
     assert data["gamma"] == 0.99
     assert_same(model.state_dict(), params["policy"])
     assert_same(opt.state_dict()["state"], params["policy.optimizer"]["state"])
@@ -403,7 +403,7 @@ def test_key_mismatch_is_refused_before_reading(tmp_path):
 
 
 def test_optimizer_of_another_model_is_refused(tmp_path):
-    model, opt = _stepped(torch.optim.Adam, 0)
+    _model, opt = _stepped(torch.optim.Adam, 0)
     path = tmp_path / "o.zip"
     zipsave.save({"opt": opt}, path)
     other = torch.optim.Adam([torch.nn.Parameter(torch.zeros(3))])
@@ -543,7 +543,7 @@ def _manifest(path):
     import json
 
     with zipfile.ZipFile(path) as zf:
-        return json.loads(zf.read("manifest.json"))["members"], zf
+        return json.loads(zf.read("manifest.json"))["members"]
 
 
 @pytest.mark.parametrize("sha256", [False, True])
@@ -553,7 +553,7 @@ def test_manifest_hashes(tmp_path, sha256):
 
     path = tmp_path / "h.zip"
     zipsave.save({"net": torch.nn.Linear(400, 400), "lr": 0.1}, path, sha256=sha256)
-    members, zf = _manifest(path)
+    members = _manifest(path)
     with zipfile.ZipFile(path) as zf:
         for name, entry in members.items():
             data = zf.read(name)

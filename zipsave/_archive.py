@@ -354,6 +354,21 @@ class ArchiveWriter:
 
 
 # -- atomic output -----------------------------------------------------------------------------
+_umask_lock = threading.Lock()
+
+
+def _current_umask() -> int:
+    """The process umask, read without changing it where Linux allows (``os.umask`` can only
+    be read by setting it, which races with other threads creating files)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    with _umask_lock:
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return umask
 @contextlib.contextmanager
 def atomic_output(path: str, *, durable: bool = True) -> Iterator[IO[bytes]]:
     """Yield a temporary file beside ``path``; on success it replaces ``path`` atomically.
@@ -373,9 +388,7 @@ def atomic_output(path: str, *, durable: bool = True) -> Iterator[IO[bytes]]:
         try:
             mode = os.stat(path).st_mode & 0o777
         except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
+            mode = 0o666 & ~_current_umask()
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:

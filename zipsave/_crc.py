@@ -176,9 +176,6 @@ class OrderedCrc:
         with self._lock:
             self._next = len(self._pending)
         if self._helper is not None:
-            try:
-                self._helper.result()
-            except Exception:  # noqa: BLE001 - the caller is already handling an error
-                pass
+            self._helper.exception()  # wait; an error of its own changes nothing now
             self._helper = None
         self._runs, self._pending, self._next = [], [], 0

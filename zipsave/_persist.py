@@ -391,7 +391,14 @@ def _encode(parts: _Parts, folder: str, *, exclude: Iterable[str] | None, includ
         init = dump_json({"class": parts.init["class"], "args": args})
     state = []
     for name, provider in parts.state:
-        state.append((name, provider.state_dict() if _is_stateful(provider) else provider))
+        try:
+            state.append((name, provider.state_dict() if _is_stateful(provider) else provider))
+        except Exception as err:
+            raise EncodeError(
+                f"`{name}.state_dict()` failed ({type(err).__name__}: {err}); nothing was written.",
+                key=name,
+                hint=f"Fix the object, or leave it out with `exclude=[{name!r}]`.",
+            ) from err
     components = []
     for name, comp in parts.components:
         sub = _format.join(folder, name)

@@ -22,7 +22,9 @@ import sys
 import threading
 import zipfile
 import zlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from itertools import pairwise
+from typing import Any
 
 import torch
 from torch.autograd.graph import increment_version
@@ -373,7 +375,7 @@ def _byte_view(t: torch.Tensor) -> memoryview:
     flat = t.detach().reshape(-1)
     if flat.dtype != torch.uint8:
         flat = flat.view(torch.uint8)
-    return memoryview(flat.numpy()).cast("B")
+    return flat.numpy().data.cast("B")
 
 
 def _in_place_target(ref: TensorRef, target: Any, length: int) -> bool:
@@ -516,7 +518,7 @@ def load_pth(
     if targets is not None and (check_shapes or check_dtypes):
         _check_targets(refs, targets, shapes=check_shapes, dtypes=check_dtypes)
     spans = sorted(meta.records.values())
-    for (start, length), (next_start, _) in zip(spans, spans[1:]):
+    for (start, length), (next_start, _) in pairwise(spans):
         if start + length > next_start:
             return _torch_load(source, device, verify_crc), set()
 
@@ -542,7 +544,7 @@ def load_pth(
                 continue
         buf = _fresh_bytes(length)
         storages[key] = buf
-        dest[key] = memoryview(buf.numpy()).cast("B") if length else memoryview(bytearray())
+        dest[key] = buf.numpy().data.cast("B") if length else memoryview(bytearray())
 
     crc = _crc.OrderedCrc() if verify_crc is not None else None
     try:

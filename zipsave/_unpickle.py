@@ -320,7 +320,8 @@ _DYNAMIC_GLOBAL = "<STACK_GLOBAL with a computed name>"
 # Globals that rebuild code objects or reach the operating system. Suggesting
 # `trusted=[name]` for them would teach users to let any archive run code.
 _CODE_RUNNERS = ("cloudpickle.", "types.", "builtins.", "os.", "posix.", "nt.", "subprocess.", "sys.", "shutil.",
-                 "importlib.", "runpy.", "pickle.", "marshal.", "ctypes.", "socket.", "operator.", "functools.")
+                 "importlib.", "runpy.", "pickle.", "marshal.", "ctypes.", "socket.", "operator.", "functools.",
+                 "io.", "_io.", "pathlib.", "tempfile.", "codecs.", "glob.", "urllib.", "http.")
 _CODE_HINT = (
     "It rebuilds code stored in the archive or reaches the operating system, so trusting it would "
     "let this archive (and any other) run arbitrary code. Replace the entry with "
