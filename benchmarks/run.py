@@ -47,7 +47,7 @@ def _machine() -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
-        "date": datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - Python 3.10.isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),  # noqa: UP017 - 3.10
     }
     try:
         with open("/proc/cpuinfo") as f:
@@ -91,13 +91,13 @@ def _worker(spec: dict, timeout: float) -> dict:
 def _reps_for(n: float, reps: int | None) -> int:
     if reps is not None:
         return reps
-    return 3 if n >= 1e8 else 5
+    return 5 if 5e6 <= n < 5e7 else 3
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default=None, help=f"parameter counts, comma separated (default {DEFAULT_SIZES})")
-    parser.add_argument("--reps", type=int, default=None, help="repetitions per size (default 5, 3 at 1e8)")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions per size (default 3; 5 at 1e7)")
     parser.add_argument("--regime", default="prefault,asis", help="prefault, asis, or both (default both)")
     parser.add_argument("--ops", default=None, help="comma-separated op names (default all); see --list")
     parser.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder (default benchmarks/results)")

@@ -583,8 +583,11 @@ class ArchiveReader:
                     archive=archive,
                     member=name,
                 )
-            if info.flag_bits & 0x1:
+            if info.flag_bits & 0x41:
                 raise ArchiveFormatError("is encrypted; zipsave does not read encrypted members.", archive=archive, member=name)
+            if info.flag_bits & 0x20:
+                raise ArchiveFormatError("uses compressed patched data (flag bit 5), which zipsave does not read.",
+                                         archive=archive, member=name)
             if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
                 raise ArchiveFormatError(
                     f"uses compression method {info.compress_type}; expected stored (0) or deflated (8).",
@@ -774,7 +777,7 @@ class ArchiveReader:
         try:
             with self._lock, self._zip.open(info) as f:
                 data = f.read(info.file_size + 1)
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as err:
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as err:
             raise ArchiveFormatError(f"cannot be read ({err}).", archive=self.archive, member=name) from err
         if len(data) != info.file_size:
             raise ArchiveFormatError(
@@ -827,7 +830,7 @@ class ArchiveReader:
                         break
                     done += len(piece)
                     yield piece
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as err:
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as err:
             raise ArchiveFormatError(f"cannot be inflated ({err}).", archive=self.archive, member=name) from err
         if done != info.file_size:
             raise ArchiveFormatError(
@@ -847,7 +850,7 @@ class ArchiveReader:
                 shutil.copyfileobj(src, spool, _READ_CHUNK)
             inflated = spool.tell()
             spool.flush()  # the view reads the descriptor directly (os.preadv)
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as err:
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as err:
             spool.close()
             raise ArchiveFormatError(f"cannot be inflated ({err}).", archive=self.archive, member=name) from err
         if inflated != info.file_size:

@@ -644,6 +644,10 @@ class _Source:
             if self.verify and self.reader.manifest is not None:
                 for lost in sorted(set(self.reader.manifest) - set(self.reader.names())):
                     self._integrity("is listed in manifest.json but missing from the archive.", lost)
+            if self.has(_format.VERSION) or self.reader.manifest is not None:
+                for name in _unrecognised(self.reader.names()):
+                    self.skip(name, None, None, ArchiveFormatError(
+                        "is not a member zipsave writes (renamed, damaged, or added by another tool); ignored."))
         except BaseException:
             self._stack.close()
             raise
@@ -821,6 +825,26 @@ class _Source:
                 hint = value.get(_format.TYPE_KEY) if isinstance(value, dict) else None
                 self.skip(member, key, hint if isinstance(hint, str) else None, err)
         return out
+
+
+_KNOWN_MEMBERS = frozenset({
+    _format.DATA, _format.INIT, _format.VERSION, _format.SB3_VERSION, _format.SYSTEM_INFO, _format.MANIFEST,
+})
+
+
+def _unrecognised(names: Iterable[str]) -> list[str]:
+    """Members of a zipsave archive that no reader of the format looks at."""
+    out = []
+    for name in names:
+        folder, _, base = name.rpartition("/")
+        if not base:  # a directory entry added by a zip tool
+            continue
+        if base in _KNOWN_MEMBERS or base.endswith(_format.PTH_SUFFIX):
+            continue
+        if base.endswith(_format.NPY_SUFFIX) and (folder + "/").endswith(_format.ARRAYS_DIR):
+            continue
+        out.append(name)
+    return out
 
 
 def _seekable(fp: Any) -> bool:
