@@ -59,7 +59,9 @@ class Reinforce(Saveable):
             width = hidden
         layers.append(torch.nn.Linear(width, int(self.action_space.n)))
         self.policy = torch.nn.Sequential(*layers)
-        self.policy.optimizer = torch.optim.Adam(self.policy.parameters(), lr=learning_rate)
+        # SB3's layout: the optimizer hangs off the policy and is saved as policy.optimizer.pth.
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=learning_rate)
+        self.policy.optimizer = self.optimizer  # type: ignore[assignment]
         self.num_timesteps = 0
         self.episode_returns: list[float] = []
 
@@ -94,9 +96,9 @@ class Reinforce(Saveable):
             ret = torch.tensor(returns[::-1])
             ret = (ret - ret.mean()) / (ret.std() + 1e-8) if len(ret) > 1 else ret
             loss = -(torch.stack(log_probs) * ret).sum()
-            self.policy.optimizer.zero_grad()
+            self.optimizer.zero_grad()
             loss.backward()
-            self.policy.optimizer.step()
+            self.optimizer.step()
             self.num_timesteps += len(rewards)
             self.episode_returns.append(sum(rewards))
         return self

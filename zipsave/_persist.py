@@ -27,7 +27,7 @@ import torch
 
 from . import _format, _progress, _system_info
 from ._archive import DEFAULT_LIMITS, ArchiveReader, ArchiveWriter, Limits, atomic_output, open_input
-from ._codec import Decoder, Encoder, dump_json, import_path, parse_json
+from ._codec import Decoder, Encoder, dump_json, parse_json
 from ._npy import read_npy
 from ._torch_io import get_device, load_pth, save_pth
 from ._unpickle import TrustPolicy
@@ -369,7 +369,7 @@ def _encode(parts: _Parts, folder: str, *, exclude: Iterable[str] | None, includ
     data = {key: encoder.encode_entry(key, value) for key, value in parts.data.items()}
     init = None
     if parts.init is not None:
-        args = {}
+        args: dict[str, Any] = {}
         component_of = {id(comp): name for name, comp in parts.components}
         for key, value in parts.init["args"].items():
             if _is_live_handle(value):
@@ -670,10 +670,11 @@ class _Source:
 
     def _open(self, path: Any) -> tuple[IO[bytes], str]:
         if hasattr(path, "read"):
+            name = getattr(path, "name", None)
+            label = name if isinstance(name, str) else f"<{type(path).__name__}>"
             if not (hasattr(path, "seek") and _seekable(path)):
-                spool = self._stack.enter_context(_spooled(path))
-                return spool, getattr(path, "name", None) or f"<{type(path).__name__}>"
-            return path, getattr(path, "name", None) if isinstance(getattr(path, "name", None), str) else f"<{type(path).__name__}>"
+                return self._stack.enter_context(_spooled(path)), label
+            return path, label
         if _is_url(path):
             from ._remote import remote_input
 
@@ -1133,10 +1134,10 @@ def _load_state_into(src: _Source, member: str, target: Any, exact_match: bool) 
             raise ParameterMismatchError(f"does not fit the optimizer: {err}", archive=src.name, member=member) from err
         return
     if _is_stateful(target):
-        current = None
+        existing: Any = None
         with contextlib.suppress(Exception):
-            current = target.state_dict()
-        tree, _ = src.load_tensors(member, current)
+            existing = target.state_dict()
+        tree, _ = src.load_tensors(member, existing)
         target.load_state_dict(tree)
         return
     raise ParameterMismatchError(
@@ -1233,6 +1234,7 @@ def _build(
     args = src.decode_entries(raw_args, init_member, custom_objects=built or None)
     import inspect as _inspect
 
+    params: Any
     try:
         params = _inspect.signature(klass.__init__).parameters
         accepts_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
