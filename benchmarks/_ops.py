@@ -201,6 +201,11 @@ def _zipsave_save(ctx: Ctx) -> None:
         _zipsave().save(app_state(ctx.policy, ctx.optimizer), f)
 
 
+def _zipsave_save_sha256(ctx: Ctx) -> None:
+    with open(ctx.out, "wb") as f:
+        _zipsave().save(app_state(ctx.policy, ctx.optimizer), f, sha256=True)
+
+
 def _zipsave_save_durable(ctx: Ctx) -> None:
     _zipsave().save(app_state(ctx.policy, ctx.optimizer), ctx.out)  # temp file + fsync + rename
 
@@ -383,6 +388,8 @@ OPS: list[Op] = [
     Op("raw_write", "save", "raw write, 1 call (floor)", lambda c: _raw_write(c)),
     Op("raw_write_fsync", "save", "raw write + fsync (durable floor)", lambda c: _raw_write(c, True)),
     Op("zipsave_save", "save", "zipsave.save (open file)", _zipsave_save, model=True, check=_check_saved_zipsave),
+    Op("zipsave_save_sha256", "save", "zipsave.save sha256=True (open file)", _zipsave_save_sha256, model=True,
+       check=_check_saved_zipsave),
     Op("zipsave_save_durable", "save", "zipsave.save (path: temp+fsync+rename)", _zipsave_save_durable, model=True,
        check=_check_saved_zipsave),
     Op("sb3_save", "save", "SB3 save_to_zip_file", _sb3_save, model=True, check=_check_saved_sb3),

@@ -11,6 +11,7 @@ import _ops
 #: Each zipsave op and the peers it is compared with, in the same repetition.
 PEERS: dict[str, dict[str, str]] = {
     "zipsave_save": {"torch": "torch_save", "sb3": "sb3_save"},
+    "zipsave_save_sha256": {"torch": "torch_save", "sb3": "sb3_save"},
     "zipsave_save_durable": {"raw": "raw_write_fsync", "torch": "torch_save", "sb3": "sb3_save"},
     "zipsave_load": {"torch": "torch_load", "sb3": "sb3_load"},
     "zipsave_load_noopt": {"torch": "torch_load", "sb3": "sb3_load"},
@@ -36,17 +37,26 @@ def _median(values: Iterable[float | None]) -> float | None:
 
 
 def summarize(records: list[dict]) -> dict[str, Any]:
-    """``{size: {regime: {op: stats}}}`` with medians and per-repetition ratios."""
-    table: dict[tuple, dict] = {}
+    """``{size: {regime: {op: stats}}}`` with medians and per-repetition ratios.
+
+    Records of several runs may be merged (``--merge``): each op is summarized from the
+    latest run that measured it, and its ratios pair it only with peers of that same run
+    and repetition.
+    """
+    by_run: dict[tuple, dict] = {}
     for r in records:
         if "seconds" in r:
-            table.setdefault((r["n"], r["regime"], r["op"]), {})[r["rep"]] = r
+            by_run.setdefault((r["n"], r["regime"], r["op"], r.get("run", "")), {})[r["rep"]] = r
+    latest: dict[tuple, str] = {}
+    for n, regime, op, run in by_run:
+        latest[(n, regime, op)] = max(run, latest.get((n, regime, op), run))
     out: dict[str, Any] = {}
-    keys = sorted({(n, regime) for n, regime, _ in table})
+    keys = sorted({(n, regime) for n, regime, _ in latest})
     for n, regime in keys:
-        ops = {op: reps for (m, g, op), reps in table.items() if m == n and g == regime}
+        ops = {op: by_run[(m, g, op, run)] for (m, g, op), run in latest.items() if m == n and g == regime}
         stats = {}
         for name, reps in ops.items():
+            run = latest[(n, regime, name)]
             op = _ops.BY_NAME[name]
             secs = _median(r["seconds"] for r in reps.values())
             nbytes = next(iter(reps.values()))["bytes"]
@@ -62,11 +72,12 @@ def summarize(records: list[dict]) -> dict[str, Any]:
             }
             peers = {"raw": FLOOR[op.group], **PEERS.get(name, {})}
             for key, peer in peers.items():
-                if peer == name or peer not in ops:
+                same_run = by_run.get((n, regime, peer, run))
+                if peer == name or same_run is None:
                     continue
                 ratios = []
                 for rep, rec in reps.items():
-                    other = ops[peer].get(rep)
+                    other = same_run.get(rep)
                     if other is not None and other["seconds"] > 0:
                         ratios.append((rec["seconds"] / rec["bytes"]) / (other["seconds"] / other["bytes"]))
                 if ratios:

@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds 'asis' waits so freed memory goes back to the host (default 3)")
     parser.add_argument("--jobs", type=int, default=1, help="workers in parallel (timings are only meaningful with 1)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per worker before it counts as failed")
-    parser.add_argument("--merge", action="store_true", help="keep records of other sizes from OUT/results.json")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the records of OUT/results.json; ops measured again replace theirs, and "
+                             "ratios only pair ops of the same run")
     parser.add_argument("--keep-inputs", action="store_true", help="keep the input files afterwards")
     parser.add_argument("--seed", type=int, default=0, help="seed of the op order shuffle")
     parser.add_argument("--no-warmup", action="store_true",
@@ -147,11 +149,16 @@ def main(argv: list[str] | None = None) -> int:
     scratch = tempfile.mkdtemp(prefix="scratch-", dir=work)
     results_path = os.path.join(args.out, "results.json")
     records: list[dict] = []
+    history: list[dict] = []
     if args.merge and os.path.exists(results_path):
         with open(results_path) as f:
             old = json.load(f)
-        records = [r for r in old.get("records", []) if r.get("n") not in sizes]
+        history = old.get("runs") or [{"machine": old.get("machine"), "config": old.get("config")}]
+        first = (history[0].get("config") or {}).get("run", "0")
+        records = [r if "run" in r else r | {"run": first} for r in old.get("records", [])]
+    run_id = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")  # noqa: UP017 - 3.10
     config = {
+        "run": run_id,
         "sizes": sizes, "regimes": regimes, "ops": names, "check": args.check, "asis_wait": args.asis_wait,
         "jobs": args.jobs, "smoke": args.smoke, "reps": {_report.size_label(n): _reps_for(n, args.reps) for n in sizes},
     }
@@ -186,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                 for regime in regimes:
                     order = list(names)
                     rng.shuffle(order)
-                    common = {"n": n, "regime": regime, "rep": rep, "folder": folder, "scratch": scratch,
+                    common = {"run": run_id, "n": n, "regime": regime, "rep": rep, "folder": folder, "scratch": scratch,
                               "check": args.check, "asis_wait": args.asis_wait, "warm_folder": warm_folder}
                     if args.smoke:
                         specs.append(common | {"op": "(all)", "batch": True, "ops": order})
@@ -212,11 +219,13 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = _report.summarize(records)
     machine["elapsed_s"] = round(time.perf_counter() - started, 1)
-    loads = [r["loadavg"] for r in records if r.get("loadavg") is not None and r.get("n") in sizes]
+    loads = [r["loadavg"] for r in records if r.get("loadavg") is not None and r.get("run") == run_id]
     machine["loadavg_median"] = round(sorted(loads)[len(loads) // 2], 2) if loads else None
     machine["loadavg_max"] = round(max(loads), 2) if loads else None
     with open(results_path, "w") as f:
-        json.dump({"machine": machine, "config": config, "summary": summary, "records": records}, f, indent=1)
+        runs = [*history, {"machine": machine, "config": config}]
+        json.dump({"machine": machine, "config": config, "runs": runs, "summary": summary, "records": records}, f,
+                  indent=1)
     text = _report.render_text(summary)
     with open(os.path.join(args.out, "table.txt"), "w") as f:
         f.write(text)
@@ -244,7 +253,7 @@ def _run_specs(specs: list[dict], records: list[dict], args: argparse.Namespace)
             for name, sub in result["batch"].items():
                 finish(spec | {"op": name}, sub, load)
             return
-        record = {k: spec[k] for k in ("op", "n", "regime", "rep")} | result | {"loadavg": load}
+        record = {k: spec[k] for k in ("op", "n", "regime", "rep", "run")} | result | {"loadavg": load}
         record.pop("traceback", None)
         records.append(record)
         where = f"{spec['op']} {_report.size_label(spec['n'])} {spec['regime']} rep {spec['rep']}"

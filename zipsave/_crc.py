@@ -18,7 +18,7 @@ __all__ = ["OrderedCrc", "crc32_combine", "pool"]
 #: Buffers smaller than this are checksummed inline: a thread hand-off costs more.
 PARALLEL_MIN = 1 << 20
 #: Large buffers are split into pieces of this size so both helper threads share one buffer.
-PIECE = 8 << 20
+PIECE = 4 << 20
 
 _POLY = 0xEDB88320
 

@@ -13,7 +13,6 @@ understand falls back to ``torch.load(weights_only=True)``.
 from __future__ import annotations
 
 import collections
-import ctypes
 import dataclasses
 import io
 import mmap as _mmap
@@ -37,9 +36,7 @@ __all__ = ["PthMeta", "TensorRef", "get_device", "load_pth", "read_pth_meta", "s
 #: Members up to this size are read whole with one call, checked, then parsed from memory.
 _SMALL_MEMBER = 1 << 20
 #: Large records are read in pieces of this size, so checksumming starts on the first piece.
-_PIECE = 8 << 20
-#: Fresh storages this large ask the kernel for transparent huge pages (fewer page faults).
-_HUGEPAGE_MIN = 4 << 20
+_PIECE = 4 << 20
 _ALIGNMENT = 64
 
 _crc_option_lock = threading.Lock()
@@ -396,34 +393,6 @@ def _in_place_target(ref: TensorRef, target: Any, length: int) -> bool:
     )
 
 
-_libc: Any = None
-
-
-def _advise_hugepages(t: torch.Tensor) -> None:
-    """Ask for transparent huge pages on a fresh buffer (Linux ``madvise`` mode): one page
-    fault per 2 MiB instead of per 4 KiB when the bytes are read into it."""
-    global _libc
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        if _libc is None:
-            _libc = ctypes.CDLL(None, use_errno=True)
-            _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        start = (t.data_ptr() + 4095) & ~4095
-        end = (t.data_ptr() + t.nbytes) & ~4095
-        if end > start:
-            _libc.madvise(start, end - start, 14)  # MADV_HUGEPAGE; failure only costs speed
-    except (OSError, AttributeError):
-        _libc = False
-
-
-def _fresh_bytes(length: int) -> torch.Tensor:
-    buf = torch.empty(length, dtype=torch.uint8)
-    if length >= _HUGEPAGE_MIN and _libc is not False:
-        _advise_hugepages(buf)
-    return buf
-
-
 def _check_targets(refs: list[tuple[tuple, Any]], targets: Any, *, shapes: bool, dtypes: bool) -> None:
     """Refuse, before a byte is read, saved tensors that do not fit their live targets."""
     problems = []
@@ -542,7 +511,9 @@ def load_pth(
                 dest[key] = _byte_view(target) if length else memoryview(b"")
                 filled.add(path)
                 continue
-        buf = _fresh_bytes(length)
+        # Plain 4 KiB pages: transparent huge pages (madvise) halved the page-fault cost when
+        # free memory was at hand, but stalled on compaction when it was not (1.5-2x slower).
+        buf = torch.empty(length, dtype=torch.uint8)
         storages[key] = buf
         dest[key] = buf.numpy().data.cast("B") if length else memoryview(bytearray())
 
