@@ -24,7 +24,7 @@ import torch
 
 from . import _format, _system_info
 from ._archive import Limits, MemberView, manifest_digest
-from ._codec import Decoder, parse_json
+from ._codec import parse_json
 from ._persist import _Source
 from ._torch_io import PthMeta, TensorRef, _Unsupported, _walk_refs, read_pth_meta
 from ._unpickle import TrustPolicy, pickle_globals
@@ -776,16 +776,8 @@ def _read_tensor(src: _Source, member: str, view: MemberView, meta: PthMeta, ref
 
 
 def _decode_key(src: _Source, member: str, key: str, value: Any) -> Any:
-    decoder = Decoder(
-        src.policy,
-        load_array=src.load_array,
-        device=src.device,
-        max_depth=src.limits.max_json_depth,
-        archive=src.name,
-        member=member,
-    )
     try:
-        return decoder.decode_entry(key, value)
+        return src.decoder(member).decode_entry(key, value)
     except ZipsaveError as err:
         err.archive, err.member, err.key = err.archive or src.name, err.member or member, err.key or key
         err.args = (err._compose(),)

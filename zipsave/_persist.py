@@ -801,10 +801,9 @@ class _Source:
             )
         return self.decode_entries(raw, member, custom_objects=custom_objects, exclude=exclude)
 
-    def decode_entries(
-        self, raw: dict, member: str, *, custom_objects: dict[str, Any] | None = None, exclude: Iterable[str] = ()
-    ) -> dict[str, Any]:
-        decoder = Decoder(
+    def decoder(self, member: str) -> Decoder:
+        """A decoder for one JSON member, under this load's trust policy, device and limits."""
+        return Decoder(
             self.policy,
             load_array=self.load_array,
             device=self.device,
@@ -812,6 +811,11 @@ class _Source:
             archive=self.name,
             member=member,
         )
+
+    def decode_entries(
+        self, raw: dict, member: str, *, custom_objects: dict[str, Any] | None = None, exclude: Iterable[str] = ()
+    ) -> dict[str, Any]:
+        decoder = self.decoder(member)
         out: dict[str, Any] = {}
         exclude = list(exclude)
         for key, value in raw.items():
