@@ -36,6 +36,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from ._inspect import inspect
 
+    if os.path.isdir(args.archive):  # a sharded (DCP) checkpoint directory
+        from .dcp._tools import describe, render
+
+        summary = describe(args.archive)
+        _print_json(summary) if args.json else print(render(summary))
+        return EXIT_OK
     info = inspect(args.archive)
     if args.json:
         _print_json(info.to_dict())
@@ -47,7 +53,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from ._verify import verify
 
-    problems = verify(args.archive)
+    if os.path.isdir(args.archive):  # a sharded (DCP) checkpoint directory
+        from .dcp._tools import verify as verify_checkpoint
+
+        problems = verify_checkpoint(args.archive)
+    else:
+        problems = verify(args.archive)
     if args.json:
         _print_json({"archive": args.archive, "ok": not problems, "problems": problems})
     elif problems:

@@ -1,0 +1,243 @@
+"""zipsave as a torch.distributed.checkpoint storage: real gloo process groups on 127.0.0.1
+(1, 2 and 4 ranks, FSDP2 ``fully_shard`` on CPU), resharding 4 -> 2 -> 1, async_save,
+consolidation both ways, and the checks that run on the checkpoint afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import dcp_workers as workers
+import zipsave
+import zipsave.dcp
+
+pytestmark = pytest.mark.slow
+
+
+def spawn(world: int, job: str, ckpt, out, timeout: float = 300) -> tuple[list[dict | None], list[int | None]]:
+    """Start ``world`` rank processes running ``job``; return their reports and exit codes."""
+    os.makedirs(out, exist_ok=True)
+    ctx = mp.get_context("spawn")
+    port = workers.free_port()
+    procs = [ctx.Process(target=workers.run, args=(rank, world, port, job, str(ckpt), str(out)))
+             for rank in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    reports: list[dict | None] = []
+    for rank in range(world):
+        path = os.path.join(out, f"rank{rank}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                reports.append(json.load(f))
+        else:
+            reports.append(None)
+    return reports, [p.exitcode for p in procs]
+
+
+def ok(reports: list[dict | None]) -> list[dict]:
+    for rank, report in enumerate(reports):
+        assert report is not None, f"rank {rank} wrote no report"
+        assert "error" not in report, f"rank {rank}: {report.get('trace')}"
+    return reports  # type: ignore[return-value]
+
+
+def assert_values(got: dict, expected: dict, keys=None) -> None:
+    keys = expected.keys() if keys is None else keys
+    for key in keys:
+        assert torch.equal(torch.tensor(got[key]), torch.tensor(expected[key])), key
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """Round trips on 1, 2 and 4 ranks, each in its own directory: {world: (dir, reports)}."""
+    runs = {}
+    for world in (1, 2, 4):
+        root = tmp_path_factory.mktemp(f"world{world}")
+        reports, codes = spawn(world, "round_trip", root / "ckpt", root / "out")
+        runs[world] = (root / "ckpt", ok(reports))
+        assert codes == [0] * world
+    return runs
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_save_and_load_on_n_ranks(saved, world):
+    _, reports = saved[world]
+    for report in reports:
+        assert report["saved"] == reports[0]["saved"]  # full tensors agree across ranks
+        for kind in ("sync", "async"):
+            assert_values(report[f"{kind}_loaded"], report["saved"])
+            assert report[f"{kind}_step"] == 2
+            assert report[f"{kind}_next_loss"] == report["next_loss"]
+    # one archive per rank and the index, nothing else
+    files = reports[0]["files"]
+    assert files[0] == "index.zip" and len(files) == world + 1
+    assert all(re.fullmatch(r"rank-\d{5}-[0-9a-f]{16}\.zip", f) for f in files[1:])
+
+
+def test_rank_archives_are_ordinary_verified_zips(saved):
+    ckpt = saved[2][0] / "sync"
+    for name in os.listdir(ckpt):
+        assert zipsave.dcp.verify(ckpt) == []
+        with zipfile.ZipFile(ckpt / name) as zf:
+            assert zf.testzip() is None
+            infos = zf.infolist()
+        assert all(i.compress_type == zipfile.ZIP_STORED for i in infos)
+        assert "manifest.json" in [i.filename for i in infos]
+    with zipfile.ZipFile(ckpt / "index.zip") as zf:
+        assert sorted(zf.namelist()) == ["dcp_metadata.json", "manifest.json"]
+        doc = json.loads(zf.read("dcp_metadata.json"))  # JSON, no pickle
+    assert doc["format"] == "zipsave-dcp" and [r["rank"] for r in doc["ranks"]] == [0, 1]
+    assert doc["state_dict_metadata"]["model.0.weight"] == {
+        "type": "tensor", "dtype": "float32", "size": [16, 6], "requires_grad": False, "layout": "strided",
+        "memory_format": "contiguous_format", "pin_memory": False,
+        "chunks": [{"offsets": [0, 0], "sizes": [8, 6]}, {"offsets": [8, 0], "sizes": [8, 6]}],
+    }
+
+
+@pytest.fixture(scope="module")
+def resharded(saved, tmp_path_factory):
+    """The 4-rank checkpoint consolidated, plus a large plain archive, loaded on 2 ranks."""
+    ckpt, _ = saved[4]
+    zipsave.dcp.consolidate(ckpt / "sync", ckpt / "model.zip")
+    zipsave.save({"model": workers.make_big(seed=7)}, ckpt / "big.zip")
+    out = tmp_path_factory.mktemp("reshard")
+    reports, codes = spawn(2, "reshard", ckpt, out)
+    assert codes == [0, 0]
+    return ok(reports)
+
+
+def test_four_ranks_load_into_two_and_train_on(saved, resharded):
+    _, four = saved[4]
+    for report in resharded:
+        assert_values(report["loaded"], four[0]["saved"])
+        assert report["step"] == 2
+        # The next step on 2 ranks matches the one the 4 ranks took (float sums differ in order).
+        assert report["next_loss"] == pytest.approx(four[0]["next_loss"], rel=1e-5)
+
+
+def test_ranks_load_their_slices_from_one_ordinary_archive(saved, resharded):
+    _, four = saved[4]
+    big = workers.make_big(seed=7)
+    size = os.path.getsize(saved[4][0] / "big.zip")
+    for report in resharded:
+        model_keys = [k for k in four[0]["saved"] if k.startswith("model.")]
+        assert_values(report["archive_loaded"], four[0]["saved"], model_keys)
+        for key, value in big.state_dict().items():
+            assert report["big_sums"][f"model.{key}"] == pytest.approx(float(value.double().sum()), rel=1e-9)
+        # each rank read about half of the tensors' bytes, not the whole archive
+        assert report["big_read_bytes"] < 0.7 * size
+
+
+def _plain_app_state():
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model = workers.make_model(seed=123)
+    optim = torch.optim.Adam(model.parameters(), lr=1e-2)
+    workers.train_step(model, optim, 9, 0, 1)
+    model_sd, optim_sd = get_state_dict(model, optim)
+    return model, optim, {"model": model_sd, "optim": optim_sd, "step": 0}
+
+
+def test_four_ranks_load_into_one_process_as_plain_tensors(saved):
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    ckpt, four = saved[4]
+    model, optim, state = _plain_app_state()
+    zipsave.dcp.load(state, ckpt / "sync", no_dist=True)
+    set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    assert all(type(t) is torch.Tensor for t in state["model"].values())
+    assert_values(workers.full_values(state), four[0]["saved"])
+    assert workers.train_step(model, optim, 2, 0, 1) == pytest.approx(four[0]["next_loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["sync", "fs"])
+def test_consolidate_into_one_archive(saved, tmp_path, layout):
+    ckpt, four = saved[4]
+    dst = tmp_path / "model.zip"
+    state = zipsave.dcp.consolidate(ckpt / layout, dst)
+    assert sorted(state) == ["model", "optim", "step"]
+    loaded = zipsave.load(dst)
+    assert loaded["step"] == 2
+    assert_values(workers.full_values(loaded), four[0]["saved"])
+    assert torch.equal(zipsave.read(dst, "model/2.weight"), torch.tensor(four[0]["saved"]["model.2.weight"]))
+    data, params, _ = zipsave.load_archive(dst)  # SB3's shape: (data, params, variables)
+    assert data == {"step": 2} and sorted(params) == ["model", "optim"]
+    model = workers.make_model(seed=5)
+    zipsave.restore({"model": model, "step": 0}, dst, exclude=["optim"])
+    assert torch.equal(model[4].bias.detach(), torch.tensor(four[0]["saved"]["model.4.bias"]))
+
+
+def test_cli_verify_and_inspect_a_checkpoint_directory(saved, tmp_path):
+    ckpt = shutil.copytree(saved[2][0] / "sync", tmp_path / "ckpt")
+    run = [sys.executable, "-m", "zipsave"]
+    good = subprocess.run([*run, "verify", str(ckpt)], capture_output=True, text=True)
+    assert good.returncode == 0, good.stderr
+    assert "OK" in good.stdout
+    shown = subprocess.run([*run, "inspect", str(ckpt)], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "2 rank archive(s)" in shown.stdout and "model.0.weight: float32 [16, 6] in 2 chunk(s)" in shown.stdout
+    rank1 = next(f for f in os.listdir(ckpt) if f.startswith("rank-00001"))
+    _flip_byte_in(ckpt / rank1, "shards/model.0.weight@8,0")
+    bad = subprocess.run([*run, "verify", str(ckpt)], capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert f"rank 1 (`{rank1}`)" in bad.stdout and "shards/model.0.weight@8,0" in bad.stdout
+
+
+def _flip_byte_in(path, member: str) -> None:
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(member)
+    with open(path, "r+b") as f:
+        f.seek(info.header_offset + 26)
+        name_len, extra_len = (int.from_bytes(f.read(2), "little") for _ in range(2))
+        at = info.header_offset + 30 + name_len + extra_len
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_missing_rank_archive_names_rank_and_file(saved, tmp_path):
+    ckpt = shutil.copytree(saved[2][0] / "sync", tmp_path / "ckpt")
+    rank1 = next(f for f in os.listdir(ckpt) if f.startswith("rank-00001"))
+    os.unlink(ckpt / rank1)
+    _, _, state = _plain_app_state()
+    with pytest.raises(zipsave.IntegrityError, match=re.escape(f"member `{rank1}`: rank 1's archive is missing")):
+        zipsave.dcp.load(state, ckpt, no_dist=True)
+    assert any(f"rank 1 (`{rank1}`)" in p or rank1 in p for p in zipsave.dcp.verify(ckpt))
+
+
+def test_corrupt_rank_member_names_rank_and_member(saved, tmp_path):
+    ckpt = shutil.copytree(saved[2][0] / "sync", tmp_path / "ckpt")
+    rank1 = next(f for f in os.listdir(ckpt) if f.startswith("rank-00001"))
+    _flip_byte_in(ckpt / rank1, "shards/model.2.weight@6,0")
+    _, _, state = _plain_app_state()
+    with pytest.raises(zipsave.IntegrityError, match=re.escape("member `shards/model.2.weight@6,0`: rank 1: CRC-32")):
+        zipsave.dcp.load(state, ckpt, no_dist=True)
+
+
+def test_killed_rank_leaves_the_previous_checkpoint_whole(saved, tmp_path):
+    ckpt = shutil.copytree(saved[2][0] / "sync", tmp_path / "ckpt")
+    index_before = (ckpt / "index.zip").read_bytes()
+    reports, codes = spawn(2, "killed_save", ckpt, tmp_path / "out", timeout=180)
+    assert codes[1] == -9  # SIGKILL while writing its archive
+    assert reports[0] is not None and reports[0]["raised"] is not None  # rank 0 saw the failure
+    assert (ckpt / "index.zip").read_bytes() == index_before  # no commit
+    assert zipsave.dcp.verify(ckpt) == []
+    _, _, state = _plain_app_state()
+    zipsave.dcp.load(state, ckpt, no_dist=True)
+    assert_values(workers.full_values(state), saved[2][1][0]["saved"])
