@@ -97,30 +97,32 @@ def full_values(state) -> dict:
     return out
 
 
-def _init(rank: int, world: int, port: int) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    warnings.simplefilter("ignore")
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
-
-
 def _report(out: str, rank: int, payload: dict) -> None:
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(payload, f)
 
 
-def run(rank: int, world: int, port: int, job: str, ckpt: str, out: str) -> None:
-    """The entry point: ``job`` names what this group of ranks does."""
-    _init(rank, world, port)
-    try:
-        payload = JOBS[job](rank, world, ckpt)
-    except BaseException as err:  # the parent asserts on the report, so errors go there too
-        payload = {"error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc()}
-    finally:
-        if job != "killed_save" or rank == 0:
-            _report(out, rank, payload)
-    dist.destroy_process_group()
+def run_steps(rank: int, steps: list, out: str) -> None:
+    """The entry point: run ``steps`` -- ``(name, job, world, port, ckpt)`` -- in order, each
+    in its own gloo process group of ``world`` ranks on 127.0.0.1 (ranks beyond it sit the
+    step out). Starting processes is the slow part of these tests, so one set of processes
+    runs every step. Reports go to ``out/<name>/rank<r>.json``."""
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    for name, job, world, port, ckpt in steps:
+        if rank >= world:
+            continue
+        os.environ["MASTER_PORT"] = str(port)
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+        try:
+            payload = JOBS[job](rank, world, ckpt)
+        except BaseException as err:  # the parent asserts on the report, so errors go there too
+            payload = {"error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc()}
+        folder = os.path.join(out, name)
+        os.makedirs(folder, exist_ok=True)
+        _report(folder, rank, payload)
+        dist.destroy_process_group()
 
 
 # -- jobs --------------------------------------------------------------------------------------
@@ -137,6 +139,8 @@ def job_round_trip(rank: int, world: int, ckpt: str) -> dict:
     state["step"] = 2
     saved = full_values(state)
     dcp.save(state, storage_writer=zipsave.dcp.ZipWriter(os.path.join(ckpt, "sync")))
+    # The same state through DCP's own writer, for consolidation from its layout.
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(os.path.join(ckpt, "fs")))
     future = dcp.async_save(state, storage_writer=zipsave.dcp.ZipWriter(os.path.join(ckpt, "async")))
     future.result()
     next_loss = train_step(model, optim, 2, rank, world)
@@ -152,8 +156,6 @@ def job_round_trip(rank: int, world: int, ckpt: str) -> dict:
         results[f"{kind}_step"] = target["step"]
         results[f"{kind}_next_loss"] = train_step(fresh, fresh_optim, 2, rank, world)
     results["files"] = sorted(os.listdir(os.path.join(ckpt, "sync")))
-    # The same state through DCP's own writer, for consolidation from its layout.
-    dcp.save(state, storage_writer=dcp.FileSystemWriter(os.path.join(ckpt, "fs")))
     return results
 
 
@@ -223,22 +225,39 @@ class _KillingPlanner:
         return Planner()
 
 
-def job_killed_save(rank: int, world: int, ckpt: str) -> dict:
-    """Save a second checkpoint over ``ckpt`` while rank 1 is killed in the middle of writing."""
+def job_prepare(rank: int, world: int, ckpt: str) -> dict:
+    """One process: consolidate the checkpoint and write a large ordinary archive beside it."""
+    import zipsave
     import zipsave.dcp
 
+    zipsave.dcp.consolidate(os.path.join(ckpt, "sync"), os.path.join(ckpt, "model.zip"))
+    zipsave.save({"model": make_big(seed=7)}, os.path.join(ckpt, "big.zip"))
+    return {}
+
+
+def job_killed_save(rank: int, world: int, ckpt: str) -> dict:
+    """Save a second checkpoint over ``ckpt`` while rank 1 is killed in the middle of writing."""
+    import shutil
+
+    import zipsave.dcp
+
+    ckpt = os.path.join(ckpt, "killed")
+    if rank == 0:
+        shutil.copytree(os.path.join(os.path.dirname(ckpt), "sync"), ckpt)
+    dist.barrier()
     model, optim = sharded(world, seed=5)
     for step in range(3):
         train_step(model, optim, step, rank, world)
     try:
         zipsave.dcp.save(app_state(model, optim), ckpt, planner=_KillingPlanner(rank))
     except BaseException as err:
-        return {"raised": type(err).__name__}
+        return {"raised": f"{type(err).__name__}: {err}"}
     return {"raised": None}
 
 
 JOBS = {
     "round_trip": job_round_trip,
+    "prepare": job_prepare,
     "reshard": job_reshard,
     "killed_save": job_killed_save,
 }

@@ -23,21 +23,17 @@ import zipsave.dcp
 pytestmark = pytest.mark.slow
 
 
-def spawn(world: int, job: str, ckpt, out, timeout: float = 300) -> tuple[list[dict | None], list[int | None]]:
-    """Start ``world`` rank processes running ``job``; return their reports and exit codes."""
-    os.makedirs(out, exist_ok=True)
-    ctx = mp.get_context("spawn")
-    port = workers.free_port()
-    procs = [ctx.Process(target=workers.run, args=(rank, world, port, job, str(ckpt), str(out)))
-             for rank in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout)
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
+STEPS = [  # (name, job, world size, checkpoint folder)
+    ("w4", "round_trip", 4, "w4"),
+    ("w2", "round_trip", 2, "w2"),
+    ("w1", "round_trip", 1, "w1"),
+    ("prepare", "prepare", 1, "w4"),
+    ("reshard", "reshard", 2, "w4"),
+    ("killed", "killed_save", 2, "w2"),  # last: rank 1 dies in it
+]
+
+
+def read_reports(out, world: int) -> list[dict | None]:
     reports: list[dict | None] = []
     for rank in range(world):
         path = os.path.join(out, f"rank{rank}.json")
@@ -46,7 +42,40 @@ def spawn(world: int, job: str, ckpt, out, timeout: float = 300) -> tuple[list[d
                 reports.append(json.load(f))
         else:
             reports.append(None)
-    return reports, [p.exitcode for p in procs]
+    return reports
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every multi-rank step, run once by one set of 4 spawned processes: {name: reports}."""
+    root = tmp_path_factory.mktemp("dcp")
+    steps = [(name, job, world, workers.free_port(), str(root / folder)) for name, job, world, folder in STEPS]
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=workers.run_steps, args=(rank, steps, str(root / "out"))) for rank in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(600)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    out = {name: read_reports(root / "out" / name, world) for name, _, world, _ in STEPS}
+    out["exitcodes"] = [p.exitcode for p in procs]
+    out["root"] = root
+    return out
+
+
+@pytest.fixture(scope="module")
+def saved(runs):
+    """{world: (checkpoint folder, reports)} of the round trips."""
+    return {world: (runs["root"] / f"w{world}", ok(runs[f"w{world}"])) for world in (1, 2, 4)}
+
+
+@pytest.fixture(scope="module")
+def resharded(runs):
+    ok(runs["prepare"])
+    return ok(runs["reshard"])
 
 
 def ok(reports: list[dict | None]) -> list[dict]:
@@ -60,18 +89,6 @@ def assert_values(got: dict, expected: dict, keys=None) -> None:
     keys = expected.keys() if keys is None else keys
     for key in keys:
         assert torch.equal(torch.tensor(got[key]), torch.tensor(expected[key])), key
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """Round trips on 1, 2 and 4 ranks, each in its own directory: {world: (dir, reports)}."""
-    runs = {}
-    for world in (1, 2, 4):
-        root = tmp_path_factory.mktemp(f"world{world}")
-        reports, codes = spawn(world, "round_trip", root / "ckpt", root / "out")
-        runs[world] = (root / "ckpt", ok(reports))
-        assert codes == [0] * world
-    return runs
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
@@ -109,18 +126,6 @@ def test_rank_archives_are_ordinary_verified_zips(saved):
     }
 
 
-@pytest.fixture(scope="module")
-def resharded(saved, tmp_path_factory):
-    """The 4-rank checkpoint consolidated, plus a large plain archive, loaded on 2 ranks."""
-    ckpt, _ = saved[4]
-    zipsave.dcp.consolidate(ckpt / "sync", ckpt / "model.zip")
-    zipsave.save({"model": workers.make_big(seed=7)}, ckpt / "big.zip")
-    out = tmp_path_factory.mktemp("reshard")
-    reports, codes = spawn(2, "reshard", ckpt, out)
-    assert codes == [0, 0]
-    return ok(reports)
-
-
 def test_four_ranks_load_into_two_and_train_on(saved, resharded):
     _, four = saved[4]
     for report in resharded:
@@ -138,7 +143,7 @@ def test_ranks_load_their_slices_from_one_ordinary_archive(saved, resharded):
         model_keys = [k for k in four[0]["saved"] if k.startswith("model.")]
         assert_values(report["archive_loaded"], four[0]["saved"], model_keys)
         for key, value in big.state_dict().items():
-            assert report["big_sums"][f"model.{key}"] == pytest.approx(float(value.double().sum()), rel=1e-9)
+            assert report["big_sums"][key] == pytest.approx(float(value.double().sum()), rel=1e-9)
         # each rank read about half of the tensors' bytes, not the whole archive
         assert report["big_read_bytes"] < 0.7 * size
 
@@ -158,7 +163,7 @@ def test_four_ranks_load_into_one_process_as_plain_tensors(saved):
 
     ckpt, four = saved[4]
     model, optim, state = _plain_app_state()
-    zipsave.dcp.load(state, ckpt / "sync", no_dist=True)
+    zipsave.dcp.load(state, ckpt / "sync")
     set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
     assert all(type(t) is torch.Tensor for t in state["model"].values())
     assert_values(workers.full_values(state), four[0]["saved"])
@@ -217,7 +222,7 @@ def test_missing_rank_archive_names_rank_and_file(saved, tmp_path):
     os.unlink(ckpt / rank1)
     _, _, state = _plain_app_state()
     with pytest.raises(zipsave.IntegrityError, match=re.escape(f"member `{rank1}`: rank 1's archive is missing")):
-        zipsave.dcp.load(state, ckpt, no_dist=True)
+        zipsave.dcp.load(state, ckpt)
     assert any(f"rank 1 (`{rank1}`)" in p or rank1 in p for p in zipsave.dcp.verify(ckpt))
 
 
@@ -227,17 +232,17 @@ def test_corrupt_rank_member_names_rank_and_member(saved, tmp_path):
     _flip_byte_in(ckpt / rank1, "shards/model.2.weight@6,0")
     _, _, state = _plain_app_state()
     with pytest.raises(zipsave.IntegrityError, match=re.escape("member `shards/model.2.weight@6,0`: rank 1: CRC-32")):
-        zipsave.dcp.load(state, ckpt, no_dist=True)
+        zipsave.dcp.load(state, ckpt)
 
 
-def test_killed_rank_leaves_the_previous_checkpoint_whole(saved, tmp_path):
-    ckpt = shutil.copytree(saved[2][0] / "sync", tmp_path / "ckpt")
-    index_before = (ckpt / "index.zip").read_bytes()
-    reports, codes = spawn(2, "killed_save", ckpt, tmp_path / "out", timeout=180)
-    assert codes[1] == -9  # SIGKILL while writing its archive
-    assert reports[0] is not None and reports[0]["raised"] is not None  # rank 0 saw the failure
-    assert (ckpt / "index.zip").read_bytes() == index_before  # no commit
+def test_killed_rank_leaves_the_previous_checkpoint_whole(runs, saved):
+    ckpt = runs["root"] / "w2" / "killed"  # a copy of the 2-rank checkpoint, saved over
+    assert runs["exitcodes"][1] == -9  # rank 1: SIGKILL while writing its archive
+    assert runs["exitcodes"][2:] == [0, 0]
+    report = runs["killed"][0]
+    assert report is not None and report["raised"] is not None, report  # rank 0 saw the failure
+    assert (ckpt / "index.zip").read_bytes() == (saved[2][0] / "sync" / "index.zip").read_bytes()  # no commit
     assert zipsave.dcp.verify(ckpt) == []
     _, _, state = _plain_app_state()
-    zipsave.dcp.load(state, ckpt, no_dist=True)
+    zipsave.dcp.load(state, ckpt)
     assert_values(workers.full_values(state), saved[2][1][0]["saved"])

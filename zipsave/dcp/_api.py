@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
@@ -24,11 +28,23 @@ def _unwrap(err: CheckpointException) -> None:
             raise exc from err
 
 
+@contextlib.contextmanager
+def _single_process_quiet(kwargs: dict[str, Any]) -> Iterator[None]:
+    """Without a process group DCP works in one process and warns that it assumes so; here
+    that is the documented use, so the warning is not repeated to the caller."""
+    if kwargs.get("no_dist") or not (dist.is_available() and dist.is_initialized()):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+            yield
+    else:
+        yield
+
+
 def save(state_dict: dict[str, Any], path: str | os.PathLike, *, sync_files: bool = True, sha256: bool = False,
          **kwargs: Any) -> Any:
     """``torch.distributed.checkpoint.save(state_dict, storage_writer=ZipWriter(path))``.
 
-    Call it on every rank of the process group (or in one process without one). A failure
+    Call it on every rank of the process group, or in one process without one. A failure
     caused by the storage raises its :class:`~zipsave.ZipsaveError` on every rank instead of
     DCP's ``CheckpointException``; other failures raise that exception unchanged.
 
@@ -49,7 +65,8 @@ def save(state_dict: dict[str, Any], path: str | os.PathLike, *, sync_files: boo
         What ``dcp.save`` returns.
     """
     try:
-        return dcp.save(state_dict, storage_writer=ZipWriter(path, sync_files=sync_files, sha256=sha256), **kwargs)
+        with _single_process_quiet(kwargs):
+            return dcp.save(state_dict, storage_writer=ZipWriter(path, sync_files=sync_files, sha256=sha256), **kwargs)
     except CheckpointException as err:
         _unwrap(err)
         raise
@@ -74,8 +91,12 @@ def load(state_dict: dict[str, Any], path: str | os.PathLike, *, allow_pickle: b
     **kwargs
         Passed to ``dcp.load`` (``planner``, ``process_group``, ``no_dist``).
     """
+    reader = ZipReader(path, allow_pickle=allow_pickle)
     try:
-        dcp.load(state_dict, storage_reader=ZipReader(path, allow_pickle=allow_pickle), **kwargs)
+        with _single_process_quiet(kwargs):
+            dcp.load(state_dict, storage_reader=reader, **kwargs)
     except CheckpointException as err:
         _unwrap(err)
+        if reader.metadata_error is not None:
+            raise reader.metadata_error from err
         raise

@@ -88,6 +88,8 @@ class ZipReader(StorageReader):
         self.allow_pickle = allow_pickle
         self.load_id = uuid.uuid4().hex
         self._storage: _Sharded | ArchiveSource | None = None
+        #: Why the last read_metadata failed: DCP replaces that error by its own AssertionError.
+        self.metadata_error: ZipsaveError | None = None
 
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
         if checkpoint_id:
@@ -97,11 +99,15 @@ class ZipReader(StorageReader):
 
     # -- metadata -------------------------------------------------------------------------
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        if os.path.isdir(self.path):
-            metadata = self._read_index()
-        else:
-            metadata = archive_metadata(self.path)
-            metadata.version = CURRENT_DCP_VERSION
+        try:
+            if os.path.isdir(self.path):
+                metadata = self._read_index()
+            else:
+                metadata = archive_metadata(self.path)
+                metadata.version = CURRENT_DCP_VERSION
+        except ZipsaveError as err:
+            self.metadata_error = err
+            raise
         if metadata.storage_meta is None:
             metadata.storage_meta = StorageMeta(checkpoint_id=self.path)
         metadata.storage_meta.load_id = self.load_id
