@@ -108,8 +108,8 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
         if rank == 0:
             one = os.path.join(root, "one.zip")
             for key, fn in (
-                ("consolidate_zipsave", lambda: zipsave.dcp.consolidate(zip_dir, one)),
-                ("consolidate_dcp_dir", lambda: zipsave.dcp.consolidate(fs_dir, one)),
+                ("consolidate_zipsave", lambda one=one: zipsave.dcp.consolidate(zip_dir, one)),
+                ("consolidate_dcp_dir", lambda one=one: zipsave.dcp.consolidate(fs_dir, one)),
                 ("dcp_to_torch_save", lambda: dcp_to_torch_save(fs_dir, os.path.join(root, "one.pt"))),
             ):
                 start = time.perf_counter()

@@ -37,7 +37,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from ._inspect import inspect
 
     if os.path.isdir(args.archive):  # a sharded (DCP) checkpoint directory
-        from .dcp._tools import describe, render
+        from ._sharded import describe, render
 
         summary = describe(args.archive)
         _print_json(summary) if args.json else print(render(summary))
@@ -54,7 +54,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from ._verify import verify
 
     if os.path.isdir(args.archive):  # a sharded (DCP) checkpoint directory
-        from .dcp._tools import verify as verify_checkpoint
+        from ._sharded import verify as verify_checkpoint
 
         problems = verify_checkpoint(args.archive)
     else:

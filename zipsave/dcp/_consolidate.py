@@ -69,9 +69,9 @@ class SafeFileSystemReader(FileSystemReader):
                                          member=_DCP_METADATA) from err
         if not isinstance(metadata, Metadata):
             raise ArchiveFormatError("does not hold DCP Metadata.", archive=os.fspath(self.path), member=_DCP_METADATA)
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
+        storage_meta = getattr(metadata, "storage_meta", None) or StorageMeta()
+        storage_meta.load_id = self.load_id
+        metadata.storage_meta = storage_meta
         return metadata
 
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["INDEX", "METADATA", "bytes_member", "is_checkpoint_dir", "rank_file", "stale_files", "tensor_member"]
+from .._sharded import INDEX, METADATA, is_checkpoint_dir
 
-#: The index archive: the commit point of a checkpoint. It holds METADATA and manifest.json.
-INDEX = "index.zip"
-#: The JSON form of DCP's Metadata, inside INDEX.
-METADATA = "dcp_metadata.json"
+__all__ = ["INDEX", "METADATA", "bytes_member", "is_checkpoint_dir", "rank_file", "stale_files", "tensor_member"]
 
 _RANK_FILE = re.compile(r"rank-(\d{5,})-([0-9a-f]{8,32})\.zip")
 _RANK_TMP = re.compile(r"\.rank-(\d{5,})-([0-9a-f]{8,32})\.zip\..*\.zipsave-tmp")
@@ -36,11 +33,6 @@ def tensor_member(fqn: str, offsets: tuple[int, ...] | list[int], serial: int) -
 def bytes_member(fqn: str, serial: int) -> str:
     """Member of one non-tensor value (``torch.save`` bytes made by DCP's planner)."""
     return f"objects/{_name(fqn, serial)}"
-
-
-def is_checkpoint_dir(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a directory holding a committed zipsave DCP checkpoint."""
-    return os.path.isfile(os.path.join(os.fspath(path), INDEX))
 
 
 def stale_files(folder: str, keep: set[str]) -> list[str]:

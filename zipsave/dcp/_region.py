@@ -80,7 +80,7 @@ def read_into(
     whole = base == 0 and offsets == (0,) * len(shape) and lengths == tuple(shape) and member_size == nbytes
     direct = target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous()
     buf = target if direct else torch.empty(lengths, dtype=dtype)
-    dest = memoryview(buf.reshape(-1).view(torch.uint8).numpy()).cast("B") if nbytes else memoryview(b"")
+    dest = buf.reshape(-1).view(torch.uint8).numpy().data.cast("B") if nbytes else memoryview(b"")
     check = whole and crc is not None
     pending: Future | None = None
     state = [0]

@@ -47,7 +47,7 @@ def _tensor_bytes(tensor: torch.Tensor) -> tuple[torch.Tensor, memoryview]:
         t = t.cpu()
     t = t.contiguous()
     flat = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
-    return t, memoryview(flat.numpy()).cast("B")
+    return t, flat.numpy().data.cast("B")
 
 
 class ZipWriter(StorageWriter):
@@ -144,7 +144,7 @@ class ZipWriter(StorageWriter):
     def _write_item(
         self, writer: ArchiveWriter, rank: int, serial: int, item: Any, planner: SavePlanner
     ) -> tuple[MetadataIndex, int, ItemLocation]:
-        data = planner.resolve_data(item)
+        data: Any = planner.resolve_data(item)
         if item.type == WriteItemType.BYTE_IO:
             member = _layout.bytes_member(item.index.fqn, serial)
             raw = data.getvalue()

@@ -1,4 +1,5 @@
-"""``zipsave verify`` and ``zipsave inspect`` for a sharded checkpoint directory."""
+"""``zipsave verify`` and ``zipsave inspect`` for a sharded checkpoint directory (the layout
+:mod:`zipsave.dcp` writes), with no torch.distributed: a tool, so the CLI needs no integration."""
 
 from __future__ import annotations
 
@@ -6,22 +7,31 @@ import hashlib
 import os
 from typing import Any
 
-from .._archive import ArchiveReader, open_input
-from .._json import loads as json_loads
-from .._verify import verify as verify_archive
-from ..exceptions import ZipsaveError
-from . import _layout
+from ._archive import ArchiveReader, open_input
+from ._json import loads as json_loads
+from ._verify import verify as verify_archive
+from .exceptions import ZipsaveError
 
-__all__ = ["describe", "verify"]
+__all__ = ["INDEX", "METADATA", "describe", "is_checkpoint_dir", "render", "verify"]
+
+#: The index archive: the commit point of a checkpoint. It holds METADATA and manifest.json.
+INDEX = "index.zip"
+#: The JSON form of DCP's Metadata, inside INDEX.
+METADATA = "dcp_metadata.json"
+
+
+def is_checkpoint_dir(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a directory holding a committed sharded checkpoint."""
+    return os.path.isfile(os.path.join(os.fspath(path), INDEX))
 
 
 def _index(path: str) -> dict:
-    index = os.path.join(path, _layout.INDEX)
+    index = os.path.join(path, INDEX)
     with open_input(index) as fp:
-        raw = ArchiveReader(fp, archive=index).read(_layout.METADATA)
+        raw = ArchiveReader(fp, archive=index).read(METADATA)
     doc = json_loads(raw, max_depth=64)
     if not isinstance(doc, dict) or not isinstance(doc.get("ranks"), list):
-        raise ZipsaveError("is not a zipsave DCP index.", archive=index, member=_layout.METADATA)
+        raise ZipsaveError("is not a zipsave DCP index.", archive=index, member=METADATA)
     return doc
 
 
@@ -41,11 +51,11 @@ def verify(path: str | os.PathLike) -> list[str]:
         manifest hash the index recorded; every member the index names must exist.
     """
     path = os.fspath(path)
-    problems = [f"{_layout.INDEX}: {p}" for p in verify_archive(os.path.join(path, _layout.INDEX))]
+    problems = [f"{INDEX}: {p}" for p in verify_archive(os.path.join(path, INDEX))]
     if problems:
         return problems
     doc = _index(path)
-    members: dict[int, set[str]] = {}
+    members: dict[Any, set[Any]] = {}
     for item in doc.get("storage_data") or []:
         if isinstance(item, dict):
             members.setdefault(item.get("rank"), set()).add(item.get("member"))
@@ -64,7 +74,7 @@ def verify(path: str | os.PathLike) -> list[str]:
             manifest = reader.read("manifest.json", verify=False)
             names = set(reader.names())
         if hashlib.sha256(manifest).hexdigest() != entry.get("manifest_sha256"):
-            problems.append(f"rank {rank} (`{file}`): manifest.json differs from the one {_layout.INDEX} recorded.")
+            problems.append(f"rank {rank} (`{file}`): manifest.json differs from the one {INDEX} recorded.")
         for member in sorted(members.get(rank, set()) - names):
             problems.append(f"rank {rank} (`{file}`): member `{member}` is missing.")
     return problems
