@@ -8,8 +8,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import zipfile
 
 import pytest
@@ -187,20 +185,22 @@ def test_consolidate_into_one_archive(saved, tmp_path, layout):
     assert torch.equal(model[4].bias.detach(), torch.tensor(four[0]["saved"]["model.4.bias"]))
 
 
-def test_cli_verify_and_inspect_a_checkpoint_directory(saved, tmp_path):
+def test_cli_verify_and_inspect_a_checkpoint_directory(saved, tmp_path, capsys):
+    from zipsave.cli import main
+
     ckpt = shutil.copytree(saved[2][0] / "sync", tmp_path / "ckpt")
-    run = [sys.executable, "-m", "zipsave"]
-    good = subprocess.run([*run, "verify", str(ckpt)], capture_output=True, text=True)
-    assert good.returncode == 0, good.stderr
-    assert "OK" in good.stdout
-    shown = subprocess.run([*run, "inspect", str(ckpt)], capture_output=True, text=True)
-    assert shown.returncode == 0, shown.stderr
-    assert "2 rank archive(s)" in shown.stdout and "model.0.weight: float32 [16, 6] in 2 chunk(s)" in shown.stdout
+    assert main(["verify", str(ckpt)]) == 0
+    assert "OK" in capsys.readouterr().out
+    assert main(["inspect", str(ckpt)]) == 0
+    shown = capsys.readouterr().out
+    assert "2 rank archive(s)" in shown and "model.0.weight: float32 [16, 6] in 2 chunk(s)" in shown
+    assert main(["inspect", "--json", str(ckpt)]) == 0
+    assert [r["rank"] for r in json.loads(capsys.readouterr().out)["ranks"]] == [0, 1]
     rank1 = next(f for f in os.listdir(ckpt) if f.startswith("rank-00001"))
     _flip_byte_in(ckpt / rank1, "shards/model.0.weight@8,0")
-    bad = subprocess.run([*run, "verify", str(ckpt)], capture_output=True, text=True)
-    assert bad.returncode == 1
-    assert f"rank 1 (`{rank1}`)" in bad.stdout and "shards/model.0.weight@8,0" in bad.stdout
+    assert main(["verify", str(ckpt)]) == 1
+    out = capsys.readouterr().out
+    assert f"rank 1 (`{rank1}`)" in out and "shards/model.0.weight@8,0" in out
 
 
 def _flip_byte_in(path, member: str) -> None:

@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         "pickle, every tensor with dtype and shape, and the component tree. Never unpickles and never "
         "calls torch.load.",
     )
-    inspect.add_argument("archive", help="the archive (a path; .zip is tried too)")
+    inspect.add_argument("archive", help="the archive (a path; .zip is tried too), or a sharded checkpoint directory")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
     inspect.set_defaults(func=_cmd_inspect)
 
@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Check every member against manifest.json (size, CRC-32, SHA-256) and the archive's structure. "
         "Exit status 0 when the archive is intact, 1 when a problem was found.",
     )
-    verify.add_argument("archive", help="the archive")
+    verify.add_argument("archive", help="the archive, or a sharded checkpoint directory")
     verify.add_argument("--json", action="store_true", help="print JSON: {archive, ok, problems}")
     verify.set_defaults(func=_cmd_verify)
 
