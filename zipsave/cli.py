@@ -14,6 +14,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from ._demo import run_demo
+from ._tools import describe_sharded, diff, extract, inspect, render_sharded, verify, verify_sharded
 from ._version import __version__
 from .exceptions import ZipsaveError
 
@@ -28,19 +30,13 @@ def _print_json(obj: Any) -> None:
 
 # -- subcommands -------------------------------------------------------------------------------
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from ._demo import run_demo
-
     return run_demo(seconds=args.seconds, out=args.out)
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from ._inspect import inspect
-
-    if os.path.isdir(args.archive):  # a sharded (DCP) checkpoint directory
-        from ._sharded import describe, render
-
-        summary = describe(args.archive)
-        _print_json(summary) if args.json else print(render(summary))
+    if os.path.isdir(args.archive):  # a sharded (zipsave.dcp) checkpoint directory
+        summary = describe_sharded(args.archive)
+        _print_json(summary) if args.json else print(render_sharded(summary))
         return EXIT_OK
     info = inspect(args.archive)
     if args.json:
@@ -51,14 +47,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from ._verify import verify
-
-    if os.path.isdir(args.archive):  # a sharded (DCP) checkpoint directory
-        from ._sharded import verify as verify_checkpoint
-
-        problems = verify_checkpoint(args.archive)
-    else:
-        problems = verify(args.archive)
+    # A directory is a sharded (zipsave.dcp) checkpoint: the index and every rank archive.
+    problems = verify_sharded(args.archive) if os.path.isdir(args.archive) else verify(args.archive)
     if args.json:
         _print_json({"archive": args.archive, "ok": not problems, "problems": problems})
     elif problems:
@@ -71,8 +61,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from ._diff import diff
-
     result = diff(args.a, args.b)
     if args.json:
         _print_json(result.to_dict())
@@ -82,8 +70,6 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
-    from ._extract import extract
-
     written = extract(args.archive, args.folder, overwrite=args.overwrite)
     if args.json:
         _print_json({"archive": args.archive, "folder": args.folder, "files": written})

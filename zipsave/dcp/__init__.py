@@ -9,7 +9,7 @@ from __future__ import annotations
 from ._api import load, save
 from ._consolidate import consolidate
 from ._reader import ZipReader
-from .._sharded import verify
+from .._tools import verify_sharded as verify
 from ._writer import ZipWriter
 
 __all__ = ["ZipReader", "ZipWriter", "consolidate", "load", "save", "verify"]

@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.metadata import (
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlanner, ReadItem
 
 from .._archive import ArchiveReader, open_input
-from .._torch_io import TensorRef, read_pth_meta
+from .._tensors import TensorRef, read_pth_meta
 from ..exceptions import ArchiveFormatError, ZipsaveError
 from . import _region
 

@@ -14,7 +14,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
-from .._persist import save_archive
+from .._api import save_archive
 from ..exceptions import ArchiveFormatError, UnsafeGlobalError, ZipsaveError
 from . import _layout
 from ._reader import ZipReader, check_pickle

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import re
 
-from .._sharded import INDEX, METADATA, is_checkpoint_dir
+from .._format import DCP_INDEX as INDEX
+from .._format import DCP_METADATA as METADATA
+from .._tools import is_checkpoint_dir
 
 __all__ = ["INDEX", "METADATA", "bytes_member", "is_checkpoint_dir", "rank_file", "stale_files", "tensor_member"]
 
