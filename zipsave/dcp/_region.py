@@ -4,29 +4,20 @@ from __future__ import annotations
 
 import itertools
 import math
-import zlib
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
 from torch.distributed.checkpoint.planner import LoadPlanner, ReadItem
 
+from .._archive import OrderedCrc
 from ..exceptions import ArchiveFormatError, IntegrityError
 
 __all__ = ["read_into", "runs"]
 
+#: Pieces read at once: the CRC of one (on the archive layer's helper threads) overlaps
+#: reading the next.
 _PIECE = 8 << 20
-_crc_pool: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    # One worker: CRC pieces must be folded in order. zlib.crc32 releases the GIL, so the
-    # CRC of one piece runs while the next is read.
-    global _crc_pool
-    if _crc_pool is None:
-        _crc_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zipsave-dcp-crc")
-    return _crc_pool
 
 
 def runs(shape: tuple[int, ...], offsets: tuple[int, ...], lengths: tuple[int, ...],
@@ -66,7 +57,8 @@ def read_into(
 
     The bytes go straight into the destination when it is a contiguous CPU tensor of the
     stored dtype, else into a buffer that is then copied. When the read covers the whole member
-    and ``crc`` is given, its CRC-32 is computed on a helper thread while reading and checked.
+    and ``crc`` is given, its CRC-32 is computed on the archive layer's helper threads while
+    reading, and checked.
     """
     offsets, lengths = tuple(item.storage_offsets), tuple(item.lengths)
     target = planner.resolve_tensor(item).detach()
@@ -81,13 +73,7 @@ def read_into(
     direct = target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous()
     buf = target if direct else torch.empty(lengths, dtype=dtype)
     dest = buf.reshape(-1).view(torch.uint8).numpy().data.cast("B") if nbytes else memoryview(b"")
-    check = whole and crc is not None
-    pending: Future | None = None
-    state = [0]
-
-    def fold(piece: memoryview) -> None:
-        state[0] = zlib.crc32(piece, state[0])
-
+    checker = OrderedCrc() if whole and crc is not None else None
     done = 0
     try:
         for start, length in runs(tuple(shape), offsets, lengths, itemsize):
@@ -98,15 +84,19 @@ def read_into(
                 if got != piece.nbytes:
                     raise ArchiveFormatError(f"{where}: the member ends early (truncated).", archive=archive,
                                              member=member)
-                if check:
-                    pending = _pool().submit(fold, piece)
+                if checker is not None:
+                    checker.feed(piece)
                 done += piece.nbytes
-    finally:
-        if pending is not None:
-            pending.result()
-    if check and state[0] != crc:
+        if checker is not None:
+            checker.wait()
+    except BaseException:
+        if checker is not None:
+            checker.cancel()
+        raise
+    actual = checker.value() if checker is not None else crc
+    if actual != crc:
         raise IntegrityError(
-            f"{where}: CRC-32 of the bytes read is {state[0]:08x}, the archive records {crc:08x} (corrupted).",
+            f"{where}: CRC-32 of the bytes read is {actual:08x}, the archive records {crc:08x} (corrupted).",
             archive=archive, member=member, hint="Run `zipsave verify` on the checkpoint.",
         )
     if not direct:
