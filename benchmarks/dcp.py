@@ -150,7 +150,7 @@ def main() -> None:
     gb = 4 * args.params / 1e9
     report = {
         "params": args.params, "world": args.world, "reps": args.reps, "cores": os.cpu_count(),
-        "torch": torch.__version__, "median_s": med, "bytes": result["bytes"],
+        "torch": torch.__version__, "median_s": med, "times_s": result["times"], "bytes": result["bytes"],
         "ratios": {
             "save zipsave/dcp": med["save_zipsave"] / med["save_dcp"],
             "load zipsave/dcp": med["load_zipsave"] / med["load_dcp"],
