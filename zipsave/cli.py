@@ -15,7 +15,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._demo import run_demo
-from ._tools import describe_sharded, diff, extract, inspect, render_sharded, verify, verify_sharded
+from ._tools import (
+    describe_sharded,
+    diff,
+    extract,
+    inspect,
+    is_checkpoint_dir,
+    render_sharded,
+    verify,
+    verify_sharded,
+)
 from ._version import __version__
 from .exceptions import ZipsaveError
 
@@ -34,7 +43,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    if os.path.isdir(args.archive):  # a sharded (zipsave.dcp) checkpoint directory
+    if is_checkpoint_dir(args.archive):  # a sharded (zipsave.dcp) checkpoint directory
         summary = describe_sharded(args.archive)
         _print_json(summary) if args.json else print(render_sharded(summary))
         return EXIT_OK
@@ -48,7 +57,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     # A directory is a sharded (zipsave.dcp) checkpoint: the index and every rank archive.
-    problems = verify_sharded(args.archive) if os.path.isdir(args.archive) else verify(args.archive)
+    problems = verify_sharded(args.archive) if is_checkpoint_dir(args.archive) else verify(args.archive)
     if args.json:
         _print_json({"archive": args.archive, "ok": not problems, "problems": problems})
     elif problems:
