@@ -11,6 +11,7 @@ import torch
 from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
@@ -91,8 +92,6 @@ class _ConsolidatePlanner(_EmptyStateDictLoadPlanner):
         check_pickle(raw, self._source, read_item.storage_index.fqn)
         loaded = torch.load(io.BytesIO(raw), weights_only=True)
         if self.flatten_state_dict:
-            from torch.distributed.checkpoint._traverse import set_element
-
             set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
         else:
             self.state_dict[read_item.dest_index.fqn] = loaded
