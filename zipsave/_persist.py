@@ -624,6 +624,7 @@ class _Source:
         self.mmap = mmap
         self.storage_options = storage_options
         self.progress = progress
+        self._saved_versions: dict[str, str] | None = None
         _progress.check(progress)
         self._stack = contextlib.ExitStack()
         fp, name = self._open(path)
@@ -810,7 +811,21 @@ class _Source:
             max_depth=self.limits.max_json_depth,
             archive=self.name,
             member=member,
+            saved_versions=self.saved_versions,
         )
+
+    def saved_versions(self) -> dict[str, str]:
+        """The versions in the archive's ``system_info.txt`` (empty if it has none or it
+        cannot be read): which gymnasium, numpy... wrote it, for error messages."""
+        if self._saved_versions is None:
+            self._saved_versions = {}
+            if self.has(_format.SYSTEM_INFO):
+                try:
+                    raw = self.reader.read(_format.SYSTEM_INFO, limit=1 << 20, verify=False)
+                    self._saved_versions = _system_info.parse_system_info(raw.decode("utf-8", "replace"))
+                except ZipsaveError:
+                    pass  # only used to word an error; the error itself still comes
+        return self._saved_versions
 
     def decode_entries(
         self, raw: dict, member: str, *, custom_objects: dict[str, Any] | None = None, exclude: Iterable[str] = ()
