@@ -61,8 +61,8 @@ _FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "OneOf": (frozenset({"spaces"}), frozenset()),
 }
 
-# Constructor fields that older gymnasium versions lack (``Discrete.dtype`` and ``Dict.sort_keys``
-# came in 1.x releases after 1.0), with what such a version does without them: the value a body
+# Constructor fields that older gymnasium versions lack (``Discrete.dtype`` came in 1.2.2,
+# ``Dict.sort_keys`` in 1.4.0), with what such a version does without them: the value a body
 # must hold to be read there, or _ANY_VALUE for a field that never changes the built space
 # (``sort_keys`` only sorts a mapping, and the decoder hands gymnasium an ordered list of pairs).
 _ANY_VALUE = object()

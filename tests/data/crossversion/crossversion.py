@@ -147,7 +147,7 @@ def _schedule_objects() -> bool:
 def _load(path: pathlib.Path, cls: type, expected: dict[str, Any]) -> Any:
     """Load an SB3 model; only the entries an older SB3 cannot hold may be skipped.
 
-    Newer SB3 releases store schedules as objects (``FloatSchedule``...); older ones as
+    SB3 2.7 and later store schedules as objects (``FloatSchedule``...); older ones as
     closures, pickled by value, which zipsave never loads (they carry code). Where either side
     has closures, ``lr_schedule`` and ``clip_range`` are skipped with a warning and rebuilt by
     the model: ``lr_schedule`` from ``learning_rate``, ``clip_range`` from the constructor's
