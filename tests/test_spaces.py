@@ -235,8 +235,12 @@ def test_dtype_names(dtype, name):
 
 
 def test_text_charset_body():
-    body = encode_space(spaces.Text(3, charset=set("cba")), enc)
-    assert body == {"space": "Text", "max_length": 3, "min_length": 1, "charset": "abc"}
+    space = spaces.Text(3, charset=set("cba"))
+    body = encode_space(space, enc)
+    # The order sampling draws from: gymnasium 1.x sorts a set, 0.29 takes the set's order.
+    assert body == {"space": "Text", "max_length": 3, "min_length": 1, "charset": "".join(space.character_list)}
+    if HAS_ONEOF:
+        assert body["charset"] == "abc"
 
 
 def test_graph_without_edge_space_body():
@@ -345,6 +349,15 @@ DISCRETE = {"space": "Discrete", "n": 3, "start": 0, "dtype": "int64"}
 BOX = encode_space(spaces.Box(0.0, 1.0, (2,)), enc)
 
 
+def rejection(cls: type, *args: Any) -> str:
+    """What gymnasium says when it refuses ``cls(*args)``, as a decode error quotes it."""
+    try:
+        cls(*args)
+    except Exception as err:  # noqa: BLE001 - whatever this gymnasium raises
+        return f"{type(err).__name__}: {str(err).rstrip('.')}."
+    raise AssertionError(f"gymnasium accepted {cls.__name__}{args}")
+
+
 def with_(body: dict, **changes: Any) -> dict:
     return {**body, **changes}
 
@@ -398,10 +411,8 @@ DECODE_ERRORS = {
     ),
     "gymnasium-rejects": (
         with_(DISCRETE, n=0),
-        (
-            "gymnasium space body: gymnasium rejected the Discrete fields: ValueError: n (counts) "
-            "have to be positive, actual value: 0"
-        ),
+        # gymnasium's own words, which change between versions
+        f"gymnasium space body: gymnasium rejected the Discrete fields: {rejection(spaces.Discrete, 0)}",
     ),
     "box-low-not-array": (
         with_(BOX, low=0.5),
@@ -416,10 +427,7 @@ DECODE_ERRORS = {
     ),
     "box-low-above-high": (
         with_(BOX, low=enc(f32(2.0, 2.0))),
-        (
-            "gymnasium rejected the Box fields: ValueError: Box all low values must be less than "
-            "or equal to high"
-        ),
+        f"gymnasium rejected the Box fields: {rejection(spaces.Box, f32(2.0, 2.0), f32(1.0, 1.0), (2,))}",
     ),
     "box-mask-shape": (
         with_(BOX, bounded_below=enc(np.array([True]))),

@@ -520,8 +520,8 @@ class _Decoder:
         except Exception as err:  # any rejection by gymnasium is a malformed body
             raise self.error(
                 path,
-                f"gymnasium rejected the {kind} fields: {type(err).__name__}: {err} "
-                f"{self.versions()}",
+                f"gymnasium rejected the {kind} fields: {type(err).__name__}: "
+                f"{str(err).rstrip('.')}. {self.versions()}",
             ) from err
         if kind == "Box":
             self.box_masks(space, body, path)
