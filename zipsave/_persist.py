@@ -276,7 +276,8 @@ def _collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | N
                 continue
             seen[id(value)] = name
             variables[name] = value
-        elif _is_stateful(value) and not _is_live_handle(value):
+        # Live handles first: a gymnasium 0.29 wrapper forwards `state_dict` to its env, warning.
+        elif not _is_live_handle(value) and _is_stateful(value):
             if id(value) in seen:
                 continue
             seen[id(value)] = name

@@ -408,7 +408,8 @@ def is_unused_generator(generator: Any) -> bool:
     numpy's. A generator that has drawn numbers is always stored: its position matters.
     """
     bit_generator: Any = getattr(generator, "bit_generator", None)
-    seed_seq = getattr(bit_generator, "seed_seq", None)
+    # numpy before 1.25 has the seed sequence only as the private `_seed_seq`.
+    seed_seq = getattr(bit_generator, "seed_seq", None) or getattr(bit_generator, "_seed_seq", None)
     if not isinstance(seed_seq, np.random.SeedSequence):
         return False
     entropy = seed_seq.entropy
