@@ -771,6 +771,10 @@ _BLOCKED = textwrap.dedent(
 
 
 @pytest.mark.parametrize("name", COMMITTED)
+@pytest.mark.skipif(
+    np.lib.NumpyVersion(np.__version__) < "2.0.0",
+    reason="their spaces were pickled on numpy 2, unreadable on numpy 1.x (test_committed_archive_loads checks that)",
+)
 def test_committed_archive_without_sb3(name):
     """Without SB3, weights, spaces and plain values still load; only entries whose pickles name
     an SB3 class are skipped, each with a warning saying the module cannot be imported."""
