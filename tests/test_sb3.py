@@ -721,6 +721,14 @@ def test_committed_archives_are_small():
 @pytest.mark.parametrize("name", COMMITTED)
 def test_committed_archive_loads(name):
     expected = EXPECTED["archives"][name]
+    if np.lib.NumpyVersion(np.__version__) < "2.0.0":
+        # SB3 pickled these spaces' random generators on numpy 2, in a form numpy 1.x cannot
+        # rebuild (SB3's own loader fails alike): the lowest stack skips them, with a warning.
+        report = zipsave.LoadReport()
+        with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("is not a known BitGenerator module")):
+            zipsave.load_archive(DATA / name, report=report)
+        assert report.skipped and {e.key for e in report.skipped} <= {"observation_space", "action_space"}
+        return
     data, params, variables = zipsave.load_archive(DATA / name)  # default: no pickle runs freely
     assert list(data) == expected["data_keys"]
     assert sorted(params) == expected["params"]
@@ -766,6 +774,10 @@ _BLOCKED = textwrap.dedent(
 
 
 @pytest.mark.parametrize("name", COMMITTED)
+@pytest.mark.skipif(
+    np.lib.NumpyVersion(np.__version__) < "2.0.0",
+    reason="their spaces were pickled on numpy 2, unreadable on numpy 1.x (test_committed_archive_loads checks that)",
+)
 def test_committed_archive_without_sb3(name):
     """Without SB3, weights, spaces and plain values still load; only entries whose pickles name
     an SB3 class are skipped, each with a warning saying the module cannot be imported."""

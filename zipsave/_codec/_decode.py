@@ -9,7 +9,7 @@ import enum
 import math
 import pathlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -38,8 +38,11 @@ class Decoder:
         max_depth: int = 500,
         archive: Any = None,
         member: str | None = None,
+        saved_versions: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.policy = policy
+        # The archive's system info (versions that wrote it), read only when an error names one.
+        self._saved_versions = saved_versions
         self._load_array = load_array
         self._device = device
         self._max_depth = max_depth
@@ -67,6 +70,9 @@ class Decoder:
         if S in value:
             return restricted_loads(unb64(value[S]), self.policy, key=self._key, member=self._member, archive=self._archive)
         return {k: self.decode(v, depth + 1) for k, v in value.items()}
+
+    def _written_gymnasium(self) -> str | None:
+        return None if self._saved_versions is None else self._saved_versions().get("Gymnasium")
 
     def _resolve(self, ref: Any) -> Any:
         if not isinstance(ref, str) or ":" not in ref:
@@ -205,7 +211,12 @@ class Decoder:
         if kind == "tensor":
             return self._tensor(body)
         if kind == "space":
-            return _spaces.decode_space({k: v for k, v in body.items() if k != "kind"}, lambda j: self.decode(j, depth), key=self._key)
+            return _spaces.decode_space(
+                {k: v for k, v in body.items() if k != "kind"},
+                lambda j: self.decode(j, depth),
+                key=self._key,
+                written_with=self._written_gymnasium,
+            )
         if kind == "ref":
             return self._resolve(body.get("path"))
         raise DecodeError(f"unknown native kind {kind!r}; was the archive written by a newer zipsave?")

@@ -4,11 +4,17 @@ A body is a JSON object whose ``"space"`` field names the kind and whose other f
 constructor arguments of that kind; sub-spaces are bodies themselves. Arrays and dictionary
 keys go through the codec's ``encode_value``/``decode_value`` callbacks, so this module never
 invents an array encoding of its own.
+
+Bodies are the same on every supported gymnasium (0.29 to 1.x). A kind or constructor field
+that the installed gymnasium lacks (``OneOf``, ``Discrete(dtype=...)``, ``Dict(sort_keys=...)``)
+is read whenever its value means what that gymnasium does anyway, and is otherwise refused with
+a ``DecodeError`` naming the gymnasium that wrote it and the one installed.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import sys
 from collections.abc import Callable
@@ -53,6 +59,16 @@ _FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "Sequence": (frozenset({"feature_space", "stack"}), frozenset()),
     "Graph": (frozenset({"node_space", "edge_space"}), frozenset()),
     "OneOf": (frozenset({"spaces"}), frozenset()),
+}
+
+# Constructor fields that older gymnasium versions lack (``Discrete.dtype`` came in 1.2.2,
+# ``Dict.sort_keys`` in 1.4.0), with what such a version does without them: the value a body
+# must hold to be read there, or _ANY_VALUE for a field that never changes the built space
+# (``sort_keys`` only sorts a mapping, and the decoder hands gymnasium an ordered list of pairs).
+_ANY_VALUE = object()
+_ADDED_FIELDS: dict[tuple[str, str], Any] = {
+    ("Discrete", "dtype"): np.dtype(np.int64),
+    ("Dict", "sort_keys"): _ANY_VALUE,
 }
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -134,7 +150,11 @@ def encode_space(
 
 
 def decode_space(
-    body: dict[str, Any], decode_value: Callable[[Any], Any], *, key: str | None = None
+    body: dict[str, Any],
+    decode_value: Callable[[Any], Any],
+    *,
+    key: str | None = None,
+    written_with: str | Callable[[], str | None] | None = None,
 ) -> Space:
     """Rebuild a gymnasium space from a body written by :func:`encode_space`.
 
@@ -146,6 +166,10 @@ def decode_space(
         The codec's inverse of ``encode_value``.
     key : str, optional
         The ``data`` key being decoded, only to name it in an error. Default ``None``.
+    written_with : str or callable, optional
+        The gymnasium version that wrote the body (the archive's ``system_info.txt``), or a
+        callable returning it (or ``None``), called only when an error names it. Default
+        ``None``: not known.
 
     Returns
     -------
@@ -160,14 +184,17 @@ def decode_space(
         If the body is not an object, names an unknown kind, misses a field, has a field of
         the wrong type or an unexpected field, or holds values gymnasium rejects. The message
         names the place inside the body (``spaces['obs'].node_space``), the field and what
-        was expected.
+        was expected. A kind or field value that the installed gymnasium cannot represent
+        (a ``OneOf`` on gymnasium 0.29, a ``Discrete`` of dtype ``uint8`` where ``Discrete``
+        has no ``dtype`` argument) is refused too, naming the gymnasium version that wrote it
+        and the one installed.
 
     Examples
     --------
     >>> decode_space({"space": "Discrete", "n": 3, "start": 0, "dtype": "int64"}, lambda v: v)
     Discrete(3)
     """
-    decoder = _Decoder(decode_value, key)
+    decoder = _Decoder(decode_value, key, written_with)
     space = decoder.space(body, "")
     # Parent constructors may touch their children's generators (Graph and stacked Sequence
     # copy them through batch_space), so the saved states go in once the whole tree exists.
@@ -180,7 +207,21 @@ def decode_space(
 def _kinds() -> dict[type, str]:
     from gymnasium import spaces
 
-    return {getattr(spaces, name): name for name in SPACE_KINDS}
+    # A kind this gymnasium lacks (OneOf before 1.0) has no instances to encode.
+    classes = {name: getattr(spaces, name, None) for name in SPACE_KINDS}
+    return {cls: name for name, cls in classes.items() if cls is not None}
+
+
+@functools.cache
+def _parameters(cls: type) -> frozenset[str]:
+    """The argument names of the installed gymnasium's constructor of ``cls``."""
+    return frozenset(inspect.signature(cls).parameters)
+
+
+def _gymnasium_version() -> str:
+    import gymnasium
+
+    return str(gymnasium.__version__)
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -283,7 +324,8 @@ class _Encoder:
                 ]
                 for name, sub in space.spaces.items()
             ],
-            "sort_keys": bool(space.sort_keys),
+            # gymnasium before sort_keys sorted a plain mapping's keys, as sort_keys=True does.
+            "sort_keys": bool(getattr(space, "sort_keys", True)),
         }
 
     def _tuple(self, space: Any, path: str) -> dict[str, Any]:
@@ -366,7 +408,8 @@ def is_unused_generator(generator: Any) -> bool:
     numpy's. A generator that has drawn numbers is always stored: its position matters.
     """
     bit_generator: Any = getattr(generator, "bit_generator", None)
-    seed_seq = getattr(bit_generator, "seed_seq", None)
+    # numpy before 1.25 has the seed sequence only as the private `_seed_seq`.
+    seed_seq = getattr(bit_generator, "seed_seq", None) or getattr(bit_generator, "_seed_seq", None)
     if not isinstance(seed_seq, np.random.SeedSequence):
         return False
     entropy = seed_seq.entropy
@@ -392,10 +435,31 @@ def _join(path: str, part: str) -> str:
 
 
 class _Decoder:
-    def __init__(self, decode_value: Callable[[Any], Any], key: str | None) -> None:
+    def __init__(
+        self,
+        decode_value: Callable[[Any], Any],
+        key: str | None,
+        written_with: str | Callable[[], str | None] | None = None,
+    ) -> None:
         self.decode_value = decode_value
         self.key = key
+        self.written_with = written_with
         self.generators: list[tuple[Any, np.random.Generator]] = []
+
+    def versions(self) -> str:
+        """Which gymnasium wrote the body and which one is installed, as a sentence."""
+        written = self.written_with() if callable(self.written_with) else self.written_with
+        installed = _gymnasium_version()
+        if not written:
+            return f"gymnasium {installed} is installed here; the archive does not record which gymnasium wrote it."
+        return f"It was written with gymnasium {written}; gymnasium {installed} is installed here."
+
+    def unsupported(self, path: str, kind: str, field: str, what: str) -> DecodeError:
+        return self.error(
+            path,
+            f"{what} {self.versions()} Load it with a gymnasium that has this {kind} "
+            f"{'kind' if field == 'space' else 'field'} (such as the version that wrote it).",
+        )
 
     def error(self, path: str, message: str) -> DecodeError:
         return DecodeError(f"{_where(path)}: {message}", key=self.key)
@@ -441,20 +505,50 @@ class _Decoder:
                 path, "gymnasium is not installed; install it to load spaces."
             ) from err
 
-        args = getattr(self, f"_{kind.lower()}")(body, path)
-        cls = getattr(spaces, kind)
+        cls = getattr(spaces, kind, None)
+        if cls is None:
+            raise self.unsupported(
+                path,
+                kind,
+                "space",
+                f"field `space` is {kind}, a kind of space that the installed gymnasium does "
+                "not have.",
+            )
+        args, kwargs = getattr(self, f"_{kind.lower()}")(body, path)
+        self.fit_fields(cls, kind, kwargs, path)
         try:
-            space = cls(*args[0], **args[1])
+            space = cls(*args, **kwargs)
         except Exception as err:  # any rejection by gymnasium is a malformed body
             raise self.error(
                 path,
-                f"gymnasium rejected the {kind} fields: {type(err).__name__}: {err}",
+                f"gymnasium rejected the {kind} fields: {type(err).__name__}: "
+                f"{str(err).rstrip('.')}. {self.versions()}",
             ) from err
         if kind == "Box":
             self.box_masks(space, body, path)
         if "rng" in body:
             self.generators.append((space, self.rng(body["rng"], path)))
         return space
+
+    def fit_fields(self, cls: type, kind: str, kwargs: dict[str, Any], path: str) -> None:
+        """Drop the keyword fields the installed constructor lacks where their value means
+        what it does anyway; refuse any other value."""
+        accepted = _parameters(cls)
+        for field in [f for f in kwargs if f not in accepted]:
+            implied = _ADDED_FIELDS.get((kind, field))
+            value = kwargs.pop(field)
+            if implied is _ANY_VALUE or (implied is not None and value == implied):
+                continue
+            # Only _ADDED_FIELDS can be missing from a supported gymnasium; anything else is
+            # a gymnasium this module does not know, named all the same.
+            always = "" if implied is None else f" and always uses {implied}"
+            raise self.unsupported(
+                path,
+                kind,
+                field,
+                f"field `{field}` of the {kind} space is {value}, which the installed gymnasium "
+                f"cannot represent: its {kind} has no `{field}` argument{always}.",
+            )
 
     # Field readers. Each returns the value or raises a DecodeError naming the field.
 

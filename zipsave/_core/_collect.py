@@ -95,7 +95,8 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
                 continue
             seen[id(value)] = name
             variables[name] = value
-        elif is_stateful(value) and not is_live_handle(value):
+        # Live handles first: a gymnasium 0.29 wrapper forwards `state_dict` to its env, warning.
+        elif not is_live_handle(value) and is_stateful(value):
             if id(value) in seen:
                 continue
             seen[id(value)] = name

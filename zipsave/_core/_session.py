@@ -50,6 +50,7 @@ class LoadSession:
         self.verify = options.verify
         self.mmap = options.mmap
         self.built_components: set[str] = set()
+        self._saved_versions: dict[str, str] | None = None
         self.source = ArchiveSource(
             path, limits=options.limits, storage_options=options.storage_options, progress=options.progress
         )
@@ -176,7 +177,20 @@ class LoadSession:
             max_depth=self.limits.max_json_depth,
             archive=self.name,
             member=member,
+            saved_versions=self.saved_versions,
         )
+
+    def saved_versions(self) -> dict[str, str]:
+        """The versions in the archive's ``system_info.txt`` (empty if it has none or it
+        cannot be read): which gymnasium, numpy... wrote it, for error messages."""
+        if self._saved_versions is None:
+            self._saved_versions = {}
+            if self.has(_format.SYSTEM_INFO):
+                try:
+                    self._saved_versions = _system_info.parse_system_info(self.source.read_text(_format.SYSTEM_INFO))
+                except ZipsaveError:
+                    pass  # only used to word an error; the error itself still comes
+        return self._saved_versions
 
     def decode_entries(
         self, raw: dict, member: str, *, custom_objects: dict[str, Any] | None = None, exclude: Iterable[str] = ()

@@ -182,12 +182,14 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         inst = stack[-2]
         self._check_target(inst, "BUILD")
         cls = type(inst)
-        if not self._policy.is_trusted(cls.__module__, cls.__qualname__):
+        numpy = sys.modules.get("numpy")
+        # numpy before 1.25 names its dtype classes `numpy.dtype[float32]`, not numpy.dtypes.*.
+        old_dtype = numpy is not None and isinstance(inst, numpy.dtype) and cls.__module__ == "numpy"
+        if not old_dtype and not self._policy.is_trusted(cls.__module__, cls.__qualname__):
             raise self._error(
                 f"BUILD sets the state of a `{cls.__module__}.{cls.__qualname__}` object, which is not "
                 "an allowlisted type."
             )
-        numpy = sys.modules.get("numpy")
         if numpy is not None and isinstance(inst, (numpy.ndarray, numpy.dtype)):
             stack.pop()
             self._build_numpy(numpy, inst, state)

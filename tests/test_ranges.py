@@ -1,0 +1,47 @@
+"""setup.cfg promises only what CI tests: every declared floor is pinned in the lowest stack's
+constraints file (.ci/constraints-lowest.txt), which `.ci/stack lowest` installs and tests."""
+
+from __future__ import annotations
+
+import configparser
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Extras a user installs (runtime) or the suite needs; `docs` and `bench` are maintainers' tools.
+TESTED_EXTRAS = ("remote", "progress", "test")
+
+
+def _requirements() -> list[str]:
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    lines = cfg["options"]["install_requires"].splitlines()
+    for extra in TESTED_EXTRAS:
+        lines += cfg["options.extras_require"][extra].splitlines()
+    return [line.strip() for line in lines if line.strip()]
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / ".ci" / "constraints-lowest.txt").read_text().splitlines():
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)==(\S+)", line.split("#")[0].strip())
+        if match:
+            pins[match.group(1).lower()] = match.group(2)
+    return pins
+
+
+def test_every_floor_is_the_pinned_lowest_version():
+    pins = _pins()
+    for requirement in _requirements():
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?>=([0-9][^,;\s]*)", requirement)
+        assert match, f"setup.cfg: `{requirement}` must be `name>=floor` (a floor CI can pin)"
+        name, floor = match.group(1).lower(), match.group(2)
+        assert pins.get(name) == floor, f"setup.cfg says {name}>={floor}; constraints-lowest pins {pins.get(name)}"
+
+
+def test_classifiers_name_only_the_python_the_suite_runs_on():
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    versions = re.findall(r"Programming Language :: Python :: (3\.\d+)", cfg["metadata"]["classifiers"])
+    assert versions == ["3.11"]
+    assert cfg["options"]["python_requires"] == ">=3.11"
