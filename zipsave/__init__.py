@@ -4,6 +4,7 @@ back without running pickled code."""
 from ._archive import Limits
 from ._background import SaveHandle
 from ._inspect import ArchiveInfo, inspect, read
+from ._manager import Checkpoint, CheckpointManager
 from ._persist import (
     LoadReport,
     SkippedEntry,
@@ -19,6 +20,8 @@ from ._version import __version__
 from .exceptions import (
     ArchiveFormatError,
     ArchiveLimitError,
+    CheckpointDirectoryError,
+    CheckpointLockedError,
     DecodeError,
     EncodeError,
     IntegrityError,
@@ -34,6 +37,10 @@ __all__ = [
     "ArchiveFormatError",
     "ArchiveInfo",
     "ArchiveLimitError",
+    "Checkpoint",
+    "CheckpointDirectoryError",
+    "CheckpointLockedError",
+    "CheckpointManager",
     "DecodeError",
     "EncodeError",
     "IntegrityError",

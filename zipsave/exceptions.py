@@ -9,6 +9,8 @@ from typing import Any
 __all__ = [
     "ArchiveFormatError",
     "ArchiveLimitError",
+    "CheckpointDirectoryError",
+    "CheckpointLockedError",
     "DecodeError",
     "EncodeError",
     "IntegrityError",
@@ -114,3 +116,12 @@ class MissingDependencyError(ZipsaveError, ImportError):
 
 class ZipsaveWarning(UserWarning):
     """Warnings zipsave issues (skipped entries, hash mismatches of editable members)."""
+
+
+class CheckpointDirectoryError(ZipsaveError, ValueError):
+    """A folder given to :class:`~zipsave.CheckpointManager` is not a checkpoint directory of
+    zipsave (or its index is unreadable); nothing in it is changed."""
+
+
+class CheckpointLockedError(ZipsaveError, RuntimeError):
+    """Another :class:`~zipsave.CheckpointManager` holds the checkpoint directory."""

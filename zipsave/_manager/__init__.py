@@ -1,0 +1,6 @@
+"""Checkpoints of a training run in one directory: ``CheckpointManager`` and its index."""
+
+from ._checkpoints import CheckpointManager, list_checkpoints
+from ._index import Checkpoint
+
+__all__ = ["Checkpoint", "CheckpointManager", "list_checkpoints"]
