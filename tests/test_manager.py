@@ -456,3 +456,69 @@ def test_sigkill_at_random_moments(tmp_path, background):
         proc.join(60)
         assert proc.exitcode == -signal.SIGKILL
         assert _check_reopened(tmp_path) >= first - (1 if background else 0)  # a background save may be cut
+
+
+# -- exact resume --------------------------------------------------------------------------------
+def _make_run(seed: int):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.2), torch.nn.Linear(32, 1))
+    optim = torch.optim.Adam(model.parameters(), lr=1e-2)
+    return {"model": model, "optim": optim, "step": 0, "rng": zipsave.RNGState()}
+
+
+def _train_steps(app: dict, manager, stop: int, die_at: int | None = None) -> None:
+    import random
+
+    import numpy as np
+
+    while app["step"] < stop:
+        app["step"] += 1
+        x = torch.from_numpy(np.random.standard_normal((16, 8)).astype(np.float32)) * random.random()
+        loss = app["model"](x).pow(2).mean()  # dropout draws from torch's generator
+        app["optim"].zero_grad()
+        loss.backward()
+        app["optim"].step()
+        if manager is not None:
+            manager.save(app["step"], app, metrics={"loss": loss.item()})
+        if app["step"] == die_at:
+            manager.wait()
+            _die()
+
+
+def _seed_all(seed: int) -> None:
+    import random
+
+    import numpy as np
+
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def _crashing_run(folder: str) -> None:
+    _seed_all(0)
+    app = _make_run(0)
+    _train_steps(app, zipsave.CheckpointManager(folder, keep_last=2, every_steps=10), stop=60, die_at=27)
+
+
+def test_a_run_killed_and_resumed_is_bit_identical(tmp_path):
+    _seed_all(0)
+    uninterrupted = _make_run(0)
+    _train_steps(uninterrupted, None, stop=60)
+
+    proc = _FORK.Process(target=_crashing_run, args=(str(tmp_path),))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == -signal.SIGKILL
+
+    _seed_all(123)  # whatever state this process is in, the checkpoint sets it
+    app = _make_run(123)
+    with zipsave.CheckpointManager(tmp_path, keep_last=2, every_steps=10) as manager:
+        checkpoint = manager.restore_latest(app, strict=True)
+        assert checkpoint.step == app["step"] == 20
+        _train_steps(app, manager, stop=60)
+        manager.wait()
+        assert [c.step for c in manager.list()] == [50, 60]
+    for key, value in uninterrupted["model"].state_dict().items():
+        assert torch.equal(app["model"].state_dict()[key], value), key
+    assert str(app["optim"].state_dict()) == str(uninterrupted["optim"].state_dict())
