@@ -204,6 +204,26 @@ def test_repr_and_notebook_table(tmp_path):
         assert html.count("<tr>") == 3 and "<td>2.5</td><td>best</td>" in html
 
 
+def test_cli_list(tmp_path, capsys):
+    from zipsave.cli import main
+
+    with zipsave.CheckpointManager(tmp_path, background=False) as manager:
+        manager.save(7, state(), metrics={"reward": 1.25})
+        manager.save(12, state(), metrics={"reward": 3.5, "loss": 0.5})
+        size = manager.latest().size
+    assert main(["list", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{tmp_path}: 2 checkpoints"
+    assert lines[1].split() == ["step", "time", "(UTC)", "size", "reward", "loss"]
+    assert lines[3].split()[0] == "12" and lines[3].split()[-2:] == ["3.5", "0.5"]
+    assert main(["list", str(tmp_path), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(c["step"], c["metrics"]) for c in listed] == [(7, {"reward": 1.25}), (12, {"reward": 3.5, "loss": 0.5})]
+    assert listed[1]["size"] == size
+    assert main(["list", str(tmp_path / "nothing")]) == 2
+    assert "has no `zipsave-checkpoints.json`" in capsys.readouterr().err
+
+
 # -- the directory belongs to one manager --------------------------------------------------------
 def test_two_managers_on_one_directory(tmp_path):
     first = zipsave.CheckpointManager(tmp_path)

@@ -1,6 +1,7 @@
 """Checkpoints of a training run in one directory: ``CheckpointManager`` and its index."""
 
 from ._checkpoints import CheckpointManager, list_checkpoints
+from ._display import table
 from ._index import Checkpoint
 
-__all__ = ["Checkpoint", "CheckpointManager", "list_checkpoints"]
+__all__ = ["Checkpoint", "CheckpointManager", "list_checkpoints", "table"]
