@@ -34,7 +34,7 @@ from ._index import (
     plain_metrics,
     to_keep,
 )
-from ._lock import LOCK_NAME, acquire
+from ._lock import LOCK_NAME, DirectoryLock, acquire
 from ._store import LocalStore, Store, open_store
 
 __all__ = ["CheckpointManager", "list_checkpoints"]
@@ -185,7 +185,7 @@ class CheckpointManager:
         self._worker: threading.Thread | None = None
         self._errors: list[BaseException] = []
         self._closed = False
-        self._lock = None
+        self._lock: DirectoryLock | None = None
         self._checkpoints = self._open(break_lock)
         self._last_step = self._checkpoints[-1].step if self._checkpoints else None
         self._last_time = time.monotonic()
@@ -197,7 +197,7 @@ class CheckpointManager:
         if INDEX_NAME not in names and names:
             raise _not_a_manager(store, names)
         store.create()
-        self._lock = acquire(store, break_lock=break_lock)
+        lock = self._lock = acquire(store, break_lock=break_lock)
         try:
             found = _read_index(store)
             names = [n for n in store.names() if n != LOCK_NAME]
@@ -217,7 +217,7 @@ class CheckpointManager:
                     store.sync()
             return found
         except BaseException:
-            self._lock.release()
+            lock.release()
             raise
 
     # -- what is there -------------------------------------------------------------------------

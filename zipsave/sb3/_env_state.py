@@ -110,12 +110,13 @@ class VecEnvState:
             entry = state[name]
             for key, value in entry["attrs"].items():
                 setattr(layer, key, _copy(value))
-            generators = {k: v for k, v in vars(layer).items() if isinstance(v, _GENERATORS)}
+            generators: dict[str, Any] = {k: v for k, v in vars(layer).items() if isinstance(v, _GENERATORS)}
             saved_generators = entry["generators"].get("generators") or {}
             for key in set(saved_generators) - set(generators):
-                generators[key] = np.random.default_rng() if saved_generators[key]["kind"] == "numpy" else None
-                setattr(layer, key, generators[key])
-            generators = {k: v for k, v in generators.items() if v is not None and k in saved_generators}
+                if saved_generators[key].get("kind") == "numpy":  # e.g. an env never reset before
+                    generators[key] = np.random.default_rng()
+                    setattr(layer, key, generators[key])
+            generators = {k: v for k, v in generators.items() if k in saved_generators}
             RNGState(torch=False, cuda=False, numpy=False, python=False, generators=generators).load_state_dict(
                 {"generators": saved_generators}
             )
