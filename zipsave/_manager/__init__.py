@@ -1,6 +1,7 @@
 """Checkpoints of a training run in one directory: ``CheckpointManager`` and its index."""
 
-from ._checkpoints import CheckpointManager, list_checkpoints
+from ._checkpoints import CheckpointManager
+from ._directory import list_checkpoints
 from ._display import table
 from ._index import Checkpoint
 

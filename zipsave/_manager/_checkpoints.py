@@ -22,22 +22,12 @@ import zipsave
 
 from ..exceptions import CheckpointDirectoryError, ZipsaveError
 from . import _display
-from ._index import (
-    INDEX_NAME,
-    Checkpoint,
-    best_of,
-    checkpoint_name,
-    decode_index,
-    encode_index,
-    is_checkpoint_name,
-    is_temporary,
-    plain_metrics,
-    to_keep,
-)
-from ._lock import LOCK_NAME, DirectoryLock, acquire
-from ._store import LocalStore, Store, open_store
+from ._directory import open_directory
+from ._index import INDEX_NAME, Checkpoint, best_of, checkpoint_name, encode_index, plain_metrics, to_keep
+from ._lock import DirectoryLock
+from ._store import LocalStore, open_store
 
-__all__ = ["CheckpointManager", "list_checkpoints"]
+__all__ = ["CheckpointManager"]
 
 _log = logging.getLogger("zipsave")
 
@@ -63,51 +53,6 @@ def _check_keep_best(keep_best: Any) -> tuple[str, str, int] | None:
         )
     _check_count("keep_best count", items[2], allow_none=False)
     return items[0], items[1], items[2]
-
-
-def _read_index(store: Store) -> list[Checkpoint] | None:
-    raw = store.read(INDEX_NAME)
-    if raw is None:
-        return None
-    return decode_index(raw, location=store.location, target=store.target)
-
-
-def _not_a_manager(store: Store, names: list[str]) -> CheckpointDirectoryError:
-    shown = ", ".join(f"`{n}`" for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return CheckpointDirectoryError(
-        f"`{store.location}` is not a checkpoint directory of zipsave: it has no `{INDEX_NAME}` "
-        f"but holds {shown}. Nothing was changed or deleted.",
-        hint="Give the manager an empty or new directory, or one a CheckpointManager created.",
-    )
-
-
-def list_checkpoints(directory: Any, *, storage_options: dict[str, Any] | None = None) -> list[Checkpoint]:
-    """The complete checkpoints of a directory, oldest step first, read without taking its lock.
-
-    Parameters
-    ----------
-    directory
-        The folder or fsspec URL a :class:`CheckpointManager` writes to.
-    storage_options
-        Options for the fsspec filesystem of a URL.
-
-    Raises
-    ------
-    CheckpointDirectoryError
-        The directory has no checkpoint index, or the index is unreadable.
-
-    Examples
-    --------
-    >>> for checkpoint in list_checkpoints("checkpoints"):  # doctest: +SKIP
-    ...     print(checkpoint.step, checkpoint.metrics)
-    """
-    store = open_store(directory, storage_options)
-    found = _read_index(store)
-    if found is None:
-        raise CheckpointDirectoryError(
-            f"`{store.location}` has no `{INDEX_NAME}`, so it is not a checkpoint directory of zipsave."
-        )
-    return found
 
 
 class CheckpointManager:
@@ -186,39 +131,9 @@ class CheckpointManager:
         self._errors: list[BaseException] = []
         self._closed = False
         self._lock: DirectoryLock | None = None
-        self._checkpoints = self._open(break_lock)
+        self._lock, self._checkpoints = open_directory(self._store, break_lock=break_lock)
         self._last_step = self._checkpoints[-1].step if self._checkpoints else None
         self._last_time = time.monotonic()
-
-    # -- opening -------------------------------------------------------------------------------
-    def _open(self, break_lock: bool) -> list[Checkpoint]:
-        store = self._store
-        names = [n for n in store.names() if n != LOCK_NAME]
-        if INDEX_NAME not in names and names:
-            raise _not_a_manager(store, names)
-        store.create()
-        lock = self._lock = acquire(store, break_lock=break_lock)
-        try:
-            found = _read_index(store)
-            names = [n for n in store.names() if n != LOCK_NAME]
-            if found is None:
-                if names:  # files appeared between the first look and the lock
-                    raise _not_a_manager(store, names)
-                found = []
-                store.write(INDEX_NAME, encode_index(found))
-            listed = {c.name for c in found}
-            leftovers = [n for n in names if is_temporary(n) or (is_checkpoint_name(n) and n not in listed)]
-            for name in leftovers:
-                store.delete(name)
-            if leftovers:
-                _log.info("zipsave: removed %d leftover file(s) of an interrupted run from `%s`: %s",
-                          len(leftovers), store.location, ", ".join(leftovers))
-                if isinstance(store, LocalStore):
-                    store.sync()
-            return found
-        except BaseException:
-            lock.release()
-            raise
 
     # -- what is there -------------------------------------------------------------------------
     def list(self) -> list[Checkpoint]:

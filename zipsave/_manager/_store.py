@@ -29,6 +29,10 @@ class Store:
         """The path or URL ``zipsave.save``/``load`` use for ``name``."""
         raise NotImplementedError
 
+    def create(self) -> None:
+        """Make the directory exist (a no-op where folders are implicit)."""
+        raise NotImplementedError
+
     def names(self) -> list[str]:
         raise NotImplementedError
 
