@@ -4,6 +4,7 @@ and VecNormalize in the same archive."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import zipfile
@@ -160,3 +161,11 @@ def test_dqn_replay_buffer_and_best_policy(tmp_path):
     assert np.array_equal(resumed.replay_buffer.observations, model.replay_buffer.observations)
     assert callback.manager.best().metrics["ep_rew_mean"] == max(c.metrics["ep_rew_mean"] for c in checkpoints)
     callback.close()
+
+
+def test_without_sb3_the_extra_is_named(monkeypatch):
+    monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed
+    with pytest.raises(zipsave.MissingDependencyError, match=re.escape("`zipsave.sb3.CheckpointCallback` needs `stable-baselines3`")):
+        zipsave.sb3.CheckpointCallback  # noqa: B018
+    with pytest.raises(zipsave.MissingDependencyError, match=re.escape("pip install zipsave[sb3]")):
+        zipsave.sb3.VecEnvState  # noqa: B018

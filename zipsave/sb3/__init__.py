@@ -10,6 +10,10 @@ __all__ = ["CheckpointCallback", "VecEnvState"]
 
 
 def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from .._optional import require
+
+        require("stable_baselines3", package="stable-baselines3", extra="sb3", feature=f"`zipsave.sb3.{name}`")
     if name == "CheckpointCallback":
         from ._callback import CheckpointCallback
 
