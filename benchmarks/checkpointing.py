@@ -1,21 +1,23 @@
-"""What does checkpointing cost a training loop? The same loop of training steps with no
-checkpoints, with a ``zipsave.CheckpointManager`` saving blocking, and saving in the
+"""What does checkpointing cost a training loop? Training steps with no checkpoint, against
+the same steps with one ``zipsave.CheckpointManager`` checkpoint, saved blocking or in the
 background, as ratios of loop time.
 
 Model: 4 x Linear(w, w) plus Adam (12 bytes per parameter: 120 MB at 1e7 parameters). A
-training step is a forward/backward/Adam step on a batch of 32. The loop runs
-``--checkpoints`` checkpoints, one per ``--interval`` seconds of training (the step count per
-checkpoint is calibrated from the loop without checkpoints); ``keep_last=2``, so old
-checkpoints are deleted as in a real run. The three loops run interleaved, ``--reps`` times,
-in one process, warm. Reported: the median ratio of each loop's time to the plain loop's in
-the same repetition, the extra loop time per checkpoint, and from it the overhead at one
-checkpoint per minute (extra per checkpoint / 60 s).
+training step is a forward/backward/Adam step on a batch of 32. The loop is cut into
+segments of about ``--interval`` seconds of training (the step count is calibrated first).
+A checkpoint segment starts with ``manager.save(...)`` and ends when the checkpoint is
+durable and listed (``manager.wait()``), so everything a checkpoint costs the loop, including
+the background writer competing for cores, is inside it. Plain and checkpoint segments
+alternate (ABBA order, ``--pairs`` pairs per mode) so that drifts of a shared machine cancel;
+reported are medians over pairs: the ratio checkpoint segment / plain segment at that
+interval, the extra seconds per checkpoint, the time ``save`` blocked the loop, and the
+overhead at one checkpoint a minute (extra seconds / 60 s of training).
 
 Usage::
 
-    python benchmarks/checkpointing.py                         # 1e7 parameters, 5 s interval
-    python benchmarks/checkpointing.py --interval 60 --checkpoints 2 --reps 2   # the real cadence
-    python benchmarks/checkpointing.py --smoke                 # a few seconds, for CI
+    python benchmarks/checkpointing.py                  # 1e7 parameters, 5 s segments
+    python benchmarks/checkpointing.py --interval 60    # the real cadence, one a minute
+    python benchmarks/checkpointing.py --smoke          # a few seconds, for CI
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -57,38 +58,31 @@ def nbytes(state: dict) -> int:
     return total
 
 
-def run_loop(state: dict, steps: int, every: int, mode: str, folder: str) -> tuple[float, list[float]]:
-    """Seconds for ``steps`` training steps (``mode``: none, blocking, background), and the
-    time each checkpointing ``save`` call blocked the loop."""
-    shutil.rmtree(folder, ignore_errors=True)
-    manager = None if mode == "none" else zipsave.CheckpointManager(
-        folder, keep_last=2, every_steps=every, background=mode == "background"
-    )
-    stalls = []
+def segment(state: dict, steps: int, manager: zipsave.CheckpointManager | None) -> tuple[float, float]:
+    """Seconds for ``steps`` training steps, with one checkpoint at the start when a manager
+    is given (until it is durable), and the seconds ``save`` blocked the loop."""
     start = time.perf_counter()
+    blocked = 0.0
+    if manager is not None:
+        manager.save(state["step"], state, metrics={"step": state["step"]}, force=True)
+        blocked = time.perf_counter() - start
     for _ in range(steps):
         train_step(state)
-        if manager is not None and manager.due(state["step"]):
-            t0 = time.perf_counter()
-            manager.save(state["step"], state, metrics={"step": state["step"]})
-            stalls.append(time.perf_counter() - t0)
-    elapsed = time.perf_counter() - start
     if manager is not None:
-        manager.close()  # the last background save, outside the loop's time, as in a long run
-    return elapsed, stalls
+        manager.wait()
+    return time.perf_counter() - start, blocked
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="1e7", help="parameter count of the model")
-    parser.add_argument("--interval", type=float, default=5.0, help="seconds of training between checkpoints")
-    parser.add_argument("--checkpoints", type=int, default=4, help="checkpoints per loop")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--interval", type=float, default=5.0, help="seconds of training per segment")
+    parser.add_argument("--pairs", type=int, default=6, help="plain/checkpoint segment pairs per mode")
     parser.add_argument("--smoke", action="store_true", help="a tiny model and loop, for CI")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.params, args.interval, args.checkpoints, args.reps = "1e5", 0.2, 2, 1
+        args.params, args.interval, args.pairs = "1e5", 0.2, 2
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
 
     state = make_state(float(args.params))
@@ -101,48 +95,45 @@ def main(argv: list[str] | None = None) -> int:
         calibration += 1
     step_s = (time.perf_counter() - t0) / calibration
     every = max(1, round(args.interval / step_s))
-    steps = every * args.checkpoints
 
-    rows: dict[str, list] = {"none": [], "blocking": [], "background": []}
-    with tempfile.TemporaryDirectory(prefix="zipsave-ckpt-bench-") as tmp:
-        zipsave.save(state, os.path.join(tmp, "warm.zip"))  # imports, thread pools, page cache
-        for _ in range(args.reps):
-            for mode in rows:
-                rows[mode].append(run_loop(state, steps, every, mode, os.path.join(tmp, mode)))
-
-    base = [t for t, _ in rows["none"]]
     result = {
         "params": int(float(args.params)),
         "state_mb": nbytes(state) / 1e6,
         "step_ms": step_s * 1e3,
-        "steps_per_checkpoint": every,
+        "steps_per_segment": every,
         "interval_s": args.interval,
-        "checkpoints_per_loop": args.checkpoints,
-        "reps": args.reps,
-        "loop_none_s": statistics.median(base),
+        "pairs": args.pairs,
     }
     print(
         f"{result['params']:,} parameters ({result['state_mb']:.0f} MB with Adam), {step_s * 1e3:.1f} ms per step, "
-        f"a checkpoint every {every} steps (~{args.interval:g} s), {args.checkpoints} per loop, {args.reps} reps"
+        f"segments of {every} steps (~{every * step_s:.1f} s), {args.pairs} pairs per mode"
     )
-    print(f"{'mode':>11} {'loop / none':>12} {'extra s/ckpt':>13} {'stall s/ckpt':>13} {'at 1 ckpt/min':>14}")
-    for mode in ("blocking", "background"):
-        times = [t for t, _ in rows[mode]]
-        stalls = [s for _, ss in rows[mode] for s in ss]
-        ratio = statistics.median(t / b for t, b in zip(times, base))
-        extra = statistics.median((t - b) / args.checkpoints for t, b in zip(times, base))
-        per_minute = extra / 60.0
-        result[mode] = {
-            "loop_s": statistics.median(times),
-            "loop_vs_none": ratio,
-            "extra_s_per_checkpoint": extra,
-            "stall_s_per_checkpoint": statistics.median(stalls) if stalls else 0.0,
-            "overhead_at_one_per_minute": per_minute,
-        }
-        print(
-            f"{mode:>11} {ratio:>12.3f} {extra:>13.3f} {result[mode]['stall_s_per_checkpoint']:>13.3f} "
-            f"{per_minute * 100:>13.2f}%"
-        )
+    print(f"{'mode':>11} {'ckpt / plain':>13} {'extra s/ckpt':>13} {'blocked s':>10} {'at 1 ckpt/min':>14}")
+    with tempfile.TemporaryDirectory(prefix="zipsave-ckpt-bench-") as tmp:
+        zipsave.save(state, os.path.join(tmp, "warm.zip"))  # imports, thread pools, page cache
+        for mode in ("blocking", "background"):
+            folder = os.path.join(tmp, mode)
+            ratios, extras, blocked = [], [], []
+            with zipsave.CheckpointManager(folder, keep_last=2, background=mode == "background") as manager:
+                for pair in range(args.pairs):
+                    order = (None, manager) if pair % 2 == 0 else (manager, None)
+                    timed = {id(m): segment(state, every, m) for m in order}
+                    (plain, _), (ckpt, stall) = timed[id(None)], timed[id(manager)]
+                    ratios.append(ckpt / plain)
+                    extras.append(ckpt - plain)
+                    blocked.append(stall)
+            extra = statistics.median(extras)
+            result[mode] = {
+                "segment_ratio": statistics.median(ratios),
+                "extra_s_per_checkpoint": extra,
+                "blocked_s_per_checkpoint": statistics.median(blocked),
+                "overhead_at_one_per_minute": extra / 60.0,
+                "ratios": ratios,
+            }
+            print(
+                f"{mode:>11} {result[mode]['segment_ratio']:>13.3f} {extra:>13.3f} "
+                f"{result[mode]['blocked_s_per_checkpoint']:>10.3f} {extra / 60.0 * 100:>13.2f}%"
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"torch": torch.__version__, "zipsave": zipsave.__version__, **result}, f, indent=2)

@@ -193,6 +193,22 @@ def test_restore_and_load_latest(tmp_path):
         assert manager.load_latest()["step"] == 10
 
 
+def test_resume_refuses_a_damaged_checkpoint(tmp_path):
+    """A resume from a checkpoint restored only in part would go on silently wrong."""
+    with zipsave.CheckpointManager(tmp_path, background=False) as manager:
+        manager.save(1, state(7.0, 1))
+        path = Path(manager.latest().path)
+    raw = path.read_bytes()
+    weight = torch.full((4,), 7.0).numpy().tobytes()
+    assert raw.count(weight) >= 1
+    path.write_bytes(raw.replace(weight, torch.full((4,), 8.0).numpy().tobytes(), 1))  # bit rot
+    with zipsave.CheckpointManager(tmp_path) as manager:
+        with pytest.raises(zipsave.IntegrityError, match=re.escape("member `model.pth`")):
+            manager.restore_latest(state())
+        with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("model.pth")):
+            manager.restore_latest(state(), strict=False)
+
+
 def test_repr_and_notebook_table(tmp_path):
     with zipsave.CheckpointManager(tmp_path, keep_last=3, keep_best=("reward", "max"), every_steps=1, background=False) as manager:
         assert repr(manager) == f"<CheckpointManager '{tmp_path}': 0 checkpoints; keep_last=3, every_steps=1, keep_best=('reward', 'max')>"

@@ -339,6 +339,10 @@ class CheckpointManager:
     def restore_latest(self, obj: Any, **restore_options: Any) -> Checkpoint | None:
         """Restore the newest checkpoint into ``obj`` in place (:func:`zipsave.restore`).
 
+        ``strict=True`` is the default here: a resume must not go on from a checkpoint that
+        was restored only in part (a damaged member, an app state with other entries). Pass
+        ``strict=False`` to restore what fits, with warnings; other options pass through.
+
         Returns
         -------
         The :class:`Checkpoint` restored, or ``None`` when there is none yet (start fresh).
@@ -354,16 +358,19 @@ class CheckpointManager:
             return None
         if self.storage_options is not None:
             restore_options.setdefault("storage_options", self.storage_options)
+        restore_options.setdefault("strict", True)
         zipsave.restore(obj, latest.path, **restore_options)
         return latest
 
     def load_latest(self, **load_options: Any) -> Any:
         """Load the newest checkpoint (:func:`zipsave.load`; ``cls=``, ``env=``... pass
-        through), or return ``None`` when there is none yet."""
+        through; ``strict=True`` unless you pass ``strict=False``), or return ``None`` when
+        there is none yet."""
         self.wait()
         latest = self.latest()
         if latest is None:
             return None
         if self.storage_options is not None:
             load_options.setdefault("storage_options", self.storage_options)
+        load_options.setdefault("strict", True)
         return zipsave.load(latest.path, **load_options)
