@@ -360,6 +360,7 @@ def test_memory_url(memory_dir):
     assert sorted(p.rsplit("/", 1)[1] for p in fs.ls(folder, detail=False)) == names([20, 30])
 
 
+@pytest.mark.slow
 def test_s3(s3):
     fs, options, _ = s3
     _remote_run("s3://zipsave-test/manager-run", storage_options=options)
@@ -482,9 +483,10 @@ def test_sigkill_at_each_step_of_a_commit(tmp_path, kill_at, dies_in, newest, le
     assert _check_reopened(tmp_path) == newest
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("background", [False, True], ids=["blocking", "background"])
 def test_sigkill_at_random_moments(tmp_path, background):
-    for delay in (0.0, 0.05, 0.15, 0.3, 0.6):
+    for delay in (0.0, 0.1, 0.3, 0.6):
         proc, receive = _start(tmp_path, background, "never")
         first = receive.recv()  # at least one save call per round
         time.sleep(delay)

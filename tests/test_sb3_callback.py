@@ -90,6 +90,8 @@ def test_ppo_stopped_and_resumed_is_bit_identical(tmp_path):
     assert np.array_equal(a.obs_rms.mean, b.obs_rms.mean) and np.array_equal(a.returns, b.returns)
     with zipfile.ZipFile(tmp_path / "b" / "step-0000000256.zip") as zf:
         assert "vec_normalize/data" in zf.namelist()
+    by_sb3 = PPO.load(tmp_path / "b" / "step-0000000256.zip")  # SB3's own loader reads a checkpoint
+    assert by_sb3.num_timesteps == 256 and same_state(by_sb3.policy, uninterrupted.policy)
 
 
 def test_resume_without_env_state_resets_the_environments(tmp_path):
