@@ -20,7 +20,7 @@ import torch
 import zipsave
 from zipsave._manager import _store, list_checkpoints
 from zipsave._manager._lock import LOCK_NAME
-from zipsave._verify import verify
+from zipsave._tools import verify
 
 INDEX = "zipsave-checkpoints.json"
 

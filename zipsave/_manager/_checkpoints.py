@@ -18,8 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import zipsave
-
+from .. import _api as api
 from ..exceptions import CheckpointDirectoryError, ZipsaveError
 from . import _display
 from ._directory import open_directory
@@ -238,7 +237,7 @@ class CheckpointManager:
         if self.storage_options is not None:
             options["storage_options"] = self.storage_options
         if self.background:
-            handle = zipsave.save(obj, target, background=True, **options)
+            handle = api.save(obj, target, background=True, **options)
             self._saved(step)
             with self._mutex:
                 self._queue.append((handle, step, when, recorded))
@@ -247,7 +246,7 @@ class CheckpointManager:
                     self._worker.start()
             return handle
         self.wait()
-        zipsave.save(obj, target, **options)
+        api.save(obj, target, **options)
         self._saved(step)
         return self._commit(step, when, recorded)
 
@@ -359,7 +358,7 @@ class CheckpointManager:
         if self.storage_options is not None:
             restore_options.setdefault("storage_options", self.storage_options)
         restore_options.setdefault("strict", True)
-        zipsave.restore(obj, latest.path, **restore_options)
+        api.restore(obj, latest.path, **restore_options)
         return latest
 
     def load_latest(self, **load_options: Any) -> Any:
@@ -373,4 +372,4 @@ class CheckpointManager:
         if self.storage_options is not None:
             load_options.setdefault("storage_options", self.storage_options)
         load_options.setdefault("strict", True)
-        return zipsave.load(latest.path, **load_options)
+        return api.load(latest.path, **load_options)

@@ -1,16 +1,30 @@
-"""Stable-Baselines3 integration: ``CheckpointCallback`` (checkpoints through a
-``zipsave.CheckpointManager``) and ``VecEnvState``. SB3 is imported only when one of these
-names is first used, never by ``import zipsave``."""
+"""Stable-Baselines3 support, as a plug-in of the core: SB3 algorithms save with
+``zipsave.save(model, path)`` and load with ``zipsave.load(path, cls=PPO, env=env)``; the replay
+buffer and ``VecNormalize`` statistics can live in the same archive.
+
+SB3 itself is imported only when an SB3 object is saved or built, never by ``import zipsave``.
+The handler is registered through the ``zipsave.handlers`` entry point (``setup.cfg``).
+``CheckpointCallback`` (checkpoints through a ``zipsave.CheckpointManager``) and
+``VecEnvState`` import SB3 when they are first used.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CheckpointCallback", "VecEnvState"]
+from ._allowlist import SB3_ALLOWLIST
+from ._extras import EXTRAS
+from ._handler import SB3Handler
+
+__all__ = ["EXTRAS", "SB3_ALLOWLIST", "CheckpointCallback", "SB3Handler", "VecEnvState", "handler"]
+_LAZY = ("CheckpointCallback", "VecEnvState")
+
+#: The instance the ``zipsave.handlers`` entry point names.
+handler = SB3Handler()
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in _LAZY:
         from .._optional import require
 
         require("stable_baselines3", package="stable-baselines3", extra="sb3", feature=f"`zipsave.sb3.{name}`")

@@ -10,8 +10,7 @@ from typing import Any
 
 from stable_baselines3.common.callbacks import BaseCallback
 
-import zipsave
-
+from .._api import RNGState
 from .._manager import Checkpoint, CheckpointManager
 from ._env_state import VecEnvState
 
@@ -188,7 +187,7 @@ class CheckpointCallback(BaseCallback):
 
 
 def _rng(model: Any) -> Any:
-    return zipsave.RNGState(generators={"action_space": model.action_space.np_random})
+    return RNGState(generators={"action_space": model.action_space.np_random})
 
 
 def _episodes(model: Any) -> dict[str, list]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import RNGState
+from .._api import RNGState
 from ..exceptions import ParameterMismatchError
 
 __all__ = ["VecEnvState"]
