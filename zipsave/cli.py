@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._demo import run_demo
+from ._manager import list_checkpoints, table
 from ._tools import diff, extract, inspect, verify
 from ._version import __version__
 from .exceptions import ZipsaveError
@@ -75,8 +76,6 @@ def _cmd_extract(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from ._manager import list_checkpoints, table
-
     checkpoints = list_checkpoints(args.directory)
     if args.json:
         _print_json(

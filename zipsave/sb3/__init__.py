@@ -10,8 +10,10 @@ The handler is registered through the ``zipsave.handlers`` entry point (``setup.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
+from .._optional import require
 from ._allowlist import SB3_ALLOWLIST
 from ._extras import EXTRAS
 from ._handler import SB3Handler
@@ -24,16 +26,10 @@ handler = SB3Handler()
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from .._optional import require
-
-        require("stable_baselines3", package="stable-baselines3", extra="sb3", feature=f"`zipsave.sb3.{name}`")
-    if name == "CheckpointCallback":
-        from ._callback import CheckpointCallback
-
-        return CheckpointCallback
-    if name == "VecEnvState":
-        from ._env_state import VecEnvState
-
-        return VecEnvState
-    raise AttributeError(f"module 'zipsave.sb3' has no attribute {name!r}")
+    # CheckpointCallback subclasses SB3's BaseCallback, so its module imports SB3: load it on
+    # first use only, never with `import zipsave.sb3` (which the handler registry does).
+    if name not in _LAZY:
+        raise AttributeError(f"module 'zipsave.sb3' has no attribute {name!r}")
+    require("stable_baselines3", package="stable-baselines3", extra="sb3", feature=f"`zipsave.sb3.{name}`")
+    module = importlib.import_module("._callback" if name == "CheckpointCallback" else "._env_state", __name__)
+    return getattr(module, name)
