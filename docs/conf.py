@@ -49,6 +49,8 @@ nitpick_ignore = [
         "typing.IO",
         "Iterable",
         "collections.abc.Iterable",
+        "Mapping",
+        "collections.abc.Mapping",
         "torch.Tensor",
         "torch.device",
         "torch.dtype",

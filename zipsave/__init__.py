@@ -4,11 +4,14 @@ back without running pickled code."""
 from ._api import RNGState, SaveHandle, Saveable, load, load_archive, restore, save, save_archive
 from ._archive import Limits
 from ._core import LoadReport
+from ._manager import Checkpoint, CheckpointManager
 from ._tools import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo, inspect, read
 from ._version import __version__
 from .exceptions import (
     ArchiveFormatError,
     ArchiveLimitError,
+    CheckpointDirectoryError,
+    CheckpointLockedError,
     DecodeError,
     EncodeError,
     IntegrityError,
@@ -26,6 +29,10 @@ __all__ = [
     "ArchiveInfo",
     "ArchiveMember",
     "ArchiveLimitError",
+    "Checkpoint",
+    "CheckpointDirectoryError",
+    "CheckpointLockedError",
+    "CheckpointManager",
     "ComponentInfo",
     "DataEntry",
     "DecodeError",

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._demo import run_demo
+from ._manager import list_checkpoints, table
 from ._tools import (
     describe_sharded,
     diff,
@@ -88,6 +89,22 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_list(args: argparse.Namespace) -> int:
+    checkpoints = list_checkpoints(args.directory)
+    if args.json:
+        _print_json(
+            [{"step": c.step, "time": c.time, "size": c.size, "metrics": dict(c.metrics), "path": c.path} for c in checkpoints]
+        )
+        return EXIT_OK
+    print(f"{args.directory}: {len(checkpoints)} checkpoint{'s' if len(checkpoints) != 1 else ''}")
+    if checkpoints:
+        rows = table(checkpoints)
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip())
+    return EXIT_OK
+
+
 # -- parser ------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -144,6 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("--overwrite", action="store_true", help="replace files that exist already")
     extract.add_argument("--json", action="store_true", help="print JSON: {archive, folder, files}")
     extract.set_defaults(func=_cmd_extract)
+
+    listing = add(
+        "list",
+        "list the checkpoints of a CheckpointManager directory",
+        "Show each complete checkpoint of a checkpoint directory (a folder or fsspec URL written by "
+        "zipsave.CheckpointManager): step, time, size and metrics. Reads the index only; takes no lock.",
+    )
+    listing.add_argument("directory", help="the checkpoint directory")
+    listing.add_argument("--json", action="store_true", help="print JSON: a list of {step, time, size, metrics, path}")
+    listing.set_defaults(func=_cmd_list)
 
     demo = add(
         "demo",

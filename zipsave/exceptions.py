@@ -10,6 +10,8 @@ from typing import Any
 __all__ = [
     "ArchiveFormatError",
     "ArchiveLimitError",
+    "CheckpointDirectoryError",
+    "CheckpointLockedError",
     "DecodeError",
     "EncodeError",
     "IntegrityError",
@@ -155,3 +157,12 @@ class SkippedEntryWarning(ZipsaveWarning):
         self.archive = archive
         where = f"archive `{archive}`, " if archive else ""
         super().__init__(f"{where}skipped {entry}")
+
+
+class CheckpointDirectoryError(ZipsaveError, ValueError):
+    """A folder given to :class:`~zipsave.CheckpointManager` is not a checkpoint directory of
+    zipsave (or its index is unreadable); nothing in it is changed."""
+
+
+class CheckpointLockedError(ZipsaveError, RuntimeError):
+    """Another :class:`~zipsave.CheckpointManager` holds the checkpoint directory."""

@@ -4,13 +4,32 @@ buffer and ``VecNormalize`` statistics can live in the same archive.
 
 SB3 itself is imported only when an SB3 object is saved or built, never by ``import zipsave``.
 The handler is registered through the ``zipsave.handlers`` entry point (``setup.cfg``).
+``CheckpointCallback`` (checkpoints through a ``zipsave.CheckpointManager``) and
+``VecEnvState`` import SB3 when they are first used.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .._optional import require
 from ._allowlist import SB3_ALLOWLIST
 from ._extras import EXTRAS
 from ._handler import SB3Handler
 
-__all__ = ["EXTRAS", "SB3_ALLOWLIST", "SB3Handler", "handler"]
+__all__ = ["EXTRAS", "SB3_ALLOWLIST", "CheckpointCallback", "SB3Handler", "VecEnvState", "handler"]
+_LAZY = ("CheckpointCallback", "VecEnvState")
 
 #: The instance the ``zipsave.handlers`` entry point names.
 handler = SB3Handler()
+
+
+def __getattr__(name: str) -> Any:
+    # CheckpointCallback subclasses SB3's BaseCallback, so its module imports SB3: load it on
+    # first use only, never with `import zipsave.sb3` (which the handler registry does).
+    if name not in _LAZY:
+        raise AttributeError(f"module 'zipsave.sb3' has no attribute {name!r}")
+    require("stable_baselines3", package="stable-baselines3", extra="sb3", feature=f"`zipsave.sb3.{name}`")
+    module = importlib.import_module("._callback" if name == "CheckpointCallback" else "._env_state", __name__)
+    return getattr(module, name)

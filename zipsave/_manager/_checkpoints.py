@@ -1,0 +1,375 @@
+"""``CheckpointManager``: periodic checkpoints of a training run in one directory (local or
+fsspec URL), keeping the newest and the best, crash-safe, with resume from the newest.
+
+Crash safety comes from the order of writes. A checkpoint's archive is written atomically
+and durably by ``zipsave.save``; only then is the index (``zipsave-checkpoints.json``, itself
+replaced atomically) rewritten to list it; only after that are the checkpoints the policy no
+longer keeps deleted. A process killed at any point leaves an index that lists complete
+archives only; files it does not list are leftovers of the interrupted step and are removed
+when the directory is opened again.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .. import _api as api
+from ..exceptions import CheckpointDirectoryError, ZipsaveError
+from . import _display
+from ._directory import open_directory
+from ._index import INDEX_NAME, Checkpoint, best_of, checkpoint_name, encode_index, plain_metrics, to_keep
+from ._lock import DirectoryLock
+from ._store import LocalStore, open_store
+
+__all__ = ["CheckpointManager"]
+
+_log = logging.getLogger("zipsave")
+
+
+def _check_count(name: str, value: Any, *, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer or None, got {value!r}.")
+
+
+def _check_keep_best(keep_best: Any) -> tuple[str, str, int] | None:
+    if keep_best is None:
+        return None
+    if isinstance(keep_best, str):
+        keep_best = (keep_best, "max")
+    items = tuple(keep_best)
+    if len(items) == 2:
+        items = (*items, 1)
+    if len(items) != 3 or not isinstance(items[0], str) or items[1] not in ("max", "min"):
+        raise ValueError(
+            f'`keep_best` must be (metric, "max" or "min") or (metric, mode, count), got {keep_best!r}.'
+        )
+    _check_count("keep_best count", items[2], allow_none=False)
+    return items[0], items[1], items[2]
+
+
+class CheckpointManager:
+    """Save a training run every few steps or seconds into one directory, keep the newest
+    and the best checkpoints, and resume from the newest after a crash.
+
+    Parameters
+    ----------
+    directory
+        A local folder (created if missing) or an fsspec URL (``s3://bucket/run-7``). It must
+        be empty, new, or a directory a manager created.
+    keep_last
+        Keep this many newest checkpoints and delete older ones (the ``keep_best`` ones
+        stay). ``None`` (the default) keeps every checkpoint.
+    keep_best
+        ``(metric, "max")`` or ``(metric, "min")`` (optionally a third item, how many): also
+        keep the best checkpoint(s) by that entry of ``metrics``.
+    every_steps
+        ``save`` writes a checkpoint when ``step`` reaches the next multiple of this.
+    every_seconds
+        ``save`` writes a checkpoint when this many seconds passed since the last one (or
+        since the manager was opened). With neither, every call to ``save`` writes.
+    background
+        Write archives on a worker thread (:func:`zipsave.save` with ``background=True``):
+        ``save`` returns once the state is copied, and the index is updated when the archive
+        is durable. Errors surface at the next ``save``, ``wait`` or ``close``.
+    storage_options
+        Options for the fsspec filesystem of a URL ``directory``.
+    break_lock
+        Take over the lock of another manager that cannot be checked to be gone (a lock file
+        on an object store left by a process on another host). Locks of processes that died
+        on this host are always taken over.
+
+    Raises
+    ------
+    CheckpointDirectoryError
+        ``directory`` holds files but no checkpoint index: it is not a manager's.
+    CheckpointLockedError
+        Another manager (in this or another process) has the directory open.
+
+    Examples
+    --------
+    >>> manager = zipsave.CheckpointManager("checkpoints", keep_last=3, every_steps=1000)  # doctest: +SKIP
+    >>> for step in range(start, 100_000):  # doctest: +SKIP
+    ...     train_step()
+    ...     manager.save(step, app_state, metrics={"loss": loss})  # a no-op unless due
+    """
+
+    def __init__(
+        self,
+        directory: Any,
+        *,
+        keep_last: int | None = None,
+        keep_best: tuple[str, str] | tuple[str, str, int] | None = None,
+        every_steps: int | None = None,
+        every_seconds: float | None = None,
+        background: bool = True,
+        storage_options: dict[str, Any] | None = None,
+        break_lock: bool = False,
+    ) -> None:
+        _check_count("keep_last", keep_last)
+        _check_count("every_steps", every_steps)
+        if every_seconds is not None and not (isinstance(every_seconds, (int, float)) and every_seconds > 0):
+            raise ValueError(f"`every_seconds` must be a positive number or None, got {every_seconds!r}.")
+        self.keep_last = keep_last
+        self.keep_best = _check_keep_best(keep_best)
+        self.every_steps = every_steps
+        self.every_seconds = every_seconds
+        self.background = background
+        self.storage_options = storage_options
+        self._store = open_store(directory, storage_options)
+        self.directory = self._store.location
+        self._mutex = threading.Condition()
+        self._queue: collections.deque[tuple[Any, int, float, dict[str, Any]]] = collections.deque()
+        self._worker: threading.Thread | None = None
+        self._errors: list[BaseException] = []
+        self._closed = False
+        self._lock: DirectoryLock | None = None
+        self._lock, self._checkpoints = open_directory(self._store, break_lock=break_lock)
+        self._last_step = self._checkpoints[-1].step if self._checkpoints else None
+        self._last_time = time.monotonic()
+
+    # -- what is there -------------------------------------------------------------------------
+    def list(self) -> list[Checkpoint]:
+        """The complete checkpoints, oldest step first (a background save shows up once its
+        archive is durable)."""
+        with self._mutex:
+            return list(self._checkpoints)
+
+    def latest(self) -> Checkpoint | None:
+        """The checkpoint with the highest step, or ``None`` when there is none."""
+        with self._mutex:
+            return self._checkpoints[-1] if self._checkpoints else None
+
+    def best(self, metric: str | None = None, mode: str | None = None) -> Checkpoint | None:
+        """The best checkpoint by ``metric`` (default: the ``keep_best`` metric and mode), or
+        ``None`` when no checkpoint has that metric."""
+        if metric is None:
+            if self.keep_best is None:
+                raise ValueError("name a metric: `best(\"reward\", \"max\")`, or open the manager with `keep_best=`.")
+            metric, default_mode, _ = self.keep_best
+            mode = mode or default_mode
+        mode = mode or "max"
+        if mode not in ("max", "min"):
+            raise ValueError(f'`mode` must be "max" or "min", got {mode!r}.')
+        found = best_of(self.list(), metric, mode)
+        return found[0] if found else None
+
+    def __len__(self) -> int:
+        return len(self.list())
+
+    def __repr__(self) -> str:
+        return _display.text(self)
+
+    def _repr_html_(self) -> str:
+        return _display.html(self)
+
+    # -- saving --------------------------------------------------------------------------------
+    def due(self, step: int) -> bool:
+        """Whether ``save(step, ...)`` would write a checkpoint now.
+
+        Raises
+        ------
+        CheckpointDirectoryError
+            ``step`` is lower than a checkpoint the directory already holds (a new run in an
+            old directory, or a resume that did not restore the newest checkpoint).
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"`step` must be a non-negative integer, got {step!r}.")
+        last = self._last_step
+        if last is not None and step < last:
+            raise CheckpointDirectoryError(
+                f"checkpoint directory `{self.directory}` already holds step {last}, later than step {step}.",
+                hint="Resume with `manager.restore_latest(...)` and continue from its step, or use a new directory.",
+            )
+        if last is not None and step == last:
+            return False
+        if self.every_steps is None and self.every_seconds is None:
+            return True
+        if self.every_steps is not None and step // self.every_steps > (last or 0) // self.every_steps:
+            return True
+        return self.every_seconds is not None and time.monotonic() - self._last_time >= self.every_seconds
+
+    def save(self, step: int, obj: Any, *, metrics: Mapping[str, Any] | None = None, force: bool = False, **save_options: Any) -> Any:
+        """Write a checkpoint of ``obj`` at ``step`` when one is due; otherwise do nothing.
+
+        Call it every step: it is cheap when nothing is due.
+
+        Parameters
+        ----------
+        step
+            The training step (an integer that grows).
+        obj
+            What :func:`zipsave.save` takes: an app-state dict (with a :class:`zipsave.RNGState`
+            for an exact resume), a :class:`~zipsave.Saveable`, an SB3 model.
+        metrics
+            Numbers (or strings) recorded in the index, e.g. ``{"reward": 231.5}``; the
+            ``keep_best`` metric is taken from here.
+        force
+            Write even when not due (e.g. at the end of training); a step already saved is
+            not written again.
+        **save_options
+            Passed to :func:`zipsave.save` (``exclude=``, ``include=``, ``sha256=``...).
+
+        Returns
+        -------
+        None when nothing was due; else the new :class:`Checkpoint` (blocking), or the
+        :class:`~zipsave.SaveHandle` of the background save.
+
+        Raises
+        ------
+        Exception
+            What an earlier background save raised, once; or what this save raised.
+        """
+        self._check_open()
+        self._raise_errors()
+        if not self.due(step) and not (force and step != self._last_step):
+            return None
+        recorded = plain_metrics(metrics)
+        when = time.time()
+        target = self._store.target(checkpoint_name(step))
+        options = dict(save_options)
+        if self.storage_options is not None:
+            options["storage_options"] = self.storage_options
+        if self.background:
+            handle = api.save(obj, target, background=True, **options)
+            self._saved(step)
+            with self._mutex:
+                self._queue.append((handle, step, when, recorded))
+                if self._worker is None:
+                    self._worker = threading.Thread(target=self._work, name=f"zipsave-checkpoints {self.directory}")
+                    self._worker.start()
+            return handle
+        self.wait()
+        api.save(obj, target, **options)
+        self._saved(step)
+        return self._commit(step, when, recorded)
+
+    def _saved(self, step: int) -> None:
+        self._last_step = step
+        self._last_time = time.monotonic()
+
+    def _work(self) -> None:
+        """Commit background saves in call order as their archives become durable."""
+        while True:
+            with self._mutex:
+                if not self._queue:
+                    self._worker = None
+                    self._mutex.notify_all()
+                    return
+                handle, step, when, recorded = self._queue[0]
+            error = handle.exception()
+            if error is None:
+                try:
+                    self._commit(step, when, recorded)
+                except BaseException as err:  # noqa: BLE001 - surfaced by wait()/save()
+                    error = err
+            with self._mutex:
+                self._queue.popleft()
+                if error is not None:
+                    self._errors.append(error)
+
+    def _commit(self, step: int, when: float, recorded: dict[str, Any]) -> Checkpoint:
+        """The archive is durable: list it in the index, then delete what the policy drops."""
+        name = checkpoint_name(step)
+        entry = Checkpoint(step, when, recorded, self._store.size(name), self._store.target(name))
+        with self._mutex:
+            entries = [c for c in self._checkpoints if c.step != step] + [entry]
+        kept = to_keep(entries, keep_last=self.keep_last, keep_best=self.keep_best)
+        self._store.write(INDEX_NAME, encode_index(kept))
+        with self._mutex:
+            self._checkpoints = kept
+        kept_steps = {c.step for c in kept}
+        for old in entries:
+            if old.step not in kept_steps:
+                self._store.delete(old.name)
+        if isinstance(self._store, LocalStore):
+            self._store.sync()
+        return entry
+
+    def wait(self) -> None:
+        """Block until every background save is written and listed; raise the first error of
+        one that failed (once)."""
+        with self._mutex:
+            while self._queue or self._worker is not None:
+                self._mutex.wait()
+        self._raise_errors()
+
+    def _raise_errors(self) -> None:
+        with self._mutex:
+            if not self._errors:
+                return
+            error, self._errors = self._errors[0], []
+        raise error
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ZipsaveError(f"the CheckpointManager of `{self.directory}` is closed.")
+
+    def close(self) -> None:
+        """Wait for background saves, then release the directory's lock. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.wait()
+        finally:
+            self._closed = True
+            if self._lock is not None:
+                self._lock.release()
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - the exception already propagating matters more
+            _log.exception("zipsave: closing the CheckpointManager of `%s` failed", self.directory)
+
+    # -- resuming ------------------------------------------------------------------------------
+    def restore_latest(self, obj: Any, **restore_options: Any) -> Checkpoint | None:
+        """Restore the newest checkpoint into ``obj`` in place (:func:`zipsave.restore`).
+
+        ``strict=True`` is the default here: a resume must not go on from a checkpoint that
+        was restored only in part (a damaged member, an app state with other entries). Pass
+        ``strict=False`` to restore what fits, with warnings; other options pass through.
+
+        Returns
+        -------
+        The :class:`Checkpoint` restored, or ``None`` when there is none yet (start fresh).
+
+        Examples
+        --------
+        >>> checkpoint = manager.restore_latest(app_state)  # doctest: +SKIP
+        >>> start = checkpoint.step + 1 if checkpoint else 0  # doctest: +SKIP
+        """
+        self.wait()
+        latest = self.latest()
+        if latest is None:
+            return None
+        if self.storage_options is not None:
+            restore_options.setdefault("storage_options", self.storage_options)
+        restore_options.setdefault("strict", True)
+        api.restore(obj, latest.path, **restore_options)
+        return latest
+
+    def load_latest(self, **load_options: Any) -> Any:
+        """Load the newest checkpoint (:func:`zipsave.load`; ``cls=``, ``env=``... pass
+        through; ``strict=True`` unless you pass ``strict=False``), or return ``None`` when
+        there is none yet."""
+        self.wait()
+        latest = self.latest()
+        if latest is None:
+            return None
+        if self.storage_options is not None:
+            load_options.setdefault("storage_options", self.storage_options)
+        load_options.setdefault("strict", True)
+        return api.load(latest.path, **load_options)

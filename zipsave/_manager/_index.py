@@ -1,0 +1,179 @@
+"""The index of a checkpoint directory (``zipsave-checkpoints.json``): which checkpoints are
+complete, with their step, time, metrics and size; and which of them a retention policy keeps."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+import re
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..exceptions import CheckpointDirectoryError
+
+__all__ = [
+    "FORMAT",
+    "INDEX_NAME",
+    "VERSION",
+    "Checkpoint",
+    "best_of",
+    "checkpoint_name",
+    "decode_index",
+    "format_metric",
+    "format_size",
+    "encode_index",
+    "is_checkpoint_name",
+    "is_temporary",
+    "plain_metrics",
+    "to_keep",
+]
+
+INDEX_NAME = "zipsave-checkpoints.json"
+FORMAT = "zipsave-checkpoints"
+VERSION = 1
+_NAME = re.compile(r"^step-\d{10,}\.zip$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """One complete checkpoint of a :class:`~zipsave.CheckpointManager`.
+
+    Attributes
+    ----------
+    step
+        The training step it was saved at.
+    time
+        When ``save`` was called (seconds since the epoch, UTC).
+    metrics
+        The metrics passed to ``save`` (numbers and strings).
+    size
+        The archive's size in bytes.
+    path
+        The archive's path or URL; pass it to :func:`zipsave.load` or :func:`zipsave.restore`.
+    """
+
+    step: int
+    time: float
+    metrics: Mapping[str, Any]
+    size: int
+    path: str
+
+    @property
+    def name(self) -> str:
+        """The archive's file name inside the directory."""
+        return checkpoint_name(self.step)
+
+    def __str__(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.time))
+        metrics = " ".join(f"{k}={format_metric(v)}" for k, v in self.metrics.items())
+        return f"step {self.step}  {when}  {format_size(self.size)}  {metrics}".rstrip()
+
+
+def format_metric(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def format_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"  # pragma: no cover
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:010d}.zip"
+
+
+def is_checkpoint_name(name: str) -> bool:
+    return bool(_NAME.match(name))
+
+
+def is_temporary(name: str) -> bool:
+    """A temporary file of an interrupted archive or index write (``.<name>.<random>.zipsave-tmp``)."""
+    return name.startswith(".") and name.endswith(".zipsave-tmp")
+
+
+def plain_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Metrics as JSON values: numbers (numpy and 0-d tensors too), strings and booleans."""
+    out: dict[str, Any] = {}
+    for key, value in (metrics or {}).items():
+        if not isinstance(key, str):
+            raise TypeError(f"metric names must be strings, found {key!r}.")
+        if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
+            value = value.item()  # numpy scalars, 0-d arrays and tensors
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            out[key] = value
+        elif isinstance(value, numbers.Integral):
+            out[key] = int(value)
+        elif isinstance(value, numbers.Real):
+            out[key] = float(value)
+        else:
+            raise TypeError(f"metric `{key}` is a {type(value).__name__}; expected a number, string or bool.")
+    return out
+
+
+def encode_index(checkpoints: Iterable[Checkpoint]) -> bytes:
+    entries = [
+        {"step": c.step, "file": c.name, "time": c.time, "size": c.size, "metrics": dict(c.metrics)}
+        for c in sorted(checkpoints, key=lambda c: c.step)
+    ]
+    return (json.dumps({"format": FORMAT, "version": VERSION, "checkpoints": entries}, indent=1) + "\n").encode()
+
+
+def decode_index(raw: bytes, *, location: str, target: Any) -> list[Checkpoint]:
+    """The checkpoints an index lists, oldest step first; ``target(name)`` makes each path."""
+    where = f"checkpoint directory `{location}`: index `{INDEX_NAME}`"
+    try:
+        doc = json.loads(raw)
+    except ValueError as err:
+        raise CheckpointDirectoryError(f"{where} is not JSON ({err}).") from err
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise CheckpointDirectoryError(f"{where} is not a zipsave checkpoint index (no `\"format\": \"{FORMAT}\"`).")
+    if doc.get("version") != VERSION:
+        raise CheckpointDirectoryError(
+            f"{where} has version {doc.get('version')!r}; this zipsave reads version {VERSION}.",
+            hint="Upgrade zipsave.",
+        )
+    out = []
+    for i, entry in enumerate(doc.get("checkpoints") or []):
+        try:
+            step = entry["step"]
+            if type(step) is not int or step < 0 or entry["file"] != checkpoint_name(step):
+                raise ValueError(f"step {step!r} and file {entry['file']!r} do not match")
+            out.append(Checkpoint(step, float(entry["time"]), dict(entry["metrics"]), int(entry["size"]), target(entry["file"])))
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointDirectoryError(f"{where}: entry {i} is malformed ({type(err).__name__}: {err}).") from err
+    return sorted(out, key=lambda c: c.step)
+
+
+def best_of(checkpoints: Iterable[Checkpoint], metric: str, mode: str, count: int = 1) -> list[Checkpoint]:
+    """The ``count`` best checkpoints by ``metric`` (ties: the newer wins); those without the
+    metric, or with NaN, are never best."""
+    scored = [
+        c
+        for c in checkpoints
+        if isinstance(c.metrics.get(metric), (int, float))
+        and not isinstance(c.metrics.get(metric), bool)
+        and not math.isnan(c.metrics[metric])
+    ]
+    sign = -1.0 if mode == "max" else 1.0
+    return sorted(scored, key=lambda c: (sign * c.metrics[metric], -c.step))[:count]
+
+
+def to_keep(
+    checkpoints: list[Checkpoint], *, keep_last: int | None, keep_best: tuple[str, str, int] | None
+) -> list[Checkpoint]:
+    """The checkpoints a policy keeps: every one when ``keep_last`` is ``None``; else the
+    ``keep_last`` newest (the newest one always) and the ``keep_best`` best."""
+    ordered = sorted(checkpoints, key=lambda c: c.step)
+    if keep_last is None:
+        return ordered
+    kept = {c.step for c in ordered[-max(keep_last or 0, 1) :]}
+    if keep_best is not None:
+        kept |= {c.step for c in best_of(ordered, *keep_best)}
+    return [c for c in ordered if c.step in kept]

@@ -1,0 +1,199 @@
+"""``CheckpointCallback``: an SB3 callback that checkpoints the model through a
+``zipsave.CheckpointManager`` (replay buffer, ``VecNormalize`` statistics and RNG state in the
+same archive) and resumes a run from its newest checkpoint in one line."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from stable_baselines3.common.callbacks import BaseCallback
+
+from .._api import RNGState
+from .._manager import Checkpoint, CheckpointManager
+from ._env_state import VecEnvState
+
+__all__ = ["CheckpointCallback"]
+
+#: The ``data`` key of a checkpoint that holds what SB3 itself does not save (RNG state,
+#: episode statistics, environment state). SB3's own ``load`` just sets it as an attribute.
+STATE_KEY = "checkpoint_state"
+
+
+class CheckpointCallback(BaseCallback):
+    """Save an SB3 model every few steps (or seconds) into a checkpoint directory, and resume
+    from the newest checkpoint.
+
+    Checkpoints are taken between updates (when a rollout starts, and when ``learn`` ends),
+    where the model is consistent: the policy and optimizers, ``num_timesteps``, the last
+    observation, the replay buffer and ``VecNormalize`` statistics (when the model has them),
+    the random generators (torch, numpy, Python, the action space's), the episode statistics
+    and, with ``env_state=True``, the environments' own state. Resuming from one with
+    :meth:`restore_latest` and ``learn(..., reset_num_timesteps=False)`` continues the run
+    bit for bit as if it had never stopped.
+
+    Parameters
+    ----------
+    directory
+        A checkpoint directory (path or fsspec URL), or a :class:`zipsave.CheckpointManager`.
+    every_steps, every_seconds, keep_last, keep_best, background, storage_options
+        As for :class:`zipsave.CheckpointManager` (ignored when ``directory`` is a manager);
+        steps are ``model.num_timesteps``. The metrics are ``ep_rew_mean`` and
+        ``ep_len_mean`` (as SB3 logs them) and what ``metrics`` returns, so
+        ``keep_best=("ep_rew_mean", "max")`` keeps the best-scoring policy.
+    include
+        Extras stored in the same archive: ``"replay_buffer"``, ``"vec_normalize"``.
+        ``None`` (the default) includes each one the model has.
+    env_state
+        Also save the environments' state (:class:`VecEnvState`; a ``DummyVecEnv`` only), so
+        a resumed run continues the same episodes. Without it, a resumed run resets the
+        environments, as SB3's ``load`` does.
+    metrics
+        ``metrics(model) -> dict`` of more numbers to record with each checkpoint.
+    final
+        Also save when ``learn`` ends.
+    verbose
+        1 prints a line per checkpoint.
+
+    Examples
+    --------
+    >>> checkpoints = zipsave.sb3.CheckpointCallback("runs/ppo", every_steps=10_000, keep_last=3)  # doctest: +SKIP
+    >>> checkpoints.restore_latest(model)  # resume, or do nothing on a first run  # doctest: +SKIP
+    >>> model.learn(1_000_000 - model.num_timesteps, callback=checkpoints, reset_num_timesteps=False)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        directory: Any,
+        *,
+        every_steps: int | None = None,
+        every_seconds: float | None = None,
+        keep_last: int | None = None,
+        keep_best: tuple[str, str] | tuple[str, str, int] | None = None,
+        background: bool = True,
+        include: Iterable[str] | None = None,
+        env_state: bool = False,
+        metrics: Callable[[Any], Mapping[str, Any]] | None = None,
+        final: bool = True,
+        storage_options: dict[str, Any] | None = None,
+        verbose: int = 0,
+    ) -> None:
+        super().__init__(verbose)
+        if isinstance(directory, CheckpointManager):
+            self.manager = directory
+        else:
+            self.manager = CheckpointManager(
+                directory,
+                every_steps=every_steps,
+                every_seconds=every_seconds,
+                keep_last=keep_last,
+                keep_best=keep_best,
+                background=background,
+                storage_options=storage_options,
+            )
+        self.include = None if include is None else list(include)
+        self.env_state = env_state
+        self.metrics_fn = metrics
+        self.final = final
+
+    def __repr__(self) -> str:
+        return f"<CheckpointCallback {self.manager!r}>"
+
+    # -- saving ------------------------------------------------------------------------------
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_start(self) -> None:
+        self._in_rollout = True
+        self._checkpoint(force=False)
+
+    def _on_rollout_end(self) -> None:
+        self._in_rollout = False
+
+    def _on_training_end(self) -> None:
+        # A run stopped inside a rollout (a callback returned False) holds a partial rollout
+        # that no checkpoint stores: resuming from there would not be exact, so none is taken.
+        if self.final and not getattr(self, "_in_rollout", False):
+            self._checkpoint(force=True)
+        self.manager.wait()  # the last checkpoint is listed when learn() returns
+
+    def _extras(self) -> list[str]:
+        if self.include is not None:
+            return self.include
+        found = []
+        if getattr(self.model, "replay_buffer", None) is not None:
+            found.append("replay_buffer")
+        if self.model.get_vec_normalize_env() is not None:
+            found.append("vec_normalize")
+        return found
+
+    def _metrics(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        episodes = self.model.ep_info_buffer
+        if episodes:
+            out["ep_rew_mean"] = float(sum(e["r"] for e in episodes) / len(episodes))
+            out["ep_len_mean"] = float(sum(e["l"] for e in episodes) / len(episodes))
+        if self.metrics_fn is not None:
+            out.update(self.metrics_fn(self.model))
+        return out
+
+    def _checkpoint(self, *, force: bool) -> None:
+        model = self.model
+        step = int(model.num_timesteps)
+        if not (self.manager.due(step) or (force and step != getattr(self.manager.latest(), "step", None))):
+            return
+        extra = {"rng": _rng(model).state_dict(), "episodes": _episodes(model)}
+        if self.env_state:
+            extra["env"] = VecEnvState(model.get_env()).state_dict()
+        setattr(model, STATE_KEY, extra)
+        try:
+            # the model is collected (and its tensors copied) before save returns
+            self.manager.save(step, model, metrics=self._metrics(), force=force, include=self._extras())
+        finally:
+            delattr(model, STATE_KEY)
+        if self.verbose >= 1:
+            print(f"zipsave: checkpoint at step {step} in {self.manager.directory}")
+
+    # -- resuming ----------------------------------------------------------------------------
+    def restore_latest(self, model: Any, **restore_options: Any) -> Checkpoint | None:
+        """Restore the newest checkpoint into ``model`` (built as the run built it, with its
+        environment), or do nothing when there is none; then continue with
+        ``model.learn(total - model.num_timesteps, callback=self, reset_num_timesteps=False)``.
+
+        Returns
+        -------
+        The :class:`zipsave.Checkpoint` restored, or ``None``.
+        """
+        checkpoint = self.manager.restore_latest(model, **restore_options)
+        if checkpoint is None:
+            return None
+        extra = model.__dict__.pop(STATE_KEY, None) or {}
+        if "rng" in extra:
+            _rng(model).load_state_dict(extra["rng"])
+        if "episodes" in extra:
+            for name, items in extra["episodes"].items():
+                buffer = collections.deque(items, maxlen=model._stats_window_size)
+                setattr(model, name, buffer)
+        if "env" in extra and self.env_state:
+            VecEnvState(model.get_env()).load_state_dict(extra["env"])
+        else:
+            model._last_obs = None  # learn() resets the environments, as SB3's load does
+        return checkpoint
+
+    def close(self) -> None:
+        """Wait for pending checkpoints and release the directory."""
+        self.manager.close()
+
+
+def _rng(model: Any) -> Any:
+    return RNGState(generators={"action_space": model.action_space.np_random})
+
+
+def _episodes(model: Any) -> dict[str, list]:
+    out = {}
+    for name in ("ep_info_buffer", "ep_success_buffer"):
+        buffer = getattr(model, name, None)
+        if buffer is not None:
+            out[name] = list(buffer)
+    return out
