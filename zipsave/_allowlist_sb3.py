@@ -68,6 +68,10 @@ SB3_ALLOWLIST: frozenset[str] = frozenset({
     # RunningMeanStd stores two arrays and a count. HerReplayBuffer's ``__setstate__`` updates
     # ``__dict__`` and clears ``env``; GoalSelectionStrategy is an Enum.
     "stable_baselines3.common.policies.BasePolicy._dummy_schedule",
+    # The actors of TD3/DDPG/SAC record their features extractor *instance* among their
+    # constructor parameters; the default FlattenExtractor holds one torch Flatten (two ints,
+    # no weights). Extractors with weights pickle their tensors, which stay refused.
+    "torch.nn.modules.flatten.Flatten",
     "stable_baselines3.common.vec_env.vec_normalize.VecNormalize",
     "stable_baselines3.common.running_mean_std.RunningMeanStd",
     "stable_baselines3.her.her_replay_buffer.HerReplayBuffer",

@@ -35,6 +35,8 @@ _loading: contextvars.ContextVar[tuple[type, bool] | None] = contextvars.Context
 OBJECT_CLASS = "_zipsave_object_class"
 #: The ``.pth`` member of a policy archive (``policy.save``).
 POLICY = "policy"
+#: Key of a features extractor's record in a policy archive's ``data`` (see _extractor_record).
+EXTRACTOR = "_zipsave_features_extractor"
 
 
 def _original(owner: type, attr: str) -> Any:
@@ -227,7 +229,32 @@ def vec_normalize_load(load_path: Any, venv: Any) -> Any:
 def policy_save(self: Any, path: Any) -> None:
     """``policy.save``: constructor parameters in ``data``, weights in ``policy.pth``, at
     exactly ``path``."""
-    _write_exact(path, self._get_constructor_parameters(), {POLICY: self.state_dict()})
+    data = {key: _extractor_record(value) for key, value in self._get_constructor_parameters().items()}
+    _write_exact(path, data, {POLICY: self.state_dict()})
+
+
+def _extractor_record(value: Any) -> Any:
+    """A features extractor instance (the actors of TD3/SAC/DDPG take one) is stored as what
+    builds it again: its class, observation space and output size. Its weights are part of
+    the policy's own state dict, so a pickle of the module (tensors and all) is not needed."""
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    if not isinstance(value, BaseFeaturesExtractor):
+        return value
+    return {EXTRACTOR: type(value), "observation_space": value._observation_space, "features_dim": value.features_dim}
+
+
+def _rebuild_extractor(value: Any) -> Any:
+    if not (isinstance(value, dict) and EXTRACTOR in value):
+        return value
+    import inspect
+
+    cls = value[EXTRACTOR]
+    kwargs = {"features_dim": value["features_dim"]}
+    params = inspect.signature(cls).parameters
+    if "features_dim" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs = {}
+    return cls(value["observation_space"], **kwargs)
 
 
 def _is_torch_file(path: Any) -> bool:
@@ -267,7 +294,7 @@ def policy_load(cls: Any, path: Any, device: Any = "auto") -> Any:
             f"holds no policy (`data` and `{POLICY}.pth`); was it written by `policy.save`?", archive=path
         )
     try:
-        model = cls(**data)
+        model = cls(**{key: _rebuild_extractor(value) for key, value in data.items()})
     except Exception as err:
         raise DecodeError(
             f"{cls.__name__} cannot be built from the saved constructor parameters ({type(err).__name__}: {err}).",
