@@ -187,7 +187,8 @@ def _swap_functions(*, to_zipsave: bool) -> None:
     """
     pairs = {name: (sb3, ours) if to_zipsave else (ours, sb3) for name, (sb3, ours) in _functions.items()}
     for module in list(sys.modules.values()):
-        if type(module) is not types.ModuleType:
+        # zipsave's own modules define the replacements under SB3's names: never swap those.
+        if type(module) is not types.ModuleType or module.__name__.startswith("zipsave."):
             continue
         namespace = module.__dict__
         for name, (old, new) in pairs.items():

@@ -33,6 +33,8 @@ _loading: contextvars.ContextVar[tuple[type, bool] | None] = contextvars.Context
 
 #: ``data`` key naming the class of an object archive (replay buffer, ``VecNormalize``).
 OBJECT_CLASS = "_zipsave_object_class"
+#: ``data`` key of an object archive holding one plain value instead of attributes.
+OBJECT_VALUE = "_zipsave_object_value"
 #: The ``.pth`` member of a policy archive (``policy.save``).
 POLICY = "policy"
 #: Key of a features extractor's record in a policy archive's ``data`` (see _extractor_record).
@@ -79,7 +81,7 @@ def load_from_zip_file(
     """SB3's ``load_from_zip_file`` with :func:`zipsave.load_archive`'s rules."""
     del verbose
     loading = _loading.get()
-    cls, asked = loading if loading is not None else (None, False)
+    cls, asked = loading if loading is not None else (_calling_algorithm(), False)
     options = current_options()
     _check_exists(load_path, "zip")
     return zipsave.load_archive(
@@ -92,6 +94,20 @@ def load_from_zip_file(
         trusted=_trusted(_named_classes(cls)),
         strict=options.strict,
     )
+
+
+def _calling_algorithm() -> type | None:
+    """The algorithm class of the SB3 method calling ``load_from_zip_file`` (``set_parameters``
+    of SB3 and sb3-contrib's ARS, which loads ``data`` too): its own policies are trusted."""
+    import sys
+
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    caller = sys._getframe(2).f_locals
+    owner = caller.get("self", caller.get("cls"))
+    if isinstance(owner, BaseAlgorithm):
+        return type(owner)
+    return owner if isinstance(owner, type) and issubclass(owner, BaseAlgorithm) else None
 
 
 def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
@@ -142,12 +158,11 @@ def _write_exact(path: Any, data: dict[str, Any], params: dict[str, Any] | None 
 def save_object(path: Any, obj: Any) -> None:
     """Write ``obj``'s pickle state (``__getstate__``) as a zipsave archive: arrays as ``.npy``
     members, spaces and plain values readable, nothing that needs code to load."""
-    state = obj.__getstate__()
-    if not isinstance(state, dict):
-        raise zipsave.EncodeError(
-            f"{type(obj).__name__}'s state is a {type(state).__name__}, expected a dict of attributes."
-        )
-    _write_exact(path, {OBJECT_CLASS: type(obj), **state})
+    state = obj.__getstate__() if hasattr(obj, "__dict__") else None
+    if isinstance(state, dict) and all(isinstance(key, str) for key in state):
+        _write_exact(path, {OBJECT_CLASS: type(obj), **state})
+    else:  # a plain value (SB3's save_to_pkl takes anything): one entry, encoded as it is
+        _write_exact(path, {OBJECT_VALUE: obj})
 
 
 def _is_zipsave_archive(path: Any) -> bool:
@@ -177,6 +192,8 @@ def load_object(path: Any, expected: type, what: str) -> Any:
             path, allow_pickle=options.allow_pickle, trusted=_trusted(), strict=True
         )
         data = dict(data or {})
+        if OBJECT_VALUE in data:
+            return _checked(data[OBJECT_VALUE], expected, what, path)
         cls = data.pop(OBJECT_CLASS, None)
         if not isinstance(cls, type):
             raise zipsave.ArchiveFormatError(
@@ -187,6 +204,10 @@ def load_object(path: Any, expected: type, what: str) -> Any:
             obj.__setstate__(data)
         else:
             obj.__dict__.update(data)
+    return _checked(obj, expected, what, path)
+
+
+def _checked(obj: Any, expected: type, what: str, path: Any) -> Any:
     if not isinstance(obj, expected):
         raise DecodeError(f"holds a {type(obj).__name__}, expected a {what} ({expected.__name__}).", archive=path)
     return obj
