@@ -49,6 +49,8 @@ nitpick_ignore = [
         "typing.IO",
         "Iterable",
         "collections.abc.Iterable",
+        "collections.abc.Iterator",
+        "Iterator",
         "torch.Tensor",
         "torch.device",
         "torch.dtype",

@@ -63,13 +63,13 @@ def install(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: 
 
     Parameters
     ----------
-    allow_pickle : bool, default False
-        Trust every archive completely (SB3's plain ``cloudpickle`` behaviour).
-    trusted : iterable, default ()
+    allow_pickle
+        Trust every archive completely (SB3's plain ``cloudpickle`` behaviour). Default False.
+    trusted
         Globals (classes, functions, ``"pkg.module.Name"``, ``"pkg.module.*"``) admitted on top
-        of zipsave's reviewed allowlist, for every load.
-    strict : bool, default False
-        Raise instead of skipping a broken entry.
+        of zipsave's reviewed allowlist, for every load. Default none.
+    strict
+        Raise instead of skipping a broken entry. Default False.
 
     Examples
     --------
@@ -110,6 +110,8 @@ def uninstall() -> None:
 def installed(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: bool = False) -> Iterator[None]:
     """Install zipsave for a ``with`` block; on leaving, the previous state comes back
     (SB3's functions, or the options of an installation made before the block).
+
+    The arguments are those of :func:`install`.
 
     Examples
     --------
