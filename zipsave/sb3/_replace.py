@@ -194,7 +194,7 @@ def load_object(path: Any, expected: type, what: str) -> Any:
         data = dict(data or {})
         if OBJECT_VALUE in data:
             return _checked(data[OBJECT_VALUE], expected, what, path)
-        cls = data.pop(OBJECT_CLASS, None)
+        cls: Any = data.pop(OBJECT_CLASS, None)
         if not isinstance(cls, type):
             raise zipsave.ArchiveFormatError(
                 f"holds no `{OBJECT_CLASS}`, so it is not a {what} saved by zipsave.", archive=path
