@@ -199,7 +199,8 @@ def load_object(path: Any, expected: type, what: str) -> Any:
             raise zipsave.ArchiveFormatError(
                 f"holds no `{OBJECT_CLASS}`, so it is not a {what} saved by zipsave.", archive=path
             )
-        obj = cls.__new__(cls)
+        new: Any = cls.__new__  # what pickle does (NEWOBJ), then the state below
+        obj = new(cls)
         if hasattr(obj, "__setstate__"):
             obj.__setstate__(data)
         else:
