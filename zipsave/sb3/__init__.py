@@ -1,10 +1,19 @@
-"""Stable-Baselines3 integration: adopt zipsave for SB3's own save and load in one line.
+"""Stable-Baselines3 support, as a plug-in of the core: SB3 algorithms save with
+``zipsave.save(model, path)`` and load with ``zipsave.load(path, cls=PPO, env=env)``; the replay
+buffer and ``VecNormalize`` statistics can live in the same archive. :func:`install` adopts
+zipsave for SB3's own ``save``/``load`` calls in one line.
 
-Importing this package does not import SB3; :func:`install` does.
+SB3 itself is imported only when an SB3 object is saved or built, or by :func:`install`, never
+by ``import zipsave``. The handler is registered through the ``zipsave.handlers`` entry point
+(``setup.cfg``).
 """
 
-from __future__ import annotations
-
+from ._allowlist import SB3_ALLOWLIST
+from ._extras import EXTRAS
+from ._handler import SB3Handler
 from ._install import install, installed, is_installed, uninstall
 
-__all__ = ["install", "installed", "is_installed", "uninstall"]
+__all__ = ["EXTRAS", "SB3_ALLOWLIST", "SB3Handler", "handler", "install", "installed", "is_installed", "uninstall"]
+
+#: The instance the ``zipsave.handlers`` entry point names.
+handler = SB3Handler()

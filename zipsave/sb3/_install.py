@@ -14,7 +14,7 @@ import types
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from zipsave._unpickle import TrustPolicy
+from zipsave._trust import TrustPolicy
 
 __all__ = ["Options", "current_options", "install", "installed", "is_installed", "uninstall"]
 

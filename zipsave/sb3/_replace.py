@@ -11,7 +11,7 @@ from typing import Any
 
 import zipsave
 from zipsave._archive import atomic_output
-from zipsave._unpickle import TrustPolicy, restricted_loads
+from zipsave._trust import TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError, UnsafeGlobalError
 
 from ._install import _methods, current_options
