@@ -15,6 +15,7 @@ from zipsave._trust import TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError, UnsafeGlobalError
 
 from ._install import _methods, current_options
+from ._zoo import zoo_schedules
 
 __all__ = [
     "algorithm_load",
@@ -84,6 +85,11 @@ def load_from_zip_file(
     cls, asked = loading if loading is not None else (_calling_algorithm(), False)
     options = current_options()
     _check_exists(load_path, "zip")
+    if load_data and not options.allow_pickle:
+        # The RL Zoo's schedule closures (rl-zoo3 < 2.7), rebuilt without running them.
+        found = zoo_schedules(_existing(load_path, "zip"), skip=custom_objects or {})
+        if found:
+            custom_objects = {**found, **(custom_objects or {})}
     return zipsave.load_archive(
         load_path,
         load_data=load_data,
@@ -126,6 +132,13 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
         return _original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
     finally:
         _loading.reset(token)
+
+
+def _existing(path: Any, suffix: str) -> Any:
+    """The path SB3 would open: ``path``, else ``path.<suffix>``."""
+    if hasattr(path, "read") or (isinstance(path, str) and "://" in path) or os.path.exists(path):
+        return path
+    return f"{os.fspath(path)}.{suffix}"
 
 
 def _check_exists(path: Any, suffix: str) -> None:
