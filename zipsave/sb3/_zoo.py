@@ -92,6 +92,7 @@ def _evaluate(payload: bytes) -> tuple[Any, list[_Call]]:
         del stack[index:]
         return items
 
+    arg: Any
     for op, arg, _ in pickletools.genops(payload):
         name = op.name
         if name in ("PROTO", "FRAME"):
@@ -128,9 +129,7 @@ def _evaluate(payload: bytes) -> tuple[Any, list[_Call]]:
             stack.append(())
         elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
             n = int(name[-1])
-            items = tuple(stack[-n:])
-            del stack[-n:]
-            stack.append(items)
+            stack[-n:] = [tuple(stack[-n:])]
         elif name == "TUPLE":
             stack.append(tuple(pop_mark()))
         elif name == "EMPTY_LIST":
@@ -139,16 +138,15 @@ def _evaluate(payload: bytes) -> tuple[Any, list[_Call]]:
             item = stack.pop()
             stack[-1].append(item)
         elif name == "APPENDS":
-            items = pop_mark()
-            stack[-1].extend(items)
+            stack[-1].extend(pop_mark())
         elif name == "EMPTY_DICT":
             stack.append({})
         elif name == "SETITEM":
             value, key = stack.pop(), stack.pop()
             stack[-1][key] = value
         elif name == "SETITEMS":
-            items = pop_mark()
-            stack[-1].update(zip(items[::2], items[1::2]))
+            pairs = pop_mark()
+            stack[-1].update(zip(pairs[::2], pairs[1::2]))
         elif name == "NONE":
             stack.append(None)
         elif name in ("NEWTRUE", "NEWFALSE"):
