@@ -354,20 +354,27 @@ def test_sb3_contrib_models_save_and_load_with_the_defaults(tmp_path, installed)
 
 
 # -- the runner --------------------------------------------------------------------------------
-def test_runner_runs_a_module_as_main_with_its_arguments(tmp_path):
-    script = tmp_path / "adoptprobe.py"
-    script.write_text(
+def test_runner_runs_a_module_as_main_with_its_arguments(tmp_path, monkeypatch):
+    from zipsave.sb3.__main__ import main
+
+    (tmp_path / "adoptprobe.py").write_text(
         "import sys\n"
         "from stable_baselines3.common import base_class\n"
+        "import zipsave.sb3._install as state\n"
         "if __name__ == '__main__':\n"
-        "    print(sys.argv[1:], base_class.save_to_zip_file.__module__)\n"
+        "    RESULT = (list(sys.argv), base_class.save_to_zip_file.__module__, state.current_options())\n"
+        "    sys.modules['adoptprobe_result'] = RESULT\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "zipsave.sb3", "--trust", "mypkg.*", "adoptprobe", "--flag", "x"],
-        capture_output=True, text=True, check=True, cwd=tmp_path,
-        env={**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{pathlib.Path(zipsave.__file__).parents[1]}"},
-    )
-    assert out.stdout.strip() == "['--flag', 'x'] zipsave.sb3._replace"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    try:
+        assert main(["--trust", "mypkg.*", "--strict", "adoptprobe", "--flag", "x"]) == 0
+        argv, module, options = sys.modules.pop("adoptprobe_result")
+    finally:
+        zipsave.sb3.uninstall()
+    assert argv[1:] == ["--flag", "x"] and argv[0].endswith("adoptprobe.py")
+    assert module == "zipsave.sb3._replace"
+    assert options.trusted == ("mypkg.",) and options.strict and not options.allow_pickle
 
 
 def test_runner_without_a_module_prints_usage():
