@@ -7,7 +7,6 @@ SB3 is imported by :func:`install`, never when this module is imported.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
 import threading
 import types
@@ -16,23 +15,13 @@ from typing import Any
 
 from zipsave._trust import TrustPolicy
 
+from . import _replace, _state
+from ._state import Options
+
 __all__ = ["Options", "current_options", "install", "installed", "is_installed", "uninstall"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Options:
-    """The load rules every SB3 load follows while zipsave is installed."""
-
-    allow_pickle: bool = False
-    trusted: tuple[str, ...] = ()
-    strict: bool = False
-
-
 _lock = threading.RLock()
-_options: Options | None = None
-# (owner, attribute) -> SB3's own object, for the class attributes we replace. Module-level
-# functions are found again by identity (see _swap_functions), so they need no record here.
-_methods: dict[tuple[type, str], Any] = {}
 _functions: dict[str, tuple[Any, Any]] = {}  # name -> (SB3's function, zipsave's replacement)
 
 #: Module-level functions of ``stable_baselines3.common.save_util`` that SB3, sb3-contrib and
@@ -42,12 +31,12 @@ FUNCTIONS = ("save_to_zip_file", "load_from_zip_file", "save_to_pkl", "load_from
 
 def current_options() -> Options:
     """The options of the running installation (SB3's defaults when none is installed)."""
-    return _options if _options is not None else Options()
+    return _state.current_options() or Options()
 
 
 def is_installed() -> bool:
     """Whether SB3's save and load currently go through zipsave."""
-    return _options is not None
+    return _state.current_options() is not None
 
 
 def install(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: bool = False) -> None:
@@ -84,11 +73,10 @@ def install(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: 
     if not isinstance(strict, bool):
         raise TypeError(f"`strict` must be True or False, got {strict!r}.")
     options = Options(allow_pickle=policy.allow_pickle, trusted=policy.trusted, strict=strict)
-    global _options
     with _lock:
-        if _options is None:
+        if _state.current_options() is None:
             _patch()
-        _options = options
+        _state.set_options(options)
 
 
 def uninstall() -> None:
@@ -98,12 +86,11 @@ def uninstall() -> None:
     names and ``":serialized:"`` values. Only the files of ``policy.save``,
     ``save_replay_buffer`` and ``VecNormalize.save`` need zipsave to be read again.
     """
-    global _options
     with _lock:
-        if _options is None:
+        if _state.current_options() is None:
             return
         _unpatch()
-        _options = None
+        _state.set_options(None)
 
 
 @contextlib.contextmanager
@@ -123,7 +110,7 @@ def installed(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict
     False
     """
     with _lock:
-        before = _options
+        before = _state.current_options()
         install(allow_pickle=allow_pickle, trusted=trusted, strict=strict)
     try:
         yield
@@ -143,8 +130,6 @@ def _targets() -> list[tuple[type, str, Any]]:
     from stable_baselines3.common.policies import BaseModel
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from . import _replace
-
     return [
         (BaseAlgorithm, "load", classmethod(_replace.algorithm_load)),
         (BaseModel, "save", _replace.policy_save),
@@ -161,20 +146,18 @@ def _patch() -> None:
     import stable_baselines3.common.off_policy_algorithm  # noqa: F401
     from stable_baselines3.common import save_util
 
-    from . import _replace
-
     for name in FUNCTIONS:
         _functions[name] = (getattr(save_util, name), getattr(_replace, name))
     _swap_functions(to_zipsave=True)
     for owner, attr, replacement in _targets():
-        _methods[(owner, attr)] = owner.__dict__[attr]
+        _state.ORIGINALS[(owner, attr)] = owner.__dict__[attr]
         setattr(owner, attr, replacement)
 
 
 def _unpatch() -> None:
-    for (owner, attr), original in _methods.items():
+    for (owner, attr), original in _state.ORIGINALS.items():
         setattr(owner, attr, original)
-    _methods.clear()
+    _state.ORIGINALS.clear()
     _swap_functions(to_zipsave=False)
     _functions.clear()
 

@@ -14,7 +14,8 @@ from zipsave._archive import atomic_output
 from zipsave._trust import TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError, UnsafeGlobalError
 
-from ._install import _methods, current_options
+from ._state import Options, original
+from ._state import current_options as _current
 from ._zoo import zoo_schedules
 
 __all__ = [
@@ -42,8 +43,8 @@ POLICY = "policy"
 EXTRACTOR = "_zipsave_features_extractor"
 
 
-def _original(owner: type, attr: str) -> Any:
-    return _methods[(owner, attr)]
+def current_options() -> Options:
+    return _current() or Options()
 
 
 def _trusted(extra: tuple[Any, ...] = ()) -> tuple[Any, ...]:
@@ -129,7 +130,7 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
     asked = bool(kwargs.pop("print_system_info", False))
     token = _loading.set((cls, asked))
     try:
-        return _original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
+        return original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
     finally:
         _loading.reset(token)
 
@@ -312,7 +313,7 @@ def policy_load(cls: Any, path: Any, device: Any = "auto") -> Any:
     options = current_options()
     if _is_torch_file(path):
         if options.allow_pickle:
-            return _original(BaseModel, "load").__func__(cls, path, device)
+            return original(BaseModel, "load").__func__(cls, path, device)
         raise UnsafeGlobalError(
             "torch.load(weights_only=False)",
             archive=path,
