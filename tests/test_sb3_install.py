@@ -377,6 +377,11 @@ def test_runner_runs_a_module_as_main_with_its_arguments(tmp_path, monkeypatch):
     assert options.trusted == ("mypkg.",) and options.strict and not options.allow_pickle
 
 
-def test_runner_without_a_module_prints_usage():
-    out = subprocess.run([sys.executable, "-m", "zipsave.sb3"], capture_output=True, text=True)
-    assert out.returncode == 2 and "usage: python -m zipsave.sb3" in out.stderr
+def test_runner_without_a_module_prints_usage(capsys):
+    from zipsave.sb3.__main__ import main
+
+    assert main([]) == 2
+    assert "usage: python -m zipsave.sb3" in capsys.readouterr().err
+    assert main(["--bogus", "mod"]) == 2
+    assert "unknown option '--bogus'" in capsys.readouterr().err
+    assert not zipsave.sb3.is_installed()
