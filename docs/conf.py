@@ -51,6 +51,8 @@ nitpick_ignore = [
         "collections.abc.Iterable",
         "Mapping",
         "collections.abc.Mapping",
+        "collections.abc.Iterator",
+        "Iterator",
         "torch.Tensor",
         "torch.device",
         "torch.dtype",

@@ -1,10 +1,11 @@
 """Stable-Baselines3 support, as a plug-in of the core: SB3 algorithms save with
 ``zipsave.save(model, path)`` and load with ``zipsave.load(path, cls=PPO, env=env)``; the replay
-buffer and ``VecNormalize`` statistics can live in the same archive.
+buffer and ``VecNormalize`` statistics can live in the same archive. :func:`install` adopts
+zipsave for SB3's own ``save``/``load`` calls in one line.
 
-SB3 itself is imported only when an SB3 object is saved or built, never by ``import zipsave``.
-The handler is registered through the ``zipsave.handlers`` entry point (``setup.cfg``).
-``CheckpointCallback`` (checkpoints through a ``zipsave.CheckpointManager``) and
+SB3 itself is imported only when an SB3 object is saved or built, or by :func:`install`, never
+by ``import zipsave``. The handler is registered through the ``zipsave.handlers`` entry point
+(``setup.cfg``). ``CheckpointCallback`` (checkpoints through a ``zipsave.CheckpointManager``) and
 ``VecEnvState`` import SB3 when they are first used.
 """
 
@@ -17,8 +18,20 @@ from .._optional import require
 from ._allowlist import SB3_ALLOWLIST
 from ._extras import EXTRAS
 from ._handler import SB3Handler
+from ._install import install, installed, is_installed, uninstall
 
-__all__ = ["EXTRAS", "SB3_ALLOWLIST", "CheckpointCallback", "SB3Handler", "VecEnvState", "handler"]
+__all__ = [
+    "EXTRAS",
+    "SB3_ALLOWLIST",
+    "CheckpointCallback",
+    "SB3Handler",
+    "VecEnvState",
+    "handler",
+    "install",
+    "installed",
+    "is_installed",
+    "uninstall",
+]
 _LAZY = ("CheckpointCallback", "VecEnvState")
 
 #: The instance the ``zipsave.handlers`` entry point names.

@@ -60,4 +60,24 @@ SB3_ALLOWLIST: frozenset[str] = frozenset({
     # (calling it looks a member up by value).
     "stable_baselines3.common.type_aliases.TrainFreq",
     "stable_baselines3.common.type_aliases.TrainFrequencyUnit",
+    # What ``policy.save``, ``save_replay_buffer`` and ``VecNormalize.save`` store once
+    # ``zipsave.sb3.install()`` routes them through zipsave (and what SB3's own pickles of them
+    # name). ``_dummy_schedule`` is a staticmethod returning 0.0 (the ``lr_schedule`` policies
+    # record for themselves). VecNormalize's ``__setstate__`` only updates ``__dict__`` and
+    # clears ``venv``; calling the class needs a VecEnv, which no allowlisted global builds.
+    # RunningMeanStd stores two arrays and a count. HerReplayBuffer's ``__setstate__`` updates
+    # ``__dict__`` and clears ``env``; GoalSelectionStrategy is an Enum.
+    "stable_baselines3.common.policies.BasePolicy._dummy_schedule",
+    # The actors of TD3/DDPG/SAC record their features extractor *instance* among their
+    # constructor parameters; the default FlattenExtractor holds one torch Flatten (two ints,
+    # no weights). Extractors with weights pickle their tensors, which stay refused.
+    "torch.nn.modules.flatten.Flatten",
+    "stable_baselines3.common.vec_env.vec_normalize.VecNormalize",
+    "stable_baselines3.common.running_mean_std.RunningMeanStd",
+    "stable_baselines3.her.her_replay_buffer.HerReplayBuffer",
+    "stable_baselines3.her.goal_selection_strategy.GoalSelectionStrategy",
+    # The RL Zoo's schedules (``learning_rate: lin_0.001`` in its hyperparameter files, rl-zoo3
+    # >= 2.7). Importing ``rl_zoo3.utils`` runs only the Zoo's own imports. The constructor
+    # stores ``float(initial_value)``; ``__call__`` multiplies; no ``__setstate__``.
+    "rl_zoo3.utils.SimpleLinearSchedule",
 })

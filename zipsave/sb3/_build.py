@@ -12,6 +12,7 @@ from .. import _format
 from .._core import LoadSession, load_state_into, recursive_getattr, set_variable, unwrap
 from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveError, ZipsaveWarning
 from ._extras import apply_vec_normalize, matches_any, has_extra, restore_extra, warn_unused_vec_normalize
+from ._zoo import with_zoo_schedules
 
 __all__ = ["build_sb3"]
 
@@ -40,6 +41,7 @@ def build_sb3(
     kwargs = dict(overrides)
     env = kwargs.pop("env", None)
     force_reset = kwargs.pop("force_reset", True)
+    custom_objects = with_zoo_schedules(src, custom_objects)  # rl-zoo3 < 2.7 closures, rebuilt safely
     data = src.decode_data("", custom_objects=custom_objects, exclude=exclude)
     if data is None:
         raise ArchiveFormatError(

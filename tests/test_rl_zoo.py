@@ -1,0 +1,151 @@
+"""The RL Zoo through ``python -m zipsave.sb3``: the real ``rl_zoo3.train`` and
+``rl_zoo3.enjoy`` save and load through zipsave, and the Zoo's archives load with zipsave's
+defaults keeping their schedules (``lin_0.001`` learning rate, ``lin_0.2`` clip range)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import warnings
+import zipfile
+
+import pytest
+
+import zipsave
+
+pytest.importorskip("rl_zoo3")  # the `test` extra installs it
+
+from stable_baselines3 import PPO  # noqa: E402
+
+ROOT = pathlib.Path(zipsave.__file__).parents[1]
+
+
+def run_zoo(cwd: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-m", "zipsave.sb3", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.fixture(scope="module")
+def zoo_run(tmp_path_factory):
+    """Train PPO on CartPole for one rollout (256 steps) with the Zoo's own hyperparameters."""
+    folder = tmp_path_factory.mktemp("zoo")
+    out = run_zoo(folder, "rl_zoo3.train", "--algo", "ppo", "--env", "CartPole-v1", "-n", "256", "-f", "logs",
+                  "--seed", "3", "--eval-freq", "-1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return folder, folder / "logs" / "ppo" / "CartPole-v1_1" / "CartPole-v1.zip"
+
+
+def test_zoo_train_saves_through_zipsave(zoo_run):
+    _, archive = zoo_run
+    names = zipfile.ZipFile(archive).namelist()
+    assert "manifest.json" in names and "_zipsave_version" in names
+
+
+def test_zoo_archive_loads_with_the_defaults_keeping_its_schedules(zoo_run):
+    _, archive = zoo_run
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing skipped
+        model = zipsave.load(archive, cls=PPO, device="cpu")
+    reference = PPO.load(archive, device="cpu")  # SB3's own loader (plain cloudpickle)
+    assert type(model.learning_rate).__name__ == "SimpleLinearSchedule"
+    for progress in (1.0, 0.5, 0.1):
+        assert model.lr_schedule(progress) == reference.lr_schedule(progress)
+        assert model.clip_range(progress) == reference.clip_range(progress)
+    assert model.lr_schedule(0.5) == pytest.approx(0.0005)  # the Zoo's lin_0.001
+    assert model.clip_range(0.5) == pytest.approx(0.1)  # lin_0.2
+
+
+def test_zoo_enjoy_loads_through_zipsave(zoo_run):
+    folder, _ = zoo_run
+    out = run_zoo(folder, "rl_zoo3.enjoy", "--algo", "ppo", "--env", "CartPole-v1", "-f", "logs", "--exp-id", "1",
+                  "-n", "50", "--no-render", "--deterministic")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Loading logs/ppo/CartPole-v1_1/CartPole-v1.zip" in out.stdout
+    assert "Warning" not in out.stderr, out.stderr[-3000:]
+
+
+# -- archives of rl-zoo3 < 2.7: schedules were closures --------------------------------------
+# The Zoo's `linear_schedule` as rl-zoo3 1.x-2.6 (first) and the utils/utils.py Zoo before
+# it (second) defined it; the Zoo stored the closure it returns as `learning_rate` and
+# `clip_range`. Compiled here under the Zoo's module name, it pickles exactly as the Zoo's did
+# (only the file name and line numbers differ).
+ZOO_2_6 = '''
+def linear_schedule(initial_value):
+    # Force conversion to float
+    initial_value_ = float(initial_value)
+
+    def func(progress_remaining: float) -> float:
+        """
+        Progress will decrease from 1 (beginning) to 0
+        :param progress_remaining: (float)
+        :return: (float)
+        """
+        return progress_remaining * initial_value_
+
+    return func
+'''
+ZOO_1_0 = '''
+def linear_schedule(initial_value):
+    if isinstance(initial_value, str):
+        initial_value = float(initial_value)
+
+    def func(progress_remaining: float) -> float:
+        """
+        Progress will decrease from 1 (beginning) to 0
+        :param progress_remaining: (float)
+        :return: (float)
+        """
+        return progress_remaining * initial_value
+
+    return func
+'''
+
+
+def zoo_closure(source: str, value, module: str = "rl_zoo3.utils"):
+    namespace = {"__name__": module}
+    # dont_inherit: this test module's `from __future__ import annotations` is not the Zoo's
+    exec(compile("\n" * 300 + source, f"/site-packages/{module.replace('.', '/')}.py", "exec", dont_inherit=True),
+         namespace)
+    return namespace["linear_schedule"](value)
+
+
+def old_zoo_archive(path, source, module="rl_zoo3.utils"):
+    model = PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, device="cpu",
+                learning_rate=zoo_closure(source, "0.001", module), clip_range=zoo_closure(source, 0.2, module))
+    model.save(path)  # SB3's own save, as the old Zoo did
+    return path
+
+
+@pytest.mark.parametrize(("source", "module"), [(ZOO_2_6, "rl_zoo3.utils"), (ZOO_1_0, "utils.utils")])
+def test_old_zoo_schedule_closures_are_rebuilt_without_running_them(tmp_path, source, module):
+    from rl_zoo3.utils import SimpleLinearSchedule
+
+    import zipsave.sb3
+
+    path = old_zoo_archive(tmp_path / "old_zoo.zip", source, module)
+    reference = PPO.load(path, device="cpu")  # SB3: cloudpickle runs the pickled code
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing skipped
+        loaded = zipsave.load(path, cls=PPO, device="cpu")
+        with zipsave.sb3.installed():
+            adopted = PPO.load(path, device="cpu")
+    for model in (loaded, adopted):
+        assert isinstance(model.learning_rate, SimpleLinearSchedule)
+        assert model.learning_rate.initial_value == 0.001
+        for progress in (1.0, 0.5, 0.1):
+            assert model.lr_schedule(progress) == reference.lr_schedule(progress)
+            assert model.clip_range(progress) == reference.clip_range(progress)
+
+
+def test_a_closure_with_other_code_is_not_rebuilt(tmp_path):
+    other = ZOO_2_6.replace("progress_remaining * initial_value_", "progress_remaining + initial_value_")
+    path = old_zoo_archive(tmp_path / "other.zip", other)
+    report = zipsave.LoadReport()
+    with pytest.warns(zipsave.SkippedEntryWarning):
+        model = zipsave.load(path, cls=PPO, device="cpu", report=report)
+    assert {"learning_rate", "lr_schedule", "clip_range"} <= {entry.key for entry in report.skipped}
+    assert model.lr_schedule(0.5) == 3e-4  # PPO's default, as the warning says; never the wrong schedule

@@ -1,0 +1,343 @@
+"""What SB3's save and load functions become while zipsave is installed: the same signatures
+and documented behaviour, with zipsave's archives and load rules underneath."""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import pathlib
+import zipfile
+from typing import Any
+
+import zipsave
+from zipsave._archive import atomic_output
+from zipsave._trust import TrustPolicy, restricted_loads
+from zipsave.exceptions import DecodeError, UnsafeGlobalError
+
+from ._state import Options, original
+from ._state import current_options as _current
+from ._zoo import zoo_schedules
+
+__all__ = [
+    "algorithm_load",
+    "load_from_pkl",
+    "load_from_zip_file",
+    "policy_load",
+    "policy_save",
+    "save_to_pkl",
+    "save_to_zip_file",
+    "vec_normalize_load",
+    "vec_normalize_save",
+]
+
+#: The algorithm class whose ``load`` is running, and whether it asked for the system info.
+_loading: contextvars.ContextVar[tuple[type, bool] | None] = contextvars.ContextVar("zipsave_sb3_loading", default=None)
+
+#: ``data`` key naming the class of an object archive (replay buffer, ``VecNormalize``).
+OBJECT_CLASS = "_zipsave_object_class"
+#: ``data`` key of an object archive holding one plain value instead of attributes.
+OBJECT_VALUE = "_zipsave_object_value"
+#: The ``.pth`` member of a policy archive (``policy.save``).
+POLICY = "policy"
+#: Key of a features extractor's record in a policy archive's ``data`` (see _extractor_record).
+EXTRACTOR = "_zipsave_features_extractor"
+
+
+def current_options() -> Options:
+    return _current() or Options()
+
+
+def _trusted(extra: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    return tuple(current_options().trusted) + tuple(extra)
+
+
+def _named_classes(cls: type | None) -> tuple[type, ...]:
+    """Classes the caller named by calling ``cls.load``: ``cls``'s own policies. SB3 builds
+    one of them from the archive anyway, so trusting their names adds no reach."""
+    aliases = getattr(cls, "policy_aliases", None) or {}
+    return tuple(p for p in aliases.values() if isinstance(p, type))
+
+
+# -- BaseAlgorithm (save_util functions) -----------------------------------------------------
+def save_to_zip_file(
+    save_path: Any,
+    data: dict[str, Any] | None = None,
+    params: dict[str, Any] | None = None,
+    pytorch_variables: dict[str, Any] | None = None,
+    verbose: int = 0,
+) -> None:
+    """SB3's ``save_to_zip_file``: an atomic zipsave archive (``.zip`` added to a path
+    without a suffix, parent folders created, file objects written and left open)."""
+    del verbose
+    zipsave.save_archive(save_path, data=data, params=params, pytorch_variables=pytorch_variables)
+
+
+def load_from_zip_file(
+    load_path: Any,
+    load_data: bool = True,
+    custom_objects: dict[str, Any] | None = None,
+    device: Any = "auto",
+    verbose: int = 0,
+    print_system_info: bool = False,
+) -> tuple[dict[str, Any] | None, dict[str, Any], dict[str, Any] | None]:
+    """SB3's ``load_from_zip_file`` with :func:`zipsave.load_archive`'s rules."""
+    del verbose
+    loading = _loading.get()
+    cls, asked = loading if loading is not None else (_calling_algorithm(), False)
+    options = current_options()
+    _check_exists(load_path, "zip")
+    if load_data and not options.allow_pickle:
+        # The RL Zoo's schedule closures (rl-zoo3 < 2.7), rebuilt without running them.
+        found = zoo_schedules(_existing(load_path, "zip"), skip=custom_objects or {})
+        if found:
+            custom_objects = {**found, **(custom_objects or {})}
+    return zipsave.load_archive(
+        load_path,
+        load_data=load_data,
+        custom_objects=custom_objects,
+        device=device,
+        print_system_info=print_system_info or asked,
+        allow_pickle=options.allow_pickle,
+        trusted=_trusted(_named_classes(cls)),
+        strict=options.strict,
+    )
+
+
+def _calling_algorithm() -> type | None:
+    """The algorithm class of the SB3 method calling ``load_from_zip_file`` (``set_parameters``
+    of SB3 and sb3-contrib's ARS, which loads ``data`` too): its own policies are trusted."""
+    import sys
+
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    caller = sys._getframe(2).f_locals
+    owner = caller.get("self", caller.get("cls"))
+    if isinstance(owner, BaseAlgorithm):
+        return type(owner)
+    return owner if isinstance(owner, type) and issubclass(owner, BaseAlgorithm) else None
+
+
+def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+    """``BaseAlgorithm.load``: SB3's own, with ``cls`` known to the archive reader."""
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    if args:  # SB3's positional order: env, device, custom_objects, print_system_info, ...
+        names = ("env", "device", "custom_objects", "print_system_info", "force_reset")
+        kwargs.update(zip(names, args))
+        if len(args) > len(names):
+            raise TypeError(f"{cls.__name__}.load() takes at most {len(names) + 1} positional arguments.")
+    # zipsave prints the saved and current system info and their differences in one place.
+    asked = bool(kwargs.pop("print_system_info", False))
+    token = _loading.set((cls, asked))
+    try:
+        return original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
+    finally:
+        _loading.reset(token)
+
+
+def _existing(path: Any, suffix: str) -> Any:
+    """The path SB3 would open: ``path``, else ``path.<suffix>``."""
+    if hasattr(path, "read") or (isinstance(path, str) and "://" in path) or os.path.exists(path):
+        return path
+    return f"{os.fspath(path)}.{suffix}"
+
+
+def _check_exists(path: Any, suffix: str) -> None:
+    """SB3 raises ``FileNotFoundError`` for a missing path (after trying the suffix)."""
+    if hasattr(path, "read") or (isinstance(path, str) and "://" in path):
+        return
+    text = os.fspath(path)
+    if not os.path.exists(text) and not os.path.exists(f"{text}.{suffix}"):
+        raise FileNotFoundError(f"no such file: {text!r} (also tried {text}.{suffix}).")
+
+
+# -- replay buffers and VecNormalize (object archives) ---------------------------------------
+def _with_suffix(path: Any, suffix: str) -> Any:
+    """SB3's ``open_path`` rule: a path without a suffix gets ``.<suffix>``."""
+    if hasattr(path, "write") or hasattr(path, "read"):
+        return path
+    p = pathlib.Path(path)
+    return p.with_suffix(f".{suffix}") if p.suffix == "" else p
+
+
+def _write_exact(path: Any, data: dict[str, Any], params: dict[str, Any] | None = None) -> None:
+    """An atomic archive at exactly ``path`` (SB3 names these files, not zipsave)."""
+    if hasattr(path, "write"):
+        zipsave.save_archive(path, data=data, params=params)
+        return
+    with atomic_output(os.fspath(path)) as fp:
+        zipsave.save_archive(fp, data=data, params=params)
+
+
+def save_object(path: Any, obj: Any) -> None:
+    """Write ``obj``'s pickle state (``__getstate__``) as a zipsave archive: arrays as ``.npy``
+    members, spaces and plain values readable, nothing that needs code to load."""
+    state = obj.__getstate__() if hasattr(obj, "__dict__") else None
+    if isinstance(state, dict) and all(isinstance(key, str) for key in state):
+        _write_exact(path, {OBJECT_CLASS: type(obj), **state})
+    else:  # a plain value (SB3's save_to_pkl takes anything): one entry, encoded as it is
+        _write_exact(path, {OBJECT_VALUE: obj})
+
+
+def _is_zipsave_archive(path: Any) -> bool:
+    try:
+        if hasattr(path, "read"):
+            at = path.tell()
+            try:
+                return zipfile.is_zipfile(path)
+            finally:
+                path.seek(at)
+        return zipfile.is_zipfile(os.fspath(path))
+    except OSError:
+        return False
+
+
+def load_object(path: Any, expected: type, what: str) -> Any:
+    """Rebuild an object written by :func:`save_object`, or read a pickle SB3 wrote under the
+    same trust rules as a ``data`` value. The object's class must be trusted and be an
+    ``expected``; a value that does not decode is an error, never a partial object."""
+    options = current_options()
+    if not _is_zipsave_archive(path):
+        payload = path.read() if hasattr(path, "read") else pathlib.Path(path).read_bytes()
+        policy = TrustPolicy.make(allow_pickle=options.allow_pickle, trusted=_trusted())
+        obj = restricted_loads(payload, policy, archive=path)
+    else:
+        data, _, _ = zipsave.load_archive(
+            path, allow_pickle=options.allow_pickle, trusted=_trusted(), strict=True
+        )
+        data = dict(data or {})
+        if OBJECT_VALUE in data:
+            return _checked(data[OBJECT_VALUE], expected, what, path)
+        cls: Any = data.pop(OBJECT_CLASS, None)
+        if not isinstance(cls, type):
+            raise zipsave.ArchiveFormatError(
+                f"holds no `{OBJECT_CLASS}`, so it is not a {what} saved by zipsave.", archive=path
+            )
+        new: Any = cls.__new__  # what pickle does (NEWOBJ), then the state below
+        obj = new(cls)
+        if hasattr(obj, "__setstate__"):
+            obj.__setstate__(data)
+        else:
+            obj.__dict__.update(data)
+    return _checked(obj, expected, what, path)
+
+
+def _checked(obj: Any, expected: type, what: str, path: Any) -> Any:
+    if not isinstance(obj, expected):
+        raise DecodeError(f"holds a {type(obj).__name__}, expected a {what} ({expected.__name__}).", archive=path)
+    return obj
+
+
+def save_to_pkl(path: Any, obj: Any, verbose: int = 0) -> None:
+    """SB3's ``save_to_pkl`` (``save_replay_buffer``): ``.pkl`` added to a path without a
+    suffix, parent folders created; the file is a zipsave archive instead of a pickle."""
+    del verbose
+    path = _with_suffix(path, "pkl")
+    if not hasattr(path, "write"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    save_object(path, obj)
+
+
+def load_from_pkl(path: Any, verbose: int = 0) -> Any:
+    """SB3's ``load_from_pkl`` (``load_replay_buffer``): the path, else the path + ``.pkl``."""
+    del verbose
+    if not hasattr(path, "read") and not os.path.exists(path):
+        _check_exists(path, "pkl")
+        path = f"{os.fspath(path)}.pkl"
+    return load_object(path, object, "saved object")
+
+
+def vec_normalize_save(self: Any, save_path: Any) -> None:
+    """``VecNormalize.save``: its statistics and settings, at exactly ``save_path``."""
+    save_object(save_path, self)
+
+
+def vec_normalize_load(load_path: Any, venv: Any) -> Any:
+    """``VecNormalize.load``: the saved wrapper around ``venv``."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    vec_normalize = load_object(load_path, VecNormalize, "VecNormalize")
+    vec_normalize.set_venv(venv)
+    return vec_normalize
+
+
+# -- policies --------------------------------------------------------------------------------
+def policy_save(self: Any, path: Any) -> None:
+    """``policy.save``: constructor parameters in ``data``, weights in ``policy.pth``, at
+    exactly ``path``."""
+    data = {key: _extractor_record(value) for key, value in self._get_constructor_parameters().items()}
+    _write_exact(path, data, {POLICY: self.state_dict()})
+
+
+def _extractor_record(value: Any) -> Any:
+    """A features extractor instance (the actors of TD3/SAC/DDPG take one) is stored as what
+    builds it again: its class, observation space and output size. Its weights are part of
+    the policy's own state dict, so a pickle of the module (tensors and all) is not needed."""
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    if not isinstance(value, BaseFeaturesExtractor):
+        return value
+    return {EXTRACTOR: type(value), "observation_space": value._observation_space, "features_dim": value.features_dim}
+
+
+def _rebuild_extractor(value: Any) -> Any:
+    if not (isinstance(value, dict) and EXTRACTOR in value):
+        return value
+    import inspect
+
+    cls = value[EXTRACTOR]
+    kwargs = {"features_dim": value["features_dim"]}
+    params = inspect.signature(cls).parameters
+    if "features_dim" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs = {}
+    return cls(value["observation_space"], **kwargs)
+
+
+def _is_torch_file(path: Any) -> bool:
+    """A file written by ``torch.save`` (what ``policy.save`` wrote without zipsave)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/data.pkl") or name == "data.pkl" for name in archive.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return not _is_zipsave_archive(path)
+    finally:
+        if hasattr(path, "seek"):
+            path.seek(0)
+
+
+def policy_load(cls: Any, path: Any, device: Any = "auto") -> Any:
+    """``Policy.load``: rebuild ``cls`` from its constructor parameters and load its weights."""
+    from stable_baselines3.common.policies import BaseModel
+    from stable_baselines3.common.utils import get_device
+
+    options = current_options()
+    if _is_torch_file(path):
+        if options.allow_pickle:
+            return original(BaseModel, "load").__func__(cls, path, device)
+        raise UnsafeGlobalError(
+            "torch.load(weights_only=False)",
+            archive=path,
+            hint="This policy file was written by SB3's own `policy.save` (a torch pickle); reading it "
+            "runs code from the file. If you trust it, load it once with "
+            "`zipsave.sb3.installed(allow_pickle=True)` and save it again.",
+        )
+    device = get_device(device)
+    data, params, _ = zipsave.load_archive(
+        path, device=device, allow_pickle=options.allow_pickle, trusted=_trusted((cls,)), strict=options.strict
+    )
+    if data is None or POLICY not in params:
+        raise zipsave.ArchiveFormatError(
+            f"holds no policy (`data` and `{POLICY}.pth`); was it written by `policy.save`?", archive=path
+        )
+    try:
+        model = cls(**{key: _rebuild_extractor(value) for key, value in data.items()})
+    except Exception as err:
+        raise DecodeError(
+            f"{cls.__name__} cannot be built from the saved constructor parameters ({type(err).__name__}: {err}).",
+            archive=path,
+            hint="Trust the classes named in the warnings above, or pass `allow_pickle=True` to install().",
+        ) from err
+    model.load_state_dict(params[POLICY])
+    model.to(device)
+    return model
+

@@ -1,0 +1,324 @@
+"""The RL Zoo's schedule closures (rl-zoo3 < 2.7, and the ``utils/utils.py`` Zoo before it):
+recognised from the pickle's opcodes and code identity, and rebuilt as the Zoo's
+``SimpleLinearSchedule`` without executing anything from the archive.
+
+The Zoo turned ``learning_rate: lin_0.001`` into ``linear_schedule(0.001)``, a closure that
+cloudpickle stores by value (its code object and the closure cell). A safe load refuses it
+(it needs ``cloudpickle._make_function``), and the model would train at SB3's default rate.
+Here the pickle is read symbolically: its opcodes build a tree of names, calls and plain
+values, nothing is imported or called. The tree is accepted only when it is exactly the
+Zoo's function: module and qualified name, every field of the code object but its file name
+and line numbers equal to the Zoo's source compiled by this Python, and one number in the
+closure cell. A closure pickled by another Python version has other bytecode and is not
+recognised (SB3 cannot load it either); it is skipped with the usual warning.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import pickletools
+import warnings
+import zipfile
+from typing import Any
+
+__all__ = ["recognise", "schedules_in", "with_zoo_schedules", "zoo_schedules"]
+
+_MODULES = ("rl_zoo3.utils", "utils.utils")
+_QUALNAME = "linear_schedule.<locals>.func"
+_DOC = """
+        Progress will decrease from 1 (beginning) to 0
+        :param progress_remaining: (float)
+        :return: (float)
+        """
+# The two bodies the Zoo's history holds (rl-zoo3 1.x-2.6 and the older utils/utils.py).
+_SOURCES = (
+    f'''
+def linear_schedule(initial_value):
+    initial_value_ = float(initial_value)
+    def func(progress_remaining: float) -> float:
+        """{_DOC}"""
+        return progress_remaining * initial_value_
+    return func
+''',
+    f'''
+def linear_schedule(initial_value):
+    if isinstance(initial_value, str):
+        initial_value = float(initial_value)
+    def func(progress_remaining: float) -> float:
+        """{_DOC}"""
+        return progress_remaining * initial_value
+    return func
+''',
+)
+
+
+class _Node:
+    """A value the pickle would build, kept as a description."""
+
+
+class _Global(_Node):
+    def __init__(self, module: str, name: str) -> None:
+        self.module, self.name = module, name
+
+
+class _Call(_Node):
+    def __init__(self, func: Any, args: Any) -> None:
+        self.func, self.args = func, args
+
+
+class _Built(_Node):
+    def __init__(self, obj: Any, state: Any) -> None:
+        self.obj, self.state = obj, state
+
+
+class _Unsupported(Exception):
+    pass
+
+
+_MARK = object()
+
+
+def _evaluate(payload: bytes) -> tuple[Any, list[_Call]]:
+    """The pickle's result and every call it makes, as nodes. Imports and calls nothing."""
+    stack: list[Any] = []
+    memo: list[Any] = []
+    calls: list[_Call] = []
+
+    def pop_mark() -> list[Any]:
+        index = len(stack) - 1 - stack[::-1].index(_MARK)
+        items = stack[index + 1 :]
+        del stack[index:]
+        return items
+
+    arg: Any
+    for op, arg, _ in pickletools.genops(payload):
+        name = op.name
+        if name in ("PROTO", "FRAME"):
+            continue
+        if name == "STOP":
+            break
+        if name == "MARK":
+            stack.append(_MARK)
+        elif name == "POP":
+            stack.pop()
+        elif name == "MEMOIZE":
+            memo.append(stack[-1])
+        elif name in ("BINGET", "LONG_BINGET", "GET"):
+            stack.append(memo[int(arg)])
+        elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
+            index = int(arg)
+            memo.extend([None] * (index + 1 - len(memo)))
+            memo[index] = stack[-1]
+        elif name == "STACK_GLOBAL":
+            qual, module = stack.pop(), stack.pop()
+            stack.append(_Global(module, qual))
+        elif name == "GLOBAL":
+            module, _, qual = str(arg).partition(" ")
+            stack.append(_Global(module, qual))
+        elif name in ("REDUCE", "NEWOBJ"):
+            args = stack.pop()
+            call = _Call(stack.pop(), args)
+            calls.append(call)
+            stack.append(call)
+        elif name == "BUILD":
+            state = stack.pop()
+            stack.append(_Built(stack.pop(), state))
+        elif name == "EMPTY_TUPLE":
+            stack.append(())
+        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+            n = int(name[-1])
+            stack[-n:] = [tuple(stack[-n:])]
+        elif name == "TUPLE":
+            stack.append(tuple(pop_mark()))
+        elif name == "EMPTY_LIST":
+            stack.append([])
+        elif name == "APPEND":
+            item = stack.pop()
+            stack[-1].append(item)
+        elif name == "APPENDS":
+            stack[-1].extend(pop_mark())
+        elif name == "EMPTY_DICT":
+            stack.append({})
+        elif name == "SETITEM":
+            value, key = stack.pop(), stack.pop()
+            stack[-1][key] = value
+        elif name == "SETITEMS":
+            pairs = pop_mark()
+            stack[-1].update(zip(pairs[::2], pairs[1::2]))
+        elif name == "NONE":
+            stack.append(None)
+        elif name in ("NEWTRUE", "NEWFALSE"):
+            stack.append(name == "NEWTRUE")
+        elif op.arg is not None and isinstance(arg, (int, float, str, bytes)) and not isinstance(arg, bool):
+            stack.append(arg)  # numbers, strings and bytes of every encoding
+        else:
+            raise _Unsupported(name)
+    if len(stack) != 1:
+        raise _Unsupported("stack")
+    return stack[0], calls
+
+
+def _code_fields(node: Any) -> tuple | None:
+    """The arguments of ``CodeType(...)`` if ``node`` builds a code object the cloudpickle way."""
+    if not (isinstance(node, _Call) and isinstance(node.func, _Call) and isinstance(node.args, tuple)):
+        return None
+    maker = node.func
+    if not (isinstance(maker.func, _Global) and maker.func.name == "_builtin_type" and maker.args == ("CodeType",)):
+        return None
+    return node.args
+
+
+def _comparable(fields: tuple) -> tuple:
+    """Drop what two copies of one function may differ in: file name, line numbers, positions."""
+    out = []
+    for value in fields:
+        if isinstance(value, str) and value.endswith(".py"):
+            continue  # co_filename
+        out.append(value)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
+def _references() -> tuple[tuple, ...]:
+    """The Zoo's closures compiled by this Python, as cloudpickle would store their code."""
+    import cloudpickle
+
+    out = []
+    for module in _MODULES:
+        for source in _SOURCES:
+            namespace: dict[str, Any] = {"__name__": module}
+            exec(compile(source, f"{module}.py", "exec", dont_inherit=True), namespace)  # our own source, not the archive's
+            root, _ = _evaluate(cloudpickle.dumps(namespace["linear_schedule"](1.0)))
+            fields = _code_fields(root.args[0]) if isinstance(root, _Call) else None
+            if fields is not None:
+                out.append(_without_lines(fields))
+    return tuple(out)
+
+
+def _without_lines(fields: tuple) -> tuple:
+    """Drop co_firstlineno and the line table (after co_name, and co_qualname on Python >=
+    3.11): they depend only on where the function sits in its file."""
+    kept = list(_comparable(fields))
+    if "func" in kept:
+        at = kept.index("func")
+        if at + 1 < len(kept) and kept[at + 1] == _QUALNAME:
+            at += 1
+        del kept[at + 1 : at + 3]
+    return tuple(kept)
+
+
+def _closure_value(root: _Call, calls: list[_Call]) -> float | None:
+    """The number in the closure cell, if ``root`` is exactly the Zoo's function."""
+    if not (isinstance(root.func, _Global) and root.func.name == "_make_function"
+            and root.func.module.startswith("cloudpickle")):
+        return None
+    fields = _code_fields(root.args[0]) if isinstance(root.args, tuple) and root.args else None
+    if fields is None or _without_lines(fields) not in _references():
+        return None
+    setters = [c for c in calls if isinstance(c.func, _Global) and c.func.name == "_function_setstate"
+               and isinstance(c.args, tuple) and len(c.args) == 2 and c.args[0] is root]
+    if len(setters) != 1 or not (isinstance(setters[0].args[1], tuple) and len(setters[0].args[1]) == 2):
+        return None
+    state, slots = setters[0].args[1]
+    if not (isinstance(state, dict) and isinstance(slots, dict)):
+        return None
+    attrs = {**state, **slots}  # cloudpickle versions split them differently
+    if attrs.get("__qualname__") != _QUALNAME or attrs.get("__module__") not in _MODULES:
+        return None
+    closure = attrs.get("__closure__")
+    if not (isinstance(closure, tuple) and len(closure) == 1 and isinstance(closure[0], _Call)):
+        return None
+    cell = closure[0]
+    if not (isinstance(cell.func, _Global) and cell.func.name == "_make_cell" and isinstance(cell.args, tuple)
+            and len(cell.args) == 1):
+        return None
+    value = cell.args[0]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def recognise(payload: bytes) -> Any:
+    """Rebuild a pickled Zoo schedule closure (alone, or inside SB3's ``FloatSchedule``) as
+    ``rl_zoo3.utils.SimpleLinearSchedule``; ``None`` when the pickle is anything else or
+    rl-zoo3 (>= 2.7) is not installed."""
+    try:
+        root, calls = _evaluate(payload)
+    except (_Unsupported, ValueError, IndexError, KeyError, TypeError, AttributeError):
+        return None
+    wrapped = False
+    if isinstance(root, _Built) and isinstance(root.obj, _Call) and isinstance(root.obj.func, _Global):
+        owner = root.obj.func
+        if (owner.module, owner.name) != ("stable_baselines3.common.utils", "FloatSchedule"):
+            return None
+        if not (isinstance(root.state, dict) and set(root.state) == {"value_schedule"}):
+            return None
+        root, wrapped = root.state["value_schedule"], True
+    if not isinstance(root, _Call):
+        return None
+    value = _closure_value(root, calls)
+    if value is None:
+        return None
+    try:
+        from rl_zoo3.utils import SimpleLinearSchedule
+    except ImportError:
+        return None
+    schedule = SimpleLinearSchedule(value)
+    if wrapped:
+        from stable_baselines3.common.utils import FloatSchedule
+
+        return FloatSchedule(schedule)
+    return schedule
+
+
+def zoo_schedules(path: Any, skip: Any = ()) -> dict[str, Any]:
+    """``{key: schedule}`` for the top-level ``data`` entries of the archive at ``path`` that
+    are the Zoo's schedule closures, ready to pass as ``custom_objects``. Reads ``data`` only;
+    anything unreadable gives an empty dict (the load that follows reports it)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if "data" not in archive.namelist():
+                return {}
+            raw = json.loads(archive.read("data"))
+    except (zipfile.BadZipFile, OSError, ValueError, KeyError):
+        return {}
+    finally:
+        if hasattr(path, "seek"):
+            path.seek(0)
+    return schedules_in(raw, skip)
+
+
+def with_zoo_schedules(session: Any, custom_objects: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``custom_objects`` plus the Zoo's schedule closures of the session's ``data`` (for
+    ``zipsave.load(path, cls=PPO)``); unchanged when the load trusts pickles anyway."""
+    if session.policy.allow_pickle or not session.has("data"):
+        return custom_objects
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # integrity notes come again when `data` is decoded
+        try:
+            raw = session.read_json("data")
+        except Exception:  # noqa: BLE001 - the decode that follows reports the cause
+            return custom_objects
+    found = schedules_in(raw, custom_objects or {})
+    return {**found, **(custom_objects or {})} if found else custom_objects
+
+
+def schedules_in(raw: Any, skip: Any = ()) -> dict[str, Any]:
+    """The Zoo's schedules among the entries of a parsed ``data`` member."""
+    out = {}
+    for key, entry in raw.items() if isinstance(raw, dict) else ():
+        if key in skip or not isinstance(entry, dict) or not isinstance(entry.get(":serialized:"), str):
+            continue
+        hint = str(entry.get(":type:", ""))
+        if "function" not in hint and "FloatSchedule" not in hint:
+            continue
+        try:
+            payload = base64.b64decode(entry[":serialized:"], validate=True)
+        except ValueError:
+            continue
+        schedule = recognise(payload)
+        if schedule is not None:
+            out[key] = schedule
+    return out
