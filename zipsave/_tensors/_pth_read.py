@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import mmap as _mmap
-import zlib
 from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
@@ -15,9 +14,10 @@ import torch
 from torch.autograd.graph import increment_version
 
 from .. import _format
-from .._archive import OrderedCrc
+from .._archive import OrderedCrc, crc32
 from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, ZipsaveError
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
+from ._pth_records import check_record, record_table, verify_pickle
 from ._tree import BufferView, byte_view, dotted, lookup, replace, walk_leaves, walk_refs
 
 __all__ = ["load_member", "load_pth"]
@@ -78,6 +78,7 @@ def load_pth(
     check_shapes: bool = False,
     check_dtypes: bool = False,
     validate: Callable[[Any], None] | None = None,
+    records: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Any, set[tuple]]:
     """Load one ``.pth`` member from a :class:`~zipsave._archive.MemberView`.
 
@@ -102,6 +103,11 @@ def load_pth(
     validate
         Called with the saved tree (:class:`TensorRef` leaves) before any byte is read into
         a target, to refuse a state that does not fit (e.g. other keys).
+    records
+        The member's per-tensor checksums from ``manifest.json`` (``None`` for archives
+        without them). With ``verify_crc`` given and a member over 1 MiB, each record read is
+        checked against its own CRC-32 instead of the whole member's (the bytes between
+        records are then never read), and a mismatch names the tensor.
 
     Returns
     -------
@@ -114,7 +120,7 @@ def load_pth(
         if view.read_at(0, data) != view.size:
             raise ArchiveFormatError("ends early (truncated).")
         if verify_crc is not None:
-            _check_crc(zlib.crc32(data), verify_crc, filled=False)
+            _check_crc(crc32(data), verify_crc, filled=False)
             verify_crc = None
         source = BufferView(data)
     try:
@@ -126,6 +132,9 @@ def load_pth(
         if targets is not None and (check_shapes or check_dtypes):
             _check_targets(list(walk_leaves(tree, torch.Tensor)), targets, shapes=check_shapes, dtypes=check_dtypes)
         return tree, set()
+    per_record = records is not None and verify_crc is not None
+    if per_record:
+        verify_pickle(source, meta, records)
     refs = list(walk_refs(meta.tree))
     by_storage: dict[str, list[tuple[tuple, TensorRef]]] = collections.defaultdict(list)
     for path, ref in refs:
@@ -135,6 +144,12 @@ def load_pth(
         if ref.offset * ref.dtype.itemsize + ref.extent > length:
             raise ArchiveFormatError(f"storage record `{ref.storage.key}` is shorter than the tensors that use it.")
         by_storage[ref.storage.key].append((path, ref))
+    if per_record:
+        for key in by_storage:
+            name = "data/" + key
+            rec = records.get(name) if records else None
+            if rec is None or (rec["offset"], rec["size"]) != meta.records[key]:
+                check_record(records or {}, name, *meta.records[key], 0, tensors=_names(by_storage[key]))
     if validate is not None:
         validate(meta.tree)
     if targets is not None and (check_shapes or check_dtypes):
@@ -170,13 +185,20 @@ def load_pth(
         storages[key] = buf
         dest[key] = buf.numpy().data.cast("B") if length else memoryview(bytearray())
 
-    crc = OrderedCrc() if verify_crc is not None else None
+    crc = OrderedCrc() if verify_crc is not None and not per_record else None
+    record_crcs: dict[str, OrderedCrc] | None = {key: OrderedCrc() for key in dest} if per_record else None
     try:
-        _read_records(source, meta, dest, crc)
+        _read_records(source, meta, dest, crc, record_crcs)
         actual = crc.value() if crc is not None else None
+        if record_crcs is not None:
+            for key in sorted(record_crcs, key=lambda k: meta.records[k][0]):
+                found = record_crcs[key].value()
+                check_record(records or {}, "data/" + key, *meta.records[key], found, tensors=_names(by_storage[key]))
     except BaseException as err:
         if crc is not None:
             crc.cancel()
+        for each in (record_crcs or {}).values():
+            each.cancel()
         if direct and isinstance(err, ArchiveFormatError):
             err.detail += " Tensors of the live object were partly overwritten."
             err.args = (err._compose(),)
@@ -209,9 +231,18 @@ def load_pth(
     return replace(meta.tree, build), filled
 
 
-def _read_records(view: Any, meta: PthMeta, dest: dict[str, memoryview], crc: OrderedCrc | None) -> None:
+def _names(users: list[tuple[tuple, TensorRef]]) -> str:
+    return ", ".join(f"`{dotted(path)}`" for path, _ in users)
+
+
+def _read_records(
+    view: Any, meta: PthMeta, dest: dict[str, memoryview], crc: OrderedCrc | None,
+    record_crcs: dict[str, OrderedCrc] | None = None,
+) -> None:
     """Read every destined record once, in file order; with ``crc``, also feed it every byte
-    of the member (headers and unused records included) in order."""
+    of the member (headers and unused records included) in order; with ``record_crcs``, feed
+    each record to its own checksum (helper threads checksum record *i* while this thread
+    reads record *i + 1*)."""
     cursor = 0
     for key in sorted(dest, key=lambda k: meta.records[k][0]):
         start, length = meta.records[key]
@@ -225,6 +256,8 @@ def _read_records(view: Any, meta: PthMeta, dest: dict[str, memoryview], crc: Or
                 raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
             if crc is not None:
                 crc.feed(piece)
+            if record_crcs is not None:
+                record_crcs[key].feed(piece)
             done += piece.nbytes
         cursor = start + length
     if crc is not None and cursor < view.size:
@@ -290,7 +323,7 @@ def _torch_load(view: Any, device: torch.device, verify_crc: int | None) -> Any:
             n = view.read_at(pos, buf)
             if not n:
                 break
-            crc = zlib.crc32(memoryview(buf)[:n], crc)
+            crc = crc32(memoryview(buf)[:n], crc)
             pos += n
         _check_crc(crc, verify_crc, filled=False)
     view.seek(0)
@@ -314,6 +347,7 @@ def load_member(
             targets=targets,
             verify_crc=info.CRC if verify and not mmap else None,
             mmap=mmap and targets is None,
+            records=record_table(reader.expected(member)) if verify else None,
             **checks,
         )
     except ZipsaveError as err:
