@@ -8,10 +8,12 @@ import io
 import zipfile
 from typing import Any
 
-from .._archive import crc32
-from ..exceptions import IntegrityError
+import torch
 
-__all__ = ["RecordingStream", "check_record", "record_table", "verify_pickle"]
+from .._archive import OrderedCrc, crc32
+from ..exceptions import ArchiveFormatError, IntegrityError
+
+__all__ = ["RecordingStream", "check_member", "check_record", "read_record", "record_table", "verify_pickle"]
 
 #: Writes up to this size are kept (local headers, the central directory) to find records.
 _KEEP = 4096
@@ -171,3 +173,49 @@ def verify_pickle(view: Any, meta: Any, table: dict) -> None:
     if view.read_at(start, buf) != size:
         raise IntegrityError("ends inside `data.pkl` (truncated).")
     check_record(table, "data.pkl", start, size, crc32(buf))
+
+
+def check_member(view: Any, expected: int) -> None:
+    """Read a whole member once and compare its CRC-32 with ``expected`` (the zip
+    directory's): the check for archives without per-tensor checksums."""
+    crc = OrderedCrc()
+    pos = 0
+    pieces = []
+    try:
+        while pos < view.size:
+            buf = bytearray(min(16 << 20, view.size - pos))
+            if view.read_at(pos, buf) != len(buf):
+                raise ArchiveFormatError("ends early (truncated).")
+            crc.feed(buf)
+            pieces.append(buf)  # alive until the helper threads are done with it
+            pos += len(buf)
+            if len(pieces) > 2:
+                crc.wait()
+                pieces.clear()
+        found = crc.value()
+    except BaseException:
+        crc.cancel()
+        raise
+    if found != expected:
+        raise IntegrityError(
+            f"CRC-32 {found:08x} does not match the recorded {expected:08x} (corrupted). The archive has no "
+            "per-tensor checksums, so the whole member was checked."
+        )
+
+
+def read_record(
+    view: Any, meta: Any, key: str, *, table: dict | None, member_crc: int | None, tensors: str = ""
+) -> torch.Tensor:
+    """One storage record's bytes as a ``uint8`` tensor, checked: against its own CRC-32 when
+    the manifest has per-tensor checksums (``table``), else by the whole member's CRC-32
+    (``member_crc``); ``None`` for both reads it unchecked."""
+    start, length = meta.records[key]
+    buf = torch.empty(length, dtype=torch.uint8)
+    if length and view.read_at(start, buf.numpy()) != length:
+        raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
+    if table is not None:
+        verify_pickle(view, meta, table)
+        check_record(table, "data/" + key, start, length, crc32(buf.numpy()), tensors=tensors)
+    elif member_crc is not None:
+        check_member(view, member_crc)
+    return buf
