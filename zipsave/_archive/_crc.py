@@ -15,16 +15,17 @@ import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+_fast_crc32: Any
 try:  # a dependency where it has wheels; anywhere else zlib gives the same values, slower
     from isal.isal_zlib import crc32 as _fast_crc32
-except ImportError:  # pragma: no cover - exercised by the zlib-fallback test's subprocess
+except ImportError:  # pragma: no cover - no wheel for this platform
     _fast_crc32 = None
 
 __all__ = ["BACKEND", "OrderedCrc", "crc32", "crc32_combine", "pool"]
 
 #: ``ZIPSAVE_CRC=zlib`` forces the fallback (tests, and benchmarks comparing the two).
 _FORCE_ZLIB = os.environ.get("ZIPSAVE_CRC", "") == "zlib"
-crc32 = zlib.crc32 if _fast_crc32 is None or _FORCE_ZLIB else _fast_crc32
+crc32: Any = zlib.crc32 if _fast_crc32 is None or _FORCE_ZLIB else _fast_crc32
 #: Which implementation :func:`crc32` is: ``"isal"`` or ``"zlib"``.
 BACKEND = "zlib" if crc32 is zlib.crc32 else "isal"
 

@@ -133,7 +133,7 @@ def load_pth(
             _check_targets(list(walk_leaves(tree, torch.Tensor)), targets, shapes=check_shapes, dtypes=check_dtypes)
         return tree, set()
     per_record = records is not None and verify_crc is not None
-    if per_record:
+    if records is not None and per_record:
         verify_pickle(source, meta, records)
     refs = list(walk_refs(meta.tree))
     by_storage: dict[str, list[tuple[tuple, TensorRef]]] = collections.defaultdict(list)

@@ -215,7 +215,7 @@ def read_record(
         raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
     if table is not None:
         verify_pickle(view, meta, table)
-        check_record(table, "data/" + key, start, length, crc32(buf.numpy()), tensors=tensors)
+        check_record(table, "data/" + key, start, length, crc32(buf.numpy().data), tensors=tensors)
     elif member_crc is not None:
         check_member(view, member_crc)
     return buf

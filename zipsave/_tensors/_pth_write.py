@@ -42,7 +42,7 @@ def save_pth(stream: Any, obj: Any) -> None:
         previous = torch.serialization.get_crc32_options()
         torch.serialization.set_crc32_options(False)
         try:
-            torch.save(obj, recorder)
+            torch.save(obj, recorder)  # type: ignore[arg-type]  # a binary stream, as torch needs
         finally:
             torch.serialization.set_crc32_options(previous)
     if hasattr(stream, "records"):
