@@ -160,7 +160,7 @@ def load_pth(
             return _torch_load(source, device, verify_crc), set()
 
     if mmap and source is view and getattr(view, "_fd", None) is not None:
-        mapped = _mmap_tree(view, meta, by_storage, device)
+        mapped = _mmap_tree(view, meta, by_storage, device, verify_crc=verify_crc, records=records if per_record else None)
         if mapped is not None:
             return mapped, set()
 
@@ -280,9 +280,16 @@ def _check_crc(actual: int, expected: int, *, filled: bool) -> None:
         raise IntegrityError(f"CRC-32 {actual:08x} does not match the recorded {expected:08x} (corrupted).{note}")
 
 
-def _mmap_tree(view: Any, meta: PthMeta, by_storage: dict, device: torch.device) -> Any:
+def _mmap_tree(
+    view: Any, meta: PthMeta, by_storage: dict, device: torch.device, *, verify_crc: int | None = None,
+    records: dict | None = None,
+) -> Any:
     """The tree with every tensor backed by a private (copy-on-write) map of the file, or
-    ``None`` when a record is not aligned for its dtype (e.g. an archive another tool wrote)."""
+    ``None`` when a record is not aligned for its dtype (e.g. an archive another tool wrote).
+
+    With ``verify_crc`` the mapped bytes are checked once, before any tensor is returned:
+    each record against its own CRC-32 (``records``), else the whole member. That reads the
+    pages through the page cache (no copy); without it nothing is read until used."""
     for key in by_storage:
         start, length = meta.records[key]
         if length and (view.start + start) % _ALIGNMENT:
@@ -298,8 +305,10 @@ def _mmap_tree(view: Any, meta: PthMeta, by_storage: dict, device: torch.device)
             bases[key] = torch.empty(0, dtype=torch.uint8)
         else:
             bases[key] = torch.frombuffer(mapped, dtype=torch.uint8, count=length, offset=view.start + start)
-            if device.type != "cpu":
-                bases[key] = bases[key].to(device)
+    if verify_crc is not None:
+        _check_mapped(mapped, view, meta, by_storage, verify_crc, records)
+    if device.type != "cpu":
+        bases = {key: base.to(device) for key, base in bases.items()}
 
     def build(ref: TensorRef) -> Any:
         base = bases[ref.storage.key]
@@ -311,6 +320,23 @@ def _mmap_tree(view: Any, meta: PthMeta, by_storage: dict, device: torch.device)
         return tensor.requires_grad_(ref.requires_grad) if ref.requires_grad else tensor
 
     return replace(meta.tree, build)
+
+
+def _check_mapped(mapped: Any, view: Any, meta: PthMeta, by_storage: dict, expected: int, records: dict | None) -> None:
+    """Check mapped bytes in place (helper threads read the pages while this one does too)."""
+    whole = memoryview(mapped)
+    if records is None:
+        crc = OrderedCrc()
+        crc.feed(whole[view.start : view.start + view.size])
+        _check_crc(crc.value(), expected, filled=False)
+        return
+    crcs = {}
+    for key in sorted(by_storage, key=lambda k: meta.records[k][0]):
+        start, length = meta.records[key]
+        crcs[key] = OrderedCrc()
+        crcs[key].feed(whole[view.start + start : view.start + start + length])
+    for key, crc in crcs.items():
+        check_record(records, "data/" + key, *meta.records[key], crc.value(), tensors=_names(by_storage[key]))
 
 
 def _torch_load(view: Any, device: torch.device, verify_crc: int | None) -> Any:
@@ -345,7 +371,7 @@ def load_member(
             view,
             device=device,
             targets=targets,
-            verify_crc=info.CRC if verify and not mmap else None,
+            verify_crc=info.CRC if verify else None,
             mmap=mmap and targets is None,
             records=record_table(reader.expected(member)) if verify else None,
             **checks,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import io
+import mmap as _mmap
 import zipfile
 from typing import Any
 
@@ -203,16 +204,35 @@ def check_member(view: Any, expected: int) -> None:
         )
 
 
+def _map(view: Any, start: int, length: int) -> torch.Tensor | None:
+    """The record as a private (copy-on-write) map of the archive file, or ``None`` where it
+    cannot be mapped (no file descriptor, not 64-byte aligned, a deflated member's spool)."""
+    fd = getattr(view, "_fd", None)
+    if fd is None or not length or (view.start + start) % 64:
+        return None
+    try:
+        mapped = _mmap.mmap(fd, 0, access=_mmap.ACCESS_COPY)
+    except (OSError, ValueError):
+        return None
+    return torch.frombuffer(mapped, dtype=torch.uint8, count=length, offset=view.start + start)
+
+
 def read_record(
-    view: Any, meta: Any, key: str, *, table: dict | None, member_crc: int | None, tensors: str = ""
+    view: Any, meta: Any, key: str, *, table: dict | None, member_crc: int | None, tensors: str = "",
+    mmap: bool = False,
 ) -> torch.Tensor:
     """One storage record's bytes as a ``uint8`` tensor, checked: against its own CRC-32 when
     the manifest has per-tensor checksums (``table``), else by the whole member's CRC-32
-    (``member_crc``); ``None`` for both reads it unchecked."""
+    (``member_crc``); ``None`` for both reads it unchecked. With ``mmap`` the tensor is backed
+    by the archive's own pages where the record can be mapped (copied otherwise)."""
     start, length = meta.records[key]
-    buf = torch.empty(length, dtype=torch.uint8)
-    if length and view.read_at(start, buf.numpy()) != length:
-        raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
+    mapped = _map(view, start, length) if mmap else None
+    if mapped is not None:
+        buf = mapped
+    else:
+        buf = torch.empty(length, dtype=torch.uint8)
+        if length and view.read_at(start, buf.numpy()) != length:
+            raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
     if table is not None:
         verify_pickle(view, meta, table)
         check_record(table, "data/" + key, start, length, crc32(buf.numpy().data), tensors=tensors)

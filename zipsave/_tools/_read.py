@@ -27,6 +27,7 @@ def read(
     trusted: Any = (),
     limits: Limits | None = None,
     storage_options: dict[str, Any] | None = None,
+    mmap: bool = False,
 ) -> Any:
     """Read one tensor, or one ``data`` key, without reading the rest of the archive.
 
@@ -64,6 +65,10 @@ def read(
         Safety limits (:class:`~zipsave.Limits`).
     storage_options
         Options for the ``fsspec`` filesystem of a URL (credentials, endpoint).
+    mmap
+        Back the tensor by the archive's own pages (a private, copy-on-write map of a local
+        file) instead of copying it; checked the same way, once, when read. See
+        :ref:`mmap-loads` for what a later save or a truncation of the file does.
 
     Returns
     -------
@@ -98,7 +103,7 @@ def read(
                     meta = pth_meta(src, member, view)
                     found = _find_ref(src, member, meta, rest)
                     if found is not None:
-                        return _read_tensor(src, member, view, meta, found, target, rest)
+                        return _read_tensor(src, member, view, meta, found, target, rest, mmap)
             else:
                 member = _format.join(prefix, _format.DATA)
                 raw = src.read_json(member)
@@ -131,7 +136,7 @@ def _find_ref(src: ArchiveSource, member: str, meta: PthMeta, rest: str) -> Tens
 
 def _read_tensor(
     src: ArchiveSource, member: str, view: MemberView, meta: PthMeta, ref: TensorRef, device: torch.device,
-    key: str,
+    key: str, mmap: bool = False,
 ) -> torch.Tensor:
     src.reader.check_recorded(member)
     if ref.storage.key not in meta.records:
@@ -154,7 +159,7 @@ def _read_tensor(
         try:
             buf = read_record(
                 view, meta, ref.storage.key, table=record_table(src.reader.expected(member)),
-                member_crc=src.reader.info(member).CRC, tensors=f"`{key}`",
+                member_crc=src.reader.info(member).CRC, tensors=f"`{key}`", mmap=mmap,
             )
         except ZipsaveError as err:
             err.archive, err.member = src.name, member
