@@ -5,7 +5,6 @@ on helper threads; anything unusual falls back to ``torch.load(weights_only=True
 from __future__ import annotations
 
 import collections
-import mmap as _mmap
 from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
@@ -17,7 +16,9 @@ from .. import _format
 from .._archive import OrderedCrc, crc32
 from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, ZipsaveError
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
+from ._pth_mmap import mmap_tree
 from ._pth_records import check_record, record_table, verify_pickle
+from ._staging import Stager
 from ._tree import BufferView, byte_view, dotted, lookup, replace, walk_leaves, walk_refs
 
 __all__ = ["load_member", "load_pth"]
@@ -29,10 +30,11 @@ _PIECE = 4 << 20
 _ALIGNMENT = _format.ALIGNMENT
 
 def _in_place_target(ref: TensorRef, target: Any, length: int) -> bool:
-    """Can the record (``length`` bytes) be read straight into ``target``'s memory?"""
+    """Can the record (``length`` bytes) be read straight into ``target``'s memory (on the
+    CPU, or on a device through pinned staging buffers)?"""
     return (
         isinstance(target, torch.Tensor)
-        and target.device.type == "cpu"
+        and target.device.type in ("cpu", "cuda")
         and target.dtype == ref.dtype
         and tuple(target.shape) == ref.size
         and target.layout == torch.strided
@@ -160,12 +162,12 @@ def load_pth(
             return _torch_load(source, device, verify_crc), set()
 
     if mmap and source is view and getattr(view, "_fd", None) is not None:
-        mapped = _mmap_tree(view, meta, by_storage, device, verify_crc=verify_crc, records=records if per_record else None)
+        mapped = mmap_tree(view, meta, by_storage, device, verify_crc=verify_crc, records=records if per_record else None)
         if mapped is not None:
             return mapped, set()
 
     # Each record's destination: one live target tensor, or a fresh storage.
-    dest: dict[str, memoryview] = {}
+    dest: dict[str, Any] = {}  # a memoryview of host memory, or a uint8 device tensor
     direct: dict[str, torch.Tensor] = {}
     storages: dict[str, torch.Tensor] = {}
     filled: set[tuple] = set()
@@ -176,11 +178,18 @@ def load_pth(
             target = lookup(targets, path)
             if _in_place_target(ref, target, length):
                 direct[key] = target
-                dest[key] = byte_view(target) if length else memoryview(b"")
+                if target.device.type != "cpu":
+                    dest[key] = target.detach().reshape(-1).view(torch.uint8)
+                else:
+                    dest[key] = byte_view(target) if length else memoryview(b"")
                 filled.add(path)
                 continue
+        if device.type == "cuda":  # straight into device memory: no CPU copy of the record
+            storages[key] = dest[key] = torch.empty(length, dtype=torch.uint8, device=device)
+            continue
         # Plain 4 KiB pages: transparent huge pages (madvise) halved the page-fault cost when
-        # free memory was at hand, but stalled on compaction when it was not (1.5-2x slower).
+        # free memory was at hand, but stalled on compaction when it was not (1.5-3x slower,
+        # measured again for issue 18: docs/benchmarks.rst).
         buf = torch.empty(length, dtype=torch.uint8)
         storages[key] = buf
         dest[key] = buf.numpy().data.cast("B") if length else memoryview(bytearray())
@@ -236,7 +245,7 @@ def _names(users: list[tuple[tuple, TensorRef]]) -> str:
 
 
 def _read_records(
-    view: Any, meta: PthMeta, dest: dict[str, memoryview], crc: OrderedCrc | None,
+    view: Any, meta: PthMeta, dest: dict[str, Any], crc: OrderedCrc | None,
     record_crcs: dict[str, OrderedCrc] | None = None,
 ) -> None:
     """Read every destined record once, in file order; with ``crc``, also feed it every byte
@@ -244,11 +253,18 @@ def _read_records(
     each record to its own checksum (helper threads checksum record *i* while this thread
     reads record *i + 1*)."""
     cursor = 0
+    stager: Stager | None = None
     for key in sorted(dest, key=lambda k: meta.records[k][0]):
         start, length = meta.records[key]
         if crc is not None and start > cursor:
             _read_gap(view, cursor, start, crc)
         target = dest[key]
+        if isinstance(target, torch.Tensor):  # device memory, through pinned staging buffers
+            feeds = [c for c in (crc, record_crcs[key] if record_crcs is not None else None) if c is not None]
+            stager = stager or Stager(target.device)
+            stager.read_into(view, start, length, target, feeds)
+            cursor = start + length
+            continue
         done = 0
         while done < length:
             piece = target[done : min(length, done + _PIECE)]
@@ -262,6 +278,8 @@ def _read_records(
         cursor = start + length
     if crc is not None and cursor < view.size:
         _read_gap(view, cursor, view.size, crc)
+    if stager is not None:
+        stager.finish()
 
 
 def _read_gap(view: Any, start: int, end: int, crc: OrderedCrc) -> None:
@@ -278,65 +296,6 @@ def _check_crc(actual: int, expected: int, *, filled: bool) -> None:
     if actual != expected:
         note = " Tensors of the live object were partly overwritten with these bytes." if filled else ""
         raise IntegrityError(f"CRC-32 {actual:08x} does not match the recorded {expected:08x} (corrupted).{note}")
-
-
-def _mmap_tree(
-    view: Any, meta: PthMeta, by_storage: dict, device: torch.device, *, verify_crc: int | None = None,
-    records: dict | None = None,
-) -> Any:
-    """The tree with every tensor backed by a private (copy-on-write) map of the file, or
-    ``None`` when a record is not aligned for its dtype (e.g. an archive another tool wrote).
-
-    With ``verify_crc`` the mapped bytes are checked once, before any tensor is returned:
-    each record against its own CRC-32 (``records``), else the whole member. That reads the
-    pages through the page cache (no copy); without it nothing is read until used."""
-    for key in by_storage:
-        start, length = meta.records[key]
-        if length and (view.start + start) % _ALIGNMENT:
-            return None
-    try:
-        mapped = _mmap.mmap(view._fd, 0, access=_mmap.ACCESS_COPY)
-    except (OSError, ValueError):
-        return None
-    bases: dict[str, torch.Tensor] = {}
-    for key in by_storage:
-        start, length = meta.records[key]
-        if length == 0:
-            bases[key] = torch.empty(0, dtype=torch.uint8)
-        else:
-            bases[key] = torch.frombuffer(mapped, dtype=torch.uint8, count=length, offset=view.start + start)
-    if verify_crc is not None:
-        _check_mapped(mapped, view, meta, by_storage, verify_crc, records)
-    if device.type != "cpu":
-        bases = {key: base.to(device) for key, base in bases.items()}
-
-    def build(ref: TensorRef) -> Any:
-        base = bases[ref.storage.key]
-        tensor = torch.empty(0, dtype=ref.dtype, device=base.device).set_(
-            base.untyped_storage(), ref.offset, ref.size, ref.stride
-        )
-        if ref.parameter:
-            return torch.nn.Parameter(tensor, requires_grad=ref.requires_grad)
-        return tensor.requires_grad_(ref.requires_grad) if ref.requires_grad else tensor
-
-    return replace(meta.tree, build)
-
-
-def _check_mapped(mapped: Any, view: Any, meta: PthMeta, by_storage: dict, expected: int, records: dict | None) -> None:
-    """Check mapped bytes in place (helper threads read the pages while this one does too)."""
-    whole = memoryview(mapped)
-    if records is None:
-        crc = OrderedCrc()
-        crc.feed(whole[view.start : view.start + view.size])
-        _check_crc(crc.value(), expected, filled=False)
-        return
-    crcs = {}
-    for key in sorted(by_storage, key=lambda k: meta.records[k][0]):
-        start, length = meta.records[key]
-        crcs[key] = OrderedCrc()
-        crcs[key].feed(whole[view.start + start : view.start + start + length])
-    for key, crc in crcs.items():
-        check_record(records, "data/" + key, *meta.records[key], crc.value(), tensors=_names(by_storage[key]))
 
 
 def _torch_load(view: Any, device: torch.device, verify_crc: int | None) -> Any:
