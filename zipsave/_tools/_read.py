@@ -165,7 +165,10 @@ def _read_tensor(
             err.archive, err.member = src.name, member
             err.args = (err._compose(),)
             raise
-        tensor = torch.empty(0, dtype=ref.dtype).set_(buf.untyped_storage(), ref.offset, ref.size, ref.stride)
+        offset = ref.offset
+        if not mmap and nbytes < length:  # the whole record was read to check it; keep the span
+            buf, offset = buf[first : first + nbytes].clone(), 0
+        tensor = torch.empty(0, dtype=ref.dtype).set_(buf.untyped_storage(), offset, ref.size, ref.stride)
     if device.type != "cpu":
         tensor = tensor.to(device)
     if ref.parameter:
