@@ -5,12 +5,11 @@ CRC-32 and SHA-256. Nothing is decoded, unpickled or torch-loaded.
 from __future__ import annotations
 
 import hashlib
-import os
 import zlib
 from typing import Any
 
 from .. import _format, _json
-from .._archive import DEFAULT_LIMITS, ArchiveReader, Limits, open_input
+from .._archive import DEFAULT_LIMITS, ArchiveReader, Limits, open_source
 from ..exceptions import ArchiveFormatError
 
 __all__ = ["verify"]
@@ -22,7 +21,7 @@ def verify(path: Any, *, limits: Limits | None = None) -> list[str]:
     Parameters
     ----------
     path
-        A file path (``.zip`` is tried too) or a readable, seekable binary file object (not
+        A file path (``.zip`` is tried too), fsspec URL, or readable binary file object (not
         closed).
     limits
         Safety limits (:class:`~zipsave.Limits`) for reading; the defaults when ``None``.
@@ -49,13 +48,8 @@ def verify(path: Any, *, limits: Limits | None = None) -> list[str]:
     >>> problems  # doctest: +SKIP
     ['member `policy.pth`: SHA-256 3f1c... differs from manifest.json\\'s 9a0b....']
     """
-    limits = limits or DEFAULT_LIMITS
-    if hasattr(path, "read"):
-        name = getattr(path, "name", None)
-        return _verify_file(path, name if isinstance(name, str) else f"<{type(path).__name__}>", limits)
-    text = os.fspath(path)
-    with open_input(text) as fp:
-        return _verify_file(fp, fp.name, limits)
+    with open_source(path) as (fp, name):
+        return _verify_file(fp, name, limits or DEFAULT_LIMITS)
 
 
 def _verify_file(fp: Any, archive: str, limits: Limits) -> list[str]:
