@@ -1,6 +1,6 @@
 """CRC-32 (zip's checksum) of large buffers on helper threads, overlapped with file I/O.
 
-:func:`crc32` is ISA-L's (``isal.isal_zlib.crc32``, 5-6x zlib's speed on the benchmark
+:func:`crc32` is ISA-L's (``isal.isal_zlib.crc32``, 3-6x zlib's speed on the benchmark
 machine, see ``docs/benchmarks.rst``) where the ``isal`` package is installed, else
 ``zlib.crc32``; both give the same value. Both release the GIL, so pieces of a member can be
 checksummed on a small shared thread pool while the calling thread reads or writes the next piece; the pieces' CRCs are
