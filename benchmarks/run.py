@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true",
                         help=f"CI mode: sizes {SMOKE_SIZES}, 1 rep, prefault, --check, all ops of a size in one process")
     parser.add_argument("--list", action="store_true", help="list the operations and exit")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="cuda: the CUDA rows (cuda_*) against the host-to-device floor (needs a GPU)")
     args = parser.parse_args(argv)
 
     if args.list:
@@ -135,7 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     for regime in regimes:
         if regime not in ("prefault", "asis"):
             parser.error(f"unknown regime {regime!r}; expected prefault or asis")
-    names = [o.name for o in _ops.OPS] if not args.ops else [s.strip() for s in args.ops.split(",")]
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("benchmarks/run.py --device cuda: CUDA is not available on this machine.", file=sys.stderr)
+            return 2
+    wanted = (lambda o: o.name.startswith("cuda_") or o.name == "raw_readinto") if args.device == "cuda" else (
+        lambda o: not o.name.startswith("cuda_"))
+    names = [o.name for o in _ops.OPS if wanted(o)] if not args.ops else [s.strip() for s in args.ops.split(",")]
     for name in names:
         if name not in _ops.BY_NAME:
             parser.error(f"unknown op {name!r}; see --list")

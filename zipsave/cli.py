@@ -48,12 +48,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         summary = describe_sharded(args.archive)
         _print_json(summary) if args.json else print(render_sharded(summary))
         return EXIT_OK
-    info = inspect(args.archive)
+    info = inspect(args.archive, verify=args.verify)
     if args.json:
         _print_json(info.to_dict())
     else:
         print(info)
-    return EXIT_OK
+    return EXIT_FOUND if info.verified is False else EXIT_OK
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -127,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("archive", help="the archive (a path; .zip is tried too), or a sharded checkpoint directory")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
+    inspect.add_argument(
+        "--verify", action="store_true",
+        help="also check every member's bytes and every tensor's own checksum (exit 1 on a problem)",
+    )
     inspect.set_defaults(func=_cmd_inspect)
 
     verify = add(

@@ -5,7 +5,8 @@ destinations (paths with atomic replacement, fsspec URLs, file objects).
 This layer knows zip files and bytes; it knows nothing about models, JSON values or torch.
 """
 
-from ._crc import OrderedCrc
+from ._crc import BACKEND as CRC_BACKEND
+from ._crc import OrderedCrc, crc32
 from ._destination import destination_key, is_url, open_output, open_source
 from ._files import atomic_output, open_input, seekable, with_suffix
 from ._limits import DEFAULT_LIMITS, Limits
@@ -17,6 +18,7 @@ from ._views import MemberView
 from ._writer import ArchiveWriter, MemberInfo
 
 __all__ = [
+    "CRC_BACKEND",
     "DEFAULT_LIMITS",
     "ArchiveReader",
     "ArchiveSource",
@@ -28,6 +30,7 @@ __all__ = [
     "atomic_output",
     "check_progress",
     "counting_writer",
+    "crc32",
     "describe",
     "destination_key",
     "is_url",

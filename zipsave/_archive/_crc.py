@@ -1,7 +1,9 @@
 """CRC-32 (zip's checksum) of large buffers on helper threads, overlapped with file I/O.
 
-``zlib.crc32`` releases the GIL, so pieces of a member can be checksummed on a small shared
-thread pool while the calling thread reads or writes the next piece; the pieces' CRCs are
+:func:`crc32` is ISA-L's (``isal.isal_zlib.crc32``, 3-6x zlib's speed on the benchmark
+machine, see ``docs/benchmarks.rst``) where the ``isal`` package is installed, else
+``zlib.crc32``; both give the same value. Both release the GIL, so pieces of a member can be
+checksummed on a small shared thread pool while the calling thread reads or writes the next piece; the pieces' CRCs are
 joined in order with :func:`crc32_combine` (zlib's algorithm, which Python does not expose).
 """
 
@@ -13,7 +15,19 @@ import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["OrderedCrc", "crc32_combine", "pool"]
+_fast_crc32: Any
+try:  # a dependency where it has wheels; anywhere else zlib gives the same values, slower
+    from isal.isal_zlib import crc32 as _fast_crc32
+except ImportError:  # pragma: no cover - no wheel for this platform
+    _fast_crc32 = None
+
+__all__ = ["BACKEND", "OrderedCrc", "crc32", "crc32_combine", "pool"]
+
+#: ``ZIPSAVE_CRC=zlib`` forces the fallback (tests, and benchmarks comparing the two).
+_FORCE_ZLIB = os.environ.get("ZIPSAVE_CRC", "") == "zlib"
+crc32: Any = zlib.crc32 if _fast_crc32 is None or _FORCE_ZLIB else _fast_crc32
+#: Which implementation :func:`crc32` is: ``"isal"`` or ``"zlib"``.
+BACKEND = "zlib" if crc32 is zlib.crc32 else "isal"
 
 #: Buffers smaller than this are checksummed inline: a thread hand-off costs more.
 PARALLEL_MIN = 1 << 20
@@ -124,10 +138,10 @@ class OrderedCrc:
         if n < PARALLEL_MIN:
             last = self._runs[-1] if self._runs else None
             if last is not None and last[0] is not None and last[2]:
-                last[0] = zlib.crc32(view, last[0])
+                last[0] = crc32(view, last[0])
                 last[1] += n
             else:
-                self._runs.append([zlib.crc32(view), n, True])
+                self._runs.append([crc32(view), n, True])
             return
         with self._lock:
             for start in range(0, n, PIECE):
@@ -149,7 +163,7 @@ class OrderedCrc:
                     return
                 run, piece = self._pending[self._next]
                 self._next += 1
-            run[0] = zlib.crc32(piece)
+            run[0] = crc32(piece)
 
     def wait(self) -> None:
         """Checksum what is left on this thread, then wait for the helper's last piece."""

@@ -38,12 +38,17 @@ __all__ = ["ArchiveWriter", "MemberInfo"]
 
 @dataclasses.dataclass(frozen=True)
 class MemberInfo:
-    """What the writer recorded about one member; becomes a manifest entry."""
+    """What the writer recorded about one member; becomes a manifest entry.
+
+    ``records`` (``.pth`` members) maps each stored record of torch's inner zip to
+    ``{"offset", "size", "crc32"}``: the per-tensor checksums of ``manifest.json``.
+    """
 
     name: str
     size: int
     crc32: int
     sha256: str | None
+    records: dict[str, dict[str, Any]] | None = None
 
 
 class _Hasher:
@@ -51,42 +56,51 @@ class _Hasher:
 
     Large buffers are hashed on the helper threads of :mod:`zipsave._crc` while the calling
     thread writes them: the CRC in pieces on both helpers, the SHA-256 (inherently serial)
-    on one.
+    on one. Each large buffer gets its own CRC (returned, so a caller can keep per-tensor
+    checksums for free) and is folded into the member's with :func:`~._crc.crc32_combine`.
     """
 
     def __init__(self, sha256: bool) -> None:
-        self._crc = _crc.OrderedCrc()
+        self.crc = 0
+        self.size = 0
         self._sha = hashlib.sha256() if sha256 else None
 
-    @property
-    def size(self) -> int:
-        return self._crc.size
-
-    def write_through(self, buf: memoryview, write: Any) -> None:
+    def write_through(self, buf: memoryview, write: Any) -> int | None:
         """Write ``buf`` with ``write`` and hash it; both run at once for large buffers.
 
-        The buffer may be freed by the caller as soon as this returns (torch hands us
-        temporaries for tensors it first copies off a GPU), so the hashes finish before it does.
+        Returns the CRC-32 of ``buf`` alone for a large buffer, ``None`` for a small one
+        (folded inline into the member's CRC). The buffer may be freed by the caller as soon
+        as this returns (torch hands us temporaries for tensors it first copies off a GPU),
+        so the hashes finish before it does.
         """
+        n = buf.nbytes
+        if n < _crc.PARALLEL_MIN:
+            self.crc = _crc.crc32(buf, self.crc)
+            if self._sha is not None:
+                self._sha.update(buf)
+            write(buf)
+            self.size += n
+            return None
+        ordered = _crc.OrderedCrc()
         sha_job = None
         try:
-            self._crc.feed(buf)
+            ordered.feed(buf)
             if self._sha is not None:
-                if buf.nbytes >= _crc.PARALLEL_MIN:
-                    sha_job = _crc.pool().submit(self._sha.update, buf)
-                else:
-                    self._sha.update(buf)
+                sha_job = _crc.pool().submit(self._sha.update, buf)
             write(buf)
         except BaseException:
-            self._crc.cancel()
+            ordered.cancel()
             raise
         finally:
             if sha_job is not None:
                 sha_job.result()
-        self._crc.wait()
+        piece = ordered.value()
+        self.crc = _crc.crc32_combine(self.crc, piece, n)
+        self.size += n
+        return piece
 
     def info(self, name: str) -> MemberInfo:
-        return MemberInfo(name, self.size, self._crc.value(), self._sha.hexdigest() if self._sha else None)
+        return MemberInfo(name, self.size, self.crc, self._sha.hexdigest() if self._sha else None)
 
 
 @dataclasses.dataclass
@@ -103,6 +117,8 @@ class _MemberStream(io.RawIOBase):
     Large writes (tensor storages) go straight through as memoryviews, never copied. Small
     ones (torch writes record headers and padding a few bytes at a time) are gathered and
     hashed and written together, which saves a Python round trip per piece.
+    :meth:`write_checked` also returns a large write's own CRC-32, and a caller that knows
+    the member's inner layout sets :attr:`records` (per-tensor checksums for the manifest).
     """
 
     _GATHER = 64 << 10
@@ -111,11 +127,14 @@ class _MemberStream(io.RawIOBase):
         self._writer = writer
         self._hasher = hasher
         self._pending = bytearray()
+        #: ``{record: {"offset", "size", "crc32"}}`` for the manifest, set by the caller.
+        self.records: dict[str, dict[str, Any]] | None = None
 
     def writable(self) -> bool:
         return True
 
-    def write(self, b: Any) -> int:
+    def write_checked(self, b: Any) -> tuple[int, int | None]:
+        """Write ``b``; return its size and, when it went straight through, its CRC-32."""
         view = memoryview(b)
         if view.ndim != 1 or view.format != "B":
             view = view.cast("B")
@@ -124,10 +143,12 @@ class _MemberStream(io.RawIOBase):
             self._pending += view
             if len(self._pending) >= self._GATHER:
                 self.flush()
-        else:
-            self.flush()
-            self._hasher.write_through(view, self._writer._write)
-        return n
+            return n, None
+        self.flush()
+        return n, self._hasher.write_through(view, self._writer._write)
+
+    def write(self, b: Any) -> int:
+        return self.write_checked(b)[0]
 
     def tell(self) -> int:
         return self._hasher.size + len(self._pending)
@@ -242,7 +263,7 @@ class ArchiveWriter:
             stream.flush()
         finally:
             self._open = False
-        info = hasher.info(name)
+        info = dataclasses.replace(hasher.info(name), records=stream.records)
         entry.info = info
         if entry.flags & FLAG_DESCRIPTOR:
             self._write(DESCRIPTOR64.pack(0x08074B50, info.crc32, info.size, info.size))
@@ -258,10 +279,12 @@ class ArchiveWriter:
 
     def write_manifest(self) -> MemberInfo:
         """Write ``manifest.json`` describing every member written so far."""
-        members = {
-            e.info.name: {"size": e.info.size, "crc32": f"{e.info.crc32:08x}", "sha256": e.info.sha256}
-            for e in self._entries
-        }
+        members: dict[str, dict[str, Any]] = {}
+        for e in self._entries:
+            entry: dict[str, Any] = {"size": e.info.size, "crc32": f"{e.info.crc32:08x}", "sha256": e.info.sha256}
+            if e.info.records is not None:
+                entry["records"] = e.info.records
+            members[e.info.name] = entry
         manifest = {"format": _format.FORMAT_NAME, "format_version": _format.FORMAT_VERSION, "members": members}
         return self.write_bytes(_format.MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
 

@@ -4,11 +4,13 @@ between the archive file and tensor memory, and the device every tensor goes to.
 from ._npy import read_array_member, read_npy
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_read import load_member, load_pth
+from ._pth_records import check_member, read_record, record_table
 from ._pth_write import get_device, save_pth
 from ._tree import dotted, walk_refs
 
 __all__ = [
     "PthMeta",
+    "check_member",
     "TensorRef",
     "Unsupported",
     "dotted",
@@ -18,6 +20,8 @@ __all__ = [
     "read_array_member",
     "read_npy",
     "read_pth_meta",
+    "read_record",
+    "record_table",
     "save_pth",
     "walk_refs",
 ]

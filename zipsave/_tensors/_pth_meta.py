@@ -157,6 +157,8 @@ class PthMeta:
 
     tree: Any
     records: dict[str, tuple[int, int]]
+    #: ``(offset, size)`` of the ``data.pkl`` record the tree was parsed from.
+    pickle: tuple[int, int] = (0, 0)
 
 
 def read_pth_meta(view: Any) -> PthMeta:
@@ -182,6 +184,7 @@ def read_pth_meta(view: Any) -> PthMeta:
             raise Unsupported("big-endian archive")
         if order is None and sys.byteorder != "little":
             raise Unsupported("no byteorder record on a big-endian machine")
+        pickle_span = (record_start(view, pkl[0]), pkl[0].file_size)
         try:
             tree = _MetaUnpickler(io.BytesIO(raw_record(view, pkl[0]))).load()
         except Unsupported:
@@ -194,7 +197,7 @@ def read_pth_meta(view: Any) -> PthMeta:
             for info in infos
             if info.filename.startswith(data_prefix)
         }
-    return PthMeta(tree, records)
+    return PthMeta(tree, records, pickle_span)
 
 
 def record_start(view: Any, info: zipfile.ZipInfo) -> int:

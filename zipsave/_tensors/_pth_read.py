@@ -5,8 +5,6 @@ on helper threads; anything unusual falls back to ``torch.load(weights_only=True
 from __future__ import annotations
 
 import collections
-import mmap as _mmap
-import zlib
 from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
@@ -15,9 +13,12 @@ import torch
 from torch.autograd.graph import increment_version
 
 from .. import _format
-from .._archive import OrderedCrc
+from .._archive import OrderedCrc, crc32
 from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, ZipsaveError
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
+from ._pth_mmap import mmap_tree
+from ._pth_records import check_record, record_table, verify_pickle
+from ._staging import Stager
 from ._tree import BufferView, byte_view, dotted, lookup, replace, walk_leaves, walk_refs
 
 __all__ = ["load_member", "load_pth"]
@@ -29,10 +30,11 @@ _PIECE = 4 << 20
 _ALIGNMENT = _format.ALIGNMENT
 
 def _in_place_target(ref: TensorRef, target: Any, length: int) -> bool:
-    """Can the record (``length`` bytes) be read straight into ``target``'s memory?"""
+    """Can the record (``length`` bytes) be read straight into ``target``'s memory (on the
+    CPU, or on a device through pinned staging buffers)?"""
     return (
         isinstance(target, torch.Tensor)
-        and target.device.type == "cpu"
+        and target.device.type in ("cpu", "cuda")
         and target.dtype == ref.dtype
         and tuple(target.shape) == ref.size
         and target.layout == torch.strided
@@ -78,6 +80,7 @@ def load_pth(
     check_shapes: bool = False,
     check_dtypes: bool = False,
     validate: Callable[[Any], None] | None = None,
+    records: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Any, set[tuple]]:
     """Load one ``.pth`` member from a :class:`~zipsave._archive.MemberView`.
 
@@ -102,6 +105,11 @@ def load_pth(
     validate
         Called with the saved tree (:class:`TensorRef` leaves) before any byte is read into
         a target, to refuse a state that does not fit (e.g. other keys).
+    records
+        The member's per-tensor checksums from ``manifest.json`` (``None`` for archives
+        without them). With ``verify_crc`` given and a member over 1 MiB, each record read is
+        checked against its own CRC-32 instead of the whole member's (the bytes between
+        records are then never read), and a mismatch names the tensor.
 
     Returns
     -------
@@ -114,7 +122,7 @@ def load_pth(
         if view.read_at(0, data) != view.size:
             raise ArchiveFormatError("ends early (truncated).")
         if verify_crc is not None:
-            _check_crc(zlib.crc32(data), verify_crc, filled=False)
+            _check_crc(crc32(data), verify_crc, filled=False)
             verify_crc = None
         source = BufferView(data)
     try:
@@ -126,6 +134,9 @@ def load_pth(
         if targets is not None and (check_shapes or check_dtypes):
             _check_targets(list(walk_leaves(tree, torch.Tensor)), targets, shapes=check_shapes, dtypes=check_dtypes)
         return tree, set()
+    per_record = records is not None and verify_crc is not None
+    if records is not None and per_record:
+        verify_pickle(source, meta, records)
     refs = list(walk_refs(meta.tree))
     by_storage: dict[str, list[tuple[tuple, TensorRef]]] = collections.defaultdict(list)
     for path, ref in refs:
@@ -135,6 +146,12 @@ def load_pth(
         if ref.offset * ref.dtype.itemsize + ref.extent > length:
             raise ArchiveFormatError(f"storage record `{ref.storage.key}` is shorter than the tensors that use it.")
         by_storage[ref.storage.key].append((path, ref))
+    if per_record:
+        for key in by_storage:
+            name = "data/" + key
+            rec = records.get(name) if records else None
+            if rec is None or (rec["offset"], rec["size"]) != meta.records[key]:
+                check_record(records or {}, name, *meta.records[key], 0, tensors=_names(by_storage[key]))
     if validate is not None:
         validate(meta.tree)
     if targets is not None and (check_shapes or check_dtypes):
@@ -145,12 +162,12 @@ def load_pth(
             return _torch_load(source, device, verify_crc), set()
 
     if mmap and source is view and getattr(view, "_fd", None) is not None:
-        mapped = _mmap_tree(view, meta, by_storage, device)
+        mapped = mmap_tree(view, meta, by_storage, device, verify_crc=verify_crc, records=records if per_record else None)
         if mapped is not None:
             return mapped, set()
 
     # Each record's destination: one live target tensor, or a fresh storage.
-    dest: dict[str, memoryview] = {}
+    dest: dict[str, Any] = {}  # a memoryview of host memory, or a uint8 device tensor
     direct: dict[str, torch.Tensor] = {}
     storages: dict[str, torch.Tensor] = {}
     filled: set[tuple] = set()
@@ -161,22 +178,36 @@ def load_pth(
             target = lookup(targets, path)
             if _in_place_target(ref, target, length):
                 direct[key] = target
-                dest[key] = byte_view(target) if length else memoryview(b"")
+                if target.device.type != "cpu":
+                    dest[key] = target.detach().reshape(-1).view(torch.uint8)
+                else:
+                    dest[key] = byte_view(target) if length else memoryview(b"")
                 filled.add(path)
                 continue
+        if device.type == "cuda":  # straight into device memory: no CPU copy of the record
+            storages[key] = dest[key] = torch.empty(length, dtype=torch.uint8, device=device)
+            continue
         # Plain 4 KiB pages: transparent huge pages (madvise) halved the page-fault cost when
-        # free memory was at hand, but stalled on compaction when it was not (1.5-2x slower).
+        # free memory was at hand, but stalled on compaction when it was not (1.5-3x slower,
+        # measured again for issue 18: docs/benchmarks.rst).
         buf = torch.empty(length, dtype=torch.uint8)
         storages[key] = buf
         dest[key] = buf.numpy().data.cast("B") if length else memoryview(bytearray())
 
-    crc = OrderedCrc() if verify_crc is not None else None
+    crc = OrderedCrc() if verify_crc is not None and not per_record else None
+    record_crcs: dict[str, OrderedCrc] | None = {key: OrderedCrc() for key in dest} if per_record else None
     try:
-        _read_records(source, meta, dest, crc)
+        _read_records(source, meta, dest, crc, record_crcs)
         actual = crc.value() if crc is not None else None
+        if record_crcs is not None:
+            for key in sorted(record_crcs, key=lambda k: meta.records[k][0]):
+                found = record_crcs[key].value()
+                check_record(records or {}, "data/" + key, *meta.records[key], found, tensors=_names(by_storage[key]))
     except BaseException as err:
         if crc is not None:
             crc.cancel()
+        for each in (record_crcs or {}).values():
+            each.cancel()
         if direct and isinstance(err, ArchiveFormatError):
             err.detail += " Tensors of the live object were partly overwritten."
             err.args = (err._compose(),)
@@ -209,15 +240,31 @@ def load_pth(
     return replace(meta.tree, build), filled
 
 
-def _read_records(view: Any, meta: PthMeta, dest: dict[str, memoryview], crc: OrderedCrc | None) -> None:
+def _names(users: list[tuple[tuple, TensorRef]]) -> str:
+    return ", ".join(f"`{dotted(path)}`" for path, _ in users)
+
+
+def _read_records(
+    view: Any, meta: PthMeta, dest: dict[str, Any], crc: OrderedCrc | None,
+    record_crcs: dict[str, OrderedCrc] | None = None,
+) -> None:
     """Read every destined record once, in file order; with ``crc``, also feed it every byte
-    of the member (headers and unused records included) in order."""
+    of the member (headers and unused records included) in order; with ``record_crcs``, feed
+    each record to its own checksum (helper threads checksum record *i* while this thread
+    reads record *i + 1*)."""
     cursor = 0
+    stager: Stager | None = None
     for key in sorted(dest, key=lambda k: meta.records[k][0]):
         start, length = meta.records[key]
         if crc is not None and start > cursor:
             _read_gap(view, cursor, start, crc)
         target = dest[key]
+        if isinstance(target, torch.Tensor):  # device memory, through pinned staging buffers
+            feeds = [c for c in (crc, record_crcs[key] if record_crcs is not None else None) if c is not None]
+            stager = stager or Stager(target.device)
+            stager.read_into(view, start, length, target, feeds)
+            cursor = start + length
+            continue
         done = 0
         while done < length:
             piece = target[done : min(length, done + _PIECE)]
@@ -225,10 +272,14 @@ def _read_records(view: Any, meta: PthMeta, dest: dict[str, memoryview], crc: Or
                 raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
             if crc is not None:
                 crc.feed(piece)
+            if record_crcs is not None:
+                record_crcs[key].feed(piece)
             done += piece.nbytes
         cursor = start + length
     if crc is not None and cursor < view.size:
         _read_gap(view, cursor, view.size, crc)
+    if stager is not None:
+        stager.finish()
 
 
 def _read_gap(view: Any, start: int, end: int, crc: OrderedCrc) -> None:
@@ -247,39 +298,6 @@ def _check_crc(actual: int, expected: int, *, filled: bool) -> None:
         raise IntegrityError(f"CRC-32 {actual:08x} does not match the recorded {expected:08x} (corrupted).{note}")
 
 
-def _mmap_tree(view: Any, meta: PthMeta, by_storage: dict, device: torch.device) -> Any:
-    """The tree with every tensor backed by a private (copy-on-write) map of the file, or
-    ``None`` when a record is not aligned for its dtype (e.g. an archive another tool wrote)."""
-    for key in by_storage:
-        start, length = meta.records[key]
-        if length and (view.start + start) % _ALIGNMENT:
-            return None
-    try:
-        mapped = _mmap.mmap(view._fd, 0, access=_mmap.ACCESS_COPY)
-    except (OSError, ValueError):
-        return None
-    bases: dict[str, torch.Tensor] = {}
-    for key in by_storage:
-        start, length = meta.records[key]
-        if length == 0:
-            bases[key] = torch.empty(0, dtype=torch.uint8)
-        else:
-            bases[key] = torch.frombuffer(mapped, dtype=torch.uint8, count=length, offset=view.start + start)
-            if device.type != "cpu":
-                bases[key] = bases[key].to(device)
-
-    def build(ref: TensorRef) -> Any:
-        base = bases[ref.storage.key]
-        tensor = torch.empty(0, dtype=ref.dtype, device=base.device).set_(
-            base.untyped_storage(), ref.offset, ref.size, ref.stride
-        )
-        if ref.parameter:
-            return torch.nn.Parameter(tensor, requires_grad=ref.requires_grad)
-        return tensor.requires_grad_(ref.requires_grad) if ref.requires_grad else tensor
-
-    return replace(meta.tree, build)
-
-
 def _torch_load(view: Any, device: torch.device, verify_crc: int | None) -> Any:
     """The fallback: ``torch.load(weights_only=True)`` after checking the member's CRC."""
     if verify_crc is not None:
@@ -290,7 +308,7 @@ def _torch_load(view: Any, device: torch.device, verify_crc: int | None) -> Any:
             n = view.read_at(pos, buf)
             if not n:
                 break
-            crc = zlib.crc32(memoryview(buf)[:n], crc)
+            crc = crc32(memoryview(buf)[:n], crc)
             pos += n
         _check_crc(crc, verify_crc, filled=False)
     view.seek(0)
@@ -312,8 +330,9 @@ def load_member(
             view,
             device=device,
             targets=targets,
-            verify_crc=info.CRC if verify and not mmap else None,
+            verify_crc=info.CRC if verify else None,
             mmap=mmap and targets is None,
+            records=record_table(reader.expected(member)) if verify else None,
             **checks,
         )
     except ZipsaveError as err:

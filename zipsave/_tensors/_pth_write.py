@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from ._pth_records import RecordingStream
+
 __all__ = ["get_device", "save_pth"]
 
 _crc_option_lock = threading.Lock()
@@ -31,15 +33,20 @@ def save_pth(stream: Any, obj: Any) -> None:
 
     The outer zip's CRC-32 covers the same bytes and is computed while they are written, so
     torch's per-record CRC would be a second pass over every tensor for nothing. The inner
-    records then carry a CRC of 0, which ``torch.load`` accepts.
+    records then carry a CRC of 0, which ``torch.load`` accepts. Each record's own CRC-32
+    comes from the same pass and is set on ``stream.records`` (when the stream has that
+    attribute) for ``manifest.json``'s per-tensor checksums.
     """
+    recorder = RecordingStream(stream)
     with _crc_option_lock:
         previous = torch.serialization.get_crc32_options()
         torch.serialization.set_crc32_options(False)
         try:
-            torch.save(obj, stream)
+            torch.save(obj, recorder)  # type: ignore[arg-type]  # a binary stream, as torch needs
         finally:
             torch.serialization.set_crc32_options(previous)
+    if hasattr(stream, "records"):
+        stream.records = recorder.records()
 
 
 # -- metadata ------------------------------------------------------------------------------

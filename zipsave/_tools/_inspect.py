@@ -22,6 +22,7 @@ from .._json import parse_json
 from .._tensors import PthMeta, Unsupported, dotted, read_pth_meta, walk_refs
 from .._trust import TrustPolicy, pickle_globals
 from ..exceptions import ArchiveFormatError, DecodeError, ZipsaveError
+from ._check import check_archive
 from ._records import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo, format_shape, shorten
 
 __all__ = ["data_folders", "inspect", "pth_meta", "stored_type"]
@@ -142,7 +143,9 @@ def _json_dumpable(value: Any) -> bool:
 
 
 # -- inspect -----------------------------------------------------------------------------------
-def inspect(path: Any, *, limits: Limits | None = None, storage_options: dict[str, Any] | None = None) -> ArchiveInfo:
+def inspect(
+    path: Any, *, limits: Limits | None = None, storage_options: dict[str, Any] | None = None, verify: bool = False
+) -> ArchiveInfo:
     """Describe an archive without loading it: nothing is unpickled or ``torch.load``-ed.
 
     Parameters
@@ -153,6 +156,11 @@ def inspect(path: Any, *, limits: Limits | None = None, storage_options: dict[st
         Safety limits (:class:`~zipsave.Limits`); the defaults suit any sane archive.
     storage_options
         Options for the ``fsspec`` filesystem of a URL (credentials, endpoint).
+    verify
+        Also read every byte and check it: each member against its CRC-32, and each tensor
+        record of a ``.pth`` member against its own CRC-32 in ``manifest.json`` (archives
+        without per-tensor checksums: the whole member). Sets ``ArchiveInfo.verified`` and
+        adds one note per problem, naming the member and the tensor.
 
     Returns
     -------
@@ -229,6 +237,11 @@ def inspect(path: Any, *, limits: Limits | None = None, storage_options: dict[st
         for name in reader.names():
             if name.endswith(_format.PTH_SUFFIX):
                 tensors += _list_tensors(src, name, notes)
+        verified = None
+        if verify:
+            problems = check_archive(src)
+            notes += problems
+            verified = not problems
     return ArchiveInfo(
         archive=src.name,
         layout=layout,
@@ -242,6 +255,7 @@ def inspect(path: Any, *, limits: Limits | None = None, storage_options: dict[st
         tensors=tuple(tensors),
         manifest_digest=digest,
         notes=tuple(notes),
+        verified=verified,
     )
 
 

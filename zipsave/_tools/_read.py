@@ -10,7 +10,7 @@ import torch
 from .. import _format
 from .._archive import ArchiveSource, Limits, MemberView
 from .._codec import Decoder
-from .._tensors import PthMeta, TensorRef, dotted, get_device, read_array_member, walk_refs
+from .._tensors import PthMeta, TensorRef, dotted, get_device, read_array_member, read_record, record_table, walk_refs
 from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, DecodeError, ZipsaveError
 from ._inspect import data_folders, pth_meta
@@ -27,6 +27,7 @@ def read(
     trusted: Any = (),
     limits: Limits | None = None,
     storage_options: dict[str, Any] | None = None,
+    mmap: bool = False,
 ) -> Any:
     """Read one tensor, or one ``data`` key, without reading the rest of the archive.
 
@@ -44,7 +45,11 @@ def read(
     Only the bytes of the tensor's storage record are read (plus the member's small
     ``data.pkl``); a ``data`` key decodes from the JSON member and, if it refers to one,
     its own ``arrays/<id>.npy``. The zip directory entry is checked against
-    ``manifest.json``; the bytes are not hashed (``zipsave verify`` does that).
+    ``manifest.json``, and the bytes read are checked: a tensor's storage record (and
+    ``data.pkl``) against the per-tensor CRC-32 of ``manifest.json``, or, in an archive
+    without per-tensor checksums (written before zipsave 0.2, or by SB3), the whole
+    ``.pth`` member against its CRC-32, which reads the member once. A mismatch raises
+    :class:`~zipsave.IntegrityError` naming the tensor.
 
     Parameters
     ----------
@@ -60,6 +65,10 @@ def read(
         Safety limits (:class:`~zipsave.Limits`).
     storage_options
         Options for the ``fsspec`` filesystem of a URL (credentials, endpoint).
+    mmap
+        Back the tensor by the archive's own pages (a private, copy-on-write map of a local
+        file) instead of copying it; checked the same way, once, when read. See
+        :ref:`mmap-loads` for what a later save or a truncation of the file does.
 
     Returns
     -------
@@ -94,7 +103,7 @@ def read(
                     meta = pth_meta(src, member, view)
                     found = _find_ref(src, member, meta, rest)
                     if found is not None:
-                        return _read_tensor(src, member, view, meta, found, target)
+                        return _read_tensor(src, member, view, meta, found, target, rest, mmap)
             else:
                 member = _format.join(prefix, _format.DATA)
                 raw = src.read_json(member)
@@ -126,7 +135,8 @@ def _find_ref(src: ArchiveSource, member: str, meta: PthMeta, rest: str) -> Tens
 
 
 def _read_tensor(
-    src: ArchiveSource, member: str, view: MemberView, meta: PthMeta, ref: TensorRef, device: torch.device
+    src: ArchiveSource, member: str, view: MemberView, meta: PthMeta, ref: TensorRef, device: torch.device,
+    key: str, mmap: bool = False,
 ) -> torch.Tensor:
     src.reader.check_recorded(member)
     if ref.storage.key not in meta.records:
@@ -146,10 +156,19 @@ def _read_tensor(
                 archive=src.name,
                 member=member,
             )
-        buf = torch.empty(nbytes, dtype=torch.uint8)
-        if view.read_at(start + first, buf.numpy()) != nbytes:
-            raise ArchiveFormatError("ends inside a tensor record (truncated).", archive=src.name, member=member)
-        tensor = torch.empty(0, dtype=ref.dtype).set_(buf.untyped_storage(), 0, ref.size, ref.stride)
+        try:
+            buf = read_record(
+                view, meta, ref.storage.key, table=record_table(src.reader.expected(member)),
+                member_crc=src.reader.info(member).CRC, tensors=f"`{key}`", mmap=mmap,
+            )
+        except ZipsaveError as err:
+            err.archive, err.member = src.name, member
+            err.args = (err._compose(),)
+            raise
+        offset = ref.offset
+        if not mmap and nbytes < length:  # the whole record was read to check it; keep the span
+            buf, offset = buf[first : first + nbytes].clone(), 0
+        tensor = torch.empty(0, dtype=ref.dtype).set_(buf.untyped_storage(), offset, ref.size, ref.stride)
     if device.type != "cpu":
         tensor = tensor.to(device)
     if ref.parameter:

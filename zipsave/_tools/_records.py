@@ -169,6 +169,9 @@ class ArchiveInfo:
     notes
         Anything that could not be listed, and members whose zip directory entry disagrees
         with ``manifest.json``. Run ``zipsave verify`` for a full hash check.
+    verified
+        ``None`` unless inspected with ``verify=True``; then whether every member's bytes
+        and every tensor record matched its checksum (problems are listed in ``notes``).
     """
 
     archive: str
@@ -183,6 +186,7 @@ class ArchiveInfo:
     tensors: tuple[TensorInfo, ...]
     manifest_digest: str | None
     notes: tuple[str, ...]
+    verified: bool | None = None
 
     @property
     def total_size(self) -> int:
@@ -231,6 +235,9 @@ class ArchiveInfo:
             lines += ["", f"tensors ({len(self.tensors)}, {_size(total)})"]
             rows = [(t.name, t.dtype, format_shape(t.shape), _size(t.nbytes)) for t in self.tensors]
             lines += _columns(rows)
+        if self.verified is not None:
+            lines += ["", "verified: every member and tensor record matches its checksum" if self.verified
+                      else "verification FAILED: see the notes"]
         if self.notes:
             lines += ["", "notes"]
             lines += [f"  - {note}" for note in self.notes]

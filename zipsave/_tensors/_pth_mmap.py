@@ -1,0 +1,86 @@
+"""Tensors backed by the archive's own pages: a private (copy-on-write) map of the file per
+``.pth`` member, checked once in place (per record, or the whole member) unless told not to."""
+
+from __future__ import annotations
+
+import mmap as _mmap
+from typing import Any
+
+import torch
+
+from .. import _format
+from .._archive import OrderedCrc
+from ..exceptions import IntegrityError
+from ._pth_meta import PthMeta, TensorRef
+from ._pth_records import check_record
+from ._tree import dotted, replace
+
+__all__ = ["mmap_tree"]
+
+
+def _names(users: list[tuple[tuple, TensorRef]]) -> str:
+    return ", ".join(f"`{dotted(path)}`" for path, _ in users)
+
+
+def _check_crc(actual: int, expected: int) -> None:
+    if actual != expected:
+        raise IntegrityError(f"CRC-32 {actual:08x} does not match the recorded {expected:08x} (corrupted).")
+
+
+def mmap_tree(
+    view: Any, meta: PthMeta, by_storage: dict, device: torch.device, *, verify_crc: int | None = None,
+    records: dict | None = None,
+) -> Any:
+    """The tree with every tensor backed by a private (copy-on-write) map of the file, or
+    ``None`` when a record is not aligned for its dtype (e.g. an archive another tool wrote).
+
+    With ``verify_crc`` the mapped bytes are checked once, before any tensor is returned:
+    each record against its own CRC-32 (``records``), else the whole member. That reads the
+    pages through the page cache (no copy); without it nothing is read until used."""
+    for key in by_storage:
+        start, length = meta.records[key]
+        if length and (view.start + start) % _format.ALIGNMENT:
+            return None
+    try:
+        mapped = _mmap.mmap(view._fd, 0, access=_mmap.ACCESS_COPY)
+    except (OSError, ValueError):
+        return None
+    bases: dict[str, torch.Tensor] = {}
+    for key in by_storage:
+        start, length = meta.records[key]
+        if length == 0:
+            bases[key] = torch.empty(0, dtype=torch.uint8)
+        else:
+            bases[key] = torch.frombuffer(mapped, dtype=torch.uint8, count=length, offset=view.start + start)
+    if verify_crc is not None:
+        _check_mapped(mapped, view, meta, by_storage, verify_crc, records)
+    if device.type != "cpu":
+        bases = {key: base.to(device) for key, base in bases.items()}
+
+    def build(ref: TensorRef) -> Any:
+        base = bases[ref.storage.key]
+        tensor = torch.empty(0, dtype=ref.dtype, device=base.device).set_(
+            base.untyped_storage(), ref.offset, ref.size, ref.stride
+        )
+        if ref.parameter:
+            return torch.nn.Parameter(tensor, requires_grad=ref.requires_grad)
+        return tensor.requires_grad_(ref.requires_grad) if ref.requires_grad else tensor
+
+    return replace(meta.tree, build)
+
+
+def _check_mapped(mapped: Any, view: Any, meta: PthMeta, by_storage: dict, expected: int, records: dict | None) -> None:
+    """Check mapped bytes in place (helper threads read the pages while this one does too)."""
+    whole = memoryview(mapped)
+    if records is None:
+        crc = OrderedCrc()
+        crc.feed(whole[view.start : view.start + view.size])
+        _check_crc(crc.value(), expected)
+        return
+    crcs = {}
+    for key in sorted(by_storage, key=lambda k: meta.records[k][0]):
+        start, length = meta.records[key]
+        crcs[key] = OrderedCrc()
+        crcs[key].feed(whole[view.start + start : view.start + start + length])
+    for key, crc in crcs.items():
+        check_record(records, "data/" + key, *meta.records[key], crc.value(), tensors=_names(by_storage[key]))
