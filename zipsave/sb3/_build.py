@@ -10,13 +10,17 @@ import torch
 
 from .. import _format
 from .._core import LoadSession, load_state_into, recursive_getattr, set_variable, unwrap
-from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveError, ZipsaveWarning
+from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._extras import apply_vec_normalize, matches_any, has_extra, restore_extra, warn_unused_vec_normalize
 
 __all__ = ["build_sb3"]
 
 #: ``data`` keys without which no SB3 model can be built.
 _REQUIRED = ("policy_class", "observation_space", "action_space")
+#: Keywords of ``load`` that are not ``data`` keys.
+_NOT_DATA = frozenset({"env", "force_reset"})
+#: ``data`` keys decoded even when given: the saved value is checked against the given one.
+_CHECKED = frozenset({"policy_kwargs"})
 
 def build_sb3(
     src: LoadSession,
@@ -40,7 +44,11 @@ def build_sb3(
     kwargs = dict(overrides)
     env = kwargs.pop("env", None)
     force_reset = kwargs.pop("force_reset", True)
-    data = src.decode_data("", custom_objects=custom_objects, exclude=exclude)
+    # A key the caller passes by keyword is taken as given, never decoded nor warned about;
+    # the keys SB3 cannot do without are reported once, by the error `_check_required` raises.
+    given = {**{k: v for k, v in kwargs.items() if k not in _NOT_DATA | _CHECKED}, **(custom_objects or {})}
+    quiet = list(_REQUIRED) + ([] if "policy_kwargs" in kwargs else ["policy_kwargs"])
+    data = src.decode_data("", custom_objects=given, exclude=exclude, quiet=quiet)
     if data is None:
         raise ArchiveFormatError(
             f"has no `{_format.DATA}` member, so there is no {cls.__name__} to build.",
@@ -203,7 +211,7 @@ def _load_legacy(src: LoadSession, name: str, target: Any, err: ParameterMismatc
                 "`pi_features_extractor`); loaded with `exact_match=False`. Save the model again to "
                 "update the archive."
             ),
-            stacklevel=5,
+            stacklevel=caller_stacklevel(),
         )
         return True
     if isinstance(target, torch.optim.Optimizer) and len(target.param_groups) == 1:
@@ -222,7 +230,7 @@ def _load_legacy(src: LoadSession, name: str, target: Any, err: ParameterMismatc
                 f"archive `{src.name}`: member `{member}` comes from DQN of SB3 < 2.4 (target network "
                 "parameters in the optimizer); truncated them. Save the model again to update the archive."
             ),
-            stacklevel=5,
+            stacklevel=caller_stacklevel(),
         )
         return True
     return False
