@@ -93,6 +93,12 @@ class LoadSession:
     def child_components(self, folder: str) -> list[str]:
         return self.source.child_components(folder)
 
+    def trust_references(self, objects: Iterable[Any]) -> None:
+        """Admit ``objects`` (classes the caller named) as looked-up references for the rest of
+        this load; a pickle that calls them stays under the allowlist
+        (:meth:`~zipsave._trust.TrustPolicy.with_references`)."""
+        self.policy = self.policy.with_references(objects)
+
     # -- skip rules --------------------------------------------------------------------------
     def skip(
         self, member: str, key: str | None, type_hint: str | None, err: BaseException, *, warn: bool = True

@@ -7,10 +7,11 @@ The handler is registered through the ``zipsave.handlers`` entry point (``setup.
 """
 
 from ._allowlist import SB3_ALLOWLIST
+from ._allowlist_contrib import SB3_CONTRIB_ALLOWLIST
 from ._extras import EXTRAS
 from ._handler import SB3Handler
 
-__all__ = ["EXTRAS", "SB3_ALLOWLIST", "SB3Handler", "handler"]
+__all__ = ["EXTRAS", "SB3_ALLOWLIST", "SB3_CONTRIB_ALLOWLIST", "SB3Handler", "handler"]
 
 #: The instance the ``zipsave.handlers`` entry point names.
 handler = SB3Handler()

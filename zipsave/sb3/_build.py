@@ -3,6 +3,7 @@ read straight into the freshly built policy and optimizers."""
 
 from __future__ import annotations
 
+import typing
 import warnings
 from typing import Any
 
@@ -42,6 +43,7 @@ def build_sb3(
     from stable_baselines3.common.vec_env.patch_gym import _convert_space
 
     kwargs = dict(overrides)
+    src.trust_references(_named_classes(cls))
     env = kwargs.pop("env", None)
     force_reset = kwargs.pop("force_reset", True)
     # A key the caller passes by keyword is taken as given, never decoded nor warned about;
@@ -93,6 +95,19 @@ def build_sb3(
     if model.use_sde:
         model.policy.reset_noise()  # sample the gSDE matrix on the right device (SB3 #44)
     return model
+
+
+def _named_classes(cls: type) -> list[Any]:
+    """The classes the caller named by passing ``cls``: itself, its ``policy_aliases`` and the
+    policy base class its ``policy`` attribute is annotated with. Trusted as references only."""
+    named: list[Any] = [cls, *getattr(cls, "policy_aliases", {}).values()]
+    try:
+        base = typing.get_type_hints(cls).get("policy")
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve names nothing
+        base = None
+    if isinstance(base, type):
+        named.append(base)
+    return named
 
 
 def _policy_hint(cls: type, policy_class: Any) -> str | None:
