@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 import zlib
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -221,6 +221,7 @@ class LoadSession:
         custom_objects: dict[str, Any] | None = None,
         exclude: Iterable[str] = (),
         quiet: Iterable[str] = (),
+        recover: Callable[[str, Any], Any] | None = None,
     ) -> dict[str, Any] | None:
         member = _format.join(folder, _format.DATA)
         if not self.has(member):
@@ -230,7 +231,9 @@ class LoadSession:
             raise ArchiveFormatError(
                 f"must hold a JSON object, found {type(raw).__name__}.", archive=self.name, member=member
             )
-        return self.decode_entries(raw, member, custom_objects=custom_objects, exclude=exclude, quiet=quiet)
+        return self.decode_entries(
+            raw, member, custom_objects=custom_objects, exclude=exclude, quiet=quiet, recover=recover
+        )
 
     def decoder(self, member: str) -> Decoder:
         """A decoder for one JSON member, under this load's trust policy, device and limits."""
@@ -251,10 +254,12 @@ class LoadSession:
         custom_objects: dict[str, Any] | None = None,
         exclude: Iterable[str] = (),
         quiet: Iterable[str] = (),
+        recover: Callable[[str, Any], Any] | None = None,
     ) -> dict[str, Any]:
         """Decode every key of a ``data`` object under the skip rule. A key in ``custom_objects``
         is taken as given, never decoded; a key in ``quiet`` that fails is recorded in the report
-        without a warning (the caller raises about it, so nothing is said twice)."""
+        without a warning (the caller says it once, itself). ``recover(key, raw_value)`` may
+        rebuild a key that failed (an integration recognising its own data); it raises if not."""
         decoder = self.decoder(member)
         quiet = set(quiet)
         out: dict[str, Any] = {}
@@ -268,6 +273,12 @@ class LoadSession:
             try:
                 out[key] = decoder.decode_entry(key, value)
             except Exception as err:  # noqa: BLE001 - the skip rule covers every failure
+                if recover is not None and not isinstance(err, IntegrityError):
+                    try:
+                        out[key] = recover(key, value)
+                        continue
+                    except Exception:  # noqa: BLE001, S112 - not recognised: the skip rule applies
+                        pass
                 hint = value.get(TYPE_KEY) if isinstance(value, dict) else None
                 self.skip(member, key, hint if isinstance(hint, str) else None, err, warn=key not in quiet)
         return out
