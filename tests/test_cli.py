@@ -116,8 +116,32 @@ def test_verify_ok(archives):
     done = run("verify", archives["a"])
     assert (done.returncode, done.stdout.strip()) == (0, f"{archives['a']}: OK")
     assert json.loads(run("verify", archives["a"], "--json").stdout) == {
-        "archive": str(archives["a"]), "ok": True, "problems": [],
+        "archive": str(archives["a"]), "ok": True, "problems": [], "notes": [],
     }
+
+
+SB3_ARCHIVE = Path(__file__).parent / "data" / "sb3" / "ppo_cartpole.zip"  # written by SB3: no manifest
+
+
+def test_verify_without_a_manifest_checks_the_crcs_and_says_so():
+    done = run("verify", SB3_ARCHIVE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[0] == f"{SB3_ARCHIVE}: OK"
+    assert "note: archive has no manifest.json" in done.stdout
+    assert "every member's bytes were checked against its zip CRC-32" in done.stdout
+    strict = run("verify", SB3_ARCHIVE, "--require-manifest")
+    assert strict.returncode == 1 and "archive has no manifest.json" in strict.stdout
+
+
+def test_verify_without_a_manifest_still_finds_a_flipped_byte(tmp_path: Path):
+    broken = tmp_path / "broken.zip"
+    raw = bytearray(SB3_ARCHIVE.read_bytes())
+    with zipfile.ZipFile(SB3_ARCHIVE) as archive:
+        info = archive.getinfo("policy.pth")
+    raw[info.header_offset + 200] ^= 0xFF
+    broken.write_bytes(bytes(raw))
+    done = run("verify", broken)
+    assert done.returncode == 1 and "member `policy.pth`" in done.stdout
 
 
 def test_verify_finds_a_flipped_byte(archives, tmp_path: Path):

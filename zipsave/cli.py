@@ -43,15 +43,19 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    problems = verify(args.archive)
+    notes: list[str] = []
+    problems = verify(args.archive, require_manifest=args.require_manifest, notes=notes)
     if args.json:
-        _print_json({"archive": args.archive, "ok": not problems, "problems": problems})
+        _print_json({"archive": args.archive, "ok": not problems, "problems": problems, "notes": notes})
     elif problems:
         print(f"{args.archive}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
         for problem in problems:
             print(f"  - {problem}")
     else:
         print(f"{args.archive}: OK")
+    if not args.json:
+        for note in notes:
+            print(f"  note: {note}")
     return EXIT_FOUND if problems else EXIT_OK
 
 
@@ -105,7 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit status 0 when the archive is intact, 1 when a problem was found.",
     )
     verify.add_argument("archive", help="the archive")
-    verify.add_argument("--json", action="store_true", help="print JSON: {archive, ok, problems}")
+    verify.add_argument("--json", action="store_true", help="print JSON: {archive, ok, problems, notes}")
+    verify.add_argument(
+        "--require-manifest", action="store_true", help="count a missing manifest.json as a problem (exit 1)"
+    )
     verify.set_defaults(func=_cmd_verify)
 
     diff = add(
