@@ -366,3 +366,15 @@ def test_newer_format_is_refused(tmp_path):
     _rewrite(tmp_path / "a.zip", "_zipsave_version", lambda raw: raw.replace(b"format 1", b"format 99"))
     with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("uses archive format 99; this zipsave")):
         zipsave.load(tmp_path / "a.zip")
+
+
+def test_read_of_a_tensor_in_a_corrupted_member_is_an_integrity_error(tmp_path):
+    algo = Algo().train_step(1)
+    algo.save(tmp_path / "a.zip")
+    name = next(iter(algo.policy.state_dict()))
+    intact = zipsave.read(tmp_path / "a.zip", f"policy/{name}")
+    assert torch.equal(intact, algo.policy.state_dict()[name])
+    _flip_byte(tmp_path / "a.zip", "policy.pth")
+    with pytest.raises(zipsave.IntegrityError, match=re.escape(f"archive `{tmp_path / 'a.zip'}`, member `policy.pth`: CRC-32 ")) as err:
+        zipsave.read(tmp_path / "a.zip", f"policy/{name}")
+    assert err.value.expected != err.value.found
