@@ -63,7 +63,7 @@ def load_archive(
             try:
                 tree, _ = src.load_tensors(name)
             except ZipsaveError as err:
-                src.broken_tensor(name, err)
+                src.skip(name, None, None, err)  # a broken tensor member raises unless skip_broken_tensors
                 continue
             if name in (_format.PYTORCH_VARIABLES, _format.LEGACY_PYTORCH_VARIABLES):
                 variables = tree

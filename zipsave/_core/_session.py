@@ -141,6 +141,8 @@ class LoadSession:
             f"The model would not be the one saved. Leave it out with `exclude=[{leave_out or _stem(member)!r}]`, "
             "or pass `skip_broken_tensors=True` to keep the freshly built values there."
         )
+        expected: str | None
+        found: str | None
         if isinstance(err, IntegrityError) and err.expected is not None:
             expected, found, detail = err.expected, err.found, err.detail
         else:
