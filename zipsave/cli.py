@@ -60,7 +60,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    result = diff(args.a, args.b)
+    result = diff(args.a, args.b, decode=not args.bytes)
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -119,11 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
         "diff",
         "compare two archives: data keys and tensors (exit 1 if they differ)",
         "List changed, added and removed data keys and tensors, with the largest absolute difference of "
-        "each changed tensor. Nothing is unpickled. Exit status 0 when equal, 1 when they differ.",
+        "each changed tensor. Keys stored differently are decoded safely (allowlist only) and equal values "
+        "reported as 'same value, stored differently'. Exit status 0 when equal, 1 when they differ.",
     )
     diff.add_argument("a", help="the old archive")
     diff.add_argument("b", help="the new archive")
     diff.add_argument("--json", action="store_true", help="print JSON instead of text")
+    diff.add_argument(
+        "--bytes", action="store_true", help="compare data keys as stored, without decoding (byte-level)"
+    )
     diff.set_defaults(func=_cmd_diff)
 
     extract = add(
