@@ -88,8 +88,9 @@ def test_contrib_archive_loads_safely_acts_identically_and_trains(tmp_path, trai
     if name == "ARS" and writer == "own_save":
         # ARS's own save pickles `weights` as a torch tensor (torch's pickle calls torch.load):
         # refused, and harmless: `_setup_model` sets `weights` afresh, in sb3-contrib's own load too.
-        with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("key `weights`")):
+        with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("key `weights`")) as caught:
             loaded = zipsave.load(path, cls=cls, env=_env(name))
+        assert caught[0].filename == __file__  # the warning points at the caller's line
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # nothing skipped, nothing to say
@@ -118,9 +119,11 @@ def test_a_class_the_caller_named_is_trusted_as_a_reference(tmp_path):
     model.save(tmp_path / "mine.zip")
     loaded = zipsave.load(tmp_path / "mine.zip", cls=MyPPO)
     assert loaded.policy_class is MyPolicy and type(loaded.policy) is MyPolicy
-    # without the caller naming it, the same archive needs an opt-in
-    with pytest.raises(zipsave.DecodeError, match=re.escape(f"refusing to import untrusted global `{__name__}.MyPolicy`")):
-        zipsave.load(tmp_path / "mine.zip", cls=PPO)
+    # without the caller naming it, the same archive needs an opt-in; said once, by the error
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(zipsave.DecodeError, match=re.escape(f"refusing to import untrusted global `{__name__}.MyPolicy`")):
+            zipsave.load(tmp_path / "mine.zip", cls=PPO)
 
 
 class Named:
