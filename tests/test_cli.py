@@ -116,8 +116,32 @@ def test_verify_ok(archives):
     done = run("verify", archives["a"])
     assert (done.returncode, done.stdout.strip()) == (0, f"{archives['a']}: OK")
     assert json.loads(run("verify", archives["a"], "--json").stdout) == {
-        "archive": str(archives["a"]), "ok": True, "problems": [],
+        "archive": str(archives["a"]), "ok": True, "problems": [], "notes": [],
     }
+
+
+SB3_ARCHIVE = Path(__file__).parent / "data" / "sb3" / "ppo_cartpole.zip"  # written by SB3: no manifest
+
+
+def test_verify_without_a_manifest_checks_the_crcs_and_says_so():
+    done = run("verify", SB3_ARCHIVE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[0] == f"{SB3_ARCHIVE}: OK"
+    assert "note: archive has no manifest.json" in done.stdout
+    assert "every member's bytes were checked against its zip CRC-32" in done.stdout
+    strict = run("verify", SB3_ARCHIVE, "--require-manifest")
+    assert strict.returncode == 1 and "archive has no manifest.json" in strict.stdout
+
+
+def test_verify_without_a_manifest_still_finds_a_flipped_byte(tmp_path: Path):
+    broken = tmp_path / "broken.zip"
+    raw = bytearray(SB3_ARCHIVE.read_bytes())
+    with zipfile.ZipFile(SB3_ARCHIVE) as archive:
+        info = archive.getinfo("policy.pth")
+    raw[info.header_offset + 200] ^= 0xFF
+    broken.write_bytes(bytes(raw))
+    done = run("verify", broken)
+    assert done.returncode == 1 and "member `policy.pth`" in done.stdout
 
 
 def test_verify_finds_a_flipped_byte(archives, tmp_path: Path):
@@ -274,3 +298,21 @@ def test_unexpected_exceptions_print_one_line(monkeypatch: pytest.MonkeyPatch, c
     assert cli.main(["inspect", "x.zip"]) == 2
     err = capsys.readouterr().err
     assert err == "zipsave: error: unexpected RuntimeError: something odd (please report this as a zipsave bug)\n"
+
+
+def test_diff_of_one_sb3_model_saved_by_sb3_and_by_zipsave_is_same_values(tmp_path: Path):
+    sb3 = pytest.importorskip("stable_baselines3")
+    model = sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, policy_kwargs={"net_arch": [8]}, seed=0)
+    model.save(tmp_path / "sb3.zip")
+    zipsave.save(model, tmp_path / "zs.zip")
+    done = run("diff", tmp_path / "sb3.zip", tmp_path / "zs.zip")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "= data    policy_class: same value, stored differently" in done.stdout
+    assert "~ data" not in done.stdout
+    assert done.stdout.strip().splitlines()[-1].startswith("same values: ")
+    byte_level = run("diff", tmp_path / "sb3.zip", tmp_path / "zs.zip", "--bytes")
+    assert byte_level.returncode == 1 and "~ data    policy_class" in byte_level.stdout
+    model.learning_rate = 1e-3  # a real change is still one
+    zipsave.save(model, tmp_path / "zs2.zip")
+    changed = run("diff", tmp_path / "sb3.zip", tmp_path / "zs2.zip")
+    assert changed.returncode == 1 and "~ data    learning_rate: 0.0003 -> 0.001" in changed.stdout

@@ -73,24 +73,42 @@ SKIPS = {
     "namedtuple_os_system.zip": ({"evil": _REFUSED.format("os.system")}, ["learning_rate", "n_steps"]),
     "enum_os_system.zip": ({"evil": _REFUSED.format("os.system")}, ["learning_rate", "n_steps"]),
     "defaultdict_eval.zip": ({"evil": _REFUSED.format("builtins.eval")}, ["learning_rate", "n_steps"]),
+}
+# Broken tensor members: an IntegrityError by default (never a wrong model); with
+# skip_broken_tensors=True: (skipped member/key: message, keys that still load).
+BROKEN = {
     "npy_huge_shape.zip": (
+        "member `arrays/0.npy`: is corrupt or unreadable (array member `arrays/0.npy` declares float32[1000000000000]",
         {"arr": "array member `arrays/0.npy` declares float32[1000000000000] (4000000000000 bytes) but holds 24 bytes of data."},
         ["learning_rate", "n_steps"],
     ),
     "mismatch_pth.zip": (
+        "member `policy.pth`: differs from manifest.json: size 1893 / crc32 69921db4, expected size 1893 / crc32 03fdedbb.",
         {"policy.pth": "differs from manifest.json: size 1893 / crc32 69921db4, expected size 1893 / crc32 03fdedbb."},
         ["arr", "learning_rate", "n_steps"],
     ),
-    "crc_mismatch_pth.zip": ({"policy.pth": "differs from manifest.json"}, ["learning_rate", "n_steps"]),
-    "mismatch_npy.zip": ({"arr": "array member `arrays/0.npy`: differs from manifest.json"}, ["learning_rate", "n_steps", "policy"]),
-    "unlisted_member.zip": ({"extra.pth": "is not listed in manifest.json (added after saving?)."}, ["learning_rate", "n_steps"]),
+    "crc_mismatch_pth.zip": (
+        "member `policy.pth`: differs from manifest.json",
+        {"policy.pth": "differs from manifest.json"},
+        ["learning_rate", "n_steps"],
+    ),
+    "mismatch_npy.zip": (
+        "member `arrays/0.npy`: differs from manifest.json",
+        {"arr": "array member `arrays/0.npy`: differs from manifest.json"},
+        ["learning_rate", "n_steps", "policy"],
+    ),
+    "unlisted_member.zip": (
+        "member `extra.pth`: is not listed in manifest.json (added after saving?).",
+        {"extra.pth": "is not listed in manifest.json (added after saving?)."},
+        ["learning_rate", "n_steps"],
+    ),
 }
 LOADS = {"valid.zip": ["arr", "learning_rate", "n_steps", "policy"]}
 
 
 def test_every_archive_in_the_corpus_has_an_expectation():
     on_disk = {p.name for p in CORPUS.glob("*.zip")}
-    expected = set(RAISES) | set(SKIPS) | set(LOADS) | {"edited_data.zip"}
+    expected = set(RAISES) | set(SKIPS) | set(BROKEN) | set(LOADS) | {"edited_data.zip"}
     assert on_disk == expected
 
 
@@ -148,17 +166,36 @@ def test_refusal_names_the_ways_to_opt_in(name, sandbox):
         assert opt_in in text
 
 
-@pytest.mark.parametrize("name", sorted(n for n in SKIPS if "mismatch" in n or "unlisted" in n or "npy" in n))
-def test_strict_turns_skips_into_errors(name, sandbox):
-    ((_, message),) = SKIPS[name][0].items()
-    with pytest.raises(zipsave.ZipsaveError, match=re.escape(message)):
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_tensor_member_is_an_integrity_error(name, sandbox):
+    message, _, _ = BROKEN[name]
+    with pytest.raises(zipsave.IntegrityError, match=re.escape(message)) as err:
+        zipsave.load(CORPUS / name)
+    assert f"archive `{CORPUS / name}`" in str(err.value)
+    assert err.value.expected and err.value.found and err.value.expected in str(err.value)
+    assert "`skip_broken_tensors=True`" in str(err.value) and "`exclude=[" in str(err.value)
+    with pytest.raises(zipsave.IntegrityError, match=re.escape(message)):
         zipsave.load(CORPUS / name, strict=True)
 
 
-@pytest.mark.parametrize("name", ["mismatch_pth.zip", "crc_mismatch_pth.zip"])
-def test_corrupt_pth_is_an_integrity_error_under_strict(name, sandbox):
-    with pytest.raises(zipsave.IntegrityError, match=re.escape("member `policy.pth`: differs from manifest.json")):
-        zipsave.load(CORPUS / name, strict=True)
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_skip_broken_tensors_skips_them_with_a_warning(name, sandbox):
+    _, skipped, loaded = BROKEN[name]
+    report = zipsave.LoadReport()
+    with pytest.warns(zipsave.SkippedEntryWarning) as caught:
+        result = zipsave.load(CORPUS / name, report=report, skip_broken_tensors=True)
+    assert sorted(result) == loaded
+    assert len(caught) == len(skipped) == len(report.skipped)
+    for warning, entry in zip(caught, report.skipped):
+        what = entry.key if entry.key is not None else entry.member
+        assert skipped[what] in str(warning.message)
+
+
+@pytest.mark.parametrize("name", ["mismatch_pth.zip", "mismatch_npy.zip"])
+def test_a_broken_tensor_member_left_out_is_not_an_error(name, sandbox):
+    leave_out = "policy" if "pth" in name else "arr"
+    result = zipsave.load(CORPUS / name, exclude=[leave_out])
+    assert leave_out not in result and "learning_rate" in result
 
 
 def test_edited_data_is_reported_then_decoded(sandbox):
@@ -232,7 +269,7 @@ def test_load_archive_and_verify_behave_the_same(name, sandbox):
         ("unlisted_member.zip", "member `extra.pth` is not listed in manifest.json (added after saving?)."),
         ("overlap.zip", "member `data`: overlaps member `data2`"),
         ("truncated.zip", "not a zip archive, or truncated"),
-        ("declared_too_small.zip", "archive has no manifest.json"),
+        ("declared_too_small.zip", "member `data`: cannot be inflated (Bad CRC-32 for file 'data')."),
     ],
 )
 def test_verify_names_the_member(name, problem, sandbox):

@@ -57,21 +57,28 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    notes: list[str] = []
     # A directory is a sharded (zipsave.dcp) checkpoint: the index and every rank archive.
-    problems = verify_sharded(args.archive) if is_checkpoint_dir(args.archive) else verify(args.archive)
+    if is_checkpoint_dir(args.archive):
+        problems = verify_sharded(args.archive)
+    else:
+        problems = verify(args.archive, require_manifest=args.require_manifest, notes=notes)
     if args.json:
-        _print_json({"archive": args.archive, "ok": not problems, "problems": problems})
+        _print_json({"archive": args.archive, "ok": not problems, "problems": problems, "notes": notes})
     elif problems:
         print(f"{args.archive}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
         for problem in problems:
             print(f"  - {problem}")
     else:
         print(f"{args.archive}: OK")
+    if not args.json:
+        for note in notes:
+            print(f"  note: {note}")
     return EXIT_FOUND if problems else EXIT_OK
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    result = diff(args.a, args.b)
+    result = diff(args.a, args.b, decode=not args.bytes)
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -140,18 +147,25 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit status 0 when the archive is intact, 1 when a problem was found.",
     )
     verify.add_argument("archive", help="the archive, or a sharded checkpoint directory")
-    verify.add_argument("--json", action="store_true", help="print JSON: {archive, ok, problems}")
+    verify.add_argument("--json", action="store_true", help="print JSON: {archive, ok, problems, notes}")
+    verify.add_argument(
+        "--require-manifest", action="store_true", help="count a missing manifest.json as a problem (exit 1)"
+    )
     verify.set_defaults(func=_cmd_verify)
 
     diff = add(
         "diff",
         "compare two archives: data keys and tensors (exit 1 if they differ)",
         "List changed, added and removed data keys and tensors, with the largest absolute difference of "
-        "each changed tensor. Nothing is unpickled. Exit status 0 when equal, 1 when they differ.",
+        "each changed tensor. Keys stored differently are decoded safely (allowlist only) and equal values "
+        "reported as 'same value, stored differently'. Exit status 0 when equal, 1 when they differ.",
     )
     diff.add_argument("a", help="the old archive")
     diff.add_argument("b", help="the new archive")
     diff.add_argument("--json", action="store_true", help="print JSON instead of text")
+    diff.add_argument(
+        "--bytes", action="store_true", help="compare data keys as stored, without decoding (byte-level)"
+    )
     diff.set_defaults(func=_cmd_diff)
 
     extract = add(

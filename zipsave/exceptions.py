@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import Any
 
 __all__ = [
@@ -19,10 +20,25 @@ __all__ = [
     "ParameterMismatchError",
     "SkippedEntry",
     "SkippedEntryWarning",
+    "StorageError",
     "UnsafeGlobalError",
     "ZipsaveError",
     "ZipsaveWarning",
+    "caller_stacklevel",
 ]
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning issued by the calling function point at the first
+    frame outside zipsave: the user's line, however deep inside zipsave the warning is raised."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def describe_path(path: Any) -> str:
@@ -85,7 +101,22 @@ class ArchiveLimitError(ArchiveFormatError):
 
 
 class IntegrityError(ArchiveFormatError):
-    """A member's bytes do not match the size or hash recorded for it."""
+    """A member's bytes do not match the size or hash recorded for it, or a tensor member
+    cannot be read. ``expected`` and ``found`` hold the two checksums where they are known."""
+
+    def __init__(self, message: str, *, expected: str | None = None, found: str | None = None, **kwargs: Any) -> None:
+        self.expected = expected
+        self.found = found
+        super().__init__(message, **kwargs)
+
+
+class StorageError(ZipsaveError, OSError):
+    """Writing or reading the archive's storage failed (disk full, permission denied, a missing
+    bucket or folder). ``errno`` is the cause's; the previous archive is left as it was."""
+
+    def __init__(self, message: str, *, errno: int | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.errno = errno  # OSError's field, for callers that test `err.errno == ENOSPC`
 
 
 class DecodeError(ZipsaveError, ValueError):

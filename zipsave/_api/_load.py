@@ -51,6 +51,7 @@ def load_archive(
     mmap: bool = False,
     storage_options: dict[str, Any] | None = None,
     progress: bool = False,
+    skip_broken_tensors: bool = False,
 ) -> tuple[dict[str, Any] | None, dict[str, Any], dict[str, torch.Tensor] | None]:
     with LoadSession(path, LoadOptions.of(locals())) as src:
         data = src.decode_data("", custom_objects=custom_objects) if load_data else None
@@ -62,7 +63,7 @@ def load_archive(
             try:
                 tree, _ = src.load_tensors(name)
             except ZipsaveError as err:
-                src.skip(name, None, None, err)
+                src.skip(name, None, None, err)  # a broken tensor member raises unless skip_broken_tensors
                 continue
             if name in (_format.PYTORCH_VARIABLES, _format.LEGACY_PYTORCH_VARIABLES):
                 variables = tree
@@ -107,6 +108,7 @@ def load(
     mmap: bool = False,
     storage_options: dict[str, Any] | None = None,
     progress: bool = False,
+    skip_broken_tensors: bool = False,
     **overrides: Any,
 ) -> Any:
     options = LoadOptions.of(locals())
@@ -188,6 +190,7 @@ def restore(
     mmap: bool = False,
     storage_options: dict[str, Any] | None = None,
     progress: bool = False,
+    skip_broken_tensors: bool = False,
 ) -> None:
     options = LoadOptions.of(locals())
     exclude = list(exclude or ())

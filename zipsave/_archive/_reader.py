@@ -213,6 +213,8 @@ class ArchiveReader:
                 f"expected size {entry.get('size')} / crc32 {entry.get('crc32')}.",
                 archive=self.archive,
                 member=name,
+                expected=f"crc32 {entry.get('crc32')}",
+                found=f"crc32 {info.CRC:08x}",
             )
 
     def check_digest(self, name: str, data: bytes | None = None, *, sha256: str | None = None) -> None:
@@ -226,6 +228,8 @@ class ArchiveReader:
                 f"SHA-256 {digest} differs from manifest.json's {entry['sha256']}.",
                 archive=self.archive,
                 member=name,
+                expected=f"sha256 {entry['sha256']}",
+                found=f"sha256 {digest}",
             )
 
     # -- reading ---------------------------------------------------------------------------

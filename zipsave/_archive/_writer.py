@@ -188,6 +188,7 @@ class ArchiveWriter:
         except (AttributeError, OSError, ValueError):
             self._base, self._seekable = 0, False
         self._pos = 0
+        self.current: str | None = None
         self._entries: list[_Entry] = []
         self._names: set[str] = set()
         self._sha256_whole = sha256 is not False
@@ -212,6 +213,7 @@ class ArchiveWriter:
         if name in self._names:
             raise ArchiveFormatError("member written twice while saving.", member=name)
         self._names.add(name)
+        self.current = name  # named by the error if the storage fails while it is written
         encoded = name.encode("utf-8")
         flags = FLAG_UTF8 if not encoded.isascii() else 0
         if streamed and not self._seekable:

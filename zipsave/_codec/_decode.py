@@ -236,7 +236,7 @@ class Decoder:
             except UnsafeGlobalError:
                 raise
             except ZipsaveError as err:
-                if name in err.detail:
+                if name in err.detail or err.member == name:
                     raise
                 # Same class (an IntegrityError stays one for strict=True), member named.
                 raise type(err)(f"array member `{name}`: {err.detail}", hint=err.hint) from err

@@ -31,6 +31,7 @@ class LoadOptions:
     mmap: bool = False
     storage_options: dict[str, Any] | None = None
     progress: bool = False
+    skip_broken_tensors: bool = False
 
     def __post_init__(self) -> None:
         if self.custom_objects is not None and not isinstance(self.custom_objects, dict):
@@ -63,4 +64,6 @@ OPTION_DOCS: dict[str, str] = {
     "mmap": "Map tensor records from the file instead of reading them (lazy start-up).",
     "storage_options": "Options for the fsspec filesystem of a URL ``path`` (the ``remote`` extra).",
     "progress": "Show a tqdm progress bar (the ``progress`` extra); silent by default.",
+    "skip_broken_tensors": "Skip a corrupt or unreadable tensor member (``.pth``/``.npy``) with a warning instead of "
+    "raising :class:`~zipsave.IntegrityError` (the object keeps its fresh values there); see :doc:`security`.",
 }

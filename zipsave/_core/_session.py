@@ -4,7 +4,8 @@ read of a member during a load, restore or handler's build goes through it."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterable
+import zlib
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -14,11 +15,14 @@ from .._codec import TYPE_KEY, Decoder
 from .._tensors import get_device, load_member, read_array_member
 from .._trust import TrustPolicy
 from ..exceptions import (
+    caller_stacklevel,
     ArchiveFormatError,
     DecodeError,
     IntegrityError,
+    ParameterMismatchError,
     SkippedEntry,
     SkippedEntryWarning,
+    UnsafeGlobalError,
     ZipsaveError,
     ZipsaveWarning,
 )
@@ -67,7 +71,7 @@ class LoadSession:
                     self._integrity("is listed in manifest.json but missing from the archive.", lost)
             if self.has(_format.VERSION) or self.reader.manifest is not None:
                 for name in _unrecognised(self.reader.names()):
-                    self.skip(name, None, None, ArchiveFormatError(
+                    self.record_skip(name, None, None, ArchiveFormatError(
                         "is not a member zipsave writes (renamed, damaged, or added by another tool); ignored."))
             if options.print_system_info:
                 self.print_system_info()
@@ -90,9 +94,33 @@ class LoadSession:
     def child_components(self, folder: str) -> list[str]:
         return self.source.child_components(folder)
 
+    def trust_references(self, objects: Iterable[Any]) -> None:
+        """Admit ``objects`` (classes the caller named) as looked-up references for the rest of
+        this load; a pickle that calls them stays under the allowlist
+        (:meth:`~zipsave._trust.TrustPolicy.with_references`)."""
+        self.policy = self.policy.with_references(objects)
+
     # -- skip rules --------------------------------------------------------------------------
-    def skip(self, member: str, key: str | None, type_hint: str | None, err: BaseException) -> None:
+    def skip(
+        self, member: str, key: str | None, type_hint: str | None, err: BaseException, *, warn: bool = True
+    ) -> None:
+        """Skip a broken entry with a warning (``strict``: raise). A corrupt or unreadable tensor
+        member (``.pth``/``.npy``) is never skipped quietly: it raises :class:`IntegrityError`
+        unless the caller opted in with ``skip_broken_tensors=True``."""
+        broken = _broken_tensor_member(member, err)
+        if broken is not None and not self.options.skip_broken_tensors:
+            raise self._integrity_error(broken, err, leave_out=_leave_out(member, key, broken)) from err
+        self.record_skip(member, key, type_hint, err, warn=warn)
+
+    def record_skip(
+        self, member: str, key: str | None, type_hint: str | None, err: BaseException, *, warn: bool = True
+    ) -> None:
+        """Skip an entry under the plain rule (warning, or an error under ``strict``); ``warn=False``
+        records it only, for a caller that raises about it itself."""
         cause = err.detail if isinstance(err, ZipsaveError) else f"{type(err).__name__}: {err}"
+        if isinstance(err, ZipsaveError) and err.member and err.member != member and err.member not in cause:
+            kind = "array member" if err.member.endswith(_format.NPY_SUFFIX) else "member"
+            cause = f"{kind} `{err.member}`: {cause}"
         if isinstance(err, ZipsaveError) and err.hint:
             cause = f"{cause} {err.hint}"
         entry = SkippedEntry(member, key, type_hint, cause)
@@ -105,14 +133,47 @@ class LoadSession:
                 raise err
             raise DecodeError(f"could not be loaded: {cause}", archive=self.name, member=member, key=key) from err
         self.report.skipped.append(entry)
-        warnings.warn(SkippedEntryWarning(entry, self.name), stacklevel=4)
+        if warn:
+            warnings.warn(SkippedEntryWarning(entry, self.name), stacklevel=caller_stacklevel())
+
+    def _integrity_error(self, member: str, err: BaseException, *, leave_out: str | None = None) -> IntegrityError:
+        """The error for a broken tensor member, with the recorded and the actual checksum."""
+        hint = (
+            f"The model would not be the one saved. Leave it out with `exclude=[{leave_out or _stem(member)!r}]`, "
+            "or pass `skip_broken_tensors=True` to keep the freshly built values there."
+        )
+        expected: str | None
+        found: str | None
+        if isinstance(err, IntegrityError) and err.expected is not None:
+            expected, found, detail = err.expected, err.found, err.detail
+        else:
+            expected, found = self._checksums(member)
+            if isinstance(err, IntegrityError):
+                detail = err.detail
+            else:
+                cause = err.detail if isinstance(err, ZipsaveError) else f"{type(err).__name__}: {err}"
+                detail = f"is corrupt or unreadable ({cause.rstrip('.')})."
+            detail = f"{detail} Zip directory: {expected}; its bytes: {found}."
+        return IntegrityError(detail, archive=self.name, member=member, expected=expected, found=found, hint=hint)
+
+    def _checksums(self, member: str) -> tuple[str | None, str | None]:
+        if member not in self.reader:
+            return None, "no such member"
+        expected = f"crc32 {self.reader.info(member).CRC:08x}"
+        try:
+            crc = 0
+            for piece in self.reader.iter_chunks(member):
+                crc = zlib.crc32(piece, crc)
+        except ZipsaveError as err:
+            return expected, f"unreadable bytes ({err.detail})"
+        return expected, f"crc32 {crc:08x}"
 
     def _integrity(self, message: str, member: str | None) -> None:
         if self.strict:
             raise IntegrityError(message, archive=self.name, member=member)
         self.report.notes.append(f"{member}: {message}" if member else message)
         where = f"member `{member}` " if member else ""
-        warnings.warn(ZipsaveWarning(f"archive `{self.name}`: {where}{message}"), stacklevel=4)
+        warnings.warn(ZipsaveWarning(f"archive `{self.name}`: {where}{message}"), stacklevel=caller_stacklevel())
 
     # -- members -------------------------------------------------------------------------------
     def print_system_info(self) -> None:
@@ -138,7 +199,12 @@ class LoadSession:
         return self.source.read_json(member, verify=self.verify, on_edited=edited)
 
     def load_array(self, member: str) -> np.ndarray:
-        return read_array_member(self.reader, member, verify=self.verify)
+        try:
+            return read_array_member(self.reader, member, verify=self.verify)
+        except (ArchiveFormatError, DecodeError) as err:
+            if self.options.skip_broken_tensors:
+                raise
+            raise self._integrity_error(member, err) from err
 
     def _check_member(self, member: str) -> None:
         if self.verify:
@@ -157,6 +223,8 @@ class LoadSession:
         *,
         custom_objects: dict[str, Any] | None = None,
         exclude: Iterable[str] = (),
+        quiet: Iterable[str] = (),
+        recover: Callable[[str, Any], Any] | None = None,
     ) -> dict[str, Any] | None:
         member = _format.join(folder, _format.DATA)
         if not self.has(member):
@@ -166,7 +234,9 @@ class LoadSession:
             raise ArchiveFormatError(
                 f"must hold a JSON object, found {type(raw).__name__}.", archive=self.name, member=member
             )
-        return self.decode_entries(raw, member, custom_objects=custom_objects, exclude=exclude)
+        return self.decode_entries(
+            raw, member, custom_objects=custom_objects, exclude=exclude, quiet=quiet, recover=recover
+        )
 
     def decoder(self, member: str) -> Decoder:
         """A decoder for one JSON member, under this load's trust policy, device and limits."""
@@ -193,9 +263,21 @@ class LoadSession:
         return self._saved_versions
 
     def decode_entries(
-        self, raw: dict, member: str, *, custom_objects: dict[str, Any] | None = None, exclude: Iterable[str] = ()
+        self,
+        raw: dict,
+        member: str,
+        *,
+        custom_objects: dict[str, Any] | None = None,
+        exclude: Iterable[str] = (),
+        quiet: Iterable[str] = (),
+        recover: Callable[[str, Any], Any] | None = None,
     ) -> dict[str, Any]:
+        """Decode every key of a ``data`` object under the skip rule. A key in ``custom_objects``
+        is taken as given, never decoded; a key in ``quiet`` that fails is recorded in the report
+        without a warning (the caller says it once, itself). ``recover(key, raw_value)`` may
+        rebuild a key that failed (an integration recognising its own data); it raises if not."""
         decoder = self.decoder(member)
+        quiet = set(quiet)
         out: dict[str, Any] = {}
         exclude = list(exclude)
         for key, value in raw.items():
@@ -207,14 +289,45 @@ class LoadSession:
             try:
                 out[key] = decoder.decode_entry(key, value)
             except Exception as err:  # noqa: BLE001 - the skip rule covers every failure
+                if recover is not None and not isinstance(err, IntegrityError):
+                    try:
+                        out[key] = recover(key, value)
+                        continue
+                    except Exception:  # noqa: BLE001, S112 - not recognised: the skip rule applies
+                        pass
                 hint = value.get(TYPE_KEY) if isinstance(value, dict) else None
-                self.skip(member, key, hint if isinstance(hint, str) else None, err)
+                self.skip(member, key, hint if isinstance(hint, str) else None, err, warn=key not in quiet)
         return out
 
 
 _KNOWN_MEMBERS = frozenset({
     _format.DATA, _format.INIT, _format.VERSION, _format.SB3_VERSION, _format.SYSTEM_INFO, _format.MANIFEST,
 })
+
+
+def _broken_tensor_member(member: str, err: BaseException) -> str | None:
+    """The tensor member (``.pth``/``.npy``) that ``err`` found corrupt or unreadable, if any.
+    A state dict that does not fit the object (:class:`ParameterMismatchError`) is not broken."""
+    if isinstance(err, (ParameterMismatchError, UnsafeGlobalError)) or not isinstance(err, (ZipsaveError, OSError)):
+        return None
+    if isinstance(err, ZipsaveError) and not isinstance(err, (ArchiveFormatError, DecodeError)):
+        return None
+    for name in (getattr(err, "member", None), member):
+        if isinstance(name, str) and name.endswith((_format.PTH_SUFFIX, _format.NPY_SUFFIX)):
+            return name
+    return None
+
+
+def _leave_out(member: str, key: str | None, broken: str) -> str:
+    """The ``exclude=`` pattern that leaves a broken tensor member out of a load."""
+    if broken.endswith(_format.NPY_SUFFIX) and key is not None:
+        folder = member.rpartition("/")[0]
+        return folder or key  # a component's arrays go with the component
+    return _stem(broken)
+
+
+def _stem(member: str) -> str:
+    return member[: -len(_format.PTH_SUFFIX)] if member.endswith(_format.PTH_SUFFIX) else member
 
 
 def _unrecognised(names: Iterable[str]) -> list[str]:

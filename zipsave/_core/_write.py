@@ -16,7 +16,7 @@ from .._codec import NATIVE_KEY, TYPE_KEY, Encoder
 from .._json import dump_json
 from .._tensors import save_pth
 from .._version import __version__
-from ..exceptions import EncodeError
+from ..exceptions import EncodeError, StorageError, ZipsaveError
 from .. import _system_info
 from ._collect import collect
 from ._parts import Parts, is_live_handle, is_stateful, nested
@@ -124,15 +124,43 @@ def write(
 ) -> None:
     """Write ``enc`` as one archive at ``path`` (atomically for paths and URLs)."""
     total = encoded_size(enc) if progress else None
-    with open_output(path, storage_options=storage_options, progress=progress) as fp:
-        with counting_writer(fp, progress, total=total, desc=f"zipsave save {describe(path)}") as out:
-            writer = ArchiveWriter(out, sha256=True if sha256 else None)
-            try:
-                write_encoded(writer, enc, root=True)
-                writer.close()
-            except BaseException:
-                writer.abort()
-                raise
+    writer: ArchiveWriter | None = None
+    try:
+        with open_output(path, storage_options=storage_options, progress=progress) as fp:
+            with counting_writer(fp, progress, total=total, desc=f"zipsave save {describe(path)}") as out:
+                writer = ArchiveWriter(out, sha256=True if sha256 else None)
+                try:
+                    write_encoded(writer, enc, root=True)
+                    writer.close()
+                except BaseException:
+                    writer.abort()
+                    raise
+    except ZipsaveError:
+        raise
+    except Exception as err:
+        cause = storage_cause(err)
+        if cause is None:
+            raise
+        member = writer.current if writer is not None else None
+        raise StorageError(
+            f"could not be written ({type(cause).__name__}: {cause}); the previous archive, if any, is unchanged.",
+            archive=path,
+            member=member,
+            errno=cause.errno,
+        ) from err
+
+
+def storage_cause(err: BaseException) -> OSError | None:
+    """The OS error behind a failed write, also when a library (torch's zip writer) reported it
+    as its own error: the first ``OSError`` in the chain of causes."""
+    seen: set[int] = set()
+    node: BaseException | None = err
+    while node is not None and id(node) not in seen:
+        if isinstance(node, OSError):
+            return node
+        seen.add(id(node))
+        node = node.__cause__ or node.__context__
+    return None
 
 
 def encoded_size(enc: Any) -> int:

@@ -86,7 +86,10 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None) -> np.n
         done += n
     if expected_crc is not None and crc != expected_crc:
         raise IntegrityError(
-            f"CRC-32 {crc:08x} does not match the recorded {expected_crc:08x} (corrupted).", member=member
+            f"CRC-32 {crc:08x} does not match the recorded {expected_crc:08x} (corrupted).",
+            member=member,
+            expected=f"crc32 {expected_crc:08x}",
+            found=f"crc32 {crc:08x}",
         )
     return flat.reshape(shape, order="F" if fortran else "C")
 

@@ -295,7 +295,11 @@ def _read_gap(view: Any, start: int, end: int, crc: OrderedCrc) -> None:
 def _check_crc(actual: int, expected: int, *, filled: bool) -> None:
     if actual != expected:
         note = " Tensors of the live object were partly overwritten with these bytes." if filled else ""
-        raise IntegrityError(f"CRC-32 {actual:08x} does not match the recorded {expected:08x} (corrupted).{note}")
+        raise IntegrityError(
+            f"CRC-32 {actual:08x} does not match the recorded {expected:08x} (corrupted).{note}",
+            expected=f"crc32 {expected:08x}",
+            found=f"crc32 {actual:08x}",
+        )
 
 
 def _torch_load(view: Any, device: torch.device, verify_crc: int | None) -> Any:

@@ -1,25 +1,30 @@
-"""Compare two archives (``zipsave diff``): ``data`` keys by their stored JSON, tensors by
-value, with the largest absolute difference of each changed tensor.
+"""Compare two archives (``zipsave diff``): ``data`` keys by value, tensors by value, with the
+largest absolute difference of each changed tensor.
 
-``data`` is compared without decoding anything: a native form is compared instead of its
-pickled twin (pickle bytes differ between runs for equal values), and an array kept in an
-``arrays/<id>.npy`` member is compared by that member's size and CRC-32. Tensors are read with
-zipsave's own loader (``torch.load`` only ever with ``weights_only=True``).
+``data`` is first compared as stored: a native form instead of its pickled twin (pickle bytes
+differ between runs for equal values), an ``arrays/<id>.npy`` member by its size and CRC-32.
+Keys stored differently are then decoded under the default trust policy (nothing outside the
+allowlist is imported, nothing is unpickled freely) and compared by value: equal values
+(one model saved by SB3 and by zipsave) are "same value, stored differently", not changes.
+Tensors are read with zipsave's own loader (``torch.load`` only with ``weights_only=True``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import types
 from typing import Any
 
+import numpy as np
 import orjson
 import torch
 
 from .. import _format
 from .._archive import ArchiveSource
-from .._codec import NATIVE_KEY, TYPE_KEY
-from .._tensors import load_member
+from .._codec import NATIVE_KEY, TYPE_KEY, Decoder
+from .._tensors import load_member, read_array_member
+from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError
 from ._inspect import data_folders, stored_type
 
@@ -55,6 +60,7 @@ class ArchiveDiff:
     tensors_added: tuple[str, ...]
     tensors_removed: tuple[str, ...]
     tensors_same: int
+    data_stored_differently: tuple[str, ...] = ()
 
     @property
     def identical(self) -> bool:
@@ -78,6 +84,7 @@ class ArchiveDiff:
             lines.append(f"~ data    {change.name}: {change.old} -> {change.new}")
         lines += [f"+ data    {name}" for name in self.data_added]
         lines += [f"- data    {name}" for name in self.data_removed]
+        lines += [f"= data    {name}: same value, stored differently" for name in self.data_stored_differently]
         for change in self.tensors_changed:
             if change.max_abs_diff is not None:
                 detail = f"max |a-b| = {change.max_abs_diff:.6g}"
@@ -88,7 +95,12 @@ class ArchiveDiff:
             lines.append(f"~ tensor  {change.name}: {detail}")
         lines += [f"+ tensor  {name}" for name in self.tensors_added]
         lines += [f"- tensor  {name}" for name in self.tensors_removed]
-        if self.identical:
+        if self.identical and self.data_stored_differently:
+            lines.append(
+                f"same values: {len(self.data_stored_differently)} data keys stored differently, "
+                f"{self.tensors_same} equal tensors"
+            )
+        elif self.identical:
             lines.append(f"identical: same data and {self.tensors_same} equal tensors")
         else:
             data = len(self.data_changed) + len(self.data_added) + len(self.data_removed)
@@ -97,15 +109,35 @@ class ArchiveDiff:
         return "\n".join(lines)
 
 
-def diff(a: Any, b: Any, *, limits: Any = None) -> ArchiveDiff:
-    """Compare archive ``a`` with archive ``b``; nothing is unpickled."""
+def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveDiff:
+    """Compare archive ``a`` with archive ``b``.
+
+    Parameters
+    ----------
+    a, b
+        The archives (paths, URLs or file objects).
+    limits
+        Safety limits (:class:`~zipsave.Limits`).
+    decode
+        Decode ``data`` keys whose stored forms differ (safely, under the default allowlist) and
+        report equal values as ``data_stored_differently`` rather than as changes. ``False``
+        compares the stored forms only (byte-level).
+
+    Returns
+    -------
+    ArchiveDiff
+    """
     with ArchiveSource(a, limits=limits) as left, ArchiveSource(b, limits=limits) as right:
         old_data, new_data = _data(left), _data(right)
-        changed = [
-            Change(key, _describe(old_data[key]), _describe(new_data[key]))
-            for key in old_data
-            if key in new_data and _comparable(left, old_data[key]) != _comparable(right, new_data[key])
-        ]
+        changed: list[Change] = []
+        stored_differently: list[str] = []
+        for key in old_data:
+            if key not in new_data or _comparable(left, old_data[key]) == _comparable(right, new_data[key]):
+                continue
+            if decode and _same_decoded(left, right, key, old_data[key], new_data[key]):
+                stored_differently.append(key)
+            else:
+                changed.append(Change(key, _describe(old_data[key]), _describe(new_data[key])))
         data_added = tuple(k for k in new_data if k not in old_data)
         data_removed = tuple(k for k in old_data if k not in new_data)
 
@@ -132,8 +164,53 @@ def diff(a: Any, b: Any, *, limits: Any = None) -> ArchiveDiff:
             added += [f"{stem}/{key}" for key in new if key not in old]
     return ArchiveDiff(
         left.name, right.name, tuple(changed), data_added, data_removed,
-        tuple(tensor_changes), tuple(added), tuple(removed), same,
+        tuple(tensor_changes), tuple(added), tuple(removed), same, tuple(stored_differently),
     )
+
+
+def _decoded(src: ArchiveSource, key: str, value: Any) -> Any:
+    folder, _, name = key.rpartition("/")
+    decoder = Decoder(
+        TrustPolicy(),
+        load_array=lambda member: read_array_member(src.reader, member),
+        device=torch.device("cpu"),
+        max_depth=src.limits.max_json_depth,
+        archive=src.name,
+        member=_format.join(folder, _format.DATA),
+    )
+    return decoder.decode_entry(name, value)
+
+
+def _same_decoded(left: ArchiveSource, right: ArchiveSource, key: str, old: Any, new: Any) -> bool:
+    """Whether two stored forms decode (safely) to equal values; False when either cannot."""
+    try:
+        return same_value(_decoded(left, key, old), _decoded(right, key, new))
+    except Exception:  # noqa: BLE001 - undecodable here means "cannot tell": reported as a change
+        return False
+
+
+def same_value(a: Any, b: Any, depth: int = 0) -> bool:
+    """Equal in type and value, all the way down (classes and functions by identity)."""
+    if depth > 50 or type(a) is not type(b):
+        return False
+    if isinstance(a, (type, types.FunctionType, types.BuiltinFunctionType)) or a is None:
+        return a is b
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same_value(a[k], b[k], depth + 1) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y, depth + 1) for x, y in zip(a, b))
+    try:
+        equal = a == b
+        if isinstance(equal, bool) and (equal or type(a).__eq__ is not object.__eq__):
+            return equal
+    except Exception:  # noqa: BLE001 - a type whose == fails is compared by its state
+        pass
+    state_a, state_b = getattr(a, "__dict__", None), getattr(b, "__dict__", None)
+    return isinstance(state_a, dict) and isinstance(state_b, dict) and same_value(state_a, state_b, depth + 1)
 
 
 def _data(src: ArchiveSource) -> dict[str, Any]:

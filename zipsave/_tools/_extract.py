@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import _format
 from .._archive import ArchiveSource
-from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError, ZipsaveWarning
+from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 
 __all__ = ["extract"]
 
@@ -104,7 +104,7 @@ def _copy_member(src: ArchiveSource, name: str, target: str, overwrite: bool) ->
             reader.check_digest(name, sha256=sha)
     except ZipsaveError as err:
         edited = " (a member people may edit)" if os.path.basename(name) in _format.EDITABLE else ""
-        warnings.warn(ZipsaveWarning(f"{err}{edited}"), stacklevel=3)
+        warnings.warn(ZipsaveWarning(f"{err}{edited}"), stacklevel=caller_stacklevel())
 
 
 def _write_file(src: ArchiveSource, name: str, view: Any, target: str, flags: int, *, sha256: bool) -> tuple[int, str | None]:

@@ -17,6 +17,8 @@ from ._inspect import data_folders, pth_meta
 
 __all__ = ["read"]
 
+_PIECE = 1 << 20
+
 
 def read(
     path: Any,
@@ -81,6 +83,8 @@ def read(
         ``name`` addresses nothing in the archive (the message lists what it holds).
     UnsafeGlobalError
         The ``data`` key needs a global the trust policy refuses.
+    IntegrityError
+        The member holding the tensor (or the ``data`` key's array) does not match its checksum.
 
     Examples
     --------

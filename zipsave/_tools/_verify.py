@@ -15,7 +15,9 @@ from ..exceptions import ArchiveFormatError
 __all__ = ["verify"]
 
 
-def verify(path: Any, *, limits: Limits | None = None) -> list[str]:
+def verify(
+    path: Any, *, limits: Limits | None = None, require_manifest: bool = False, notes: list[str] | None = None
+) -> list[str]:
     """Read every byte of an archive and list what does not match its manifest.
 
     Parameters
@@ -25,6 +27,11 @@ def verify(path: Any, *, limits: Limits | None = None) -> list[str]:
         closed).
     limits
         Safety limits (:class:`~zipsave.Limits`) for reading; the defaults when ``None``.
+    require_manifest
+        Count a missing ``manifest.json`` as a problem. By default an archive without one (SB3's
+        own) has every member's bytes checked against its zip CRC-32, and a note says so.
+    notes
+        A list to receive such notes.
 
     Returns
     -------
@@ -49,28 +56,29 @@ def verify(path: Any, *, limits: Limits | None = None) -> list[str]:
     ['member `policy.pth`: SHA-256 3f1c... differs from manifest.json\\'s 9a0b....']
     """
     with open_source(path) as (fp, name):
-        return _verify_file(fp, name, limits or DEFAULT_LIMITS)
+        return _verify_file(fp, name, limits or DEFAULT_LIMITS, require_manifest, notes)
 
 
-def _verify_file(fp: Any, archive: str, limits: Limits) -> list[str]:
+def _verify_file(fp: Any, archive: str, limits: Limits, require_manifest: bool, notes: list[str] | None) -> list[str]:
     try:
         reader = ArchiveReader(fp, archive=archive, limits=limits)
     except ArchiveFormatError as err:
         return [str(err)]
     try:
-        return _check(reader)
+        return _check(reader, require_manifest, notes if notes is not None else [])
     finally:
         reader.close()
 
 
-def _check(reader: ArchiveReader) -> list[str]:
+def _check(reader: ArchiveReader, require_manifest: bool, notes: list[str]) -> list[str]:
     problems: list[str] = []
     names = reader.names()
     if _format.MANIFEST not in reader:
-        problems.append(
-            "archive has no manifest.json: it was not written by zipsave (or the manifest was "
-            "removed); only the zip CRC-32s could be checked."
+        missing = (
+            "archive has no manifest.json: it was not written by zipsave (SB3's own archives have "
+            "none) or the manifest was removed; every member's bytes were checked against its zip CRC-32."
         )
+        (problems if require_manifest else notes).append(missing)
     elif reader.manifest_error:
         problems.append(reader.manifest_error + ".")
     else:

@@ -52,6 +52,8 @@ class TrustPolicy:
 
     allow_pickle: bool = False
     trusted: tuple = ()
+    #: ``(name, object)`` pairs admitted as looked-up references only (see :meth:`with_references`).
+    references: tuple = ()
 
     def __post_init__(self) -> None:
         # `allow_pickle="no"` is truthy; a switch that disables the safety must be a real bool.
@@ -88,6 +90,40 @@ class TrustPolicy:
         ('collections.OrderedDict',)
         """
         return cls(allow_pickle=allow_pickle, trusted=trusted)
+
+    def with_references(self, objects: Any) -> TrustPolicy:
+        """This policy, plus ``objects`` (classes the caller already named, e.g. the ``cls`` of
+        a load and its policy classes) admitted as *references* only.
+
+        A pickle may name such a class (``policy_class``) and get the caller's own object back,
+        without an import. A pickle that *calls* it (REDUCE, NEWOBJ) or sets the state of an
+        instance (BUILD) stays under the allowlist: naming a class grants no more than the
+        caller's own ``cls=`` already did.
+
+        Parameters
+        ----------
+        objects : iterable of classes or functions
+            Module-level objects; others (local classes, lambdas) are ignored.
+
+        Returns
+        -------
+        TrustPolicy
+        """
+        pairs = dict(self.references)
+        for obj in objects:
+            module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+            if isinstance(module, str) and isinstance(qualname, str) and not is_local(qualname):
+                module, qualname = canonical(module, qualname)
+                pairs.setdefault(f"{module}.{qualname}", obj)
+        return dataclasses.replace(self, references=tuple(sorted(pairs.items(), key=lambda kv: kv[0])))
+
+    def reference(self, module: str, qualname: str) -> Any:
+        """The object admitted as a reference for ``module.qualname``, or ``None``."""
+        if not (isinstance(module, str) and isinstance(qualname, str)):
+            return None
+        module, qualname = canonical(module, qualname)
+        full = f"{module}.{qualname}"
+        return next((obj for name, obj in self.references if name == full), None)
 
     def _match(self, full: str) -> str | None:
         """The entry admitting ``full``: itself if exact, else the prefix; None if none."""

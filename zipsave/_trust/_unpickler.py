@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import cloudpickle
 
-from ..exceptions import DecodeError, ZipsaveError
+from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._checks import Memo, check_bit_generator, check_dtype, instance_dunders
 from ._names import canonical, fix_py2_name
 from ._policy import TrustPolicy
@@ -42,6 +42,8 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         # id -> object for everything find_class returned (the references keep ids unique).
         self._imported: dict[int, Any] = {}
         self._names: dict[int, str] = {}
+        # id -> object for the classes the caller named, admitted as references only.
+        self._references: dict[int, Any] = {}
         self._guards = {
             "copyreg._reconstructor": self._reconstructor,
             "copyreg.__newobj__": self._newobj,
@@ -64,6 +66,12 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             module, name = fix_py2_name(module, name)
         module, name = canonical(module, name)
         sys.audit("pickle.find_class", module, name)
+        if not self._policy.is_trusted(module, name):
+            ref = self._policy.reference(module, name)
+            if ref is not None:  # the caller's own object: nothing is imported
+                self._references[id(ref)] = ref
+                self._names[id(ref)] = f"{module}.{name}"
+                return ref
         found = self._policy.resolve(module, name, **self._where)
         full = f"{module}.{name}"
         found = self._guards.get(full, found)
@@ -87,6 +95,14 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
 
     # calls
     def _check_call(self, func: Any, args: Any, kwargs: Any, opname: str) -> None:
+        if self._references.get(id(func)) is func and not self._was_imported(func):
+            name = self._describe(func)
+            raise UnsafeGlobalError(
+                name,
+                hint=f"{opname} calls `{name}`, which this load trusts as a reference only (a class you named); "
+                f"a pickle may name it but not call it. Pass `trusted=[{name!r}]` to allow the call.",
+                **self._where,
+            )
         if not self._was_imported(func):
             raise self._error(
                 f"{opname} calls {self._describe(func)} that the pickle did not import by name; "

@@ -16,6 +16,7 @@ from typing import Any
 
 from .._optional import require
 from ._allowlist import SB3_ALLOWLIST
+from ._allowlist_contrib import SB3_CONTRIB_ALLOWLIST
 from ._extras import EXTRAS
 from ._handler import SB3Handler
 from ._install import install, installed, is_installed, uninstall
@@ -23,6 +24,7 @@ from ._install import install, installed, is_installed, uninstall
 __all__ = [
     "EXTRAS",
     "SB3_ALLOWLIST",
+    "SB3_CONTRIB_ALLOWLIST",
     "CheckpointCallback",
     "SB3Handler",
     "VecEnvState",

@@ -3,6 +3,7 @@ read straight into the freshly built policy and optimizers."""
 
 from __future__ import annotations
 
+import typing
 import warnings
 from typing import Any
 
@@ -10,7 +11,8 @@ import torch
 
 from .. import _format
 from .._core import LoadSession, load_state_into, recursive_getattr, set_variable, unwrap
-from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveError, ZipsaveWarning
+from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveError, ZipsaveWarning, caller_stacklevel
+from ._schedules import NotASchedule, recognise_schedule
 from ._extras import apply_vec_normalize, matches_any, has_extra, restore_extra, warn_unused_vec_normalize
 from ._zoo import with_zoo_schedules
 
@@ -18,6 +20,20 @@ __all__ = ["build_sb3"]
 
 #: ``data`` keys without which no SB3 model can be built.
 _REQUIRED = ("policy_class", "observation_space", "action_space")
+#: Hyper-parameters stored as schedules, with the ``data`` keys that hold them; SB3 < 2.7 pickled
+#: them as closures. ``_setup_model`` rebuilds those in ``_REBUILT_FROM_SAVED`` from saved numbers.
+_SCHEDULE_GROUPS = {
+    "learning_rate": ("learning_rate", "lr_schedule"),
+    "clip_range": ("clip_range",),
+    "clip_range_vf": ("clip_range_vf",),
+    "exploration_schedule": ("exploration_schedule",),
+}
+_SCHEDULE_KEYS = frozenset(k for keys in _SCHEDULE_GROUPS.values() for k in keys)
+_REBUILT_FROM_SAVED = frozenset({"lr_schedule", "exploration_schedule"})
+#: Keywords of ``load`` that are not ``data`` keys.
+_NOT_DATA = frozenset({"env", "force_reset"})
+#: ``data`` keys decoded even when given: the saved value is checked against the given one.
+_CHECKED = frozenset({"policy_kwargs"})
 
 def build_sb3(
     src: LoadSession,
@@ -39,10 +55,16 @@ def build_sb3(
     from stable_baselines3.common.vec_env.patch_gym import _convert_space
 
     kwargs = dict(overrides)
+    src.trust_references(_named_classes(cls))
     env = kwargs.pop("env", None)
     force_reset = kwargs.pop("force_reset", True)
     custom_objects = with_zoo_schedules(src, custom_objects)  # rl-zoo3 < 2.7 closures, rebuilt safely
-    data = src.decode_data("", custom_objects=custom_objects, exclude=exclude)
+    # A key the caller passes by keyword is taken as given, never decoded nor warned about;
+    # the keys SB3 cannot do without are reported once, by the error `_check_required` raises.
+    given = {**{k: v for k, v in kwargs.items() if k not in _NOT_DATA | _CHECKED}, **(custom_objects or {})}
+    quiet = list(_REQUIRED) + ([] if "policy_kwargs" in kwargs else ["policy_kwargs"]) + list(_SCHEDULE_KEYS)
+    recovery = _ScheduleRecovery()
+    data = src.decode_data("", custom_objects=given, exclude=exclude, quiet=quiet, recover=recovery)
     if data is None:
         raise ArchiveFormatError(
             f"has no `{_format.DATA}` member, so there is no {cls.__name__} to build.",
@@ -80,6 +102,7 @@ def build_sb3(
             hint=_policy_hint(cls, data["policy_class"]),
         ) from err
 
+    _warn_lost_schedules(src, model, recovery.why)
     _load_parameters(src, model, exclude)
     _load_variables(src, model, exclude)
     if has_extra(src, "replay_buffer", exclude):
@@ -87,6 +110,65 @@ def build_sb3(
     if model.use_sde:
         model.policy.reset_noise()  # sample the gSDE matrix on the right device (SB3 #44)
     return model
+
+
+class _ScheduleRecovery:
+    """``recover=`` of the decode: SB3's own schedule closures become schedule objects; why the
+    others were not recognised is kept for the warning."""
+
+    def __init__(self) -> None:
+        self.why: dict[str, str] = {}
+
+    def __call__(self, key: str, value: Any) -> Any:
+        if key not in _SCHEDULE_KEYS:
+            raise NotASchedule(key)
+        try:
+            return recognise_schedule(value)
+        except NotASchedule as err:
+            self.why[key] = str(err)
+            raise
+
+
+def _warn_lost_schedules(src: LoadSession, model: Any, why: dict[str, str]) -> None:
+    """One warning per hyper-parameter whose saved schedule could not be decoded, saying what
+    the model uses instead. A schedule SB3 rebuilds from saved numbers (``lr_schedule`` from
+    ``learning_rate``, DQN's ``exploration_schedule``) loses nothing: a report note only."""
+    skipped = {e.key: e for e in src.report.skipped if e.member == _format.DATA and e.key in _SCHEDULE_KEYS}
+    for param, keys in _SCHEDULE_GROUPS.items():
+        lost = [k for k in keys if k in skipped]
+        if not lost or not hasattr(model, param):
+            continue
+        if set(lost) <= _REBUILT_FROM_SAVED:
+            src.report.notes.append(f"`{lost[0]}` could not be decoded; {type(model).__name__} rebuilt it from the saved values.")
+            continue
+        keys_text = " and ".join(f"`{k}`" for k in lost)
+        warnings.warn(
+            ZipsaveWarning(
+                f"archive `{src.name}`: {keys_text} could not be decoded ({_reason(lost[0], skipped, why)}); "
+                f"the model falls back to `{param}={getattr(model, param)!r}`. To keep the original, pass it: "
+                f"`custom_objects={{{param!r}: ...}}` (or `{param}=...`), or `allow_pickle=True` if you trust the archive."
+            ),
+            stacklevel=caller_stacklevel(),
+        )
+
+
+def _reason(key: str, skipped: dict, why: dict[str, str]) -> str:
+    if key in why:  # a pickled function that is not one of SB3's schedules: code, never run
+        return f"{why[key].rstrip('.')}, and a safe load runs no code from the archive"
+    return str(skipped[key].cause).split(" To allow it")[0].rstrip(".")
+
+
+def _named_classes(cls: type) -> list[Any]:
+    """The classes the caller named by passing ``cls``: itself, its ``policy_aliases`` and the
+    policy base class its ``policy`` attribute is annotated with. Trusted as references only."""
+    named: list[Any] = [cls, *getattr(cls, "policy_aliases", {}).values()]
+    try:
+        base = typing.get_type_hints(cls).get("policy")
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve names nothing
+        base = None
+    if isinstance(base, type):
+        named.append(base)
+    return named
 
 
 def _policy_hint(cls: type, policy_class: Any) -> str | None:
@@ -205,7 +287,7 @@ def _load_legacy(src: LoadSession, name: str, target: Any, err: ParameterMismatc
                 "`pi_features_extractor`); loaded with `exact_match=False`. Save the model again to "
                 "update the archive."
             ),
-            stacklevel=5,
+            stacklevel=caller_stacklevel(),
         )
         return True
     if isinstance(target, torch.optim.Optimizer) and len(target.param_groups) == 1:
@@ -224,7 +306,7 @@ def _load_legacy(src: LoadSession, name: str, target: Any, err: ParameterMismatc
                 f"archive `{src.name}`: member `{member}` comes from DQN of SB3 < 2.4 (target network "
                 "parameters in the optimizer); truncated them. Save the model again to update the archive."
             ),
-            stacklevel=5,
+            stacklevel=caller_stacklevel(),
         )
         return True
     return False

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import _format
 from .._core import LoadSession, Parts, matches
-from ..exceptions import DecodeError, EncodeError, ZipsaveError, ZipsaveWarning
+from ..exceptions import DecodeError, EncodeError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 
 __all__ = ["EXTRAS", "apply_vec_normalize", "collect_extras", "has_extra", "matches_any", "restore_extra", "sb3_stand_in",
            "warn_unused_vec_normalize"]
@@ -258,4 +258,4 @@ def warn_unused_vec_normalize(src: LoadSession) -> None:
         "`zipsave.load`, or `exclude=['vec_normalize']` to leave them out."
     )
     src.report.notes.append(message)
-    warnings.warn(ZipsaveWarning(f"archive `{src.name}`: {message}"), stacklevel=5)
+    warnings.warn(ZipsaveWarning(f"archive `{src.name}`: {message}"), stacklevel=caller_stacklevel())

@@ -11,6 +11,7 @@ from .._core import ALWAYS_EXCLUDED_PREFIXES, Component, LoadSession, Parts, rec
 from .._registry import Handler
 from ..exceptions import ArchiveFormatError
 from ._allowlist import SB3_ALLOWLIST
+from ._allowlist_contrib import SB3_CONTRIB_ALLOWLIST
 from ._build import build_sb3
 from ._extras import EXTRAS, collect_extras, restore_extra, sb3_stand_in
 
@@ -27,7 +28,7 @@ class SB3Handler(Handler):
     ``load(path, cls=PPO)`` rebuilds them as ``PPO.load`` does."""
 
     name = "sb3"
-    allowlist = SB3_ALLOWLIST
+    allowlist = SB3_ALLOWLIST | SB3_CONTRIB_ALLOWLIST
 
     def claims(self, obj: Any) -> bool:
         return not isinstance(obj, Component) and not isinstance(obj, type) and _is_sb3_like(obj)

@@ -1,0 +1,123 @@
+"""Archives of SB3 before 2.7 (schedules pickled as closures; made by
+``tests/data/sb3_old/make_sb3_old.py`` with SB3 2.0.0, numpy 1.26, gymnasium 0.28.1): a safe load
+rebuilds SB3's own schedules without running them, refuses a user's lambda with one warning per
+hyper-parameter, and never decodes or warns about a key the caller overrides."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pathlib
+import re
+import warnings
+
+import cloudpickle
+import numpy as np
+import pytest
+
+import zipsave
+
+pytest.importorskip("stable_baselines3")
+from stable_baselines3 import A2C, DQN, PPO, SAC  # noqa: E402
+from stable_baselines3.common import utils  # noqa: E402
+
+from zipsave.sb3._schedules import NotASchedule, recognise_schedule  # noqa: E402
+
+DATA = pathlib.Path(__file__).parent / "data" / "sb3_old"
+EXPECTED = json.loads((DATA / "expected.json").read_text())
+CLASSES = {"PPO": PPO, "A2C": A2C, "DQN": DQN, "SAC": SAC}
+CLEAN = ["ppo_constant", "ppo_linear", "a2c", "sac"]
+
+
+def _load(name, **kwargs):
+    return zipsave.load(DATA / f"{name}.zip", cls=CLASSES[EXPECTED["models"][name]["class"]], **kwargs)
+
+
+def test_the_archives_come_from_sb3_before_2_7():
+    assert EXPECTED["versions"]["stable_baselines3"] == "2.0.0"
+    assert EXPECTED["versions"]["numpy"].startswith("1.")
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_schedules_are_rebuilt_with_their_values(name):
+    expected = EXPECTED["models"][name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = _load(name)
+    assert [model.lr_schedule(p) for p in (1.0, 0.5, 0.0)] == pytest.approx(expected["lr_schedule"])
+    if "clip_range" in expected:
+        assert [model.clip_range(p) for p in (1.0, 0.5, 0.0)] == pytest.approx(expected["clip_range"])
+    assert model.zipsave_report.ok if hasattr(model, "zipsave_report") else True
+    actions, _ = model.predict(np.asarray(expected["observations"], dtype=np.float32), deterministic=True)
+    np.testing.assert_array_equal(actions, np.asarray(expected["actions"]))
+
+
+def test_a_linear_learning_rate_becomes_a_linear_schedule():
+    model = _load("ppo_linear")
+    assert isinstance(model.learning_rate, utils.LinearSchedule)
+    assert (model.learning_rate.start, model.learning_rate.end, model.learning_rate.end_fraction) == (1e-3, 1e-4, 1.0)
+    assert model.lr_schedule(0.5) == pytest.approx(5.5e-4)
+
+
+def test_dqn_exploration_schedule_is_rebuilt():
+    expected = EXPECTED["models"]["dqn"]
+    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("comes from DQN of SB3 < 2.4")):
+        model = _load("dqn")
+    assert [model.exploration_schedule(p) for p in (1.0, 0.7, 0.0)] == pytest.approx(expected["exploration_schedule"])
+
+
+def test_a_lambda_is_refused_with_one_warning_naming_the_fallback():
+    with pytest.warns(zipsave.ZipsaveWarning) as caught:
+        model = _load("ppo_lambda")
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    text = str(caught[0].message)
+    assert "`learning_rate` and `lr_schedule` could not be decoded" in text
+    assert "`__main__.main.<locals>.<lambda>` is not one of SB3's schedule closures" in text
+    assert "the model falls back to `learning_rate=0.0003`" in text
+    assert "`custom_objects={'learning_rate': ...}`" in text and "`allow_pickle=True`" in text
+    assert caught[0].filename == __file__
+    assert model.learning_rate == 3e-4
+    # the rest of the archive's schedules still come back
+    assert model.clip_range(1.0) == pytest.approx(0.2)
+
+
+def test_a_key_the_caller_overrides_is_never_decoded_nor_warned_about():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = _load("ppo_lambda", learning_rate=1e-3)
+        assert model.learning_rate == 1e-3 and model.lr_schedule(0.5) == pytest.approx(1e-3)
+        model = _load("ppo_lambda", custom_objects={"learning_rate": 2e-3, "lr_schedule": utils.ConstantSchedule(2e-3)})
+        assert model.learning_rate == 2e-3
+    assert not any(e.key == "learning_rate" for e in model.zipsave_report.skipped) if hasattr(model, "zipsave_report") else True
+
+
+def _entry(obj):
+    return {":type:": "<class 'function'>", ":serialized:": base64.b64encode(cloudpickle.dumps(obj)).decode()}
+
+
+def test_get_schedule_fn_of_a_constant_is_recognised():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # SB3 >= 2.7 deprecates get_schedule_fn
+        wrapped = utils.get_schedule_fn(0.25)
+    rebuilt = recognise_schedule(_entry(wrapped))
+    assert isinstance(rebuilt, utils.FloatSchedule) and rebuilt(0.3) == 0.25
+
+
+@pytest.mark.parametrize("value", [lambda p: p, print, np.float64(1.0)], ids=["lambda", "builtin", "not_a_function"])
+def test_anything_else_is_not_a_schedule(value):
+    with pytest.raises(NotASchedule):
+        recognise_schedule(_entry(value))
+
+
+def test_a_forged_closure_with_other_code_is_not_recognised():
+    def constant_fn(val):
+        def func(_):
+            return val * 2  # other code, same names
+
+        return func
+
+    forged = constant_fn(1.0)
+    forged.__module__ = "stable_baselines3.common.utils"
+    forged.__qualname__ = "constant_fn.<locals>.func"
+    with pytest.raises(NotASchedule, match=re.escape("other")):
+        recognise_schedule(_entry(forged))

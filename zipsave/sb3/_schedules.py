@@ -1,0 +1,185 @@
+"""SB3's schedule closures (SB3 < 2.7 pickled them by value) recognised from the pickle alone and
+rebuilt as SB3's schedule objects; nothing the archive holds is imported, called or executed."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import math
+import pickle
+from typing import Any
+
+from .._codec import SERIALIZED_KEY
+
+__all__ = ["NotASchedule", "recognise_schedule"]
+
+_MODULE = "stable_baselines3.common.utils"
+_CLOUDPICKLE = ("cloudpickle.cloudpickle", "cloudpickle.cloudpickle_fast")
+
+#: qualname -> (free variables, ``co_consts``, ``co_names``) of SB3's own closures.
+_KNOWN: dict[str, tuple[tuple[str, ...], tuple, tuple[str, ...]]] = {
+    "constant_fn.<locals>.func": (("val",), (None,), ()),
+    "get_linear_fn.<locals>.func": (("end", "end_fraction", "start"), (None, 1), ()),
+    "get_schedule_fn.<locals>.<lambda>": (("value_schedule",), (None,), ("float",)),
+}
+
+#: SHA-256 of their bytecode as CPython 3.11 compiles SB3 2.0-2.9 (the same source throughout).
+#: The installed SB3's own code objects are added at run time, so an archive saved under the
+#: loading Python's version is recognised whatever that version is.
+_DIGESTS_311 = frozenset({
+    "49dda3aa22248053d1bc41f6861bdb01054edfaa5cfad3d332b336c1edeca68e",
+    "721022b5e325278d1d5dbeca15c1c72c4b70e2dec8f5912cfa10fe6ca95700e3",
+    "1ecfb4452096110d4fde8e65611c1e7e40d532667855904816a4a081cc21f034",
+})
+
+
+class NotASchedule(Exception):
+    """The pickle is not one of SB3's schedule closures (or not only one)."""
+
+
+class _Code:
+    def __init__(self, *args: Any) -> None:
+        self.args = args
+
+
+class _Cell:
+    def __init__(self, *value: Any) -> None:
+        self.value = value
+
+
+class _Function:
+    """What cloudpickle's ``_make_function`` + ``_function_setstate`` describe, as inert data."""
+
+    def __init__(self, code: Any, globals_: Any, name: Any, argdefs: Any, closure: Any) -> None:
+        self.code, self.globals, self.name, self.argdefs, self.closure = code, globals_, name, argdefs, closure
+        self.state: dict = {}
+        self.slots: dict = {}
+
+
+def _builtin_type(name: Any) -> Any:
+    if name != "CodeType":
+        raise NotASchedule(f"cloudpickle._builtin_type({name!r})")
+    return _Code
+
+
+def _make_function(*args: Any) -> _Function:
+    if len(args) != 5:
+        raise NotASchedule("an unknown cloudpickle function layout")
+    return _Function(*args)
+
+
+def _function_setstate(func: Any, state: Any) -> None:
+    if not (isinstance(func, _Function) and isinstance(state, tuple) and len(state) == 2):
+        raise NotASchedule("an unknown cloudpickle function state")
+    func.state, func.slots = state[0], state[1]
+
+
+_STUBS = {
+    "_builtin_type": _builtin_type,
+    "_make_function": _make_function,
+    "_function_setstate": _function_setstate,
+    "_make_empty_cell": lambda: _Cell(),
+    "_make_cell": lambda *value: _Cell(*value),
+}
+
+
+class _DescribingUnpickler(pickle.Unpickler):
+    """Reads a cloudpickled function as inert records: every global resolves to one of the stubs
+    above (which only store their arguments) or the pickle is refused; nothing is imported."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module in _CLOUDPICKLE and name in _STUBS:
+            return _STUBS[name]
+        if (module, name) == ("builtins", "float"):  # the `-> float` annotation
+            return "float"
+        raise NotASchedule(f"the pickle names `{module}.{name}`")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise NotASchedule("the pickle uses persistent ids")
+
+
+def _reference_digests() -> set[str]:
+    digests = set(_DIGESTS_311)
+    try:
+        from stable_baselines3.common import utils
+    except ImportError:
+        return digests
+    for outer in ("constant_fn", "get_linear_fn", "get_schedule_fn"):
+        code = getattr(getattr(utils, outer, None), "__code__", None)
+        for const in code.co_consts if code is not None else ():
+            if hasattr(const, "co_code"):  # the nested closure's code, compiled by this Python
+                digests.add(hashlib.sha256(const.co_code).hexdigest())
+    return digests
+
+
+def _closure_values(func: _Function) -> tuple[str, list[Any]]:
+    """The function's qualname and its closure's values, once its identity is checked."""
+    state = func.state if isinstance(func.state, dict) else {}
+    slots = func.slots if isinstance(func.slots, dict) else {}
+    module = slots.get("__module__", state.get("__module__"))
+    qualname = slots.get("__qualname__", state.get("__qualname__"))
+    if module != _MODULE or qualname not in _KNOWN:
+        raise NotASchedule(f"`{module}.{qualname}` is not one of SB3's schedule closures")
+    freevars, consts, names = _KNOWN[qualname]
+    code = func.code.args if isinstance(func.code, _Code) else ()
+    # CodeType's arguments end with (..., freevars, cellvars) on every CPython 3.8+; the
+    # bytecode, constants and names are arguments 6, 7 and 8.
+    if len(code) < 16 or tuple(code[-2]) != freevars or code[-1] != () or code[0] != 1:
+        raise NotASchedule(f"`{qualname}` has another signature than SB3's")
+    if code[7] != consts or tuple(code[8]) != names or not isinstance(code[6], bytes):
+        raise NotASchedule(f"`{qualname}` has other constants than SB3's")
+    if hashlib.sha256(code[6]).hexdigest() not in _reference_digests():
+        raise NotASchedule(f"`{qualname}` has other bytecode than SB3's (or another Python compiled it)")
+    cells = slots.get("__closure__")
+    if not isinstance(cells, tuple) or len(cells) != len(freevars) or not all(
+        isinstance(c, _Cell) and len(c.value) == 1 for c in cells
+    ):
+        raise NotASchedule(f"`{qualname}` has an unexpected closure")
+    return qualname, [c.value[0] for c in cells]
+
+
+def _number(value: Any) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise NotASchedule(f"a schedule holds {value!r}, not a finite number")
+    return float(value)
+
+
+def _rebuild(func: Any) -> Any:
+    from stable_baselines3.common import utils
+
+    if not isinstance(func, _Function):
+        raise NotASchedule("the pickle holds no function")
+    qualname, values = _closure_values(func)
+    if qualname == "constant_fn.<locals>.func":
+        val = _number(values[0])
+        return utils.ConstantSchedule(val) if hasattr(utils, "ConstantSchedule") else utils.constant_fn(val)
+    if qualname == "get_linear_fn.<locals>.func":
+        end, end_fraction, start = (_number(v) for v in values)
+        if hasattr(utils, "LinearSchedule"):
+            return utils.LinearSchedule(start, end, end_fraction)
+        return utils.get_linear_fn(start, end, end_fraction)
+    inner = _rebuild(values[0])  # get_schedule_fn's wrapper around one of the above
+    return utils.FloatSchedule(inner) if hasattr(utils, "FloatSchedule") else utils.get_schedule_fn(inner)
+
+
+def recognise_schedule(value: Any) -> Any:
+    """SB3's schedule object equivalent to a ``data`` entry holding one of SB3's own schedule
+    closures (``constant_fn``, ``get_linear_fn``, ``get_schedule_fn`` of a constant), as SB3 < 2.7
+    pickled them; matched on module, qualname, bytecode, constants and free variables.
+
+    Raises
+    ------
+    NotASchedule
+        The entry is anything else (a user's lambda, another function, a damaged pickle).
+    """
+    if not isinstance(value, dict) or not isinstance(value.get(SERIALIZED_KEY), str):
+        raise NotASchedule("the entry holds no pickle")
+    try:
+        payload = base64.b64decode(value[SERIALIZED_KEY], validate=True)
+        func = _DescribingUnpickler(io.BytesIO(payload)).load()
+    except NotASchedule:
+        raise
+    except Exception as err:  # a malformed pickle is simply not a schedule
+        raise NotASchedule(f"the pickle cannot be read ({type(err).__name__}: {err})") from err
+    return _rebuild(func)
