@@ -142,7 +142,11 @@ def node_from_archive(session: Any, folder: str, *, ctor: str = "root", exclude:
         raw = record["args"]
         # Not under the skip rule: an algorithm built without part of its configuration would
         # train something else; the error names the key and how to opt in.
-        decoded = {key: decoder.decode_entry(key, raw[key]) for key in ("args", "kwargs") if key in raw}
+        try:
+            decoded = {key: decoder.decode_entry(key, raw[key]) for key in ("args", "kwargs") if key in raw}
+        except UnsafeGlobalError as err:
+            _name_the_key(err, decoder, raw)
+            raise
         args = tuple(_config_in(list(decoded.get("args", ()))))
         kwargs = dict(_config_in(decoded.get("kwargs", {})))
     flat = [p for p in exclude if "/" not in p]
@@ -171,3 +175,28 @@ def node_from_archive(session: Any, folder: str, *, ctor: str = "root", exclude:
                 raise
             session.skip(child, None, None, err)
     return Node(cls=cls, args=args, kwargs=kwargs, metadata=metadata, state=state, children=children)
+
+
+def _name_the_key(err: Any, decoder: Any, raw: dict) -> None:
+    """Narrow an error about ``args``/``kwargs`` down to the configuration key that caused it
+    (``args[0]._env_to_module_connector``): the caller then knows what to trust or override."""
+    for top in ("args", "kwargs"):
+        body = raw.get(top)
+        native = body.get(":zipsave:") if isinstance(body, dict) else None
+        items = native.get("items") if isinstance(native, dict) else None
+        pairs: list = []
+        if isinstance(items, list):  # a tuple/list of positional arguments
+            pairs = [(f"{top}[{i}]", item) for i, item in enumerate(items)]
+        elif isinstance(body, dict):
+            pairs = [(f"{top}.{k}", v) for k, v in (native.get("value", {}) if isinstance(native, dict) else body).items()]
+        for where, value in pairs:
+            inner = value.items() if isinstance(value, dict) and not any(str(k).startswith(":") for k in value) else [("", value)]
+            for key, sub in inner:
+                try:
+                    decoder.decode(sub)
+                except UnsafeGlobalError:
+                    err.key = f"{where}.{key}" if key else where
+                    err.args = (err._compose(),)
+                    return
+                except Exception:  # noqa: BLE001, S112 - only the untrusted one is sought here
+                    continue

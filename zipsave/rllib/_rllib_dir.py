@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+
+import cloudpickle
 from typing import Any
 
 from ._tree import Node
@@ -95,11 +97,11 @@ def write_dir(node: Node, path: str | os.PathLike) -> str:
     with open(os.path.join(folder, getattr(cls, "METADATA_FILE_NAME", "metadata.json")), "w", encoding="utf-8") as f:
         json.dump(metadata, f)
     with open(os.path.join(folder, _CTOR), "wb") as f:
-        pickle.dump({"class": cls, "ctor_args_and_kwargs": (tuple(node.args), dict(node.kwargs))}, f)
+        cloudpickle.dump({"class": cls, "ctor_args_and_kwargs": (tuple(node.args), dict(node.kwargs))}, f)
     for name, child in node.children.items():
         write_dir(child, os.path.join(folder, name))
     with open(os.path.join(folder, getattr(cls, "STATE_FILE_NAME", "state") + ".pkl"), "wb") as f:
-        pickle.dump(node.state, f)
+        cloudpickle.dump(node.state, f)
     return folder
 
 
