@@ -16,7 +16,7 @@ def mean_std_filter(env=None, spaces=None, device=None):
     return MeanStdFilter()
 
 
-def ppo_config(hidden=8, filtered=True):
+def ppo_config(hidden=8, filtered=True, seed=0):
     from ray.rllib.algorithms.ppo import PPOConfig
 
     config = (
@@ -25,7 +25,7 @@ def ppo_config(hidden=8, filtered=True):
         .env_runners(num_env_runners=1, **({"env_to_module_connector": mean_std_filter} if filtered else {}))
         .training(train_batch_size_per_learner=128, minibatch_size=64, num_epochs=1)
         .rl_module(model_config={"fcnet_hiddens": [hidden]})
-        .debugging(seed=0)
+        .debugging(seed=seed)
     )
     return config
 
@@ -52,6 +52,11 @@ def logits(module_or_algo, module_id="default_policy"):
         out = module.forward_inference({"obs": torch.from_numpy(OBS)})
     key = "action_dist_inputs" if "action_dist_inputs" in out else next(iter(out))
     return out[key].numpy()
+
+
+def remote_logits(algo):
+    """The logits of the (remote) EnvRunner actor's module."""
+    return logits(algo.env_runner_group.foreach_env_runner(lambda w: w.module, local_env_runner=False)[0])
 
 
 def remote_filter_state(algo):
@@ -86,7 +91,8 @@ def multi_agent_config(archive, out, hidden=8):
         PPOConfig()
         .environment(MultiAgentCartPole, env_config={"num_agents": 2})
         .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=policy_mapping)
-        .env_runners(num_env_runners=1)
+        # no EnvRunner actor: the trial's own CPU and the session's PPO use both of Ray's CPUs
+        .env_runners(num_env_runners=0)
         .training(train_batch_size_per_learner=128, minibatch_size=64, num_epochs=1)
         .rl_module(model_config={"fcnet_hiddens": [hidden]})
         .callbacks(on_algorithm_init=functools.partial(swap_in_p1, archive=str(archive), out=str(out)))
