@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import zipsave
-from zipsave import _archive
-from zipsave._verify import verify
+from zipsave._archive import _files as _archive
+from zipsave._tools import verify
 
 REPO = Path(__file__).resolve().parents[1]
 TMP_SUFFIX = ".zipsave-tmp"

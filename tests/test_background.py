@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import zipsave
-from zipsave import _background
+from zipsave._api import _background
 
 
 def make(width=64, seed=0):

@@ -23,17 +23,11 @@ from gymnasium import spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zipsave import _codec
-from zipsave._codec import (
-    Decoder,
-    Encoder,
-    dump_json,
-    import_path,
-    is_json_native,
-    parse_json,
-)
+from zipsave._codec import _decode as _codec_decode
+from zipsave._codec import Decoder, Encoder, import_path, is_json_native
+from zipsave._json import dump_json, parse_json
 from zipsave._json import nesting_exceeds
-from zipsave._unpickle import TrustPolicy
+from zipsave._trust import TrustPolicy
 from zipsave.exceptions import DecodeError, EncodeError, UnsafeGlobalError
 
 # -- module-level types, so they have an import path ------------------------------------------
@@ -106,7 +100,7 @@ def no_pickle(monkeypatch):
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("pickle was used")
 
-    monkeypatch.setattr(_codec, "restricted_loads", refuse)
+    monkeypatch.setattr(_codec_decode, "restricted_loads", refuse)
     monkeypatch.setattr(cloudpickle, "loads", refuse)
     monkeypatch.setattr("pickle.loads", refuse)
     monkeypatch.setattr("pickle.Unpickler", refuse)

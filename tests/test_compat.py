@@ -35,7 +35,7 @@ def test_format1_app_state_restores():
 
 
 def test_format1_archives_verify():
-    from zipsave._verify import verify
+    from zipsave._tools import verify
 
     for name in ("algo.zip", "app_state.zip"):
         assert verify(DATA / name) == []

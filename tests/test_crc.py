@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zipsave import _crc
+from zipsave._archive import _crc
 
 
 @given(st.binary(max_size=300), st.binary(max_size=300))

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import zipsave
-from zipsave._verify import verify
+from zipsave._tools import verify
 
 
 def _state() -> dict[str, Any]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import zipsave
-from zipsave._verify import verify
+from zipsave._tools import verify
 
 CORPUS = Path(__file__).resolve().parent / "data" / "hostile"
 # Always named; `trusted=` is named too, with a caution for globals that run code.

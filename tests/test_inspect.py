@@ -23,8 +23,10 @@ import torch
 from models import Algo, Plain
 
 import zipsave
-from zipsave import _codec, _torch_io, _unpickle
-from zipsave._inspect import ArchiveInfo, DataEntry, TensorInfo
+from zipsave import _codec
+from zipsave._tensors import _pth_read as _torch_io
+from zipsave._trust import _unpickler as _unpickle
+from zipsave import ArchiveInfo, DataEntry, TensorInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 

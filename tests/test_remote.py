@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import zipsave
-from zipsave import _remote
+from zipsave._archive import _remote
 
 fsspec = pytest.importorskip("fsspec")
 

@@ -30,7 +30,8 @@ import pytest
 import torch
 
 import zipsave
-from zipsave._unpickle import pickle_globals
+from zipsave._core import recursive_getattr
+from zipsave._trust import pickle_globals
 
 DATA = pathlib.Path(__file__).parent / "data" / "sb3"
 EXPECTED = json.loads((DATA / "expected.json").read_text())
@@ -281,8 +282,10 @@ def test_bare_infinity_token_is_read(trained):
 @needs_sb3
 def test_sb3_globals_come_from_the_reviewed_allowlist(trained):
     """Every global the archives' pickles name is either allowlisted or a by-value function."""
-    from zipsave._allowlist_sb3 import SB3_ALLOWLIST
-    from zipsave._unpickle import DEFAULT_ALLOWLIST
+    from zipsave._trust import default_allowlist
+    from zipsave.sb3 import SB3_ALLOWLIST
+
+    DEFAULT_ALLOWLIST = default_allowlist()
 
     needed = set()
     for _, path, _ in trained.values():
@@ -313,8 +316,8 @@ def test_load_model_predicts_like_sb3_and_learns(trained, name):
     obs = _fixed_observations(model.observation_space)
     _same_actions(model, reference, obs)
     for sd_name in model._get_torch_save_params()[0]:
-        ours = zipsave._persist._recursive_getattr(model, sd_name).state_dict()
-        theirs = zipsave._persist._recursive_getattr(reference, sd_name).state_dict()
+        ours = recursive_getattr(model, sd_name).state_dict()
+        theirs = recursive_getattr(reference, sd_name).state_dict()
         assert_same(ours, theirs, sd_name)
     assert model.num_timesteps == reference.num_timesteps
     model.learn(32, reset_num_timesteps=False)
@@ -333,7 +336,7 @@ def test_load_without_env_predicts(trained):
 @needs_sb3
 def test_tensors_are_read_into_the_new_policy(trained, monkeypatch):
     """In place: the reader fills every parameter, so no tensor is copied into the policy."""
-    from zipsave import _sb3
+    from zipsave.sb3 import _build as _sb3
 
     cls, path, _ = trained["ppo"]
     copies, loading = [], []
@@ -735,7 +738,7 @@ _BLOCKED = textwrap.dedent(
     import base64, json, sys, warnings
     sys.modules["stable_baselines3"] = None  # as if SB3 were not installed
     import zipsave
-    from zipsave._unpickle import pickle_globals
+    from zipsave._trust import pickle_globals
 
     path = sys.argv[1]
     import zipfile

@@ -27,7 +27,8 @@ import torch
 from models import Algo, same_state
 
 import zipsave
-from zipsave import _codec, _unpickle
+from zipsave._codec import _decode as _codec
+from zipsave._trust import _unpickler as _unpickle
 
 OPT_INS = ("`custom_objects={key: value}`", "`allow_pickle=True`")
 
@@ -184,8 +185,8 @@ torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # torch imports its lazy
 def refuse(*a, **k):
     raise SystemExit("something tried to unpickle")
 pickle.loads = pickle.load = cloudpickle.loads = refuse
-import zipsave, zipsave._unpickle, zipsave._codec
-zipsave._unpickle.restricted_loads = zipsave._codec.restricted_loads = refuse
+import zipsave, zipsave._trust._unpickler, zipsave._codec._decode
+zipsave._trust._unpickler.restricted_loads = zipsave._codec._decode.restricted_loads = refuse
 import warnings
 warnings.simplefilter("error")
 m = zipsave.load({str(tmp_path / 'a.zip')!r}, trusted=["test_security."])

@@ -1,4 +1,4 @@
-"""Tests for zipsave._spaces: gymnasium spaces <-> JSON-native bodies."""
+"""Tests for zipsave._codec._spaces: gymnasium spaces <-> JSON-native bodies."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from zipsave._spaces import decode_space, encode_space, is_space
+from zipsave._codec._spaces import decode_space, encode_space, is_space
 from zipsave.exceptions import DecodeError, EncodeError
 
 # A test-only stand-in for the codec's callbacks: arrays as {"dtype", "shape", "data"},
@@ -266,7 +266,7 @@ def test_is_space():
 
 def test_is_space_does_not_import_gymnasium():
     code = (
-        "import sys; from zipsave._spaces import is_space; "
+        "import sys; from zipsave._codec._spaces import is_space; "
         "before = 'gymnasium' in sys.modules; is_space(object()); "
         "assert ('gymnasium' in sys.modules) == before"
     )

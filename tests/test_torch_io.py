@@ -14,9 +14,10 @@ import pytest
 import torch
 
 import zipsave
-from zipsave import _crc, _torch_io
+from zipsave._archive import _crc
+from zipsave._tensors import _pth_read as _torch_io
 from zipsave._archive import ArchiveWriter
-from zipsave._torch_io import TensorRef, read_pth_meta
+from zipsave._tensors import TensorRef, read_pth_meta
 
 DTYPES = [
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
@@ -324,10 +325,10 @@ def test_members_are_genuine_torch_save_output(tmp_path, io_mode):
 def test_tensor_records_are_aligned_in_the_outer_file(tmp_path):
     path = tmp_path / "m.zip"
     zipsave.save({"holder": Holder(zoo())}, path)
-    with zipsave._persist._Source(path, policy=zipsave._unpickle.TrustPolicy.make()) as src:
+    with zipsave._archive.ArchiveSource(path) as src:
         view = src.reader.open_view("holder.pth")
         meta = read_pth_meta(view)
-        for start, length in meta.records.values():
+        for start, _length in meta.records.values():
             assert (view.start + start) % 64 == 0
 
 
@@ -509,8 +510,8 @@ def test_big_endian_member_falls_back_to_torch_load(tmp_path):
     buf = io.BytesIO()
     torch.save({"w": torch.arange(6, dtype=torch.int32)}, buf)
     raw = _repack(buf.getvalue(), {"/byteorder": b"big"})
-    with pytest.raises(_torch_io._Unsupported, match="big-endian"):
-        read_pth_meta(_torch_io._BufferView(bytearray(raw)))
+    with pytest.raises(_torch_io.Unsupported, match="big-endian"):
+        read_pth_meta(_torch_io.BufferView(bytearray(raw)))
     path = tmp_path / "be.zip"
     _archive_with_member(path, "x.pth", raw)
     params = zipsave.load_archive(path)[1]

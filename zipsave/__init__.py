@@ -1,20 +1,10 @@
 """zipsave: save reinforcement-learning models to one readable zip archive, and load them
 back without running pickled code."""
 
+from ._api import RNGState, SaveHandle, Saveable, load, load_archive, restore, save, save_archive
 from ._archive import Limits
-from ._background import SaveHandle
-from ._inspect import ArchiveInfo, inspect, read
-from ._persist import (
-    LoadReport,
-    SkippedEntry,
-    SkippedEntryWarning,
-    load,
-    load_archive,
-    restore,
-    save,
-    save_archive,
-)
-from ._rng import RNGState
+from ._core import LoadReport
+from ._tools import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo, inspect, read
 from ._version import __version__
 from .exceptions import (
     ArchiveFormatError,
@@ -24,16 +14,20 @@ from .exceptions import (
     IntegrityError,
     MissingDependencyError,
     ParameterMismatchError,
+    SkippedEntry,
+    SkippedEntryWarning,
     UnsafeGlobalError,
     ZipsaveError,
     ZipsaveWarning,
 )
-from .saveable import Saveable
 
 __all__ = [
     "ArchiveFormatError",
     "ArchiveInfo",
+    "ArchiveMember",
     "ArchiveLimitError",
+    "ComponentInfo",
+    "DataEntry",
     "DecodeError",
     "EncodeError",
     "IntegrityError",
@@ -46,6 +40,7 @@ __all__ = [
     "Saveable",
     "SkippedEntry",
     "SkippedEntryWarning",
+    "TensorInfo",
     "UnsafeGlobalError",
     "ZipsaveError",
     "ZipsaveWarning",

@@ -14,8 +14,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from . import _persist
-from .saveable import Saveable
+from ._api import Saveable, load_archive
 
 __all__ = ["Reinforce", "run_demo"]
 
@@ -130,7 +129,7 @@ def run_demo(seconds: float = 3.0, out: str | None = None, stream: TextIO = sys.
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
             say(f"  {info.file_size:>10,d}  {info.filename}")
-    data, _, _ = _persist.load_archive(path, device="cpu")
+    data, _, _ = load_archive(path, device="cpu")
     say("\ndata:")
     for key, value in (data or {}).items():
         say(f"  {key:<20} {_summary(value)}")

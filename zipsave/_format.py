@@ -34,11 +34,6 @@ ALIGNMENT = 64
 #: Fixed timestamp for every member: same state in, same bytes out.
 DATE_TIME = (1980, 1, 1, 0, 0, 0)
 
-#: Keys of the native form inside a tagged JSON object. ``:type:`` and ``:serialized:`` are
-#: SB3's spelling and must stay as they are.
-TYPE_KEY = ":type:"
-SERIALIZED_KEY = ":serialized:"
-NATIVE_KEY = ":zipsave:"
 
 
 def join(component: str, member: str) -> str:

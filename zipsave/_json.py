@@ -1,4 +1,5 @@
-"""Parsing JSON from an archive without letting its shape hurt the reader.
+"""JSON text: deterministic pretty output, and parsing from an archive without letting its
+shape hurt the reader.
 
 orjson (3.8 at least) has no nesting limit of its own and overflows the C stack on deeply
 nested objects, which kills the process; Python's ``json`` raises ``RecursionError``. So the
@@ -16,7 +17,7 @@ import orjson
 
 from .exceptions import DecodeError
 
-__all__ = ["loads", "nesting_exceeds"]
+__all__ = ["dump_json", "loads", "nesting_exceeds", "parse_json"]
 
 #: The deepest JSON handed to orjson whatever the configured limit; deeper (when a caller
 #: raises the limit) goes to Python's json, which fails cleanly instead of crashing.
@@ -80,3 +81,14 @@ def loads(raw: bytes, *, max_depth: int) -> Any:
         raise DecodeError(f"JSON is nested more deeply than Python can parse ({first or err}).") from None
     except (ValueError, UnicodeDecodeError) as err:
         raise DecodeError(f"not valid JSON: {err}.") from None
+
+
+def dump_json(obj: Any) -> bytes:
+    """Pretty, deterministic JSON (key order as given; SB3's ``data`` is human-read)."""
+    return orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def parse_json(raw: bytes, *, max_depth: int) -> Any:
+    """Parse JSON bytes nested at most ``max_depth`` deep; accepts the ``NaN``/``Infinity``
+    tokens Python's ``json`` writes."""
+    return loads(raw, max_depth=max_depth)

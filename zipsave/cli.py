@@ -14,6 +14,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from ._demo import run_demo
+from ._tools import diff, extract, inspect, verify
 from ._version import __version__
 from .exceptions import ZipsaveError
 
@@ -28,14 +30,10 @@ def _print_json(obj: Any) -> None:
 
 # -- subcommands -------------------------------------------------------------------------------
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from ._demo import run_demo
-
     return run_demo(seconds=args.seconds, out=args.out)
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from ._inspect import inspect
-
     info = inspect(args.archive)
     if args.json:
         _print_json(info.to_dict())
@@ -45,8 +43,6 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from ._verify import verify
-
     problems = verify(args.archive)
     if args.json:
         _print_json({"archive": args.archive, "ok": not problems, "problems": problems})
@@ -60,8 +56,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from ._diff import diff
-
     result = diff(args.a, args.b)
     if args.json:
         _print_json(result.to_dict())
@@ -71,8 +65,6 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
-    from ._extract import extract
-
     written = extract(args.archive, args.folder, overwrite=args.overwrite)
     if args.json:
         _print_json({"archive": args.archive, "folder": args.folder, "files": written})

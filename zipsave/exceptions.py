@@ -3,6 +3,7 @@ the builtin a caller would catch."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -14,13 +15,16 @@ __all__ = [
     "IntegrityError",
     "MissingDependencyError",
     "ParameterMismatchError",
+    "SkippedEntry",
+    "SkippedEntryWarning",
     "UnsafeGlobalError",
     "ZipsaveError",
     "ZipsaveWarning",
 ]
 
 
-def _describe_path(path: Any) -> str:
+def describe_path(path: Any) -> str:
+    """How an archive (path, URL or file object) is named in messages."""
     if path is None:
         return ""
     if isinstance(path, (str, os.PathLike)):
@@ -47,7 +51,7 @@ class ZipsaveError(Exception):
         key: str | None = None,
         hint: str | None = None,
     ) -> None:
-        self.archive = _describe_path(archive) or None
+        self.archive = describe_path(archive) or None
         self.member = member
         self.key = key
         self.hint = hint
@@ -114,3 +118,40 @@ class MissingDependencyError(ZipsaveError, ImportError):
 
 class ZipsaveWarning(UserWarning):
     """Warnings zipsave issues (skipped entries, hash mismatches of editable members)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedEntry:
+    """One entry that could not be loaded and was skipped.
+
+    Attributes
+    ----------
+    member
+        The archive member (``"data"``, ``"policy.pth"``, ...).
+    key
+        The ``data`` key, or ``None`` for a whole member.
+    type_hint
+        The saved ``":type:"`` hint, when there is one.
+    cause
+        Why it failed, in words.
+    """
+
+    member: str
+    key: str | None
+    type_hint: str | None
+    cause: str
+
+    def __str__(self) -> str:
+        what = f"key `{self.key}` of member `{self.member}`" if self.key is not None else f"member `{self.member}`"
+        hint = f" (type {self.type_hint})" if self.type_hint else ""
+        return f"{what}{hint}: {self.cause}"
+
+
+class SkippedEntryWarning(ZipsaveWarning):
+    """Warns that one entry was skipped; ``.entry`` holds the :class:`SkippedEntry`."""
+
+    def __init__(self, entry: SkippedEntry, archive: str | None) -> None:
+        self.entry = entry
+        self.archive = archive
+        where = f"archive `{archive}`, " if archive else ""
+        super().__init__(f"{where}skipped {entry}")

@@ -1,0 +1,254 @@
+"""Background saves: ``zipsave.save(obj, path, background=True)``.
+
+The calling thread collects and encodes the object as for a plain save, then copies every
+tensor storage and array (one ``memcpy`` each, on the tensor's own device), so the archive
+shows the state at the moment of the call however training changes the model afterwards.
+A daemon thread writes the archive; saves to the same destination run one after another
+in call order, and the interpreter waits for pending saves before it exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures.thread  # noqa: F401 - registers its exit hook before ours (below)
+import copy
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._archive import describe, destination_key
+
+__all__ = ["SaveHandle", "start_background_save", "wait_for_pending"]
+
+_log = logging.getLogger("zipsave")
+
+#: At most this many snapshots exist at once; a further background save waits for a slot,
+#: so saving faster than the disk can write does not pile up copies of the model.
+MAX_IN_FLIGHT = 4
+
+_lock = threading.Lock()
+_latest: dict[Any, SaveHandle] = {}  # destination -> the most recent save to it
+_slots = threading.BoundedSemaphore(MAX_IN_FLIGHT)
+_THREAD_PREFIX = "zipsave-save"
+
+
+class SaveHandle:
+    """A save running in the background, as returned by ``zipsave.save(..., background=True)``.
+
+    Attributes
+    ----------
+    path
+        The destination passed to ``save``.
+
+    Examples
+    --------
+    >>> handle = zipsave.save(model, "ckpt.zip", background=True)  # doctest: +SKIP
+    >>> train_more(model)  # the archive still holds the state at the call  # doctest: +SKIP
+    >>> handle.wait()  # raises whatever the save raised  # doctest: +SKIP
+    """
+
+    def __init__(self, path: Any, previous: SaveHandle | None) -> None:
+        self.path = path
+        self._previous = previous
+        self._finished = threading.Event()
+        self._error: BaseException | None = None
+        self._retrieved = False
+
+    def __repr__(self) -> str:
+        if not self.done():
+            state = "running"
+        elif self._error is not None:
+            state = f"failed: {type(self._error).__name__}"
+        else:
+            state = "done"
+        return f"<SaveHandle {describe(self.path)!r} {state}>"
+
+    def done(self) -> bool:
+        """``True`` once the save has finished, successfully or not."""
+        return self._finished.is_set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the archive is written.
+
+        Parameters
+        ----------
+        timeout
+            Seconds to wait at most; ``None`` waits as long as it takes.
+
+        Raises
+        ------
+        TimeoutError
+            The save is still running after ``timeout`` seconds.
+        Exception
+            Whatever the save raised (e.g. :class:`~zipsave.ZipsaveError`, ``OSError``).
+        """
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Wait as :meth:`wait` does, then return the save's exception instead of raising
+        it (``None`` when it succeeded)."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"the background save to `{describe(self.path)}` is still running after {timeout} s.")
+        self._retrieved = True
+        return self._error
+
+    def __del__(self) -> None:
+        if self._error is not None and not self._retrieved:
+            _log.error("background save to `%s` failed and nobody called wait(): %r", describe(self.path), self._error)
+
+
+def wait_for_pending(path: Any) -> None:
+    """Block until background saves to ``path`` have finished (a plain save calls this, so
+    the last call wins)."""
+    with _lock:
+        handle = _latest.get(destination_key(path))
+    if handle is not None:
+        handle._finished.wait()
+
+
+def start_background_save(enc: Any, path: Any, save: Callable[[Any, Any], None]) -> SaveHandle:
+    """Snapshot the encoded object ``enc`` now and run ``save(snapshot, path)`` on a thread."""
+    key = destination_key(path)
+    _slots.acquire()
+    try:
+        snapshot = _snapshot(enc, {})
+    except BaseException:
+        _slots.release()
+        raise
+    with _lock:
+        handle = SaveHandle(path, _latest.get(key))
+        _latest[key] = handle
+    worker = threading.Thread(
+        target=_run, args=(handle, key, snapshot, save), name=f"{_THREAD_PREFIX} {describe(path)}", daemon=True
+    )
+    try:
+        worker.start()
+    except BaseException:
+        _finish(handle, key)
+        raise
+    return handle
+
+
+def _run(handle: SaveHandle, key: Any, snapshot: Any, save: Callable[[Any, Any], None]) -> None:
+    try:
+        previous = handle._previous
+        if previous is not None:
+            previous._finished.wait()
+        save(snapshot, handle.path)
+    except BaseException as err:  # noqa: BLE001 - surfaced by SaveHandle.wait()
+        handle._error = err
+    finally:
+        _finish(handle, key)
+
+
+def _finish(handle: SaveHandle, key: Any) -> None:
+    handle._previous = None  # let the chain of finished handles be freed
+    with _lock:
+        if _latest.get(key) is handle:
+            del _latest[key]
+    _slots.release()
+    handle._finished.set()
+
+
+def _wait_at_exit() -> None:
+    with _lock:
+        pending = list(_latest.values())
+    for handle in pending:
+        handle._finished.wait()
+        if handle._error is not None and not handle._retrieved:
+            handle._retrieved = True
+            _log.error("background save to `%s` failed: %r", describe(handle.path), handle._error)
+    for thread in threading.enumerate():
+        if thread.name.startswith(_THREAD_PREFIX):
+            thread.join()  # let workers end before the interpreter tears torch down
+
+
+# Pending saves must finish while thread pools still take work (the writer hashes on one):
+# threading's exit hooks run in reverse order of registration, before concurrent.futures
+# stops its pools (registered when it was imported, above), and before `atexit`.
+try:
+    threading._register_atexit(_wait_at_exit)  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - CPython < 3.9 or another implementation
+    atexit.register(_wait_at_exit)
+
+
+# -- the snapshot ------------------------------------------------------------------------------
+def _snapshot(enc: Any, memo: dict) -> Any:
+    """A copy of an encoded object whose tensors and arrays no longer share memory with the
+    live model. Everything else in it (rendered JSON bytes) is immutable already."""
+    return dataclasses.replace(
+        enc,
+        state=[(name, _copy_tree(sd, memo)) for name, sd in enc.state],
+        variables=None if enc.variables is None else _copy_tree(enc.variables, memo),
+        arrays=[(name, np.array(arr, copy=True)) for name, arr in enc.arrays],
+        components=[_snapshot(comp, memo) for comp in enc.components],
+    )
+
+
+def _copy_tree(value: Any, memo: dict) -> Any:
+    """Copy a state-dict tree. Shared objects stay shared, and tensors that share a storage
+    keep sharing one copied storage, so the archive's bytes equal a plain save's."""
+    if isinstance(value, torch.Tensor):
+        key = ("tensor", id(value))
+        if key not in memo:
+            memo[key] = _copy_tensor(value, memo)
+        return memo[key]
+    if isinstance(value, np.ndarray):
+        return np.array(value, copy=True)
+    if isinstance(value, (dict, list, tuple)):
+        key = ("container", id(value))
+        if key in memo:
+            return memo[key]
+        if isinstance(value, dict):
+            out: Any = copy.copy(value)  # same type and instance attributes (e.g. `_metadata`)
+            memo[key] = out
+            for k, v in value.items():
+                out[k] = _copy_tree(v, memo)
+            if hasattr(value, "__dict__"):
+                out.__dict__.update(copy.deepcopy(value.__dict__))
+        elif isinstance(value, list):
+            out = []
+            memo[key] = out
+            out.extend(_copy_tree(v, memo) for v in value)
+        else:
+            items = [_copy_tree(v, memo) for v in value]
+            out = type(value)(*items) if hasattr(type(value), "_fields") else type(value)(items)
+            memo[key] = out
+        return out
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # noqa: BLE001 - an uncopyable leaf is written as it is at write time
+        return value
+
+
+def _copy_tensor(t: torch.Tensor, memo: dict) -> torch.Tensor:
+    plain = (
+        type(t) in (torch.Tensor, torch.nn.Parameter)
+        and t.layout == torch.strided
+        and not t.is_quantized
+        and not t.is_conj()
+        and not t.is_neg()
+        and t.device.type != "meta"
+        and not vars(t)
+    )
+    if not plain:
+        return t.detach().clone()
+    storage = t.untyped_storage()
+    key = ("storage", storage._cdata)
+    copied = memo.get(key)
+    if copied is None:
+        copied = storage.clone()
+        memo[key] = copied
+    out = torch.empty(0, dtype=t.dtype, device=t.device).set_(copied, t.storage_offset(), t.size(), t.stride())
+    if isinstance(t, torch.nn.Parameter):
+        return torch.nn.Parameter(out, requires_grad=t.requires_grad)
+    if t.requires_grad:
+        out.requires_grad_(True)
+    return out

@@ -1,0 +1,242 @@
+"""The loading verbs: ``load`` (rebuild), ``restore`` (in place), ``load_archive`` (SB3's
+``load_from_zip_file``), each a thin front of one load session; their options are the fields
+of :class:`~zipsave._core.LoadOptions`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from .. import _format
+from .._archive import Limits
+from .._core import (
+    OPTION_DOCS,
+    Component,
+    LoadOptions,
+    LoadReport,
+    LoadSession,
+    build,
+    check_app_state,
+    check_component,
+    handler_for,
+    load_app_state,
+    restore_target,
+    restore_tree,
+)
+from ..exceptions import ArchiveFormatError, ZipsaveError
+
+__all__ = ["load", "load_archive", "restore", "set_parameters_from_archive"]
+
+
+def _options_doc(*, skip: tuple[str, ...] = ()) -> str:
+    """The numpydoc entries of the shared options, from their one definition."""
+    return "\n".join(f"    {name}\n        {text}" for name, text in OPTION_DOCS.items() if name not in skip)
+
+
+def load_archive(
+    path: Any,
+    *,
+    load_data: bool = True,
+    custom_objects: dict[str, Any] | None = None,
+    device: Any = "auto",
+    print_system_info: bool = False,
+    allow_pickle: bool = False,
+    trusted: Iterable[Any] = (),
+    strict: bool = False,
+    limits: Limits | None = None,
+    report: LoadReport | None = None,
+    verify: bool = True,
+    mmap: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> tuple[dict[str, Any] | None, dict[str, Any], dict[str, torch.Tensor] | None]:
+    with LoadSession(path, LoadOptions.of(locals())) as src:
+        data = src.decode_data("", custom_objects=custom_objects) if load_data else None
+        params: dict[str, Any] = {}
+        variables = None
+        for name in src.source.members_in(""):
+            if not name.endswith(_format.PTH_SUFFIX):
+                continue
+            try:
+                tree, _ = src.load_tensors(name)
+            except ZipsaveError as err:
+                src.skip(name, None, None, err)
+                continue
+            if name in (_format.PYTORCH_VARIABLES, _format.LEGACY_PYTORCH_VARIABLES):
+                variables = tree
+            else:
+                params[name[: -len(_format.PTH_SUFFIX)]] = tree
+        return data, params, variables
+
+
+load_archive.__doc__ = f"""Read an archive's parts, as SB3's ``load_from_zip_file`` does.
+
+    Parameters
+    ----------
+    path
+        File path (``.zip`` is tried too), URL, or readable binary file object (not closed).
+    load_data
+        Decode ``data``; ``False`` returns ``None`` for it and unpickles nothing.
+{_options_doc()}
+
+    Returns
+    -------
+    tuple
+        ``(data, params, pytorch_variables)``: ``data`` as a dict (or ``None``), ``{{name: state_dict}}``
+        for every ``.pth`` member, and the loose tensors (or ``None`` when the archive has none).
+    """
+
+
+def load(
+    path: Any,
+    *,
+    cls: Any = None,
+    component: str | None = None,
+    exclude: Iterable[str] | None = None,
+    custom_objects: dict[str, Any] | None = None,
+    device: Any = "auto",
+    print_system_info: bool = False,
+    allow_pickle: bool = False,
+    trusted: Iterable[Any] = (),
+    strict: bool = False,
+    limits: Limits | None = None,
+    report: LoadReport | None = None,
+    verify: bool = True,
+    mmap: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    progress: bool = False,
+    **overrides: Any,
+) -> Any:
+    options = LoadOptions.of(locals())
+    exclude = list(exclude or ())
+    with LoadSession(path, options) as src:
+        folder = (component or "").strip("/")
+        check_component(src, folder)
+        if folder and not src.has(_format.join(folder, _format.DATA)):  # a dict of components
+            return {
+                child.rpartition("/")[2]: build(src, child, cls=cls, custom_objects=custom_objects, exclude=exclude,
+                                                overrides=dict(overrides))
+                for child in src.child_components(folder)
+            }
+        if not src.has(_format.join(folder, _format.DATA)) and not src.has(_format.join(folder, _format.INIT)):
+            raise ArchiveFormatError(
+                "has no `data` member, so it holds no model (not a zipsave or SB3 model archive?).",
+                archive=src.name,
+                hint="Use `zipsave.load_archive` to read its tensors, or check the path.",
+            )
+        if cls is None and not src.has(_format.join(folder, _format.INIT)) and handler_for(src, folder, None) is None:
+            obj = load_app_state(src, folder, custom_objects=custom_objects, exclude=exclude)
+            obj.update(overrides)
+            return obj
+        obj = build(src, folder, cls=cls, custom_objects=custom_objects, exclude=exclude, overrides=overrides)
+        if isinstance(obj, Component):
+            obj.zipsave_report = src.report  # type: ignore[attr-defined]
+        return obj
+
+
+load.__doc__ = f"""Rebuild a saved object: a :class:`~zipsave.Saveable`, an SB3 algorithm (``cls=PPO``),
+    an object a registered integration builds, or an app-state dict.
+
+    Parameters
+    ----------
+    path
+        File path (``.zip`` is tried too), URL, or readable binary file object (not closed).
+    cls
+        The class to build; by default the one recorded in ``init.json`` (only
+        ``Saveable`` subclasses are built from the archive's say-so).
+    component
+        Load only this component folder, e.g. ``"learner/module/p0"``. A folder holding a
+        dict of components (``"learner/module"``) comes back as a dict of rebuilt objects.
+    exclude
+        Keys or state-dict names to skip (glob patterns), e.g. ``["*.optimizer"]`` to load
+        for inference without optimizer state. ``"learner/x"`` addresses a component; a
+        pattern starting with ``*`` applies in every component.
+{_options_doc()}
+    **overrides
+        Constructor arguments (``env=...``) or attributes that win over the saved ones.
+
+    Returns
+    -------
+    object
+        The rebuilt object. An app-state archive (no ``init.json``) comes back as a dict.
+
+    Examples
+    --------
+    >>> model = zipsave.load("model.zip", env=env)  # doctest: +SKIP
+    """
+
+
+def restore(
+    obj: Any,
+    path: Any,
+    *,
+    component: str | None = None,
+    into: str | None = None,
+    exact_match: bool = True,
+    exclude: Iterable[str] | None = None,
+    custom_objects: dict[str, Any] | None = None,
+    device: Any = "auto",
+    print_system_info: bool = False,
+    allow_pickle: bool = False,
+    trusted: Iterable[Any] = (),
+    strict: bool = False,
+    limits: Limits | None = None,
+    report: LoadReport | None = None,
+    verify: bool = True,
+    mmap: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> None:
+    options = LoadOptions.of(locals())
+    exclude = list(exclude or ())
+    with LoadSession(path, options) as src:
+        folder = (component or "").strip("/")
+        check_component(src, folder)
+        target = restore_target(src, obj, folder, into)
+        if isinstance(target, dict) and strict:
+            check_app_state(src, target, folder)
+        restore_tree(src, target, folder, custom_objects=custom_objects, exclude=exclude,
+                     exact_match=exact_match, set_data=True)
+
+
+restore.__doc__ = f"""Load an archive (or one component of it) into an existing object, in place.
+
+    Tensors are read straight into the existing parameters and optimizer state; nothing is
+    rebuilt. ``obj`` may be a :class:`~zipsave.Saveable`, any object with module/optimizer
+    attributes, or an app-state dict of stateful objects and values.
+
+    Parameters
+    ----------
+    obj
+        The object to update.
+    path
+        File path, URL, or readable binary file object.
+    component
+        Restore only this component folder of the archive, e.g. ``"learner/module/p1"``.
+        It goes to the same place in ``obj`` (``obj.learner.module["p1"]``), leaving every
+        other part untouched; when ``obj`` does not hold that component (you passed the
+        sub-object itself) it goes into ``obj``.
+    into
+        Where in ``obj`` the component goes instead, as a path of attributes and dict keys
+        (``"learner/module/p0"``; ``""`` is ``obj`` itself): the self-play swap, e.g.
+        ``restore(algo, "old.zip", component="learner/module/p1", into="learner/module/p0")``.
+    exact_match
+        Require the saved state dicts to match the object's exactly.
+    exclude
+        As for :func:`load`.
+{_options_doc()}
+
+    Examples
+    --------
+    >>> zipsave.restore(algo, "ckpt.zip", component="learner/module")  # doctest: +SKIP
+    """
+
+
+def set_parameters_from_archive(
+    obj: Any, path: Any, *, exact_match: bool = True, device: Any = "auto", limits: Limits | None = None
+) -> None:
+    """Load only the state dicts of an archive into ``obj`` (``data`` is never decoded)."""
+    with LoadSession(path, LoadOptions(device=device, limits=limits)) as src:
+        restore_tree(src, obj, "", custom_objects=None, exclude=[], exact_match=exact_match, set_data=False)

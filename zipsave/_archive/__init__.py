@@ -1,0 +1,42 @@
+"""The archive: zip reading and writing (aligned stored members, hashing overlapped with I/O,
+the manifest), the limits that keep hostile archives from hurting the reader, and
+destinations (paths with atomic replacement, fsspec URLs, file objects).
+
+This layer knows zip files and bytes; it knows nothing about models, JSON values or torch.
+"""
+
+from ._crc import OrderedCrc
+from ._destination import destination_key, is_url, open_output, open_source
+from ._files import atomic_output, open_input, seekable, with_suffix
+from ._limits import DEFAULT_LIMITS, Limits
+from ._progress import check as check_progress
+from ._progress import counting_writer, describe, make_bar
+from ._reader import ArchiveReader, manifest_digest
+from ._source import ArchiveSource, parse_version
+from ._views import MemberView
+from ._writer import ArchiveWriter, MemberInfo
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "ArchiveReader",
+    "ArchiveSource",
+    "ArchiveWriter",
+    "Limits",
+    "MemberInfo",
+    "MemberView",
+    "OrderedCrc",
+    "atomic_output",
+    "check_progress",
+    "counting_writer",
+    "describe",
+    "destination_key",
+    "is_url",
+    "make_bar",
+    "manifest_digest",
+    "open_input",
+    "open_output",
+    "open_source",
+    "parse_version",
+    "seekable",
+    "with_suffix",
+]

@@ -1,0 +1,88 @@
+"""The one rule for what a ``path`` means: an open binary file object (never closed), an
+fsspec URL (``s3://...``), or a local path (``file://`` accepted; ``.zip`` appended on save and
+tried on load, as SB3 does)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import IO, Any
+
+from ..exceptions import ArchiveFormatError
+from . import _remote
+from ._files import atomic_output, open_input, seekable, with_suffix
+
+__all__ = ["destination_key", "is_url", "open_output", "open_source"]
+
+_SPOOL_CHUNK = 16 << 20
+
+
+def is_url(path: Any) -> bool:
+    """An fsspec URL other than ``file://`` (which is a local path)."""
+    return isinstance(path, str) and "://" in path and not path.startswith("file://")
+
+
+def _local(path: Any) -> str:
+    return os.fspath(path).removeprefix("file://")
+
+
+def destination_key(path: Any) -> tuple[str, Any]:
+    """What makes two saves go to the same place: the file object, the URL, or the absolute
+    path with the ``.zip`` suffix rule applied."""
+    if hasattr(path, "write"):
+        return ("file", id(path))
+    if is_url(path):
+        return ("url", with_suffix(path))
+    return ("path", os.path.abspath(with_suffix(_local(path))))
+
+
+def _output_path(path: Any) -> str:
+    text = with_suffix(_local(path))
+    if os.path.isdir(text):
+        raise ArchiveFormatError("is a directory; give a file name such as `model.zip`.", archive=text)
+    os.makedirs(os.path.dirname(os.path.abspath(text)), exist_ok=True)
+    return text
+
+
+@contextlib.contextmanager
+def open_output(path: Any, *, storage_options: dict | None = None, progress: bool = False) -> Iterator[IO[bytes]]:
+    """Yield where an archive is written. Paths and URLs are replaced atomically when the block
+    exits cleanly (an exception leaves the previous archive whole); a file object is used as
+    it is."""
+    if hasattr(path, "write"):
+        yield path
+    elif is_url(path):
+        with _remote.remote_output(path, storage_options=storage_options, progress=progress) as fp:
+            yield fp
+    else:
+        with atomic_output(_output_path(path)) as fp:
+            yield fp
+
+
+@contextlib.contextmanager
+def open_source(
+    path: Any, *, storage_options: dict | None = None, progress: bool = False
+) -> Iterator[tuple[IO[bytes], str]]:
+    """Yield ``(seekable binary file, name for messages)`` for an archive to read. A
+    non-seekable file object or remote stream is spooled to a temporary file first."""
+    if hasattr(path, "read"):
+        name = getattr(path, "name", None)
+        label = name if isinstance(name, str) else f"<{type(path).__name__}>"
+        if seekable(path) and hasattr(path, "seek"):
+            yield path, label
+            return
+        with tempfile.TemporaryFile() as spool:
+            shutil.copyfileobj(path, spool, _SPOOL_CHUNK)
+            spool.seek(0)
+            yield spool, label
+        return
+    if is_url(path):
+        with _remote.remote_input(path, storage_options=storage_options, progress=progress) as fp:
+            yield fp, path
+        return
+    fp = open_input(_local(path))
+    with fp:
+        yield fp, fp.name

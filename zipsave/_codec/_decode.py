@@ -1,0 +1,291 @@
+"""The JSON of the ``data`` member -> Python values, preferring the pickle-free native form;
+``":serialized:"`` goes through the restricted unpickler of :mod:`zipsave._trust`."""
+
+from __future__ import annotations
+
+import collections
+import datetime as _dt
+import enum
+import math
+import pathlib
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._trust import TrustPolicy, restricted_loads
+from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
+from . import _spaces
+from ._arrays import descr_dtype
+from ._pickling import unb64
+from ._tags import NATIVE_KEY as N
+from ._tags import SERIALIZED_KEY as S
+
+__all__ = ["Decoder"]
+
+# -- decoding --------------------------------------------------------------------------------
+class Decoder:
+    """Decodes ``data`` values under a :class:`~zipsave._trust.TrustPolicy`."""
+
+    def __init__(
+        self,
+        policy: TrustPolicy,
+        *,
+        load_array: Callable[[str], np.ndarray] | None = None,
+        device: torch.device | None = None,
+        max_depth: int = 500,
+        archive: Any = None,
+        member: str | None = None,
+    ) -> None:
+        self.policy = policy
+        self._load_array = load_array
+        self._device = device
+        self._max_depth = max_depth
+        self._archive = archive
+        self._member = member
+        self._key: str | None = None
+
+    def decode_entry(self, key: str, value: Any) -> Any:
+        self._key = key
+        try:
+            return self.decode(value, 0)
+        except RecursionError:
+            raise DecodeError("value is nested too deeply to decode (limit `max_json_depth`).") from None
+
+    def decode(self, value: Any, depth: int = 0) -> Any:
+        if depth > self._max_depth:
+            raise DecodeError(f"value is nested deeper than {self._max_depth} levels (limit `max_json_depth`).")
+        kind = type(value)
+        if kind is list:
+            return [self.decode(v, depth + 1) for v in value]
+        if kind is not dict:
+            return value
+        if N in value:
+            return self._native(value[N], depth + 1)
+        if S in value:
+            return restricted_loads(unb64(value[S]), self.policy, key=self._key, member=self._member, archive=self._archive)
+        return {k: self.decode(v, depth + 1) for k, v in value.items()}
+
+    def _resolve(self, ref: Any) -> Any:
+        if not isinstance(ref, str) or ":" not in ref:
+            raise DecodeError(f"expected an import path `module:qualname`, found {ref!r}.")
+        module, qualname = ref.split(":", 1)
+        return self.policy.resolve(module, qualname, key=self._key, member=self._member, archive=self._archive)
+
+    def _items(self, body: dict, depth: int) -> list:
+        items = _field(body, "items", list)
+        out = []
+        for pair in items:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise DecodeError("expected [key, value] pairs in `items`.")
+            out.append((self.decode(pair[0], depth + 1), self.decode(pair[1], depth + 1)))
+        return out
+
+    def _native(self, body: Any, depth: int) -> Any:  # noqa: C901 - one dispatch table
+        if not isinstance(body, dict):
+            raise DecodeError(f"expected the native form to be an object, found {type(body).__name__}.")
+        kind = body.get("kind")
+        if kind == "int":
+            if "hex" in body:
+                text = _field(body, "hex", str)
+                if not _HEX_INT.fullmatch(text):
+                    raise DecodeError(f"expected a hexadecimal integer literal, found {text[:40]!r}.")
+                return int(text, 16)
+            text = _field(body, "value", str)
+            if not _DEC_INT.fullmatch(text):
+                raise DecodeError(f"expected a decimal integer literal, found {text[:40]!r}.")
+            return int(text)
+        if kind == "float":
+            text = _field(body, "value", str)
+            if text not in ("nan", "inf", "-inf") and not _is_number(text):
+                raise DecodeError(f"expected a float literal, found {text!r}.")
+            return float(text)
+        if kind == "tuple":
+            return tuple(self.decode(v, depth) for v in _field(body, "items", list))
+        if kind == "list":
+            return [self.decode(v, depth) for v in _field(body, "items", list)]
+        if kind == "namedtuple":
+            cls: Any = self._resolve(body.get("class"))
+            # Checked before the call: the class path came from the archive.
+            if not (isinstance(cls, type) and issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple)):
+                raise DecodeError(f"`{body.get('class')}` is not a namedtuple class.")
+            fields: tuple = getattr(cls, "_fields", ())
+            items = [self.decode(v, depth) for v in _field(body, "items", list)]
+            if len(items) != len(fields):
+                raise DecodeError(f"`{body.get('class')}` has {len(fields)} fields, found {len(items)} values.")
+            return cls._make(items)  # type: ignore[attr-defined]  # tuple.__new__: no class code runs
+        if kind == "set":
+            return {self.decode(v, depth) for v in _field(body, "items", list)}
+        if kind == "frozenset":
+            return frozenset(self.decode(v, depth) for v in _field(body, "items", list))
+        if kind == "bytes":
+            return unb64(body.get("b64"))
+        if kind == "bytearray":
+            return bytearray(unb64(body.get("b64")))
+        if kind == "complex":
+            return complex(self.decode(body.get("real"), depth), self.decode(body.get("imag"), depth))
+        if kind == "dict":
+            if "value" in body:
+                return {k: self.decode(v, depth) for k, v in _field(body, "value", dict).items()}
+            return dict(self._items(body, depth))
+        if kind == "OrderedDict":
+            return collections.OrderedDict(self._items(body, depth))
+        if kind == "defaultdict":
+            factory = body.get("factory")
+            return collections.defaultdict(None if factory is None else self._resolve(factory), self._items(body, depth))
+        if kind == "deque":
+            maxlen = body.get("maxlen")
+            if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
+                raise DecodeError(f"expected `maxlen` to be a non-negative integer or null, found {maxlen!r}.")
+            return collections.deque((self.decode(v, depth) for v in _field(body, "items", list)), maxlen)
+        if kind == "enum":
+            cls = self._resolve(body.get("class"))
+            if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+                raise DecodeError(f"`{body.get('class')}` is not an Enum class.")
+            name = body.get("name")
+            if isinstance(name, str) and name in cls.__members__:
+                return cls[name]
+            return cls(self.decode(body.get("value"), depth))
+        if kind == "path":
+            text = _field(body, "value", str)
+            windows = body.get("flavour") == "windows"
+            if body.get("pure"):
+                return pathlib.PureWindowsPath(text) if windows else pathlib.PurePosixPath(text)
+            return pathlib.Path(text)
+        if kind in ("datetime", "time"):
+            parse = _dt.datetime.fromisoformat if kind == "datetime" else _dt.time.fromisoformat
+            value = parse(_field(body, "value", str))
+            if "tz" in body:
+                import zoneinfo
+
+                value = value.replace(tzinfo=zoneinfo.ZoneInfo(_field(body, "tz", str)))
+            elif "tzname" in body:
+                offset = value.utcoffset()
+                if offset is None:
+                    raise DecodeError("a named fixed time zone needs an offset in `value`.")
+                value = value.replace(tzinfo=_dt.timezone(offset, _field(body, "tzname", str)))
+            fold = body.get("fold", 0)
+            if fold not in (0, 1) or type(fold) is not int:
+                raise DecodeError(f"expected `fold` to be 0 or 1, found {fold!r}.")
+            return value.replace(fold=fold) if fold else value
+        if kind == "date":
+            return _dt.date.fromisoformat(_field(body, "value", str))
+        if kind == "timedelta":
+            return _dt.timedelta(days=_field(body, "days", int), seconds=_field(body, "seconds", int), microseconds=_field(body, "microseconds", int))
+        if kind == "ndarray":
+            return self._array(body)
+        if kind == "numpy_scalar":
+            dtype = descr_dtype(body.get("dtype"))
+            if "value" in body:
+                if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
+                    raise DecodeError(f"a numpy scalar of dtype {dtype} cannot be given as a JSON `value`.")
+                if type(body["value"]) not in (bool, int, float):
+                    raise DecodeError(f"expected the numpy scalar `value` to be a number, found {type(body['value']).__name__}.")
+                return np.asarray(body["value"], dtype=dtype)[()]
+            raw = unb64(body.get("b64"))
+            if len(raw) != dtype.itemsize:
+                raise DecodeError(f"numpy scalar holds {len(raw)} bytes, expected {dtype.itemsize} for dtype {dtype}.")
+            return np.frombuffer(raw, dtype=dtype)[0].copy()
+        if kind == "numpy_dtype":
+            return descr_dtype(body.get("descr"))
+        if kind == "numpy_type":
+            scalar_type = descr_dtype(body.get("dtype")).type
+            if scalar_type is np.void and not isinstance(body.get("dtype"), str):
+                raise DecodeError("a numpy scalar type is described by a plain dtype string.")
+            return scalar_type
+        if kind == "torch_dtype":
+            torch_dtype = getattr(torch, _field(body, "name", str), None)
+            if not isinstance(torch_dtype, torch.dtype):
+                raise DecodeError(f"unknown torch dtype `{body.get('name')}`.")
+            return torch_dtype
+        if kind == "torch_device":
+            return torch.device(_field(body, "value", str))
+        if kind == "tensor":
+            return self._tensor(body)
+        if kind == "space":
+            return _spaces.decode_space({k: v for k, v in body.items() if k != "kind"}, lambda j: self.decode(j, depth), key=self._key)
+        if kind == "ref":
+            return self._resolve(body.get("path"))
+        raise DecodeError(f"unknown native kind {kind!r}; was the archive written by a newer zipsave?")
+
+    def _array(self, body: dict) -> np.ndarray:
+        dtype = descr_dtype(body.get("dtype"))
+        shape = _field(body, "shape", list)
+        if not all(type(s) is int and s >= 0 for s in shape):
+            raise DecodeError(f"expected `shape` to be a list of non-negative integers, found {shape!r}.")
+        count = math.prod(shape)
+        if "member" in body:
+            if self._load_array is None:
+                raise DecodeError("array member given but this archive has no array reader.")
+            name = _field(body, "member", str)
+            try:
+                arr = self._load_array(name)
+            except UnsafeGlobalError:
+                raise
+            except ZipsaveError as err:
+                if name in err.detail:
+                    raise
+                # Same class (an IntegrityError stays one for strict=True), member named.
+                raise type(err)(f"array member `{name}`: {err.detail}", hint=err.hint) from err
+            if arr.dtype != dtype or list(arr.shape) != shape:
+                raise DecodeError(
+                    f"array member `{body['member']}` holds {arr.dtype}{list(arr.shape)}, expected {dtype}{shape}."
+                )
+            return arr
+        if "values" in body:
+            if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
+                raise DecodeError(f"an array of dtype {dtype} cannot be given as JSON `values`.")
+            values = body["values"]
+            if not isinstance(values, list) and type(values) not in (bool, int, float):
+                raise DecodeError(f"expected `values` to be a list or a number, found {type(values).__name__}.")
+            arr = np.array(values, dtype=dtype)
+            if arr.size != count:
+                raise DecodeError(f"array holds {arr.size} values, expected {count} for shape {shape}.")
+            return arr.reshape(shape)
+        raw = unb64(body.get("b64"))
+        if len(raw) != count * dtype.itemsize:
+            raise DecodeError(f"array holds {len(raw)} bytes, expected {count * dtype.itemsize} for {dtype}{shape}.")
+        return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+    def _tensor(self, body: dict) -> torch.Tensor:
+        dtype = getattr(torch, _field(body, "dtype", str), None)
+        if not isinstance(dtype, torch.dtype):
+            raise DecodeError(f"unknown torch dtype `{body.get('dtype')}`.")
+        shape = _field(body, "shape", list)
+        if not all(type(s) is int and s >= 0 for s in shape):
+            raise DecodeError(f"expected the tensor `shape` to be a list of non-negative integers, found {shape!r}.")
+        raw = self._native(_field(body, "data", dict), 0)
+        if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8:
+            raise DecodeError("tensor data must be a uint8 array.")
+        if raw.size != math.prod(shape) * dtype.itemsize:
+            raise DecodeError(f"tensor holds {raw.size} bytes, expected {math.prod(shape) * dtype.itemsize} for {dtype}{shape}.")
+        t = torch.from_numpy(np.ascontiguousarray(raw)).view(dtype).reshape(shape) if raw.size else torch.empty(shape, dtype=dtype)
+        device = self._device if self._device is not None else torch.device(body.get("device", "cpu"))
+        if device.type != "cpu":
+            t = t.to(device)
+        if body.get("parameter"):
+            return torch.nn.Parameter(t, requires_grad=bool(body.get("requires_grad")))
+        return t.requires_grad_(bool(body.get("requires_grad")))
+
+
+_DEC_INT = re.compile(r"-?[0-9]+")
+_HEX_INT = re.compile(r"-?0x[0-9a-f]+")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _field(body: dict, name: str, kind: type) -> Any:
+    value = body.get(name)
+    if type(value) is not kind:
+        raise DecodeError(
+            f"expected field `{name}` of the {body.get('kind')!r} form to be {kind.__name__}, found {type(value).__name__}."
+        )
+    return value

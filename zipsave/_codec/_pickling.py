@@ -1,0 +1,103 @@
+"""The ":serialized:" fallback: base64 cloudpickle as SB3 writes it, with sets and unused
+space generators reduced deterministically so equal values pickle to equal bytes."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import pickle
+from typing import Any
+
+import cloudpickle
+
+from ..exceptions import DecodeError
+from . import _spaces
+
+__all__ = ["NoNative", "b64", "pickle_value", "type_hint", "unb64"]
+
+class NoNative(Exception):
+    """The value has no pickle-free form."""
+
+
+def type_hint(value: Any) -> str:
+    return str(type(value))
+
+
+def b64(data: bytes | memoryview) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: Any) -> bytes:
+    if not isinstance(text, str):
+        raise DecodeError(f"expected a base64 string, found {type(text).__name__}.")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, binascii.Error) as err:
+        raise DecodeError(f"expected base64 text ({err}).") from None
+
+
+def _canonical_reduce(obj: Any) -> Any:
+    """The deterministic reduction of ``obj``, or ``NotImplemented`` for pickle's own.
+
+    Sets are written in a fixed order (pickle writes them in hash order, which for strings
+    changes with every interpreter's PYTHONHASHSEED), and a space's random generator that was
+    never seeded nor used is written as ``None`` (it holds fresh OS entropy; gymnasium makes
+    an equivalent one on demand).
+    """
+    kind = type(obj)
+    if (kind is set or kind is frozenset) and len(obj) > 1:
+        return kind, (sorted(obj, key=_pickle_bytes),)
+    if _spaces.is_space(obj) and obj._np_random is not None and _spaces.is_unused_generator(obj._np_random):
+        rv = obj.__reduce_ex__(cloudpickle.DEFAULT_PROTOCOL)
+        if isinstance(rv, tuple) and len(rv) >= 3 and isinstance(rv[2], dict) and "_np_random" in rv[2]:
+            return (*rv[:2], {**rv[2], "_np_random": None}, *rv[3:])
+    return NotImplemented
+
+
+def _make_pickler() -> type:
+    """cloudpickle's reducers on Python's pure pickler: the C pickler never asks
+    ``reducer_override`` about sets, so their order could not be fixed there."""
+    base = cloudpickle.CloudPickler
+    borrowed = ("_function_reduce", "_dynamic_function_reduce", "_function_getnewargs")
+    if not all(hasattr(base, name) for name in (*borrowed, "reducer_override", "dispatch_table")):
+        # Another cloudpickle layout: keep its C pickler (sets then stay in hash order).
+        class _CPickler(base):  # type: ignore[misc, valid-type]
+            def reducer_override(self, obj: Any) -> Any:
+                rv = _canonical_reduce(obj)
+                return super().reducer_override(obj) if rv is NotImplemented else rv
+
+        return _CPickler
+
+    class _PyPickler(pickle._Pickler):  # type: ignore[name-defined]
+        dispatch_table = base.dispatch_table
+
+        def __init__(self, file: Any, protocol: int) -> None:
+            super().__init__(file, protocol=protocol)
+            self.globals_ref: dict = {}
+
+        def reducer_override(self, obj: Any) -> Any:
+            rv = _canonical_reduce(obj)
+            return base.reducer_override(self, obj) if rv is NotImplemented else rv
+
+    for name in borrowed:
+        setattr(_PyPickler, name, getattr(base, name))
+    return _PyPickler
+
+
+_Pickler = _make_pickler()
+
+
+def _pickle_bytes(value: Any) -> bytes:
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(value)
+    return buf.getvalue()
+
+
+def pickle_value(value: Any) -> str:
+    """``":serialized:"``: base64 cloudpickle, as SB3 writes it (and SB3 reads it)."""
+    try:
+        return b64(_pickle_bytes(value))
+    except RecursionError:
+        # A set reached again through one of its own items: sorting it first recursed.
+        return b64(cloudpickle.dumps(value))

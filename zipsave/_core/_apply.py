@@ -1,0 +1,213 @@
+"""Applying an archive folder to live objects in place: state dicts into modules and optimizers,
+``data`` values onto attributes, components recursively."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from .. import _format
+from ..exceptions import ArchiveFormatError, ParameterMismatchError, ZipsaveError
+from ._collect import collect
+from ._parts import is_stateful, matches, recursive_getattr, recursive_setattr, unwrap
+from ._session import LoadSession
+
+__all__ = [
+    "check_app_state", "expected_state_names", "load_state_into", "restore_parts", "set_parameters_from_dict",
+    "set_variable",
+]
+
+
+def restore_parts(
+    src: LoadSession,
+    obj: Any,
+    folder: str,
+    *,
+    custom_objects: dict | None,
+    exclude: list[str],
+    exact_match: bool,
+    set_data: bool,
+    overrides: dict[str, Any] | None = None,
+) -> None:
+    """Load one folder's parts into ``obj`` in place (the core of load and restore)."""
+    is_dict = isinstance(obj, dict)
+    if set_data:
+        data = src.decode_data(folder, custom_objects=custom_objects, exclude=exclude) or {}
+        for key, value in data.items():
+            if overrides and key in overrides:
+                continue
+            if is_dict:
+                if key in obj and is_stateful(obj[key]):
+                    continue
+                obj[key] = value
+            else:
+                setattr(obj, key, value)
+    prefix = f"{folder}/" if folder else ""
+    members = [n for n in src.reader.names() if n.startswith(prefix) and "/" not in n[len(prefix) :]]
+    names = [n[len(prefix) : -len(_format.PTH_SUFFIX)] for n in members if n.endswith(_format.PTH_SUFFIX)]
+    variables_name = _format.PYTORCH_VARIABLES[: -len(_format.PTH_SUFFIX)]
+    state_names = [n for n in names if n not in (variables_name, "tensors")]
+    if exact_match and not is_dict:
+        expected = expected_state_names(obj)
+        if expected is not None and exclude:
+            # what the caller left out (``exclude=["*.optimizer"]``) is missing on purpose
+            expected = [n for n in expected if not matches(n, exclude)]
+        if expected is not None and set(expected) != {n for n in state_names if not (exclude and matches(n, exclude))}:
+            raise ParameterMismatchError(
+                f"holds state dicts {sorted(state_names)}, but the object has {sorted(expected)}.",
+                archive=src.name,
+                member=folder or None,
+                hint="Pass `exact_match=False` to load the ones that match.",
+            )
+    for name in state_names:
+        member = prefix + name + _format.PTH_SUFFIX
+        if exclude and matches(name, exclude):
+            continue
+        try:
+            target = obj[name] if is_dict else recursive_getattr(obj, name)
+        except (AttributeError, KeyError):
+            err = ParameterMismatchError(
+                f"`{name}` is not an attribute of {type(obj).__name__}.", archive=src.name, member=member
+            )
+            if exact_match:
+                raise err from None
+            src.skip(member, None, None, err)
+            continue
+        try:
+            load_state_into(src, member, unwrap(target), exact_match)
+        except ParameterMismatchError:
+            raise
+        except ZipsaveError as err:
+            src.skip(member, None, None, err)
+    var_member = prefix + _format.PYTORCH_VARIABLES
+    if var_member in src.reader and not is_dict:
+        try:
+            variables, _ = src.load_tensors(var_member)
+        except ZipsaveError as err:
+            src.skip(var_member, None, None, err)
+            variables = {}
+        for name, value in (variables or {}).items():
+            if exclude and matches(name, exclude):
+                continue
+            set_variable(obj, name, value)
+
+
+def expected_state_names(obj: Any) -> list[str] | None:
+    if hasattr(obj, "_get_torch_save_params"):
+        return list(obj._get_torch_save_params()[0])
+    try:
+        parts = collect(obj, None, None)
+    except ZipsaveError:
+        return None
+    return [name for name, _ in parts.state]
+
+
+def load_state_into(src: LoadSession, member: str, target: Any, exact_match: bool) -> None:
+    if isinstance(target, torch.nn.Module):
+        current = target.state_dict(keep_vars=True)
+
+        def fits_module(tree: Any) -> None:  # checked before any byte lands in the module
+            if not isinstance(tree, dict):
+                raise ArchiveFormatError(f"holds a {type(tree).__name__}, expected a state dict.")
+            if exact_match and set(tree) != set(current):
+                missing = sorted(set(current) - set(tree))
+                unexpected = sorted(set(tree) - set(current))
+                raise ParameterMismatchError(
+                    f"state dict does not match the module: missing keys {missing}, unexpected keys {unexpected}.",
+                    hint="Pass `exact_match=False` to load the keys that match.",
+                )
+
+        tree, _filled = src.load_tensors(
+            member, current, check_shapes=True, check_dtypes=exact_match, validate=fits_module
+        )
+        try:
+            # Tensors filled in place are passed as themselves: copy_ of a tensor onto itself
+            # is a no-op, and the module's load hooks still run.
+            target.load_state_dict(tree, strict=exact_match)
+        except RuntimeError as err:
+            raise ParameterMismatchError(f"does not fit the module: {err}", archive=src.name, member=member) from err
+        return
+    if isinstance(target, torch.optim.Optimizer):
+        current_state = target.state_dict()
+
+        def fits_optimizer(tree: Any) -> None:
+            groups = tree.get("param_groups") if isinstance(tree, dict) else None
+            if not isinstance(groups, list) or [len(g.get("params", ())) for g in groups if isinstance(g, dict)] != [
+                len(g["params"]) for g in current_state["param_groups"]
+            ]:
+                raise ParameterMismatchError(
+                    "optimizer state does not match the optimizer's parameter groups (another model?)."
+                )
+
+        tree, _ = src.load_tensors(member, current_state, check_shapes=True, validate=fits_optimizer)
+        try:
+            target.load_state_dict(tree)
+        except (ValueError, KeyError, RuntimeError) as err:
+            raise ParameterMismatchError(f"does not fit the optimizer: {err}", archive=src.name, member=member) from err
+        return
+    if is_stateful(target):
+        existing: Any = None
+        with contextlib.suppress(Exception):
+            existing = target.state_dict()
+        tree, _ = src.load_tensors(member, existing)
+        target.load_state_dict(tree)
+        return
+    raise ParameterMismatchError(
+        f"cannot load a state dict into {type(target).__name__} (it has no `load_state_dict`).",
+        archive=src.name,
+        member=member,
+    )
+
+
+def set_variable(obj: Any, name: str, value: Any) -> None:
+    if value is None:
+        return
+    try:
+        current = recursive_getattr(obj, name)
+    except AttributeError:
+        current = None
+    if isinstance(current, torch.Tensor) and isinstance(value, torch.Tensor) and current.shape == value.shape:
+        with torch.no_grad():
+            current.data.copy_(value.data)
+    else:
+        recursive_setattr(obj, name, value)
+
+
+def check_app_state(src: LoadSession, app: dict, folder: str) -> None:
+    prefix = f"{folder}/" if folder else ""
+    saved = {
+        n[len(prefix) : -len(_format.PTH_SUFFIX)]
+        for n in src.reader.names()
+        if n.startswith(prefix) and "/" not in n[len(prefix) :] and n.endswith(_format.PTH_SUFFIX)
+    } - {_format.PYTORCH_VARIABLES[: -len(_format.PTH_SUFFIX)]}
+    wanted = {k for k, v in app.items() if is_stateful(v)}
+    if saved != wanted:
+        raise ParameterMismatchError(
+            f"holds stateful entries {sorted(saved)}, but the app state has {sorted(wanted)}.",
+            archive=src.name,
+            hint="Pass `strict=False` to restore the ones that match.",
+        )
+
+
+def set_parameters_from_dict(obj: Any, params: dict[str, Any], *, exact_match: bool = True) -> None:
+    """Load ``{name: state_dict}`` into the matching attributes of ``obj``."""
+    expected = expected_state_names(obj)
+    if exact_match and expected is not None and set(params) != set(expected):
+        raise ParameterMismatchError(
+            f"got state dicts {sorted(params)}, but the object has {sorted(expected)}.",
+            hint="Pass `exact_match=False` to load the ones that match.",
+        )
+    for name, state in params.items():
+        try:
+            target = unwrap(recursive_getattr(obj, name))
+        except AttributeError:
+            raise ParameterMismatchError(f"`{name}` is not an attribute of {type(obj).__name__}.", key=name) from None
+        try:
+            if isinstance(target, torch.nn.Module):
+                target.load_state_dict(state, strict=exact_match)
+            else:
+                target.load_state_dict(state)
+        except (RuntimeError, ValueError, KeyError) as err:
+            raise ParameterMismatchError(f"does not fit: {err}", key=name) from err

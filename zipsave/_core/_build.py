@@ -1,0 +1,239 @@
+"""Rebuilding objects from an archive folder: the class its ``init.json`` names (or the caller's,
+or a handler's), constructed, then restored in place; app-state folders as dicts."""
+
+from __future__ import annotations
+
+import importlib
+import inspect as _inspect
+from typing import Any
+
+from .. import _format, _registry
+from .._codec import NATIVE_KEY
+from ..exceptions import (
+    ArchiveFormatError,
+    DecodeError,
+    MissingDependencyError,
+    ParameterMismatchError,
+    UnsafeGlobalError,
+    ZipsaveError,
+)
+from ._apply import restore_parts
+from ._component import Component
+from ._parts import matches, nested
+from ._session import LoadSession
+
+__all__ = ["build", "check_component", "handler_for", "load_app_state", "restore_target", "restore_tree"]
+
+
+def _resolve_class(src: LoadSession, record: dict, member: str, cls: Any) -> Any:
+    if cls is not None:
+        return cls
+    path = record.get("class")
+    if not isinstance(path, str) or ":" not in path:
+        raise ArchiveFormatError("has no `class` import path; pass `cls=`.", archive=src.name, member=member)
+    module, qualname = path.split(":", 1)
+
+    try:
+        found: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as err:
+        raise DecodeError(
+            f"class `{path}` cannot be imported ({err}).", archive=src.name, member=member,
+            hint="Install or import the package that defines it, or pass `cls=`.",
+        ) from err
+    if not (isinstance(found, type) and issubclass(found, Component)):
+        raise UnsafeGlobalError(
+            path.replace(":", "."), archive=src.name, member=member,
+            hint="Only zipsave.Saveable subclasses are built from init.json; pass `cls=` to choose the class yourself.",
+        )
+    return found
+
+
+def build(
+    src: LoadSession,
+    folder: str,
+    *,
+    cls: Any,
+    custom_objects: dict | None,
+    exclude: list[str],
+    overrides: dict[str, Any],
+    exact_match: bool = True,
+) -> Any:
+    """Construct a fresh object from ``init.json`` (or ``cls``), then restore into it."""
+    init_member = _format.join(folder, _format.INIT)
+    handler = handler_for(src, folder, cls)
+    if handler is not None:
+        return handler.build(src, folder, cls=cls, custom_objects=custom_objects, exclude=exclude, overrides=overrides)
+    if not src.has(init_member):
+        if cls is None:
+            raise ArchiveFormatError(
+                "has no init.json, so zipsave does not know what to build.",
+                archive=src.name,
+                member=init_member,
+                hint="Pass `cls=` (e.g. `zipsave.load(path, cls=PPO, env=env)`), or use `load_archive`/`restore`.",
+            )
+        record: dict[str, Any] = {"args": {}}
+    else:
+        record = src.read_json(init_member)
+        if not isinstance(record, dict) or not isinstance(record.get("args", {}), dict):
+            raise ArchiveFormatError("must hold an object with `class` and `args`.", archive=src.name, member=init_member)
+    klass = _resolve_class(src, record, init_member, cls)
+    raw_args = record.get("args", {})
+    built: dict[str, Any] = dict(custom_objects or {})
+    for key, raw in raw_args.items():
+        native = raw.get(NATIVE_KEY) if isinstance(raw, dict) else None
+        if isinstance(native, dict) and native.get("kind") == "component" and key not in built:
+            child = _format.join(folder, str(native.get("path", "")))
+            if key in overrides:
+                built[key] = overrides[key]
+                continue
+            built[key] = build(src, child, cls=None, custom_objects=None, exclude=nested(exclude, str(native.get("path"))),
+                                overrides={}, exact_match=exact_match)
+            src.built_components.add(child)
+    args = src.decode_entries(raw_args, init_member, custom_objects=built or None)
+
+    params: Any
+    try:
+        params = _inspect.signature(klass.__init__).parameters
+        accepts_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    except (TypeError, ValueError):
+        params, accepts_any = {}, True
+    late: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key in params or accepts_any:
+            args[key] = value
+        else:
+            late[key] = value
+    try:
+        obj = klass(**args)
+    except Exception as err:
+        raise DecodeError(
+            f"building {klass.__name__}(**args) failed: {type(err).__name__}: {err}",
+            archive=src.name,
+            member=init_member,
+            hint="Pass the missing or broken constructor arguments as keyword overrides to load().",
+        ) from err
+    restore_tree(
+        src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match,
+        set_data=True, overrides=args | late,
+    )
+    for key, value in late.items():
+        setattr(obj, key, value)
+    return obj
+
+
+
+def handler_for(src: LoadSession, folder: str, cls: Any) -> _registry.Handler | None:
+    """The registered handler that builds ``folder``: the one its ``init.json`` names, else one
+    that builds ``cls``, else (no ``cls``, no ``init.json``) one that recognises the folder."""
+    init_member = _format.join(folder, _format.INIT)
+    if src.has(init_member):
+        record = src.read_json(init_member)
+        name = record.get("handler") if isinstance(record, dict) else None
+        if name is None:
+            return None
+        handler = _registry.by_name(str(name))
+        if handler is None:
+            raise MissingDependencyError(
+                f"was written by the zipsave integration `{name}`, which is not installed.",
+                archive=src.name,
+                member=init_member,
+                hint=f"Install the package that provides it (e.g. `pip install zipsave[{name}]`).",
+            )
+        return handler
+    if cls is not None:
+        return next((h for h in _registry.handlers() if h.builds(cls)), None)
+    return next((h for h in _registry.handlers() if h.recognises(src, folder)), None)
+
+
+def check_component(src: LoadSession, folder: str) -> None:
+    """``folder`` must be a component (it has ``data``) or a dict of components."""
+    if folder and not src.has(_format.join(folder, _format.DATA)) and not src.child_components(folder):
+        raise ArchiveFormatError(
+            f"has no component `{folder}`; components: {sorted(src.source.components())}.", archive=src.name
+        )
+
+
+def restore_target(src: LoadSession, obj: Any, folder: str, into: str | None) -> Any:
+    """Where a restored component goes: ``into`` (an attribute path in ``obj``, ``""`` for
+    ``obj`` itself), else the component's own path when ``obj`` has it, else ``obj``."""
+    path = folder if into is None else into.strip("/")
+    if not path:
+        return obj
+    parts = path.split("/")
+    if into is None:
+        first = obj.get(parts[0]) if isinstance(obj, dict) else getattr(obj, parts[0], None)
+        if not isinstance(first, (Component, dict)):
+            return obj  # e.g. restore(algo.learner.module["p0"], other, component="learner/module/p1")
+    target = obj
+    for depth, part in enumerate(parts):
+        found = target.get(part) if isinstance(target, dict) else getattr(target, part, None)
+        if found is None:
+            where = "/".join(parts[:depth]) or "the object"
+            raise ParameterMismatchError(
+                f"cannot restore component `{folder}` into `{path}`: {where} ({type(target).__name__}) has no `{part}`.",
+                archive=src.name,
+                hint='Pass `into="attribute/path"` to choose where it goes, or `into=""` for the object itself.',
+            )
+        target = found
+    return target
+
+
+def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None, exclude: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = dict(src.decode_data(folder, custom_objects=custom_objects, exclude=exclude) or {})
+    prefix = f"{folder}/" if folder else ""
+    for name in src.reader.names():
+        if not name.startswith(prefix) or "/" in name[len(prefix) :] or not name.endswith(_format.PTH_SUFFIX):
+            continue
+        key = name[len(prefix) : -len(_format.PTH_SUFFIX)]
+        if name[len(prefix) :] == _format.PYTORCH_VARIABLES or (exclude and matches(key, exclude)):
+            continue
+        try:
+            out[key], _ = src.load_tensors(name)
+        except ZipsaveError as err:
+            src.skip(name, None, None, err)
+    return out
+
+
+def restore_tree(
+    src: LoadSession,
+    obj: Any,
+    folder: str,
+    *,
+    custom_objects: dict | None,
+    exclude: list[str],
+    exact_match: bool,
+    set_data: bool,
+    overrides: dict[str, Any] | None = None,
+) -> None:
+    """Load a folder into ``obj`` in place, then its component folders: restored into the
+    components ``obj`` has, rebuilt where it has none."""
+    restore_parts(src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match,
+                  set_data=set_data, overrides=overrides)
+    is_dict = isinstance(obj, dict)
+    prefix = f"{folder}/" if folder else ""
+    for child in src.child_components(folder):
+        attr_path = child[len(prefix) :]
+        if exclude and matches(attr_path, exclude):
+            continue
+        parent, _, last = attr_path.rpartition("/")
+        holder = getattr(obj, parent, None) if parent else obj
+        if holder is None:  # a dict of components the constructor did not create
+            holder = {}
+            setattr(obj, parent, holder)
+        current = holder.get(last) if isinstance(holder, dict) else getattr(holder, last, None)
+        if not is_dict and any(h.restore_component(src, obj, attr_path) for h in _registry.handlers()):
+            continue  # a handler filled it itself (SB3's replay buffer, VecNormalize)
+        if child in src.built_components and isinstance(current, Component):
+            continue  # built (and restored) from its folder before the constructor ran
+        if isinstance(current, Component):
+            restore_tree(src, current, child, custom_objects=None, exclude=nested(exclude, attr_path),
+                           exact_match=exact_match, set_data=True)
+        else:
+            built = build(src, child, cls=None, custom_objects=None, exclude=nested(exclude, attr_path), overrides={},
+                           exact_match=exact_match)
+            if isinstance(holder, dict):
+                holder[last] = built
+            else:
+                setattr(holder, last, built)

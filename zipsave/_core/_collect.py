@@ -1,0 +1,136 @@
+"""Collecting: an object -> its archive parts (``data`` values, state dicts, loose tensors,
+components), by a registered handler, as app state, or by attribute discovery."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+
+from .. import _registry
+from ..exceptions import EncodeError
+from ._component import Component
+from ._parts import ALWAYS_EXCLUDED_PREFIXES, Parts, holds_stateful, is_live_handle, is_stateful, recursive_getattr, unwrap
+
+__all__ = ["collect"]
+
+
+def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | None) -> Parts:
+    """Split an object into the parts the archive stores."""
+    exclude = set(exclude or ())
+    include = set(include or ())
+    if isinstance(obj, Parts):
+        return obj  # a component collected by its owner (SB3's replay buffer, VecNormalize)
+    if isinstance(obj, dict):
+        return _collect_app_state(obj, exclude, include)
+    if not isinstance(obj, Component):
+        for handler in _registry.handlers():
+            if handler.claims(obj):
+                return handler.collect(obj, exclude=exclude, include=include)  # type: ignore[no-any-return]
+    if not hasattr(obj, "__dict__"):
+        raise EncodeError(
+            f"cannot save an object of type {type(obj).__name__}: expected a Saveable, an object with "
+            "attributes, or a dict of stateful objects and values."
+        )
+    excluded = set(getattr(obj, "_excluded_save_params", lambda: ())()) | exclude
+    excluded -= include
+    data: dict[str, Any] = {}
+    state: list[tuple[str, Any]] = []
+    variables: dict[str, torch.Tensor] = {}
+    components: list[tuple[str, Any]] = []
+    seen: dict[int, str] = {}
+    covered: set[int] = set()  # sub-modules and parameters already inside a saved state dict
+
+    attrs = vars(obj)
+    hooks = getattr(obj, "_get_torch_save_params", None)
+    if callable(hooks):
+        # SB3's hook names what is torch-saved; discovery then only looks for components.
+        state_names, var_names = hooks()
+        for name in list(state_names) + list(var_names):
+            excluded.add(name.split(".")[0])
+        state.extend((name, unwrap(recursive_getattr(obj, name))) for name in state_names)
+        variables.update((name, recursive_getattr(obj, name)) for name in var_names)
+    for name, value in attrs.items():
+        if name.startswith(ALWAYS_EXCLUDED_PREFIXES) or name in excluded:
+            continue
+        if isinstance(value, torch.nn.Module):
+            module = unwrap(value)
+            for sub in module.modules():
+                covered.add(id(sub))
+            for tensor in list(module.parameters()) + list(module.buffers()):
+                covered.add(id(tensor))
+    for name, value in attrs.items():
+        if name.startswith(ALWAYS_EXCLUDED_PREFIXES) or name in excluded:
+            continue
+        if isinstance(value, Component):
+            components.append((name, value))
+        elif isinstance(value, dict) and value and all(isinstance(v, Component) for v in value.values()):
+            for key, comp in value.items():
+                if not (isinstance(key, str) and key and "/" not in key):
+                    raise EncodeError(
+                        f"the dict of components `{name}` has the key {key!r}; component keys must be "
+                        "non-empty strings without `/` (they become folder names).",
+                        key=name,
+                    )
+                components.append((f"{name}/{key}", comp))
+        elif isinstance(value, torch.nn.Module):
+            module = unwrap(value)
+            if id(module) in seen or (id(module) in covered and not _is_root(module, attrs)):
+                continue  # an alias, or a piece of another saved module
+            seen[id(module)] = name
+            state.append((name, module))
+            for attr_name, attr in vars(module).items():
+                if isinstance(attr, torch.optim.Optimizer) and id(attr) not in seen:
+                    seen[id(attr)] = f"{name}.{attr_name}"
+                    state.append((f"{name}.{attr_name}", attr))
+        elif holds_stateful(value):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                item = unwrap(item)
+                if id(item) not in seen:
+                    seen[id(item)] = f"{name}.{key}"
+                    state.append((f"{name}.{key}", item))
+        elif isinstance(value, torch.Tensor):
+            if id(value) in covered or id(value) in seen:
+                continue
+            seen[id(value)] = name
+            variables[name] = value
+        elif is_stateful(value) and not is_live_handle(value):
+            if id(value) in seen:
+                continue
+            seen[id(value)] = name
+            state.append((name, value))
+        elif is_live_handle(value) and name not in include:
+            continue
+        else:
+            data[name] = value
+    init = None
+    if isinstance(obj, Component):
+        init = obj._zipsave_init_record()
+    return Parts(data, state, variables, components, init)
+
+
+
+def _is_root(module: torch.nn.Module, attrs: dict) -> bool:
+    """True when no other module attribute contains ``module``."""
+    for other in attrs.values():
+        if isinstance(other, torch.nn.Module) and other is not module:
+            if any(sub is module for sub in unwrap(other).modules()):
+                return False
+    return True
+
+
+
+def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
+    data: dict[str, Any] = {}
+    state: list[tuple[str, Any]] = []
+    for key, value in app.items():
+        if not isinstance(key, str):
+            raise EncodeError(f"app-state keys must be strings, found {key!r}.")
+        if key in exclude and key not in include:
+            continue
+        if is_stateful(value):
+            state.append((key, unwrap(value)))
+        else:
+            data[key] = value
+    return Parts(data, state, None, [])

@@ -1,0 +1,66 @@
+"""The options every load-like verb takes (``load``, ``restore``, ``load_archive``,
+``Saveable.load``), defined once: their defaults, their checks and their documentation."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from .._archive import Limits
+from .._trust import TrustPolicy
+from ._report import LoadReport
+
+__all__ = ["OPTION_DOCS", "LoadOptions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadOptions:
+    """How one load reads an archive. Every field is a keyword argument of the loading verbs,
+    with the same name and default; :data:`OPTION_DOCS` documents each."""
+
+    custom_objects: dict[str, Any] | None = None
+    device: Any = "auto"
+    print_system_info: bool = False
+    allow_pickle: bool = False
+    trusted: Iterable[Any] = ()
+    strict: bool = False
+    limits: Limits | None = None
+    report: LoadReport | None = None
+    verify: bool = True
+    mmap: bool = False
+    storage_options: dict[str, Any] | None = None
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.custom_objects is not None and not isinstance(self.custom_objects, dict):
+            raise TypeError(f"custom_objects must be a dict or None, found {type(self.custom_objects).__name__}.")
+        # Built (and checked) once, so a bad `trusted=` fails before the archive is opened.
+        object.__setattr__(self, "_policy", TrustPolicy.make(allow_pickle=self.allow_pickle, trusted=self.trusted))
+
+    @property
+    def policy(self) -> TrustPolicy:
+        """The trust policy of ``allow_pickle`` and ``trusted``."""
+        return self._policy  # type: ignore[attr-defined, no-any-return]
+
+    @classmethod
+    def of(cls, call: dict[str, Any]) -> LoadOptions:
+        """The options among a verb's arguments (``LoadOptions.of(locals())``)."""
+        return cls(**{f.name: call[f.name] for f in dataclasses.fields(cls) if f.name in call})
+
+
+#: One line of documentation per option, shared by every verb's docstring.
+OPTION_DOCS: dict[str, str] = {
+    "custom_objects": "``{key: value}`` used instead of those ``data`` keys, which are never decoded.",
+    "device": "Where every tensor goes, including tensors inside ``data``.",
+    "print_system_info": "Print the saved and the current system info and the differences that matter.",
+    "allow_pickle": "Trust the archive completely (SB3's plain cloudpickle); see :doc:`security`.",
+    "trusted": "Globals a pickled entry may import on top of the allowlist; see :doc:`security`.",
+    "strict": "Raise instead of skipping a broken entry.",
+    "limits": "Safety limits (:class:`~zipsave.Limits`).",
+    "report": "A :class:`~zipsave.LoadReport` to fill with the skipped entries.",
+    "verify": "Check every member against its CRC-32 and the manifest while reading.",
+    "mmap": "Map tensor records from the file instead of reading them (lazy start-up).",
+    "storage_options": "Options for the fsspec filesystem of a URL ``path`` (the ``remote`` extra).",
+    "progress": "Show a tqdm progress bar (the ``progress`` extra); silent by default.",
+}

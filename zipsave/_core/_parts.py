@@ -1,0 +1,114 @@
+"""What an archive folder is made of (``Parts``), and the small rules every layer above uses to
+find stateful objects, live handles and attribute paths."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import io
+import logging
+import socket
+import threading
+import types
+from typing import Any, Iterable
+
+import torch
+
+__all__ = [
+    "ALWAYS_EXCLUDED_PREFIXES", "Parts", "flat", "holds_stateful", "is_live_handle", "is_stateful", "matches",
+    "nested", "recursive_getattr", "recursive_setattr", "unwrap",
+]
+
+ALWAYS_EXCLUDED_PREFIXES = ("_zipsave", "zipsave_")
+
+
+def is_live_handle(value: Any) -> bool:
+    """Environments, loggers, files, locks, threads: state that cannot be meaningfully saved."""
+    if isinstance(value, (logging.Logger, io.IOBase, types.ModuleType, types.GeneratorType, socket.socket, threading.Thread)):
+        return True
+    if type(value).__name__ in ("lock", "RLock", "_thread.lock", "Condition", "Event", "SummaryWriter"):
+        return True
+    try:
+        import gymnasium
+
+        if isinstance(value, (gymnasium.Env, gymnasium.vector.VectorEnv)):
+            return True
+    except ImportError:  # pragma: no cover - gymnasium is a dependency
+        pass
+    # SB3's VecEnv and its wrappers, without importing SB3.
+    return callable(getattr(value, "step_async", None)) and callable(getattr(value, "step_wait", None))
+
+
+def is_stateful(value: Any) -> bool:
+    return (
+        not isinstance(value, type)
+        and callable(getattr(value, "state_dict", None))
+        and callable(getattr(value, "load_state_dict", None))
+    )
+
+
+def recursive_getattr(obj: Any, path: str) -> Any:
+    """``a.b.0.c``: attributes, and indexes into lists/dicts holding stateful objects."""
+    for part in path.split("."):
+        if isinstance(obj, (list, tuple)) and part.isdigit():
+            obj = obj[int(part)]
+        elif isinstance(obj, dict) and part in obj:
+            obj = obj[part]
+        else:
+            obj = getattr(obj, part)
+    return obj
+
+
+def recursive_setattr(obj: Any, path: str, value: Any) -> None:
+    head, _, last = path.rpartition(".")
+    setattr(recursive_getattr(obj, head) if head else obj, last, value)
+
+
+def unwrap(module: Any) -> Any:
+    return getattr(module, "_orig_mod", module)  # torch.compile'd modules save un-prefixed
+
+
+@dataclasses.dataclass
+class Parts:
+    data: dict[str, Any]
+    state: list[tuple[str, Any]]  # (name, object with state_dict or a ready state dict)
+    variables: dict[str, torch.Tensor] | None
+    components: list[tuple[str, Any]]
+    init: dict[str, Any] | None = None
+    encoder_options: dict[str, Any] = dataclasses.field(default_factory=dict)  # keyword arguments of Encoder
+
+
+def matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+
+def holds_stateful(value: Any) -> bool:
+    """A plain list/tuple/dict of modules or optimizers (e.g. ``self.critics = [q1, q2]``)."""
+    if type(value) in (list, tuple):
+        items = list(value)
+    elif type(value) is dict and all(type(k) is str and k and "." not in k and "/" not in k for k in value):
+        items = list(value.values())
+    else:
+        return False
+    return bool(items) and all(is_stateful(v) and not is_live_handle(v) for v in items)
+
+
+
+def nested(patterns: Iterable[str] | None, prefix: str) -> list[str]:
+    """Exclude/include patterns addressed to a component: ``"learner/opt"`` -> ``"opt"``.
+
+    A pattern that starts with ``*`` (``"*.optimizer"``) applies at every depth, as
+    fnmatch's ``*`` also matches ``/``.
+    """
+    out = []
+    for p in patterns or ():
+        if p.startswith(prefix + "/"):
+            out.append(p[len(prefix) + 1 :])
+        elif p.startswith("*"):
+            out.append(p)
+    return out
+
+
+def flat(patterns: list[str]) -> list[str]:
+    return [p for p in patterns if "/" not in p]

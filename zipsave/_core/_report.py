@@ -1,0 +1,49 @@
+"""What a load skipped or found suspicious, for the caller and for a notebook."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from typing import Any
+
+from ..exceptions import SkippedEntry
+
+__all__ = ["LoadReport"]
+
+@dataclasses.dataclass
+class LoadReport:
+    """What a load skipped or found suspicious. Pass one as ``report=`` to collect it;
+    a loaded :class:`~zipsave.Saveable` also keeps it as ``model.zipsave_report``."""
+
+    archive: str | None = None
+    skipped: list[SkippedEntry] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.skipped
+
+    def __str__(self) -> str:
+        if not self.skipped and not self.notes:
+            return f"LoadReport({self.archive!r}): everything loaded"
+        lines = [f"LoadReport({self.archive!r}): {len(self.skipped)} skipped"]
+        lines += [f"  - skipped {entry}" for entry in self.skipped]
+        lines += [f"  - note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython's text display
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        cell = "<td style='text-align:left'>{}</td>"
+        rows = "".join(
+            "<tr>" + "".join(cell.format(html.escape(v)) for v in (e.member, e.key or "", e.type_hint or "", e.cause))
+            + "</tr>"
+            for e in self.skipped
+        )
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
+        status = f"{len(self.skipped)} skipped" if self.skipped else "everything loaded"
+        head = html.escape(f"{self.archive}: {status}")
+        header = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("member", "key", "type", "cause"))
+        table = f"<table><tr>{header}</tr>{rows}</table>" if rows else ""
+        return f"<div><b>{head}</b>{table}{f'<ul>{notes}</ul>' if notes else ''}</div>"

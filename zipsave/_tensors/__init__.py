@@ -1,0 +1,23 @@
+"""Tensors: state dicts <-> ``.pth`` members and numpy arrays <-> ``.npy`` members, straight
+between the archive file and tensor memory, and the device every tensor goes to."""
+
+from ._npy import read_array_member, read_npy
+from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
+from ._pth_read import load_member, load_pth
+from ._pth_write import get_device, save_pth
+from ._tree import dotted, walk_refs
+
+__all__ = [
+    "PthMeta",
+    "TensorRef",
+    "Unsupported",
+    "dotted",
+    "get_device",
+    "load_member",
+    "load_pth",
+    "read_array_member",
+    "read_npy",
+    "read_pth_meta",
+    "save_pth",
+    "walk_refs",
+]

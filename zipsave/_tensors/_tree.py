@@ -1,0 +1,111 @@
+"""Walking a state-dict tree of tensor references, and byte views of tensors for ``readinto``."""
+
+from __future__ import annotations
+
+import collections
+import io
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ._pth_meta import TensorRef
+
+__all__ = ["BufferView", "byte_view", "dotted", "lookup", "replace", "walk_leaves", "walk_refs"]
+
+
+class BufferView(io.RawIOBase):
+    """A small member held in memory, with the reading interface of a ``MemberView``."""
+
+    def __init__(self, data: bytearray) -> None:
+        super().__init__()
+        self._data = memoryview(data)
+        self.size = len(data)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def read_at(self, offset: int, buf: Any) -> int:
+        view = memoryview(buf).cast("B")
+        n = max(0, min(view.nbytes, self.size - offset))
+        view[:n] = self._data[offset : offset + n]
+        return n
+
+    def readinto(self, buf: Any) -> int:
+        n = self.read_at(self._pos, buf)
+        self._pos += n
+        return n
+
+
+# -- trees ---------------------------------------------------------------------------------
+def walk_leaves(tree: Any, leaf: type, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    if isinstance(tree, leaf):
+        yield path, tree
+    elif isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from walk_leaves(v, leaf, path + (k,))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            yield from walk_leaves(v, leaf, path + (i,))
+
+
+def walk_refs(tree: Any, path: tuple = ()) -> Iterator[tuple[tuple, TensorRef]]:
+    """Every :class:`TensorRef` of a metadata tree, with its path of keys / indices."""
+    return walk_leaves(tree, TensorRef, path)
+
+
+def lookup(tree: Any, path: tuple) -> Any:
+    for part in path:
+        if isinstance(tree, dict):
+            if part not in tree:
+                return None
+            tree = tree[part]
+        elif isinstance(tree, (list, tuple)) and isinstance(part, int) and part < len(tree):
+            tree = tree[part]
+        else:
+            return None
+    return tree
+
+
+def replace(tree: Any, build: Callable[[TensorRef], Any]) -> Any:
+    if isinstance(tree, TensorRef):
+        return build(tree)
+    if isinstance(tree, dict):
+        out = type(tree)() if isinstance(tree, collections.OrderedDict) else {}
+        for k, v in tree.items():
+            out[k] = replace(v, build)
+        if hasattr(tree, "_metadata"):
+            out._metadata = tree._metadata  # type: ignore[attr-defined]
+        return out
+    if isinstance(tree, list):
+        return [replace(v, build) for v in tree]
+    if isinstance(tree, tuple):
+        return tuple(replace(v, build) for v in tree)
+    return tree
+
+
+def dotted(path: tuple) -> str:
+    return ".".join(map(str, path))
+
+
+# -- destinations --------------------------------------------------------------------------
+def byte_view(t: torch.Tensor) -> memoryview:
+    """A writable byte view of a contiguous CPU tensor's memory."""
+    flat = t.detach().reshape(-1)
+    if flat.dtype != torch.uint8:
+        flat = flat.view(torch.uint8)
+    return flat.numpy().data.cast("B")

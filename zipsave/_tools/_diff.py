@@ -1,0 +1,245 @@
+"""Compare two archives (``zipsave diff``): ``data`` keys by their stored JSON, tensors by
+value, with the largest absolute difference of each changed tensor.
+
+``data`` is compared without decoding anything: a native form is compared instead of its
+pickled twin (pickle bytes differ between runs for equal values), and an array kept in an
+``arrays/<id>.npy`` member is compared by that member's size and CRC-32. Tensors are read with
+zipsave's own loader (``torch.load`` only ever with ``weights_only=True``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import orjson
+import torch
+
+from .. import _format
+from .._archive import ArchiveSource
+from .._codec import NATIVE_KEY, TYPE_KEY
+from .._tensors import load_member
+from ..exceptions import ArchiveFormatError
+from ._inspect import data_folders, stored_type
+
+__all__ = ["ArchiveDiff", "Change", "diff"]
+
+_CHUNK = 1 << 22  # elements compared at once, to bound the float64 temporaries
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One changed entry: a ``data`` key, a tensor or a plain state-dict value.
+
+    ``old``/``new`` describe the value on each side (text); ``max_abs_diff`` is set for
+    tensors of the same shape.
+    """
+
+    name: str
+    old: str
+    new: str
+    max_abs_diff: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchiveDiff:
+    """What differs between archive ``a`` and archive ``b``."""
+
+    a: str
+    b: str
+    data_changed: tuple[Change, ...]
+    data_added: tuple[str, ...]
+    data_removed: tuple[str, ...]
+    tensors_changed: tuple[Change, ...]
+    tensors_added: tuple[str, ...]
+    tensors_removed: tuple[str, ...]
+    tensors_same: int
+
+    @property
+    def identical(self) -> bool:
+        return not (
+            self.data_changed or self.data_added or self.data_removed
+            or self.tensors_changed or self.tensors_added or self.tensors_removed
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        for change in out["data_changed"] + out["tensors_changed"]:
+            value = change["max_abs_diff"]
+            if value is not None and not math.isfinite(value):
+                change["max_abs_diff"] = str(value)  # JSON has no NaN/Infinity
+        out["identical"] = self.identical
+        return out
+
+    def __str__(self) -> str:
+        lines = [f"--- {self.a}", f"+++ {self.b}"]
+        for change in self.data_changed:
+            lines.append(f"~ data    {change.name}: {change.old} -> {change.new}")
+        lines += [f"+ data    {name}" for name in self.data_added]
+        lines += [f"- data    {name}" for name in self.data_removed]
+        for change in self.tensors_changed:
+            if change.max_abs_diff is not None:
+                detail = f"max |a-b| = {change.max_abs_diff:.6g}"
+                if change.old != change.new:
+                    detail = f"{change.old} -> {change.new}, {detail}"
+            else:
+                detail = f"{change.old} -> {change.new}"
+            lines.append(f"~ tensor  {change.name}: {detail}")
+        lines += [f"+ tensor  {name}" for name in self.tensors_added]
+        lines += [f"- tensor  {name}" for name in self.tensors_removed]
+        if self.identical:
+            lines.append(f"identical: same data and {self.tensors_same} equal tensors")
+        else:
+            data = len(self.data_changed) + len(self.data_added) + len(self.data_removed)
+            tensors = len(self.tensors_changed) + len(self.tensors_added) + len(self.tensors_removed)
+            lines.append(f"{data} data keys and {tensors} tensor entries differ; {self.tensors_same} tensors equal")
+        return "\n".join(lines)
+
+
+def diff(a: Any, b: Any, *, limits: Any = None) -> ArchiveDiff:
+    """Compare archive ``a`` with archive ``b``; nothing is unpickled."""
+    with ArchiveSource(a, limits=limits) as left, ArchiveSource(b, limits=limits) as right:
+        old_data, new_data = _data(left), _data(right)
+        changed = [
+            Change(key, _describe(old_data[key]), _describe(new_data[key]))
+            for key in old_data
+            if key in new_data and _comparable(left, old_data[key]) != _comparable(right, new_data[key])
+        ]
+        data_added = tuple(k for k in new_data if k not in old_data)
+        data_removed = tuple(k for k in old_data if k not in new_data)
+
+        members = [n for n in left.reader.names() if n.endswith(_format.PTH_SUFFIX)]
+        members += [n for n in right.reader.names() if n.endswith(_format.PTH_SUFFIX) and n not in left.reader]
+        tensor_changes: list[Change] = []
+        added: list[str] = []
+        removed: list[str] = []
+        same = 0
+        for member in members:
+            stem = member[: -len(_format.PTH_SUFFIX)]
+            old = _leaves(left, member)
+            new = _leaves(right, member)
+            for key, value in old.items():
+                name = f"{stem}/{key}"
+                if key not in new:
+                    removed.append(name)
+                    continue
+                change = _compare(name, value, new[key])
+                if change is None:
+                    same += isinstance(value, torch.Tensor)
+                else:
+                    tensor_changes.append(change)
+            added += [f"{stem}/{key}" for key in new if key not in old]
+    return ArchiveDiff(
+        left.name, right.name, tuple(changed), data_added, data_removed,
+        tuple(tensor_changes), tuple(added), tuple(removed), same,
+    )
+
+
+def _data(src: ArchiveSource) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for folder in data_folders(src.reader.names()):
+        member = _format.join(folder, _format.DATA)
+        raw = src.read_json(member)
+        if not isinstance(raw, dict):
+            raise ArchiveFormatError(f"must hold a JSON object, found {type(raw).__name__}.", archive=src.name, member=member)
+        out.update((_format.join(folder, key), value) for key, value in raw.items())
+    return out
+
+
+def _comparable(src: ArchiveSource, value: Any) -> Any:
+    """The stored value with pickles dropped where a native form exists and array members
+    replaced by their size and CRC-32."""
+    if isinstance(value, list):
+        return [_comparable(src, v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if NATIVE_KEY in value:
+        return {NATIVE_KEY: _comparable(src, value[NATIVE_KEY])}
+    out = {k: _comparable(src, v) for k, v in value.items()}
+    member = value.get("member")
+    if value.get("kind") == "ndarray" and isinstance(member, str):
+        out["member"] = _member_digest(src, member)
+    return out
+
+
+def _member_digest(src: ArchiveSource, member: str) -> str:
+    """Size and CRC-32 from the zip directory: no read, and the CRC is checked on load."""
+    if member not in src.reader:
+        return f"missing member {member}"
+    info = src.reader.info(member)
+    return f"{info.file_size}:{info.CRC:08x}"
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict) and TYPE_KEY in value:
+        return f"<{stored_type(value)}>"
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _leaves(src: ArchiveSource, member: str) -> dict[str, Any]:
+    if member not in src.reader:
+        return {}
+    tree, _ = load_member(src.reader, member, device=torch.device("cpu"))
+    out: dict[str, Any] = {}
+
+    def walk(node: Any, path: tuple) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, path + (k,))
+        elif isinstance(node, (list, tuple)) and not isinstance(node, torch.Size):
+            for i, v in enumerate(node):
+                walk(v, path + (i,))
+        else:
+            out[".".join(map(str, path))] = node
+
+    walk(tree, ())
+    return out
+
+
+def _spec(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+
+
+def _compare(name: str, old: Any, new: Any) -> Change | None:
+    if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
+        if old.shape != new.shape:
+            return Change(name, _spec(old), _spec(new))
+        if old.dtype == new.dtype and torch.equal(old, new):
+            return None
+        biggest = max_abs_diff(old, new)
+        if biggest == 0.0 and old.dtype == new.dtype:
+            return None  # equal but for NaNs in the same places
+        return Change(name, _spec(old), _spec(new), biggest)
+    if isinstance(old, torch.Tensor) or isinstance(new, torch.Tensor):
+        return Change(name, _value_text(old), _value_text(new))
+    if type(old) is type(new) and (old == new or (isinstance(old, float) and math.isnan(old) and math.isnan(new))):
+        return None
+    return Change(name, _value_text(old), _value_text(new))
+
+
+def _value_text(value: Any) -> str:
+    text = _spec(value) if isinstance(value, torch.Tensor) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest ``|a - b|`` over two same-shape tensors, in float64 (complex: modulus);
+    NaN where only one side is NaN, and places where both are NaN count as equal."""
+    wide = torch.complex128 if a.is_complex() or b.is_complex() else torch.float64
+    flat_a, flat_b = a.detach().reshape(-1), b.detach().reshape(-1)
+    biggest = 0.0
+    for start in range(0, flat_a.numel(), _CHUNK):
+        x = flat_a[start : start + _CHUNK].to(wide)
+        y = flat_b[start : start + _CHUNK].to(wide)
+        gap = (x - y).abs()
+        both_nan = torch.isnan(x) & torch.isnan(y)
+        gap = gap.masked_fill(both_nan, 0.0)
+        if torch.isnan(gap).any():
+            return math.nan
+        biggest = max(biggest, float(gap.max()))
+    return biggest

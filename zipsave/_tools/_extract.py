@@ -1,0 +1,133 @@
+"""Safe extraction of an archive into a folder (``zipsave extract``).
+
+Every name is checked before a byte is written: no absolute or drive-qualified names, no
+``..``, no symbolic links or other special files, and no write through a symbolic link that
+already sits in the destination. Each member's CRC-32 is checked while it is copied, and its
+SHA-256 against ``manifest.json`` where the manifest records one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import warnings
+import zlib
+from typing import Any
+
+from .. import _format
+from .._archive import ArchiveSource
+from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError, ZipsaveWarning
+
+__all__ = ["extract"]
+
+_CHUNK = 1 << 20
+
+
+def extract(path: Any, folder: str | os.PathLike, *, overwrite: bool = False, limits: Any = None) -> list[str]:
+    """Extract every member of ``path`` below ``folder``; return the files written.
+
+    Raises
+    ------
+    ArchiveFormatError
+        A member is a link or special file, or its name would land outside ``folder``.
+    ZipsaveError
+        A file exists already and ``overwrite`` is not set.
+    IntegrityError
+        A member's bytes do not match its CRC-32 (the partial file is removed).
+    """
+    with ArchiveSource(path, limits=limits) as src:
+        reader = src.reader
+        root = os.path.realpath(os.fspath(folder))
+        plan: list[tuple[str, str, bool]] = []
+        for name in reader.names():
+            info = reader.info(name)
+            kind = stat.S_IFMT(info.external_attr >> 16)
+            is_dir = name.endswith("/") or kind == stat.S_IFDIR
+            if not is_dir and kind not in (0, stat.S_IFREG):
+                what = "a symbolic link" if kind == stat.S_IFLNK else "a special file"
+                raise ArchiveFormatError(f"is {what}; refusing to extract it.", archive=src.name, member=name)
+            parts = name.rstrip("/").split("/")
+            if "\\" in name or any(part in ("", ".", "..") for part in parts):
+                raise ArchiveFormatError(
+                    "has an unsafe name (empty, `.` or `..` parts, or backslashes); refusing to extract it.",
+                    archive=src.name,
+                    member=name,
+                )
+            target = os.path.join(root, *parts)
+            if not is_dir and not overwrite and os.path.lexists(target):
+                raise ZipsaveError(
+                    f"`{target}` exists already.", archive=src.name, member=name, hint="Pass --overwrite to replace it."
+                )
+            plan.append((name, target, is_dir))
+
+        written = []
+        for name, target, is_dir in plan:
+            _make_dirs(root, target if is_dir else os.path.dirname(target), src.name, name)
+            if not is_dir:
+                _copy_member(src, name, target, overwrite)
+                written.append(target)
+        return written
+
+
+def _make_dirs(root: str, directory: str, archive: str, member: str) -> None:
+    os.makedirs(directory, exist_ok=True)
+    real = os.path.realpath(directory)
+    if real != root and not real.startswith(root + os.sep):
+        raise ArchiveFormatError(
+            f"would be written to `{real}`, outside the destination (a symbolic link in the way?).",
+            archive=archive,
+            member=member,
+        )
+
+
+def _copy_member(src: ArchiveSource, name: str, target: str, overwrite: bool) -> None:
+    reader = src.reader
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    if not overwrite:
+        flags |= os.O_EXCL
+    recorded = reader.expected(name) or {}
+    with reader.open_view(name) as view:
+        crc, sha = _write_file(src, name, view, target, flags, sha256=bool(recorded.get("sha256")))
+    if crc != reader.info(name).CRC:
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+        raise IntegrityError(
+            f"CRC-32 {crc:08x} does not match the recorded {reader.info(name).CRC:08x} (corrupted).",
+            archive=src.name,
+            member=name,
+        )
+    try:
+        reader.check_recorded(name)
+        if sha is not None:
+            reader.check_digest(name, sha256=sha)
+    except ZipsaveError as err:
+        edited = " (a member people may edit)" if os.path.basename(name) in _format.EDITABLE else ""
+        warnings.warn(ZipsaveWarning(f"{err}{edited}"), stacklevel=3)
+
+
+def _write_file(src: ArchiveSource, name: str, view: Any, target: str, flags: int, *, sha256: bool) -> tuple[int, str | None]:
+    """Copy the member to a new file; return its CRC-32 and (if asked) SHA-256. A failure
+    removes the file."""
+    crc, sha = 0, hashlib.sha256() if sha256 else None
+    buf = bytearray(_CHUNK)
+    fd = os.open(target, flags, 0o666)
+    try:
+        with open(fd, "wb") as out:
+            pos = 0
+            while pos < view.size:
+                n = view.read_at(pos, buf)
+                if not n:
+                    raise ArchiveFormatError("ends early (truncated).", archive=src.name, member=name)
+                chunk = memoryview(buf)[:n]
+                out.write(chunk)
+                crc = zlib.crc32(chunk, crc)
+                if sha is not None:
+                    sha.update(chunk)
+                pos += n
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+        raise
+    return crc, None if sha is None else sha.hexdigest()

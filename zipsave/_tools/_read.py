@@ -1,0 +1,188 @@
+"""Random access: one tensor (``member/key``) or one ``data`` key read alone; only its bytes are
+read, and they are checked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .. import _format
+from .._archive import ArchiveSource, Limits, MemberView
+from .._codec import Decoder
+from .._tensors import PthMeta, TensorRef, dotted, get_device, read_array_member, walk_refs
+from .._trust import TrustPolicy
+from ..exceptions import ArchiveFormatError, DecodeError, ZipsaveError
+from ._inspect import data_folders, pth_meta
+
+__all__ = ["read"]
+
+
+def read(
+    path: Any,
+    name: str,
+    *,
+    device: Any = "cpu",
+    allow_pickle: bool = False,
+    trusted: Any = (),
+    limits: Limits | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Any:
+    """Read one tensor, or one ``data`` key, without reading the rest of the archive.
+
+    **Addressing.** ``name`` is ``<prefix>/<rest>``, where ``<prefix>`` is a ``.pth``
+    member without its suffix (``policy``, ``policy.optimizer``, ``learner/policy``) or a
+    component folder, and ``<rest>`` names a tensor inside that member (its state-dict key,
+    or for nested objects its path with parts joined by ``/`` or ``.``:
+    ``policy.optimizer/state/0/exp_avg`` = ``policy.optimizer/state.0.exp_avg``) or a key of
+    that folder's ``data``. A name without a matching prefix is a key of the top-level
+    ``data`` (``learning_rate``). Prefixes are tried longest first, a ``.pth`` member before
+    a ``data`` member of the same folder, and the first that holds ``<rest>`` wins. The
+    addresses :func:`inspect` lists (:attr:`~zipsave.TensorInfo.name`,
+    :attr:`~zipsave.DataEntry.name`) always work.
+
+    Only the bytes of the tensor's storage record are read (plus the member's small
+    ``data.pkl``); a ``data`` key decodes from the JSON member and, if it refers to one,
+    its own ``arrays/<id>.npy``. The zip directory entry is checked against
+    ``manifest.json``; the bytes are not hashed (``zipsave verify`` does that).
+
+    Parameters
+    ----------
+    path
+        File path (``.zip`` is tried too), URL, or readable binary file object (not closed).
+    name
+        What to read, as above.
+    device
+        Where the tensor goes (``"auto"`` picks CUDA when available).
+    allow_pickle, trusted
+        The trust policy for a pickled ``data`` key; see :doc:`security`.
+    limits
+        Safety limits (:class:`~zipsave.Limits`).
+    storage_options
+        Options for the ``fsspec`` filesystem of a URL (credentials, endpoint).
+
+    Returns
+    -------
+    torch.Tensor or object
+        The tensor, or the decoded value.
+
+    Raises
+    ------
+    ArchiveFormatError
+        ``name`` addresses nothing in the archive (the message lists what it holds).
+    UnsafeGlobalError
+        The ``data`` key needs a global the trust policy refuses.
+
+    Examples
+    --------
+    >>> w = zipsave.read("algo.zip", "policy/0.weight")  # doctest: +SKIP
+    >>> lr = zipsave.read("algo.zip", "learning_rate")  # doctest: +SKIP
+    """
+    if not isinstance(name, str) or not name.strip("/"):
+        raise TypeError(f"name must be a non-empty string such as 'policy/0.weight', got {name!r}.")
+    name = name.strip("/")
+    policy = TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted)
+    target = get_device(device)
+    with ArchiveSource(path, limits=limits, storage_options=storage_options) as src:
+        for prefix, is_tensor in _candidates(src.reader.names()):
+            if prefix and not name.startswith(prefix + "/"):
+                continue
+            rest = name[len(prefix) + 1 :] if prefix else name
+            if is_tensor:
+                member = prefix + _format.PTH_SUFFIX
+                with src.reader.open_view(member) as view:
+                    meta = pth_meta(src, member, view)
+                    found = _find_ref(src, member, meta, rest)
+                    if found is not None:
+                        return _read_tensor(src, member, view, meta, found, target)
+            else:
+                member = _format.join(prefix, _format.DATA)
+                raw = src.read_json(member)
+                if isinstance(raw, dict) and rest in raw:
+                    return _decode_key(src, policy, target, member, rest, raw[rest])
+        raise ArchiveFormatError(
+            f"`{name}` names no tensor and no `data` key.",
+            archive=src.name,
+            hint=f"It holds {_what_it_holds(src)}; `zipsave inspect` lists every address.",
+        )
+
+
+def _candidates(names: list[str]) -> list[tuple[str, bool]]:
+    """(prefix, is .pth member) pairs, longest prefix first, members before data."""
+    found = [(n[: -len(_format.PTH_SUFFIX)], True) for n in names if n.endswith(_format.PTH_SUFFIX)]
+    found += [(folder, False) for folder in data_folders(names)]
+    return sorted(found, key=lambda item: (-len(item[0]), not item[1]))
+
+
+def _find_ref(src: ArchiveSource, member: str, meta: PthMeta, rest: str) -> TensorRef | None:
+    matches = [(path, ref) for path, ref in walk_refs(meta.tree) if rest in ("/".join(map(str, path)), dotted(path))]
+    if len(matches) > 1:
+        raise ArchiveFormatError(
+            f"`{rest}` matches several tensors: {sorted(dotted(p) for p, _ in matches)}.",
+            archive=src.name,
+            member=member,
+        )
+    return matches[0][1] if matches else None
+
+
+def _read_tensor(
+    src: ArchiveSource, member: str, view: MemberView, meta: PthMeta, ref: TensorRef, device: torch.device
+) -> torch.Tensor:
+    src.reader.check_recorded(member)
+    if ref.storage.key not in meta.records:
+        raise ArchiveFormatError(
+            f"`data.pkl` names storage record `{ref.storage.key}`, which is missing.", archive=src.name, member=member
+        )
+    start, length = meta.records[ref.storage.key]
+    itemsize = ref.dtype.itemsize
+    if ref.numel == 0:
+        tensor = torch.empty(ref.size, dtype=ref.dtype)
+    else:
+        extent = 1 + sum((n - 1) * s for n, s in zip(ref.size, ref.stride))
+        first, nbytes = ref.offset * itemsize, extent * itemsize
+        if first + nbytes > length:
+            raise ArchiveFormatError(
+                f"storage record `{ref.storage.key}` holds {length} bytes, fewer than its tensor needs.",
+                archive=src.name,
+                member=member,
+            )
+        buf = torch.empty(nbytes, dtype=torch.uint8)
+        if view.read_at(start + first, buf.numpy()) != nbytes:
+            raise ArchiveFormatError("ends inside a tensor record (truncated).", archive=src.name, member=member)
+        tensor = torch.empty(0, dtype=ref.dtype).set_(buf.untyped_storage(), 0, ref.size, ref.stride)
+    if device.type != "cpu":
+        tensor = tensor.to(device)
+    if ref.parameter:
+        return torch.nn.Parameter(tensor, requires_grad=ref.requires_grad)
+    return tensor.requires_grad_(ref.requires_grad) if ref.requires_grad else tensor
+
+
+def _decode_key(
+    src: ArchiveSource, policy: TrustPolicy, device: torch.device, member: str, key: str, value: Any
+) -> Any:
+    decoder = Decoder(
+        policy,
+        load_array=lambda name: read_array_member(src.reader, name),
+        device=device,
+        max_depth=src.limits.max_json_depth,
+        archive=src.name,
+        member=member,
+    )
+    try:
+        return decoder.decode_entry(key, value)
+    except ZipsaveError as err:
+        err.archive, err.member, err.key = err.archive or src.name, err.member or member, err.key or key
+        err.args = (err._compose(),)
+        raise
+    except Exception as err:  # a space or class constructor rejecting its saved arguments
+        raise DecodeError(
+            f"could not be decoded ({type(err).__name__}: {err}).", archive=src.name, member=member, key=key
+        ) from err
+
+
+def _what_it_holds(src: ArchiveSource) -> str:
+    names = src.reader.names()
+    members = sorted(f"`{n[: -len(_format.PTH_SUFFIX)]}/...`" for n in names if n.endswith(_format.PTH_SUFFIX))
+    folders = [f or "(top level)" for f in data_folders(names)]
+    data = f"`data` in {', '.join(folders)}" if folders else "no `data`"
+    return f"tensor members {', '.join(members) or 'none'} and {data}"

@@ -1,0 +1,27 @@
+"""Trust: what a pickled entry may import, the restricted unpickler that enforces it, and an
+audit of a pickle's globals that executes nothing.
+
+A pickle is a program: every global it names is imported and may be called with arguments
+the archive chooses. Loading is safe here because of three layers:
+
+1. **Trust.** :class:`TrustPolicy` admits a global only if it is in the default allowlist
+   (zipsave's reviewed names plus each registered handler's), named by the caller in
+   ``trusted=``, or ``allow_pickle=True`` was given. The check happens on the name, before
+   anything is imported.
+2. **Calls and mutation.** The unpickler only calls objects it imported by name, never mutates
+   an imported global in place, and refuses instance state that would plant protocol
+   attributes (``__array_interface__`` and friends) that numpy or torch read from instances.
+3. **numpy's C-level state.** ``ndarray``/``dtype`` state is applied to a fresh object, a dtype
+   must describe itself consistently, arrays are never built over a raw buffer by calling
+   ``ndarray`` directly, and bit-generator positions must lie inside their buffers.
+
+What this does not stop: a payload may still ask an allowlisted constructor for a lot of
+memory or time (``bytearray(10**10)``). Bounding that is the archive layer's size limits' job.
+"""
+
+from ._allowlist import CORE_ALLOWLIST, GROUPS, default_allowlist
+from ._audit import pickle_globals
+from ._policy import TrustPolicy
+from ._unpickler import restricted_loads
+
+__all__ = ["CORE_ALLOWLIST", "GROUPS", "TrustPolicy", "default_allowlist", "pickle_globals", "restricted_loads"]

@@ -1,0 +1,128 @@
+"""An audit of the globals a pickle would import, read from its opcodes without importing or
+executing anything."""
+
+from __future__ import annotations
+
+import pickletools
+from typing import Any
+
+from ..exceptions import DecodeError
+from ._names import DYNAMIC_GLOBAL, canonical, fix_py2_name
+
+__all__ = ["pickle_globals"]
+
+# -- the audit -------------------------------------------------------------------------------
+_STRING_OPS = frozenset(
+    {"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8"}
+)
+_GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
+_PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+_EXT_OPS = frozenset({"EXT1", "EXT2", "EXT4"})
+_MARK = object()
+_UNKNOWN = object()
+
+
+def _audit_name(module: str, qualname: str, proto: int) -> str:
+    if proto < 3:
+        module, qualname = fix_py2_name(module, qualname)
+    module, qualname = canonical(module, qualname)
+    return f"{module}.{qualname}"
+
+
+def pickle_globals(payload: bytes) -> list[str]:
+    """Every global a pickle would import, read from its opcodes without running it.
+
+    The names are spelled as :meth:`TrustPolicy.is_trusted` sees them: Python 2 names are
+    mapped as pickle maps them (``__builtin__.set`` is ``builtins.set``) and ``numpy.core``
+    is ``numpy._core``, so each can be passed to ``trusted=`` as it is.
+
+    Parameters
+    ----------
+    payload : bytes
+        A pickle, protocol 0-5.
+
+    Returns
+    -------
+    list of str
+        Sorted, unique ``module.qualname`` names from GLOBAL, INST and STACK_GLOBAL (whose
+        operands are followed through the stack and the memo). ``EXT1/2/4`` appear as
+        ``"copyreg extension N"``; a STACK_GLOBAL whose operands are computed rather than
+        literal strings appears as ``"<STACK_GLOBAL with a computed name>"``.
+
+    Raises
+    ------
+    DecodeError
+        If the payload is not a well-formed pickle.
+
+    Examples
+    --------
+    >>> import pickle
+    >>> from collections import OrderedDict
+    >>> pickle_globals(pickle.dumps([OrderedDict(), {1}], protocol=2))
+    ['builtins.set', 'collections.OrderedDict']
+    """
+    if isinstance(payload, memoryview):
+        payload = payload.tobytes()
+    if not isinstance(payload, (bytes, bytearray)):
+        raise TypeError(f"payload must be bytes, got {type(payload).__name__}.")
+    found: set[str] = set()
+    stack: list[Any] = []
+    memo: dict[Any, Any] = {}
+    proto: Any = 0
+    pos: Any = 0
+    arg: Any
+    try:
+        for opcode, arg, pos in pickletools.genops(payload):
+            name = opcode.name
+            if name == "PROTO":
+                proto = arg
+            elif name in ("GLOBAL", "INST"):
+                module, _, qualname = arg.partition(" ")
+                found.add(_audit_name(module, qualname, proto))
+            elif name in _EXT_OPS:
+                found.add(f"copyreg extension {arg}")
+
+            if name in _PUT_OPS or name == "MEMOIZE":
+                # Stores the top of the stack without changing it (pickletools models MEMOIZE
+                # as a pop and a push, which would lose the string).
+                if not stack or stack[-1] is _MARK:
+                    raise DecodeError(f"malformed pickle: {name} at byte {pos} has nothing to store.")
+                memo[arg if name in _PUT_OPS else len(memo)] = stack[-1]
+                continue
+
+            before, after = opcode.stack_before, opcode.stack_after
+            if pickletools.markobject in before or (name == "POP" and stack and stack[-1] is _MARK):
+                if _MARK not in stack:
+                    raise DecodeError(f"malformed pickle: {name} at byte {pos} has no MARK to pop to.")
+                del stack[len(stack) - 1 - stack[::-1].index(_MARK):]
+                count = before.index(pickletools.markobject) if pickletools.markobject in before else 0
+            else:
+                count = len(before)
+            if len(stack) < count:
+                raise DecodeError(f"malformed pickle: {name} at byte {pos} pops from a stack that is too short.")
+            popped = stack[len(stack) - count:]
+            del stack[len(stack) - count:]
+
+            if name in _STRING_OPS:
+                pushed: list[Any] = [arg]
+            elif name in _GET_OPS:
+                if arg not in memo:
+                    raise DecodeError(f"malformed pickle: {name} at byte {pos} reads memo slot {arg}, never set.")
+                pushed = [memo[arg]]
+            elif name == "DUP":
+                pushed = [popped[0], popped[0]]
+            elif name == "STACK_GLOBAL":
+                module, qualname = popped
+                if isinstance(module, str) and isinstance(qualname, str):
+                    found.add(_audit_name(module, qualname, proto))
+                else:
+                    found.add(DYNAMIC_GLOBAL)
+                pushed = [_UNKNOWN]
+            else:
+                pushed = [_MARK if item is pickletools.markobject else _UNKNOWN for item in after]
+            stack.extend(pushed)
+    except DecodeError:
+        raise
+    except Exception as err:
+        raise DecodeError(f"malformed pickle near byte {pos}: {err}.") from err
+    return sorted(found)

@@ -1,0 +1,118 @@
+"""The checks that keep allowlisted numpy pieces memory-safe under a hostile pickle: dtype
+consistency, bit-generator positions, and protocol attributes planted on instances."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ._names import is_dunder
+
+__all__ = ["Memo", "check_bit_generator", "check_dtype", "instance_dunders", "rebuild_dtype"]
+
+# -- the unpickler ---------------------------------------------------------------------------
+class Memo(dict):
+    """The unpickler's memo, remembering where numpy objects are stored so BUILD can swap them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.where: dict[int, list[Any]] = {}
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and isinstance(value, (numpy.ndarray, numpy.dtype)):
+            self.where.setdefault(id(value), []).append(key)
+
+
+def instance_dunders(state: Any) -> list[str]:
+    """Dunder names a BUILD state would set as instance attributes, in every form
+    ``__setstate__`` implementations accept (a dict, ``(dict, slots)``, or ``(name, value)`` pairs)."""
+    found: set[str] = set()
+
+    def scan(mapping: Any) -> None:
+        if isinstance(mapping, dict):
+            found.update(k for k in mapping if isinstance(k, str) and is_dunder(k))
+
+    scan(state)
+    if isinstance(state, tuple) and len(state) == 2:
+        scan(state[0])
+        scan(state[1])
+    if isinstance(state, (list, tuple)):
+        for item in state:
+            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and is_dunder(item[0]):
+                found.add(item[0])
+    return sorted(found)
+
+
+def rebuild_dtype(numpy: Any, dtype: Any, depth: int = 0) -> Any:
+    """The same dtype built through numpy's validating constructor from its visible parts."""
+    if depth > 64:
+        raise ValueError("dtype nesting is too deep")
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return numpy.dtype((rebuild_dtype(numpy, base, depth + 1), shape))
+    if dtype.names is not None:
+        fields = [dtype.fields[name] for name in dtype.names]
+        spec = {
+            "names": list(dtype.names),
+            "formats": [rebuild_dtype(numpy, field[0], depth + 1) for field in fields],
+            "offsets": [field[1] for field in fields],
+            "titles": [field[2] if len(field) > 2 else None for field in fields],
+            "itemsize": dtype.itemsize,
+        }
+        return numpy.dtype(spec, align=dtype.isalignedstruct)
+    return numpy.dtype(dtype.str)
+
+
+def check_dtype(numpy: Any, dtype: Any) -> str | None:
+    """Why a dtype whose state came from a pickle is unsafe to use, or None if it is sound.
+
+    numpy trusts the flags in a dtype's pickled state: one that hides an object field (or
+    places a field outside the item) lets any array of it read raw bytes as pointers.
+    """
+    try:
+        canonical = rebuild_dtype(numpy, dtype)
+    except (TypeError, ValueError, OverflowError, RecursionError) as err:
+        return f"its fields cannot be rebuilt ({type(err).__name__}: {err})"
+    if not (
+        canonical == dtype
+        and canonical.itemsize == dtype.itemsize
+        and canonical.flags == dtype.flags
+        and canonical.hasobject == dtype.hasobject
+    ):
+        return (
+            f"its state describes {canonical!r} (flags {canonical.flags}) but sets "
+            f"{dtype!r} (flags {dtype.flags})"
+        )
+    return None
+
+
+# Buffer indices in bit-generator state that numpy's setters store without a bounds check.
+_BIT_GENERATOR_INDEX_LIMITS = {"MT19937": (("state", "pos"), 624), "Philox": (("buffer_pos",), 4)}
+
+
+def check_bit_generator(obj: Any) -> str | None:
+    bit_generator = None
+    bg_module = sys.modules.get("numpy.random.bit_generator")
+    gen_module = sys.modules.get("numpy.random._generator")
+    rs_module = sys.modules.get("numpy.random.mtrand")
+    if bg_module is not None and isinstance(obj, bg_module.BitGenerator):
+        bit_generator = obj
+    elif gen_module is not None and isinstance(obj, gen_module.Generator):
+        bit_generator = obj.bit_generator
+    elif rs_module is not None and isinstance(obj, rs_module.RandomState):
+        bit_generator = obj._bit_generator
+    if bit_generator is None:
+        return None
+    state = bit_generator.state
+    limit = _BIT_GENERATOR_INDEX_LIMITS.get(state.get("bit_generator"))
+    if limit is None:
+        return None
+    path, top = limit
+    value: Any = state
+    for step in path:
+        value = value[step]
+    if not 0 <= int(value) <= top:
+        return f"{state['bit_generator']} {'/'.join(path)} is {value}, outside 0..{top}"
+    return None

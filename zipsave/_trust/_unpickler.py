@@ -1,0 +1,342 @@
+"""The restricted unpickler: pickle's pure-Python unpickler with every import, call and
+in-place change gated by a :class:`~zipsave._trust.TrustPolicy`."""
+
+from __future__ import annotations
+
+import copyreg
+import enum
+import io
+import pickle
+import sys
+import types
+from typing import Any, ClassVar
+
+import cloudpickle
+
+from ..exceptions import DecodeError, ZipsaveError
+from ._checks import Memo, check_bit_generator, check_dtype, instance_dunders
+from ._names import canonical, fix_py2_name
+from ._policy import TrustPolicy
+
+__all__ = ["restricted_loads"]
+
+# typeshed describes pickle._Unpickler as the C class, without the stack and dispatch table.
+_PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
+
+
+class _RestrictedUnpickler(_PurePythonUnpickler):
+    """pickle's pure-Python unpickler with every import, call and in-place change gated.
+
+    The C ``pickle.Unpickler`` only lets a subclass hook imports; BUILD, REDUCE and NEWOBJ run
+    inside it unchecked, and those are where allowlisted numpy pieces become memory-unsafe.
+    The pure-Python one dispatches each opcode through a table a subclass can replace.
+    """
+
+    dispatch: ClassVar[dict[int, Any]] = dict(_PurePythonUnpickler.dispatch)
+
+    def __init__(self, file: Any, policy: TrustPolicy, where: dict[str, Any]) -> None:
+        super().__init__(file)
+        self.memo = Memo()
+        self._policy = policy
+        self._where = where
+        # id -> object for everything find_class returned (the references keep ids unique).
+        self._imported: dict[int, Any] = {}
+        self._names: dict[int, str] = {}
+        self._guards = {
+            "copyreg._reconstructor": self._reconstructor,
+            "copyreg.__newobj__": self._newobj,
+            "copyreg.__newobj_ex__": self._newobj_ex,
+            "_codecs.encode": self._latin1_encode,
+        }
+
+    def _error(self, message: str) -> DecodeError:
+        return DecodeError(message, **self._where)
+
+    def _describe(self, obj: Any) -> str:
+        return self._names.get(id(obj)) or f"a {type(obj).__name__} object"
+
+    def _was_imported(self, obj: Any) -> bool:
+        return self._imported.get(id(obj)) is obj
+
+    # imports
+    def find_class(self, module: str, name: str) -> Any:
+        if self.proto < 3 and self.fix_imports:
+            module, name = fix_py2_name(module, name)
+        module, name = canonical(module, name)
+        sys.audit("pickle.find_class", module, name)
+        found = self._policy.resolve(module, name, **self._where)
+        full = f"{module}.{name}"
+        found = self._guards.get(full, found)
+        self._imported[id(found)] = found
+        self._names[id(found)] = full
+        return found
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise self._error(
+            f"the pickle refers to an external object (persistent id {pid!r}); "
+            "zipsave pickles are self-contained, so this is refused."
+        )
+
+    def get_extension(self, code: int) -> None:
+        # pickle's version consults a process-wide cache that an earlier, unrestricted load may
+        # have filled; going to the registry every time keeps each lookup behind find_class.
+        key = copyreg._inverted_registry.get(code)  # type: ignore[attr-defined]
+        if not key:
+            raise self._error(f"the pickle uses copyreg extension code {code}, which is not registered.")
+        self.append(self.find_class(*key))
+
+    # calls
+    def _check_call(self, func: Any, args: Any, kwargs: Any, opname: str) -> None:
+        if not self._was_imported(func):
+            raise self._error(
+                f"{opname} calls {self._describe(func)} that the pickle did not import by name; "
+                "only allowlisted globals may be called."
+            )
+        if type(args) is not tuple or type(kwargs) is not dict:
+            raise self._error(f"{opname} passes arguments that are not a tuple and a dict.")
+        numpy = sys.modules.get("numpy")
+        if (
+            numpy is not None
+            and isinstance(func, type)
+            and issubclass(func, numpy.ndarray)
+            and func.__new__ is numpy.ndarray.__new__
+            and (len(args) > 2 or {"buffer", "offset", "strides"} & kwargs.keys())
+        ):
+            raise self._error(
+                f"{opname} calls `{self._describe(func)}` with a buffer, which can lay an array over "
+                "arbitrary memory; numpy's own pickles never do this."
+            )
+
+    def _new_object(self, cls: Any, args: Any, kwargs: Any, opname: str) -> Any:
+        if not isinstance(cls, type):
+            raise self._error(f"{opname} needs a class, got {self._describe(cls)}.")
+        self._check_call(cls, args, kwargs, opname)
+        return cls.__new__(cls, *args, **kwargs)
+
+    def load_reduce(self) -> None:
+        stack = self.stack
+        args = stack.pop()
+        func = stack[-1]
+        self._check_call(func, args, {}, "REDUCE")
+        stack[-1] = func(*args)
+
+    dispatch[pickle.REDUCE[0]] = load_reduce
+
+    def load_newobj(self) -> None:
+        args = self.stack.pop()
+        cls = self.stack.pop()
+        self.append(self._new_object(cls, args, {}, "NEWOBJ"))
+
+    dispatch[pickle.NEWOBJ[0]] = load_newobj
+
+    def load_newobj_ex(self) -> None:
+        kwargs = self.stack.pop()
+        args = self.stack.pop()
+        cls = self.stack.pop()
+        self.append(self._new_object(cls, args, kwargs, "NEWOBJ_EX"))
+
+    dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
+
+    def _instantiate(self, klass: Any, args: Any) -> None:  # INST and OBJ
+        self._check_call(klass, tuple(args), {}, "INST/OBJ")
+        super()._instantiate(klass, args)
+
+    # replacements for the allowlisted helpers that would otherwise call whatever they get
+    def _newobj(self, cls: Any, *args: Any) -> Any:
+        return self._new_object(cls, args, {}, "copyreg.__newobj__")
+
+    def _newobj_ex(self, cls: Any, args: Any, kwargs: Any) -> Any:
+        return self._new_object(cls, tuple(args), dict(kwargs), "copyreg.__newobj_ex__")
+
+    def _reconstructor(self, cls: Any, base: Any, state: Any) -> Any:
+        for obj in (cls, base):
+            if not (isinstance(obj, type) and self._was_imported(obj)):
+                raise self._error(
+                    f"copyreg._reconstructor needs classes the pickle imported by name, got {self._describe(obj)}."
+                )
+        self._check_call(base, (state,), {}, "copyreg._reconstructor")
+        return copyreg._reconstructor(cls, base, state)  # type: ignore[attr-defined]
+
+    def _latin1_encode(self, obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        normal = encoding.lower().replace("-", "").replace("_", "") if isinstance(encoding, str) else ""
+        if not isinstance(obj, str) or normal not in ("latin1", "iso88591", "l1"):
+            raise self._error(
+                f"`_codecs.encode` is allowed only for the latin-1 bytes pickle protocols 0-2 write, "
+                f"not for encoding {encoding!r}."
+            )
+        return obj.encode("latin-1")
+
+    # in-place changes
+    def _check_target(self, obj: Any, opname: str) -> None:
+        # Enum members are process-wide singletons handed out by calling their class.
+        if self._was_imported(obj) or isinstance(
+            obj, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, enum.Enum)
+        ):
+            raise self._error(
+                f"{opname} would modify `{self._describe(obj)}` itself, which is shared by the whole program."
+            )
+
+    def load_build(self) -> None:
+        stack = self.stack
+        state = stack[-1]
+        inst = stack[-2]
+        self._check_target(inst, "BUILD")
+        cls = type(inst)
+        if not self._policy.is_trusted(cls.__module__, cls.__qualname__):
+            raise self._error(
+                f"BUILD sets the state of a `{cls.__module__}.{cls.__qualname__}` object, which is not "
+                "an allowlisted type."
+            )
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and isinstance(inst, (numpy.ndarray, numpy.dtype)):
+            stack.pop()
+            self._build_numpy(numpy, inst, state)
+            return
+        dunders = instance_dunders(state)
+        if dunders:
+            raise self._error(
+                f"BUILD sets the attribute(s) {', '.join(f'`{d}`' for d in dunders)} on a "
+                f"`{cls.__qualname__}` instance; protocol attributes are refused because numpy and torch "
+                "read them from instances (`__array_interface__` can point at any memory)."
+            )
+        super().load_build()
+        problem = check_bit_generator(inst)
+        if problem:
+            raise self._error(f"random generator state is out of range: {problem}.")
+
+    dispatch[pickle.BUILD[0]] = load_build
+
+    def _build_numpy(self, numpy: Any, old: Any, state: Any) -> None:
+        # Never mutate an array or dtype in place: it may already back a view (setstate frees
+        # the buffer under it) or be numpy's shared builtin dtype. Build a fresh one, then point
+        # the stack and memo at it; earlier users keep the old, consistent object.
+        if isinstance(old, numpy.dtype):
+            fresh = numpy.dtype(old, copy=True)
+            fresh.__setstate__(state)
+            problem = check_dtype(numpy, fresh)
+            if problem:
+                raise self._error(f"numpy dtype state is not self-consistent: {problem}.")
+        else:
+            fresh = numpy.ndarray.__new__(type(old), (0,), numpy.dtype("b"))
+            fresh.__setstate__(state)
+        self.stack[-1] = fresh
+        for memo_key in self.memo.where.pop(id(old), ()):
+            if self.memo.get(memo_key) is old:
+                self.memo[memo_key] = fresh
+
+    def load_append(self) -> None:
+        item = self.stack.pop()
+        self._extend(self.stack[-1], [item], "APPEND")
+
+    dispatch[pickle.APPEND[0]] = load_append
+
+    def load_appends(self) -> None:
+        items = self.pop_mark()
+        self._extend(self.stack[-1], items, "APPENDS")
+
+    dispatch[pickle.APPENDS[0]] = load_appends
+
+    def _extend(self, target: Any, items: list, opname: str) -> None:
+        self._check_target(target, opname)
+        # Look methods up on the type: an instance attribute named `extend` (set by an earlier
+        # BUILD) would otherwise be called with pickle-chosen arguments.
+        extend = getattr(type(target), "extend", None)
+        if extend is not None:
+            extend(target, items)
+            return
+        append = getattr(type(target), "append", None)
+        if append is None:
+            raise self._error(f"{opname} on a `{type(target).__qualname__}`, which has no append or extend.")
+        for item in items:
+            append(target, item)
+
+    def load_setitem(self) -> None:
+        value = self.stack.pop()
+        key = self.stack.pop()
+        target = self.stack[-1]
+        self._check_target(target, "SETITEM")
+        target[key] = value
+
+    dispatch[pickle.SETITEM[0]] = load_setitem
+
+    def load_setitems(self) -> None:
+        items = self.pop_mark()
+        target = self.stack[-1]
+        self._check_target(target, "SETITEMS")
+        for i in range(0, len(items), 2):
+            target[items[i]] = items[i + 1]
+
+    dispatch[pickle.SETITEMS[0]] = load_setitems
+
+    def load_additems(self) -> None:
+        items = self.pop_mark()
+        target = self.stack[-1]
+        self._check_target(target, "ADDITEMS")
+        if isinstance(target, set):
+            target.update(items)
+            return
+        add = getattr(type(target), "add", None)
+        if add is None:
+            raise self._error(f"ADDITEMS on a `{type(target).__qualname__}`, which has no add.")
+        for item in items:
+            add(target, item)
+
+    dispatch[pickle.ADDITEMS[0]] = load_additems
+
+
+def restricted_loads(
+    payload: bytes,
+    policy: TrustPolicy,
+    *,
+    key: str | None = None,
+    member: str | None = None,
+    archive: Any = None,
+) -> object:
+    """Unpickle ``payload`` under ``policy``.
+
+    Parameters
+    ----------
+    payload : bytes
+        A pickle (protocol 0-5), typically the base64-decoded ``":serialized:"`` of an entry.
+    policy : TrustPolicy
+        With ``allow_pickle=True`` this is ``cloudpickle.loads(payload)``, exactly what SB3
+        does. Otherwise every global goes through :meth:`TrustPolicy.resolve`, and calls,
+        state and in-place changes are checked (see the module docstring).
+    key, member, archive : optional
+        Where the payload came from; copied into the errors.
+
+    Returns
+    -------
+    object
+        The unpickled value.
+
+    Raises
+    ------
+    UnsafeGlobalError
+        If the pickle names a global the policy does not trust. Nothing it names is imported.
+    DecodeError
+        If the pickle is malformed, uses persistent ids or out-of-band buffers, does something
+        the restricted unpickler refuses, or an allowed constructor fails.
+
+    Examples
+    --------
+    >>> import pickle
+    >>> from collections import OrderedDict
+    >>> restricted_loads(pickle.dumps(OrderedDict(a=1)), TrustPolicy())
+    OrderedDict([('a', 1)])
+    >>> restricted_loads(pickle.dumps(print), TrustPolicy())
+    Traceback (most recent call last):
+    ...
+    zipsave.exceptions.UnsafeGlobalError: refusing to import untrusted global `builtins.print`. ...
+    """
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise TypeError(f"payload must be bytes, got {type(payload).__name__}.")
+    where: dict[str, Any] = {"key": key, "member": member, "archive": archive}
+    try:
+        if policy.allow_pickle:
+            return cloudpickle.loads(payload)
+        return _RestrictedUnpickler(io.BytesIO(payload), policy, where).load()
+    except ZipsaveError:
+        raise
+    except Exception as err:
+        raise DecodeError(f"cannot unpickle the value ({type(err).__name__}: {err}).", **where) from err

@@ -1,0 +1,63 @@
+"""The Stable-Baselines3 globals that SB3's own archives pickle, reviewed for the restricted
+unpickler. Plain names only: SB3 is imported when (and if) an archive actually uses one."""
+
+from __future__ import annotations
+
+__all__ = ["SB3_ALLOWLIST"]
+
+# Exactly what the ``data`` of SB3 2.x archives names (PPO, A2C, DQN, SAC, TD3, DDPG, with
+# Box/Discrete/Dict spaces; found with ``pickle_globals`` on archives SB3 2.9.2 wrote). Torch
+# activation and optimizer classes that ``policy_kwargs`` name are in the torch group of
+# ``zipsave._trust``. Each entry was checked for the three things a hostile pickle can do with it:
+#
+# * import it: every module below is plain SB3 code; importing it runs nothing the archive chose.
+# * call it (REDUCE/NEWOBJ) with arguments the archive chooses: noted per entry. No entry
+#   opens files, sockets or subprocesses, imports by name, or evaluates strings. The policy and
+#   buffer constructors call callables and classes they are handed (``features_extractor_class``,
+#   ``optimizer_class``, ``lr_schedule``); in a restricted load those can only be objects the
+#   pickle itself built from allowlisted globals, so they add no reach beyond the allowlist.
+#   What a call can still do is ask for memory (a huge ``net_arch`` or ``buffer_size``): the
+#   same cost as ``bytearray(10**10)``, which the unpickler's docstring already accepts.
+# * set instance state (BUILD): none of these classes defines ``__setstate__``/``__reduce__``,
+#   so BUILD is ``__dict__.update`` (``nn.Module.__setstate__`` for policies), and the unpickler
+#   refuses dunder keys.
+SB3_ALLOWLIST: frozenset[str] = frozenset({
+    # Policy classes (``policy_class``). SB3 pickles them by reference; calling one builds an
+    # nn.Module of the size ``net_arch`` asks for and its optimizer.
+    "stable_baselines3.common.policies.ActorCriticPolicy",  # PPO/A2C "MlpPolicy"
+    "stable_baselines3.common.policies.MultiInputActorCriticPolicy",  # PPO/A2C, Dict observations
+    "stable_baselines3.dqn.policies.DQNPolicy",
+    "stable_baselines3.sac.policies.SACPolicy",
+    "stable_baselines3.td3.policies.TD3Policy",  # TD3 and DDPG
+    # Their image and Dict-observation siblings: the same constructors with another default
+    # features extractor (NatureCNN / CombinedExtractor), reviewed the same way.
+    "stable_baselines3.common.policies.ActorCriticCnnPolicy",
+    "stable_baselines3.dqn.policies.CnnPolicy",
+    "stable_baselines3.dqn.policies.MultiInputPolicy",
+    "stable_baselines3.sac.policies.CnnPolicy",
+    "stable_baselines3.sac.policies.MultiInputPolicy",
+    "stable_baselines3.td3.policies.CnnPolicy",
+    "stable_baselines3.td3.policies.MultiInputPolicy",
+    "stable_baselines3.common.torch_layers.FlattenExtractor",
+    "stable_baselines3.common.torch_layers.NatureCNN",
+    "stable_baselines3.common.torch_layers.CombinedExtractor",
+    # Action noise (``action_noise`` of off-policy algorithms): plain objects holding numpy
+    # arrays and floats; no __setstate__, construction only stores and copies arrays.
+    "stable_baselines3.common.noise.NormalActionNoise",
+    "stable_baselines3.common.noise.OrnsteinUhlenbeckActionNoise",
+    # Buffer classes (``rollout_buffer_class``, ``replay_buffer_class``), by reference; calling
+    # one allocates zeroed numpy arrays (and ReplayBuffer reads psutil's memory figures).
+    "stable_baselines3.common.buffers.DictRolloutBuffer",
+    "stable_baselines3.common.buffers.DictReplayBuffer",
+    "stable_baselines3.common.buffers.ReplayBuffer",
+    "stable_baselines3.common.buffers.RolloutBuffer",
+    # Schedules (``lr_schedule``, ``clip_range``, ``exploration_schedule``): constructors store
+    # their arguments (FloatSchedule asserts ``callable``); ``__call__`` runs only when SB3 trains.
+    "stable_baselines3.common.utils.ConstantSchedule",
+    "stable_baselines3.common.utils.FloatSchedule",
+    "stable_baselines3.common.utils.LinearSchedule",
+    # ``train_freq`` of off-policy algorithms: a NamedTuple (tuple.__new__) and an Enum
+    # (calling it looks a member up by value).
+    "stable_baselines3.common.type_aliases.TrainFreq",
+    "stable_baselines3.common.type_aliases.TrainFrequencyUnit",
+})

@@ -1,0 +1,252 @@
+"""Rebuilding an SB3 algorithm from an archive the way ``BaseAlgorithm.load`` does, with tensors
+read straight into the freshly built policy and optimizers."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from .. import _format
+from .._core import LoadSession, load_state_into, recursive_getattr, set_variable, unwrap
+from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveError, ZipsaveWarning
+from ._extras import apply_vec_normalize, matches_any, has_extra, restore_extra, warn_unused_vec_normalize
+
+__all__ = ["build_sb3"]
+
+#: ``data`` keys without which no SB3 model can be built.
+_REQUIRED = ("policy_class", "observation_space", "action_space")
+
+def build_sb3(
+    src: LoadSession,
+    cls: Any,
+    *,
+    custom_objects: dict[str, Any] | None,
+    exclude: list[str],
+    overrides: dict[str, Any],
+) -> Any:
+    """Rebuild an SB3 algorithm from an archive, as ``cls.load(path, env=..., **kwargs)`` does.
+
+    The differences from SB3: ``data`` decodes under zipsave's trust policy and skip rules; a
+    skipped entry that SB3 cannot do without is reported with its cause (instead of SB3's
+    ``KeyError``, #1682); tensors are read straight into the freshly built policy and
+    optimizers; and the replay buffer and ``VecNormalize`` statistics are restored when the
+    archive holds them.
+    """
+    from stable_baselines3.common.utils import check_for_correct_spaces
+    from stable_baselines3.common.vec_env.patch_gym import _convert_space
+
+    kwargs = dict(overrides)
+    env = kwargs.pop("env", None)
+    force_reset = kwargs.pop("force_reset", True)
+    data = src.decode_data("", custom_objects=custom_objects, exclude=exclude)
+    if data is None:
+        raise ArchiveFormatError(
+            f"has no `{_format.DATA}` member, so there is no {cls.__name__} to build.",
+            archive=src.name,
+            hint="Load only the weights with `model.set_parameters(path)` or `zipsave.restore(model, path)`.",
+        )
+    _check_required(src, cls, data, kwargs)
+    _fix_policy_kwargs(src, data, kwargs)
+    for key in ("observation_space", "action_space"):
+        data[key] = _convert_space(data[key])
+
+    if env is not None:
+        env = cls._wrap_env(env, data.get("verbose", 0))
+        if has_extra(src, "vec_normalize", exclude):
+            env = apply_vec_normalize(src, env)
+        check_for_correct_spaces(env, data["observation_space"], data["action_space"])
+        if force_reset:
+            data["_last_obs"] = None  # SB3 #597: reset before training
+        data["n_envs"] = env.num_envs
+    else:
+        if has_extra(src, "vec_normalize", exclude):
+            warn_unused_vec_normalize(src)
+        env = data.get("env")
+
+    try:
+        model = cls(policy=data["policy_class"], env=env, device=src.device, _init_setup_model=False)
+        model.__dict__.update(data)
+        model.__dict__.update(kwargs)
+        model._setup_model()
+    except Exception as err:
+        raise DecodeError(
+            f"{cls.__name__} cannot be built from this archive's data ({type(err).__name__}: {err}).",
+            archive=src.name,
+            member=_format.DATA,
+            hint=_policy_hint(cls, data["policy_class"]),
+        ) from err
+
+    _load_parameters(src, model, exclude)
+    _load_variables(src, model, exclude)
+    if has_extra(src, "replay_buffer", exclude):
+        restore_extra(src, model, "replay_buffer")
+    if model.use_sde:
+        model.policy.reset_noise()  # sample the gSDE matrix on the right device (SB3 #44)
+    return model
+
+
+def _policy_hint(cls: type, policy_class: Any) -> str | None:
+    """Say so when the saved policy is not one of ``cls``'s: the usual reason a build fails."""
+    bases = tuple(getattr(cls, "policy_aliases", {}).values())
+    if bases and isinstance(policy_class, type) and not issubclass(policy_class, bases):
+        return (
+            f"Its `policy_class` is {policy_class.__name__}, not a {cls.__name__} policy; "
+            "was it saved by another algorithm?"
+        )
+    return None
+
+
+
+def _skipped_causes(src: LoadSession) -> dict[str, str]:
+    return {entry.key: entry.cause for entry in src.report.skipped if entry.member == _format.DATA and entry.key}
+
+
+def _check_required(src: LoadSession, cls: type, data: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """Name the root cause when a key SB3 needs is missing, instead of failing later (#1682)."""
+    skipped = _skipped_causes(src)
+    needed = list(_REQUIRED)
+    if "policy_kwargs" in skipped and "policy_kwargs" not in kwargs:
+        # Without it the policy would be built with default layers and the weights would not fit.
+        needed.append("policy_kwargs")
+    lost = sorted(key for key in needed if key not in data and key in skipped)
+    absent = sorted(key for key in needed if key not in data and key not in skipped and key != "policy_kwargs")
+    if lost:
+        causes = "; ".join(f"`{key}`: {skipped[key]}" for key in lost)
+        raise DecodeError(
+            f"cannot build {cls.__name__}: {_keys(lost)} could not be decoded and {cls.__name__} needs "
+            f"{'it' if len(lost) == 1 else 'them'} ({causes})",
+            archive=src.name,
+            member=_format.DATA,
+            key=lost[0] if len(lost) == 1 else None,
+            hint="Provide the value with `custom_objects={" + ", ".join(f"{k!r}: ..." for k in lost) + "}`, "
+            "or trust the global named above with `trusted=[...]`.",
+        )
+    if absent:
+        raise ArchiveFormatError(
+            f"holds no {_keys(absent)}, which {cls.__name__} needs; is this an SB3 model archive?",
+            archive=src.name,
+            member=_format.DATA,
+            key=absent[0] if len(absent) == 1 else None,
+            hint="Provide the value with `custom_objects={" + ", ".join(f"{k!r}: ..." for k in absent) + "}`.",
+        )
+    defaults = sorted(set(skipped) - set(kwargs) - set(needed))
+    if defaults:
+        src.report.notes.append(
+            f"{_keys(defaults)} could not be decoded; {cls.__name__} uses what its constructor and "
+            "`_setup_model` set instead. Pass them as keyword arguments to `load` to choose."
+        )
+
+
+def _keys(keys: list[str]) -> str:
+    return ", ".join(f"`{k}`" for k in keys)
+
+
+def _fix_policy_kwargs(src: LoadSession, data: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    stored = data.get("policy_kwargs")
+    if isinstance(stored, dict):
+        stored.pop("device", None)  # the loading device wins
+        net_arch = stored.get("net_arch")
+        if net_arch and isinstance(net_arch, list) and isinstance(net_arch[0], dict):
+            stored["net_arch"] = net_arch[0]  # SB3 < 1.8 layout
+    if "policy_kwargs" in kwargs and "policy_kwargs" in data and kwargs["policy_kwargs"] != stored:
+        raise ParameterMismatchError(
+            f"the `policy_kwargs` given ({kwargs['policy_kwargs']!r}) differ from the saved ones ({stored!r}).",
+            archive=src.name,
+            member=_format.DATA,
+            key="policy_kwargs",
+            hint="The saved weights fit only the saved architecture; leave `policy_kwargs` out.",
+        )
+
+
+def _load_parameters(src: LoadSession, model: Any, exclude: list[str]) -> None:
+    """``set_parameters(params, exact_match=True)``, reading each tensor into the model in place."""
+
+    expected = [n for n in model._get_torch_save_params()[0] if not matches_any(n, exclude)]
+    saved = [
+        name[: -len(_format.PTH_SUFFIX)]
+        for name in src.reader.names()
+        if "/" not in name
+        and name.endswith(_format.PTH_SUFFIX)
+        and name not in (_format.PYTORCH_VARIABLES, _format.LEGACY_PYTORCH_VARIABLES)
+        and not matches_any(name[: -len(_format.PTH_SUFFIX)], exclude)
+    ]
+    if set(saved) != set(expected):
+        raise ParameterMismatchError(
+            f"holds state dicts {sorted(saved)}, but {type(model).__name__} has {sorted(expected)}.",
+            archive=src.name,
+            hint="Was it saved from another algorithm? Leave members out with `exclude=[...]`.",
+        )
+    for name in saved:
+        member = name + _format.PTH_SUFFIX
+        target = unwrap(recursive_getattr(model, name))
+        try:
+            load_state_into(src, member, target, True)
+        except ParameterMismatchError as err:
+            if not _load_legacy(src, name, target, err):
+                raise
+        except ZipsaveError as err:
+            src.skip(member, None, None, err)
+
+
+def _load_legacy(src: LoadSession, name: str, target: Any, err: ParameterMismatchError) -> bool:
+    """SB3's shims for archives of older SB3 versions; True when one applied."""
+
+    member = name + _format.PTH_SUFFIX
+    if isinstance(target, torch.nn.Module) and "pi_features_extractor" in err.detail and "missing keys" in err.detail:
+        # SB3 < 1.7 A2C/PPO had one shared features extractor (SB3 #1233).
+        load_state_into(src, member, target, False)
+        warnings.warn(
+            ZipsaveWarning(
+                f"archive `{src.name}`: member `{member}` comes from SB3 < 1.7 (no separate "
+                "`pi_features_extractor`); loaded with `exact_match=False`. Save the model again to "
+                "update the archive."
+            ),
+            stacklevel=5,
+        )
+        return True
+    if isinstance(target, torch.optim.Optimizer) and len(target.param_groups) == 1:
+        # DQN < 2.4 also gave the target network's parameters to the optimizer (SB3 PR #1963).
+        tree, _ = src.load_tensors(member)
+        groups = tree.get("param_groups") if isinstance(tree, dict) else None
+        n_params = len(target.param_groups[0]["params"])
+        if not (isinstance(groups, list) and len(groups) == 1 and len(groups[0].get("params", ())) == 2 * n_params):
+            return False
+        groups[0]["params"] = groups[0]["params"][:n_params]
+        kept = set(groups[0]["params"])
+        tree["state"] = {k: v for k, v in tree.get("state", {}).items() if k in kept}
+        target.load_state_dict(tree)
+        warnings.warn(
+            ZipsaveWarning(
+                f"archive `{src.name}`: member `{member}` comes from DQN of SB3 < 2.4 (target network "
+                "parameters in the optimizer); truncated them. Save the model again to update the archive."
+            ),
+            stacklevel=5,
+        )
+        return True
+    return False
+
+
+def _load_variables(src: LoadSession, model: Any, exclude: list[str]) -> None:
+
+    member = next((m for m in (_format.PYTORCH_VARIABLES, _format.LEGACY_PYTORCH_VARIABLES) if src.has(m)), None)
+    if member is None:
+        return
+    names = model._get_torch_save_params()[1]
+    targets = {}
+    for name in names:
+        try:
+            targets[name] = recursive_getattr(model, name)
+        except AttributeError:
+            pass
+    try:
+        variables, _ = src.load_tensors(member, targets)
+    except ZipsaveError as err:
+        src.skip(member, None, None, err)
+        return
+    for name, value in (variables or {}).items():
+        # None: SAC's `log_ent_coef` when the entropy coefficient was fixed.
+        if value is None or matches_any(name, exclude) or value is targets.get(name):
+            continue
+        set_variable(model, name, value)

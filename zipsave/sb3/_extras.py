@@ -1,0 +1,261 @@
+"""What SB3 keeps in separate pickles (the replay buffer, ``VecNormalize`` statistics), kept in
+component folders of the same archive as arrays, and SB3's stand-in for arrays moved out of ``data``."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from .. import _format
+from .._core import LoadSession, Parts, matches
+from ..exceptions import DecodeError, EncodeError, ZipsaveError, ZipsaveWarning
+
+__all__ = ["EXTRAS", "apply_vec_normalize", "collect_extras", "has_extra", "matches_any", "restore_extra", "sb3_stand_in",
+           "warn_unused_vec_normalize"]
+
+#: Component folders zipsave adds to an SB3 archive on request (``include=[...]``).
+EXTRAS = ("replay_buffer", "vec_normalize")
+
+#: ``data`` keys without which no SB3 model can be built.
+
+#: arrays live in ``.npy`` members, SB3 is shown ``None`` instead of a pickled copy.
+_OBSERVATION_CACHES = frozenset({"_last_obs", "_last_original_obs"})
+
+# Every array goes to a .npy member: the extras then hold no pickle at all.
+_ALL_ARRAYS_EXTERNAL = {"array_bytes": -1}
+
+_REPLAY_SCALARS = ("buffer_size", "n_envs", "pos", "full", "optimize_memory_usage", "handle_timeout_termination")
+_VEC_NORMALIZE_SCALARS = ("training", "norm_obs", "norm_reward", "clip_obs", "clip_reward", "gamma", "epsilon")
+
+
+# -- saving --------------------------------------------------------------------------------
+def sb3_stand_in(key: str, value: Any) -> Any:
+    """What SB3 unpickles for a top-level entry whose arrays moved to ``.npy`` members.
+
+    SB3 reads only ``":serialized:"``. Observation caches become ``None`` (SB3 then resets the
+    environment before training, which ``load`` does by default anyway); any other value is
+    pickled whole, so SB3 reads what was saved.
+    """
+    return None if key in _OBSERVATION_CACHES else value
+
+
+def collect_extras(model: Any, include: set[str]) -> list[tuple[str, Parts]]:
+    """The requested extras of an SB3 model, as component parts (arrays, no pickles)."""
+
+    out = []
+    if "replay_buffer" in include:
+        buffer = getattr(model, "replay_buffer", None)
+        if buffer is None:
+            raise EncodeError(
+                f"{type(model).__name__} has no replay buffer to save.",
+                key="replay_buffer",
+                hint="Only off-policy algorithms (DQN, SAC, TD3, DDPG, ...) have one; drop it from `include`.",
+            )
+        out.append(("replay_buffer", Parts(_replay_buffer_state(buffer), [], None, [], encoder_options=_ALL_ARRAYS_EXTERNAL)))
+    if "vec_normalize" in include:
+        vec_normalize = model.get_vec_normalize_env()
+        if vec_normalize is None:
+            raise EncodeError(
+                f"{type(model).__name__}'s environment is not wrapped in VecNormalize.",
+                key="vec_normalize",
+                hint="Drop it from `include`, or train with `VecNormalize(env)`.",
+            )
+        out.append(("vec_normalize", Parts(_vec_normalize_state(vec_normalize), [], None, [], encoder_options=_ALL_ARRAYS_EXTERNAL)))
+    return out
+
+
+def _class_path(obj: Any) -> str:
+    return f"{type(obj).__module__}:{type(obj).__qualname__}"
+
+
+def _is_array_tree(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return not value.dtype.hasobject
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(k, str) and isinstance(v, np.ndarray) and not v.dtype.hasobject for k, v in value.items()
+    )
+
+
+def _replay_buffer_state(buffer: Any) -> dict[str, Any]:
+    if callable(getattr(buffer, "set_env", None)):
+        raise EncodeError(
+            f"{type(buffer).__name__} keeps a reference to its environment and is not supported.",
+            key="replay_buffer",
+            hint="Save it with SB3's `model.save_replay_buffer(path)` instead.",
+        )
+    state: dict[str, Any] = {"class": _class_path(buffer)}
+    for name in _REPLAY_SCALARS:
+        if hasattr(buffer, name):
+            state[name] = _plain(getattr(buffer, name), name)
+    state["arrays"] = {name: value for name, value in vars(buffer).items() if _is_array_tree(value)}
+    if not state["arrays"]:
+        raise EncodeError(f"{type(buffer).__name__} holds no numpy arrays to save.", key="replay_buffer")
+    return state
+
+
+def _plain(value: Any, name: str) -> Any:
+    """A JSON scalar (numpy scalars included), so the extras need no pickle."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise EncodeError(f"attribute `{name}` holds a {type(value).__name__}, expected a plain number or string.")
+
+
+def _running_stats(vec_normalize: Any) -> dict[str, Any]:
+    """The wrapper's ``RunningMeanStd`` objects by label: ``ret_rms``, and ``obs_rms`` or
+    ``obs_rms.<key>`` for each normalized key of a Dict observation."""
+    stats = {"ret_rms": vec_normalize.ret_rms}
+    obs_rms = getattr(vec_normalize, "obs_rms", None)  # absent when built with norm_obs=False
+    if isinstance(obs_rms, dict):
+        stats.update({f"obs_rms.{key}": rms for key, rms in obs_rms.items()})
+    elif obs_rms is not None:
+        stats["obs_rms"] = obs_rms
+    return stats
+
+
+def _vec_normalize_state(vec_normalize: Any) -> dict[str, Any]:
+    state: dict[str, Any] = {"class": _class_path(vec_normalize)}
+    for name in _VEC_NORMALIZE_SCALARS:
+        state[name] = _plain(getattr(vec_normalize, name), name)
+    state["norm_obs_keys"] = _plain(getattr(vec_normalize, "norm_obs_keys", None), "norm_obs_keys")
+    state["statistics"] = {
+        label: {"mean": np.asarray(rms.mean), "var": np.asarray(rms.var), "count": float(rms.count)}
+        for label, rms in _running_stats(vec_normalize).items()
+    }
+    return state
+
+
+def matches_any(name: str, patterns: list[str]) -> bool:
+
+    return bool(patterns) and matches(name, patterns)
+
+
+def has_extra(src: LoadSession, name: str, exclude: list[str]) -> bool:
+    return src.has(_format.join(name, _format.DATA)) and not matches_any(name, exclude)
+
+
+
+# -- extras --------------------------------------------------------------------------------
+def restore_extra(src: LoadSession, model: Any, name: str) -> None:
+    """Load one extra (``"replay_buffer"``/``"vec_normalize"``) into ``model``, skipping it with
+    a warning when it does not fit."""
+    member = _format.join(name, _format.DATA)
+    try:
+        state = src.decode_data(name)
+        if name == "replay_buffer":
+            _restore_replay_buffer(model, state or {})
+        else:
+            vec_normalize = model.get_vec_normalize_env()
+            if vec_normalize is None:
+                warn_unused_vec_normalize(src)
+                return
+            _set_statistics(vec_normalize, state or {})
+    except ZipsaveError as err:
+        src.skip(member, None, None, err)
+
+
+def _restore_replay_buffer(model: Any, state: dict[str, Any]) -> None:
+    buffer = getattr(model, "replay_buffer", None)
+    if buffer is None:
+        raise DecodeError(f"holds a replay buffer, but {type(model).__name__} has none to fill.")
+    if state.get("class") != _class_path(buffer):
+        raise DecodeError(f"holds a `{state.get('class')}`, but the model's replay buffer is a `{_class_path(buffer)}`.")
+    for key in ("buffer_size", "n_envs", "optimize_memory_usage"):
+        if key in state and state[key] != getattr(buffer, key, None):
+            raise DecodeError(
+                f"holds a replay buffer with {key}={state[key]!r}, but the model's has {getattr(buffer, key, None)!r}.",
+                hint="Load with the saved settings (no `buffer_size=` override, the same number of envs).",
+            )
+    arrays = state.get("arrays")
+    if not isinstance(arrays, dict) or not arrays:
+        raise DecodeError(f"holds no `arrays` of the replay buffer (found {type(arrays).__name__}).")
+    for n, value in arrays.items():
+        _check_like(n, value, getattr(buffer, n, None))
+    pos, full = state.get("pos"), state.get("full")
+    if type(pos) is not int or not 0 <= pos < buffer.buffer_size or type(full) is not bool:
+        raise DecodeError(f"holds pos={pos!r}, full={full!r}; expected 0 <= pos < {buffer.buffer_size} and a bool.")
+    for n, value in arrays.items():
+        setattr(buffer, n, value)  # replace, not copy: the fresh zeros were never touched
+    buffer.pos, buffer.full = pos, full
+    if "handle_timeout_termination" in state:
+        buffer.handle_timeout_termination = bool(state["handle_timeout_termination"])
+    buffer.device = model.device  # SB3 #1561
+
+
+def _check_like(name: str, saved: Any, current: Any) -> None:
+    if isinstance(current, dict):
+        if not isinstance(saved, dict) or set(saved) != set(current):
+            found = sorted(saved) if isinstance(saved, dict) else type(saved).__name__
+            raise DecodeError(f"array `{name}` has keys {found}, expected {sorted(current)}.")
+        for key in current:
+            _check_like(f"{name}.{key}", saved[key], current[key])
+        return
+    if not isinstance(current, np.ndarray):
+        raise DecodeError(f"holds array `{name}`, which the model's replay buffer does not have.")
+    if not isinstance(saved, np.ndarray) or saved.shape != current.shape or saved.dtype != current.dtype:
+        found = f"{saved.dtype}{list(saved.shape)}" if isinstance(saved, np.ndarray) else type(saved).__name__
+        raise DecodeError(f"array `{name}` is {found}, expected {current.dtype}{list(current.shape)}.")
+
+
+def apply_vec_normalize(src: LoadSession, venv: Any) -> Any:
+    """Fill the env's VecNormalize with the saved statistics, wrapping it in one if needed."""
+    from stable_baselines3.common.vec_env import VecNormalize, unwrap_vec_normalize
+
+    member = _format.join("vec_normalize", _format.DATA)
+    try:
+        state = src.decode_data("vec_normalize") or {}
+        vec_normalize = unwrap_vec_normalize(venv)
+        if vec_normalize is None:
+            settings = {k: state[k] for k in _VEC_NORMALIZE_SCALARS if k in state}
+            wrapped = VecNormalize(venv, norm_obs_keys=state.get("norm_obs_keys"), **settings)
+            _set_statistics(wrapped, state)
+            return wrapped
+        _set_statistics(vec_normalize, state)  # the caller's wrapper keeps the caller's settings
+    except ZipsaveError as err:
+        src.skip(member, None, None, err)
+    except (ValueError, TypeError, KeyError, AssertionError) as err:
+        src.skip(member, None, None, DecodeError(f"does not fit the environment ({type(err).__name__}: {err})."))
+    return venv
+
+
+def _set_statistics(vec_normalize: Any, state: dict[str, Any]) -> None:
+    """Load the running means and variances; all are checked before any is changed."""
+    current = _running_stats(vec_normalize)
+    saved = state.get("statistics")
+    if not isinstance(saved, dict) or set(saved) != set(current):
+        found = sorted(saved) if isinstance(saved, dict) else None
+        raise DecodeError(f"holds statistics {found}, but the environment's VecNormalize keeps {sorted(current)}.")
+    checked = {label: _checked_stats(label, saved[label], np.shape(rms.mean)) for label, rms in current.items()}
+    for label, (mean, var, count) in checked.items():
+        current[label].mean, current[label].var, current[label].count = mean, var, count
+
+
+def _checked_stats(label: str, saved: Any, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, float]:
+    if not isinstance(saved, dict):
+        raise DecodeError(f"statistics `{label}` are a {type(saved).__name__}, expected mean, var and count.")
+    arrays = []
+    for what in ("mean", "var"):
+        arr = saved.get(what)
+        if not isinstance(arr, np.ndarray) or arr.shape != shape:
+            found = f"shape {arr.shape}" if isinstance(arr, np.ndarray) else f"a {type(arr).__name__}"
+            raise DecodeError(f"`{label}.{what}` is {found}, expected shape {shape}.")
+        arrays.append(arr.astype(np.float64, copy=False))
+    count = saved.get("count")
+    if not isinstance(count, (int, float)) or isinstance(count, bool):
+        raise DecodeError(f"`{label}.count` is {count!r}, expected a number.")
+    return arrays[0], arrays[1], float(count)
+
+
+def warn_unused_vec_normalize(src: LoadSession) -> None:
+    message = (
+        "holds VecNormalize statistics, but the model has no environment with a VecNormalize "
+        "wrapper to receive them, so its observations are not normalized. Pass `env=` to "
+        "`zipsave.load`, or `exclude=['vec_normalize']` to leave them out."
+    )
+    src.report.notes.append(message)
+    warnings.warn(ZipsaveWarning(f"archive `{src.name}`: {message}"), stacklevel=5)

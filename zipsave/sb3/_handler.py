@@ -1,0 +1,82 @@
+"""The SB3 handler: how the core collects, rebuilds and trusts Stable-Baselines3 algorithms
+(and sb3-contrib's, which share ``BaseAlgorithm``'s hooks)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from .. import _format
+from .._core import ALWAYS_EXCLUDED_PREFIXES, Component, LoadSession, Parts, recursive_getattr, unwrap
+from .._registry import Handler
+from ..exceptions import ArchiveFormatError
+from ._allowlist import SB3_ALLOWLIST
+from ._build import build_sb3
+from ._extras import EXTRAS, collect_extras, restore_extra, sb3_stand_in
+
+__all__ = ["SB3Handler"]
+
+
+def _is_sb3_like(obj: Any) -> bool:
+    """SB3's save hooks, without importing SB3: ``BaseAlgorithm`` and anything shaped like it."""
+    return hasattr(obj, "_get_torch_save_params") and hasattr(obj, "_excluded_save_params")
+
+
+class SB3Handler(Handler):
+    """Stable-Baselines3 algorithms: SB3's own rules decide what is saved (its hooks), and
+    ``load(path, cls=PPO)`` rebuilds them as ``PPO.load`` does."""
+
+    name = "sb3"
+    allowlist = SB3_ALLOWLIST
+
+    def claims(self, obj: Any) -> bool:
+        return not isinstance(obj, Component) and not isinstance(obj, type) and _is_sb3_like(obj)
+
+    def collect(self, obj: Any, *, exclude: set[str], include: set[str]) -> Parts:
+        """SB3's rules (``BaseAlgorithm.save``): its hooks decide what is torch-saved.
+        ``include`` may also name the extras SB3 keeps in separate pickles (:data:`EXTRAS`)."""
+        extras = collect_extras(obj, include)
+        include = include - set(EXTRAS)
+        state_names, var_names = obj._get_torch_save_params()
+        excluded = (set(obj._excluded_save_params()) | exclude) - include
+        for name in list(state_names) + list(var_names):
+            excluded.add(name.split(".")[0])
+        data = {
+            k: v for k, v in obj.__dict__.items() if k not in excluded and not k.startswith(ALWAYS_EXCLUDED_PREFIXES)
+        }
+        state = [(name, unwrap(recursive_getattr(obj, name))) for name in state_names]
+        variables = {name: recursive_getattr(obj, name) for name in var_names}
+        return Parts(data, state, variables, list(extras), encoder_options={"stand_in": sb3_stand_in})
+
+    def builds(self, cls: type) -> bool:
+        return isinstance(cls, type) and not issubclass(cls, Component) and hasattr(cls, "_setup_model")
+
+    def recognises(self, session: LoadSession, folder: str) -> bool:
+        if session.has(_format.SB3_VERSION):
+            return True
+        member = _format.join(folder, _format.DATA)
+        if not session.has(member):
+            return False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # integrity notes come again when the data is decoded
+            raw = session.read_json(member)
+        return isinstance(raw, dict) and "policy_class" in raw and session.has(_format.join(folder, "policy.pth"))
+
+    def build(
+        self, session: LoadSession, folder: str, *, cls: Any, custom_objects: dict | None, exclude: list[str],
+        overrides: dict[str, Any],
+    ) -> Any:
+        if cls is None:
+            raise ArchiveFormatError(
+                "holds a Stable-Baselines3 model, and zipsave builds one only from the class you name.",
+                archive=session.name,
+                hint="Pass it: `zipsave.load(path, cls=PPO, env=env)`, or read the parts with "
+                "`zipsave.load_archive(path)`.",
+            )
+        return build_sb3(session, cls, custom_objects=custom_objects, exclude=exclude, overrides=overrides)
+
+    def restore_component(self, session: LoadSession, obj: Any, name: str) -> bool:
+        if name not in EXTRAS or not hasattr(obj, "_setup_model"):
+            return False
+        restore_extra(session, obj, name)  # fills the SB3 model's own buffer / wrapper
+        return True
