@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .._api import load, save
 from ._rllib_dir import read_dir, write_dir
 from ._tree import Node
 
@@ -30,9 +31,7 @@ def from_rllib(directory: str | os.PathLike, archive: Any, **save_options: Any) 
     --------
     >>> from_rllib("checkpoints/ppo", "ppo.zip")  # doctest: +SKIP
     """
-    import zipsave
-
-    zipsave.save(read_dir(directory), archive, **save_options)
+    save(read_dir(directory), archive, **save_options)
 
 
 def to_rllib(archive: Any, directory: str | os.PathLike, **load_options: Any) -> str:
@@ -59,7 +58,5 @@ def to_rllib(archive: Any, directory: str | os.PathLike, **load_options: Any) ->
     --------
     >>> to_rllib("ppo.zip", "checkpoints/ppo")  # doctest: +SKIP
     """
-    import zipsave
-
-    node = zipsave.load(archive, cls=Node, **load_options)
+    node = load(archive, cls=Node, **load_options)
     return write_dir(node, directory)

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from .._registry import Handler
-from ..exceptions import MissingDependencyError
+from ..exceptions import ArchiveFormatError, MissingDependencyError
 from ._allowlist import RLLIB_ALLOWLIST
 from ._parts import HANDLER_NAME, node_from_archive, node_to_parts
 from ._tree import Node, apply, instantiate, walk
@@ -65,8 +65,6 @@ class RLlibHandler(Handler):
             return node_from_archive(session, folder, ctor="all", exclude=exclude)
         node = node_from_archive(session, folder, ctor="root", exclude=exclude)
         if cls is not None and not issubclass(node.cls, cls) and not issubclass(cls, node.cls):
-            from ..exceptions import ArchiveFormatError
-
             raise ArchiveFormatError(
                 f"holds a {node.cls.__module__}.{node.cls.__qualname__}, not a {cls.__qualname__}.",
                 archive=session.name, member=f"{folder}/init.json" if folder else "init.json",

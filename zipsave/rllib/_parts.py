@@ -14,6 +14,7 @@ import torch
 
 from .. import _format
 from .._codec import import_path
+from .._core import Parts
 from ..exceptions import ArchiveFormatError, UnsafeGlobalError, ZipsaveError
 from ._tree import Node
 
@@ -64,8 +65,6 @@ def _config_in(value: Any) -> Any:
 
 def node_to_parts(node: Node, *, exclude: set[str] = frozenset(), include: set[str] = frozenset()) -> Any:
     """The archive parts of one component (its children become component folders)."""
-    from .._core import Parts
-
     ref = import_path(node.cls)
     if ref is None:
         raise ArchiveFormatError(f"the RLlib class {node.cls!r} cannot be imported by name, so it cannot be rebuilt.")
