@@ -7,6 +7,7 @@ own state, key by key, plus ``rllib_metadata``; an RLModule's weights are ``modu
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -63,11 +64,12 @@ def _config_in(value: Any) -> Any:
     return value
 
 
-def node_to_parts(node: Node, *, exclude: set[str] = frozenset(), include: set[str] = frozenset()) -> Any:
+def node_to_parts(node: Node, *, exclude: Iterable[str] = (), include: Iterable[str] = ()) -> Parts:
     """The archive parts of one component (its children become component folders)."""
     ref = import_path(node.cls)
     if ref is None:
         raise ArchiveFormatError(f"the RLlib class {node.cls!r} cannot be imported by name, so it cannot be rebuilt.")
+    exclude = set(exclude)
     state = {k: v for k, v in node.state.items() if not (type(k) is str and k in exclude)}
     data: dict[str, Any] = {METADATA_KEY: node.metadata}
     tensors: list[tuple[str, Any]] = []

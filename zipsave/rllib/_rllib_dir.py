@@ -13,7 +13,6 @@ import os
 import pickle
 
 import cloudpickle
-from typing import Any
 
 from ._tree import Node
 

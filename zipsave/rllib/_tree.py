@@ -19,8 +19,10 @@ class Node:
     ----------
     cls : type or None
         The component's class (``type(component)``); ``None`` when unknown.
-    args, kwargs : tuple, dict
-        ``get_ctor_args_and_kwargs()``: what the class is constructed with.
+    args : tuple
+        The positional half of ``get_ctor_args_and_kwargs()``.
+    kwargs : dict
+        The keyword half: with ``args``, what the class is constructed with.
     metadata : dict
         ``get_metadata()``, JSON values (RLlib writes it to ``metadata.json``).
     state : dict
