@@ -37,10 +37,10 @@ def dqn_config():
         DQNConfig()
         .environment("CartPole-v1")
         .env_runners(num_env_runners=1)
-        .training(train_batch_size_per_learner=32, num_steps_sampled_before_learning_starts=64,
-                  replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 1000})
+        .training(train_batch_size_per_learner=16, num_steps_sampled_before_learning_starts=32,
+                  replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 500})
         .rl_module(model_config={"fcnet_hiddens": [8]})
-        .reporting(min_sample_timesteps_per_iteration=128)
+        .reporting(min_sample_timesteps_per_iteration=64)
         .debugging(seed=0)
     )
 

@@ -161,7 +161,7 @@ def _after_restore(obj: Any, node: Node, component: str | None) -> None:
     if (component is None and COMPONENT_LEARNER_GROUP in node.children) or (
         component is not None and COMPONENT_LEARNER_GROUP in component
     ):
-        group.sync_weights(from_worker_or_learner_group=obj.learner_group, inference_only=True)
+        _push_weights(obj)
     if group is None or group.num_remote_env_runners() == 0:
         return
     steps = obj.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
@@ -172,6 +172,22 @@ def _after_restore(obj: Any, node: Node, component: str | None) -> None:
                                      module_to_env=obj.module_to_env_connector)
     else:
         group.sync_env_runner_states(config=obj.config, env_steps_sampled=steps, from_worker=obj.env_runner)
+
+
+def _push_weights(algo: Any) -> None:
+    """Set the learner's (restored) module weights on every EnvRunner, local and remote, and wait.
+
+    Not ``sync_weights``: that one sends asynchronously, and an EnvRunner skips weights whose
+    sequence number is not newer than its own, while restored weights may carry an older one.
+    """
+    import ray
+    from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE
+
+    state = algo.learner_group.get_state(components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True)
+    ref = ray.put({COMPONENT_RL_MODULE: state[COMPONENT_LEARNER][COMPONENT_RL_MODULE]})  # no seq no: always set
+    algo.env_runner_group.foreach_env_runner(lambda w, _s=ref: w.set_state(ray.get(_s)), local_env_runner=True)
+    if algo.eval_env_runner_group:
+        algo.eval_env_runner_group.foreach_env_runner(lambda w, _s=ref: w.set_state(ray.get(_s)), local_env_runner=True)
 
 
 def instantiate(node: Node, *, cls: Any = None, overrides: dict | None = None) -> Any:
