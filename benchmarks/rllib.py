@@ -3,7 +3,7 @@ zipsave and through RLlib's own ``save_to_path`` / ``from_checkpoint`` / ``resto
 
 Run in the RLlib venv (``tox -e rllib`` or ``.ci/run`` make one) from the repository root::
 
-    python benchmarks/rllib.py --out /tmp/bench-rllib            # hidden 2048x3: ~1.7e7 params
+    python benchmarks/rllib.py --out /tmp/bench-rllib            # hidden 2560x3: 1.3e7 parameters
     python benchmarks/rllib.py --hidden 64 --out /tmp/smoke        # a quick check of the code
 
 One run, one process, every operation timed once on the same algorithm (after one warm-up
@@ -36,7 +36,7 @@ def _timed(fn):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hidden", type=int, default=2048, help="width of the 3 hidden layers (default 2048)")
+    parser.add_argument("--hidden", type=int, default=2560, help="width of the 3 hidden layers (default 2560: 1.3e7 parameters)")
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "zipsave-bench-rllib"))
     args = parser.parse_args(argv)
 
