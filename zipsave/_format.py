@@ -44,3 +44,9 @@ def join(component: str, member: str) -> str:
 def state_dict_member(name: str) -> str:
     """Member name of the state dict saved for the attribute path ``name``."""
     return name + PTH_SUFFIX
+
+
+#: A sharded checkpoint directory (``zipsave.dcp``): the index archive, its commit point...
+DCP_INDEX = "index.zip"
+#: ...and the JSON form of DCP's ``Metadata`` inside it.
+DCP_METADATA = "dcp_metadata.json"

@@ -15,7 +15,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._demo import run_demo
-from ._tools import diff, extract, inspect, verify
+from ._tools import (
+    describe_sharded,
+    diff,
+    extract,
+    inspect,
+    is_checkpoint_dir,
+    render_sharded,
+    verify,
+    verify_sharded,
+)
 from ._version import __version__
 from .exceptions import ZipsaveError
 
@@ -34,6 +43,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    if is_checkpoint_dir(args.archive):  # a sharded (zipsave.dcp) checkpoint directory
+        summary = describe_sharded(args.archive)
+        _print_json(summary) if args.json else print(render_sharded(summary))
+        return EXIT_OK
     info = inspect(args.archive)
     if args.json:
         _print_json(info.to_dict())
@@ -43,7 +56,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    problems = verify(args.archive)
+    # A directory is a sharded (zipsave.dcp) checkpoint: the index and every rank archive.
+    problems = verify_sharded(args.archive) if is_checkpoint_dir(args.archive) else verify(args.archive)
     if args.json:
         _print_json({"archive": args.archive, "ok": not problems, "problems": problems})
     elif problems:
@@ -94,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         "pickle, every tensor with dtype and shape, and the component tree. Never unpickles and never "
         "calls torch.load.",
     )
-    inspect.add_argument("archive", help="the archive (a path; .zip is tried too)")
+    inspect.add_argument("archive", help="the archive (a path; .zip is tried too), or a sharded checkpoint directory")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
     inspect.set_defaults(func=_cmd_inspect)
 
@@ -104,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Check every member against manifest.json (size, CRC-32, SHA-256) and the archive's structure. "
         "Exit status 0 when the archive is intact, 1 when a problem was found.",
     )
-    verify.add_argument("archive", help="the archive")
+    verify.add_argument("archive", help="the archive, or a sharded checkpoint directory")
     verify.add_argument("--json", action="store_true", help="print JSON: {archive, ok, problems}")
     verify.set_defaults(func=_cmd_verify)
 

@@ -6,6 +6,7 @@ from ._extract import extract
 from ._inspect import inspect
 from ._read import read
 from ._records import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo
+from ._sharded import describe_sharded, is_checkpoint_dir, render_sharded, verify_sharded
 from ._verify import verify
 
 __all__ = [
@@ -14,9 +15,13 @@ __all__ = [
     "ComponentInfo",
     "DataEntry",
     "TensorInfo",
+    "describe_sharded",
     "diff",
     "extract",
     "inspect",
+    "is_checkpoint_dir",
     "read",
+    "render_sharded",
     "verify",
+    "verify_sharded",
 ]

@@ -1,0 +1,159 @@
+"""One ordinary zipsave archive out of a sharded checkpoint (zipsave's, or DCP's FileSystemWriter's)."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.planner import ReadItem
+from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+from .._api import save_archive
+from ..exceptions import ArchiveFormatError, UnsafeGlobalError, ZipsaveError
+from . import _layout
+from ._reader import ZipReader, check_pickle
+
+__all__ = ["SafeFileSystemReader", "consolidate"]
+
+_DCP_METADATA = ".metadata"
+
+#: What DCP's pickled ``.metadata`` may reference: its own dataclasses, torch dtypes and sizes.
+_ALLOWED = {
+    "torch.distributed.checkpoint.metadata": {
+        "Metadata", "MetadataIndex", "ChunkStorageMetadata", "TensorStorageMetadata", "BytesStorageMetadata",
+        "TensorProperties", "StorageMeta", "_MEM_FORMAT_ENCODING",
+    },
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+    "torch.serialization": {"_get_layout"},
+    "torch": {"Size"},
+    "pathlib": {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path"},
+    "collections": {"OrderedDict"},
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def __init__(self, fp: Any, where: str) -> None:
+        super().__init__(fp)
+        self._where = where
+
+    def find_class(self, module: str, name: str) -> Any:
+        if name in _ALLOWED.get(module, ()):
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise UnsafeGlobalError(
+            f"{module}.{name}", archive=self._where, member=_DCP_METADATA,
+            hint="DCP's metadata holds only its own dataclasses; this file was made by something else.",
+        )
+
+
+class SafeFileSystemReader(FileSystemReader):
+    """DCP's ``FileSystemReader`` whose pickled ``.metadata`` is read by an allowlist unpickler
+    (DCP's metadata dataclasses, torch dtypes and sizes) instead of plain ``pickle.load``."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        path = os.path.join(os.fspath(self.path), _DCP_METADATA)
+        with open(path, "rb") as fp:
+            try:
+                metadata = _MetadataUnpickler(fp, os.fspath(self.path)).load()
+            except ZipsaveError:
+                raise
+            except Exception as err:
+                raise ArchiveFormatError(f"cannot be read ({err}).", archive=os.fspath(self.path),
+                                         member=_DCP_METADATA) from err
+        if not isinstance(metadata, Metadata):
+            raise ArchiveFormatError("does not hold DCP Metadata.", archive=os.fspath(self.path), member=_DCP_METADATA)
+        storage_meta = getattr(metadata, "storage_meta", None) or StorageMeta()
+        storage_meta.load_id = self.load_id
+        metadata.storage_meta = storage_meta
+        return metadata
+
+
+class _ConsolidatePlanner(_EmptyStateDictLoadPlanner):
+    """Rebuilds the whole state dict from the metadata; values load with ``weights_only``."""
+
+    def __init__(self, allow_pickle: bool, source: str) -> None:
+        super().__init__()
+        self._allow_pickle = allow_pickle
+        self._source = source
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        if self._allow_pickle:
+            super().load_bytes(read_item, value)
+            return
+        raw = value.getvalue()
+        check_pickle(raw, self._source, read_item.storage_index.fqn)
+        loaded = torch.load(io.BytesIO(raw), weights_only=True)
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = loaded
+
+
+def _reader_for(src: str, allow_pickle: bool) -> Any:
+    if _layout.is_checkpoint_dir(src):
+        return ZipReader(src, allow_pickle=allow_pickle)
+    if os.path.isfile(os.path.join(src, _DCP_METADATA)):
+        return SafeFileSystemReader(src)
+    raise ZipsaveError(
+        f"is neither a zipsave DCP checkpoint (no `{_layout.INDEX}`) nor a DCP FileSystemWriter "
+        f"directory (no `{_DCP_METADATA}`).",
+        archive=src,
+    )
+
+
+def consolidate(src: str | os.PathLike, dst: Any, *, allow_pickle: bool = False) -> dict[str, Any]:
+    """Turn a sharded checkpoint into one ordinary zipsave archive.
+
+    Every shard is read in this one process (no process group needed) and each top-level
+    key of the saved state dict becomes one member of ``dst``: a nested dict (a model's or
+    optimizer's state dict) -> ``<key>.pth``, a tensor -> ``pytorch_variables.pth``, any other
+    value -> ``data``. ``zipsave.load(dst)`` returns that dict again, ``zipsave.restore``
+    loads it into live objects, ``zipsave.read(dst, "model/0.weight")`` reads one tensor,
+    ``zipsave.load_archive`` (SB3's shape) returns ``(data, params, variables)``, and
+    :class:`ZipReader` ``(dst)`` loads it back into any number of ranks.
+
+    Parameters
+    ----------
+    src
+        A checkpoint directory written by :class:`ZipWriter`, or by DCP's ``FileSystemWriter``
+        (its pickled ``.metadata`` is read with an allowlist unpickler).
+    dst
+        The archive to write (path or writable binary file); replaced atomically.
+    allow_pickle
+        Let non-tensor values through that torch's ``weights_only`` loader refuses.
+
+    Returns
+    -------
+    dict
+        The consolidated state dict (tensors on CPU).
+
+    Notes
+    -----
+    The whole state is held in memory once: about the checkpoint's size.
+    """
+    src = os.fspath(src)
+    reader = _reader_for(src, allow_pickle)
+    state: dict[str, Any] = {}
+    # dcp.load copies the dict it is given; the empty-state planner fills this one (as
+    # torch's own dcp_to_torch_save does).
+    _load_state_dict(state, storage_reader=reader, planner=_ConsolidatePlanner(allow_pickle, src), no_dist=True)
+    data: dict[str, Any] = {}
+    params: dict[str, Any] = {}
+    variables: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if isinstance(value, dict):
+            params[key] = value
+        elif isinstance(value, torch.Tensor):
+            variables[key] = value
+        else:
+            data[key] = value
+    save_archive(dst, data=data, params=params, pytorch_variables=variables or None)
+    return state
