@@ -71,9 +71,10 @@ class Handler:
 
     def restore(
         self, session: Any, obj: Any, folder: str, *, custom_objects: dict | None, exclude: list[str],
-        exact_match: bool,
+        exact_match: bool, into: str | None = None,
     ) -> None:
-        """Load the archive folder into ``obj`` in place."""
+        """Load the archive folder into ``obj`` in place; ``into`` (``restore(..., into=...)``)
+        names where in ``obj`` it goes, ``None`` for the folder's own place."""
         raise NotImplementedError
 
     def restore_component(self, session: Any, obj: Any, name: str) -> bool:

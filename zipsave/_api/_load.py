@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .. import _format
+from .. import _format, _registry
 from .._archive import Limits
 from .._core import (
     OPTION_DOCS,
@@ -197,6 +197,13 @@ def restore(
     with LoadSession(path, options) as src:
         folder = (component or "").strip("/")
         check_component(src, folder)
+        # The seam: a handler that restores this kind of live object does it all (RLlib's
+        # component paths are not attribute paths); `into` names its target component.
+        handler = next((h for h in _registry.handlers() if h.restores(obj)), None)
+        if handler is not None:
+            handler.restore(src, obj, folder, custom_objects=custom_objects, exclude=exclude,
+                            exact_match=exact_match, into=into)
+            return
         target = restore_target(src, obj, folder, into)
         if isinstance(target, dict) and strict:
             check_app_state(src, target, folder)

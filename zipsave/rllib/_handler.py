@@ -1,0 +1,88 @@
+"""The RLlib handler: how the core saves, rebuilds and restores RLlib ``Checkpointable`` objects.
+
+Imported by the core through the ``zipsave.handlers`` entry point, so it imports Ray only inside
+its methods: ``import zipsave`` never starts or imports Ray.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .._registry import Handler
+from ..exceptions import ArchiveFormatError, MissingDependencyError
+from ._allowlist import RLLIB_ALLOWLIST
+from ._parts import HANDLER_NAME, node_from_archive, node_to_parts
+from ._tree import Node, apply, instantiate, walk
+
+__all__ = ["RLlibHandler", "handler"]
+
+
+def _is_checkpointable(obj: Any) -> bool:
+    """An RLlib ``Checkpointable`` instance, asked only when RLlib is already imported."""
+    module = sys.modules.get("ray.rllib.utils.checkpoints")
+    return module is not None and isinstance(obj, module.Checkpointable)
+
+
+def require_rllib() -> None:
+    """Raise :class:`~zipsave.MissingDependencyError` naming the extra when RLlib is absent."""
+    try:
+        import ray.rllib  # noqa: F401
+    except ImportError as err:
+        raise MissingDependencyError(
+            f"needs Ray RLlib, which cannot be imported ({err}).",
+            hint="Install it with `pip install zipsave[rllib]`.",
+        ) from err
+
+
+
+class RLlibHandler(Handler):
+    """RLlib's new API stack: an ``Algorithm`` (or any ``Checkpointable``: a ``Learner``, an
+    ``RLModule``, a connector) is saved as its component tree, one archive folder per component."""
+
+    name = HANDLER_NAME
+    allowlist = RLLIB_ALLOWLIST
+
+    def claims(self, obj: Any) -> bool:
+        return isinstance(obj, Node) or _is_checkpointable(obj)
+
+    def collect(self, obj: Any, *, exclude: set[str], include: set[str]) -> Any:
+        node = obj if isinstance(obj, Node) else walk(obj)
+        return node_to_parts(node, exclude=set(exclude), include=set(include))
+
+    def builds(self, cls: type) -> bool:
+        if cls is Node:
+            return True
+        module = sys.modules.get("ray.rllib.utils.checkpoints")
+        return module is not None and isinstance(cls, type) and issubclass(cls, module.Checkpointable)
+
+    def build(
+        self, session: Any, folder: str, *, cls: Any, custom_objects: dict | None, exclude: list[str],
+        overrides: dict[str, Any],
+    ) -> Any:
+        require_rllib()
+        if cls is Node:
+            return node_from_archive(session, folder, ctor="all", exclude=exclude)
+        node = node_from_archive(session, folder, ctor="root", exclude=exclude)
+        if cls is not None and not issubclass(node.cls, cls) and not issubclass(cls, node.cls):
+            raise ArchiveFormatError(
+                f"holds a {node.cls.__module__}.{node.cls.__qualname__}, not a {cls.__qualname__}.",
+                archive=session.name, member=f"{folder}/init.json" if folder else "init.json",
+            )
+        return instantiate(node, cls=cls if cls is not None and issubclass(cls, node.cls) else None,
+                           overrides=dict(custom_objects or {}, **overrides))
+
+    def restores(self, obj: Any) -> bool:
+        return _is_checkpointable(obj)
+
+    def restore(
+        self, session: Any, obj: Any, folder: str, *, custom_objects: dict | None, exclude: list[str],
+        exact_match: bool, into: str | None = None,
+    ) -> None:
+        require_rllib()
+        node = node_from_archive(session, folder, ctor="none", exclude=exclude)
+        target = folder if into is None else into.strip("/")
+        apply(obj, node, target or None)
+
+
+handler = RLlibHandler()

@@ -1,0 +1,219 @@
+"""An RLlib ``Checkpointable`` as a tree of plain nodes: taken from a live object, applied back.
+
+The walk mirrors RLlib's own ``Checkpointable.save_to_path``/``restore_from_path`` step by step
+(which state goes to which component, how actor managers are reached), so an archive holds the
+same tree RLlib writes to a directory, and restoring behaves as RLlib's restore does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass
+class Node:
+    """One RLlib component: how to construct it and its own (non-component) state.
+
+    Attributes
+    ----------
+    cls : type or None
+        The component's class (``type(component)``); ``None`` when unknown.
+    args : tuple
+        The positional half of ``get_ctor_args_and_kwargs()``.
+    kwargs : dict
+        The keyword half: with ``args``, what the class is constructed with.
+    metadata : dict
+        ``get_metadata()``, JSON values (RLlib writes it to ``metadata.json``).
+    state : dict
+        The component's state without its sub-components' states.
+    children : dict[str, Node]
+        The sub-components, by name, in RLlib's order.
+    """
+
+    cls: Any
+    args: tuple = ()
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    metadata: dict = dataclasses.field(default_factory=dict)
+    state: dict = dataclasses.field(default_factory=dict)
+    children: dict[str, Node] = dataclasses.field(default_factory=dict)
+
+    def find(self, component: str | None) -> Node:
+        """The node at ``component`` (``"learner_group/learner"``); ``self`` for ``None``/``""``."""
+        node = self
+        for part in (component or "").strip("/").split("/"):
+            if part:
+                node = node.children[part]
+        return node
+
+    def full_state(self) -> dict:
+        """The state as ``get_state()`` returns it: own state with every child's nested in."""
+        state = dict(self.state)
+        for name, child in self.children.items():
+            state[name] = child.full_state()
+        return state
+
+
+def _is_actor_manager(obj: Any) -> bool:
+    from ray.rllib.utils.actor_manager import FaultTolerantActorManager
+
+    return isinstance(obj, FaultTolerantActorManager)
+
+
+def _first_result(results: Any) -> Any:
+    result = next(iter(results))
+    if not result.ok:
+        raise result.get()
+    return result.get()
+
+
+def walk(obj: Any, state: dict | None = None) -> Node:
+    """Take ``obj``'s component tree, as ``save_to_path`` would write it.
+
+    Parameters
+    ----------
+    obj
+        A live RLlib ``Checkpointable`` (an ``Algorithm``, a ``Learner``, an ``RLModule``...).
+    state
+        The state to use instead of ``obj.get_state()`` (how a parent hands a child its part).
+
+    Returns
+    -------
+    Node
+    """
+    components = list(obj.get_checkpointable_components())
+    provided = state is not None
+    # RLlib's own test (`state or get_state(...)`): an empty provided state is fetched afresh.
+    state = dict(state or obj.get_state(not_components=[name for name, _ in components]))
+    children: dict[str, Node] = {}
+    for name, comp in components:
+        if provided and name not in state:
+            continue
+        if _is_actor_manager(comp):
+            # Like RLlib: the first healthy actor stands for all of them; it walks itself.
+            given = state.pop(name, None) if provided else None
+            children[name] = _first_result(
+                comp.foreach_actor(lambda w, _s=given: walk(w, _s), remote_actor_ids=[comp.healthy_actor_ids()[0]])
+            )
+        else:
+            comp_state = state.pop(name) if provided else obj.get_state(components=name)[name]
+            children[name] = walk(comp, comp_state)
+    args, kwargs = obj.get_ctor_args_and_kwargs()
+    return Node(cls=type(obj), args=tuple(args), kwargs=dict(kwargs), metadata=dict(obj.get_metadata() or {}),
+                state=state, children=children)
+
+
+def apply(obj: Any, node: Node, component: str | None = None) -> None:
+    """Set ``node``'s states into the live ``obj``, as ``restore_from_path`` would.
+
+    Parameters
+    ----------
+    obj
+        The live ``Checkpointable`` to restore into.
+    node
+        The saved tree; with ``component``, the saved tree *of that component only*.
+    component
+        ``None`` to restore everything; else the path of the one sub-component of ``obj``
+        that ``node`` holds (``"learner_group/learner/rl_module/p1"``).
+    """
+    before = {name for name, _ in obj.get_checkpointable_components()}
+    _apply_children(obj, node, component, only=None)
+    if component is None:
+        obj.set_state(node.state)
+        # Setting the state can create components (a new module id); restore those too.
+        added = {name for name, _ in obj.get_checkpointable_components()} - before
+        if added:
+            _apply_children(obj, node, None, only=added)
+    _after_restore(obj, node, component)
+
+
+def _apply_children(obj: Any, node: Node, component: str | None, only: set | None) -> None:
+    for name, comp in obj.get_checkpointable_components():
+        if only is not None and name not in only:
+            continue
+        sub: str | None = None
+        if component is None:
+            child = node.children.get(name)
+            if child is None:
+                continue
+        else:
+            child = node
+            if component.startswith(name + "/"):
+                sub = component[len(name) + 1:]
+            elif component != name:
+                continue
+        if _is_actor_manager(comp):
+            comp.foreach_actor(lambda w, _n=child, _c=sub: apply(w, _n, _c), remote_actor_ids=comp.healthy_actor_ids())
+        else:
+            apply(comp, child, sub)
+
+
+def _after_restore(obj: Any, node: Node, component: str | None) -> None:
+    """What ``Algorithm.restore_from_path`` does after the generic restore: push the restored
+    weights, and the restored connector states, out to the EnvRunner actors."""
+    from ray.rllib.algorithms.algorithm import Algorithm
+    from ray.rllib.core import COMPONENT_LEARNER_GROUP
+    from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    if not isinstance(obj, Algorithm):
+        return
+    group = obj.env_runner_group
+    if (component is None and COMPONENT_LEARNER_GROUP in node.children) or (
+        component is not None and COMPONENT_LEARNER_GROUP in component
+    ):
+        _push_weights(obj)
+    if group is None or group.num_remote_env_runners() == 0:
+        return
+    steps = obj.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+    if not obj.env_runner:
+        # The connectors are then the algorithm's own components, restored above.
+        group.sync_env_runner_states(config=obj.config, from_worker=None, env_steps_sampled=steps,
+                                     env_to_module=obj.env_to_module_connector,
+                                     module_to_env=obj.module_to_env_connector)
+    else:
+        group.sync_env_runner_states(config=obj.config, env_steps_sampled=steps, from_worker=obj.env_runner)
+
+
+def _push_weights(algo: Any) -> None:
+    """Set the learner's (restored) module weights on every EnvRunner, local and remote, and wait.
+
+    Not ``sync_weights``: that one sends asynchronously, and an EnvRunner skips weights whose
+    sequence number is not newer than its own, while restored weights may carry an older one.
+    """
+    import ray
+    from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE
+
+    state = algo.learner_group.get_state(components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True)
+    ref = ray.put({COMPONENT_RL_MODULE: state[COMPONENT_LEARNER][COMPONENT_RL_MODULE]})  # no seq no: always set
+    algo.env_runner_group.foreach_env_runner(lambda w, _s=ref: w.set_state(ray.get(_s)), local_env_runner=True)
+    if algo.eval_env_runner_group:
+        algo.eval_env_runner_group.foreach_env_runner(lambda w, _s=ref: w.set_state(ray.get(_s)), local_env_runner=True)
+
+
+def instantiate(node: Node, *, cls: Any = None, overrides: dict | None = None) -> Any:
+    """Construct ``node``'s class from its recorded arguments, then restore its state.
+
+    Parameters
+    ----------
+    node
+        The saved tree.
+    cls
+        A class to construct instead of ``node.cls`` (must be a subclass of it or equal).
+    overrides
+        Constructor keyword arguments that replace the recorded ones (RLlib's
+        ``from_checkpoint(**kwargs)`` rule: a positional parameter of that name is replaced).
+    """
+    import inspect as _inspect
+
+    klass = cls if cls is not None else node.cls
+    args, kwargs = list(node.args), dict(node.kwargs)
+    for i, (pname, param) in enumerate(_inspect.signature(klass).parameters.items()):
+        if overrides and pname in overrides:
+            value = overrides[pname]
+            if param.kind is _inspect.Parameter.POSITIONAL_OR_KEYWORD and len(args) > i:
+                args[i] = value
+            else:
+                kwargs[pname] = value
+    obj = klass(*args, **kwargs)
+    apply(obj, node)
+    return obj
