@@ -6,6 +6,7 @@ its methods: ``import zipsave`` never starts or imports Ray.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from typing import Any
 
@@ -41,7 +42,8 @@ class RLlibHandler(Handler):
     ``RLModule``, a connector) is saved as its component tree, one archive folder per component."""
 
     name = HANDLER_NAME
-    allowlist = RLLIB_ALLOWLIST
+    # Without Ray nothing can name these; an allowlist must only hold names that resolve.
+    allowlist = RLLIB_ALLOWLIST if importlib.util.find_spec("ray") is not None else frozenset()
 
     def claims(self, obj: Any) -> bool:
         return isinstance(obj, Node) or _is_checkpointable(obj)
