@@ -24,7 +24,11 @@ def _names(users: list[tuple[tuple, TensorRef]]) -> str:
 
 def _check_crc(actual: int, expected: int) -> None:
     if actual != expected:
-        raise IntegrityError(f"CRC-32 {actual:08x} does not match the recorded {expected:08x} (corrupted).")
+        raise IntegrityError(
+            f"CRC-32 {actual:08x} does not match the recorded {expected:08x} (corrupted).",
+            expected=f"crc32 {expected:08x}",
+            found=f"crc32 {actual:08x}",
+        )
 
 
 def mmap_tree(

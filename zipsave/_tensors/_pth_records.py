@@ -163,7 +163,11 @@ def check_record(table: dict, name: str, start: int, length: int, actual: int, *
             f"{rec['size']} bytes (corrupted or rewritten)."
         )
     if f"{actual:08x}" != rec["crc32"]:
-        raise IntegrityError(f"{what}: CRC-32 {actual:08x} does not match the recorded {rec['crc32']} (corrupted).")
+        raise IntegrityError(
+            f"{what}: CRC-32 {actual:08x} does not match the recorded {rec['crc32']} (corrupted).",
+            expected=f"crc32 {rec['crc32']}",
+            found=f"crc32 {actual:08x}",
+        )
 
 
 def verify_pickle(view: Any, meta: Any, table: dict) -> None:
