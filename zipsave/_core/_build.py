@@ -62,10 +62,13 @@ def build(
 ) -> Any:
     """Construct a fresh object from ``init.json`` (or ``cls``), then restore into it."""
     init_member = _format.join(folder, _format.INIT)
-    handler = handler_for(src, folder, cls)
+    # Read once: an edited init.json is reported once, and the handler check reuses it.
+    has_init = src.has(init_member)
+    stored = src.read_json(init_member) if has_init else None
+    handler = handler_for(src, folder, cls, record=stored)
     if handler is not None:
         return handler.build(src, folder, cls=cls, custom_objects=custom_objects, exclude=exclude, overrides=overrides)
-    if not src.has(init_member):
+    if not has_init:
         if cls is None:
             raise ArchiveFormatError(
                 "has no init.json, so zipsave does not know what to build.",
@@ -75,7 +78,7 @@ def build(
             )
         record: dict[str, Any] = {"args": {}}
     else:
-        record = src.read_json(init_member)
+        record = stored
         if not isinstance(record, dict) or not isinstance(record.get("args", {}), dict):
             raise ArchiveFormatError("must hold an object with `class` and `args`.", archive=src.name, member=init_member)
     klass = _resolve_class(src, record, init_member, cls)
@@ -124,12 +127,13 @@ def build(
 
 
 
-def handler_for(src: LoadSession, folder: str, cls: Any) -> _registry.Handler | None:
+def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) -> _registry.Handler | None:
     """The registered handler that builds ``folder``: the one its ``init.json`` names, else one
     that builds ``cls``, else (no ``cls``, no ``init.json``) one that recognises the folder."""
     init_member = _format.join(folder, _format.INIT)
     if src.has(init_member):
-        record = src.read_json(init_member)
+        if record is None:  # the caller had not read the folder's init.json yet
+            record = src.read_json(init_member)
         name = record.get("handler") if isinstance(record, dict) else None
         if name is None:
             return None
