@@ -8,6 +8,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -316,3 +317,21 @@ def test_diff_of_one_sb3_model_saved_by_sb3_and_by_zipsave_is_same_values(tmp_pa
     zipsave.save(model, tmp_path / "zs2.zip")
     changed = run("diff", tmp_path / "sb3.zip", tmp_path / "zs2.zip")
     assert changed.returncode == 1 and "~ data    learning_rate: 0.0003 -> 0.001" in changed.stdout
+
+
+class _NumpyEq:
+    """Compares like gymnasium 0.29's spaces: ``==`` gives a numpy bool, state holds a generator."""
+
+    def __init__(self, n: int) -> None:
+        self.n = np.int64(n)
+        self.rng = np.random.default_rng()
+
+    def __eq__(self, other: object) -> Any:
+        return isinstance(other, _NumpyEq) and self.n == other.n
+
+
+def test_same_value_takes_a_numpy_bool_from_eq():
+    from zipsave._tools._diff import same_value
+
+    assert same_value(_NumpyEq(2), _NumpyEq(2))
+    assert not same_value(_NumpyEq(2), _NumpyEq(3))

@@ -361,6 +361,10 @@ def test_memory_url(memory_dir):
 
 
 @pytest.mark.slow
+# The lowest stack's botocore imports `cgi` (deprecated in Python 3.11); not zipsave's concern.
+@pytest.mark.filterwarnings("ignore:'cgi' is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:botocore.*")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:aiobotocore.*")
 def test_s3(s3):
     fs, options, _ = s3
     _remote_run("s3://zipsave-test/manager-run", storage_options=options)

@@ -52,7 +52,7 @@ def test_zoo_archive_loads_with_the_defaults_keeping_its_schedules(zoo_run):
         warnings.simplefilter("error")  # nothing skipped
         model = zipsave.load(archive, cls=PPO, device="cpu")
     reference = PPO.load(archive, device="cpu")  # SB3's own loader (plain cloudpickle)
-    assert type(model.learning_rate).__name__ == "SimpleLinearSchedule"
+    assert_zoo_schedule(model.learning_rate, 0.001)
     for progress in (1.0, 0.5, 0.1):
         assert model.lr_schedule(progress) == reference.lr_schedule(progress)
         assert model.clip_range(progress) == reference.clip_range(progress)
@@ -106,6 +106,20 @@ def linear_schedule(initial_value):
 '''
 
 
+def assert_zoo_schedule(schedule, initial_value: float) -> None:
+    """The installed Zoo's own linear schedule of ``initial_value``: ``SimpleLinearSchedule`` from
+    rl-zoo3 2.7, the installed ``linear_schedule`` closure before (tested on the lowest stack)."""
+    import rl_zoo3.utils
+
+    if hasattr(rl_zoo3.utils, "SimpleLinearSchedule"):
+        assert isinstance(schedule, rl_zoo3.utils.SimpleLinearSchedule)
+        assert schedule.initial_value == initial_value
+    else:
+        installed = rl_zoo3.utils.linear_schedule(initial_value)
+        assert schedule.__code__ is installed.__code__  # built by the installed Zoo, not the archive
+        assert [c.cell_contents for c in schedule.__closure__] == [initial_value]
+
+
 def zoo_closure(source: str, value, module: str = "rl_zoo3.utils"):
     namespace = {"__name__": module}
     # dont_inherit: this test module's `from __future__ import annotations` is not the Zoo's
@@ -123,8 +137,6 @@ def old_zoo_archive(path, source, module="rl_zoo3.utils"):
 
 @pytest.mark.parametrize(("source", "module"), [(ZOO_2_6, "rl_zoo3.utils"), (ZOO_1_0, "utils.utils")])
 def test_old_zoo_schedule_closures_are_rebuilt_without_running_them(tmp_path, source, module):
-    from rl_zoo3.utils import SimpleLinearSchedule
-
     import zipsave.sb3
 
     path = old_zoo_archive(tmp_path / "old_zoo.zip", source, module)
@@ -135,8 +147,7 @@ def test_old_zoo_schedule_closures_are_rebuilt_without_running_them(tmp_path, so
         with zipsave.sb3.installed():
             adopted = PPO.load(path, device="cpu")
     for model in (loaded, adopted):
-        assert isinstance(model.learning_rate, SimpleLinearSchedule)
-        assert model.learning_rate.initial_value == 0.001
+        assert_zoo_schedule(model.learning_rate, 0.001)
         for progress in (1.0, 0.5, 0.1):
             assert model.lr_schedule(progress) == reference.lr_schedule(progress)
             assert model.clip_range(progress) == reference.clip_range(progress)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import collections
 import copyreg
 import datetime
+import importlib
+import importlib.metadata
 import io
 import os
 import pathlib
@@ -629,9 +631,19 @@ def test_numpy1_core_names_load_on_numpy2(value, protocol):
     assert not any(name.startswith("numpy.core.") for name in found)
 
 
-def test_numpy1_spelling_resolves_to_the_numpy2_object():
-    assert DEFAULT.is_trusted("numpy.core.multiarray", "_reconstruct")
-    assert DEFAULT.resolve("numpy.core.multiarray", "_reconstruct") is np._core.multiarray._reconstruct
+def test_numpy1_spelling_resolves_to_the_installed_object():
+    installed = importlib.import_module("numpy._core.multiarray" if np.__version__ >= "2" else "numpy.core.multiarray")
+    for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
+        assert DEFAULT.is_trusted(module, "_reconstruct")
+        assert DEFAULT.resolve(module, "_reconstruct") is installed._reconstruct
+
+
+def test_numpy2_bool_is_the_numpy_scalar_type_on_every_numpy():
+    # numpy 1.20-1.23 kept `numpy.bool` as a deprecated alias of the builtin bool; numpy 2's
+    # `numpy.bool` is numpy's own boolean scalar type, as `numpy.bool_` is on every numpy.
+    assert DEFAULT.resolve("numpy", "bool") is np.bool_
+    loaded = restricted_loads(pickle.dumps(np.dtype(np.bool_), protocol=2), DEFAULT)
+    assert loaded == np.dtype(np.bool_)
 
 
 def test_numpy2_names_are_imported_from_numpy_core_on_numpy1(monkeypatch):
@@ -741,18 +753,54 @@ def test_trusted_but_missing_globals_are_decode_errors():
 _OTHER_VERSIONS = {name for name in default_allowlist() if name.startswith("pathlib._local.")} if sys.version_info < (3, 13) else set()
 
 
-@pytest.mark.parametrize("name", sorted(default_allowlist() - _OTHER_VERSIONS))
-def test_every_allowlisted_name_resolves(name):
+# Names that an archive written on a newer stack may hold, by the releases that lack them
+# (from, up to but not including): on such an installed release they cannot resolve (and
+# must not: the test proves the reason).
+_NEWER_THAN_INSTALLED = [
+    ("numpy.dtypes.StringDType", "numpy", "0", "2.0"),
+    ("numpy._core._internal._convert_to_stringdtype_kwargs", "numpy", "0", "2.0"),
+    ("numpy.dtypes.", "numpy", "0", "1.25"),
+    ("gymnasium.spaces.oneof.OneOf", "gymnasium", "0", "1.0"),
+    ("rl_zoo3.utils.SimpleLinearSchedule", "rl_zoo3", "0", "2.7"),
+]
+
+
+def _release(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def _newer_than_installed(name: str) -> str | None:
+    for prefix, package, lacking_from, since in _NEWER_THAN_INSTALLED:
+        if name == prefix or (prefix.endswith(".") and name.startswith(prefix)):
+            try:
+                installed = importlib.metadata.version(package.replace("_", "-"))
+            except importlib.metadata.PackageNotFoundError:
+                return None  # the handler's allowlist is empty then
+            lacking = _release(lacking_from) <= _release(installed) < _release(since)
+            return f"{package} {installed} (lacks it from {lacking_from} until {since})" if lacking else None
+    return None
+
+
+def _resolves(name: str) -> bool:
     # Try each split, as a pickle could; one of them must import cleanly.
     parts = name.split(".")
     for i in range(len(parts) - 1, 0, -1):
         module, qualname = ".".join(parts[:i]), ".".join(parts[i:])
         try:
             DEFAULT.resolve(module, qualname)
-            return
+            return True
         except DecodeError:
             continue
-    pytest.fail(f"{name} does not resolve")
+    return False
+
+
+@pytest.mark.parametrize("name", sorted(default_allowlist() - _OTHER_VERSIONS))
+def test_every_allowlisted_name_resolves(name):
+    older = _newer_than_installed(name)
+    if older is None:
+        assert _resolves(name), f"{name} does not resolve"
+    else:  # a name of a later release: it must be missing here for exactly that reason
+        assert not _resolves(name), f"{name} resolves on {older}: drop it from _NEWER_THAN_INSTALLED"
 
 
 @pytest.mark.parametrize(
@@ -863,3 +911,35 @@ def test_build_cannot_modify_an_enum_member():
     from stable_baselines3.common.type_aliases import TrainFrequencyUnit
 
     assert TrainFrequencyUnit.STEP.value == "step"
+
+
+# -- numpy Generator pickles of every numpy -------------------------------------------------
+_GEN_CTOR = _global("numpy.random._pickle", "__generator_ctor")
+_BITGEN_CTOR = _global("numpy.random._pickle", "__bit_generator_ctor")
+
+
+def _generator_pickle(*args: bytes) -> bytes:
+    # (ctor, args) REDUCE, then BUILD with the bit generator's state, as numpy writes it
+    state = np.random.Generator(np.random.PCG64(5)).bit_generator.state
+    return b"\x80\x04" + _GEN_CTOR + pickle.MARK + b"".join(args) + pickle.TUPLE + pickle.REDUCE + _body(state) + pickle.BUILD + pickle.STOP
+
+
+@pytest.mark.parametrize("form", ["numpy<1.25: (name,)", "numpy 1.25-1.26: (name, ctor)"])
+def test_generator_pickles_of_every_numpy_load_on_this_one(form):
+    args = [_body("PCG64")] + ([_BITGEN_CTOR] if "ctor" in form else [])
+    loaded = restricted_loads(_generator_pickle(*args), DEFAULT)
+    assert isinstance(loaded, np.random.Generator)
+    assert loaded.random() == np.random.Generator(np.random.PCG64(5)).random()
+
+
+def test_generator_pickle_of_this_numpy_loads():
+    gen = np.random.Generator(np.random.PCG64(9))
+    gen.random()
+    loaded = restricted_loads(pickle.dumps(gen, protocol=4), DEFAULT)
+    assert loaded.random() == gen.random()
+
+
+def test_generator_ctor_refuses_a_helper_the_pickle_did_not_import():
+    payload = _generator_pickle(_body("PCG64"), _body(3))
+    with pytest.raises(DecodeError, match="needs a bit generator helper the pickle imported by name"):
+        restricted_loads(payload, DEFAULT)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import io
 import pickle
 from typing import Any
@@ -48,11 +49,38 @@ def _canonical_reduce(obj: Any) -> Any:
     kind = type(obj)
     if (kind is set or kind is frozenset) and len(obj) > 1:
         return kind, (sorted(obj, key=_pickle_bytes),)
-    if _spaces.is_space(obj) and obj._np_random is not None and _spaces.is_unused_generator(obj._np_random):
+    if not _spaces.is_space(obj):
+        return NotImplemented
+    changes: dict[str, Any] = {}
+    if obj._np_random is not None and _spaces.is_unused_generator(obj._np_random):
+        changes["_np_random"] = None
+    stacked = _unused_stacked_copy(obj)
+    if stacked is not None:
+        changes["stacked_feature_space"] = stacked
+    if changes:
         rv = obj.__reduce_ex__(cloudpickle.DEFAULT_PROTOCOL)
-        if isinstance(rv, tuple) and len(rv) >= 3 and isinstance(rv[2], dict) and "_np_random" in rv[2]:
-            return (*rv[:2], {**rv[2], "_np_random": None}, *rv[3:])
+        if isinstance(rv, tuple) and len(rv) >= 3 and isinstance(rv[2], dict) and changes.keys() <= rv[2].keys():
+            return (*rv[:2], {**rv[2], **changes}, *rv[3:])
     return NotImplemented
+
+
+def _unused_stacked_copy(space: Any) -> Any:
+    """gymnasium 0.29's stacked ``Sequence`` keeps ``stacked_feature_space``, built with a deep
+    copy of its feature space's generator. Before numpy 1.25 a copied generator loses its seed
+    sequence, so it cannot be told unused on its own: it is one when it still equals an unused
+    feature-space generator. Returns that sub-space without its generator, else ``None``."""
+    stacked = vars(space).get("stacked_feature_space")
+    feature = getattr(space, "feature_space", None)
+    if stacked is None or not _spaces.is_space(stacked) or not _spaces.is_space(feature):
+        return None
+    copied, original = stacked._np_random, feature._np_random
+    if copied is None or original is None or not _spaces.is_unused_generator(original):
+        return None
+    if not _spaces.same_state(copied.bit_generator.state, original.bit_generator.state):
+        return None
+    bare = copy.copy(stacked)
+    bare._np_random = None
+    return bare
 
 
 def _make_pickler() -> type:

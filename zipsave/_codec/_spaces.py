@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
 from ._space_decode import SpaceDecoder
 from ._space_encode import SpaceEncoder
-from ._space_kinds import SPACE_KINDS, is_space, is_unused_generator
+from ._space_kinds import SPACE_KINDS, is_space, is_unused_generator, same_state
 
-__all__ = ["SPACE_KINDS", "decode_space", "encode_space", "is_space", "is_unused_generator"]
+__all__ = ["SPACE_KINDS", "decode_space", "encode_space", "is_space", "is_unused_generator", "same_state"]
 
 
 def encode_space(

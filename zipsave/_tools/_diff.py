@@ -205,6 +205,8 @@ def same_value(a: Any, b: Any, depth: int = 0) -> bool:
         return len(a) == len(b) and all(same_value(x, y, depth + 1) for x, y in zip(a, b))
     try:
         equal = a == b
+        if isinstance(equal, np.bool_):  # e.g. gymnasium 0.29's spaces compare numpy integers
+            equal = bool(equal)
         if isinstance(equal, bool) and (equal or type(a).__eq__ is not object.__eq__):
             return equal
     except Exception:  # noqa: BLE001 - a type whose == fails is compared by its state

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
-    "CODE_HINT", "CODE_RUNNERS", "DYNAMIC_GLOBAL", "LOCAL_HINT", "canonical", "fix_py2_name", "import_spelling",
+    "CODE_HINT", "CODE_RUNNERS", "DYNAMIC_GLOBAL", "LOCAL_HINT", "canonical", "fix_py2_name", "import_attribute", "import_spelling",
     "is_dotted", "is_dunder", "is_local", "normalise_trusted",
 ]
 
@@ -44,10 +44,26 @@ def canonical(module: str, qualname: str) -> tuple[str, str]:
 
 def import_spelling(module: str) -> str:
     if module == "numpy._core" or module.startswith("numpy._core."):
-        numpy = importlib.import_module("numpy")
-        if int(numpy.__version__.split(".")[0]) < 2:
+        if _numpy_major() < 2:
             return "numpy.core" + module[len("numpy._core"):]
     return module
+
+
+# numpy 2 names whose object numpy 1 has under another name (numpy 1.20-1.23 kept `numpy.bool`
+# as a deprecated alias of the *builtin* bool, which would be the wrong object).
+_NUMPY1_ATTRIBUTES = {("numpy", "bool"): "bool_"}
+
+
+def import_attribute(module: str, qualname: str) -> str:
+    """The attribute path to look up on the imported ``module`` for ``qualname``."""
+    renamed = _NUMPY1_ATTRIBUTES.get((module, qualname))
+    if renamed is not None and _numpy_major() < 2:
+        return renamed
+    return qualname
+
+
+def _numpy_major() -> int:
+    return int(importlib.import_module("numpy").__version__.split(".")[0])
 
 
 def fix_py2_name(module: str, name: str) -> tuple[str, str]:

@@ -14,6 +14,7 @@ from ._names import (
     CODE_RUNNERS,
     LOCAL_HINT,
     canonical,
+    import_attribute,
     import_spelling,
     is_dotted,
     is_dunder,
@@ -236,7 +237,7 @@ class TrustPolicy:
             raise DecodeError(
                 f"cannot import module `{module}` for global `{full}` ({type(err).__name__}: {err}).", **where
             ) from err
-        for depth, part in enumerate(parts):
+        for depth, part in enumerate(import_attribute(module, qualname).split(".")):
             if by_prefix and depth and isinstance(found, types.ModuleType):
                 raise refuse(f"`{found.__name__}` is a module imported there")
             try:

@@ -49,6 +49,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             "copyreg.__newobj__": self._newobj,
             "copyreg.__newobj_ex__": self._newobj_ex,
             "_codecs.encode": self._latin1_encode,
+            "numpy.random._pickle.__generator_ctor": self._generator_ctor,
         }
 
     def _error(self, message: str) -> DecodeError:
@@ -172,6 +173,22 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
                 )
         self._check_call(base, (state,), {}, "copyreg._reconstructor")
         return copyreg._reconstructor(cls, base, state)  # type: ignore[attr-defined]
+
+    def _generator_ctor(self, bit_generator: Any = "MT19937", bit_generator_ctor: Any = None) -> Any:
+        # Every numpy's pickles, whichever numpy reads them: numpy < 1.25 wrote (name,),
+        # 1.25-1.26 (name, ctor), numpy 2 (bit generator,); numpy < 1.25 reads only the first.
+        random = sys.modules["numpy.random"]
+        if isinstance(bit_generator, random.BitGenerator):
+            return random.Generator(bit_generator)
+        if bit_generator_ctor is not None:
+            if not self._was_imported(bit_generator_ctor):
+                raise self._error(
+                    "numpy.random._pickle.__generator_ctor needs a bit generator helper the pickle "
+                    f"imported by name, got {self._describe(bit_generator_ctor)}."
+                )
+            return random.Generator(bit_generator_ctor(bit_generator))
+        # (getattr: a dunder-prefixed name written here would be mangled to this class's.)
+        return getattr(sys.modules["numpy.random._pickle"], "__generator_ctor")(bit_generator)
 
     def _latin1_encode(self, obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
         normal = encoding.lower().replace("-", "").replace("_", "") if isinstance(encoding, str) else ""

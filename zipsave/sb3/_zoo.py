@@ -242,8 +242,9 @@ def _closure_value(root: _Call, calls: list[_Call]) -> float | None:
 
 def recognise(payload: bytes) -> Any:
     """Rebuild a pickled Zoo schedule closure (alone, or inside SB3's ``FloatSchedule``) as
-    ``rl_zoo3.utils.SimpleLinearSchedule``; ``None`` when the pickle is anything else or
-    rl-zoo3 (>= 2.7) is not installed."""
+    the installed Zoo's linear schedule (``rl_zoo3.utils.SimpleLinearSchedule``, or before
+    rl-zoo3 2.7 its ``linear_schedule``); ``None`` when the pickle is anything else or rl-zoo3
+    is not installed."""
     try:
         root, calls = _evaluate(payload)
     except (_Unsupported, ValueError, IndexError, KeyError, TypeError, AttributeError):
@@ -261,16 +262,29 @@ def recognise(payload: bytes) -> Any:
     value = _closure_value(root, calls)
     if value is None:
         return None
-    try:
-        from rl_zoo3.utils import SimpleLinearSchedule
-    except ImportError:
+    schedule = _installed_schedule(value)
+    if schedule is None:
         return None
-    schedule = SimpleLinearSchedule(value)
     if wrapped:
         from stable_baselines3.common.utils import FloatSchedule
 
         return FloatSchedule(schedule)
     return schedule
+
+
+def _installed_schedule(value: float) -> Any:
+    """The installed Zoo's own linear schedule of ``value``: ``SimpleLinearSchedule`` (rl-zoo3
+    >= 2.7), else the installed ``linear_schedule`` (the same closure the archive holds, built
+    by the installed code, not the archive's); ``None`` without rl-zoo3."""
+    try:
+        from rl_zoo3 import utils
+    except ImportError:
+        return None
+    simple = getattr(utils, "SimpleLinearSchedule", None)
+    if simple is not None:
+        return simple(value)
+    closure = getattr(utils, "linear_schedule", None)
+    return closure(value) if closure is not None else None
 
 
 def zoo_schedules(path: Any, skip: Any = ()) -> dict[str, Any]:
