@@ -210,6 +210,10 @@ def _zipsave_save_durable(ctx: Ctx) -> None:
     _zipsave().save(app_state(ctx.policy, ctx.optimizer), ctx.out)  # temp file + fsync + rename
 
 
+def _zipsave_save_nondurable(ctx: Ctx) -> None:
+    _zipsave().save(app_state(ctx.policy, ctx.optimizer), ctx.out, durable=False)  # temp file + rename
+
+
 def _sb3_save(ctx: Ctx) -> None:
     from stable_baselines3.common.save_util import save_to_zip_file
 
@@ -391,6 +395,8 @@ OPS: list[Op] = [
     Op("zipsave_save_sha256", "save", "zipsave.save sha256=True (open file)", _zipsave_save_sha256, model=True,
        check=_check_saved_zipsave),
     Op("zipsave_save_durable", "save", "zipsave.save (path: temp+fsync+rename)", _zipsave_save_durable, model=True,
+       check=_check_saved_zipsave),
+    Op("zipsave_save_nondurable", "save", "zipsave.save durable=False (temp+rename)", _zipsave_save_nondurable, model=True,
        check=_check_saved_zipsave),
     Op("sb3_save", "save", "SB3 save_to_zip_file", _sb3_save, model=True, check=_check_saved_sb3),
     Op("torch_save", "save", "torch.save", _torch_save, model=True, check=_check_saved_torch),

@@ -220,3 +220,53 @@ def test_replace_keeps_the_permissions_of_the_previous_archive(previous):
     os.chmod(target, 0o600)
     zipsave.save(old_state(), target)
     assert target.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_save_that_is_not_durable_syncs_nothing_and_is_still_atomic(previous, monkeypatch):
+    target, old_digest = previous
+    synced = []
+    monkeypatch.setattr(_archive.os, "fsync", synced.append)
+    big = torch.zeros(1 << 20)
+    with pytest.raises(MemoryError):
+        zipsave.save({"step": 1, "thing": _Stateful({"big": big, "bad": _Explodes(MemoryError())})}, target,
+                     durable=False)
+    assert_untouched(target, old_digest)
+    zipsave.save({"step": 2, "policy": torch.nn.Linear(3, 2)}, target, durable=False)
+    assert synced == []
+    assert zipsave.load_archive(target)[0]["step"] == 2
+    assert sorted(os.listdir(target.parent)) == [target.name]
+
+
+def test_large_durable_saves_start_the_disk_early_and_write_the_same_bytes(tmp_path, monkeypatch):
+    if _archive._sync_file_range() is None:
+        pytest.skip("sync_file_range is Linux's")
+    state = {"step": 1, "policy": torch.nn.Sequential(torch.nn.Linear(2048, 2048), torch.nn.Linear(2048, 2048))}
+    zipsave.save(state, tmp_path / "plain.zip", durable=False)
+    kicks = []
+    real = _archive._sync_file_range()
+    monkeypatch.setattr(_archive, "_sync_file_range", lambda: lambda *args: kicks.append(args) or real(*args))
+    zipsave.save(state, tmp_path / "durable.zip")
+    assert len(kicks) >= 2 and all(args[1:] == (0, 0, 2) for args in kicks)
+    assert digest(tmp_path / "durable.zip") == digest(tmp_path / "plain.zip")
+
+
+def test_replacing_an_archive_releases_the_previous_one(previous):
+    import threading
+
+    target, _ = previous
+    fds = set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    for step in range(3):
+        zipsave.save({"step": step, "policy": torch.nn.Linear(3, 2)}, target)
+    for thread in threading.enumerate():
+        if thread.name == "zipsave-release":
+            thread.join(timeout=30)
+    if fds is not None:
+        assert set(os.listdir("/proc/self/fd")) <= fds  # no descriptor of a replaced archive stays open
+    assert zipsave.load_archive(target)[0]["step"] == 2
+
+
+def test_a_reader_of_the_previous_archive_keeps_reading_it(previous):
+    target, old_digest = previous
+    with open(target, "rb") as reader:
+        zipsave.save({"step": 9, "policy": torch.nn.Linear(3, 2)}, target)
+        assert hashlib.sha256(reader.read()).hexdigest() == old_digest

@@ -77,7 +77,7 @@ class Saveable(Component):
         self, path: Any, exclude: Iterable[str] | None = None, include: Iterable[str] | None = None, **options: Any
     ) -> Any:
         """Save this model to ``path``; ``options`` are those of :func:`zipsave.save`
-        (``background``, ``storage_options``, ``progress``, ``sha256``). With
+        (``background``, ``storage_options``, ``progress``, ``sha256``, ``durable``). With
         ``background=True`` returns a :class:`~zipsave.SaveHandle`."""
         return save(self, path, exclude=exclude, include=include, **options)
 

@@ -48,17 +48,19 @@ def _output_path(path: Any) -> str:
 
 
 @contextlib.contextmanager
-def open_output(path: Any, *, storage_options: dict | None = None, progress: bool = False) -> Iterator[IO[bytes]]:
+def open_output(
+    path: Any, *, storage_options: dict | None = None, progress: bool = False, durable: bool = True
+) -> Iterator[IO[bytes]]:
     """Yield where an archive is written. Paths and URLs are replaced atomically when the block
-    exits cleanly (an exception leaves the previous archive whole); a file object is used as
-    it is."""
+    exits cleanly (an exception leaves the previous archive whole), a local path durably
+    unless ``durable`` is false; a file object is used as it is."""
     if hasattr(path, "write"):
         yield path
     elif is_url(path):
         with _remote.remote_output(path, storage_options=storage_options, progress=progress) as fp:
             yield fp
     else:
-        with atomic_output(_output_path(path)) as fp:
+        with atomic_output(_output_path(path), durable=durable) as fp:
             yield fp
 
 

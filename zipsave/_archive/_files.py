@@ -4,7 +4,11 @@ on open."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import functools
 import os
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -35,13 +39,21 @@ def atomic_output(path: str, *, durable: bool = True) -> Iterator[IO[bytes]]:
 
     A crash or an exception at any point leaves the previous file at ``path`` untouched and
     removes the temporary file (a SIGKILL may leave a ``.zipsave-tmp`` file behind, never a
-    partial archive at ``path``).
+    partial archive at ``path``). With ``durable``, the file's data is on disk before the
+    rename and the rename is on disk before this returns; without it, both are left to the OS
+    (a crash of the process still never leaves a partial archive; a power cut may).
+
+    Two costs are kept off the caller's time where Linux allows: the disk starts writing
+    each few MiB as soon as they are written (``sync_file_range``), so the final ``fsync``
+    waits only for the tail; and the previous archive's blocks are freed on a helper thread
+    (the rename would otherwise free them inline).
     """
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".zipsave-tmp", dir=folder)
+    previous = -1
     try:
         with os.fdopen(fd, "wb") as f:
-            yield f
+            yield _WriteBehind(f) if durable and _sync_file_range() is not None else f  # type: ignore[misc]
             f.flush()
             if durable:
                 os.fsync(f.fileno())
@@ -50,17 +62,63 @@ def atomic_output(path: str, *, durable: bool = True) -> Iterator[IO[bytes]]:
         except FileNotFoundError:
             mode = 0o666 & ~_current_umask()
         os.chmod(tmp, mode)
+        with contextlib.suppress(OSError):
+            previous = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if previous >= 0:
+            os.close(previous)
         raise
+    if previous >= 0:  # the last reference to the replaced file: freeing it takes a while
+        threading.Thread(target=os.close, args=(previous,), name="zipsave-release", daemon=True).start()
     if durable and hasattr(os, "O_DIRECTORY"):
         dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+_KICK_EVERY = 8 << 20
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+@functools.cache
+def _sync_file_range() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        func = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    return func
+
+
+class _WriteBehind:
+    """A file whose dirty pages the kernel starts writing to disk every ``_KICK_EVERY`` bytes
+    written (asynchronously: ``SYNC_FILE_RANGE_WRITE`` waits for nothing), so the disk works
+    while the archive is still being produced. Everything else is the wrapped file's."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self._fd = f.fileno()
+        self._unkicked = 0
+
+    def write(self, data: Any) -> int:
+        written = self._f.write(data)
+        self._unkicked += memoryview(data).nbytes
+        if self._unkicked >= _KICK_EVERY:
+            self._unkicked = 0
+            self._f.flush()
+            _sync_file_range()(self._fd, 0, 0, _SYNC_FILE_RANGE_WRITE)  # a failure only loses the head start
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
 
 
 # -- reading -----------------------------------------------------------------------------------

@@ -120,13 +120,15 @@ def _system_info_text(get_info: Any) -> bytes:
 
 
 def write(
-    enc: Encoded, path: Any, *, storage_options: dict | None = None, progress: bool = False, sha256: bool = False
+    enc: Encoded, path: Any, *, storage_options: dict | None = None, progress: bool = False, sha256: bool = False,
+    durable: bool = True,
 ) -> None:
-    """Write ``enc`` as one archive at ``path`` (atomically for paths and URLs)."""
+    """Write ``enc`` as one archive at ``path`` (atomically for paths and URLs; a local path
+    is on disk before this returns unless ``durable`` is false)."""
     total = encoded_size(enc) if progress else None
     writer: ArchiveWriter | None = None
     try:
-        with open_output(path, storage_options=storage_options, progress=progress) as fp:
+        with open_output(path, storage_options=storage_options, progress=progress, durable=durable) as fp:
             with counting_writer(fp, progress, total=total, desc=f"zipsave save {describe(path)}") as out:
                 writer = ArchiveWriter(out, sha256=True if sha256 else None)
                 try:

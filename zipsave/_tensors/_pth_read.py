@@ -17,6 +17,7 @@ from .._archive import OrderedCrc, crc32
 from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, ZipsaveError
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_mmap import mmap_tree
+from ._prefault import Prefaulter
 from ._pth_records import check_record, record_table, verify_pickle
 from ._staging import Stager
 from ._tree import BufferView, byte_view, dotted, lookup, replace, walk_leaves, walk_refs
@@ -187,17 +188,21 @@ def load_pth(
         if device.type == "cuda":  # straight into device memory: no CPU copy of the record
             storages[key] = dest[key] = torch.empty(length, dtype=torch.uint8, device=device)
             continue
-        # Plain 4 KiB pages: transparent huge pages (madvise) halved the page-fault cost when
-        # free memory was at hand, but stalled on compaction when it was not (1.5-3x slower,
-        # measured again for issue 18: docs/benchmarks.rst).
+        # Plain 4 KiB pages, populated ahead of the reads by a Prefaulter (_prefault.py);
+        # transparent huge pages measured slower on the benchmark machine (docs/benchmarks.rst).
         buf = torch.empty(length, dtype=torch.uint8)
         storages[key] = buf
         dest[key] = buf.numpy().data.cast("B") if length else memoryview(bytearray())
 
     crc = OrderedCrc() if verify_crc is not None and not per_record else None
     record_crcs: dict[str, OrderedCrc] | None = {key: OrderedCrc() for key in dest} if per_record else None
+    fresh = [key for key in sorted(storages, key=lambda k: meta.records[k][0]) if storages[key].device.type == "cpu"]
+    prefaulter = Prefaulter([
+        (storages[key].data_ptr() + done, min(_PIECE, meta.records[key][1] - done))
+        for key in fresh for done in range(0, meta.records[key][1], _PIECE)
+    ])
     try:
-        _read_records(source, meta, dest, crc, record_crcs)
+        _read_records(source, meta, dest, crc, record_crcs, prefaulter, frozenset(fresh))
         actual = crc.value() if crc is not None else None
         if record_crcs is not None:
             for key in sorted(record_crcs, key=lambda k: meta.records[k][0]):
@@ -213,6 +218,7 @@ def load_pth(
             err.args = (err._compose(),)
         raise
     finally:
+        prefaulter.close()
         if direct:
             increment_version(list(direct.values()))  # as an in-place copy_ would
     if actual is not None and verify_crc is not None:
@@ -247,12 +253,15 @@ def _names(users: list[tuple[tuple, TensorRef]]) -> str:
 def _read_records(
     view: Any, meta: PthMeta, dest: dict[str, Any], crc: OrderedCrc | None,
     record_crcs: dict[str, OrderedCrc] | None = None,
+    prefaulter: Prefaulter | None = None, fresh: frozenset[str] = frozenset(),
 ) -> None:
     """Read every destined record once, in file order; with ``crc``, also feed it every byte
     of the member (headers and unused records included) in order; with ``record_crcs``, feed
     each record to its own checksum (helper threads checksum record *i* while this thread
-    reads record *i + 1*)."""
+    reads record *i + 1*). The ``fresh`` records' pieces of ``_PIECE`` bytes are the
+    ``prefaulter``'s, in the same order: each is read once the helper made it resident."""
     cursor = 0
+    piece_index = 0
     stager: Stager | None = None
     for key in sorted(dest, key=lambda k: meta.records[k][0]):
         start, length = meta.records[key]
@@ -268,6 +277,9 @@ def _read_records(
         done = 0
         while done < length:
             piece = target[done : min(length, done + _PIECE)]
+            if prefaulter is not None and key in fresh:
+                prefaulter.wait(piece_index)
+                piece_index += 1
             if view.read_at(start + done, piece) != piece.nbytes:
                 raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
             if crc is not None:

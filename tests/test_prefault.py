@@ -1,0 +1,103 @@
+"""Copying loads populate fresh host memory on a helper thread ahead of the reads
+(``zipsave._tensors._prefault``), and the tensors they return are ordinary ones."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import pytest
+import torch
+
+import zipsave
+from zipsave._tensors import _prefault
+from zipsave._tensors._prefault import PREFAULT_MIN, Prefaulter, populate
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def _model(megabytes: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    width = int((megabytes * 2**20 / 4 / 2) ** 0.5)
+    return torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Linear(width, width))
+
+
+def _grows(tensor: torch.Tensor) -> bool:
+    try:
+        tensor.clone().set_(tensor.untyped_storage(), 0, tensor.shape, tensor.stride()).resize_(tensor.numel() + 1)
+    except RuntimeError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_POPULATE_WRITE is Linux's")
+def test_populate_makes_fresh_memory_resident():
+    if not populate(torch.empty(1 << 16, dtype=torch.uint8).data_ptr(), 1 << 16):
+        pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux < 5.14)")
+    buf = torch.empty(64 << 20, dtype=torch.uint8)
+    before = _rss_kib()
+    assert populate(buf.data_ptr(), buf.nbytes)
+    assert _rss_kib() - before > 60 << 10  # 64 MiB became resident without being touched
+
+
+def test_prefaulter_populates_every_piece_in_order(monkeypatch):
+    seen: list[tuple[int, int]] = []
+    monkeypatch.setattr(_prefault, "populate", lambda address, length: seen.append((address, length)) or True)
+    monkeypatch.setattr(_prefault, "_madvise", lambda: object())
+    pieces = [(i << 22, 4 << 20) for i in range(5)]
+    prefaulter = Prefaulter(pieces)
+    prefaulter.wait(4)
+    prefaulter.close()
+    assert seen == pieces
+
+
+def test_a_failing_madvise_releases_every_waiter(monkeypatch):
+    monkeypatch.setattr(_prefault, "populate", lambda address, length: False)
+    monkeypatch.setattr(_prefault, "_madvise", lambda: object())
+    prefaulter = Prefaulter([(0, 4 << 20)] * 4)
+    waiter = threading.Thread(target=prefaulter.wait, args=(3,))
+    waiter.start()
+    waiter.join(timeout=30)
+    assert not waiter.is_alive()
+    prefaulter.close()
+
+
+def test_small_members_start_no_thread():
+    prefaulter = Prefaulter([(0, PREFAULT_MIN - 1)])
+    assert prefaulter._thread is None
+    prefaulter.wait(0)  # returns at once
+
+
+@pytest.mark.parametrize("prefault", [True, False], ids=["prefaulted", "plain"])
+def test_large_copying_loads_are_exact_and_independent(tmp_path, monkeypatch, prefault):
+    if not prefault:
+        monkeypatch.setattr(_prefault, "_madvise", lambda: None)
+    model = _model(24)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, model[0].in_features)).sum().backward()
+    optimizer.step()
+    zipsave.save({"model": model, "optimizer": optimizer}, tmp_path / "m.zip")
+    _, parts, _ = zipsave.load_archive(tmp_path / "m.zip")
+    state = parts["model"]
+    for key, value in model.state_dict().items():
+        assert torch.equal(state[key], value), key
+    saved_state = optimizer.state_dict()["state"]
+    for index, entry in parts["optimizer"]["state"].items():
+        for name, value in entry.items():
+            assert torch.equal(value, saved_state[index][name]), (index, name)
+    # each tensor owns exactly its own storage: freeing, resizing and saving one touch no other
+    storages = {t.untyped_storage().data_ptr() for t in state.values()}
+    assert len(storages) == len(state)
+    weight = state["0.weight"]
+    assert weight.untyped_storage().nbytes() == weight.nbytes
+    torch.save(model.state_dict(), tmp_path / "m.pt")
+    peer = torch.load(tmp_path / "m.pt")["0.weight"]
+    assert _grows(weight) == _grows(peer)  # resizing behaves as for torch.load's tensors
+    weight.resize_(16)  # shrinking in place always works
+    assert torch.equal(weight, model[0].weight.detach().reshape(-1)[:16])
+    fresh = _model(24)
+    fresh.load_state_dict({k: v for k, v in state.items() if k != "0.weight"}, strict=False)
+    assert torch.equal(fresh[1].weight, model[1].weight)

@@ -1,0 +1,115 @@
+"""Fresh host memory made resident on a helper thread, ahead of the reads that fill it.
+
+A copying load reads every storage record into a fresh ``torch.empty`` buffer. The kernel
+backs fresh memory one 4 KiB page at a time as the read first touches it, and on the benchmark
+machine (a virtual machine) those page faults, not the copy, were most of a load's time
+(``docs/benchmarks.rst``). Linux 5.14 and later populate a whole range in one call
+(``madvise(MADV_POPULATE_WRITE)``), which is cheaper than faulting page by page and, run on a
+helper thread for the next piece while this thread reads the current one, overlaps with the
+copy. The pages are the buffers' own: nothing else is allocated, and the tensors stay
+ordinary independent tensors.
+
+Transparent huge pages (``MADV_HUGEPAGE``) were measured too and made loads slower on that
+machine, so they are not used. Where ``madvise`` cannot populate (another OS, an older
+kernel), :class:`Prefaulter` does nothing and the reads fault as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["PREFAULT_MIN", "Prefaulter", "populate"]
+
+#: Buffers (all of one member together) smaller than this are left to fault as they are read.
+PREFAULT_MIN = 8 << 20
+
+_MADV_POPULATE_WRITE = 23  # linux/mman.h, since 5.14
+_PAGE = 4096
+
+
+@functools.cache
+def _madvise() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        madvise = libc.madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return madvise
+
+
+def populate(address: int, length: int) -> bool:
+    """Make the whole pages inside ``[address, address + length)`` resident and writable.
+
+    Returns ``False`` where the OS cannot (nothing is changed then). The call releases the GIL.
+    """
+    madvise = _madvise()
+    if madvise is None:
+        return False
+    start = (address + _PAGE - 1) & ~(_PAGE - 1)
+    end = (address + length) & ~(_PAGE - 1)
+    if end <= start:
+        return True
+    return madvise(start, end - start, _MADV_POPULATE_WRITE) == 0
+
+
+class Prefaulter:
+    """Populates ``pieces`` (``(address, length)`` of fresh host memory) in order on a helper
+    thread; :meth:`wait` blocks until piece *i* is done (or populating stopped), so a reader
+    filling the pieces in the same order finds each one resident.
+
+    A failed ``madvise`` (an OS without it) stops the helper and releases every waiter: the
+    reads then fault the pages themselves, as without a prefaulter.
+    """
+
+    def __init__(self, pieces: Sequence[tuple[int, int]]) -> None:
+        self._pieces = list(pieces)
+        self._done = 0
+        self._stopped = False
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        if self._pieces and sum(length for _, length in self._pieces) >= PREFAULT_MIN and _madvise() is not None:
+            self._thread = threading.Thread(target=self._run, name="zipsave-prefault", daemon=True)
+            self._thread.start()
+        else:
+            self._stopped = True
+
+    def _run(self) -> None:
+        for address, length in self._pieces:
+            if self._stopped:
+                break
+            ok = populate(address, length)
+            with self._cond:
+                if not ok:
+                    self._stopped = True
+                else:
+                    self._done += 1
+                self._cond.notify_all()
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def wait(self, index: int) -> None:
+        """Return once piece ``index`` is populated, or populating has stopped."""
+        with self._cond:
+            while self._done <= index and not self._stopped:
+                self._cond.wait()
+
+    def close(self) -> None:
+        """Stop after the running piece and wait for the helper (no thread touches the
+        buffers after this returns)."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
