@@ -224,6 +224,13 @@ def _torch_save(ctx: Ctx) -> None:
     torch.save(state_dicts(ctx.policy, ctx.optimizer), ctx.out)
 
 
+def _torch_save_fsync(ctx: Ctx) -> None:
+    with open(ctx.out, "wb") as f:
+        torch.save(state_dicts(ctx.policy, ctx.optimizer), f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _safetensors_save(ctx: Ctx) -> None:
     from safetensors.torch import save_file
 
@@ -400,6 +407,7 @@ OPS: list[Op] = [
        check=_check_saved_zipsave),
     Op("sb3_save", "save", "SB3 save_to_zip_file", _sb3_save, model=True, check=_check_saved_sb3),
     Op("torch_save", "save", "torch.save", _torch_save, model=True, check=_check_saved_torch),
+    Op("torch_save_fsync", "save", "torch.save + fsync", _torch_save_fsync, model=True, check=_check_saved_torch),
     Op("safetensors_save", "save", "safetensors save_file (policy)", _safetensors_save, moves="policy", model=True,
        check=_check_saved_safetensors),
     # loads, compared with one readinto of the same bytes into existing memory

@@ -12,7 +12,9 @@ import _ops
 PEERS: dict[str, dict[str, str]] = {
     "zipsave_save": {"torch": "torch_save", "sb3": "sb3_save"},
     "zipsave_save_sha256": {"torch": "torch_save", "sb3": "sb3_save"},
-    "zipsave_save_durable": {"raw": "raw_write_fsync", "torch": "torch_save", "sb3": "sb3_save"},
+    "zipsave_save_durable": {"raw": "raw_write_fsync", "torch": "torch_save_fsync", "sb3": "sb3_save"},
+    "zipsave_save_nondurable": {"torch": "torch_save", "sb3": "sb3_save"},
+    "zipsave_load_archive": {"torch": "torch_load", "sb3": "sb3_load"},
     "zipsave_load": {"torch": "torch_load", "sb3": "sb3_load"},
     "zipsave_load_noopt": {"torch": "torch_load", "sb3": "sb3_load"},
     "zipsave_restore": {"torch": "torch_load_apply", "sb3": "sb3_load_apply"},

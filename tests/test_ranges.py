@@ -1,5 +1,6 @@
 """setup.cfg promises only what CI tests: every declared floor is pinned in the lowest stack's
-constraints file (.ci/constraints-lowest.txt), which `.ci/stack lowest` installs and tests."""
+constraints file (.ci/constraints-lowest.txt), which `.ci/stack lowest` installs and tests
+in CI (.ci/run), as it does the mid-range stack."""
 
 from __future__ import annotations
 
@@ -46,3 +47,12 @@ def test_classifiers_name_only_the_python_the_suite_runs_on():
     versions = re.findall(r"Programming Language :: Python :: (3\.\d+)", cfg["metadata"]["classifiers"])
     assert versions == ["3.11"]
     assert cfg["options"]["python_requires"] == ">=3.11"
+
+
+def test_ci_runs_the_suite_on_every_stack_the_readme_names():
+    run = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.rst").read_text()
+    for stack in ("lowest", "mid"):
+        assert f".ci/stack {stack}" in run, f".ci/run does not run the {stack} stack"
+        assert f"**{stack}**" in readme and (ROOT / ".ci" / f"constraints-{stack}.txt").is_file()
+    assert run.index("python -m pytest") < run.index(".ci/stack lowest")  # the README's command comes first

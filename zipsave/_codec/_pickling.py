@@ -69,8 +69,8 @@ def _unused_stacked_copy(space: Any) -> Any:
     copy of its feature space's generator. Before numpy 1.25 a copied generator loses its seed
     sequence, so it cannot be told unused on its own: it is one when it still equals an unused
     feature-space generator. Returns that sub-space without its generator, else ``None``."""
-    stacked = vars(space).get("stacked_feature_space")
-    feature = getattr(space, "feature_space", None)
+    stacked: Any = vars(space).get("stacked_feature_space")
+    feature: Any = getattr(space, "feature_space", None)
     if stacked is None or not _spaces.is_space(stacked) or not _spaces.is_space(feature):
         return None
     copied, original = stacked._np_random, feature._np_random

@@ -76,7 +76,7 @@ def build(
                 member=init_member,
                 hint="Pass `cls=` (e.g. `zipsave.load(path, cls=PPO, env=env)`), or use `load_archive`/`restore`.",
             )
-        record: dict[str, Any] = {"args": {}}
+        record: Any = {"args": {}}
     else:
         record = stored
         if not isinstance(record, dict) or not isinstance(record.get("args", {}), dict):
