@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import sys
 import threading
 
@@ -37,9 +39,10 @@ def _grows(tensor: torch.Tensor) -> bool:
 def test_populate_makes_fresh_memory_resident():
     if not populate(torch.empty(1 << 16, dtype=torch.uint8).data_ptr(), 1 << 16):
         pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux < 5.14)")
-    buf = torch.empty(64 << 20, dtype=torch.uint8)
+    fresh = mmap.mmap(-1, 64 << 20)  # never touched (torch.empty may reuse resident memory)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(fresh))
     before = _rss_kib()
-    assert populate(buf.data_ptr(), buf.nbytes)
+    assert populate(address, len(fresh))
     assert _rss_kib() - before > 60 << 10  # 64 MiB became resident without being touched
 
 

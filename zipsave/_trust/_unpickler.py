@@ -50,6 +50,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             "copyreg.__newobj_ex__": self._newobj_ex,
             "_codecs.encode": self._latin1_encode,
             "numpy.random._pickle.__generator_ctor": self._generator_ctor,
+            "numpy.random._pickle.__bit_generator_ctor": self._bit_generator_ctor,
         }
 
     def _error(self, message: str) -> DecodeError:
@@ -190,6 +191,18 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         # (getattr: a dunder-prefixed name written here would be mangled to this class's.)
         return getattr(sys.modules["numpy.random._pickle"], "__generator_ctor")(bit_generator)
 
+    def _bit_generator_ctor(self, bit_generator: Any = "MT19937") -> Any:
+        # numpy 2 pickles the bit generator's class, numpy 1.x its name (all numpy 1.x read).
+        random = sys.modules["numpy.random"]
+        if isinstance(bit_generator, type) and issubclass(bit_generator, random.BitGenerator):
+            if not self._was_imported(bit_generator):
+                raise self._error(
+                    "numpy.random._pickle.__bit_generator_ctor needs a bit generator class the pickle "
+                    f"imported by name, got {self._describe(bit_generator)}."
+                )
+            return bit_generator()
+        return getattr(sys.modules["numpy.random._pickle"], "__bit_generator_ctor")(bit_generator)
+
     def _latin1_encode(self, obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
         normal = encoding.lower().replace("-", "").replace("_", "") if isinstance(encoding, str) else ""
         if not isinstance(obj, str) or normal not in ("latin1", "iso88591", "l1"):
@@ -234,6 +247,15 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
                 f"`{cls.__qualname__}` instance; protocol attributes are refused because numpy and torch "
                 "read them from instances (`__array_interface__` can point at any memory)."
             )
+        if (
+            numpy is not None
+            and isinstance(inst, numpy.random.BitGenerator)
+            and type(state) is tuple and len(state) == 2 and isinstance(state[0], dict)
+            and int(numpy.__version__.split(".")[0]) < 2
+        ):
+            # numpy 2 writes (state, seed sequence); numpy 1.x sets a state dict only (the seed
+            # sequence matters only to spawn(), and numpy 1.x bit generators keep their own).
+            stack[-1] = state[0]
         super().load_build()
         problem = check_bit_generator(inst)
         if problem:
