@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import mmap
 import sys
 import threading
@@ -12,7 +13,8 @@ import pytest
 import torch
 
 import zipsave
-from zipsave._tensors import _prefault
+from zipsave._tensors import _arena, _prefault
+from zipsave._tensors._arena import ARENA_MIN, free_huge_blocks, host_arena
 from zipsave._tensors._prefault import PREFAULT_MIN, Prefaulter, populate
 
 
@@ -74,9 +76,10 @@ def test_small_members_start_no_thread():
     prefaulter.wait(0)  # returns at once
 
 
-@pytest.mark.parametrize("prefault", [True, False], ids=["prefaulted", "plain"])
-def test_large_copying_loads_are_exact_and_independent(tmp_path, monkeypatch, prefault):
-    if not prefault:
+@pytest.mark.parametrize("path", ["arena", "prefaulted", "plain"])
+def test_large_copying_loads_are_exact_and_independent(tmp_path, monkeypatch, path):
+    monkeypatch.setattr(_arena, "_huge_pages_free", lambda nbytes: path == "arena")
+    if path == "plain":
         monkeypatch.setattr(_prefault, "_madvise", lambda: None)
     model = _model(24)
     optimizer = torch.optim.Adam(model.parameters())
@@ -104,3 +107,47 @@ def test_large_copying_loads_are_exact_and_independent(tmp_path, monkeypatch, pr
     fresh = _model(24)
     fresh.load_state_dict({k: v for k, v in state.items() if k != "0.weight"}, strict=False)
     assert torch.equal(fresh[1].weight, model[1].weight)
+
+
+_BUDDYINFO = """\
+Node 0, zone      DMA      0      0      0      0      0      0      0      0      1      1      3
+Node 0, zone    DMA32      2      3      0      2      3      2      1      4      4      2    752
+Node 0, zone   Normal  10238   5017   1686    810    291     82    249    758    592    523   3295
+"""
+
+
+def test_free_huge_blocks_counts_every_block_of_2_mib_or_more():
+    # order 9 blocks are 2 MiB, order 10 blocks 4 MiB (two huge pages each)
+    assert free_huge_blocks(_BUDDYINFO) == (1 + 2 * 3) + (2 + 2 * 752) + (523 + 2 * 3295)
+    assert free_huge_blocks("") == 0
+
+
+def test_no_arena_for_small_members_or_without_free_huge_pages(monkeypatch):
+    monkeypatch.setattr(_arena, "_huge_pages_free", lambda nbytes: True)
+    assert host_arena([ARENA_MIN // 2]) is None
+    assert host_arena([ARENA_MIN]) is not None
+    monkeypatch.setattr(_arena, "_huge_pages_free", lambda nbytes: False)
+    assert host_arena([ARENA_MIN]) is None
+
+
+def test_arena_tensors_are_separate_storages_and_free_the_arena_with_the_last(monkeypatch, tmp_path):
+    monkeypatch.setattr(_arena, "_huge_pages_free", lambda nbytes: True)
+    parts = host_arena([40 << 20, 1000, 0])
+    assert parts is not None
+    tensors = [tensor for tensor, _ in parts]
+    for (_, view), value in zip(parts, (1, 2, 3)):
+        view[:] = bytes([value]) * view.nbytes
+    del parts, _, view  # only the tensors hold the arena now
+    assert [t.untyped_storage().nbytes() for t in tensors] == [40 << 20, 1000, 0]
+    assert len({t.data_ptr() for t in tensors[:2]}) == 2 and tensors[1].data_ptr() % 64 == 0
+    torch.save(tensors[1], tmp_path / "one.pt")
+    assert (tmp_path / "one.pt").stat().st_size < 4096  # only its own 1000 bytes
+    assert torch.equal(torch.load(tmp_path / "one.pt"), torch.full((1000,), 2, dtype=torch.uint8))
+    tensors[0].fill_(0)
+    assert tensors[1].eq(2).all()  # independent bytes
+    if sys.platform.startswith("linux"):
+        gc.collect()
+        before = _rss_kib()
+        del tensors
+        gc.collect()
+        assert before - _rss_kib() > 35 << 10  # the 40 MiB arena went with the last tensor

@@ -17,6 +17,7 @@ from .._archive import OrderedCrc, crc32
 from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, ZipsaveError
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_mmap import mmap_tree
+from ._arena import host_arena
 from ._prefault import Prefaulter
 from ._pth_records import check_record, record_table, verify_pickle
 from ._staging import Stager
@@ -172,6 +173,7 @@ def load_pth(
     direct: dict[str, torch.Tensor] = {}
     storages: dict[str, torch.Tensor] = {}
     filled: set[tuple] = set()
+    pending: list[str] = []  # fresh host storages, allocated together below
     for key, users in by_storage.items():
         length = meta.records[key][1]
         if targets is not None and len(users) == 1:
@@ -188,15 +190,22 @@ def load_pth(
         if device.type == "cuda":  # straight into device memory: no CPU copy of the record
             storages[key] = dest[key] = torch.empty(length, dtype=torch.uint8, device=device)
             continue
-        # Plain 4 KiB pages, populated ahead of the reads by a Prefaulter (_prefault.py);
-        # transparent huge pages measured slower on the benchmark machine (docs/benchmarks.rst).
+        pending.append(key)
+    # Fresh host storages: one huge-page arena where huge pages are free now (_arena.py),
+    # else plain 4 KiB pages populated ahead of the reads by a Prefaulter (_prefault.py).
+    arena = host_arena([meta.records[key][1] for key in pending]) if pending else None
+    for index, key in enumerate(pending):
+        if arena is not None:
+            storages[key], dest[key] = arena[index]
+            continue
+        length = meta.records[key][1]
         buf = torch.empty(length, dtype=torch.uint8)
         storages[key] = buf
         dest[key] = buf.numpy().data.cast("B") if length else memoryview(bytearray())
 
     crc = OrderedCrc() if verify_crc is not None and not per_record else None
     record_crcs: dict[str, OrderedCrc] | None = {key: OrderedCrc() for key in dest} if per_record else None
-    fresh = [key for key in sorted(storages, key=lambda k: meta.records[k][0]) if storages[key].device.type == "cpu"]
+    fresh = [] if arena is not None else sorted(pending, key=lambda k: meta.records[k][0])
     prefaulter = Prefaulter([
         (storages[key].data_ptr() + done, min(_PIECE, meta.records[key][1] - done))
         for key in fresh for done in range(0, meta.records[key][1], _PIECE)
