@@ -258,15 +258,19 @@ def _check_saved_safetensors(ctx: Ctx) -> None:
 
 
 # loads ---------------------------------------------------------------------------------------
-def _raw_readinto(ctx: Ctx) -> None:
-    with open(ctx.path("raw"), "rb", buffering=0) as f:
-        view = memoryview(ctx.buffer)
+def read_whole(path: str, view: memoryview) -> None:
+    """Fill ``view`` from the start of ``path`` (the raw-read floors)."""
+    with open(path, "rb", buffering=0) as f:
         done = 0
         while done < view.nbytes:
             n = f.readinto(view[done:])
             if not n:
                 raise EOFError("raw file is short")
             done += n
+
+
+def _raw_readinto(ctx: Ctx) -> None:
+    read_whole(ctx.path("raw"), memoryview(ctx.buffer))
 
 
 def _zipsave_load(ctx: Ctx) -> None:

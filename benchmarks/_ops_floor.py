@@ -10,22 +10,12 @@ import zlib
 from typing import Any
 
 import torch
-from _ops import Ctx, Op, _check_result, _zipsave, app_state, model_bytes
-
-
-def _readinto(path: str, view: memoryview) -> None:
-    with open(path, "rb", buffering=0) as f:
-        done = 0
-        while done < view.nbytes:
-            n = f.readinto(view[done:])
-            if not n:
-                raise EOFError("raw file is short")
-            done += n
+from _ops import Ctx, Op, _check_result, _zipsave, app_state, model_bytes, read_whole
 
 
 def _raw_readinto_fresh(ctx: Ctx) -> None:
     buf = torch.empty(model_bytes(ctx.n)[1], dtype=torch.uint8)  # fresh 4 KiB pages, faulted by the read
-    _readinto(ctx.path("raw"), memoryview(buf.numpy()))
+    read_whole(ctx.path("raw"), memoryview(buf.numpy()))
     ctx.result = buf
 
 
@@ -34,7 +24,7 @@ def _raw_readinto_hugepage(ctx: Ctx) -> None:
     arena = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mmap, "MADV_HUGEPAGE"):
         arena.madvise(mmap.MADV_HUGEPAGE)
-    _readinto(ctx.path("raw"), memoryview(arena))
+    read_whole(ctx.path("raw"), memoryview(arena))
     ctx.result = arena
 
 

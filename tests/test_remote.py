@@ -6,16 +6,13 @@ import contextlib
 import importlib.util
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
 import uuid
 
 import pytest
 import torch
 
 import zipsave
+from moto_server import moto_endpoint
 from zipsave._archive import _remote
 
 fsspec = pytest.importorskip("fsspec")
@@ -175,55 +172,18 @@ def test_non_seekable_remote_file_is_downloaded(memory_url, monkeypatch):
 
 
 # -- S3 ------------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3():
     """A real S3-compatible server (moto's server mode) on 127.0.0.1, and a bucket on it."""
     if importlib.util.find_spec("s3fs") is None or importlib.util.find_spec("moto") is None:
         pytest.skip("s3fs and moto[server] are needed for the S3 tests")
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"moto server did not start on {endpoint}")
-                time.sleep(0.05)
-        with pytest.MonkeyPatch.context() as env:
-            # dummy credentials, and no lookups of real ones (instance metadata, config files)
-            env.setenv("AWS_ACCESS_KEY_ID", "testing")
-            env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-            env.setenv("AWS_DEFAULT_REGION", "us-east-1")
-            env.setenv("AWS_EC2_METADATA_DISABLED", "true")
-            env.delenv("AWS_PROFILE", raising=False)
-            env.delenv("AWS_ENDPOINT_URL", raising=False)
-            options = {"client_kwargs": {"endpoint_url": endpoint}, "skip_instance_cache": True}
-            import s3fs
+    with moto_endpoint(endpoint_in_env=False) as endpoint:
+        options = {"client_kwargs": {"endpoint_url": endpoint}, "skip_instance_cache": True}
+        import s3fs
 
-            fs = s3fs.S3FileSystem(**options)
-            fs.mkdir("zipsave-test")
-            yield fs, options, endpoint
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        fs = s3fs.S3FileSystem(**options)
+        fs.mkdir("zipsave-test")
+        yield fs, options, endpoint
 
 
 def _keys(fs, prefix: str) -> list[str]:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
-import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
 
@@ -60,39 +58,15 @@ def ppo_zip(ppo, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def s3_url():
-    """A bucket on a real S3-compatible server (moto's server mode) on 127.0.0.1, as in
-    tests/test_remote.py; the URL's options come from the environment (AWS_ENDPOINT_URL)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
+    """A bucket on a real S3-compatible server (tests/moto_server.py); the URL's options come
+    from the environment (AWS_ENDPOINT_URL)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"moto server did not start on {endpoint}")
-                time.sleep(0.05)
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("AWS_ACCESS_KEY_ID", "testing")
-            env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-            env.setenv("AWS_DEFAULT_REGION", "us-east-1")
-            env.setenv("AWS_EC2_METADATA_DISABLED", "true")
-            env.setenv("AWS_ENDPOINT_URL", endpoint)
-            env.delenv("AWS_PROFILE", raising=False)
-            import s3fs
-
-            s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": endpoint}).mkdir("zipsave-rllib")
-            yield "s3://zipsave-rllib"
+        from moto_server import moto_endpoint
     finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        sys.path.pop(0)
+    with moto_endpoint(endpoint_in_env=True) as endpoint:
+        import s3fs
+
+        s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": endpoint}).mkdir("zipsave-rllib")
+        yield "s3://zipsave-rllib"

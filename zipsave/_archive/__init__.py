@@ -9,6 +9,7 @@ from ._crc import BACKEND as CRC_BACKEND
 from ._crc import OrderedCrc, crc32
 from ._destination import destination_key, is_url, open_output, open_source
 from ._files import atomic_output, open_input, seekable, with_suffix
+from ._libc import libc_function
 from ._limits import DEFAULT_LIMITS, Limits
 from ._progress import check as check_progress
 from ._progress import counting_writer, describe, make_bar
@@ -34,6 +35,7 @@ __all__ = [
     "describe",
     "destination_key",
     "is_url",
+    "libc_function",
     "make_bar",
     "manifest_digest",
     "open_input",

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
-import functools
 import os
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
 from ..exceptions import ArchiveFormatError, ZipsaveError
+from ._libc import libc_function
 
 __all__ = ["atomic_output", "open_input", "seekable", "with_suffix"]
 
@@ -85,17 +83,8 @@ _KICK_EVERY = 8 << 20
 _SYNC_FILE_RANGE_WRITE = 2
 
 
-@functools.cache
 def _sync_file_range() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        func = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    func.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    func.restype = ctypes.c_int
-    return func
+    return libc_function("sync_file_range", (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint))
 
 
 class _WriteBehind:

@@ -9,20 +9,19 @@ helper thread for the next piece while this thread reads the current one, overla
 copy. The pages are the buffers' own: nothing else is allocated, and the tensors stay
 ordinary independent tensors.
 
-Transparent huge pages (``MADV_HUGEPAGE``) were measured too and made loads slower on that
-machine, so they are not used. Where ``madvise`` cannot populate (another OS, an older
-kernel), :class:`Prefaulter` does nothing and the reads fault as before.
+This is the fallback of :mod:`._arena`, used where huge pages are not free (populating huge
+pages from a helper thread measured slow). Where ``madvise`` cannot populate (another OS, an
+older kernel), :class:`Prefaulter` does nothing and the reads fault as before.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import functools
-import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
+
+from .._archive import libc_function
 
 __all__ = ["PREFAULT_MIN", "Prefaulter", "populate"]
 
@@ -33,18 +32,8 @@ _MADV_POPULATE_WRITE = 23  # linux/mman.h, since 5.14
 _PAGE = 4096
 
 
-@functools.cache
 def _madvise() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        madvise = libc.madvise
-    except (OSError, AttributeError):
-        return None
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
-    return madvise
+    return libc_function("madvise", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int))
 
 
 def populate(address: int, length: int) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
-    "CODE_HINT", "CODE_RUNNERS", "DYNAMIC_GLOBAL", "LOCAL_HINT", "canonical", "fix_py2_name", "import_attribute", "import_spelling",
+    "CODE_HINT", "CODE_RUNNERS", "DYNAMIC_GLOBAL", "LOCAL_HINT", "canonical", "fix_py2_name", "import_attribute", "import_spelling", "numpy_major",
     "is_dotted", "is_dunder", "is_local", "normalise_trusted",
 ]
 
@@ -44,7 +44,7 @@ def canonical(module: str, qualname: str) -> tuple[str, str]:
 
 def import_spelling(module: str) -> str:
     if module == "numpy._core" or module.startswith("numpy._core."):
-        if _numpy_major() < 2:
+        if numpy_major() < 2:
             return "numpy.core" + module[len("numpy._core"):]
     return module
 
@@ -57,12 +57,12 @@ _NUMPY1_ATTRIBUTES = {("numpy", "bool"): "bool_"}
 def import_attribute(module: str, qualname: str) -> str:
     """The attribute path to look up on the imported ``module`` for ``qualname``."""
     renamed = _NUMPY1_ATTRIBUTES.get((module, qualname))
-    if renamed is not None and _numpy_major() < 2:
+    if renamed is not None and numpy_major() < 2:
         return renamed
     return qualname
 
 
-def _numpy_major() -> int:
+def numpy_major() -> int:
     return int(importlib.import_module("numpy").__version__.split(".")[0])
 
 

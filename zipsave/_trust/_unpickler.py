@@ -15,7 +15,7 @@ import cloudpickle
 
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._checks import Memo, check_bit_generator, check_dtype, instance_dunders
-from ._names import canonical, fix_py2_name
+from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
 
 __all__ = ["restricted_loads"]
@@ -251,7 +251,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             numpy is not None
             and isinstance(inst, numpy.random.BitGenerator)
             and type(state) is tuple and len(state) == 2 and isinstance(state[0], dict)
-            and int(numpy.__version__.split(".")[0]) < 2
+            and numpy_major() < 2
         ):
             # numpy 2 writes (state, seed sequence); numpy 1.x sets a state dict only (the seed
             # sequence matters only to spawn(), and numpy 1.x bit generators keep their own).
