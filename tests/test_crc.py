@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 import zlib
 
@@ -39,6 +40,38 @@ def test_ordered_crc_of_mixed_pieces(sizes):
         assert crc.size == pos
     finally:
         _crc.PARALLEL_MIN, _crc.PIECE = old
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 3000), max_size=10))
+def test_crc32_many_gives_each_buffer_its_own_crc(sizes):
+    rng = np.random.default_rng(len(sizes))
+    buffers = [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
+    old = (_crc.PARALLEL_MIN, _crc.PIECE)
+    _crc.PARALLEL_MIN, _crc.PIECE = 1000, 700  # several pieces per buffer, shared with the helper
+    try:
+        assert _crc.crc32_many(buffers) == [zlib.crc32(b) for b in buffers]
+    finally:
+        _crc.PARALLEL_MIN, _crc.PIECE = old
+
+
+def test_crc32_many_of_large_typed_buffers_uses_the_helper(monkeypatch):
+    buffers = [np.arange(3 << 20, dtype=np.int32), np.ones(5, dtype=np.float64), b""]
+    threads = set()
+    real = _crc.crc32
+
+    def spy(piece, *args):
+        threads.add(threading.get_ident())
+        return real(piece, *args)
+
+    monkeypatch.setattr(_crc, "crc32", spy)
+    monkeypatch.setattr(_crc, "PIECE", 1 << 20)
+    for _ in range(20):  # the helper usually takes a piece at once; allow for a slow start
+        threads.clear()
+        assert _crc.crc32_many(buffers) == [zlib.crc32(memoryview(b).cast("B")) for b in buffers]
+        if len(threads) == 2:
+            break
+    assert len(threads) == 2
 
 
 def test_pool_is_remade_in_a_forked_child():

@@ -151,3 +151,31 @@ def test_arena_tensors_are_separate_storages_and_free_the_arena_with_the_last(mo
         del tensors
         gc.collect()
         assert before - _rss_kib() > 35 << 10  # the 40 MiB arena went with the last tensor
+
+
+def _mapped_rss_kib(start: int, end: int) -> int:
+    """Resident KiB of this process's mappings inside ``[start, end)`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = start <= lo and hi <= end
+            elif inside and head == "Rss:":
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_arena_holds_no_more_than_its_tensors_bytes(monkeypatch):
+    monkeypatch.setattr(_arena, "_huge_pages_free", lambda nbytes: True)
+    lengths = [(33 << 20) + 12345, 100_000]  # ends inside a huge page
+    parts = host_arena(lengths)
+    assert parts is not None
+    for _, view in parts:
+        view[:] = b"\1" * view.nbytes  # every byte touched, as a load does
+    start = parts[0][0].data_ptr()
+    resident = _mapped_rss_kib(start, start + (36 << 20))
+    used = sum((n + 63) // 64 * 64 for n in lengths)
+    assert used // 1024 <= resident <= (used + 4095) // 4096 * 4 + 4  # the rounding to 2 MiB is not resident

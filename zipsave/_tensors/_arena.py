@@ -76,10 +76,13 @@ def host_arena(lengths: Sequence[int]) -> list[tuple[torch.Tensor, memoryview]] 
         total += (length + _ALIGN - 1) // _ALIGN * _ALIGN
     if total < ARENA_MIN or not _huge_pages_free(total):
         return None
-    size = (total + _HUGE - 1) // _HUGE * _HUGE
+    size = (total + _HUGE - 1) // _HUGE * _HUGE  # a whole number of huge pages keeps it aligned
     try:
         arena = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         arena.madvise(mmap.MADV_HUGEPAGE)
+        tail = total // _HUGE * _HUGE
+        if tail < size:  # the last, partly used huge page: 4 KiB pages, so only used bytes count
+            arena.madvise(mmap.MADV_NOHUGEPAGE, tail, size - tail)
     except (OSError, ValueError):
         return None
     whole = memoryview(arena)
