@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     try:
         _report.plot(summary, records, os.path.join(args.out, "bench.png"))
+        _report.plot_floors(summary, os.path.join(args.out, "floors.png"))
     except ImportError as err:
         print(f"no plot ({err})", file=sys.stderr)
     print(f"wrote {results_path} ({machine['elapsed_s']} s, load average median {machine['loadavg_median']}, "
