@@ -10,7 +10,7 @@ import zlib
 from typing import Any
 
 import torch
-from _ops import Ctx, Op, _check_result, _zipsave, app_state, model_bytes, read_whole
+from _ops import Ctx, Op, _check_live, _check_result, _zipsave, app_state, apply, model_bytes, read_whole
 
 
 def _raw_readinto_fresh(ctx: Ctx) -> None:
@@ -36,6 +36,12 @@ def _crc_isal(ctx: Ctx) -> None:
     from isal.isal_zlib import crc32
 
     ctx.result = crc32(memoryview(ctx.buffer))
+
+
+def _crc_zipsave(ctx: Ctx) -> None:
+    from zipsave._archive import crc32_many  # how zipsave checks mapped records: 2 threads
+
+    ctx.result = crc32_many([memoryview(ctx.buffer)])[0]
 
 
 def _sha256(ctx: Ctx) -> None:
@@ -64,6 +70,11 @@ def _touch(tree: Any) -> float:
 def _zipsave_load_mmap_touch(ctx: Ctx) -> None:
     ctx.result = _zipsave().load(ctx.path("zipsave"), mmap=True)
     _touch(ctx.result)
+
+
+def _zipsave_load_mmap_apply_noverify(ctx: Ctx) -> None:
+    ctx.result = _zipsave().load(ctx.path("zipsave"), mmap=True, verify=False)
+    apply(ctx.policy, ctx.optimizer, ctx.result)
 
 
 def _torch_load_mmap_touch(ctx: Ctx) -> None:
@@ -137,15 +148,20 @@ MORE_OPS: list[Op] = [
     Op("raw_readinto_hugepage", "load", "raw readinto, one MADV_HUGEPAGE arena", _raw_readinto_hugepage, reads="raw"),
     Op("raw_crc32_zlib", "load", "CRC-32 of the bytes, zlib (1 thread)", _crc_zlib, check=_check_crc),
     Op("raw_crc32_isal", "load", "CRC-32 of the bytes, ISA-L (1 thread)", _crc_isal, check=_check_crc),
+    Op("raw_crc32_zipsave", "load", "CRC-32 of the bytes as zipsave checks (ISA-L, 2 threads)", _crc_zipsave, check=_check_crc),
     Op("raw_sha256", "load", "SHA-256 of the bytes (1 thread)", _sha256),
     Op("zipsave_load_archive", "load", "zipsave.load_archive (copying)", lambda c: _load_archive(c), reads="zipsave",
        check=_check_result),
+    Op("zipsave_load_archive_noverify", "load", "zipsave.load_archive verify=False (copying)",
+       lambda c: _load_archive(c, verify=False), reads="zipsave", check=_check_result),
     Op("zipsave_load_archive_mmap", "load", "zipsave.load_archive mmap=True (checked)",
        lambda c: _load_archive(c, mmap=True), reads="zipsave", check=_check_result),
     Op("zipsave_load_archive_mmap_lazy", "load", "zipsave.load_archive mmap=True verify=False (lazy)",
        lambda c: _load_archive(c, mmap=True, verify=False), reads="zipsave", check=_check_result),
     Op("zipsave_load_mmap_touch", "load", "zipsave.load mmap=True, every tensor summed", _zipsave_load_mmap_touch,
        reads="zipsave", check=_check_result),
+    Op("zipsave_load_mmap_apply_noverify", "load", "zipsave.load mmap=True verify=False + apply",
+       _zipsave_load_mmap_apply_noverify, model=True, reads="zipsave", check=_check_live),
     Op("torch_load_mmap_touch", "load", "torch.load mmap=True, every tensor summed", _torch_load_mmap_touch,
        reads="torch", check=_check_result),
     Op("cuda_raw_h2d", "load", "CUDA: pinned host -> device copy (bus floor)", _cuda_h2d_floor),
