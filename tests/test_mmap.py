@@ -105,3 +105,28 @@ def test_truncation_under_a_mapping_is_a_sigbus(saved):
     )
     done = subprocess.run([sys.executable, "-c", code, str(saved)], capture_output=True, text=True)
     assert done.returncode == -signal.SIGBUS, done.stderr[-2000:]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/smaps")
+def test_a_checked_mapping_maps_the_member_in_one_call(tmp_path):
+    import mmap
+
+    from zipsave._tensors import _pth_mmap
+
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(bytes(range(256)) * 4096)  # 1 MiB, 256 pages
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    start = torch.frombuffer(mapped, dtype=torch.uint8).data_ptr()
+
+    def resident_kib() -> int:
+        with open("/proc/self/smaps") as smaps:
+            lines = iter(smaps)
+            for line in lines:
+                if line.split()[0].split("-")[0] == f"{start:x}":
+                    return next(int(x.split()[1]) for x in lines if x.startswith("Rss:"))
+        raise AssertionError("mapping not found")
+
+    assert resident_kib() == 0
+    _pth_mmap._populate(mapped, 4096 * 3 + 100, 4096 * 10)  # from inside page 3 to inside page 13
+    assert 40 <= resident_kib() <= 64  # those pages (and no more than the fault-around of a read)

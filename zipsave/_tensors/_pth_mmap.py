@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import mmap as _mmap
+import sys
 from typing import Any
 
 import torch
@@ -93,6 +94,8 @@ def _check_mapped(mapped: Any, view: Any, meta: PthMeta, by_storage: dict, expec
 def _populate(mapped: Any, start: int, length: int) -> None:
     """Map ``[start, start + length)`` of the file's pages into this process in one call
     (``MADV_POPULATE_READ``, Linux 5.14+); elsewhere the reads fault them in as they go."""
+    if not sys.platform.startswith("linux"):  # the advice's number means other things elsewhere
+        return
     first = start - start % _mmap.PAGESIZE
     try:
         mapped.madvise(_MADV_POPULATE_READ, first, start + length - first)
