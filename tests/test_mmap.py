@@ -108,7 +108,7 @@ def test_truncation_under_a_mapping_is_a_sigbus(saved):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/smaps")
-def test_a_checked_mapping_maps_the_member_in_one_call(tmp_path):
+def test_a_checked_mapping_populates_the_member_pages_in_one_call(tmp_path):
     import mmap
 
     from zipsave._tensors import _pth_mmap
@@ -129,4 +129,5 @@ def test_a_checked_mapping_maps_the_member_in_one_call(tmp_path):
 
     assert resident_kib() == 0
     _pth_mmap._populate(mapped, 4096 * 3 + 100, 4096 * 10)  # from inside page 3 to inside page 13
-    assert 40 <= resident_kib() <= 64  # those pages (and no more than the fault-around of a read)
+    # those 11 pages at least; the kernel may map the rest of a large page-cache folio with them
+    assert 44 <= resident_kib() <= 1024

@@ -170,7 +170,7 @@ def _mapped_rss_kib(start: int, end: int) -> int:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
 def test_arena_holds_no_more_than_its_tensors_bytes(monkeypatch):
     monkeypatch.setattr(_arena, "_huge_pages_free", lambda nbytes: True)
-    lengths = [(33 << 20) + 12345, 100_000]  # ends inside a huge page
+    lengths = [(32 << 20) + 12345, 100_000]  # ends 112 KiB into the 17th huge page
     parts = host_arena(lengths)
     assert parts is not None
     for _, view in parts:
@@ -178,4 +178,5 @@ def test_arena_holds_no_more_than_its_tensors_bytes(monkeypatch):
     start = parts[0][0].data_ptr()
     resident = _mapped_rss_kib(start, start + (36 << 20))
     used = sum((n + 63) // 64 * 64 for n in lengths)
-    assert used // 1024 <= resident <= (used + 4095) // 4096 * 4 + 4  # the rounding to 2 MiB is not resident
+    # a whole 17th huge page would add 1.9 MiB; allow a little for what else the kernel maps
+    assert used // 1024 <= resident <= used // 1024 + 512
