@@ -185,8 +185,11 @@ class Decoder:
         if kind == "numpy_scalar":
             dtype = descr_dtype(body.get("dtype"))
             if "value" in body:
-                if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
+                # "mM": zipsave 0.2 wrote datetime64/timedelta64 in ns as their int count.
+                if dtype.kind not in "biufcmM" or dtype.fields is not None or dtype.subdtype is not None:
                     raise DecodeError(f"a numpy scalar of dtype {dtype} cannot be given as a JSON `value`.")
+                if dtype.kind in "mM" and type(body["value"]) is not int:
+                    raise DecodeError(f"expected a numpy {dtype} scalar `value` to be an integer count, found {type(body['value']).__name__}.")
                 if type(body["value"]) not in (bool, int, float):
                     raise DecodeError(f"expected the numpy scalar `value` to be a number, found {type(body['value']).__name__}.")
                 return np.asarray(body["value"], dtype=dtype)[()]

@@ -233,8 +233,10 @@ class Encoder:
                 raise NoNative
             item = value.item()
             body = {"kind": "numpy_scalar", "dtype": dtype_descr(value.dtype)}
+            # datetime64/timedelta64 in ns or finer give a bare int from item(): keep the bytes.
             if (
-                type(item) in (bool, int, float)
+                value.dtype.kind in "biuf"
+                and type(item) in (bool, int, float)
                 and is_json_native(item)
                 and np.asarray(item, dtype=value.dtype).tobytes() == np.asarray(value).tobytes()
             ):
