@@ -26,7 +26,7 @@ from ._tags import RESERVED
 from ._tags import SERIALIZED_KEY as S
 from ._tags import TYPE_KEY as T
 
-__all__ = ["Encoder", "import_path", "is_json_native"]
+__all__ = ["Encoder", "find_cycle", "import_path", "is_json_native"]
 
 #: Arrays up to this many elements are written as readable JSON lists.
 _LIST_ELEMENTS = 256
@@ -49,6 +49,36 @@ def is_json_native(value: Any, _depth: int = 0) -> bool:
             is_json_native(v, _depth + 1) for v in value.values()
         )
     return False
+
+
+def find_cycle(value: Any) -> tuple | None:
+    """The path (keys/indices) at which a container reaches one of its own ancestors again,
+    ``()`` when the top value holds itself, ``None`` when there is no cycle. Iterative, so it
+    works where encoding ran out of stack."""
+
+    def children(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            return iter(obj.items())
+        if isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
+            return enumerate(obj)
+        return iter(())
+
+    on_path = {id(value)}
+    stack = [(value, children(value), ())]
+    while stack:
+        obj, items, path = stack[-1]
+        step = next(items, None)
+        if step is None:
+            on_path.discard(id(obj))
+            stack.pop()
+            continue
+        label, child = step
+        if id(child) in on_path:
+            return path + (label,)
+        if isinstance(child, (dict, list, tuple, set, frozenset, collections.deque)):
+            on_path.add(id(child))
+            stack.append((child, children(child), path + (label,)))
+    return None
 
 
 def import_path(obj: Any) -> str | None:
@@ -108,7 +138,16 @@ class Encoder:
         except NoNative:
             native = None
         except RecursionError as err:
-            raise EncodeError("is nested too deeply to save.", key=key) from err
+            cycle = find_cycle(value)
+            if cycle is not None:
+                where = ".".join(map(str, cycle))
+                raise EncodeError(
+                    f"holds a reference cycle (a container inside itself) at `{where}`, which the JSON "
+                    "of `data` cannot hold.",
+                    key=key,
+                    hint=f"Break the cycle before saving, or leave it out with `exclude=[{key!r}]`.",
+                ) from err
+            raise EncodeError("is nested too deeply to save.", key=key, hint=f"Leave it out with `exclude=[{key!r}]`.") from err
         except EncodeError as err:
             if err.key is None:  # raised for a value nested inside this entry
                 err.key = key
