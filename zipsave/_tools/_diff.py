@@ -61,6 +61,8 @@ class ArchiveDiff:
     tensors_removed: tuple[str, ...]
     tensors_same: int
     data_stored_differently: tuple[str, ...] = ()
+    #: What was noticed on the way: a ``data`` member edited after saving (compared as it is now).
+    notes: tuple[str, ...] = ()
 
     @property
     def identical(self) -> bool:
@@ -106,6 +108,7 @@ class ArchiveDiff:
             data = len(self.data_changed) + len(self.data_added) + len(self.data_removed)
             tensors = len(self.tensors_changed) + len(self.tensors_added) + len(self.tensors_removed)
             lines.append(f"{data} data keys and {tensors} tensor entries differ; {self.tensors_same} tensors equal")
+        lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
 
@@ -128,7 +131,8 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
     ArchiveDiff
     """
     with ArchiveSource(a, limits=limits) as left, ArchiveSource(b, limits=limits) as right:
-        old_data, new_data = _data(left), _data(right)
+        notes: list[str] = []
+        old_data, new_data = _data(left, notes), _data(right, notes)
         changed: list[Change] = []
         stored_differently: list[str] = []
         for key in old_data:
@@ -164,7 +168,7 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
             added += [f"{stem}/{key}" for key in new if key not in old]
     return ArchiveDiff(
         left.name, right.name, tuple(changed), data_added, data_removed,
-        tuple(tensor_changes), tuple(added), tuple(removed), same, tuple(stored_differently),
+        tuple(tensor_changes), tuple(added), tuple(removed), same, tuple(stored_differently), tuple(notes),
     )
 
 
@@ -215,11 +219,13 @@ def same_value(a: Any, b: Any, depth: int = 0) -> bool:
     return isinstance(state_a, dict) and isinstance(state_b, dict) and same_value(state_a, state_b, depth + 1)
 
 
-def _data(src: ArchiveSource) -> dict[str, Any]:
+def _data(src: ArchiveSource, notes: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for folder in data_folders(src.reader.names()):
         member = _format.join(folder, _format.DATA)
-        raw = src.read_json(member)
+        # A hand-edited `data` (a hyper-parameter changed in an editor) is what diff is for:
+        # compare it as it is now and say so, as load does.
+        raw = src.read_json(member, on_edited=lambda err: notes.append(f"{err} It was edited after saving."))
         if not isinstance(raw, dict):
             raise ArchiveFormatError(f"must hold a JSON object, found {type(raw).__name__}.", archive=src.name, member=member)
         out.update((_format.join(folder, key), value) for key, value in raw.items())
