@@ -144,8 +144,8 @@ class LoadSession:
         )
         expected: str | None
         found: str | None
-        if isinstance(err, IntegrityError) and err.expected is not None:
-            expected, found, detail = err.expected, err.found, err.detail
+        if isinstance(err, IntegrityError) and (err.expected is not None or err.found is not None):
+            expected, found, detail = err.expected, err.found, err.detail  # composed already
         else:
             expected, found = self._checksums(member)
             if isinstance(err, IntegrityError):
@@ -153,7 +153,10 @@ class LoadSession:
             else:
                 cause = err.detail if isinstance(err, ZipsaveError) else f"{type(err).__name__}: {err}"
                 detail = f"is corrupt or unreadable ({cause.rstrip('.')})."
-            detail = f"{detail} Zip directory: {expected}; its bytes: {found}."
+            if member not in self.reader:
+                detail = "is missing from the archive (removed or renamed after saving?)."
+            else:
+                detail = f"{detail} Zip directory: {expected}; its bytes: {found}."
         return IntegrityError(detail, archive=self.name, member=member, expected=expected, found=found, hint=hint)
 
     def _checksums(self, member: str) -> tuple[str | None, str | None]:
