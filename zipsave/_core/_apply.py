@@ -55,8 +55,15 @@ def restore_parts(
             # what the caller left out (``exclude=["*.optimizer"]``) is missing on purpose
             expected = [n for n in expected if not matches(n, exclude)]
         if expected is not None and set(expected) != {n for n in state_names if not (exclude and matches(n, exclude))}:
+            recorded = src.reader.manifest or {}
+            lost = sorted(
+                n[len(prefix) : -len(_format.PTH_SUFFIX)] for n in recorded
+                if n.startswith(prefix) and n.endswith(_format.PTH_SUFFIX) and n not in src.reader
+                and "/" not in n[len(prefix) :]
+            )
+            gone = f" manifest.json lists {lost} too, missing from the archive (removed after saving?)." if lost else ""
             raise ParameterMismatchError(
-                f"holds state dicts {sorted(state_names)}, but the object has {sorted(expected)}.",
+                f"holds state dicts {sorted(state_names)}, but the object has {sorted(expected)}.{gone}",
                 archive=src.name,
                 member=folder or None,
                 hint="Pass `exact_match=False` to load the ones that match.",
