@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import collections
 import datetime as _dt
+import decimal
 import enum
+import fractions
 import math
 import pathlib
+import random
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -213,6 +216,8 @@ class Decoder:
             return torch.device(_field(body, "value", str))
         if kind == "tensor":
             return self._tensor(body)
+        if kind in ("fraction", "decimal", "random", "torch_generator"):
+            return self._numeric_state(kind, body, depth)
         if kind == "space":
             return _spaces.decode_space(
                 {k: v for k, v in body.items() if k != "kind"},
@@ -223,6 +228,42 @@ class Decoder:
         if kind == "ref":
             return self._resolve(body.get("path"))
         raise DecodeError(f"unknown native kind {kind!r}; was the archive written by a newer zipsave?")
+
+    def _numeric_state(self, kind: str, body: dict, depth: int) -> Any:
+        """Fractions, decimals and random generators: checked values, no class from the archive."""
+        if kind == "fraction":
+            numerator, denominator = self.decode(body.get("numerator"), depth), self.decode(body.get("denominator"), depth)
+            if type(numerator) is not int or type(denominator) is not int or denominator == 0:
+                raise DecodeError("expected an integer `numerator` and a non-zero integer `denominator`.")
+            return fractions.Fraction(numerator, denominator)
+        if kind == "decimal":
+            text = _field(body, "value", str)
+            if len(text) > 10_000:
+                raise DecodeError(f"decimal literal of {len(text)} characters is longer than 10000.")
+            try:
+                return decimal.Decimal(text)
+            except decimal.InvalidOperation:
+                raise DecodeError(f"expected a decimal literal, found {text[:40]!r}.") from None
+        if kind == "random":
+            state = _field(body, "state", list)
+            gauss_next = self.decode(body.get("gauss_next"), depth)
+            if not all(type(w) is int and 0 <= w < 2**32 for w in state) or not (gauss_next is None or type(gauss_next) is float):
+                raise DecodeError("expected `state` to be 32-bit words and `gauss_next` a float or null.")
+            rng = random.Random()
+            try:
+                rng.setstate((_field(body, "version", int), tuple(state), gauss_next))
+            except (TypeError, ValueError) as err:
+                raise DecodeError(f"invalid random.Random state ({err}).") from None
+            return rng
+        raw = self._native(_field(body, "state", dict), 0)
+        if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8 or raw.ndim != 1:
+            raise DecodeError("expected the generator `state` to be a 1-d uint8 array.")
+        try:
+            generator = torch.Generator(device=_field(body, "device", str))
+            generator.set_state(torch.from_numpy(raw.copy()))
+        except (RuntimeError, ValueError) as err:
+            raise DecodeError(f"cannot restore the torch.Generator ({err}).") from None
+        return generator
 
     def _array(self, body: dict) -> np.ndarray:
         dtype = descr_dtype(body.get("dtype"))

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import collections
 import datetime as _dt
+import decimal
 import enum
+import fractions
 import importlib
 import math
 import pathlib
+import random
 import types
 from collections.abc import Callable
 from typing import Any
@@ -300,6 +303,16 @@ class Encoder:
             return {"kind": "torch_device", "value": str(value)}
         if isinstance(value, torch.Tensor):
             return self._tensor(value)
+        if kind is fractions.Fraction:
+            return {"kind": "fraction", "numerator": self.encode(value.numerator), "denominator": self.encode(value.denominator)}
+        if kind is decimal.Decimal:
+            return {"kind": "decimal", "value": str(value)}  # exact: sign, digits, exponent, NaN
+        if kind is random.Random:
+            version, words, gauss_next = value.getstate()
+            return {"kind": "random", "version": version, "state": list(words), "gauss_next": self.encode(gauss_next)}
+        if kind is torch.Generator:
+            state = value.get_state().numpy()
+            return {"kind": "torch_generator", "device": str(value.device), "state": self._array(state)}
         if _spaces.is_space(value):
             try:
                 return {"kind": "space", **_spaces.encode_space(value, self.encode)}
