@@ -12,6 +12,7 @@ import random
 import re
 import shutil
 import subprocess
+import sys
 import typing
 import zipfile
 from pathlib import Path
@@ -449,3 +450,30 @@ def test_new_native_forms_are_deterministic():
         b = orjson.dumps(Encoder().encode_entry("k", value)[":zipsave:"])
         assert a == b
 
+
+
+def test_a_class_from_a_script_is_refused_with_how_to_make_it_loadable(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import dataclasses, sys, zipsave\n"
+        "@dataclasses.dataclass\n"
+        "class Config:\n"
+        "    lr: float = 0.1\n"
+        "class Algo(zipsave.Saveable):\n"
+        "    def __init__(self):\n"
+        "        self.config = Config()\n"
+        "Algo().save(sys.argv[1])\n"
+    )
+    subprocess.run([sys.executable, str(script), str(tmp_path / "m.zip")], check=True, timeout=300)
+    with pytest.warns(zipsave.SkippedEntryWarning) as caught:
+        assert _save_load_path(tmp_path / "m.zip") == "<missing>"
+    message = str(caught[0].message)
+    assert "skipped key `config` of member `data` (type <class '__main__.Config'>)" in message
+    assert message.endswith(
+        "Its class was defined in `__main__` (a script or notebook), so it was saved as code, not by import "
+        "path: define the class in an importable module and save again, then `trusted=['module.Class']` admits it."
+    )
+
+
+def _save_load_path(path: Path) -> Any:
+    return getattr(Holder.load(path), "config", "<missing>")  # the script's class is not importable here

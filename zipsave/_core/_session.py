@@ -123,6 +123,13 @@ class LoadSession:
             cause = f"{kind} `{err.member}`: {cause}"
         if isinstance(err, ZipsaveError) and err.hint:
             cause = f"{cause} {err.hint}"
+        if isinstance(err, UnsafeGlobalError) and type_hint and "'__main__." in type_hint:
+            # `trusted=["__main__.X"]` cannot help: cloudpickle stored the class itself, as code.
+            cause = (
+                f"{cause} Its class was defined in `__main__` (a script or notebook), so it was saved as "
+                "code, not by import path: define the class in an importable module and save again, "
+                "then `trusted=['module.Class']` admits it."
+            )
         entry = SkippedEntry(member, key, type_hint, cause)
         if self.strict:
             if isinstance(err, ZipsaveError):
