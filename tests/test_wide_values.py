@@ -190,7 +190,7 @@ USER = {
 @pytest.mark.parametrize("value", USER.values(), ids=USER.keys())
 def test_user_classes_are_skipped_with_the_fix_named_then_load_when_trusted(tmp_path, value):
     name = f"{HERE}.{type(value).__qualname__}"
-    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape(f"skipped key `v` of member `data`")) as caught:
+    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("skipped key `v` of member `data`")) as caught:
         assert _save_load(tmp_path, value) == "<missing>"
     assert f"pass `trusted=['{name}']`" in str(caught[0].message)
     back = _save_load(tmp_path, value, trusted=[f"{HERE}."])

@@ -67,7 +67,7 @@ def find_cycle(value: Any) -> tuple | None:
         return iter(())
 
     on_path = {id(value)}
-    stack = [(value, children(value), ())]
+    stack: list[tuple[Any, Any, tuple]] = [(value, children(value), ())]
     while stack:
         obj, items, path = stack[-1]
         step = next(items, None)
