@@ -13,6 +13,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from .._api import RNGState
 from .._manager import Checkpoint, CheckpointManager
 from ._env_state import VecEnvState
+from ._her import end_unfinished_episodes
 
 __all__ = ["CheckpointCallback"]
 
@@ -179,6 +180,7 @@ class CheckpointCallback(BaseCallback):
             VecEnvState(model.get_env()).load_state_dict(extra["env"])
         else:
             model._last_obs = None  # learn() resets the environments, as SB3's load does
+            end_unfinished_episodes(model)  # so HER does not join the next episode to the last one
         return checkpoint
 
     def close(self) -> None:
