@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import _format
 from .._core import LoadSession, Parts, matches
-from ..exceptions import DecodeError, EncodeError, ZipsaveError, ZipsaveWarning, caller_stacklevel
+from ..exceptions import DecodeError, EncodeError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._her import end_unfinished_episodes, her_state, is_her, restore_her, settings_note
 
 __all__ = ["EXTRAS", "apply_vec_normalize", "collect_extras", "has_extra", "matches_any", "restore_extra", "sb3_stand_in",
@@ -149,6 +149,7 @@ def restore_extra(src: LoadSession, model: Any, name: str) -> None:
     """Load one extra (``"replay_buffer"``/``"vec_normalize"``) into ``model``, skipping it with
     a warning when it does not fit."""
     member = _format.join(name, _format.DATA)
+    before = len(src.report.skipped)
     try:
         state = src.decode_data(name)
         if name == "replay_buffer":
@@ -159,8 +160,12 @@ def restore_extra(src: LoadSession, model: Any, name: str) -> None:
                 warn_unused_vec_normalize(src)
                 return
             _set_statistics(vec_normalize, state or {})
+    except IntegrityError:
+        raise  # a corrupt array member: the decode already named it and how to leave the extra out
     except ZipsaveError as err:
-        src.skip(member, None, None, err)
+        # a key the decode skipped (skip_broken_tensors=True) was warned about already
+        warned = any(entry.member == member for entry in src.report.skipped[before:])
+        src.skip(member, None, None, err, warn=not warned)
 
 
 def _restore_replay_buffer(src: LoadSession, model: Any, state: dict[str, Any]) -> None:
@@ -241,6 +246,8 @@ def apply_vec_normalize(src: LoadSession, venv: Any) -> Any:
             _set_statistics(wrapped, state)
             return wrapped
         _set_statistics(vec_normalize, state)  # the caller's wrapper keeps the caller's settings
+    except IntegrityError:
+        raise  # a corrupt array member: the decode already named it and how to leave the extra out
     except ZipsaveError as err:
         src.skip(member, None, None, err)
     except (ValueError, TypeError, KeyError, AssertionError) as err:
