@@ -212,6 +212,37 @@ def test_infos_of_every_kind_come_back_as_they_were(with_infos, tmp_path):
     same(loaded.infos[9, 0], with_infos.replay_buffer.infos[9, 0], "infos[9]")
 
 
+def _rewrite(path, member, edit, tmp_path):
+    out = tmp_path / "edited.zip"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            raw = src.read(info)
+            dst.writestr(info, edit(raw) if info.filename == member else raw)
+    return out
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda s: s["infos"][":zipsave:"]["value"]["layouts"].append([99]), "`infos.layouts` must list column numbers"),
+    (lambda s: s["infos"][":zipsave:"]["value"]["columns"][0].update(kind="set"),
+     "`infos` column 0 has path ['is_success'] and kind 'set'"),
+    (lambda s: s["her"].clear() or s.update(her=None), "holds a HerReplayBuffer without its `her` settings"),
+])
+def test_an_edited_her_entry_is_skipped_with_a_warning(with_infos, tmp_path, edit, message):
+    zipsave.save(with_infos, tmp_path / "infos.zip", include=["replay_buffer"])
+
+    def change(raw):
+        state = json.loads(raw)
+        edit(state)
+        return json.dumps(state).encode()
+
+    edited = _rewrite(tmp_path / "infos.zip", "replay_buffer/data", change, tmp_path)
+    with pytest.warns(zipsave.ZipsaveWarning) as caught:
+        model = zipsave.load(edited, cls=DQN, env=env(5))
+    skipped = [str(w.message) for w in caught if isinstance(w.message, zipsave.SkippedEntryWarning)]
+    assert len(skipped) == 1 and message in skipped[0], [str(w.message) for w in caught]
+    assert model.replay_buffer.pos == 0 and model.replay_buffer.infos[0, 0] == {}
+
+
 def test_an_info_value_without_a_safe_form_is_refused(with_infos, tmp_path):
     buffer = with_infos.replay_buffer
     kept = buffer.infos[4, 0]

@@ -11,7 +11,7 @@ import numpy as np
 from .. import _format
 from .._core import LoadSession, Parts, matches
 from ..exceptions import DecodeError, EncodeError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
-from ._her import end_unfinished_episodes, her_state, is_her, restore_her, settings_note
+from ._her import check_her, end_unfinished_episodes, her_state, is_her, settings_note
 
 __all__ = ["EXTRAS", "apply_vec_normalize", "collect_extras", "has_extra", "matches_any", "restore_extra", "sb3_stand_in",
            "warn_unused_vec_normalize"]
@@ -189,7 +189,7 @@ def _restore_replay_buffer(src: LoadSession, model: Any, state: dict[str, Any]) 
     if type(pos) is not int or not 0 <= pos < buffer.buffer_size or type(full) is not bool:
         raise DecodeError(f"holds pos={pos!r}, full={full!r}; expected 0 <= pos < {buffer.buffer_size} and a bool.")
     her = is_her(buffer)
-    infos = restore_her(buffer, state, arrays) if her else None  # checked before anything changes
+    infos = check_her(buffer, state, arrays) if her else None  # checked before anything changes
     for n, value in arrays.items():
         setattr(buffer, n, value)  # replace, not copy: the fresh zeros were never touched
     buffer.pos, buffer.full = pos, full

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..exceptions import DecodeError, EncodeError
 
-__all__ = ["HER_ARRAYS", "end_unfinished_episodes", "her_state", "is_her", "restore_her", "settings_note"]
+__all__ = ["HER_ARRAYS", "check_her", "end_unfinished_episodes", "her_state", "is_her", "settings_note"]
 
 #: The episode bookkeeping HER samples goals from; a saved HER buffer must hold all of it.
 HER_ARRAYS = ("ep_start", "ep_length", "_current_ep_start")
@@ -21,6 +21,7 @@ _SETTINGS = ("n_sampled_goal", "goal_selection_strategy", "her_ratio", "copy_inf
 #: their dtype, Python numbers stay Python numbers.
 _ARRAY_KINDS = ("ndarray", "numpy", "bool", "int", "float")
 _KINDS = (*_ARRAY_KINDS, "str", "none", "empty")
+_PYTHON_DTYPE_KINDS = {"bool": "b", "int": "i", "float": "f"}
 _INFOS_FIELDS = {"layout": np.ndarray, "layouts": list, "columns": list}
 
 
@@ -124,7 +125,7 @@ def _leaf(path: tuple, value: Any) -> tuple[str, Any, tuple]:
 
 
 # -- loading -------------------------------------------------------------------------------
-def restore_her(buffer: Any, state: dict[str, Any], arrays: dict[str, Any]) -> Any:
+def check_her(buffer: Any, state: dict[str, Any], arrays: dict[str, Any]) -> Any:
     """Check the HER entries of a decoded replay-buffer component against ``buffer``; returns
     the ``infos`` to set (``None``: keep the fresh ``{}`` cells). Nothing is changed here."""
     missing = [name for name in HER_ARRAYS if name not in arrays]
@@ -166,6 +167,10 @@ def _decode_infos(saved: Any, rows: int, n_envs: int) -> np.ndarray:
             target = info
             for depth, key in enumerate(path[:-1], 1):
                 target = target.setdefault(key, collections.OrderedDict() if depth in ordered else {})
+                if not isinstance(target, dict):
+                    break
+            if not isinstance(target, dict) or path[-1] in target:
+                raise DecodeError(f"`infos` layout {number} puts two values at `{'.'.join(path)}`.")
             value = _value(kind, values, taken[c])
             if kind == "empty" and len(path) in ordered:
                 value = collections.OrderedDict()
@@ -178,15 +183,18 @@ def _decode_infos(saved: Any, rows: int, n_envs: int) -> np.ndarray:
 def _checked_column(i: int, column: Any, count: int) -> tuple[list[str], str, Any, list[int]]:
     if not isinstance(column, dict):
         raise DecodeError(f"`infos` column {i} is a {type(column).__name__}, expected a dict.")
-    path, kind, values, ordered = (column.get(k) for k in ("path", "kind", "values", "ordered"))
-    ordered = [] if ordered is None else ordered
+    path: Any = column.get("path")
+    kind: Any = column.get("kind")
+    values: Any = column.get("values")
+    ordered: Any = column.get("ordered") or []
     if not (isinstance(path, list) and path and all(isinstance(p, str) for p in path)) or kind not in _KINDS:
         raise DecodeError(f"`infos` column {i} has path {path!r} and kind {kind!r}; expected key names and one of {list(_KINDS)}.")
     if not (isinstance(ordered, list) and all(type(d) is int and 0 <= d <= len(path) for d in ordered)):
         raise DecodeError(f"`infos` column `{'.'.join(path)}` has ordered={ordered!r}, expected depths 0..{len(path)}.")
     if kind in _ARRAY_KINDS:
         ok = isinstance(values, np.ndarray) and values.shape[:1] == (count,) and not values.dtype.hasobject
-        ok = ok and (kind in ("ndarray", "numpy") or values.ndim == 1)
+        if ok and kind != "ndarray":  # one scalar per cell; Python numbers of the matching kind
+            ok = values.ndim == 1 and (kind == "numpy" or values.dtype.kind == _PYTHON_DTYPE_KINDS[kind])
     elif kind == "str":
         ok = isinstance(values, list) and len(values) == count and all(isinstance(v, str) for v in values)
     else:
