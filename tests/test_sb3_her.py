@@ -23,7 +23,7 @@ pytest.importorskip("stable_baselines3")
 
 import gymnasium as gym  # noqa: E402
 import zipsave.sb3  # noqa: E402
-from stable_baselines3 import DQN, HerReplayBuffer  # noqa: E402
+from stable_baselines3 import DQN, SAC, HerReplayBuffer  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.envs import BitFlippingEnv  # noqa: E402
 
@@ -163,6 +163,32 @@ def test_default_load_ends_the_unfinished_episode_as_sb3_does(saved, trained, tm
     same_samples(samples(ours.replay_buffer), samples(theirs.replay_buffer))
     ours.learn(40, reset_num_timesteps=False)
     assert ours.replay_buffer.pos == trained.replay_buffer.pos + 40
+
+
+def test_sac_with_her_on_continuous_actions(tmp_path):
+    venv = make_vec_env(Bits, n_envs=2, seed=0, env_kwargs={"n_bits": 4, "max_steps": 4, "continuous": True})
+    sac = SAC("MultiInputPolicy", venv, buffer_size=100, learning_starts=30, replay_buffer_class=HerReplayBuffer,
+              replay_buffer_kwargs={"goal_selection_strategy": "final"}, policy_kwargs={"net_arch": [16]}, seed=0)
+    sac.learn(90)  # two envs, 100 rows: the buffer wraps around
+    zipsave.save(sac, tmp_path / "sac.zip", include=["replay_buffer"])
+    fresh = make_vec_env(Bits, n_envs=2, seed=3, env_kwargs={"n_bits": 4, "max_steps": 4, "continuous": True})
+    model = zipsave.load(tmp_path / "sac.zip", cls=SAC, env=fresh, force_reset=False)
+    new, old = model.replay_buffer, sac.replay_buffer
+    same_buffer(new, old)
+    assert new.actions.dtype == np.float32 and new.n_envs == 2 and new.env is model.env
+    same_samples(samples(new), samples(old))
+
+
+def test_the_models_her_settings_win_and_the_report_says_so(saved):
+    report = zipsave.LoadReport()
+    model = zipsave.load(saved, cls=DQN, env=env(5), report=report,
+                         replay_buffer_kwargs={"n_sampled_goal": 4, "goal_selection_strategy": "episode"})
+    buffer = model.replay_buffer
+    assert buffer.n_sampled_goal == 4 and buffer.pos > 0
+    assert any(
+        "the HerReplayBuffer keeps the model's settings (goal_selection_strategy='future' saved, 'episode' used, "
+        "her_ratio=0.6666666666666667 saved, 0.8 used, n_sampled_goal=2 saved, 4 used)" in note for note in report.notes
+    ), report.notes
 
 
 def test_restore_fills_the_buffer_in_place(saved, trained):

@@ -44,8 +44,8 @@ class CheckpointCallback(BaseCallback):
         ``ep_len_mean`` (as SB3 logs them) and what ``metrics`` returns, so
         ``keep_best=("ep_rew_mean", "max")`` keeps the best-scoring policy.
     include
-        Extras stored in the same archive: ``"replay_buffer"``, ``"vec_normalize"``.
-        ``None`` (the default) includes each one the model has.
+        Extras stored in the same archive: ``"replay_buffer"`` (a ``HerReplayBuffer`` too),
+        ``"vec_normalize"``. ``None`` (the default) includes each one the model has.
     env_state
         Also save the environments' state (:class:`VecEnvState`; a ``DummyVecEnv`` only), so
         a resumed run continues the same episodes. Without it, a resumed run resets the
