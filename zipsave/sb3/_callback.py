@@ -13,6 +13,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from .._api import RNGState
 from .._manager import Checkpoint, CheckpointManager
 from ._env_state import VecEnvState
+from ._her import end_unfinished_episodes
 
 __all__ = ["CheckpointCallback"]
 
@@ -43,8 +44,8 @@ class CheckpointCallback(BaseCallback):
         ``ep_len_mean`` (as SB3 logs them) and what ``metrics`` returns, so
         ``keep_best=("ep_rew_mean", "max")`` keeps the best-scoring policy.
     include
-        Extras stored in the same archive: ``"replay_buffer"``, ``"vec_normalize"``.
-        ``None`` (the default) includes each one the model has.
+        Extras stored in the same archive: ``"replay_buffer"`` (a ``HerReplayBuffer`` too),
+        ``"vec_normalize"``. ``None`` (the default) includes each one the model has.
     env_state
         Also save the environments' state (:class:`VecEnvState`; a ``DummyVecEnv`` only), so
         a resumed run continues the same episodes. Without it, a resumed run resets the
@@ -179,6 +180,7 @@ class CheckpointCallback(BaseCallback):
             VecEnvState(model.get_env()).load_state_dict(extra["env"])
         else:
             model._last_obs = None  # learn() resets the environments, as SB3's load does
+            end_unfinished_episodes(model)  # so HER does not join the next episode to the last one
         return checkpoint
 
     def close(self) -> None:

@@ -10,7 +10,8 @@ import numpy as np
 
 from .. import _format
 from .._core import LoadSession, Parts, matches
-from ..exceptions import DecodeError, EncodeError, ZipsaveError, ZipsaveWarning, caller_stacklevel
+from ..exceptions import DecodeError, EncodeError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
+from ._her import check_her, end_unfinished_episodes, her_state, is_her, settings_note
 
 __all__ = ["EXTRAS", "apply_vec_normalize", "collect_extras", "has_extra", "matches_any", "restore_extra", "sb3_stand_in",
            "warn_unused_vec_normalize"]
@@ -79,7 +80,8 @@ def _is_array_tree(value: Any) -> bool:
 
 
 def _replay_buffer_state(buffer: Any) -> dict[str, Any]:
-    if callable(getattr(buffer, "set_env", None)):
+    her = is_her(buffer)
+    if callable(getattr(buffer, "set_env", None)) and not her:
         raise EncodeError(
             f"{type(buffer).__name__} keeps a reference to its environment and is not supported.",
             key="replay_buffer",
@@ -92,6 +94,8 @@ def _replay_buffer_state(buffer: Any) -> dict[str, Any]:
     state["arrays"] = {name: value for name, value in vars(buffer).items() if _is_array_tree(value)}
     if not state["arrays"]:
         raise EncodeError(f"{type(buffer).__name__} holds no numpy arrays to save.", key="replay_buffer")
+    if her:  # its environment is re-attached on load, as SB3's `set_env` does
+        state.update(her_state(buffer))
     return state
 
 
@@ -145,21 +149,26 @@ def restore_extra(src: LoadSession, model: Any, name: str) -> None:
     """Load one extra (``"replay_buffer"``/``"vec_normalize"``) into ``model``, skipping it with
     a warning when it does not fit."""
     member = _format.join(name, _format.DATA)
+    before = len(src.report.skipped)
     try:
         state = src.decode_data(name)
         if name == "replay_buffer":
-            _restore_replay_buffer(model, state or {})
+            _restore_replay_buffer(src, model, state or {})
         else:
             vec_normalize = model.get_vec_normalize_env()
             if vec_normalize is None:
                 warn_unused_vec_normalize(src)
                 return
             _set_statistics(vec_normalize, state or {})
+    except IntegrityError:
+        raise  # a corrupt array member: the decode already named it and how to leave the extra out
     except ZipsaveError as err:
-        src.skip(member, None, None, err)
+        # a key the decode skipped (skip_broken_tensors=True) was warned about already
+        warned = any(entry.member == member for entry in src.report.skipped[before:])
+        src.skip(member, None, None, err, warn=not warned)
 
 
-def _restore_replay_buffer(model: Any, state: dict[str, Any]) -> None:
+def _restore_replay_buffer(src: LoadSession, model: Any, state: dict[str, Any]) -> None:
     buffer = getattr(model, "replay_buffer", None)
     if buffer is None:
         raise DecodeError(f"holds a replay buffer, but {type(model).__name__} has none to fill.")
@@ -179,12 +188,33 @@ def _restore_replay_buffer(model: Any, state: dict[str, Any]) -> None:
     pos, full = state.get("pos"), state.get("full")
     if type(pos) is not int or not 0 <= pos < buffer.buffer_size or type(full) is not bool:
         raise DecodeError(f"holds pos={pos!r}, full={full!r}; expected 0 <= pos < {buffer.buffer_size} and a bool.")
+    her = is_her(buffer)
+    infos = check_her(buffer, state, arrays) if her else None  # checked before anything changes
     for n, value in arrays.items():
         setattr(buffer, n, value)  # replace, not copy: the fresh zeros were never touched
     buffer.pos, buffer.full = pos, full
     if "handle_timeout_termination" in state:
         buffer.handle_timeout_termination = bool(state["handle_timeout_termination"])
     buffer.device = model.device  # SB3 #1561
+    if her:
+        _finish_her(src, model, buffer, state, infos)
+
+
+def _finish_her(src: LoadSession, model: Any, buffer: Any, state: dict[str, Any], infos: Any) -> None:
+    if infos is not None:
+        buffer.infos[: len(infos)] = infos
+    if buffer.env is None and model.env is not None:
+        buffer.set_env(model.env)  # as SB3's load_replay_buffer does
+    note = settings_note(buffer, state)
+    if note:
+        src.report.notes.append(note)
+    # the environments are reset before training (the load's force_reset): end the episode
+    # that was under way, as SB3's load_replay_buffer(truncate_last_traj=True) does
+    if model._last_obs is None and end_unfinished_episodes(model):
+        src.report.notes.append(
+            "the HerReplayBuffer's unfinished episode was ended (marked done, as a time-out), since the "
+            "environment is reset before training; load with `force_reset=False` to continue it."
+        )
 
 
 def _check_like(name: str, saved: Any, current: Any) -> None:
@@ -216,6 +246,8 @@ def apply_vec_normalize(src: LoadSession, venv: Any) -> Any:
             _set_statistics(wrapped, state)
             return wrapped
         _set_statistics(vec_normalize, state)  # the caller's wrapper keeps the caller's settings
+    except IntegrityError:
+        raise  # a corrupt array member: the decode already named it and how to leave the extra out
     except ZipsaveError as err:
         src.skip(member, None, None, err)
     except (ValueError, TypeError, KeyError, AssertionError) as err:
