@@ -477,3 +477,12 @@ def test_a_class_from_a_script_is_refused_with_how_to_make_it_loadable(tmp_path)
 
 def _save_load_path(path: Path) -> Any:
     return getattr(Holder.load(path), "config", "<missing>")  # the script's class is not importable here
+
+
+@pytest.mark.parametrize(("below", "tail"), [("m.zip", "."), ("x/y/m.zip", ", so `{base}/x/y` cannot be made.")], ids=["direct", "deeper"])
+def test_saving_below_a_file_names_the_file(tmp_path, below, tail):
+    (tmp_path / "afile").write_text("not a folder")
+    base = tmp_path / "afile"
+    with pytest.raises(zipsave.StorageError, match=re.escape(f"`{base}` is a file, not a folder{tail.format(base=base)}")) as err:
+        Model().save(base / below)
+    assert err.value.errno == 20 and (tmp_path / "afile").read_text() == "not a folder"
