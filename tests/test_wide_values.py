@@ -486,3 +486,54 @@ def test_saving_below_a_file_names_the_file(tmp_path, below, tail):
     with pytest.raises(zipsave.StorageError, match=re.escape(f"`{base}` is a file, not a folder{tail.format(base=base)}")) as err:
         Model().save(base / below)
     assert err.value.errno == 20 and (tmp_path / "afile").read_text() == "not a folder"
+
+
+def _rngs(seed: int) -> dict[str, Any]:
+    return {
+        "torch": torch.Generator().manual_seed(seed),
+        "python": random.Random(seed),
+        "numpy": np.random.default_rng(seed),
+        "legacy": np.random.RandomState(seed),
+    }
+
+
+def _draw(rngs: dict[str, Any]) -> list[float]:
+    return [
+        float(torch.rand(1, generator=rngs["torch"])), rngs["python"].random(),
+        float(rngs["numpy"].random()), float(rngs["legacy"].random_sample()),
+    ]
+
+
+def test_restore_puts_generator_state_into_the_live_generators(tmp_path):
+    saved = _rngs(1)
+    _draw(saved)
+    zipsave.save(dict(saved, step=3), tmp_path / "s.zip")
+    live = _rngs(2)
+    held = dict(live)  # what a DataLoader or an environment would hold
+    state = dict(live, step=0)
+    zipsave.restore(state, tmp_path / "s.zip")
+    assert all(state[k] is held[k] for k in held) and state["step"] == 3
+    assert _draw(held) == _draw(saved)
+
+
+class Seeded(zipsave.Saveable):
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.sampler = {"rng": self.rng}  # another holder of the same generator
+
+
+def test_load_keeps_generators_shared_with_what_the_constructor_built(tmp_path):
+    agent = Seeded(5)
+    agent.rng.random()
+    agent.save(tmp_path / "a.zip", exclude=["sampler"])  # rebuilt by the constructor on load
+    back = Seeded.load(tmp_path / "a.zip")
+    assert back.sampler["rng"] is back.rng
+    assert back.sampler["rng"].random() == agent.rng.random()
+
+
+def test_a_generator_of_another_kind_is_replaced(tmp_path):
+    zipsave.save({"rng": np.random.Generator(np.random.PCG64(1))}, tmp_path / "s.zip")
+    state = {"rng": np.random.Generator(np.random.MT19937(2))}
+    zipsave.restore(state, tmp_path / "s.zip")
+    assert type(state["rng"].bit_generator) is np.random.PCG64
+    assert state["rng"].random() == np.random.Generator(np.random.PCG64(1)).random()
