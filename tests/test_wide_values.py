@@ -164,13 +164,17 @@ def test_zipsave_0_2_integer_form_of_a_datetime64_ns_still_loads():
         ({"kind": "fraction", "numerator": 1, "denominator": 0}, "a non-zero integer `denominator`"),
         ({"kind": "fraction", "numerator": 1.5, "denominator": 2}, "expected an integer `numerator`"),
         ({"kind": "decimal", "value": "1.2.3"}, "expected a decimal literal, found '1.2.3'."),
-        ({"kind": "random", "version": 3, "state": [2**32], "gauss_next": None}, "expected `state` to be 32-bit words"),
-        ({"kind": "random", "version": 3, "state": [1, 2], "gauss_next": None}, "invalid random.Random state"),
+        ({"kind": "random", "version": 3, "state": {"kind": "ndarray", "dtype": "<i8", "shape": [1], "values": [2**40]}, "gauss_next": None},
+         "expected the random.Random `state` to be a 1-d uint32 array."),
+        ({"kind": "random", "version": 3, "state": {"kind": "ndarray", "dtype": "<u4", "shape": [2], "values": [1, 2]}, "gauss_next": None},
+         "invalid random.Random state"),
+        ({"kind": "random", "version": 3, "state": {"kind": "ndarray", "dtype": "<u4", "shape": [0], "values": []}, "gauss_next": "x"},
+         "expected `gauss_next` to be a float or null, found str."),
         ({"kind": "torch_generator", "device": "cpu", "state": {"kind": "ndarray", "dtype": "<u1", "shape": [2], "values": [1, 2]}},
          "cannot restore the torch.Generator"),
         ({"kind": "numpy_scalar", "dtype": "<M8[ns]", "value": 1.5}, "to be an integer count, found float."),
     ],
-    ids=["zero-denominator", "float-numerator", "bad-decimal", "wide-word", "short-state", "short-generator", "float-ns"],
+    ids=["zero-denominator", "float-numerator", "bad-decimal", "wide-word", "short-state", "bad-gauss", "short-generator", "float-ns"],
 )
 def test_malformed_new_forms_are_decode_errors(body, message):
     with pytest.raises(zipsave.DecodeError, match=re.escape(message)):
@@ -537,3 +541,14 @@ def test_a_generator_of_another_kind_is_replaced(tmp_path):
     zipsave.restore(state, tmp_path / "s.zip")
     assert type(state["rng"].bit_generator) is np.random.PCG64
     assert state["rng"].random() == np.random.Generator(np.random.PCG64(1)).random()
+
+
+def test_diff_compares_generators_by_state_and_shows_short_values(tmp_path):
+    zipsave.save({"rng": random.Random(1), "rate": fractions.Fraction(1, 3), "gen": torch.Generator().manual_seed(1)}, tmp_path / "a.zip")
+    zipsave.save({"rng": random.Random(2), "rate": fractions.Fraction(1, 4), "gen": torch.Generator().manual_seed(1)}, tmp_path / "b.zip")
+    result = diff(tmp_path / "a.zip", tmp_path / "b.zip")
+    assert [(c.name, c.old, c.new) for c in result.data_changed] == [
+        ("rng", "<random.Random>", "<random.Random>"),
+        ("rate", "Fraction(1, 3)", "Fraction(1, 4)"),
+    ]
+    assert diff(tmp_path / "a.zip", tmp_path / "a.zip").identical

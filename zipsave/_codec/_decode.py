@@ -245,13 +245,15 @@ class Decoder:
             except decimal.InvalidOperation:
                 raise DecodeError(f"expected a decimal literal, found {text[:40]!r}.") from None
         if kind == "random":
-            state = _field(body, "state", list)
+            words = self._native(_field(body, "state", dict), 0)
             gauss_next = self.decode(body.get("gauss_next"), depth)
-            if not all(type(w) is int and 0 <= w < 2**32 for w in state) or not (gauss_next is None or type(gauss_next) is float):
-                raise DecodeError("expected `state` to be 32-bit words and `gauss_next` a float or null.")
+            if not isinstance(words, np.ndarray) or words.dtype != np.uint32 or words.ndim != 1:
+                raise DecodeError("expected the random.Random `state` to be a 1-d uint32 array.")
+            if not (gauss_next is None or type(gauss_next) is float):
+                raise DecodeError(f"expected `gauss_next` to be a float or null, found {type(gauss_next).__name__}.")
             rng = random.Random()
             try:
-                rng.setstate((_field(body, "version", int), tuple(state), gauss_next))
+                rng.setstate((_field(body, "version", int), tuple(words.tolist()), gauss_next))
             except (TypeError, ValueError) as err:
                 raise DecodeError(f"invalid random.Random state ({err}).") from None
             return rng

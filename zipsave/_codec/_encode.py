@@ -309,7 +309,8 @@ class Encoder:
             return {"kind": "decimal", "value": str(value)}  # exact: sign, digits, exponent, NaN
         if kind is random.Random:
             version, words, gauss_next = value.getstate()
-            return {"kind": "random", "version": version, "state": list(words), "gauss_next": self.encode(gauss_next)}
+            state = np.asarray(words, dtype="<u4")  # 625 words: one base64 line, not 625 JSON lines
+            return {"kind": "random", "version": version, "state": self._array(state), "gauss_next": self.encode(gauss_next)}
         if kind is torch.Generator:
             state = value.get_state().numpy()
             return {"kind": "torch_generator", "device": str(value.device), "state": self._array(state)}

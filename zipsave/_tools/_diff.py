@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import types
 from typing import Any
 
@@ -138,10 +139,14 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
         for key in old_data:
             if key not in new_data or _comparable(left, old_data[key]) == _comparable(right, new_data[key]):
                 continue
-            if decode and _same_decoded(left, right, key, old_data[key], new_data[key]):
+            decoded = _decoded_pair(left, right, key, old_data[key], new_data[key]) if decode else None
+            if decoded is not None and same_value(*decoded):
                 stored_differently.append(key)
             else:
-                changed.append(Change(key, _describe(old_data[key]), _describe(new_data[key])))
+                old_text, new_text = _describe(old_data[key]), _describe(new_data[key])
+                if decoded is not None and old_text == new_text:  # `<fractions.Fraction>` twice says nothing
+                    old_text, new_text = _describe_decoded(decoded[0], old_text), _describe_decoded(decoded[1], new_text)
+                changed.append(Change(key, old_text, new_text))
         data_added = tuple(k for k in new_data if k not in old_data)
         data_removed = tuple(k for k in old_data if k not in new_data)
 
@@ -185,12 +190,34 @@ def _decoded(src: ArchiveSource, key: str, value: Any) -> Any:
     return decoder.decode_entry(name, value)
 
 
-def _same_decoded(left: ArchiveSource, right: ArchiveSource, key: str, old: Any, new: Any) -> bool:
-    """Whether two stored forms decode (safely) to equal values; False when either cannot."""
+def _decoded_pair(left: ArchiveSource, right: ArchiveSource, key: str, old: Any, new: Any) -> tuple[Any, Any] | None:
+    """Both stored forms decoded (safely); ``None`` when either cannot be."""
     try:
-        return same_value(_decoded(left, key, old), _decoded(right, key, new))
+        return _decoded(left, key, old), _decoded(right, key, new)
     except Exception:  # noqa: BLE001 - undecodable here means "cannot tell": reported as a change
-        return False
+        return None
+
+
+def _describe_decoded(value: Any, fallback: str) -> str:
+    """A decoded value's repr when it is short and says more than its type."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a repr may raise anything
+        return fallback
+    return fallback if len(text) > 60 or " object at 0x" in text else text
+
+
+def _rng_state(value: Any) -> Any:
+    """The state of a random generator (they compare by identity, or not at all), else ``None``."""
+    if isinstance(value, torch.Generator):
+        return value.get_state()
+    if isinstance(value, random.Random):
+        return value.getstate()
+    if isinstance(value, np.random.Generator):
+        return value.bit_generator.state
+    if isinstance(value, np.random.RandomState):
+        return value.get_state(legacy=False)
+    return None
 
 
 def same_value(a: Any, b: Any, depth: int = 0) -> bool:
@@ -207,6 +234,9 @@ def same_value(a: Any, b: Any, depth: int = 0) -> bool:
         return list(a) == list(b) and all(same_value(a[k], b[k], depth + 1) for k in a)
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same_value(x, y, depth + 1) for x, y in zip(a, b))
+    state = _rng_state(a)
+    if state is not None:
+        return same_value(state, _rng_state(b), depth + 1)
     try:
         equal = a == b
         if isinstance(equal, np.bool_):  # e.g. gymnasium 0.29's spaces compare numpy integers
