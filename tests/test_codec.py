@@ -549,7 +549,7 @@ def test_unencodable_value_names_the_key_and_the_place():
 def test_self_referencing_value_is_an_encode_error():
     loop: list = []
     loop.append((loop,))
-    with pytest.raises(EncodeError, match=re.escape("key `loop`: is nested too deeply to save.")):
+    with pytest.raises(EncodeError, match=re.escape("key `loop`: holds a reference cycle (a container inside itself) at `0.0`")):
         Encoder().encode_entry("loop", loop)
 
 

@@ -10,6 +10,7 @@ from ._version import __version__
 from .exceptions import (
     ArchiveFormatError,
     ArchiveLimitError,
+    ArchiveNotFoundError,
     CheckpointDirectoryError,
     CheckpointLockedError,
     DecodeError,
@@ -30,6 +31,7 @@ __all__ = [
     "ArchiveInfo",
     "ArchiveMember",
     "ArchiveLimitError",
+    "ArchiveNotFoundError",
     "Checkpoint",
     "CheckpointDirectoryError",
     "CheckpointLockedError",

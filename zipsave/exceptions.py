@@ -10,6 +10,7 @@ from typing import Any
 
 __all__ = [
     "ArchiveFormatError",
+    "ArchiveNotFoundError",
     "ArchiveLimitError",
     "CheckpointDirectoryError",
     "CheckpointLockedError",
@@ -117,6 +118,11 @@ class StorageError(ZipsaveError, OSError):
     def __init__(self, message: str, *, errno: int | None = None, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.errno = errno  # OSError's field, for callers that test `err.errno == ENOSPC`
+
+
+class ArchiveNotFoundError(StorageError, FileNotFoundError):
+    """The archive's path names no file (nor the path with ``.zip`` added); caught by
+    ``except FileNotFoundError`` as well, like ``open`` and SB3's ``load``."""
 
 
 class DecodeError(ZipsaveError, ValueError):

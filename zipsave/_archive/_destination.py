@@ -5,13 +5,14 @@ tried on load, as SB3 does)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from typing import IO, Any
 
-from ..exceptions import ArchiveFormatError
+from ..exceptions import ArchiveFormatError, StorageError
 from . import _remote
 from ._files import atomic_output, open_input, seekable, with_suffix
 
@@ -43,7 +44,19 @@ def _output_path(path: Any) -> str:
     text = with_suffix(_local(path))
     if os.path.isdir(text):
         raise ArchiveFormatError("is a directory; give a file name such as `model.zip`.", archive=text)
-    os.makedirs(os.path.dirname(os.path.abspath(text)), exist_ok=True)
+    folder = os.path.dirname(os.path.abspath(text))
+    parent = folder
+    while parent and not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        # makedirs would say only "File exists", naming neither the file nor the cause.
+        raise StorageError(
+            f"`{parent}` is a file, not a folder" + (f", so `{folder}` cannot be made." if parent != folder else "."),
+            archive=text,
+            errno=errno.ENOTDIR,
+            hint="Give a path whose folders are folders.",
+        )
+    os.makedirs(folder, exist_ok=True)
     return text
 
 

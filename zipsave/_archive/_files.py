@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import tempfile
 import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
-from ..exceptions import ArchiveFormatError, ZipsaveError
+from ..exceptions import ArchiveFormatError, ArchiveNotFoundError
 from ._libc import libc_function
 
 __all__ = ["atomic_output", "open_input", "seekable", "with_suffix"]
@@ -121,9 +122,10 @@ def open_input(path: str) -> IO[bytes]:
                 return open(path + ".zip", "rb")
             except FileNotFoundError:
                 pass
-        raise ZipsaveError(
+        raise ArchiveNotFoundError(
             "no such file (also tried with a `.zip` suffix).",
             archive=path,
+            errno=errno.ENOENT,
             hint="Check the path, or pass an open binary file object.",
         ) from None
     except IsADirectoryError:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import collections
 import datetime as _dt
+import decimal
 import enum
+import fractions
 import math
 import pathlib
+import random
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -185,8 +188,11 @@ class Decoder:
         if kind == "numpy_scalar":
             dtype = descr_dtype(body.get("dtype"))
             if "value" in body:
-                if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
+                # "mM": zipsave 0.2 wrote datetime64/timedelta64 in ns as their int count.
+                if dtype.kind not in "biufcmM" or dtype.fields is not None or dtype.subdtype is not None:
                     raise DecodeError(f"a numpy scalar of dtype {dtype} cannot be given as a JSON `value`.")
+                if dtype.kind in "mM" and type(body["value"]) is not int:
+                    raise DecodeError(f"expected a numpy {dtype} scalar `value` to be an integer count, found {type(body['value']).__name__}.")
                 if type(body["value"]) not in (bool, int, float):
                     raise DecodeError(f"expected the numpy scalar `value` to be a number, found {type(body['value']).__name__}.")
                 return np.asarray(body["value"], dtype=dtype)[()]
@@ -210,6 +216,8 @@ class Decoder:
             return torch.device(_field(body, "value", str))
         if kind == "tensor":
             return self._tensor(body)
+        if kind in ("fraction", "decimal", "random", "torch_generator"):
+            return self._numeric_state(kind, body, depth)
         if kind == "space":
             return _spaces.decode_space(
                 {k: v for k, v in body.items() if k != "kind"},
@@ -220,6 +228,44 @@ class Decoder:
         if kind == "ref":
             return self._resolve(body.get("path"))
         raise DecodeError(f"unknown native kind {kind!r}; was the archive written by a newer zipsave?")
+
+    def _numeric_state(self, kind: str, body: dict, depth: int) -> Any:
+        """Fractions, decimals and random generators: checked values, no class from the archive."""
+        if kind == "fraction":
+            numerator, denominator = self.decode(body.get("numerator"), depth), self.decode(body.get("denominator"), depth)
+            if type(numerator) is not int or type(denominator) is not int or denominator == 0:
+                raise DecodeError("expected an integer `numerator` and a non-zero integer `denominator`.")
+            return fractions.Fraction(numerator, denominator)
+        if kind == "decimal":
+            text = _field(body, "value", str)
+            if len(text) > 10_000:
+                raise DecodeError(f"decimal literal of {len(text)} characters is longer than 10000.")
+            try:
+                return decimal.Decimal(text)
+            except decimal.InvalidOperation:
+                raise DecodeError(f"expected a decimal literal, found {text[:40]!r}.") from None
+        if kind == "random":
+            words = self._native(_field(body, "state", dict), 0)
+            gauss_next = self.decode(body.get("gauss_next"), depth)
+            if not isinstance(words, np.ndarray) or words.dtype != np.uint32 or words.ndim != 1:
+                raise DecodeError("expected the random.Random `state` to be a 1-d uint32 array.")
+            if not (gauss_next is None or type(gauss_next) is float):
+                raise DecodeError(f"expected `gauss_next` to be a float or null, found {type(gauss_next).__name__}.")
+            rng = random.Random()
+            try:
+                rng.setstate((_field(body, "version", int), tuple(words.tolist()), gauss_next))
+            except (TypeError, ValueError) as err:
+                raise DecodeError(f"invalid random.Random state ({err}).") from None
+            return rng
+        raw = self._native(_field(body, "state", dict), 0)
+        if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8 or raw.ndim != 1:
+            raise DecodeError("expected the generator `state` to be a 1-d uint8 array.")
+        try:
+            generator = torch.Generator(device=_field(body, "device", str))
+            generator.set_state(torch.from_numpy(raw.copy()))
+        except (RuntimeError, ValueError) as err:
+            raise DecodeError(f"cannot restore the torch.Generator ({err}).") from None
+        return generator
 
     def _array(self, body: dict) -> np.ndarray:
         dtype = descr_dtype(body.get("dtype"))

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import collections
 import datetime as _dt
+import decimal
 import enum
+import fractions
 import importlib
 import math
 import pathlib
+import random
 import types
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +29,7 @@ from ._tags import RESERVED
 from ._tags import SERIALIZED_KEY as S
 from ._tags import TYPE_KEY as T
 
-__all__ = ["Encoder", "import_path", "is_json_native"]
+__all__ = ["Encoder", "find_cycle", "import_path", "is_json_native"]
 
 #: Arrays up to this many elements are written as readable JSON lists.
 _LIST_ELEMENTS = 256
@@ -49,6 +52,36 @@ def is_json_native(value: Any, _depth: int = 0) -> bool:
             is_json_native(v, _depth + 1) for v in value.values()
         )
     return False
+
+
+def find_cycle(value: Any) -> tuple | None:
+    """The path (keys/indices) at which a container reaches one of its own ancestors again,
+    ``()`` when the top value holds itself, ``None`` when there is no cycle. Iterative, so it
+    works where encoding ran out of stack."""
+
+    def children(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            return iter(obj.items())
+        if isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
+            return enumerate(obj)
+        return iter(())
+
+    on_path = {id(value)}
+    stack: list[tuple[Any, Any, tuple]] = [(value, children(value), ())]
+    while stack:
+        obj, items, path = stack[-1]
+        step = next(items, None)
+        if step is None:
+            on_path.discard(id(obj))
+            stack.pop()
+            continue
+        label, child = step
+        if id(child) in on_path:
+            return path + (label,)
+        if isinstance(child, (dict, list, tuple, set, frozenset, collections.deque)):
+            on_path.add(id(child))
+            stack.append((child, children(child), path + (label,)))
+    return None
 
 
 def import_path(obj: Any) -> str | None:
@@ -108,7 +141,16 @@ class Encoder:
         except NoNative:
             native = None
         except RecursionError as err:
-            raise EncodeError("is nested too deeply to save.", key=key) from err
+            cycle = find_cycle(value)
+            if cycle is not None:
+                where = ".".join(map(str, cycle))
+                raise EncodeError(
+                    f"holds a reference cycle (a container inside itself) at `{where}`, which the JSON "
+                    "of `data` cannot hold.",
+                    key=key,
+                    hint=f"Break the cycle before saving, or leave it out with `exclude=[{key!r}]`.",
+                ) from err
+            raise EncodeError("is nested too deeply to save.", key=key, hint=f"Leave it out with `exclude=[{key!r}]`.") from err
         except EncodeError as err:
             if err.key is None:  # raised for a value nested inside this entry
                 err.key = key
@@ -233,8 +275,10 @@ class Encoder:
                 raise NoNative
             item = value.item()
             body = {"kind": "numpy_scalar", "dtype": dtype_descr(value.dtype)}
+            # datetime64/timedelta64 in ns or finer give a bare int from item(): keep the bytes.
             if (
-                type(item) in (bool, int, float)
+                value.dtype.kind in "biuf"
+                and type(item) in (bool, int, float)
                 and is_json_native(item)
                 and np.asarray(item, dtype=value.dtype).tobytes() == np.asarray(value).tobytes()
             ):
@@ -259,6 +303,17 @@ class Encoder:
             return {"kind": "torch_device", "value": str(value)}
         if isinstance(value, torch.Tensor):
             return self._tensor(value)
+        if kind is fractions.Fraction:
+            return {"kind": "fraction", "numerator": self.encode(value.numerator), "denominator": self.encode(value.denominator)}
+        if kind is decimal.Decimal:
+            return {"kind": "decimal", "value": str(value)}  # exact: sign, digits, exponent, NaN
+        if kind is random.Random:
+            version, words, gauss_next = value.getstate()
+            state = np.asarray(words, dtype="<u4")  # 625 words: one base64 line, not 625 JSON lines
+            return {"kind": "random", "version": version, "state": self._array(state), "gauss_next": self.encode(gauss_next)}
+        if kind is torch.Generator:
+            state = value.get_state().numpy()
+            return {"kind": "torch_generator", "device": str(value.device), "state": self._array(state)}
         if _spaces.is_space(value):
             try:
                 return {"kind": "space", **_spaces.encode_space(value, self.encode)}

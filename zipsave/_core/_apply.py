@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import contextlib
+import random
 from typing import Any
 
+import numpy as np
 import torch
 
 from .. import _format
@@ -39,10 +41,10 @@ def restore_parts(
             if overrides and key in overrides:
                 continue
             if is_dict:
-                if key in obj and is_stateful(obj[key]):
+                if key in obj and (is_stateful(obj[key]) or _restore_rng(obj[key], value)):
                     continue
                 obj[key] = value
-            else:
+            elif not _restore_rng(getattr(obj, key, None), value):
                 setattr(obj, key, value)
     prefix = f"{folder}/" if folder else ""
     members = [n for n in src.reader.names() if n.startswith(prefix) and "/" not in n[len(prefix) :]]
@@ -55,8 +57,15 @@ def restore_parts(
             # what the caller left out (``exclude=["*.optimizer"]``) is missing on purpose
             expected = [n for n in expected if not matches(n, exclude)]
         if expected is not None and set(expected) != {n for n in state_names if not (exclude and matches(n, exclude))}:
+            recorded = src.reader.manifest or {}
+            lost = sorted(
+                n[len(prefix) : -len(_format.PTH_SUFFIX)] for n in recorded
+                if n.startswith(prefix) and n.endswith(_format.PTH_SUFFIX) and n not in src.reader
+                and "/" not in n[len(prefix) :]
+            )
+            gone = f" manifest.json lists {lost} too, missing from the archive (removed after saving?)." if lost else ""
             raise ParameterMismatchError(
-                f"holds state dicts {sorted(state_names)}, but the object has {sorted(expected)}.",
+                f"holds state dicts {sorted(state_names)}, but the object has {sorted(expected)}.{gone}",
                 archive=src.name,
                 member=folder or None,
                 hint="Pass `exact_match=False` to load the ones that match.",
@@ -102,6 +111,27 @@ def expected_state_names(obj: Any) -> list[str] | None:
     except ZipsaveError:
         return None
     return [name for name, _ in parts.state]
+
+
+def _restore_rng(target: Any, value: Any) -> bool:
+    """Put a loaded random generator's state into the live one of the same type, so whatever
+    else holds it (a DataLoader, an environment, a buffer) draws from the restored state too."""
+    if target is value or type(target) is not type(value):
+        return False
+    try:
+        if isinstance(target, torch.Generator):
+            target.set_state(value.get_state())
+        elif isinstance(target, random.Random):
+            target.setstate(value.getstate())
+        elif isinstance(target, np.random.Generator):
+            target.bit_generator.state = value.bit_generator.state
+        elif isinstance(target, np.random.RandomState):
+            target.set_state(value.get_state())
+        else:
+            return False
+    except (RuntimeError, TypeError, ValueError):
+        return False  # another device or bit generator: the loaded object replaces it
+    return True
 
 
 def load_state_into(src: LoadSession, member: str, target: Any, exact_match: bool) -> None:

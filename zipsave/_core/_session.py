@@ -123,6 +123,13 @@ class LoadSession:
             cause = f"{kind} `{err.member}`: {cause}"
         if isinstance(err, ZipsaveError) and err.hint:
             cause = f"{cause} {err.hint}"
+        if isinstance(err, UnsafeGlobalError) and type_hint and "'__main__." in type_hint:
+            # `trusted=["__main__.X"]` cannot help: cloudpickle stored the class itself, as code.
+            cause = (
+                f"{cause} Its class was defined in `__main__` (a script or notebook), so it was saved as "
+                "code, not by import path: define the class in an importable module and save again, "
+                "then `trusted=['module.Class']` admits it."
+            )
         entry = SkippedEntry(member, key, type_hint, cause)
         if self.strict:
             if isinstance(err, ZipsaveError):
@@ -144,8 +151,8 @@ class LoadSession:
         )
         expected: str | None
         found: str | None
-        if isinstance(err, IntegrityError) and err.expected is not None:
-            expected, found, detail = err.expected, err.found, err.detail
+        if isinstance(err, IntegrityError) and (err.expected is not None or err.found is not None):
+            expected, found, detail = err.expected, err.found, err.detail  # composed already
         else:
             expected, found = self._checksums(member)
             if isinstance(err, IntegrityError):
@@ -153,7 +160,10 @@ class LoadSession:
             else:
                 cause = err.detail if isinstance(err, ZipsaveError) else f"{type(err).__name__}: {err}"
                 detail = f"is corrupt or unreadable ({cause.rstrip('.')})."
-            detail = f"{detail} Zip directory: {expected}; its bytes: {found}."
+            if member not in self.reader:
+                detail = "is missing from the archive (removed or renamed after saving?)."
+            else:
+                detail = f"{detail} Zip directory: {expected}; its bytes: {found}."
         return IntegrityError(detail, archive=self.name, member=member, expected=expected, found=found, hint=hint)
 
     def _checksums(self, member: str) -> tuple[str | None, str | None]:

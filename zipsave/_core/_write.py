@@ -86,7 +86,27 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
     for name, comp in parts.components:
         sub = _format.join(folder, name)
         components.append(encode(collect(comp, nested(exclude, name), nested(include, name)), sub, exclude=None, include=None))
-    return Encoded(folder, dump_json(data), init, state, parts.variables, arrays, components)
+    return Encoded(folder, _dump_entries(data, folder), init, state, parts.variables, arrays, components)
+
+
+def _dump_entries(data: dict[str, Any], folder: str) -> bytes:
+    """``dump_json(data)``; a value nested past orjson's limit (255 levels, counting the tags
+    zipsave adds) is an ``EncodeError`` naming its key, not orjson's bare ``TypeError``."""
+    try:
+        return dump_json(data)
+    except TypeError:
+        for key, value in data.items():
+            try:
+                dump_json(value)
+            except TypeError as err:
+                raise EncodeError(
+                    f"is nested too deeply to write as JSON ({err}; at most about 250 levels, fewer for "
+                    "tuples, sets and other tagged values); nothing was written.",
+                    member=_format.join(folder, _format.DATA),
+                    key=key,
+                    hint=f"Flatten it, or leave it out with `exclude=[{key!r}]`.",
+                ) from err
+        raise
 
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import types
 from typing import Any
 
@@ -61,6 +62,8 @@ class ArchiveDiff:
     tensors_removed: tuple[str, ...]
     tensors_same: int
     data_stored_differently: tuple[str, ...] = ()
+    #: What was noticed on the way: a ``data`` member edited after saving (compared as it is now).
+    notes: tuple[str, ...] = ()
 
     @property
     def identical(self) -> bool:
@@ -106,6 +109,7 @@ class ArchiveDiff:
             data = len(self.data_changed) + len(self.data_added) + len(self.data_removed)
             tensors = len(self.tensors_changed) + len(self.tensors_added) + len(self.tensors_removed)
             lines.append(f"{data} data keys and {tensors} tensor entries differ; {self.tensors_same} tensors equal")
+        lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
 
@@ -128,16 +132,21 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
     ArchiveDiff
     """
     with ArchiveSource(a, limits=limits) as left, ArchiveSource(b, limits=limits) as right:
-        old_data, new_data = _data(left), _data(right)
+        notes: list[str] = []
+        old_data, new_data = _data(left, notes), _data(right, notes)
         changed: list[Change] = []
         stored_differently: list[str] = []
         for key in old_data:
             if key not in new_data or _comparable(left, old_data[key]) == _comparable(right, new_data[key]):
                 continue
-            if decode and _same_decoded(left, right, key, old_data[key], new_data[key]):
+            decoded = _decoded_pair(left, right, key, old_data[key], new_data[key]) if decode else None
+            if decoded is not None and same_value(*decoded):
                 stored_differently.append(key)
             else:
-                changed.append(Change(key, _describe(old_data[key]), _describe(new_data[key])))
+                old_text, new_text = _describe(old_data[key]), _describe(new_data[key])
+                if decoded is not None and old_text == new_text:  # `<fractions.Fraction>` twice says nothing
+                    old_text, new_text = _describe_decoded(decoded[0], old_text), _describe_decoded(decoded[1], new_text)
+                changed.append(Change(key, old_text, new_text))
         data_added = tuple(k for k in new_data if k not in old_data)
         data_removed = tuple(k for k in old_data if k not in new_data)
 
@@ -164,7 +173,7 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
             added += [f"{stem}/{key}" for key in new if key not in old]
     return ArchiveDiff(
         left.name, right.name, tuple(changed), data_added, data_removed,
-        tuple(tensor_changes), tuple(added), tuple(removed), same, tuple(stored_differently),
+        tuple(tensor_changes), tuple(added), tuple(removed), same, tuple(stored_differently), tuple(notes),
     )
 
 
@@ -181,12 +190,34 @@ def _decoded(src: ArchiveSource, key: str, value: Any) -> Any:
     return decoder.decode_entry(name, value)
 
 
-def _same_decoded(left: ArchiveSource, right: ArchiveSource, key: str, old: Any, new: Any) -> bool:
-    """Whether two stored forms decode (safely) to equal values; False when either cannot."""
+def _decoded_pair(left: ArchiveSource, right: ArchiveSource, key: str, old: Any, new: Any) -> tuple[Any, Any] | None:
+    """Both stored forms decoded (safely); ``None`` when either cannot be."""
     try:
-        return same_value(_decoded(left, key, old), _decoded(right, key, new))
+        return _decoded(left, key, old), _decoded(right, key, new)
     except Exception:  # noqa: BLE001 - undecodable here means "cannot tell": reported as a change
-        return False
+        return None
+
+
+def _describe_decoded(value: Any, fallback: str) -> str:
+    """A decoded value's repr when it is short and says more than its type."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a repr may raise anything
+        return fallback
+    return fallback if len(text) > 60 or " object at 0x" in text else text
+
+
+def _rng_state(value: Any) -> Any:
+    """The state of a random generator (they compare by identity, or not at all), else ``None``."""
+    if isinstance(value, torch.Generator):
+        return value.get_state()
+    if isinstance(value, random.Random):
+        return value.getstate()
+    if isinstance(value, np.random.Generator):
+        return value.bit_generator.state
+    if isinstance(value, np.random.RandomState):
+        return value.get_state(legacy=False)
+    return None
 
 
 def same_value(a: Any, b: Any, depth: int = 0) -> bool:
@@ -203,6 +234,9 @@ def same_value(a: Any, b: Any, depth: int = 0) -> bool:
         return list(a) == list(b) and all(same_value(a[k], b[k], depth + 1) for k in a)
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same_value(x, y, depth + 1) for x, y in zip(a, b))
+    state = _rng_state(a)
+    if state is not None:
+        return same_value(state, _rng_state(b), depth + 1)
     try:
         equal = a == b
         if isinstance(equal, np.bool_):  # e.g. gymnasium 0.29's spaces compare numpy integers
@@ -215,11 +249,13 @@ def same_value(a: Any, b: Any, depth: int = 0) -> bool:
     return isinstance(state_a, dict) and isinstance(state_b, dict) and same_value(state_a, state_b, depth + 1)
 
 
-def _data(src: ArchiveSource) -> dict[str, Any]:
+def _data(src: ArchiveSource, notes: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for folder in data_folders(src.reader.names()):
         member = _format.join(folder, _format.DATA)
-        raw = src.read_json(member)
+        # A hand-edited `data` (a hyper-parameter changed in an editor) is what diff is for:
+        # compare it as it is now and say so, as load does.
+        raw = src.read_json(member, on_edited=lambda err: notes.append(f"{err} It was edited after saving."))
         if not isinstance(raw, dict):
             raise ArchiveFormatError(f"must hold a JSON object, found {type(raw).__name__}.", archive=src.name, member=member)
         out.update((_format.join(folder, key), value) for key, value in raw.items())

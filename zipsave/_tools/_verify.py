@@ -89,6 +89,10 @@ def _check(reader: ArchiveReader, require_manifest: bool, notes: list[str]) -> l
             continue
         entry = reader.expected(name)
         info = reader.info(name)
+        if entry is None and name.endswith("/") and info.file_size == 0:
+            # `zip -r` and zip explorers add folder entries when an unpacked archive is re-zipped.
+            notes.append(f"folder entry `{name}` (added by a zip tool) holds nothing; ignored.")
+            continue
         if manifest is not None and entry is None:
             problems.append(f"member `{name}` is not listed in manifest.json (added after saving?).")
         crc, sha, size = 0, hashlib.sha256(), 0
