@@ -199,12 +199,18 @@ def _decoded_pair(left: ArchiveSource, right: ArchiveSource, key: str, old: Any,
 
 
 def _describe_decoded(value: Any, fallback: str) -> str:
-    """A decoded value's repr when it is short and says more than its type."""
+    """A decoded value's repr when it is short and says more than its type.
+
+    Arrays and tensors keep their type: numpy's summarised repr (``[0., 0., ..., 0.]``) hides the
+    change, and its length differs between numpy 1 and 2, so the line would too.
+    """
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return fallback
     try:
         text = repr(value)
     except Exception:  # noqa: BLE001 - a repr may raise anything
         return fallback
-    return fallback if len(text) > 60 or " object at 0x" in text else text
+    return fallback if len(text) > 60 or " object at 0x" in text or "..." in text else text
 
 
 def _rng_state(value: Any) -> Any:
