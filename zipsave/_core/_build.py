@@ -119,7 +119,7 @@ def build(
         ) from err
     restore_tree(
         src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match,
-        set_data=True, overrides=args | late,
+        set_data=True, overrides=overrides,
     )
     for key, value in late.items():
         setattr(obj, key, value)

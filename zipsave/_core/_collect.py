@@ -27,7 +27,8 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
         for handler in _registry.handlers():
             if handler.claims(obj):
                 return handler.collect(obj, exclude=exclude, include=include)  # type: ignore[no-any-return]
-    if not hasattr(obj, "__dict__"):
+    attrs = instance_attributes(obj)
+    if not hasattr(obj, "__dict__") and not attrs:
         raise EncodeError(
             f"cannot save an object of type {type(obj).__name__}: expected a Saveable, an object with "
             "attributes, or a dict of stateful objects and values."
@@ -41,7 +42,6 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
     seen: dict[int, str] = {}
     covered: set[int] = set()  # sub-modules and parameters already inside a saved state dict
 
-    attrs = vars(obj)
     hooks = getattr(obj, "_get_torch_save_params", None)
     if callable(hooks):
         # SB3's hook names what is torch-saved; discovery then only looks for components.
@@ -110,6 +110,26 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
         init = obj._zipsave_init_record()
     return Parts(data, state, variables, components, init)
 
+
+
+def instance_attributes(obj: Any) -> dict[str, Any]:
+    """An object's attributes: those set in ``__slots__`` (anywhere in its class's MRO) and its
+    ``__dict__``. Slots hold no ``__dict__`` entry, so ``vars(obj)`` alone would miss them and
+    a load would hand back the constructor's fresh values in their place."""
+    attrs: dict[str, Any] = {}
+    for cls in reversed(type(obj).__mro__):
+        slots = cls.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot in ("__dict__", "__weakref__"):
+                continue
+            if slot.startswith("__") and not slot.endswith("__"):  # stored under its mangled name
+                slot = f"_{cls.__name__.lstrip('_')}{slot}"
+            try:
+                attrs[slot] = getattr(obj, slot)
+            except AttributeError:  # declared, never set
+                continue
+    attrs.update(getattr(obj, "__dict__", {}))
+    return attrs
 
 
 def _is_root(module: torch.nn.Module, attrs: dict) -> bool:
