@@ -238,3 +238,15 @@ def test_an_attribute_changed_after_construction_loads_as_saved(tmp_path):
     plain.a = 6
     plain.save(tmp_path / "p.zip")
     assert zipsave.load(tmp_path / "p.zip").a == 6
+
+
+def test_a_saved_device_does_not_replace_the_one_chosen_here(tmp_path):
+    class OnDevice(zipsave.Saveable):
+        def __init__(self, device="auto"):
+            self.device = torch.device("cpu" if device == "auto" else device)
+            self.net = torch.nn.Linear(2, 2).to(self.device)
+
+    model = OnDevice()
+    model.device = torch.device("meta")  # as if saved on another machine's accelerator
+    model.save(tmp_path / "d.zip")
+    assert zipsave.load(tmp_path / "d.zip", cls=OnDevice).device == torch.device("cpu")

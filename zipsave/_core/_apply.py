@@ -44,6 +44,8 @@ def restore_parts(
                 if key in obj and (is_stateful(obj[key]) or _restore_rng(obj[key], value)):
                     continue
                 obj[key] = value
+            elif _keeps_live_device(getattr(obj, key, None), value):
+                continue
             elif not _restore_rng(getattr(obj, key, None), value):
                 setattr(obj, key, value)
     prefix = f"{folder}/" if folder else ""
@@ -111,6 +113,13 @@ def expected_state_names(obj: Any) -> list[str] | None:
     except ZipsaveError:
         return None
     return [name for name, _ in parts.state]
+
+
+def _keeps_live_device(target: Any, value: Any) -> bool:
+    """A saved ``torch.device`` says where the model ran, not where it runs now: the object's
+    own (its constructor's choice on this machine, or the live object's) stays, as the tensors
+    restored into it stay on their devices (``device=`` moves them)."""
+    return isinstance(target, torch.device) and isinstance(value, torch.device)
 
 
 def _restore_rng(target: Any, value: Any) -> bool:
