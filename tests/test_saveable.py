@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
 import torch
-from models import Algo, Plain, same_state
+from models import Algo, ModuleAgent, Plain, same_state
 
 import zipsave
 
@@ -322,3 +324,66 @@ def test_a_constructor_that_needs_the_environment_says_to_pass_it(tmp_path):
     with pytest.raises(zipsave.DecodeError, match="saved as None .*: env, e.g. `load\\(path, env=...\\)`"):
         NeedsEnv.load(tmp_path / "n.zip")
     assert NeedsEnv.load(tmp_path / "n.zip", env=gym.make("CartPole-v1")).net.in_features == 4
+
+
+# -- a model that is itself a torch module -------------------------------------------------------
+LEGACY = Path(__file__).parent / "data" / "module_legacy"
+
+
+def _trained_agent() -> ModuleAgent:
+    agent = ModuleAgent(seed=1)
+    (agent.head(agent.body(torch.randn(5, 3))).sum() * agent.scale).backward()
+    agent.optimizer.step()
+    with torch.no_grad():
+        agent.count += 5
+        agent.scale *= 3
+    agent.gamma = 0.5
+    return agent
+
+
+def test_a_module_model_saves_its_children_parameters_and_buffers_by_name(tmp_path):
+    agent = _trained_agent()
+    agent.save(tmp_path / "a.zip")
+    with zipfile.ZipFile(tmp_path / "a.zip") as zf:
+        names = set(zf.namelist())
+        data = orjson.loads(zf.read("data"))
+        variables = torch.load(io.BytesIO(zf.read("pytorch_variables.pth")), weights_only=True)
+    assert {"body.pth", "head.pth", "optimizer.pth"} <= names
+    assert not any(n.startswith("_modules") for n in names)
+    assert data == {"gamma": 0.5}  # no hooks, registries or training flag, nothing pickled
+    assert set(variables) == {"scale", "count"}  # the non-persistent buffer stays out, as in state_dict()
+    loaded = ModuleAgent.load(tmp_path / "a.zip")
+    assert same_state(agent, loaded) and same_state(agent.optimizer, loaded.optimizer)
+    assert isinstance(loaded.scale, torch.nn.Parameter) and loaded.gamma == 0.5
+    assert loaded.scale in list(loaded.optimizer.param_groups[0]["params"])  # restored in place
+
+
+def test_a_plain_module_with_hooks_and_parametrizations_saves_without_pickle(tmp_path):
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    torch.nn.utils.parametrizations.weight_norm(net[0])
+    net.register_forward_hook(lambda module, inputs, output: output)
+    net(torch.randn(6, 3))  # moves the batch-norm statistics
+    zipsave.save(net, tmp_path / "n.zip")
+    with zipfile.ZipFile(tmp_path / "n.zip") as zf:
+        assert {"0.pth", "1.pth"} <= set(zf.namelist())
+        assert b":serialized:" not in zf.read("data")
+    fresh = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    torch.nn.utils.parametrizations.weight_norm(fresh[0])
+    zipsave.restore(fresh, tmp_path / "n.zip")
+    assert same_state(net, fresh)
+    assert len(fresh._forward_hooks) == 0  # the live module's hooks are its own
+
+
+def test_a_module_model_saved_before_0_2_still_loads_exactly():
+    # Written by zipsave before 0.2: children as `_modules.<name>.pth`, the model's own
+    # parameter and buffer inside `data`'s `_parameters`/`_buffers` (see make_agent.py).
+    with zipfile.ZipFile(LEGACY / "agent.zip") as zf:
+        assert "_modules.body.pth" in zf.namelist()
+    loaded = ModuleAgent.load(LEGACY / "agent.zip")
+    expected = torch.load(LEGACY / "expected.pt", weights_only=True)
+    assert loaded.state_dict().keys() == expected.keys()
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in expected.items())
+    assert loaded.gamma == 0.5 and float(loaded.count) == 5.0
+    fresh = ModuleAgent(seed=7)
+    zipsave.restore(fresh, LEGACY / "agent.zip")
+    assert all(torch.equal(fresh.state_dict()[k], v) for k, v in expected.items())

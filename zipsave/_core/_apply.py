@@ -13,13 +13,16 @@ import torch
 from .. import _format
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, ZipsaveError
 from ._collect import collect
-from ._parts import is_stateful, matches, recursive_getattr, recursive_setattr, unwrap
+from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, is_stateful, matches, recursive_getattr, recursive_setattr, unwrap
 from ._session import LoadSession
 
 __all__ = [
     "check_app_state", "expected_state_names", "load_state_into", "restore_parts", "set_parameters_from_dict",
     "set_variable",
 ]
+
+
+_LEGACY_TENSOR_REGISTRIES = frozenset({"_parameters", "_buffers"})
 
 
 def restore_parts(
@@ -36,9 +39,16 @@ def restore_parts(
     """Load one folder's parts into ``obj`` in place (the core of load and restore)."""
     is_dict = isinstance(obj, dict)
     if set_data:
-        data = src.decode_data(folder, custom_objects=custom_objects, exclude=exclude) or {}
+        # A module's registries and hooks are torch's, never restored (archives before 0.2
+        # saved them in `data`); their saved parameters and buffers still load, in place.
+        internals = sorted(MODULE_INTERNALS - _LEGACY_TENSOR_REGISTRIES) if isinstance(obj, torch.nn.Module) else []
+        data = src.decode_data(folder, custom_objects=custom_objects, exclude=list(exclude) + internals) or {}
         for key, value in data.items():
             if overrides and key in overrides:
+                continue
+            if key in _LEGACY_TENSOR_REGISTRIES and isinstance(obj, torch.nn.Module):
+                for name, tensor in (value.items() if isinstance(value, dict) else ()):
+                    set_variable(obj, name, tensor)
                 continue
             if is_dict:
                 if key in obj and (is_stateful(obj[key]) or _restore_rng(obj[key], value)):
@@ -53,6 +63,11 @@ def restore_parts(
     names = [n[len(prefix) : -len(_format.PTH_SUFFIX)] for n in members if n.endswith(_format.PTH_SUFFIX)]
     variables_name = _format.PYTORCH_VARIABLES[: -len(_format.PTH_SUFFIX)]
     state_names = [n for n in names if n not in (variables_name, "tensors")]
+    member_of = {n: n for n in state_names}
+    if isinstance(obj, torch.nn.Module):
+        # Before 0.2 a module's children were saved as `_modules.<name>.pth`.
+        member_of = {n.removeprefix(LEGACY_CHILD_PREFIX): n for n in state_names}
+        state_names = list(member_of)
     if exact_match and not is_dict:
         expected = expected_state_names(obj)
         if expected is not None and exclude:
@@ -73,7 +88,7 @@ def restore_parts(
                 hint="Pass `exact_match=False` to load the ones that match.",
             )
     for name in state_names:
-        member = prefix + name + _format.PTH_SUFFIX
+        member = prefix + member_of[name] + _format.PTH_SUFFIX
         if exclude and matches(name, exclude):
             continue
         try:

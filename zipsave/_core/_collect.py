@@ -10,7 +10,7 @@ import torch
 from .. import _registry
 from ..exceptions import EncodeError
 from ._component import Component
-from ._parts import ALWAYS_EXCLUDED_PREFIXES, Parts, holds_stateful, is_live_handle, is_stateful, recursive_getattr, unwrap
+from ._parts import ALWAYS_EXCLUDED_PREFIXES, MODULE_INTERNALS, Parts, holds_stateful, is_live_handle, is_stateful, recursive_getattr, unwrap
 
 __all__ = ["collect"]
 
@@ -114,7 +114,7 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
 
 def instance_attributes(obj: Any) -> dict[str, Any]:
     """An object's attributes: those set in ``__slots__`` (anywhere in its class's MRO) and its
-    ``__dict__``. Slots hold no ``__dict__`` entry, so ``vars(obj)`` alone would miss them and
+    ``__dict__`` (for a ``torch.nn.Module``, its children, parameters and persistent buffers). Slots hold no ``__dict__`` entry, so ``vars(obj)`` alone would miss them and
     a load would hand back the constructor's fresh values in their place."""
     attrs: dict[str, Any] = {}
     for cls in reversed(type(obj).__mro__):
@@ -129,6 +129,15 @@ def instance_attributes(obj: Any) -> dict[str, Any]:
             except AttributeError:  # declared, never set
                 continue
     attrs.update(getattr(obj, "__dict__", {}))
+    if isinstance(obj, torch.nn.Module):
+        # A model that is itself a module (``class Agent(zipsave.Saveable, nn.Module)``): its
+        # attributes are its children, parameters and buffers, not torch's registries and hooks.
+        attrs = {k: v for k, v in attrs.items() if k not in MODULE_INTERNALS}
+        attrs.update((k, v) for k, v in obj._modules.items() if v is not None)
+        attrs.update((k, v) for k, v in obj._parameters.items() if v is not None)
+        attrs.update(
+            (k, v) for k, v in obj._buffers.items() if v is not None and k not in obj._non_persistent_buffers_set
+        )
     return attrs
 
 
