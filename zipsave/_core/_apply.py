@@ -56,6 +56,8 @@ def restore_parts(
                 obj[key] = value
             elif _keeps_live_device(getattr(obj, key, None), value):
                 continue
+            elif _fill_container(src, obj, folder, key, value):
+                continue
             elif not _restore_rng(getattr(obj, key, None), value):
                 setattr(obj, key, value)
     prefix = f"{folder}/" if folder else ""
@@ -128,6 +130,58 @@ def expected_state_names(obj: Any) -> list[str] | None:
     except ZipsaveError:
         return None
     return [name for name, _ in parts.state]
+
+
+def _fill_container(src: LoadSession, obj: Any, folder: str, key: str, saved: Any) -> bool:
+    """Put the plain values of a saved container into the live one, keeping the live items
+    whose state is stored as members (`nets.pi.pth`) or component folders (`agents/0`): they
+    are restored in place next. ``False`` when ``key`` is no such container."""
+    live = getattr(obj, key, None)
+    names = src.reader.names()
+    filled = _fill(names, live, saved, f"{folder}/{key}" if folder else key, top=True)
+    if filled is _NOT_FILLED:
+        return False
+    if filled is not live:
+        setattr(obj, key, filled)  # a tuple, rebuilt
+    return True
+
+
+_NOT_FILLED = object()
+
+
+def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) -> Any:
+    if type(live) is not type(saved) or not isinstance(live, (list, tuple, dict)):
+        return _NOT_FILLED
+    held: set[str] = set()
+    for name in names:
+        if name.startswith(prefix + ".") and name.endswith(_format.PTH_SUFFIX) and "/" not in name[len(prefix) :]:
+            held.add(name[len(prefix) + 1 :].split(".")[0])
+        elif top and name.startswith(prefix + "/"):
+            held.add(name[len(prefix) + 1 :].split("/")[0])
+    if not held:
+        return _NOT_FILLED
+    if isinstance(live, dict):
+        for k, value in saved.items():
+            if k in held and k in live:
+                inner = _fill(names, live[k], value, f"{prefix}.{k}", top=False)
+                if inner is not _NOT_FILLED:
+                    live[k] = inner
+            else:
+                live[k] = value
+        return live
+    if len(live) != len(saved):
+        return _NOT_FILLED  # replaced whole; the members then name what does not fit
+    merged = []
+    for i, value in enumerate(saved):
+        if str(i) in held:
+            inner = _fill(names, live[i], value, f"{prefix}.{i}", top=False)
+            merged.append(live[i] if inner is _NOT_FILLED else inner)
+        else:
+            merged.append(value)
+    if isinstance(live, list):
+        live[:] = merged
+        return live
+    return type(live)(merged)
 
 
 def _keeps_live_device(target: Any, value: Any) -> bool:

@@ -270,7 +270,12 @@ def restore_tree(
         if holder is None:  # a dict of components the constructor did not create
             holder = {}
             setattr(obj, parent, holder)
-        current = holder.get(last) if isinstance(holder, dict) else getattr(holder, last, None)
+        if isinstance(holder, dict):
+            current = holder.get(last)
+        elif isinstance(holder, (list, tuple)):  # `self.agents = [a, b]`: folders agents/0, agents/1
+            current = holder[int(last)] if last.isdigit() and int(last) < len(holder) else None
+        else:
+            current = getattr(holder, last, None)
         if not is_dict and any(h.restore_component(src, obj, attr_path) for h in _registry.handlers()):
             continue  # a handler filled it itself (SB3's replay buffer, VecNormalize)
         if child in src.built_components and isinstance(current, Component):
@@ -283,5 +288,14 @@ def restore_tree(
                            exact_match=exact_match)
             if isinstance(holder, dict):
                 holder[last] = built
+            elif isinstance(holder, list) and last.isdigit() and int(last) <= len(holder):
+                holder[int(last):int(last) + 1] = [built]  # replaces, or appends at the end
+            elif isinstance(holder, tuple):
+                raise ParameterMismatchError(
+                    f"component `{child}` belongs at index {last} of the tuple `{parent}`, which has "
+                    f"{len(holder)} items and cannot grow.",
+                    archive=src.name,
+                    hint="Create it in the constructor, or hold the components in a list.",
+                )
             else:
                 setattr(holder, last, built)

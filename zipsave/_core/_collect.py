@@ -90,6 +90,14 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
                 if id(item) not in seen:
                     seen[id(item)] = f"{name}.{key}"
                     state.append((f"{name}.{key}", item))
+        elif _splits(value, top=True):
+            # A container mixing modules, optimizers or components with plain values
+            # (`self.nets = {"pi": net, "lr": 3e-4}`, `self.agents = [a, b]`, nested too): each
+            # stateful item becomes its own member (`nets.pi.pth`) or folder (`agents/0`), the
+            # plain rest stays in `data` with `null` where they were; loading fills the live one.
+            rest, plain = _split(name, value, state, components, seen, top=True)
+            if plain:
+                data[name] = rest
         elif isinstance(value, torch.Tensor):
             if id(value) in covered or id(value) in seen:
                 continue
@@ -110,6 +118,53 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
         init = obj._zipsave_init_record()
     return Parts(data, state, variables, components, init)
 
+
+
+def _items(value: Any) -> list[tuple[Any, Any]] | None:
+    """The items of a plain list, tuple or dict whose keys can name a member, else ``None``."""
+    if type(value) in (list, tuple):
+        return list(enumerate(value))
+    if type(value) is dict and all(type(k) is str and k and "." not in k and "/" not in k for k in value):
+        return list(value.items())
+    return None
+
+
+def _splits(value: Any, *, top: bool, depth: int = 0) -> bool:
+    """A container holding, at any depth, a module or optimizer (or, directly in an attribute,
+    a component) among other values."""
+    items = _items(value)
+    if items is None or depth > 20:
+        return False
+    return any(
+        (top and isinstance(v, Component)) or (is_stateful(v) and not is_live_handle(v))
+        or _splits(v, top=False, depth=depth + 1)
+        for _, v in items
+    )
+
+
+def _split(
+    name: str, value: Any, state: list, components: list, seen: dict[int, str], *, top: bool
+) -> tuple[Any, int]:
+    """``value`` with its stateful items taken out (into ``state`` / ``components``) and
+    ``None`` in their place, and how many plain values are left."""
+    rest: Any = dict(value) if isinstance(value, dict) else list(value)
+    plain = 0
+    for key, item in _items(value) or ():
+        if top and isinstance(item, Component):
+            components.append((f"{name}/{key}", item))
+            rest[key] = None
+        elif is_stateful(item) and not is_live_handle(item):
+            item = unwrap(item)
+            if id(item) not in seen:
+                seen[id(item)] = f"{name}.{key}"
+                state.append((f"{name}.{key}", item))
+            rest[key] = None
+        elif _splits(item, top=False):
+            rest[key], inner = _split(f"{name}.{key}", item, state, components, seen, top=False)
+            plain += inner
+        else:
+            plain += 1
+    return (tuple(rest) if isinstance(value, tuple) else rest), plain
 
 
 def instance_attributes(obj: Any) -> dict[str, Any]:
