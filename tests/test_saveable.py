@@ -387,3 +387,25 @@ def test_a_module_model_saved_before_0_2_still_loads_exactly():
     fresh = ModuleAgent(seed=7)
     zipsave.restore(fresh, LEGACY / "agent.zip")
     assert all(torch.equal(fresh.state_dict()[k], v) for k, v in expected.items())
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile imports torch.jit internals
+def test_a_compiled_module_is_saved_and_loaded_by_its_weights(tmp_path):
+    # `torch.compile` wraps the module; the wrapper was mistaken for a container of the
+    # module itself, and the weights were left out of the archive without a word.
+    class Compiled(zipsave.Saveable):
+        def __init__(self, seed=0):
+            torch.manual_seed(seed)
+            self.net = torch.compile(torch.nn.Linear(2, 2))
+            self.optimizer = torch.optim.AdamW(self.net.parameters())
+
+    model = Compiled()
+    with torch.no_grad():
+        model.net._orig_mod.weight.add_(1.0)
+    model.save(tmp_path / "c.zip")
+    with zipfile.ZipFile(tmp_path / "c.zip") as zf:
+        assert {"net.pth", "optimizer.pth"} <= set(zf.namelist())
+        state = torch.load(io.BytesIO(zf.read("net.pth")), weights_only=True)
+    assert set(state) == {"weight", "bias"}  # un-prefixed: loads into the plain module too
+    loaded = zipsave.load(tmp_path / "c.zip", cls=Compiled, seed=5)
+    assert torch.equal(loaded.net._orig_mod.weight, model.net._orig_mod.weight)

@@ -199,7 +199,7 @@ def instance_attributes(obj: Any) -> dict[str, Any]:
 def _is_root(module: torch.nn.Module, attrs: dict) -> bool:
     """True when no other module attribute contains ``module``."""
     for other in attrs.values():
-        if isinstance(other, torch.nn.Module) and other is not module:
+        if isinstance(other, torch.nn.Module) and unwrap(other) is not module:
             if any(sub is module for sub in unwrap(other).modules()):
                 return False
     return True
