@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -409,3 +410,42 @@ def test_a_compiled_module_is_saved_and_loaded_by_its_weights(tmp_path):
     assert set(state) == {"weight", "bias"}  # un-prefixed: loads into the plain module too
     loaded = zipsave.load(tmp_path / "c.zip", cls=Compiled, seed=5)
     assert torch.equal(loaded.net._orig_mod.weight, model.net._orig_mod.weight)
+
+
+class Excludable(zipsave.Saveable):
+    def __init__(self, seed=0):
+        torch.manual_seed(seed)
+        self.policy = torch.nn.Linear(2, 2)
+        self.policy.optimizer = torch.optim.Adam(self.policy.parameters())
+        self.lr_actor, self.lr_critic, self.gamma = 1e-3, 2e-3, 0.99
+        self.nets = {"pi": torch.nn.Linear(1, 1), "vf": torch.nn.Linear(1, 1), "lr": 0.1}
+
+
+@pytest.mark.parametrize(
+    ("exclude", "gone"),
+    [
+        (["lr_*"], {"data:lr_actor", "data:lr_critic"}),
+        (["*.optimizer"], {"policy.optimizer.pth"}),
+        (["policy.optimizer"], {"policy.optimizer.pth"}),
+        (["nets.vf"], {"nets.vf.pth"}),
+        (["nets"], {"nets.pi.pth", "nets.vf.pth", "data:nets"}),
+    ],
+)
+def test_save_exclude_takes_globs_and_paths_below_attributes(tmp_path, exclude, gone):
+    # The docs promised glob patterns; save matched only whole attribute names.
+    model = Excludable()
+    model.save(tmp_path / "full.zip")
+    model.save(tmp_path / "part.zip", exclude=exclude)
+
+    def contents(path):
+        with zipfile.ZipFile(path) as zf:
+            return set(zf.namelist()) | {f"data:{k}" for k in json.loads(zf.read("data"))}
+
+    assert contents(tmp_path / "full.zip") - contents(tmp_path / "part.zip") == gone
+    loaded = Excludable.load(tmp_path / "part.zip", exclude=exclude, seed=3)
+    assert torch.equal(loaded.policy.weight, model.policy.weight)
+    assert isinstance(loaded.nets["vf"], torch.nn.Linear)  # a left-out module keeps its live place
+    with pytest.raises(zipsave.ParameterMismatchError, match="pass the same `exclude=`") if any(
+        g.endswith(".pth") for g in gone
+    ) else contextlib.nullcontext():
+        Excludable.load(tmp_path / "part.zip")

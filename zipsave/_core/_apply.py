@@ -87,7 +87,8 @@ def restore_parts(
                 f"holds state dicts {sorted(state_names)}, but the object has {sorted(expected)}.{gone}",
                 archive=src.name,
                 member=folder or None,
-                hint="Pass `exact_match=False` to load the ones that match.",
+                hint="If it was saved with `exclude=`, pass the same `exclude=` here; else pass "
+                "`exact_match=False` to load the ones that match.",
             )
     for name in state_names:
         member = prefix + member_of[name] + _format.PTH_SUFFIX
@@ -162,6 +163,8 @@ def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) ->
         return _NOT_FILLED
     if isinstance(live, dict):
         for k, value in saved.items():
+            if value is None and is_stateful(live.get(k)):
+                continue  # its place, left empty: the item was left out of the save (`exclude=`)
             if k in held and k in live:
                 inner = _fill(names, live[k], value, f"{prefix}.{k}", top=False)
                 if inner is not _NOT_FILLED:
@@ -173,7 +176,9 @@ def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) ->
         return _NOT_FILLED  # replaced whole; the members then name what does not fit
     merged = []
     for i, value in enumerate(saved):
-        if str(i) in held:
+        if value is None and is_stateful(live[i]):
+            merged.append(live[i])  # left out of the save (`exclude=`)
+        elif str(i) in held:
             inner = _fill(names, live[i], value, f"{prefix}.{i}", top=False)
             merged.append(live[i] if inner is _NOT_FILLED else inner)
         else:

@@ -10,7 +10,17 @@ import torch
 from .. import _registry
 from ..exceptions import EncodeError
 from ._component import Component
-from ._parts import ALWAYS_EXCLUDED_PREFIXES, MODULE_INTERNALS, Parts, holds_stateful, is_live_handle, is_stateful, recursive_getattr, unwrap
+from ._parts import (
+    ALWAYS_EXCLUDED_PREFIXES,
+    MODULE_INTERNALS,
+    Parts,
+    holds_stateful,
+    is_live_handle,
+    is_stateful,
+    matches,
+    recursive_getattr,
+    unwrap,
+)
 
 __all__ = ["collect"]
 
@@ -50,8 +60,14 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
             excluded.add(name.split(".")[0])
         state.extend((name, unwrap(recursive_getattr(obj, name))) for name in state_names)
         variables.update((name, recursive_getattr(obj, name)) for name in var_names)
+    patterns = [p for p in exclude if p not in include]
+
+    def left_out(name: str) -> bool:
+        """Named by `_excluded_save_params`/`exclude`, or matched by an `exclude` glob."""
+        return name in excluded or (name not in include and matches(name, patterns))
+
     for name, value in attrs.items():
-        if name.startswith(ALWAYS_EXCLUDED_PREFIXES) or name in excluded:
+        if name.startswith(ALWAYS_EXCLUDED_PREFIXES) or left_out(name):
             continue
         if isinstance(value, torch.nn.Module):
             module = unwrap(value)
@@ -60,7 +76,7 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
             for tensor in list(module.parameters()) + list(module.buffers()):
                 covered.add(id(tensor))
     for name, value in attrs.items():
-        if name.startswith(ALWAYS_EXCLUDED_PREFIXES) or name in excluded:
+        if name.startswith(ALWAYS_EXCLUDED_PREFIXES) or left_out(name):
             continue
         if isinstance(value, Component):
             components.append((name, value))
@@ -113,6 +129,11 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
             continue
         else:
             data[name] = value
+    if patterns:
+        # Paths below an attribute: `policy.optimizer`, `*.optimizer`, `nets.vf`, `agents/1`.
+        state = [(n, v) for n, v in state if not left_out(n)]
+        variables = {n: v for n, v in variables.items() if not left_out(n)}
+        components = [(n, v) for n, v in components if not left_out(n)]
     init = None
     if isinstance(obj, Component):
         init = obj._zipsave_init_record()

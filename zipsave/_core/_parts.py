@@ -88,7 +88,12 @@ class Parts:
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    """``name`` matches a glob of ``patterns``, or lies below one: ``nets`` covers ``nets.pi``
+    and ``agents`` covers ``agents/0``."""
+    return any(
+        fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, p + ".*") or fnmatch.fnmatchcase(name, p + "/*")
+        for p in patterns
+    )
 
 
 
