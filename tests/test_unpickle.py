@@ -177,8 +177,6 @@ def test_builtins_open_is_refused_and_writes_nothing(tmp_path):
         (_p4(_global("builtins", "__import__"), _body(("os",)), pickle.REDUCE), "builtins.__import__"),
         (_p4(_global("builtins", "type"), _body(("X", (), {})), pickle.REDUCE), "builtins.type"),
         (_p4(_global("functools", "partial"), _body((print,)), pickle.REDUCE), "functools.partial"),
-        (_p4(_global("torch.storage", "_load_from_bytes"), _body((b"",)), pickle.REDUCE),
-         "torch.storage._load_from_bytes"),
         (_p4(_global("collections", "OrderedDict.__init__.__globals__")), "collections.OrderedDict.__init__.__globals__"),
     ],
 )
@@ -943,3 +941,53 @@ def test_generator_ctor_refuses_a_helper_the_pickle_did_not_import():
     payload = _generator_pickle(_body("PCG64"), _body(3))
     with pytest.raises(DecodeError, match="needs a bit generator helper the pickle imported by name"):
         restricted_loads(payload, DEFAULT)
+
+
+# -- tensors pickled by plain pickle (torch's helpers, guarded) ---------------------------------
+def _storage_bytes(t: torch.Tensor) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(t.untyped_storage(), buffer, _use_new_zipfile_serialization=False)
+    return buffer.getvalue()
+
+
+def test_a_plainly_pickled_tensor_loads_through_the_guarded_helpers():
+    # What torch.Tensor.__reduce_ex__ writes (SB3 ARS's `weights` in `data`).
+    weights = torch.arange(6.0).reshape(2, 3)
+    out = restricted_loads(cloudpickle.dumps({"w": weights, "p": torch.nn.Parameter(weights)}), DEFAULT)
+    assert torch.equal(out["w"], weights) and isinstance(out["p"], torch.nn.Parameter)
+    assert torch.equal(out["p"].data, weights) and out["p"].requires_grad
+
+
+def test_a_storage_payload_that_is_not_weights_only_never_runs(tmp_path):
+    marker = tmp_path / "pwned"
+    inner = pickle.dumps(_Call(os.system, f"touch {marker}"), protocol=2)
+    payload = pickle.dumps(_Call(torch.storage._load_from_bytes, inner), protocol=2)
+    with pytest.raises(DecodeError, match="does not load with weights_only"):
+        restricted_loads(payload, DEFAULT)
+    assert not marker.exists()
+
+
+class _Tensor:
+    """Pickles as `_rebuild_tensor_v2(storage, offset, size, stride, grad, hooks)`."""
+
+    def __init__(self, *args: Any) -> None:
+        self.args = args
+
+    def __reduce__(self) -> tuple:
+        storage = _Call(torch.storage._load_from_bytes, _storage_bytes(torch.arange(4.0)))
+        return torch._utils._rebuild_tensor_v2, (storage, *self.args)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (0, (4,), (1,), False, collections.OrderedDict([(0, print)])),  # a backward hook: a callable
+        (0, (4,), (1,), False, collections.OrderedDict(), {"a": 1}),  # metadata sets internals
+        (-1, (4,), (1,), False, collections.OrderedDict()),
+        (2, (4,), (1,), False, collections.OrderedDict()),  # past the end of the storage
+    ],
+    ids=["hooks", "metadata", "negative-offset", "out-of-bounds"],
+)
+def test_a_tensor_rebuild_with_arguments_a_saved_tensor_never_has_is_refused(args):
+    with pytest.raises((DecodeError, UnsafeGlobalError)):
+        restricted_loads(pickle.dumps(_Tensor(*args), protocol=2), DEFAULT)

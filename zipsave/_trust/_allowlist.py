@@ -18,7 +18,9 @@ __all__ = ["CORE_ALLOWLIST", "GROUPS", "default_allowlist"]
 #   functools.partial, operator.*  -- each turns the allowlist into "call anything".
 #   numpy.ma.*                     -- MaskedArray.__setstate__ mutates shared arrays in place.
 #   numpy.load, numpy.fromfile, numpy.memmap, numpy.lib.format.*  -- read files by name.
-#   torch.storage._load_from_bytes, torch._utils._rebuild_*  -- call torch.load with pickle on.
+#   torch.storage._load_from_bytes, torch._utils._rebuild_*  -- call torch.load with pickle on
+#                                  (a tensor pickled by plain pickle is read by the unpickler's
+#                                  own substitutes for three of them instead, never by these).
 #   numpy.core.* spellings        -- listed once, as numpy 2's numpy._core; see canonical().
 
 _BUILTINS = frozenset({
