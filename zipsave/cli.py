@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import warnings
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._demo import run_demo
-from ._manager import list_checkpoints, table
+from ._manager import list_checkpoints, missing_archives, table
 from ._tools import (
     describe_sharded,
     diff,
@@ -27,7 +28,7 @@ from ._tools import (
     verify_sharded,
 )
 from ._version import __version__
-from .exceptions import ZipsaveError
+from .exceptions import ZipsaveError, ZipsaveWarning
 
 __all__ = ["build_parser", "main"]
 
@@ -96,11 +97,39 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _json_number(value: Any) -> Any:
+    """Strict JSON has no NaN or infinity (Python's json writes tokens that jq and JavaScript
+    reject): a non-finite metric is written as the string ``"NaN"``, ``"Infinity"`` or
+    ``"-Infinity"``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     checkpoints = list_checkpoints(args.directory)
+    gone = missing_archives(args.directory, checkpoints)
+    if gone:
+        steps = ", ".join(str(c.step) for c in gone)
+        warnings.warn(
+            f"`{args.directory}`: the index lists step{'s' if len(gone) > 1 else ''} {steps}, whose "
+            f"archive{'s are' if len(gone) > 1 else ' is'} gone (deleted by hand?); a CheckpointManager "
+            "drops them from the index when it opens the directory.",
+            ZipsaveWarning,
+            stacklevel=1,
+        )
     if args.json:
         _print_json(
-            [{"step": c.step, "time": c.time, "size": c.size, "metrics": dict(c.metrics), "path": c.path} for c in checkpoints]
+            [
+                {
+                    "step": c.step,
+                    "time": c.time,
+                    "size": c.size,
+                    "metrics": {k: _json_number(v) for k, v in c.metrics.items()},
+                    "path": c.path,
+                }
+                for c in checkpoints
+            ]
         )
         return EXIT_OK
     print(f"{args.directory}: {len(checkpoints)} checkpoint{'s' if len(checkpoints) != 1 else ''}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import operator
 import threading
 import time
 from collections.abc import Mapping
@@ -36,6 +37,18 @@ def _check_count(name: str, value: Any, *, allow_none: bool = True) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"`{name}` must be a positive integer or None, got {value!r}.")
+
+
+def _as_step(step: Any) -> int:
+    """``step`` as a Python int: numpy integers and 0-d integer tensors are steps too (SB3 and
+    training loops hand those over), floats and bools are not."""
+    try:
+        value = operator.index(step)
+    except TypeError:
+        value = None
+    if isinstance(step, bool) or value is None or value < 0:
+        raise ValueError(f"`step` must be a non-negative integer, got {step!r}.")
+    return value
 
 
 def _check_keep_best(keep_best: Any) -> tuple[str, str, int] | None:
@@ -179,8 +192,7 @@ class CheckpointManager:
             ``step`` is lower than a checkpoint the directory already holds (a new run in an
             old directory, or a resume that did not restore the newest checkpoint).
         """
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"`step` must be a non-negative integer, got {step!r}.")
+        step = _as_step(step)
         last = self._last_step
         if last is not None and step < last:
             raise CheckpointDirectoryError(
@@ -228,6 +240,7 @@ class CheckpointManager:
         """
         self._check_open()
         self._raise_errors()
+        step = _as_step(step)
         if not self.due(step) and not (force and step != self._last_step):
             return None
         recorded = plain_metrics(metrics)
