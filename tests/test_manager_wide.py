@@ -138,3 +138,115 @@ def test_cli_list_json_is_strict_json_with_non_finite_metrics(tmp_path, capsys):
     assert listed[0]["metrics"] == {"loss": "NaN", "low": "-Infinity", "high": "Infinity", "tag": "x"}
     assert main(["list", str(tmp_path)]) == 0
     assert capsys.readouterr().out.splitlines()[-1].split()[-4:] == ["nan", "-inf", "inf", "x"]
+
+
+# -- resuming when the newest checkpoint is broken -----------------------------------------------
+def truncate(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(200)
+
+
+def bit_rot(path: Path, value: float) -> None:
+    """Change one stored weight, as a failing disk would: the archive stays a valid zip."""
+    raw = path.read_bytes()
+    weight = torch.full((3,), value).numpy().tobytes()
+    assert raw.count(weight) >= 1
+    path.write_bytes(raw.replace(weight, torch.full((3,), value + 1).numpy().tobytes(), 1))
+
+
+def run_to(folder, last: int, **kwargs) -> None:
+    with zipsave.CheckpointManager(folder, every_steps=10, **kwargs) as manager:
+        for step in range(1, last + 1):
+            manager.save(step, state(float(step), step))
+
+
+def test_restore_latest_falls_back_past_damaged_checkpoints_and_the_run_goes_on(tmp_path):
+    run_to(tmp_path, 40, keep_last=3)
+    truncate(tmp_path / name(40))
+    bit_rot(tmp_path / name(30), 30.0)
+    with zipsave.CheckpointManager(tmp_path, every_steps=10, keep_last=3) as manager:
+        app = state()
+        with pytest.warns(zipsave.ZipsaveWarning) as caught:
+            checkpoint = manager.restore_latest(app)
+        assert checkpoint.step == 20 and app["step"] == 20
+        assert torch.equal(app["model"].weight, torch.full((2, 3), 20.0))  # wholly step 20's
+        assert torch.equal(app["model"].bias, torch.full((2,), 20.0))
+        messages = [str(w.message) for w in caught]
+        assert len(messages) == 2
+        assert messages[0].startswith(
+            f"checkpoint directory `{tmp_path}`: the checkpoint of step 40 cannot be resumed from (ArchiveFormatError: "
+            f"archive `{tmp_path / name(40)}`: not a zip archive, or truncated"
+        )
+        assert messages[0].endswith(f"Resumed from step 20 instead; it was moved to `{name(40)}.broken`.")
+        assert "the checkpoint of step 30 cannot be resumed from (IntegrityError: " in messages[1]
+        assert "member `model.pth`" in messages[1] and f"`{name(30)}.broken`" in messages[1]
+        assert [c.step for c in manager.list()] == [20]
+        for step in range(21, 41):  # steps 30 and 40 are saved again, not refused as "already held"
+            manager.save(step, state(float(step), step))
+    assert files(tmp_path) == [name(20), name(30), name(30) + ".broken", name(40), name(40) + ".broken", INDEX]
+    with zipsave.CheckpointManager(tmp_path, every_steps=10, keep_last=3) as manager:
+        assert manager.load_latest()["step"] == 40  # the .broken files are left alone
+
+
+def test_load_latest_falls_back_too(tmp_path):
+    run_to(tmp_path, 20)
+    (tmp_path / name(20)).write_bytes(b"")
+    with zipsave.CheckpointManager(tmp_path, every_steps=10) as manager:
+        with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("the checkpoint of step 20 cannot be resumed from")):
+            loaded = manager.load_latest()
+        assert loaded["step"] == 10 and torch.equal(loaded["model"]["weight"], torch.full((2, 3), 10.0))
+        assert manager.latest().step == 10
+
+
+def test_when_no_checkpoint_is_intact_the_newest_error_is_raised_and_nothing_moves(tmp_path):
+    run_to(tmp_path, 20)
+    truncate(tmp_path / name(20))
+    bit_rot(tmp_path / name(10), 10.0)
+    before = files(tmp_path)
+    with zipsave.CheckpointManager(tmp_path, every_steps=10) as manager:
+        with pytest.raises(zipsave.ArchiveFormatError, match=re.escape(f"archive `{tmp_path / name(20)}`: not a zip")) as raised:
+            manager.restore_latest(state())
+        assert raised.value.__notes__ == ["No older checkpoint could be resumed from either: step 10 (IntegrityError)."]
+        assert [c.step for c in manager.list()] == [10, 20]
+    assert files(tmp_path) == before
+
+
+def test_a_mismatch_with_the_object_is_raised_not_skipped(tmp_path):
+    """Only a damaged archive is skipped: an object that does not fit would not fit an older one."""
+    run_to(tmp_path, 20)
+    with zipsave.CheckpointManager(tmp_path, every_steps=10) as manager:
+        wrong = {"model": torch.nn.Linear(5, 5), "step": 0}
+        with pytest.raises(zipsave.ZipsaveError, match="model"):
+            manager.restore_latest(wrong)
+        assert [c.step for c in manager.list()] == [10, 20]
+    assert files(tmp_path) == [name(10), name(20), INDEX]
+
+
+def test_a_closed_manager_falls_back_but_changes_nothing(tmp_path):
+    run_to(tmp_path, 20)
+    truncate(tmp_path / name(20))
+    manager = zipsave.CheckpointManager(tmp_path, every_steps=10)
+    manager.close()
+    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("Resumed from step 10 instead.")):
+        assert manager.load_latest()["step"] == 10
+    assert files(tmp_path) == [name(10), name(20), INDEX]
+
+
+def test_a_damaged_newest_checkpoint_on_a_memory_url(tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    url = "memory://zipsave-manager-wide/run a"
+    try:
+        run_to(url, 20)
+        fs.pipe_file("/zipsave-manager-wide/run a/" + name(20), b"PK\x03\x04 not a whole archive")
+        with zipsave.CheckpointManager(url, every_steps=10) as manager:
+            app = state()
+            with pytest.warns(zipsave.ZipsaveWarning, match=re.escape(f"it was moved to `{name(20)}.broken`")):
+                assert manager.restore_latest(app).step == 10
+            assert app["step"] == 10
+            manager.save(20, state(20.0, 20))
+        listed = sorted(p.rsplit("/", 1)[1] for p in fs.ls("/zipsave-manager-wide/run a", detail=False))
+        assert listed == [name(10), name(20), name(20) + ".broken", INDEX]
+    finally:
+        if fs.exists("/zipsave-manager-wide"):
+            fs.rm("/zipsave-manager-wide", recursive=True)

@@ -25,6 +25,7 @@ from . import _display
 from ._directory import open_directory
 from ._index import INDEX_NAME, Checkpoint, best_of, checkpoint_name, encode_index, plain_metrics, to_keep
 from ._lock import DirectoryLock
+from ._resume import newest_intact
 from ._store import LocalStore, open_store
 
 __all__ = ["CheckpointManager"]
@@ -349,11 +350,16 @@ class CheckpointManager:
 
     # -- resuming ------------------------------------------------------------------------------
     def restore_latest(self, obj: Any, **restore_options: Any) -> Checkpoint | None:
-        """Restore the newest checkpoint into ``obj`` in place (:func:`zipsave.restore`).
+        """Restore the newest intact checkpoint into ``obj`` in place (:func:`zipsave.restore`).
 
         ``strict=True`` is the default here: a resume must not go on from a checkpoint that
         was restored only in part (a damaged member, an app state with other entries). Pass
         ``strict=False`` to restore what fits, with warnings; other options pass through.
+
+        A newest checkpoint whose archive is damaged or gone is skipped with a
+        :class:`~zipsave.ZipsaveWarning` naming it and the cause, and moved aside
+        (``step-<step>.zip.broken``); ``obj`` is then restored from the one before it, in full.
+        When no checkpoint can be restored, the newest one's error is raised.
 
         Returns
         -------
@@ -364,25 +370,31 @@ class CheckpointManager:
         >>> checkpoint = manager.restore_latest(app_state)  # doctest: +SKIP
         >>> start = checkpoint.step + 1 if checkpoint else 0  # doctest: +SKIP
         """
-        self.wait()
-        latest = self.latest()
-        if latest is None:
-            return None
         if self.storage_options is not None:
             restore_options.setdefault("storage_options", self.storage_options)
         restore_options.setdefault("strict", True)
-        api.restore(obj, latest.path, **restore_options)
-        return latest
+        return self._resume(lambda checkpoint: api.restore(obj, checkpoint.path, **restore_options))[0]
 
     def load_latest(self, **load_options: Any) -> Any:
-        """Load the newest checkpoint (:func:`zipsave.load`; ``cls=``, ``env=``... pass
+        """Load the newest intact checkpoint (:func:`zipsave.load`; ``cls=``, ``env=``... pass
         through; ``strict=True`` unless you pass ``strict=False``), or return ``None`` when
-        there is none yet."""
-        self.wait()
-        latest = self.latest()
-        if latest is None:
-            return None
+        there is none yet. A damaged newest checkpoint is skipped as by :meth:`restore_latest`."""
         if self.storage_options is not None:
             load_options.setdefault("storage_options", self.storage_options)
         load_options.setdefault("strict", True)
-        return api.load(latest.path, **load_options)
+        return self._resume(lambda checkpoint: api.load(checkpoint.path, **load_options))[1]
+
+    def _resume(self, attempt: Any) -> tuple[Checkpoint | None, Any]:
+        self.wait()
+        open_ = not self._closed  # a closed manager holds no lock: it reads, and changes nothing
+        found, result, damaged = newest_intact(
+            self.list(), attempt, store=self._store, location=self.directory, set_aside=open_
+        )
+        if damaged and open_:  # the run goes on from `found`: its later steps must be free to save again
+            gone = {c.step for c in damaged}
+            with self._mutex:
+                kept = [c for c in self._checkpoints if c.step not in gone]
+                self._store.write(INDEX_NAME, encode_index(kept))
+                self._checkpoints = kept
+            self._last_step = found.step if found is not None else None
+        return found, result

@@ -47,6 +47,10 @@ class Store:
     def delete(self, name: str) -> None:
         raise NotImplementedError
 
+    def rename(self, name: str, new_name: str) -> None:
+        """Move ``name`` to ``new_name`` inside the directory (replacing it)."""
+        raise NotImplementedError
+
     def size(self, name: str) -> int:
         raise NotImplementedError
 
@@ -108,6 +112,10 @@ class LocalStore(Store):
     def delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.target(name))
+
+    def rename(self, name: str, new_name: str) -> None:
+        os.replace(self.target(name), self.target(new_name))
+        self.sync()
 
     def size(self, name: str) -> int:
         return os.stat(self.target(name)).st_size
@@ -173,6 +181,9 @@ class RemoteStore(Store):
     def delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._path(name))
+
+    def rename(self, name: str, new_name: str) -> None:
+        self.fs.mv(self._path(name), self._path(new_name))
 
     def size(self, name: str) -> int:
         self._refresh()

@@ -1,0 +1,68 @@
+"""Resuming from the newest checkpoint that is intact: a damaged or vanished newest archive is
+named in a warning and set aside, and the run goes on from the one before it."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from ..exceptions import ArchiveFormatError, ArchiveNotFoundError, ZipsaveWarning, caller_stacklevel
+from ._index import Checkpoint
+from ._store import Store
+
+__all__ = ["BROKEN_SUFFIX", "newest_intact"]
+
+#: A damaged archive is renamed ``step-<step>.zip.broken``: kept for a look, never listed again.
+BROKEN_SUFFIX = ".broken"
+
+# What says the archive itself is unusable. A mismatch with the object, an untrusted pickle or
+# a storage fault (a network error) would fail on an older checkpoint as well, or not at all
+# next time: those are raised, never skipped.
+_DAMAGED = (ArchiveFormatError, ArchiveNotFoundError)
+
+
+def newest_intact(
+    checkpoints: list[Checkpoint],
+    attempt: Callable[[Checkpoint], Any],
+    *,
+    store: Store,
+    location: str,
+    set_aside: bool = True,
+) -> tuple[Checkpoint | None, Any, list[Checkpoint]]:
+    """Call ``attempt`` on the newest checkpoint, then on older ones while the archive turns out
+    damaged or gone. Returns the checkpoint that worked, ``attempt``'s result, and the damaged
+    newer ones, which are warned about and (with ``set_aside``) renamed ``<name>.broken``. When
+    none works nothing is renamed and the newest one's error is raised, with the others' as a note."""
+    failed: list[tuple[Checkpoint, BaseException]] = []
+    for checkpoint in reversed(checkpoints):
+        try:
+            result = attempt(checkpoint)
+        except _DAMAGED as err:
+            failed.append((checkpoint, err))
+            continue
+        for damaged, cause in failed:
+            kept = ""
+            if set_aside and not isinstance(cause, ArchiveNotFoundError):
+                _set_aside(store, damaged)
+                kept = f"; it was moved to `{damaged.name}{BROKEN_SUFFIX}`"
+            warnings.warn(
+                f"checkpoint directory `{location}`: the checkpoint of step {damaged.step} cannot be resumed "
+                f"from ({type(cause).__name__}: {cause}). Resumed from step {checkpoint.step} instead{kept}.",
+                ZipsaveWarning,
+                stacklevel=caller_stacklevel(),
+            )
+        return checkpoint, result, [damaged for damaged, _ in failed]
+    if not failed:
+        return None, None, []
+    newest = failed[0][1]
+    if len(failed) > 1:
+        older = ", ".join(f"step {c.step} ({type(e).__name__})" for c, e in failed[1:])
+        newest.add_note(f"No older checkpoint could be resumed from either: {older}.")
+    raise newest
+
+
+def _set_aside(store: Store, checkpoint: Checkpoint) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        store.rename(checkpoint.name, checkpoint.name + BROKEN_SUFFIX)
