@@ -250,3 +250,55 @@ def test_a_damaged_newest_checkpoint_on_a_memory_url(tmp_path):
     finally:
         if fs.exists("/zipsave-manager-wide"):
             fs.rm("/zipsave-manager-wide", recursive=True)
+
+
+# -- keep_best -----------------------------------------------------------------------------------
+def test_a_misspelt_keep_best_metric_is_named_once(tmp_path):
+    with zipsave.CheckpointManager(tmp_path, keep_last=1, keep_best=("reward", "max"), background=False) as manager:
+        expected = (
+            f"CheckpointManager of `{tmp_path}`: keep_best ranks checkpoints by `reward`, but the checkpoint of "
+            "step 1 has no metric `reward` (it has `loss`, `rew`); a checkpoint without a number there is never "
+            "kept as best, and keep_last alone decides what is deleted."
+        )
+        with pytest.warns(zipsave.ZipsaveWarning, match=re.escape(expected)):
+            manager.save(1, state(), metrics={"rew": 9.0, "loss": 1.0})
+        manager.save(2, state(), metrics={"rew": 1.0, "loss": 1.0})  # once is enough (warnings are errors here)
+        assert [c.step for c in manager.list()] == [2] and manager.best() is None
+
+
+def test_a_number_passed_as_a_string_is_named(tmp_path):
+    with zipsave.CheckpointManager(tmp_path, keep_last=1, keep_best=("loss", "min"), background=False) as manager:
+        with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("has `loss` = '0.125', a str, where a number is needed")):
+            manager.save(1, state(), metrics={"loss": f"{0.125:.3f}"})
+
+
+@pytest.mark.parametrize(
+    "first", [{}, {"reward": None}, {"reward": float("nan")}, {"reward": np.float32(1.5)}, {"reward": -float("inf")}]
+)
+def test_no_warning_before_anything_is_measured_or_for_nan(tmp_path, first):
+    """An SB3 run has no episode mean before the first episode ends; NaN is a value (a diverged loss)."""
+    with zipsave.CheckpointManager(tmp_path, keep_last=1, keep_best=("reward", "max"), background=False) as manager:
+        manager.save(1, state(), metrics=first)
+        manager.save(2, state(), metrics={"reward": 2.0})
+        manager.save(3, state(), metrics={"reward": 1.0})
+        assert [c.step for c in manager.list()] == [2, 3] and manager.best().step == 2
+
+
+def test_a_metric_measured_only_sometimes_does_not_warn_once_it_was_seen(tmp_path):
+    with zipsave.CheckpointManager(tmp_path, keep_last=1, keep_best=("eval", "max"), background=False) as manager:
+        manager.save(1, state(), metrics={"eval": 3.0, "loss": 1.0})
+        manager.save(2, state(), metrics={"loss": 0.5})
+        manager.save(3, state(), metrics={"loss": 0.25})
+        assert [c.step for c in manager.list()] == [1, 3]
+
+
+@pytest.mark.parametrize("mode, best", [("min", 4), ("max", 2)])
+def test_keep_best_min_and_max_with_odd_values(tmp_path, mode, best):
+    metrics = {1: None, 2: float("inf"), 3: float("nan"), 4: -3, 5: True, 6: 0.5}
+    with zipsave.CheckpointManager(tmp_path, keep_last=1, keep_best=("m", mode), background=False) as manager:
+        for step, value in metrics.items():
+            manager.save(step, state(), metrics={"m": value})
+        assert manager.best().step == best
+        assert [c.step for c in manager.list()] == sorted({best, 6})
+    reopened = zipsave._manager.list_checkpoints(tmp_path)
+    assert [c.metrics["m"] for c in reopened] == [metrics[c.step] for c in reopened]

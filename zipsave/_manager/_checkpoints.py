@@ -13,59 +13,25 @@ from __future__ import annotations
 
 import collections
 import logging
-import operator
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from .. import _api as api
-from ..exceptions import CheckpointDirectoryError, ZipsaveError
+from ..exceptions import CheckpointDirectoryError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from . import _display
 from ._directory import open_directory
-from ._index import INDEX_NAME, Checkpoint, best_of, checkpoint_name, encode_index, plain_metrics, to_keep
+from ._index import INDEX_NAME, Checkpoint, best_metric_problem, best_of, checkpoint_name, encode_index, plain_metrics, to_keep
 from ._lock import DirectoryLock
 from ._resume import newest_intact
+from ._settings import as_step, check_count, check_keep_best
 from ._store import LocalStore, open_store
 
 __all__ = ["CheckpointManager"]
 
 _log = logging.getLogger("zipsave")
-
-
-def _check_count(name: str, value: Any, *, allow_none: bool = True) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer or None, got {value!r}.")
-
-
-def _as_step(step: Any) -> int:
-    """``step`` as a Python int: numpy integers and 0-d integer tensors are steps too (SB3 and
-    training loops hand those over), floats and bools are not."""
-    try:
-        value = operator.index(step)
-    except TypeError:
-        value = None
-    if isinstance(step, bool) or value is None or value < 0:
-        raise ValueError(f"`step` must be a non-negative integer, got {step!r}.")
-    return value
-
-
-def _check_keep_best(keep_best: Any) -> tuple[str, str, int] | None:
-    if keep_best is None:
-        return None
-    if isinstance(keep_best, str):
-        keep_best = (keep_best, "max")
-    items = tuple(keep_best)
-    if len(items) == 2:
-        items = (*items, 1)
-    if len(items) != 3 or not isinstance(items[0], str) or items[1] not in ("max", "min"):
-        raise ValueError(
-            f'`keep_best` must be (metric, "max" or "min") or (metric, mode, count), got {keep_best!r}.'
-        )
-    _check_count("keep_best count", items[2], allow_none=False)
-    return items[0], items[1], items[2]
 
 
 class CheckpointManager:
@@ -126,12 +92,12 @@ class CheckpointManager:
         storage_options: dict[str, Any] | None = None,
         break_lock: bool = False,
     ) -> None:
-        _check_count("keep_last", keep_last)
-        _check_count("every_steps", every_steps)
+        check_count("keep_last", keep_last)
+        check_count("every_steps", every_steps)
         if every_seconds is not None and not (isinstance(every_seconds, (int, float)) and every_seconds > 0):
             raise ValueError(f"`every_seconds` must be a positive number or None, got {every_seconds!r}.")
         self.keep_last = keep_last
-        self.keep_best = _check_keep_best(keep_best)
+        self.keep_best = check_keep_best(keep_best)
         self.every_steps = every_steps
         self.every_seconds = every_seconds
         self.background = background
@@ -143,6 +109,7 @@ class CheckpointManager:
         self._worker: threading.Thread | None = None
         self._errors: list[BaseException] = []
         self._closed = False
+        self._best_warned = False
         self._lock: DirectoryLock | None = None
         self._lock, self._checkpoints = open_directory(self._store, break_lock=break_lock)
         self._last_step = self._checkpoints[-1].step if self._checkpoints else None
@@ -193,7 +160,7 @@ class CheckpointManager:
             ``step`` is lower than a checkpoint the directory already holds (a new run in an
             old directory, or a resume that did not restore the newest checkpoint).
         """
-        step = _as_step(step)
+        step = as_step(step)
         last = self._last_step
         if last is not None and step < last:
             raise CheckpointDirectoryError(
@@ -241,10 +208,11 @@ class CheckpointManager:
         """
         self._check_open()
         self._raise_errors()
-        step = _as_step(step)
+        step = as_step(step)
         if not self.due(step) and not (force and step != self._last_step):
             return None
         recorded = plain_metrics(metrics)
+        self._check_best_metric(step, recorded)
         when = time.time()
         target = self._store.target(checkpoint_name(step))
         options = dict(save_options)
@@ -263,6 +231,20 @@ class CheckpointManager:
         api.save(obj, target, **options)
         self._saved(step)
         return self._commit(step, when, recorded)
+
+    def _check_best_metric(self, step: int, recorded: dict[str, Any]) -> None:
+        if self.keep_best is None or self._best_warned:
+            return
+        problem = best_metric_problem(self.keep_best, recorded, self.list())
+        if problem:  # warned once: a misspelt name would repeat at every save
+            self._best_warned = True
+            warnings.warn(
+                f"CheckpointManager of `{self.directory}`: keep_best ranks checkpoints by `{self.keep_best[0]}`, "
+                f"but the checkpoint of step {step} {problem}; a checkpoint without a number there is never "
+                "kept as best, and keep_last alone decides what is deleted.",
+                ZipsaveWarning,
+                stacklevel=caller_stacklevel(),
+            )
 
     def _saved(self, step: int) -> None:
         self._last_step = step
