@@ -4,6 +4,7 @@ metrics, and what the command says about inputs that are not checkpoint director
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import warnings
@@ -302,3 +303,55 @@ def test_keep_best_min_and_max_with_odd_values(tmp_path, mode, best):
         assert [c.step for c in manager.list()] == sorted({best, 6})
     reopened = zipsave._manager.list_checkpoints(tmp_path)
     assert [c.metrics["m"] for c in reopened] == [metrics[c.step] for c in reopened]
+
+
+# -- the command on files that are not archives --------------------------------------------------
+PICKLE_ERROR = "is a pickle file, not a zip archive. zipsave reads zip archives and never unpickles."
+
+
+def test_cli_names_a_pickle_file_sb3_replay_buffer(tmp_path, capsys):
+    stable_baselines3 = pytest.importorskip("stable_baselines3")
+    model = stable_baselines3.DQN("MlpPolicy", "CartPole-v1", buffer_size=100, learning_starts=10, seed=0)
+    model.save(tmp_path / "dqn")
+    model.save_replay_buffer(tmp_path / "buffer")
+    buffer = tmp_path / "buffer.pkl"
+    for args, status in [(["inspect", buffer], 2), (["diff", tmp_path / "dqn.zip", buffer], 2), (["extract", buffer, tmp_path / "out"], 2)]:
+        assert main([str(a) for a in args]) == status
+        err = capsys.readouterr().err
+        assert err.startswith(f"zipsave: error: archive `{buffer}`: {PICKLE_ERROR}") and "`load_replay_buffer`" in err
+    assert main(["verify", str(buffer)]) == 1
+    assert PICKLE_ERROR in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()
+    assert main(["verify", str(tmp_path / "dqn.zip")]) == 0  # SB3's own archive: no manifest, a note
+    assert "note: archive has no manifest.json" in capsys.readouterr().out
+    assert main(["list", str(tmp_path)]) == 2
+    assert f"`{tmp_path}` has no `zipsave-checkpoints.json`" in capsys.readouterr().err
+
+
+class _RemoteLike(io.BytesIO):
+    """A file object that refuses to seek before the start with ValueError, as s3fs's does."""
+
+    def seek(self, offset, whence=0):
+        if whence == 2 and offset + len(self.getbuffer()) < 0:
+            raise ValueError("Seek before start of file")
+        return super().seek(offset, whence)
+
+
+@pytest.mark.parametrize("body", [b"", b"junk", b"PK\x05\x06"])
+def test_a_file_shorter_than_any_zip_reads_the_same_from_a_remote_file_object(body):
+    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("not a zip archive, or truncated (File is not a zip file).")):
+        zipsave.inspect(_RemoteLike(body))
+
+
+# -- background or not, per save -----------------------------------------------------------------
+def test_one_save_can_block_in_a_background_manager_and_the_other_way_round(tmp_path):
+    with zipsave.CheckpointManager(tmp_path / "bg", every_steps=10) as manager:
+        assert isinstance(manager.save(10, state(1.0, 10)), zipsave.SaveHandle)
+        last = manager.save(15, state(2.0, 15), force=True, background=False)  # the end of training
+        assert isinstance(last, zipsave.Checkpoint) and last.step == 15
+        assert [c.step for c in manager.list()] == [10, 15]  # the earlier background save is listed too
+    with zipsave.CheckpointManager(tmp_path / "fg", every_steps=10, background=False) as manager:
+        handle = manager.save(10, state(1.0, 10), background=True)
+        assert isinstance(handle, zipsave.SaveHandle)
+        manager.wait()
+        assert handle.done() and [c.step for c in manager.list()] == [10]
