@@ -175,7 +175,16 @@ class CheckpointManager:
             return True
         return self.every_seconds is not None and time.monotonic() - self._last_time >= self.every_seconds
 
-    def save(self, step: int, obj: Any, *, metrics: Mapping[str, Any] | None = None, force: bool = False, **save_options: Any) -> Any:
+    def save(
+        self,
+        step: int,
+        obj: Any,
+        *,
+        metrics: Mapping[str, Any] | None = None,
+        force: bool = False,
+        background: bool | None = None,
+        **save_options: Any,
+    ) -> Any:
         """Write a checkpoint of ``obj`` at ``step`` when one is due; otherwise do nothing.
 
         Call it every step: it is cheap when nothing is due.
@@ -193,6 +202,9 @@ class CheckpointManager:
         force
             Write even when not due (e.g. at the end of training); a step already saved is
             not written again.
+        background
+            This save only: on a worker thread (``True``) or before returning (``False``, e.g.
+            for the last checkpoint); ``None`` (the default) follows the manager's setting.
         **save_options
             Passed to :func:`zipsave.save` (``exclude=``, ``include=``, ``sha256=``...).
 
@@ -218,7 +230,7 @@ class CheckpointManager:
         options = dict(save_options)
         if self.storage_options is not None:
             options["storage_options"] = self.storage_options
-        if self.background:
+        if self.background if background is None else background:
             handle = api.save(obj, target, background=True, **options)
             self._saved(step)
             with self._mutex:
