@@ -355,3 +355,29 @@ def test_one_save_can_block_in_a_background_manager_and_the_other_way_round(tmp_
         assert isinstance(handle, zipsave.SaveHandle)
         manager.wait()
         assert handle.done() and [c.step for c in manager.list()] == [10]
+
+
+# -- the command on a manager's directory --------------------------------------------------------
+def test_cli_verify_checks_every_checkpoint_of_a_manager_directory(tmp_path, capsys):
+    run_to(tmp_path, 30)
+    assert main(["verify", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"{tmp_path}: OK\n"
+    (tmp_path / name(10)).unlink()
+    bit_rot(tmp_path / name(20), 20.0)
+    assert main(["verify", str(tmp_path), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False
+    assert report["problems"][0] == f"`{name(10)}` (step 10): the index lists it, but the archive is gone."
+    assert report["problems"][1].startswith(f"`{name(20)}` (step 20): member `model.pth`: ")
+    assert not any(name(30) in problem for problem in report["problems"])
+
+
+@pytest.mark.parametrize("command", [["inspect", "{d}"], ["diff", "{d}", "{d}"], ["extract", "{d}", "{d}/out"]])
+def test_cli_names_a_manager_directory_where_an_archive_is_expected(tmp_path, capsys, command):
+    run_to(tmp_path, 20)
+    assert main([part.format(d=tmp_path) for part in command]) == 2
+    assert capsys.readouterr().err == (
+        f"zipsave: error: `{tmp_path}` is a checkpoint directory of a CheckpointManager, not an archive. "
+        f"`zipsave list {tmp_path}` lists its checkpoints; `zipsave inspect {tmp_path / name(20)}` looks inside the newest.\n"
+    )
+    assert not (tmp_path / "out").exists()

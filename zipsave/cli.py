@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._demo import run_demo
-from ._manager import list_checkpoints, missing_archives, table
+from ._manager import is_manager_directory, list_checkpoints, missing_archives, table, verify_directory
 from ._tools import (
     describe_sharded,
     diff,
@@ -28,7 +28,7 @@ from ._tools import (
     verify_sharded,
 )
 from ._version import __version__
-from .exceptions import ZipsaveError, ZipsaveWarning
+from .exceptions import CheckpointDirectoryError, ZipsaveError, ZipsaveWarning
 
 __all__ = ["build_parser", "main"]
 
@@ -44,7 +44,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(seconds=args.seconds, out=args.out)
 
 
+def _not_an_archive(directory: str) -> CheckpointDirectoryError:
+    newest = list_checkpoints(directory)
+    one = f"; `zipsave inspect {newest[-1].path}` looks inside the newest" if newest else ""
+    return CheckpointDirectoryError(
+        f"`{directory}` is a checkpoint directory of a CheckpointManager, not an archive. "
+        f"`zipsave list {directory}` lists its checkpoints{one}."
+    )
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    if is_manager_directory(args.archive):
+        raise _not_an_archive(args.archive)
     if is_checkpoint_dir(args.archive):  # a sharded (zipsave.dcp) checkpoint directory
         summary = describe_sharded(args.archive)
         _print_json(summary) if args.json else print(render_sharded(summary))
@@ -60,7 +71,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     notes: list[str] = []
     # A directory is a sharded (zipsave.dcp) checkpoint: the index and every rank archive.
-    if is_checkpoint_dir(args.archive):
+    if is_manager_directory(args.archive):  # a CheckpointManager's: every checkpoint it lists
+        problems = verify_directory(args.archive, require_manifest=args.require_manifest)
+    elif is_checkpoint_dir(args.archive):
         problems = verify_sharded(args.archive)
     else:
         problems = verify(args.archive, require_manifest=args.require_manifest, notes=notes)
@@ -79,6 +92,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
+    for path in (args.a, args.b):
+        if is_manager_directory(path):
+            raise _not_an_archive(path)
     result = diff(args.a, args.b, decode=not args.bytes)
     if args.json:
         _print_json(result.to_dict())
@@ -88,6 +104,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
+    if is_manager_directory(args.archive):
+        raise _not_an_archive(args.archive)
     written = extract(args.archive, args.folder, overwrite=args.overwrite)
     if args.json:
         _print_json({"archive": args.archive, "folder": args.folder, "files": written})
@@ -175,7 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Check every member against manifest.json (size, CRC-32, SHA-256) and the archive's structure. "
         "Exit status 0 when the archive is intact, 1 when a problem was found.",
     )
-    verify.add_argument("archive", help="the archive, or a sharded checkpoint directory")
+    verify.add_argument(
+        "archive", help="the archive, a sharded checkpoint directory, or a CheckpointManager directory (every checkpoint)"
+    )
     verify.add_argument("--json", action="store_true", help="print JSON: {archive, ok, problems, notes}")
     verify.add_argument(
         "--require-manifest", action="store_true", help="count a missing manifest.json as a problem (exit 1)"

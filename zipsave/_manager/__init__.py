@@ -1,8 +1,16 @@
 """Checkpoints of a training run in one directory: ``CheckpointManager`` and its index."""
 
 from ._checkpoints import CheckpointManager
-from ._directory import list_checkpoints, missing_archives
+from ._directory import is_manager_directory, list_checkpoints, missing_archives, verify_directory
 from ._display import table
 from ._index import Checkpoint
 
-__all__ = ["Checkpoint", "CheckpointManager", "list_checkpoints", "missing_archives", "table"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointManager",
+    "is_manager_directory",
+    "list_checkpoints",
+    "missing_archives",
+    "table",
+    "verify_directory",
+]

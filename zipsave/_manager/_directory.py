@@ -8,12 +8,13 @@ import os
 import warnings
 from typing import Any
 
+from .._tools import verify
 from ..exceptions import CheckpointDirectoryError, ZipsaveWarning, caller_stacklevel
 from ._index import INDEX_NAME, Checkpoint, decode_index, encode_index, is_checkpoint_name, is_temporary
 from ._lock import LOCK_NAME, DirectoryLock, acquire
 from ._store import LocalStore, Store, open_store
 
-__all__ = ["list_checkpoints", "missing_archives", "open_directory"]
+__all__ = ["is_manager_directory", "list_checkpoints", "missing_archives", "open_directory", "verify_directory"]
 
 _log = logging.getLogger("zipsave")
 
@@ -102,6 +103,33 @@ def list_checkpoints(directory: Any, *, storage_options: dict[str, Any] | None =
             f"`{store.location}` has no `{INDEX_NAME}`, so it is not a checkpoint directory of zipsave."
         )
     return found
+
+
+def is_manager_directory(directory: Any) -> bool:
+    """Whether ``directory`` is a local folder holding a checkpoint index (cheap: one ``stat``)."""
+    text = os.fspath(directory)
+    return "://" not in text and os.path.isfile(os.path.join(text, INDEX_NAME))
+
+
+def verify_directory(directory: Any, *, require_manifest: bool = False) -> list[str]:
+    """Check every checkpoint a directory's index lists, as ``zipsave verify`` checks one
+    archive (every byte); an archive the index lists that is gone is a problem too.
+
+    Returns
+    -------
+    list of str
+        One sentence per problem, each naming the checkpoint's file; empty when all are intact.
+    """
+    checkpoints = list_checkpoints(directory)
+    gone = {c.step for c in missing_archives(directory, checkpoints)}
+    problems = []
+    for checkpoint in checkpoints:
+        where = f"`{checkpoint.name}` (step {checkpoint.step})"
+        if checkpoint.step in gone:
+            problems.append(f"{where}: the index lists it, but the archive is gone.")
+            continue
+        problems += [f"{where}: {problem}" for problem in verify(checkpoint.path, require_manifest=require_manifest)]
+    return problems
 
 
 def open_directory(store: Store, *, break_lock: bool = False) -> tuple[DirectoryLock, list[Checkpoint]]:
