@@ -381,3 +381,17 @@ def test_cli_names_a_manager_directory_where_an_archive_is_expected(tmp_path, ca
         f"`zipsave list {tmp_path}` lists its checkpoints; `zipsave inspect {tmp_path / name(20)}` looks inside the newest.\n"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_diff_shows_a_tagged_value_that_changed_by_its_value(tmp_path, capsys):
+    """NaN, infinities and tuples are stored tagged; their type alone (`<float>`) hid the change."""
+    zipsave.save({"lr": float("nan"), "net_arch": (64, 64), "clip": float("inf"), "gamma": 0.99}, tmp_path / "a.zip")
+    zipsave.save({"lr": 3e-4, "net_arch": [64, 64], "clip": 0.2, "gamma": float("-inf")}, tmp_path / "b.zip")
+    assert main(["diff", str(tmp_path / "a.zip"), str(tmp_path / "b.zip")]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2:6] == [
+        "~ data    lr: nan -> 0.0003",
+        "~ data    net_arch: (64, 64) -> [64,64]",
+        "~ data    clip: inf -> 0.2",
+        "~ data    gamma: 0.99 -> -inf",
+    ]
