@@ -395,3 +395,13 @@ def test_cli_diff_shows_a_tagged_value_that_changed_by_its_value(tmp_path, capsy
         "~ data    clip: inf -> 0.2",
         "~ data    gamma: 0.99 -> -inf",
     ]
+
+
+def test_a_damaged_index_says_how_to_go_on(tmp_path):
+    run_to(tmp_path, 20)
+    index = tmp_path / INDEX
+    index.write_bytes(index.read_bytes()[:40])
+    with pytest.raises(zipsave.CheckpointDirectoryError, match=re.escape(f"index `{INDEX}` is not JSON")) as raised:
+        zipsave.CheckpointManager(tmp_path)
+    assert raised.value.hint.endswith("to go on in this directory, move them aside and remove the index.")
+    assert zipsave.load(tmp_path / name(20))["step"] == 20  # the archives themselves are whole

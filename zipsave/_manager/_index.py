@@ -36,6 +36,11 @@ INDEX_NAME = "zipsave-checkpoints.json"
 FORMAT = "zipsave-checkpoints"
 VERSION = 1
 _NAME = re.compile(r"^step-\d{10,}\.zip$")
+_DAMAGED_INDEX = (
+    "zipsave replaces the index atomically, so it was edited or damaged on disk. Each "
+    "`step-<step>.zip` is a whole archive that `zipsave.load` reads; to go on in this directory, "
+    "move them aside and remove the index."
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +137,7 @@ def decode_index(raw: bytes, *, location: str, target: Any) -> list[Checkpoint]:
     try:
         doc = json.loads(raw)
     except ValueError as err:
-        raise CheckpointDirectoryError(f"{where} is not JSON ({err}).") from err
+        raise CheckpointDirectoryError(f"{where} is not JSON ({err}).", hint=_DAMAGED_INDEX) from err
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CheckpointDirectoryError(f"{where} is not a zipsave checkpoint index (no `\"format\": \"{FORMAT}\"`).")
     if doc.get("version") != VERSION:
@@ -148,7 +153,9 @@ def decode_index(raw: bytes, *, location: str, target: Any) -> list[Checkpoint]:
                 raise ValueError(f"step {step!r} and file {entry['file']!r} do not match")
             out.append(Checkpoint(step, float(entry["time"]), dict(entry["metrics"]), int(entry["size"]), target(entry["file"])))
         except (KeyError, TypeError, ValueError) as err:
-            raise CheckpointDirectoryError(f"{where}: entry {i} is malformed ({type(err).__name__}: {err}).") from err
+            raise CheckpointDirectoryError(
+                f"{where}: entry {i} is malformed ({type(err).__name__}: {err}).", hint=_DAMAGED_INDEX
+            ) from err
     return sorted(out, key=lambda c: c.step)
 
 
