@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import re
 import warnings
 from pathlib import Path
@@ -405,3 +406,24 @@ def test_a_damaged_index_says_how_to_go_on(tmp_path):
         zipsave.CheckpointManager(tmp_path)
     assert raised.value.hint.endswith("to go on in this directory, move them aside and remove the index.")
     assert zipsave.load(tmp_path / name(20))["step"] == 20  # the archives themselves are whole
+
+
+def test_removing_an_unlisted_archive_is_logged_as_a_warning(tmp_path, caplog):
+    """An archive copied in by hand looks like an interrupted save's: its removal must show."""
+    run_to(tmp_path, 10)
+    (tmp_path / name(99)).write_bytes((tmp_path / name(10)).read_bytes())
+    (tmp_path / ".step-0000000011.zip.x.zipsave-tmp").write_bytes(b"half")
+    with caplog.at_level(logging.INFO, logger="zipsave"):
+        zipsave.CheckpointManager(tmp_path).close()
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage().startswith(
+        f"zipsave: removed 2 leftover file(s) of an interrupted run from `{tmp_path}`: "
+        f".step-0000000011.zip.x.zipsave-tmp, {name(99)} (archives the index does not list are never resumed from"
+    )
+    caplog.clear()
+    (tmp_path / ".step-0000000011.zip.y.zipsave-tmp").write_bytes(b"half")
+    with caplog.at_level(logging.INFO, logger="zipsave"):
+        zipsave.CheckpointManager(tmp_path).close()
+    assert [r.levelno for r in caplog.records] == [logging.INFO]  # our own temporary file only
+    assert files(tmp_path) == [name(10), INDEX]

@@ -165,8 +165,16 @@ def open_directory(store: Store, *, break_lock: bool = False) -> tuple[Directory
         for name in leftovers:
             store.delete(name)
         if leftovers:
-            _log.info("zipsave: removed %d leftover file(s) of an interrupted run from `%s`: %s",
-                      len(leftovers), store.location, ", ".join(leftovers))
+            # An unlisted archive may also be one a person copied in to resume from: say so
+            # where it shows (a logger without handlers prints warnings), not only at INFO.
+            unlisted = [n for n in leftovers if is_checkpoint_name(n)]
+            _log.log(
+                logging.WARNING if unlisted else logging.INFO,
+                "zipsave: removed %d leftover file(s) of an interrupted run from `%s`: %s%s",
+                len(leftovers), store.location, ", ".join(leftovers),
+                " (archives the index does not list are never resumed from; to resume from an archive "
+                "of your own, use zipsave.restore or zipsave.load on it)" if unlisted else "",
+            )
             if isinstance(store, LocalStore):
                 store.sync()
         return lock, found
