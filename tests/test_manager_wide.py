@@ -427,3 +427,17 @@ def test_removing_an_unlisted_archive_is_logged_as_a_warning(tmp_path, caplog):
         zipsave.CheckpointManager(tmp_path).close()
     assert [r.levelno for r in caplog.records] == [logging.INFO]  # our own temporary file only
     assert files(tmp_path) == [name(10), INDEX]
+
+
+def test_an_archive_deleted_while_the_manager_is_open_is_skipped_on_resume(tmp_path):
+    with zipsave.CheckpointManager(tmp_path, every_steps=10, background=False) as manager:
+        for step in range(1, 21):
+            manager.save(step, state(float(step), step))
+        (tmp_path / name(20)).unlink()
+        app = state()
+        with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("(ArchiveNotFoundError: archive")) as caught:
+            assert manager.restore_latest(app).step == 10
+        assert str(caught[0].message).endswith("Resumed from step 10 instead.")  # nothing to move aside
+        assert app["step"] == 10 and [c.step for c in manager.list()] == [10]
+        manager.save(20, state(20.0, 20))
+    assert files(tmp_path) == [name(10), name(20), INDEX]
