@@ -441,3 +441,24 @@ def test_an_archive_deleted_while_the_manager_is_open_is_skipped_on_resume(tmp_p
         assert app["step"] == 10 and [c.step for c in manager.list()] == [10]
         manager.save(20, state(20.0, 20))
     assert files(tmp_path) == [name(10), name(20), INDEX]
+
+
+def test_sb3_callback_names_reset_num_timesteps_when_steps_go_back(tmp_path):
+    pytest.importorskip("stable_baselines3")
+    import zipsave.sb3
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    def make():
+        return PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=1, seed=0), n_steps=64, batch_size=64, n_epochs=1, seed=0)
+
+    callback = zipsave.sb3.CheckpointCallback(tmp_path, every_steps=64)
+    make().learn(64, callback=callback)
+    callback.close()
+    model = make()
+    callback = zipsave.sb3.CheckpointCallback(tmp_path, every_steps=64)
+    assert callback.restore_latest(model).step == 64
+    with pytest.raises(zipsave.CheckpointDirectoryError, match=re.escape("already holds step 64, later than step 0.")) as raised:
+        model.learn(64, callback=callback)  # without reset_num_timesteps=False
+    assert "(without `reset_num_timesteps=False`, learn counts from 0 again)" in raised.value.hint
+    callback.close()
