@@ -462,3 +462,28 @@ def test_sb3_callback_names_reset_num_timesteps_when_steps_go_back(tmp_path):
         model.learn(64, callback=callback)  # without reset_num_timesteps=False
     assert "(without `reset_num_timesteps=False`, learn counts from 0 again)" in raised.value.hint
     callback.close()
+
+
+# -- one manager per directory -------------------------------------------------------------------
+def test_a_second_manager_in_the_same_process_is_named_as_such(tmp_path):
+    """A notebook cell run again opens a manager while the one it made before is still open."""
+    first = zipsave.CheckpointManager(tmp_path)
+    with pytest.raises(zipsave.CheckpointLockedError, match=re.escape("that is this process: another CheckpointManager object still has it open")) as raised:
+        zipsave.CheckpointManager(tmp_path)
+    assert "in a notebook, the manager a cell made before" in raised.value.hint
+    assert "break_lock" not in raised.value.hint
+    first.close()
+    zipsave.CheckpointManager(tmp_path).close()
+
+
+def test_a_second_manager_in_the_same_process_on_a_memory_url(tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    url = f"memory://zipsave-manager-wide-lock/{tmp_path.name}"
+    first = zipsave.CheckpointManager(url)
+    try:
+        with pytest.raises(zipsave.CheckpointLockedError, match=re.escape("that is this process")) as raised:
+            zipsave.CheckpointManager(url)
+        assert "break_lock" not in raised.value.hint  # breaking one's own lock is never the fix
+    finally:
+        first.close()
+        fsspec.filesystem("memory").rm("/zipsave-manager-wide-lock", recursive=True)
