@@ -487,3 +487,14 @@ def test_a_second_manager_in_the_same_process_on_a_memory_url(tmp_path):
     finally:
         first.close()
         fsspec.filesystem("memory").rm("/zipsave-manager-wide-lock", recursive=True)
+
+
+def test_a_checkpoint_over_a_safety_limit_is_raised_not_skipped(tmp_path):
+    """A limit is not damage: the newest checkpoint may just have grown (a replay buffer)."""
+    with zipsave.CheckpointManager(tmp_path, background=False) as manager:
+        manager.save(1, {"buffer": torch.zeros(10)})
+        manager.save(2, {"buffer": torch.zeros(100_000)})
+        with pytest.raises(zipsave.ArchiveLimitError, match="limit"):
+            manager.restore_latest({"buffer": torch.zeros(100_000)}, limits=zipsave.Limits(max_member_bytes=100_000))
+        assert [c.step for c in manager.list()] == [1, 2]
+    assert files(tmp_path) == [name(1), name(2), INDEX]

@@ -8,7 +8,13 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..exceptions import ArchiveFormatError, ArchiveNotFoundError, ZipsaveWarning, caller_stacklevel
+from ..exceptions import (
+    ArchiveFormatError,
+    ArchiveLimitError,
+    ArchiveNotFoundError,
+    ZipsaveWarning,
+    caller_stacklevel,
+)
 from ._index import Checkpoint
 from ._store import Store
 
@@ -17,9 +23,10 @@ __all__ = ["BROKEN_SUFFIX", "newest_intact"]
 #: A damaged archive is renamed ``step-<step>.zip.broken``: kept for a look, never listed again.
 BROKEN_SUFFIX = ".broken"
 
-# What says the archive itself is unusable. A mismatch with the object, an untrusted pickle or
-# a storage fault (a network error) would fail on an older checkpoint as well, or not at all
-# next time: those are raised, never skipped.
+# What says the archive itself is unusable. A mismatch with the object, an untrusted pickle,
+# a storage fault (a network error) or a safety limit (a grown replay buffer over
+# `Limits.max_member_bytes`) would fail on an older checkpoint as well, or not at all next
+# time, or pass on an older, smaller one: those are raised, never skipped.
 _DAMAGED = (ArchiveFormatError, ArchiveNotFoundError)
 
 
@@ -40,6 +47,8 @@ def newest_intact(
         try:
             result = attempt(checkpoint)
         except _DAMAGED as err:
+            if isinstance(err, ArchiveLimitError):  # a safety limit, not damage: raise it (see above)
+                raise
             failed.append((checkpoint, err))
             continue
         for damaged, cause in failed:
