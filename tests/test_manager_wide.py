@@ -498,3 +498,17 @@ def test_a_checkpoint_over_a_safety_limit_is_raised_not_skipped(tmp_path):
             manager.restore_latest({"buffer": torch.zeros(100_000)}, limits=zipsave.Limits(max_member_bytes=100_000))
         assert [c.step for c in manager.list()] == [1, 2]
     assert files(tmp_path) == [name(1), name(2), INDEX]
+
+
+def test_an_archive_of_another_kind_is_raised_not_skipped(tmp_path):
+    """ArchiveFormatError also says "pass `cls=`": only an archive that verify finds broken is skipped."""
+    stable_baselines3 = pytest.importorskip("stable_baselines3")
+    model = stable_baselines3.PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, seed=0)
+    with zipsave.CheckpointManager(tmp_path, background=False) as manager:
+        manager.save(1, state(1.0, 1))  # an older checkpoint that would load without `cls=`
+        manager.save(2, model)
+        with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("Pass it: `zipsave.load(path, cls=PPO")):
+            manager.load_latest()  # never "resumed from step 1 instead" (warnings are errors here)
+        assert manager.load_latest(cls=stable_baselines3.PPO).num_timesteps == 0
+        assert [c.step for c in manager.list()] == [1, 2]
+    assert files(tmp_path) == [name(1), name(2), INDEX]

@@ -8,10 +8,13 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from .._tools import verify
 from ..exceptions import (
     ArchiveFormatError,
     ArchiveLimitError,
     ArchiveNotFoundError,
+    IntegrityError,
+    ZipsaveError,
     ZipsaveWarning,
     caller_stacklevel,
 )
@@ -23,11 +26,25 @@ __all__ = ["BROKEN_SUFFIX", "newest_intact"]
 #: A damaged archive is renamed ``step-<step>.zip.broken``: kept for a look, never listed again.
 BROKEN_SUFFIX = ".broken"
 
-# What says the archive itself is unusable. A mismatch with the object, an untrusted pickle,
-# a storage fault (a network error) or a safety limit (a grown replay buffer over
-# `Limits.max_member_bytes`) would fail on an older checkpoint as well, or not at all next
-# time, or pass on an older, smaller one: those are raised, never skipped.
-_DAMAGED = (ArchiveFormatError, ArchiveNotFoundError)
+# Only damage is skipped: an archive that is gone, one whose bytes fail a checksum, and one
+# that fails to read where `zipsave verify` finds it broken too. ArchiveFormatError also
+# stands for "this archive is not of the kind you asked for" (an SB3 model loaded without
+# `cls=`), and that, a mismatch with the object, an untrusted pickle, a storage fault (a
+# network error) or a safety limit (a grown replay buffer over `Limits.max_member_bytes`)
+# would fail on an older checkpoint as well, or not at all next time, or pass on an older,
+# smaller one: those are raised, never skipped.
+def _damaged(err: BaseException, store: Store, checkpoint: Checkpoint) -> bool:
+    if isinstance(err, (ArchiveNotFoundError, IntegrityError)):
+        return True
+    if not isinstance(err, ArchiveFormatError) or isinstance(err, ArchiveLimitError):
+        return False
+    try:
+        with store.open(checkpoint.name) as fp:
+            return bool(verify(fp))
+    except ZipsaveError:
+        return True  # verify raises only when the archive is gone, or unreadable as a file
+    except OSError:
+        return False  # the storage, not the archive: raise the original error
 
 
 def newest_intact(
@@ -46,8 +63,8 @@ def newest_intact(
     for checkpoint in reversed(checkpoints):
         try:
             result = attempt(checkpoint)
-        except _DAMAGED as err:
-            if isinstance(err, ArchiveLimitError):  # a safety limit, not damage: raise it (see above)
+        except (ArchiveFormatError, ArchiveNotFoundError) as err:
+            if not _damaged(err, store, checkpoint):
                 raise
             failed.append((checkpoint, err))
             continue

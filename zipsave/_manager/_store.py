@@ -8,7 +8,7 @@ import os
 import posixpath
 import tempfile
 import uuid
-from typing import Any
+from typing import IO, Any
 
 from .._optional import require
 
@@ -49,6 +49,10 @@ class Store:
 
     def rename(self, name: str, new_name: str) -> None:
         """Move ``name`` to ``new_name`` inside the directory (replacing it)."""
+        raise NotImplementedError
+
+    def open(self, name: str) -> IO[bytes]:
+        """``name`` opened for reading (a seekable binary file object)."""
         raise NotImplementedError
 
     def size(self, name: str) -> int:
@@ -117,6 +121,9 @@ class LocalStore(Store):
         os.replace(self.target(name), self.target(new_name))
         self.sync()
 
+    def open(self, name: str) -> IO[bytes]:
+        return open(self.target(name), "rb")
+
     def size(self, name: str) -> int:
         return os.stat(self.target(name)).st_size
 
@@ -184,6 +191,10 @@ class RemoteStore(Store):
 
     def rename(self, name: str, new_name: str) -> None:
         self.fs.mv(self._path(name), self._path(new_name))
+
+    def open(self, name: str) -> IO[bytes]:
+        self._refresh()
+        return self.fs.open(self._path(name), "rb")
 
     def size(self, name: str) -> int:
         self._refresh()
