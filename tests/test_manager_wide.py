@@ -9,6 +9,7 @@ import json
 import logging
 import re
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -511,4 +512,25 @@ def test_an_archive_of_another_kind_is_raised_not_skipped(tmp_path):
             manager.load_latest()  # never "resumed from step 1 instead" (warnings are errors here)
         assert manager.load_latest(cls=stable_baselines3.PPO).num_timesteps == 0
         assert [c.step for c in manager.list()] == [1, 2]
+    assert files(tmp_path) == [name(1), name(2), INDEX]
+
+
+def test_a_hand_edited_data_member_is_raised_not_set_aside(tmp_path):
+    """Editing `data` in a zip tool is allowed: the person who did it decides (strict=False)."""
+    with zipsave.CheckpointManager(tmp_path, background=False) as manager:
+        manager.save(1, {**state(1.0, 1), "lr": 0.125})
+        manager.save(2, {**state(2.0, 2), "lr": 0.125})
+    path = tmp_path / name(2)
+    with zipfile.ZipFile(path) as zf:
+        members = [(info, zf.read(info.filename)) for info in zf.infolist()]
+    with zipfile.ZipFile(path, "w") as zf:
+        for info, payload in members:
+            zf.writestr(info, payload.replace(b"0.125", b"0.375") if info.filename == "data" else payload)
+    with zipsave.CheckpointManager(tmp_path, background=False) as manager:
+        app = {**state(), "lr": 0.0}
+        with pytest.raises(zipsave.IntegrityError, match=re.escape("member `data`: differs from manifest.json")):
+            manager.restore_latest(app)
+        with pytest.warns(zipsave.ZipsaveWarning, match="edited after saving"):
+            assert manager.restore_latest(app, strict=False).step == 2
+        assert app["lr"] == 0.375 and app["step"] == 2
     assert files(tmp_path) == [name(1), name(2), INDEX]

@@ -4,10 +4,12 @@ named in a warning and set aside, and the run goes on from the one before it."""
 from __future__ import annotations
 
 import contextlib
+import posixpath
 import warnings
 from collections.abc import Callable
 from typing import Any
 
+from .. import _format
 from .._tools import verify
 from ..exceptions import (
     ArchiveFormatError,
@@ -26,7 +28,7 @@ __all__ = ["BROKEN_SUFFIX", "newest_intact"]
 #: A damaged archive is renamed ``step-<step>.zip.broken``: kept for a look, never listed again.
 BROKEN_SUFFIX = ".broken"
 
-# Only damage is skipped: an archive that is gone, one whose bytes fail a checksum, and one
+# Only damage is skipped: an archive that is gone, one whose tensors fail a checksum, and one
 # that fails to read where `zipsave verify` finds it broken too. ArchiveFormatError also
 # stands for "this archive is not of the kind you asked for" (an SB3 model loaded without
 # `cls=`), and that, a mismatch with the object, an untrusted pickle, a storage fault (a
@@ -34,7 +36,11 @@ BROKEN_SUFFIX = ".broken"
 # would fail on an older checkpoint as well, or not at all next time, or pass on an older,
 # smaller one: those are raised, never skipped.
 def _damaged(err: BaseException, store: Store, checkpoint: Checkpoint) -> bool:
-    if isinstance(err, (ArchiveNotFoundError, IntegrityError)):
+    if isinstance(err, IntegrityError):
+        # A `data` or `init.json` that differs from the manifest was most likely edited by
+        # hand (allowed; `strict=False` accepts it): the person who did it decides.
+        return posixpath.basename(err.member or "") not in (_format.DATA, _format.INIT)
+    if isinstance(err, ArchiveNotFoundError):
         return True
     if not isinstance(err, ArchiveFormatError) or isinstance(err, ArchiveLimitError):
         return False
