@@ -163,7 +163,7 @@ def run_to(folder, last: int, **kwargs) -> None:
             manager.save(step, state(float(step), step))
 
 
-def test_restore_latest_falls_back_past_damaged_checkpoints_and_the_run_goes_on(tmp_path):
+def test_restore_latest_falls_back_past_damaged_checkpoints_and_the_run_goes_on(tmp_path, capsys):
     run_to(tmp_path, 40, keep_last=3)
     truncate(tmp_path / name(40))
     bit_rot(tmp_path / name(30), 30.0)
@@ -189,6 +189,11 @@ def test_restore_latest_falls_back_past_damaged_checkpoints_and_the_run_goes_on(
     assert files(tmp_path) == [name(20), name(30), name(30) + ".broken", name(40), name(40) + ".broken", INDEX]
     with zipsave.CheckpointManager(tmp_path, every_steps=10, keep_last=3) as manager:
         assert manager.load_latest()["step"] == 40  # the .broken files are left alone
+    assert main(["list", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        f"  set aside as damaged by a resume: {name(30)}.broken",
+        f"  set aside as damaged by a resume: {name(40)}.broken",
+    ]
 
 
 def test_load_latest_falls_back_too(tmp_path):

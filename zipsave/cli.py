@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._demo import run_demo
-from ._manager import is_manager_directory, list_checkpoints, missing_archives, table, verify_directory
+from ._manager import (
+    is_manager_directory,
+    list_checkpoints,
+    missing_archives,
+    set_aside_archives,
+    table,
+    verify_directory,
+)
 from ._tools import (
     describe_sharded,
     diff,
@@ -156,6 +163,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         for row in rows:
             print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip())
+    for broken in set_aside_archives(args.directory):
+        print(f"  set aside as damaged by a resume: {broken}")
     return EXIT_OK
 
 

@@ -1,7 +1,7 @@
 """Checkpoints of a training run in one directory: ``CheckpointManager`` and its index."""
 
 from ._checkpoints import CheckpointManager
-from ._directory import is_manager_directory, list_checkpoints, missing_archives, verify_directory
+from ._directory import is_manager_directory, list_checkpoints, missing_archives, set_aside_archives, verify_directory
 from ._display import table
 from ._index import Checkpoint
 
@@ -11,6 +11,7 @@ __all__ = [
     "is_manager_directory",
     "list_checkpoints",
     "missing_archives",
+    "set_aside_archives",
     "table",
     "verify_directory",
 ]

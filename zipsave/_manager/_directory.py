@@ -12,9 +12,10 @@ from .._tools import verify
 from ..exceptions import CheckpointDirectoryError, ZipsaveWarning, caller_stacklevel
 from ._index import INDEX_NAME, Checkpoint, decode_index, encode_index, is_checkpoint_name, is_temporary
 from ._lock import LOCK_NAME, DirectoryLock, acquire
+from ._resume import BROKEN_SUFFIX
 from ._store import LocalStore, Store, open_store
 
-__all__ = ["is_manager_directory", "list_checkpoints", "missing_archives", "open_directory", "verify_directory"]
+__all__ = ["is_manager_directory", "list_checkpoints", "missing_archives", "open_directory", "set_aside_archives", "verify_directory"]
 
 _log = logging.getLogger("zipsave")
 
@@ -73,6 +74,12 @@ def missing_archives(directory: Any, checkpoints: list[Checkpoint], *, storage_o
     """The checkpoints of ``checkpoints`` (as ``list_checkpoints`` gave them) whose archives
     are gone from ``directory``."""
     return _missing(checkpoints, open_store(directory, storage_options).names())
+
+
+def set_aside_archives(directory: Any, *, storage_options: dict[str, Any] | None = None) -> list[str]:
+    """The file names of the archives a resume found damaged and moved aside (``*.zip.broken``)."""
+    names = open_store(directory, storage_options).names()
+    return [n for n in names if n.endswith(BROKEN_SUFFIX) and is_checkpoint_name(n.removesuffix(BROKEN_SUFFIX))]
 
 
 def list_checkpoints(directory: Any, *, storage_options: dict[str, Any] | None = None) -> list[Checkpoint]:
