@@ -16,7 +16,6 @@ from ..exceptions import (
     ArchiveLimitError,
     ArchiveNotFoundError,
     IntegrityError,
-    ZipsaveError,
     ZipsaveWarning,
     caller_stacklevel,
 )
@@ -47,10 +46,10 @@ def _damaged(err: BaseException, store: Store, checkpoint: Checkpoint) -> bool:
     try:
         with store.open(checkpoint.name) as fp:
             return bool(verify(fp))
-    except ZipsaveError:
-        return True  # verify raises only when the archive is gone, or unreadable as a file
+    except FileNotFoundError:
+        return True  # gone meanwhile
     except OSError:
-        return False  # the storage, not the archive: raise the original error
+        return False  # the storage (StorageError too), not the archive: raise the original error
 
 
 def newest_intact(
