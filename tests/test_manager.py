@@ -237,6 +237,9 @@ def test_cli_list(tmp_path, capsys):
     assert [(c["step"], c["metrics"]) for c in listed] == [(7, {"reward": 1.25}), (12, {"reward": 3.5, "loss": 0.5})]
     assert listed[1]["size"] == size
     assert main(["list", str(tmp_path / "nothing")]) == 2
+    assert f"`{tmp_path / 'nothing'}` does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["list", str(tmp_path / "empty")]) == 2
     assert "has no `zipsave-checkpoints.json`" in capsys.readouterr().err
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import warnings
@@ -15,7 +16,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._demo import run_demo
-from ._manager import list_checkpoints, table
+from ._manager import (
+    is_manager_directory,
+    list_checkpoints,
+    missing_archives,
+    set_aside_archives,
+    table,
+    verify_directory,
+)
 from ._tools import (
     describe_sharded,
     diff,
@@ -27,7 +35,7 @@ from ._tools import (
     verify_sharded,
 )
 from ._version import __version__
-from .exceptions import ZipsaveError
+from .exceptions import CheckpointDirectoryError, ZipsaveError, ZipsaveWarning
 
 __all__ = ["build_parser", "main"]
 
@@ -43,7 +51,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(seconds=args.seconds, out=args.out)
 
 
+def _not_an_archive(directory: str) -> CheckpointDirectoryError:
+    newest = list_checkpoints(directory)
+    one = f"; `zipsave inspect {newest[-1].path}` looks inside the newest" if newest else ""
+    return CheckpointDirectoryError(
+        f"`{directory}` is a checkpoint directory of a CheckpointManager, not an archive. "
+        f"`zipsave list {directory}` lists its checkpoints{one}."
+    )
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    if is_manager_directory(args.archive):
+        raise _not_an_archive(args.archive)
     if is_checkpoint_dir(args.archive):  # a sharded (zipsave.dcp) checkpoint directory
         summary = describe_sharded(args.archive)
         _print_json(summary) if args.json else print(render_sharded(summary))
@@ -59,7 +78,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     notes: list[str] = []
     # A directory is a sharded (zipsave.dcp) checkpoint: the index and every rank archive.
-    if is_checkpoint_dir(args.archive):
+    if is_manager_directory(args.archive):  # a CheckpointManager's: every checkpoint it lists
+        problems = verify_directory(args.archive, require_manifest=args.require_manifest)
+    elif is_checkpoint_dir(args.archive):
         problems = verify_sharded(args.archive)
     else:
         problems = verify(args.archive, require_manifest=args.require_manifest, notes=notes)
@@ -78,6 +99,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
+    for path in (args.a, args.b):
+        if is_manager_directory(path):
+            raise _not_an_archive(path)
     result = diff(args.a, args.b, decode=not args.bytes)
     if args.json:
         _print_json(result.to_dict())
@@ -87,6 +111,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
+    if is_manager_directory(args.archive):
+        raise _not_an_archive(args.archive)
     written = extract(args.archive, args.folder, overwrite=args.overwrite)
     if args.json:
         _print_json({"archive": args.archive, "folder": args.folder, "files": written})
@@ -96,11 +122,39 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _json_number(value: Any) -> Any:
+    """Strict JSON has no NaN or infinity (Python's json writes tokens that jq and JavaScript
+    reject): a non-finite metric is written as the string ``"NaN"``, ``"Infinity"`` or
+    ``"-Infinity"``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     checkpoints = list_checkpoints(args.directory)
+    gone = missing_archives(args.directory, checkpoints)
+    if gone:
+        steps = ", ".join(str(c.step) for c in gone)
+        warnings.warn(
+            f"`{args.directory}`: the index lists step{'s' if len(gone) > 1 else ''} {steps}, whose "
+            f"archive{'s are' if len(gone) > 1 else ' is'} gone (deleted by hand?); a CheckpointManager "
+            "drops them from the index when it opens the directory.",
+            ZipsaveWarning,
+            stacklevel=1,
+        )
     if args.json:
         _print_json(
-            [{"step": c.step, "time": c.time, "size": c.size, "metrics": dict(c.metrics), "path": c.path} for c in checkpoints]
+            [
+                {
+                    "step": c.step,
+                    "time": c.time,
+                    "size": c.size,
+                    "metrics": {k: _json_number(v) for k, v in c.metrics.items()},
+                    "path": c.path,
+                }
+                for c in checkpoints
+            ]
         )
         return EXIT_OK
     print(f"{args.directory}: {len(checkpoints)} checkpoint{'s' if len(checkpoints) != 1 else ''}")
@@ -109,6 +163,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         for row in rows:
             print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip())
+    for broken in set_aside_archives(args.directory):
+        print(f"  set aside as damaged by a resume: {broken}")
     return EXIT_OK
 
 
@@ -146,7 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Check every member against manifest.json (size, CRC-32, SHA-256) and the archive's structure. "
         "Exit status 0 when the archive is intact, 1 when a problem was found.",
     )
-    verify.add_argument("archive", help="the archive, or a sharded checkpoint directory")
+    verify.add_argument(
+        "archive", help="the archive, a sharded checkpoint directory, or a CheckpointManager directory (every checkpoint)"
+    )
     verify.add_argument("--json", action="store_true", help="print JSON: {archive, ok, problems, notes}")
     verify.add_argument(
         "--require-manifest", action="store_true", help="count a missing manifest.json as a problem (exit 1)"
@@ -219,6 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
+        # zipsave's warnings are part of the command's output (one line each), also where
+        # PYTHONWARNINGS=error would turn them into a failure reported as a zipsave bug
+        warnings.filterwarnings("default", category=ZipsaveWarning)
         try:
             return int(args.func(args) or 0)
         except ZipsaveError as err:

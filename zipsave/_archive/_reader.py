@@ -28,6 +28,7 @@ from ._zipfmt import (
     LOCAL,
     READ_CHUNK,
     check_name,
+    describe_non_zip,
 )
 
 __all__ = ["ArchiveReader", "manifest_digest"]
@@ -53,15 +54,20 @@ class ArchiveReader:
         self._lock = threading.Lock()
         try:
             self._zip = zipfile.ZipFile(fp)
-        except zipfile.BadZipFile as err:
-            raise ArchiveFormatError(
-                f"not a zip archive, or truncated ({err}).",
-                archive=archive,
-                hint="Was the file fully written and copied? zipsave archives are zip files.",
-            ) from err
-        except (OSError, ValueError, EOFError, struct.error, OverflowError, NotImplementedError, IndexError) as err:
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, struct.error, OverflowError, NotImplementedError, IndexError) as err:
             # zipfile parses the central directory without validating it; a forged one
-            # surfaces as any of these.
+            # surfaces as any of these. A file system object may fail a seek before the
+            # start of a file shorter than a zip with ValueError where a local file fails with
+            # BadZipFile: the first bytes tell the cases a person meets apart.
+            known = describe_non_zip(fp)
+            if known is not None:
+                raise ArchiveFormatError(known[0], archive=archive, hint=known[1]) from err
+            if isinstance(err, zipfile.BadZipFile):
+                raise ArchiveFormatError(
+                    f"not a zip archive, or truncated ({err}).",
+                    archive=archive,
+                    hint="Was the file fully written and copied? zipsave archives are zip files.",
+                ) from err
             raise ArchiveFormatError(f"unreadable zip structure ({type(err).__name__}: {err}).", archive=archive) from err
         infos = self._zip.infolist()
         if len(infos) > limits.max_members:

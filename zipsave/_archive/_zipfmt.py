@@ -4,7 +4,7 @@ and the rule for safe member names."""
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import IO, Any
 
 from .. import _format
 from ..exceptions import ArchiveFormatError
@@ -12,6 +12,7 @@ from ..exceptions import ArchiveFormatError
 __all__ = [
     "ALIGN_ID", "CENTRAL", "DESCRIPTOR64", "DOS_DATE", "EOCD", "EOCD64", "EXTERNAL_ATTR", "FLAG_DESCRIPTOR",
     "FLAG_UTF8", "LOCAL", "LOCATOR64", "MADE_BY", "READ_CHUNK", "VERSION_NEEDED", "ZIP64_ID", "check_name",
+    "describe_non_zip", "MIN_ZIP_SIZE",
 ]
 
 LOCAL = struct.Struct("<IHHHHHIIIHH")
@@ -45,3 +46,33 @@ def check_name(name: str, archive: Any) -> None:
             member=name,
             hint="zipsave never writes such names; the archive was made by another tool or tampered with.",
         )
+
+
+#: The smallest zip file: one end-of-central-directory record.
+MIN_ZIP_SIZE = 22
+
+
+def describe_non_zip(fp: IO[bytes]) -> tuple[str, str] | None:
+    """What a file that zipfile cannot open is, and what to do, where its first bytes tell
+    more than "not a zip": a pickle (SB3's ``save_replay_buffer`` writes ``.pkl`` files), or a
+    file shorter than any zip (which a remote file object fails with ``ValueError`` where a
+    local file fails as "not a zip file"). ``None`` otherwise. Reads at most 2 bytes."""
+    try:
+        size = fp.seek(0, 2)
+        fp.seek(0)
+        head = fp.read(2)
+    except (OSError, ValueError):
+        return None
+    if len(head) == 2 and head[0] == 0x80 and head[1] in (2, 3, 4, 5):
+        return (
+            "is a pickle file, not a zip archive.",
+            "zipsave reads zip archives and never unpickles. A replay buffer saved by SB3's "
+            "`save_replay_buffer` is one: SB3's `load_replay_buffer` reads it, running the code it holds, "
+            "so only for a file you trust.",
+        )
+    if size < MIN_ZIP_SIZE:
+        return (
+            "not a zip archive, or truncated (File is not a zip file).",
+            "Was the file fully written and copied? zipsave archives are zip files.",
+        )
+    return None

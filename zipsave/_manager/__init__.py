@@ -1,8 +1,17 @@
 """Checkpoints of a training run in one directory: ``CheckpointManager`` and its index."""
 
 from ._checkpoints import CheckpointManager
-from ._directory import list_checkpoints
+from ._directory import is_manager_directory, list_checkpoints, missing_archives, set_aside_archives, verify_directory
 from ._display import table
 from ._index import Checkpoint
 
-__all__ = ["Checkpoint", "CheckpointManager", "list_checkpoints", "table"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointManager",
+    "is_manager_directory",
+    "list_checkpoints",
+    "missing_archives",
+    "set_aside_archives",
+    "table",
+    "verify_directory",
+]

@@ -15,43 +15,23 @@ import collections
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from .. import _api as api
-from ..exceptions import CheckpointDirectoryError, ZipsaveError
+from ..exceptions import CheckpointDirectoryError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from . import _display
 from ._directory import open_directory
-from ._index import INDEX_NAME, Checkpoint, best_of, checkpoint_name, encode_index, plain_metrics, to_keep
+from ._index import INDEX_NAME, Checkpoint, best_metric_problem, best_of, checkpoint_name, encode_index, plain_metrics, to_keep
 from ._lock import DirectoryLock
+from ._resume import newest_intact
+from ._settings import as_step, check_count, check_keep_best
 from ._store import LocalStore, open_store
 
 __all__ = ["CheckpointManager"]
 
 _log = logging.getLogger("zipsave")
-
-
-def _check_count(name: str, value: Any, *, allow_none: bool = True) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer or None, got {value!r}.")
-
-
-def _check_keep_best(keep_best: Any) -> tuple[str, str, int] | None:
-    if keep_best is None:
-        return None
-    if isinstance(keep_best, str):
-        keep_best = (keep_best, "max")
-    items = tuple(keep_best)
-    if len(items) == 2:
-        items = (*items, 1)
-    if len(items) != 3 or not isinstance(items[0], str) or items[1] not in ("max", "min"):
-        raise ValueError(
-            f'`keep_best` must be (metric, "max" or "min") or (metric, mode, count), got {keep_best!r}.'
-        )
-    _check_count("keep_best count", items[2], allow_none=False)
-    return items[0], items[1], items[2]
 
 
 class CheckpointManager:
@@ -112,12 +92,12 @@ class CheckpointManager:
         storage_options: dict[str, Any] | None = None,
         break_lock: bool = False,
     ) -> None:
-        _check_count("keep_last", keep_last)
-        _check_count("every_steps", every_steps)
+        check_count("keep_last", keep_last)
+        check_count("every_steps", every_steps)
         if every_seconds is not None and not (isinstance(every_seconds, (int, float)) and every_seconds > 0):
             raise ValueError(f"`every_seconds` must be a positive number or None, got {every_seconds!r}.")
         self.keep_last = keep_last
-        self.keep_best = _check_keep_best(keep_best)
+        self.keep_best = check_keep_best(keep_best)
         self.every_steps = every_steps
         self.every_seconds = every_seconds
         self.background = background
@@ -129,6 +109,7 @@ class CheckpointManager:
         self._worker: threading.Thread | None = None
         self._errors: list[BaseException] = []
         self._closed = False
+        self._best_warned = False
         self._lock: DirectoryLock | None = None
         self._lock, self._checkpoints = open_directory(self._store, break_lock=break_lock)
         self._last_step = self._checkpoints[-1].step if self._checkpoints else None
@@ -179,8 +160,7 @@ class CheckpointManager:
             ``step`` is lower than a checkpoint the directory already holds (a new run in an
             old directory, or a resume that did not restore the newest checkpoint).
         """
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"`step` must be a non-negative integer, got {step!r}.")
+        step = as_step(step)
         last = self._last_step
         if last is not None and step < last:
             raise CheckpointDirectoryError(
@@ -195,7 +175,16 @@ class CheckpointManager:
             return True
         return self.every_seconds is not None and time.monotonic() - self._last_time >= self.every_seconds
 
-    def save(self, step: int, obj: Any, *, metrics: Mapping[str, Any] | None = None, force: bool = False, **save_options: Any) -> Any:
+    def save(
+        self,
+        step: int,
+        obj: Any,
+        *,
+        metrics: Mapping[str, Any] | None = None,
+        force: bool = False,
+        background: bool | None = None,
+        **save_options: Any,
+    ) -> Any:
         """Write a checkpoint of ``obj`` at ``step`` when one is due; otherwise do nothing.
 
         Call it every step: it is cheap when nothing is due.
@@ -213,6 +202,9 @@ class CheckpointManager:
         force
             Write even when not due (e.g. at the end of training); a step already saved is
             not written again.
+        background
+            This save only: on a worker thread (``True``) or before returning (``False``, e.g.
+            for the last checkpoint); ``None`` (the default) follows the manager's setting.
         **save_options
             Passed to :func:`zipsave.save` (``exclude=``, ``include=``, ``sha256=``...).
 
@@ -228,15 +220,17 @@ class CheckpointManager:
         """
         self._check_open()
         self._raise_errors()
+        step = as_step(step)
         if not self.due(step) and not (force and step != self._last_step):
             return None
         recorded = plain_metrics(metrics)
+        self._check_best_metric(step, recorded)
         when = time.time()
         target = self._store.target(checkpoint_name(step))
         options = dict(save_options)
         if self.storage_options is not None:
             options["storage_options"] = self.storage_options
-        if self.background:
+        if self.background if background is None else background:
             handle = api.save(obj, target, background=True, **options)
             self._saved(step)
             with self._mutex:
@@ -249,6 +243,20 @@ class CheckpointManager:
         api.save(obj, target, **options)
         self._saved(step)
         return self._commit(step, when, recorded)
+
+    def _check_best_metric(self, step: int, recorded: dict[str, Any]) -> None:
+        if self.keep_best is None or self._best_warned:
+            return
+        problem = best_metric_problem(self.keep_best, recorded, self.list())
+        if problem:  # warned once: a misspelt name would repeat at every save
+            self._best_warned = True
+            warnings.warn(
+                f"CheckpointManager of `{self.directory}`: keep_best ranks checkpoints by `{self.keep_best[0]}`, "
+                f"but the checkpoint of step {step} {problem}; a checkpoint without a number there is never "
+                "kept as best, and keep_last alone decides what is deleted.",
+                ZipsaveWarning,
+                stacklevel=caller_stacklevel(),
+            )
 
     def _saved(self, step: int) -> None:
         self._last_step = step
@@ -336,11 +344,16 @@ class CheckpointManager:
 
     # -- resuming ------------------------------------------------------------------------------
     def restore_latest(self, obj: Any, **restore_options: Any) -> Checkpoint | None:
-        """Restore the newest checkpoint into ``obj`` in place (:func:`zipsave.restore`).
+        """Restore the newest intact checkpoint into ``obj`` in place (:func:`zipsave.restore`).
 
         ``strict=True`` is the default here: a resume must not go on from a checkpoint that
         was restored only in part (a damaged member, an app state with other entries). Pass
         ``strict=False`` to restore what fits, with warnings; other options pass through.
+
+        A newest checkpoint whose archive is damaged or gone is skipped with a
+        :class:`~zipsave.ZipsaveWarning` naming it and the cause, and moved aside
+        (``step-<step>.zip.broken``); ``obj`` is then restored from the one before it, in full.
+        When no checkpoint can be restored, the newest one's error is raised.
 
         Returns
         -------
@@ -351,25 +364,31 @@ class CheckpointManager:
         >>> checkpoint = manager.restore_latest(app_state)  # doctest: +SKIP
         >>> start = checkpoint.step + 1 if checkpoint else 0  # doctest: +SKIP
         """
-        self.wait()
-        latest = self.latest()
-        if latest is None:
-            return None
         if self.storage_options is not None:
             restore_options.setdefault("storage_options", self.storage_options)
         restore_options.setdefault("strict", True)
-        api.restore(obj, latest.path, **restore_options)
-        return latest
+        return self._resume(lambda checkpoint: api.restore(obj, checkpoint.path, **restore_options))[0]
 
     def load_latest(self, **load_options: Any) -> Any:
-        """Load the newest checkpoint (:func:`zipsave.load`; ``cls=``, ``env=``... pass
+        """Load the newest intact checkpoint (:func:`zipsave.load`; ``cls=``, ``env=``... pass
         through; ``strict=True`` unless you pass ``strict=False``), or return ``None`` when
-        there is none yet."""
-        self.wait()
-        latest = self.latest()
-        if latest is None:
-            return None
+        there is none yet. A damaged newest checkpoint is skipped as by :meth:`restore_latest`."""
         if self.storage_options is not None:
             load_options.setdefault("storage_options", self.storage_options)
         load_options.setdefault("strict", True)
-        return api.load(latest.path, **load_options)
+        return self._resume(lambda checkpoint: api.load(checkpoint.path, **load_options))[1]
+
+    def _resume(self, attempt: Any) -> tuple[Checkpoint | None, Any]:
+        self.wait()
+        open_ = not self._closed  # a closed manager holds no lock: it reads, and changes nothing
+        found, result, damaged = newest_intact(
+            self.list(), attempt, store=self._store, location=self.directory, set_aside=open_
+        )
+        if damaged and open_:  # the run goes on from `found`: its later steps must be free to save again
+            gone = {c.step for c in damaged}
+            with self._mutex:
+                kept = [c for c in self._checkpoints if c.step not in gone]
+                self._store.write(INDEX_NAME, encode_index(kept))
+                self._checkpoints = kept
+            self._last_step = found.step if found is not None else None
+        return found, result

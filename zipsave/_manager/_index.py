@@ -19,6 +19,7 @@ __all__ = [
     "INDEX_NAME",
     "VERSION",
     "Checkpoint",
+    "best_metric_problem",
     "best_of",
     "checkpoint_name",
     "decode_index",
@@ -35,6 +36,11 @@ INDEX_NAME = "zipsave-checkpoints.json"
 FORMAT = "zipsave-checkpoints"
 VERSION = 1
 _NAME = re.compile(r"^step-\d{10,}\.zip$")
+_DAMAGED_INDEX = (
+    "zipsave replaces the index atomically, so it was edited or damaged on disk. Each "
+    "`step-<step>.zip` is a whole archive that `zipsave.load` reads; to go on in this directory, "
+    "move them aside and remove the index."
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +137,7 @@ def decode_index(raw: bytes, *, location: str, target: Any) -> list[Checkpoint]:
     try:
         doc = json.loads(raw)
     except ValueError as err:
-        raise CheckpointDirectoryError(f"{where} is not JSON ({err}).") from err
+        raise CheckpointDirectoryError(f"{where} is not JSON ({err}).", hint=_DAMAGED_INDEX) from err
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CheckpointDirectoryError(f"{where} is not a zipsave checkpoint index (no `\"format\": \"{FORMAT}\"`).")
     if doc.get("version") != VERSION:
@@ -147,22 +153,38 @@ def decode_index(raw: bytes, *, location: str, target: Any) -> list[Checkpoint]:
                 raise ValueError(f"step {step!r} and file {entry['file']!r} do not match")
             out.append(Checkpoint(step, float(entry["time"]), dict(entry["metrics"]), int(entry["size"]), target(entry["file"])))
         except (KeyError, TypeError, ValueError) as err:
-            raise CheckpointDirectoryError(f"{where}: entry {i} is malformed ({type(err).__name__}: {err}).") from err
+            raise CheckpointDirectoryError(
+                f"{where}: entry {i} is malformed ({type(err).__name__}: {err}).", hint=_DAMAGED_INDEX
+            ) from err
     return sorted(out, key=lambda c: c.step)
 
 
 def best_of(checkpoints: Iterable[Checkpoint], metric: str, mode: str, count: int = 1) -> list[Checkpoint]:
     """The ``count`` best checkpoints by ``metric`` (ties: the newer wins); those without the
     metric, or with NaN, are never best."""
-    scored = [
-        c
-        for c in checkpoints
-        if isinstance(c.metrics.get(metric), (int, float))
-        and not isinstance(c.metrics.get(metric), bool)
-        and not math.isnan(c.metrics[metric])
-    ]
+    scored = [c for c in checkpoints if _rankable(c.metrics.get(metric)) and not math.isnan(c.metrics[metric])]
     sign = -1.0 if mode == "max" else 1.0
     return sorted(scored, key=lambda c: (sign * c.metrics[metric], -c.step))[:count]
+
+
+def _rankable(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def best_metric_problem(keep_best: tuple[str, str, int], recorded: Mapping[str, Any], checkpoints: Iterable[Checkpoint]) -> str | None:
+    """Why the ``keep_best`` metric can never rank these checkpoints (a misspelt name, a number
+    passed as a string), or ``None``. No metrics at all (nothing measured yet), ``None`` and
+    NaN are fine, as is a metric some listed checkpoint already has."""
+    metric = keep_best[0]
+    if not recorded or any(_rankable(c.metrics.get(metric)) for c in checkpoints):
+        return None
+    if metric not in recorded:
+        found = ", ".join(f"`{k}`" for k in sorted(recorded))
+        return f"has no metric `{metric}` (it has {found})"
+    value = recorded[metric]
+    if value is None or _rankable(value):
+        return None
+    return f"has `{metric}` = {value!r}, a {type(value).__name__}, where a number is needed"
 
 
 def to_keep(

@@ -109,11 +109,20 @@ class DirectoryLock:
 
 
 def _locked_error(store: Store, holder: dict[str, Any] | None, *, can_break: bool) -> CheckpointLockedError:
-    hint = "Close the other manager (`manager.close()`), or use another directory."
-    if can_break:
-        hint += " If you are sure its process is gone, open with `break_lock=True`."
+    ours = holder is not None and holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname()
+    if ours:  # typically a notebook cell run again while its earlier manager is still open
+        who = f"{_describe(holder)}, that is this process: another CheckpointManager object still has it open"
+        hint = (
+            "Close that one first (`manager.close()`; in a notebook, the manager a cell made before), "
+            "or open managers in a `with` block, which closes them."
+        )
+    else:
+        who = _describe(holder)
+        hint = "Close the other manager (`manager.close()`), or use another directory."
+        if can_break:
+            hint += " If you are sure its process is gone, open with `break_lock=True`."
     return CheckpointLockedError(
-        f"checkpoint directory `{store.location}` is in use by {_describe(holder)} "
+        f"checkpoint directory `{store.location}` is in use by {who} "
         f"(lock file `{LOCK_NAME}`); two managers must not write to one directory.",
         hint=hint,
     )

@@ -8,7 +8,7 @@ import os
 import posixpath
 import tempfile
 import uuid
-from typing import Any
+from typing import IO, Any
 
 from .._optional import require
 
@@ -45,6 +45,14 @@ class Store:
         raise NotImplementedError
 
     def delete(self, name: str) -> None:
+        raise NotImplementedError
+
+    def rename(self, name: str, new_name: str) -> None:
+        """Move ``name`` to ``new_name`` inside the directory (replacing it)."""
+        raise NotImplementedError
+
+    def open(self, name: str) -> IO[bytes]:
+        """``name`` opened for reading (a seekable binary file object)."""
         raise NotImplementedError
 
     def size(self, name: str) -> int:
@@ -108,6 +116,13 @@ class LocalStore(Store):
     def delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.target(name))
+
+    def rename(self, name: str, new_name: str) -> None:
+        os.replace(self.target(name), self.target(new_name))
+        self.sync()
+
+    def open(self, name: str) -> IO[bytes]:
+        return open(self.target(name), "rb")
 
     def size(self, name: str) -> int:
         return os.stat(self.target(name)).st_size
@@ -173,6 +188,13 @@ class RemoteStore(Store):
     def delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._path(name))
+
+    def rename(self, name: str, new_name: str) -> None:
+        self.fs.mv(self._path(name), self._path(new_name))
+
+    def open(self, name: str) -> IO[bytes]:
+        self._refresh()
+        return self.fs.open(self._path(name), "rb")
 
     def size(self, name: str) -> int:
         self._refresh()

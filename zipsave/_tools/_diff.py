@@ -144,8 +144,11 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
                 stored_differently.append(key)
             else:
                 old_text, new_text = _describe(old_data[key]), _describe(new_data[key])
-                if decoded is not None and old_text == new_text:  # `<fractions.Fraction>` twice says nothing
-                    old_text, new_text = _describe_decoded(decoded[0], old_text), _describe_decoded(decoded[1], new_text)
+                if decoded is not None:  # a tag (`<float>` for NaN, `<fractions.Fraction>`) names only the type
+                    if _is_tagged(old_data[key]):
+                        old_text = _describe_decoded(decoded[0], old_text)
+                    if _is_tagged(new_data[key]):
+                        new_text = _describe_decoded(decoded[1], new_text)
                 changed.append(Change(key, old_text, new_text))
         data_added = tuple(k for k in new_data if k not in old_data)
         data_removed = tuple(k for k in old_data if k not in new_data)
@@ -292,8 +295,12 @@ def _member_digest(src: ArchiveSource, member: str) -> str:
     return f"{info.file_size}:{info.CRC:08x}"
 
 
+def _is_tagged(value: Any) -> bool:
+    return isinstance(value, dict) and TYPE_KEY in value
+
+
 def _describe(value: Any) -> str:
-    if isinstance(value, dict) and TYPE_KEY in value:
+    if _is_tagged(value):
         return f"<{stored_type(value)}>"
     try:
         text = orjson.dumps(value).decode()

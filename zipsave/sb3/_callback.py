@@ -12,6 +12,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from .._api import RNGState
 from .._manager import Checkpoint, CheckpointManager
+from ..exceptions import CheckpointDirectoryError
 from ._env_state import VecEnvState
 from ._her import end_unfinished_episodes
 
@@ -20,6 +21,12 @@ __all__ = ["CheckpointCallback"]
 #: The ``data`` key of a checkpoint that holds what SB3 itself does not save (RNG state,
 #: episode statistics, environment state). SB3's own ``load`` just sets it as an attribute.
 STATE_KEY = "checkpoint_state"
+
+_RESUME_HINT = (
+    "Resume with `callback.restore_latest(model)`, then `model.learn(total - model.num_timesteps, "
+    "callback=callback, reset_num_timesteps=False)` (without `reset_num_timesteps=False`, learn counts "
+    "from 0 again); or use a new directory."
+)
 
 
 class CheckpointCallback(BaseCallback):
@@ -142,7 +149,11 @@ class CheckpointCallback(BaseCallback):
     def _checkpoint(self, *, force: bool) -> None:
         model = self.model
         step = int(model.num_timesteps)
-        if not (self.manager.due(step) or (force and step != getattr(self.manager.latest(), "step", None))):
+        try:
+            due = self.manager.due(step)
+        except CheckpointDirectoryError as err:  # the manager's hint knows nothing of learn()
+            raise CheckpointDirectoryError(err.detail, hint=_RESUME_HINT) from None
+        if not (due or (force and step != getattr(self.manager.latest(), "step", None))):
             return
         extra = {"rng": _rng(model).state_dict(), "episodes": _episodes(model)}
         if self.env_state:

@@ -1,0 +1,44 @@
+"""Checking what a ``CheckpointManager`` is given: its retention and schedule settings, and
+the steps it is asked to save at."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+__all__ = ["as_step", "check_count", "check_keep_best"]
+
+
+def check_count(name: str, value: Any, *, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer or None, got {value!r}.")
+
+
+def as_step(step: Any) -> int:
+    """``step`` as a Python int: numpy integers and 0-d integer tensors are steps too (SB3 and
+    training loops hand those over), floats and bools are not."""
+    try:
+        value = operator.index(step)
+    except TypeError:
+        value = None
+    if isinstance(step, bool) or value is None or value < 0:
+        raise ValueError(f"`step` must be a non-negative integer, got {step!r}.")
+    return value
+
+
+def check_keep_best(keep_best: Any) -> tuple[str, str, int] | None:
+    if keep_best is None:
+        return None
+    if isinstance(keep_best, str):
+        keep_best = (keep_best, "max")
+    items = tuple(keep_best)
+    if len(items) == 2:
+        items = (*items, 1)
+    if len(items) != 3 or not isinstance(items[0], str) or items[1] not in ("max", "min"):
+        raise ValueError(
+            f'`keep_best` must be (metric, "max" or "min") or (metric, mode, count), got {keep_best!r}.'
+        )
+    check_count("keep_best count", items[2], allow_none=False)
+    return items[0], items[1], items[2]
