@@ -3,14 +3,12 @@ in-place change gated by a :class:`~zipsave._trust.TrustPolicy`."""
 
 from __future__ import annotations
 
-import collections
 import copyreg
 import enum
 import io
 import pickle
 import sys
 import types
-import warnings
 from typing import Any, ClassVar
 
 import cloudpickle
@@ -19,18 +17,12 @@ from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._checks import Memo, check_bit_generator, check_dtype, instance_dunders
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
+from ._substitutes import legacy_space_state, substitutes
 
 __all__ = ["restricted_loads"]
 
 # typeshed describes pickle._Unpickler as the C class, without the stack and dispatch table.
 _PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
-
-
-#: Globals the restricted unpickler never imports but answers with its own safe substitute
-#: (torch's helpers for a tensor pickled by plain pickle); a pickle naming them needs no trust.
-SUBSTITUTED = frozenset({
-    "torch.storage._load_from_bytes", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
-})
 
 
 class _RestrictedUnpickler(_PurePythonUnpickler):
@@ -64,12 +56,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         # A torch tensor pickled by plain pickle (SB3 puts ARS's `weights` in `data` so) names
         # torch's helpers, which call torch.load with pickle on: they are never imported (nor
         # allowlisted); these substitutes build the same tensor with torch's weights-only loader.
-        self._substitutes = {
-            "torch.storage._load_from_bytes": self._torch_storage_from_bytes,
-            "torch._utils._rebuild_tensor_v2": self._torch_rebuild_tensor,
-            "torch._utils._rebuild_parameter": self._torch_rebuild_parameter,
-        }
-        assert set(self._substitutes) == SUBSTITUTED
+        self._substitutes = substitutes(self._error)
 
     def _error(self, message: str) -> DecodeError:
         return DecodeError(message, **self._where)
@@ -197,51 +184,6 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
                 )
         self._check_call(base, (state,), {}, "copyreg._reconstructor")
         return copyreg._reconstructor(cls, base, state)  # type: ignore[attr-defined]
-
-    def _torch_storage_from_bytes(self, data: Any) -> Any:
-        # torch.storage._load_from_bytes is `torch.load(bytes, weights_only=False)`; the same
-        # bytes through torch's weights-only unpickler build the storage and run nothing.
-        import torch
-
-        if type(data) is not bytes:
-            raise self._error(f"torch.storage._load_from_bytes takes bytes, got {type(data).__name__}.")
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # "TypedStorage is deprecated"
-                storage = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
-        except Exception as err:  # noqa: BLE001 - any failure of the inner load is this value's
-            raise self._error(f"a pickled torch storage does not load with weights_only ({type(err).__name__}: {err}).") from err
-        if not isinstance(storage, torch.storage.TypedStorage):
-            raise self._error(f"a pickled torch storage holds a {type(storage).__name__}, not a storage.")
-        return storage
-
-    def _torch_rebuild_tensor(
-        self, storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any = False,
-        backward_hooks: Any = None, metadata: Any = None,
-    ) -> Any:
-        import torch
-        from torch._utils import _rebuild_tensor_v2
-
-        ints = (offset, *size, *stride) if isinstance(size, tuple) and isinstance(stride, tuple) else (None,)
-        if not (
-            isinstance(storage, torch.storage.TypedStorage)
-            and all(type(v) is int and v >= 0 for v in ints)
-            and len(size) == len(stride)
-            and type(requires_grad) is bool
-            and not backward_hooks and not metadata  # hooks are callables; metadata sets internals
-        ):
-            raise self._error("torch._utils._rebuild_tensor_v2 got arguments a saved tensor never has.")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            # set_() checks that offset, size and stride stay inside the storage.
-            return _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, collections.OrderedDict())
-
-    def _torch_rebuild_parameter(self, data: Any, requires_grad: Any, backward_hooks: Any = None) -> Any:
-        import torch
-
-        if not isinstance(data, torch.Tensor) or type(requires_grad) is not bool or backward_hooks:
-            raise self._error("torch._utils._rebuild_parameter got arguments a saved parameter never has.")
-        return torch.nn.Parameter(data, requires_grad)
 
     def _generator_ctor(self, bit_generator: Any = "MT19937", bit_generator_ctor: Any = None) -> Any:
         # Every numpy's pickles, whichever numpy reads them: numpy < 1.25 wrote (name,),
@@ -468,16 +410,3 @@ def restricted_loads(
     except Exception as err:
         raise DecodeError(f"cannot unpickle the value ({type(err).__name__}: {err}).", **where) from err
 
-
-def legacy_space_state(state: dict) -> dict:
-    """A space's pickled state in gymnasium's spelling. gym <= 0.21 (SB3 < 2.0) pickled
-    ``shape`` and ``np_random``; gymnasium's ``Space.__setstate__`` renames them, but some
-    subclasses (``MultiDiscrete``) read ``_shape`` before it does."""
-    renamed = {"shape": "_shape", "np_random": "_np_random"}
-    if not any(old in state and new not in state for old, new in renamed.items()):
-        return state
-    out = dict(state)
-    for old, new in renamed.items():
-        if old in out and new not in out:
-            out[new] = out.pop(old)
-    return out
