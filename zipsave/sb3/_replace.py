@@ -16,7 +16,8 @@ from zipsave.exceptions import DecodeError, UnsafeGlobalError
 
 from ._state import Options, original
 from ._state import current_options as _current
-from ._zoo import zoo_schedules
+from ._schedules import closures_in
+from ._zoo import read_data, schedules_in
 
 __all__ = [
     "algorithm_load",
@@ -87,8 +88,11 @@ def load_from_zip_file(
     options = current_options()
     _check_exists(load_path, "zip")
     if load_data and not options.allow_pickle:
-        # The RL Zoo's schedule closures (rl-zoo3 < 2.7), rebuilt without running them.
-        found = zoo_schedules(_existing(load_path, "zip"), skip=custom_objects or {})
+        # SB3's and the RL Zoo's own schedule closures (SB3/rl-zoo3 < 2.7, or a closure a user
+        # passed), rebuilt without running them.
+        raw = read_data(_existing(load_path, "zip"))
+        skip = custom_objects or {}
+        found = {**closures_in(raw, skip), **schedules_in(raw, skip)}
         if found:
             custom_objects = {**found, **(custom_objects or {})}
     return zipsave.load_archive(

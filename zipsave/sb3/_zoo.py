@@ -23,7 +23,7 @@ import warnings
 import zipfile
 from typing import Any
 
-__all__ = ["recognise", "schedules_in", "with_zoo_schedules", "zoo_schedules"]
+__all__ = ["read_data", "recognise", "schedules_in", "with_zoo_schedules"]
 
 _MODULES = ("rl_zoo3.utils", "utils.utils")
 _QUALNAME = "linear_schedule.<locals>.func"
@@ -287,21 +287,19 @@ def _installed_schedule(value: float) -> Any:
     return closure(value) if closure is not None else None
 
 
-def zoo_schedules(path: Any, skip: Any = ()) -> dict[str, Any]:
-    """``{key: schedule}`` for the top-level ``data`` entries of the archive at ``path`` that
-    are the Zoo's schedule closures, ready to pass as ``custom_objects``. Reads ``data`` only;
-    anything unreadable gives an empty dict (the load that follows reports it)."""
+def read_data(path: Any) -> Any:
+    """The parsed ``data`` member of the archive at ``path``, or ``None`` when there is none or it
+    cannot be read (the load that follows reports why). A file object is rewound."""
     try:
         with zipfile.ZipFile(path) as archive:
             if "data" not in archive.namelist():
-                return {}
-            raw = json.loads(archive.read("data"))
+                return None
+            return json.loads(archive.read("data"))
     except (zipfile.BadZipFile, OSError, ValueError, KeyError):
-        return {}
+        return None
     finally:
         if hasattr(path, "seek"):
             path.seek(0)
-    return schedules_in(raw, skip)
 
 
 def with_zoo_schedules(session: Any, custom_objects: dict[str, Any] | None) -> dict[str, Any] | None:
