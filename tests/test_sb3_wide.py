@@ -14,6 +14,7 @@ import torch as th
 
 import zipsave
 import zipsave.sb3
+from zipsave._tools import diff
 
 pytest.importorskip("stable_baselines3")
 import gymnasium as gym  # noqa: E402
@@ -85,3 +86,115 @@ def test_dqn_exploration_schedule_from_get_linear_fn_is_rebuilt(tmp_path, uninst
         assert isinstance(loaded.learning_rate, utils.LinearSchedule)
         assert loaded.lr_schedule(0.5) == pytest.approx(5e-4)
         assert isinstance(loaded.exploration_schedule, utils.LinearSchedule)
+
+
+# -- values that cannot be decoded: named, with the fix ---------------------------------------
+def _local_extractor():
+    """A features extractor class defined inside a function: cloudpickle stores it as code."""
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    class LocalExtractor(BaseFeaturesExtractor):
+        def __init__(self, observation_space, features_dim=8):
+            super().__init__(observation_space, features_dim)
+            self.linear = th.nn.Linear(observation_space.shape[0], features_dim)
+
+        def forward(self, observations):
+            return self.linear(observations)
+
+    return LocalExtractor
+
+
+BY_VALUE = (
+    "The value holds `test_sb3_wide.LocalExtractor`, which cloudpickle stored as code, not by import path (it "
+    "does so for a class defined in `__main__` (a script or notebook), inside a function, or in a module it "
+    "could not import), so `trusted=` cannot admit it."
+)
+
+
+@pytest.fixture
+def by_value_archive(tmp_path):
+    extractor = _local_extractor()
+    model = _ppo(policy_kwargs={"net_arch": [8], "features_extractor_class": extractor})
+    model.save(tmp_path / "ext.zip")
+    return model, extractor, tmp_path / "ext.zip"
+
+
+def test_a_class_stored_by_value_is_named_and_trusted_is_not_suggested(by_value_archive):
+    _, _, path = by_value_archive
+    with pytest.raises(zipsave.DecodeError) as caught:
+        zipsave.load(path, cls=PPO)
+    err = caught.value
+    assert (err.archive, err.member, err.key) == (str(path), "data", "policy_kwargs")
+    assert BY_VALUE in str(err)
+    assert str(err).endswith("Provide the value with `custom_objects={'policy_kwargs': ...}`.")
+    assert "trust the global named above" not in str(err)
+
+
+def test_sb3_load_under_install_names_an_undecodable_policy_kwargs(by_value_archive, uninstalled):
+    # It failed in load_state_dict with a size mismatch: the default net_arch had been built.
+    _, _, path = by_value_archive
+    zipsave.sb3.install()
+    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape(BY_VALUE)):
+        with pytest.raises(zipsave.DecodeError) as caught:
+            PPO.load(path)
+    err = caught.value
+    assert (err.archive, err.member, err.key) == (str(path), "data", "policy_kwargs")
+    assert str(err).startswith(
+        f"archive `{path}`, member `data`, key `policy_kwargs`: cannot build PPO: `policy_kwargs` could not be "
+        "decoded and PPO.load needs it (`policy_kwargs`: refusing to import untrusted global "
+        "`cloudpickle.cloudpickle._make_skeleton_class`."
+    )
+    assert str(err).endswith(
+        "Provide the value with `PPO.load(path, custom_objects={'policy_kwargs': ...})`, or, if you trust the "
+        "archive completely, `zipsave.sb3.install(allow_pickle=True)`."
+    )
+
+
+@pytest.mark.parametrize("key", ["observation_space", "policy_class"])
+def test_sb3_load_under_install_names_an_undecodable_required_key(tmp_path, uninstalled, key):
+    import argparse  # any class outside the allowlist
+
+    model = _ppo()
+    setattr(model, key, argparse.Namespace(n=1))  # stands for a value whose class is not trusted
+    model.save(tmp_path / "m.zip")
+    zipsave.sb3.install()
+    with pytest.warns(zipsave.SkippedEntryWarning):
+        with pytest.raises(zipsave.DecodeError, match=re.escape(f"cannot build PPO: `{key}` could not be decoded")) as caught:
+            PPO.load(tmp_path / "m.zip")
+    assert caught.value.key == key
+    assert "trust the global named above with `zipsave.sb3.install(trusted=[...])`" in str(caught.value)
+
+
+def test_a_class_stored_by_value_loads_when_the_caller_passes_the_value(by_value_archive, uninstalled):
+    model, extractor, path = by_value_archive
+    kwargs = {"net_arch": [8], "features_extractor_class": extractor}
+    obs = np.zeros(4, dtype=np.float32)
+    expected = model.predict(obs, deterministic=True)[0]
+    loaded = zipsave.load(path, cls=PPO, env=gym.make("CartPole-v1"), custom_objects={"policy_kwargs": kwargs})
+    assert loaded.predict(obs, deterministic=True)[0] == expected
+    loaded.learn(32, reset_num_timesteps=False)
+    zipsave.sb3.install()
+    assert PPO.load(path, custom_objects={"policy_kwargs": kwargs}).predict(obs, deterministic=True)[0] == expected
+
+
+# -- zipsave diff ------------------------------------------------------------------------------
+@pytest.mark.parametrize("saver", ["sb3", "zipsave"])
+def test_diff_sees_equal_undecodable_values_as_equal(tmp_path, saver):
+    # Each class cloudpickle stores by value gets a random tracker id, so two saves of the same
+    # model from two runs differ in those bytes: diff reported `policy_kwargs: <dict> -> <dict>`.
+    paths = []
+    for name in ("a", "b"):
+        th.manual_seed(0)
+        model = _ppo(policy_kwargs={"net_arch": [8], "features_extractor_class": _local_extractor()})
+        model.start_time = 0
+        paths.append(tmp_path / f"{name}.zip")
+        model.save(paths[-1]) if saver == "sb3" else zipsave.save(model, paths[-1])
+    result = diff(*paths)
+    assert result.identical and result.data_changed == ()
+    assert "policy_kwargs" in result.data_stored_differently
+    assert "= data    policy_kwargs: same value, stored differently" in str(result)
+
+    model.policy_kwargs = {"net_arch": [9], "features_extractor_class": model.policy_kwargs["features_extractor_class"]}
+    model.save(tmp_path / "c.zip") if saver == "sb3" else zipsave.save(model, tmp_path / "c.zip")
+    changed = diff(paths[1], tmp_path / "c.zip")
+    assert [c.name for c in changed.data_changed] == ["policy_kwargs"]

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from .. import _format
+from .._trust import BY_VALUE_MARK
 from .._core import LoadSession, load_state_into, recursive_getattr, set_variable, unwrap
 from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._schedules import NotASchedule, recognise_schedule
@@ -204,8 +205,8 @@ def _check_required(src: LoadSession, cls: type, data: dict[str, Any], kwargs: d
             archive=src.name,
             member=_format.DATA,
             key=lost[0] if len(lost) == 1 else None,
-            hint="Provide the value with `custom_objects={" + ", ".join(f"{k!r}: ..." for k in lost) + "}`, "
-            "or trust the global named above with `trusted=[...]`.",
+            hint="Provide the value with `custom_objects={" + ", ".join(f"{k!r}: ..." for k in lost) + "}`"
+            + (", or trust the global named above with `trusted=[...]`." if _trust_helps(skipped, lost) else "."),
         )
     if absent:
         raise ArchiveFormatError(
@@ -221,6 +222,11 @@ def _check_required(src: LoadSession, cls: type, data: dict[str, Any], kwargs: d
             f"{_keys(defaults)} could not be decoded; {cls.__name__} uses what its constructor and "
             "`_setup_model` set instead. Pass them as keyword arguments to `load` to choose."
         )
+
+
+def _trust_helps(causes: dict[str, str], keys: list[str]) -> bool:
+    """False when a key holds a class stored as code, which no ``trusted=`` admits."""
+    return not any(BY_VALUE_MARK in causes[key] for key in keys)
 
 
 def _keys(keys: list[str]) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 import zipsave
 from zipsave._archive import atomic_output
-from zipsave._trust import TrustPolicy, restricted_loads
+from zipsave._trust import BY_VALUE_MARK, TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError, UnsafeGlobalError
 
 from ._state import Options, original
@@ -31,8 +31,15 @@ __all__ = [
     "vec_normalize_save",
 ]
 
-#: The algorithm class whose ``load`` is running, and whether it asked for the system info.
-_loading: contextvars.ContextVar[tuple[type, bool] | None] = contextvars.ContextVar("zipsave_sb3_loading", default=None)
+#: The algorithm class whose ``load`` is running, whether it asked for the system info, and the
+#: ``data`` keys its caller passed as keyword arguments (those win over the saved values).
+_loading: contextvars.ContextVar[tuple[type, bool, frozenset[str]] | None] = contextvars.ContextVar(
+    "zipsave_sb3_loading", default=None
+)
+#: ``data`` keys without which ``BaseAlgorithm.load`` cannot build the model it saved.
+_REQUIRED = ("policy_class", "observation_space", "action_space", "policy_kwargs")
+#: Keywords of ``BaseAlgorithm.load`` that are not ``data`` keys.
+_LOAD_KEYWORDS = frozenset({"env", "device", "custom_objects", "print_system_info", "force_reset"})
 
 #: ``data`` key naming the class of an object archive (replay buffer, ``VecNormalize``).
 OBJECT_CLASS = "_zipsave_object_class"
@@ -84,7 +91,7 @@ def load_from_zip_file(
     """SB3's ``load_from_zip_file`` with :func:`zipsave.load_archive`'s rules."""
     del verbose
     loading = _loading.get()
-    cls, asked = loading if loading is not None else (_calling_algorithm(), False)
+    cls, asked, given = loading if loading is not None else (_calling_algorithm(), False, frozenset())
     options = current_options()
     _check_exists(load_path, "zip")
     if load_data and not options.allow_pickle:
@@ -95,7 +102,8 @@ def load_from_zip_file(
         found = {**closures_in(raw, skip), **schedules_in(raw, skip)}
         if found:
             custom_objects = {**found, **(custom_objects or {})}
-    return zipsave.load_archive(
+    report = zipsave.LoadReport()
+    loaded = zipsave.load_archive(
         load_path,
         load_data=load_data,
         custom_objects=custom_objects,
@@ -104,6 +112,33 @@ def load_from_zip_file(
         allow_pickle=options.allow_pickle,
         trusted=_trusted(_named_classes(cls)),
         strict=options.strict,
+        report=report,
+    )
+    if loading is not None and load_data:
+        _check_required(load_path, loading[0], report, given | set(custom_objects or ()))
+    return loaded
+
+
+def _check_required(path: Any, cls: type, report: Any, given: Any) -> None:
+    """``BaseAlgorithm.load`` cannot rebuild the saved model without these keys: it would fail
+    later with ``KeyError`` (SB3 #1682) or, for ``policy_kwargs``, build default layers that the
+    saved weights do not fit. Name the key and its cause now."""
+    skipped = {e.key: e for e in report.skipped if e.member == "data" and e.key in _REQUIRED and e.key not in given}
+    if not skipped:
+        return
+    lost = sorted(skipped)
+    causes = "; ".join(f"`{key}`: {skipped[key].cause}" for key in lost)
+    raise DecodeError(
+        f"cannot build {cls.__name__}: {', '.join(f'`{k}`' for k in lost)} could not be decoded and "
+        f"{cls.__name__}.load needs {'it' if len(lost) == 1 else 'them'} ({causes})",
+        archive=path,
+        member="data",
+        key=lost[0] if len(lost) == 1 else None,
+        hint=f"Provide the value with `{cls.__name__}.load(path, custom_objects={{"
+        + ", ".join(f"{k!r}: ..." for k in lost) + "})`"
+        + ("" if any(BY_VALUE_MARK in skipped[k].cause for k in lost) else
+           ", trust the global named above with `zipsave.sb3.install(trusted=[...])`")
+        + ", or, if you trust the archive completely, `zipsave.sb3.install(allow_pickle=True)`.",
     )
 
 
@@ -132,7 +167,7 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
             raise TypeError(f"{cls.__name__}.load() takes at most {len(names) + 1} positional arguments.")
     # zipsave prints the saved and current system info and their differences in one place.
     asked = bool(kwargs.pop("print_system_info", False))
-    token = _loading.set((cls, asked))
+    token = _loading.set((cls, asked, frozenset(kwargs) - _LOAD_KEYWORDS))
     try:
         return original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
     finally:
