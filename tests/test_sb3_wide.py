@@ -198,3 +198,48 @@ def test_diff_sees_equal_undecodable_values_as_equal(tmp_path, saver):
     model.save(tmp_path / "c.zip") if saver == "sb3" else zipsave.save(model, tmp_path / "c.zip")
     changed = diff(paths[1], tmp_path / "c.zip")
     assert [c.name for c in changed.data_changed] == ["policy_kwargs"]
+
+
+# -- SB3 values the allowlist missed ------------------------------------------------------------
+def _zipsave_warnings(caught):
+    return [str(w.message) for w in caught if issubclass(w.category, zipsave.ZipsaveWarning)]
+
+
+def test_vectorized_action_noise_loads_safely(tmp_path, uninstalled):
+    # SB3's own noise wrapper for several envs was refused: the model went on training without noise.
+    from stable_baselines3 import TD3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.noise import NormalActionNoise, VectorizedActionNoise
+
+    noise = VectorizedActionNoise(NormalActionNoise(np.zeros(1), np.full(1, 0.3)), n_envs=2)
+    model = TD3("MlpPolicy", make_vec_env("Pendulum-v1", 2), action_noise=noise, learning_starts=8, buffer_size=64,
+                batch_size=8, policy_kwargs={"net_arch": [8]}, seed=0)
+    model.save(tmp_path / "td3.zip")
+    zipsave.sb3.install()
+    for loaded in (zipsave.load(tmp_path / "td3.zip", cls=TD3, env=make_vec_env("Pendulum-v1", 2)),
+                   TD3.load(tmp_path / "td3.zip", env=make_vec_env("Pendulum-v1", 2))):
+        assert isinstance(loaded.action_noise, VectorizedActionNoise)
+        assert loaded.action_noise.n_envs == 2
+        assert loaded.action_noise.base_noise._sigma.tolist() == [0.3]
+        loaded.learn(16, reset_num_timesteps=False)
+
+
+def test_n_step_replay_buffer_class_loads_safely(tmp_path):
+    import inspect
+
+    from stable_baselines3 import SAC
+
+    if "n_steps" not in inspect.signature(SAC).parameters:  # n-step returns came with SB3 2.7
+        pytest.skip("this SB3 has no n-step returns")
+    from stable_baselines3.common.buffers import NStepReplayBuffer
+
+    model = SAC("MlpPolicy", "Pendulum-v1", n_steps=3, learning_starts=8, buffer_size=64, batch_size=8,
+                policy_kwargs={"net_arch": [8]}, seed=0)
+    model.save(tmp_path / "sac.zip")
+    report = zipsave.LoadReport()
+    with warnings.catch_warnings(record=True) as caught:  # SB3's own "`n_steps=3` is ignored" note may come
+        warnings.simplefilter("always")
+        loaded = zipsave.load(tmp_path / "sac.zip", cls=SAC, env=gym.make("Pendulum-v1"), report=report)
+    assert _zipsave_warnings(caught) == [] and report.skipped == []
+    assert loaded.replay_buffer_class is NStepReplayBuffer and isinstance(loaded.replay_buffer, NStepReplayBuffer)
+    assert loaded.replay_buffer.n_steps == 3
