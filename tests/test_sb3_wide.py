@@ -111,11 +111,11 @@ BY_VALUE = (
 )
 
 
-@pytest.fixture
-def by_value_archive(tmp_path):
+@pytest.fixture(params=["sb3", "zipsave"])
+def by_value_archive(tmp_path, request):
     extractor = _local_extractor()
     model = _ppo(policy_kwargs={"net_arch": [8], "features_extractor_class": extractor})
-    model.save(tmp_path / "ext.zip")
+    model.save(tmp_path / "ext.zip") if request.param == "sb3" else zipsave.save(model, tmp_path / "ext.zip")
     return model, extractor, tmp_path / "ext.zip"
 
 
@@ -235,7 +235,9 @@ def test_n_step_replay_buffer_class_loads_safely(tmp_path):
 
     model = SAC("MlpPolicy", "Pendulum-v1", n_steps=3, learning_starts=8, buffer_size=64, batch_size=8,
                 policy_kwargs={"net_arch": [8]}, seed=0)
+    model.learn(16)
     model.save(tmp_path / "sac.zip")
+    model.save_replay_buffer(tmp_path / "buffer.pkl")  # SB3's pickle
     report = zipsave.LoadReport()
     with warnings.catch_warnings(record=True) as caught:  # SB3's own "`n_steps=3` is ignored" note may come
         warnings.simplefilter("always")
@@ -243,3 +245,7 @@ def test_n_step_replay_buffer_class_loads_safely(tmp_path):
     assert _zipsave_warnings(caught) == [] and report.skipped == []
     assert loaded.replay_buffer_class is NStepReplayBuffer and isinstance(loaded.replay_buffer, NStepReplayBuffer)
     assert loaded.replay_buffer.n_steps == 3
+    with zipsave.sb3.installed():  # SB3's pickle of the buffer, read by the restricted unpickler
+        loaded.load_replay_buffer(tmp_path / "buffer.pkl")
+    assert isinstance(loaded.replay_buffer, NStepReplayBuffer) and loaded.replay_buffer.pos == model.replay_buffer.pos
+    loaded.learn(16, reset_num_timesteps=False)
