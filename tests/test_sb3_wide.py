@@ -201,6 +201,27 @@ def test_diff_sees_equal_undecodable_values_as_equal(tmp_path, saver):
 
 
 # -- SB3 values the allowlist missed ------------------------------------------------------------
+TORCH_PICKLE = (
+    "skipped key `weights` of member `data` (type <class 'torch.Tensor'>): refusing to import untrusted global "
+    "`torch._utils._rebuild_tensor_v2`. It rebuilds a tensor that was pickled by torch, which runs `torch.load` "
+    "without `weights_only` and so could run code from the archive: trusting it would let any archive do that."
+)
+
+
+def test_a_tensor_pickled_by_sb3_is_refused_without_suggesting_to_trust_torch_load(tmp_path):
+    # The hint said "pass `trusted=['torch._utils._rebuild_tensor_v2']`": a step towards trusting
+    # `torch.storage._load_from_bytes`, i.e. torch.load with pickle on.
+    model = _ppo()
+    model.probe = th.arange(3.0)  # any tensor attribute: SB3 pickles it in `data`
+    model.save(tmp_path / "m.zip")
+    with pytest.warns(zipsave.SkippedEntryWarning) as caught:
+        loaded = zipsave.load(tmp_path / "m.zip", cls=PPO)
+    message = str(caught[0].message).replace("`probe`", "`weights`")
+    assert TORCH_PICKLE in message and "trusted=" not in message
+    assert not hasattr(loaded, "probe")
+    assert th.equal(zipsave.load(tmp_path / "m.zip", cls=PPO, custom_objects={"probe": th.ones(3)}).probe, th.ones(3))
+
+
 def _zipsave_warnings(caught):
     return [str(w.message) for w in caught if issubclass(w.category, zipsave.ZipsaveWarning)]
 
@@ -249,3 +270,103 @@ def test_n_step_replay_buffer_class_loads_safely(tmp_path):
         loaded.load_replay_buffer(tmp_path / "buffer.pkl")
     assert isinstance(loaded.replay_buffer, NStepReplayBuffer) and loaded.replay_buffer.pos == model.replay_buffer.pos
     loaded.learn(16, reset_num_timesteps=False)
+
+
+# -- every algorithm, non-default policies and spaces, both directions -------------------------
+class _SpacesEnv(gym.Env):
+    """A tiny env over Dict (Box, Discrete, MultiBinary) or Box observations and any action space."""
+
+    def __init__(self, obs="dict", act="multidiscrete"):
+        spaces = gym.spaces
+        box = spaces.Box(-1, 1, (3,), np.float32)
+        self.observation_space = (
+            spaces.Dict({"a": box, "b": spaces.Discrete(4), "c": spaces.MultiBinary(2)}) if obs == "dict" else box
+        )
+        self.action_space = {
+            "multidiscrete": spaces.MultiDiscrete([2, 3]), "multibinary": spaces.MultiBinary(3),
+            "box": spaces.Box(-1, 1, (2,), np.float32), "discrete": spaces.Discrete(3),
+        }[act]
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.observation_space.seed(seed)
+        self.steps = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self.steps += 1
+        return self.observation_space.sample(), 1.0, self.steps >= 10, False, {}
+
+    def action_masks(self):
+        space = self.action_space
+        return np.ones(space.n if hasattr(space, "n") else int(sum(space.nvec)), dtype=bool)
+
+
+ON_POLICY = {"net_arch": {"pi": [8, 8], "vf": [6]}, "activation_fn": th.nn.Tanh, "optimizer_class": th.optim.RMSprop,
+             "optimizer_kwargs": {"alpha": 0.9}, "share_features_extractor": False, "ortho_init": False}
+OFF_POLICY = {"net_arch": {"pi": [8], "qf": [6, 6]}, "activation_fn": th.nn.ELU, "optimizer_class": th.optim.AdamW,
+              "normalize_images": False}
+BUFFER = {"learning_starts": 8, "buffer_size": 64, "batch_size": 8}
+ROLLOUT = {"n_steps": 16, "batch_size": 8, "n_epochs": 1}
+CASES = {
+    "A2C": ("stable_baselines3", "A2C", "MlpPolicy", ("box", "multibinary"), {"n_steps": 8, "policy_kwargs": ON_POLICY}),
+    "PPO-dict": ("stable_baselines3", "PPO", "MultiInputPolicy", ("dict", "multidiscrete"),
+                 {**ROLLOUT, "policy_kwargs": {"net_arch": [8], "normalize_images": False}}),
+    "PPO-sde": ("stable_baselines3", "PPO", "MlpPolicy", ("box", "box"),
+                {**ROLLOUT, "use_sde": True, "policy_kwargs": {"net_arch": [8], "log_std_init": -1.0, "use_expln": True}}),
+    "SAC": ("stable_baselines3", "SAC", "MlpPolicy", ("box", "box"), {**BUFFER, "policy_kwargs": OFF_POLICY}),
+    "SAC-dict": ("stable_baselines3", "SAC", "MultiInputPolicy", ("dict", "box"), {**BUFFER, "policy_kwargs": {"net_arch": [8]}}),
+    "TD3": ("stable_baselines3", "TD3", "MlpPolicy", ("box", "box"),
+            {**BUFFER, "policy_kwargs": {"net_arch": {"pi": [8], "qf": [8]}, "n_critics": 1, "share_features_extractor": True}}),
+    "DDPG": ("stable_baselines3", "DDPG", "MlpPolicy", ("box", "box"), {**BUFFER, "policy_kwargs": {"net_arch": [8]}}),
+    "DQN-dict": ("stable_baselines3", "DQN", "MultiInputPolicy", ("dict", "discrete"),
+                 {**BUFFER, "policy_kwargs": {"net_arch": [8], "optimizer_class": th.optim.SGD,
+                                              "optimizer_kwargs": {"momentum": 0.5}}}),
+    "TQC": ("sb3_contrib", "TQC", "MlpPolicy", ("box", "box"),
+            {**BUFFER, "policy_kwargs": {"net_arch": [8], "n_quantiles": 5, "activation_fn": th.nn.LeakyReLU}}),
+    "QRDQN": ("sb3_contrib", "QRDQN", "MlpPolicy", ("box", "discrete"), {**BUFFER, "policy_kwargs": {"net_arch": [8], "n_quantiles": 5}}),
+    "TRPO": ("sb3_contrib", "TRPO", "MlpPolicy", ("box", "multidiscrete"), {"n_steps": 16, "batch_size": 8, "policy_kwargs": ON_POLICY}),
+    "ARS": ("sb3_contrib", "ARS", "MlpPolicy", ("box", "box"), {"n_delta": 2, "n_eval_episodes": 1, "policy_kwargs": {"net_arch": [8]}}),
+    "RecurrentPPO": ("sb3_contrib", "RecurrentPPO", "MultiInputLstmPolicy", ("dict", "discrete"),
+                     {**ROLLOUT, "policy_kwargs": {"net_arch": [8], "lstm_hidden_size": 8, "enable_critic_lstm": True}}),
+    "MaskablePPO": ("sb3_contrib", "MaskablePPO", "MultiInputPolicy", ("dict", "multidiscrete"),
+                    {**ROLLOUT, "policy_kwargs": {"net_arch": [8]}}),
+    "CrossQ": ("sb3_contrib", "CrossQ", "MlpPolicy", ("box", "box"), {**BUFFER, "policy_kwargs": {"net_arch": [8]}}),
+}
+
+
+@pytest.mark.parametrize("direction", ["sb3 -> zipsave", "zipsave -> sb3"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_algorithm_round_trips_and_trains_on(tmp_path, case, direction):
+    package, name, policy, spaces, kwargs = CASES[case]
+    cls = getattr(pytest.importorskip(package), name, None)
+    if cls is None:  # CrossQ came with sb3-contrib 2.5
+        pytest.skip(f"this {package} has no {name}")
+    th.manual_seed(0)
+    model = cls(policy, _SpacesEnv(*spaces), seed=0, **kwargs)
+    model.learn(24)
+    path = tmp_path / "model.zip"
+    report = zipsave.LoadReport()
+    if direction == "sb3 -> zipsave":
+        model.save(path)
+        if name == "ARS":  # a flat copy of its weights, a tensor SB3 pickles; `_setup_model` rebuilds it
+            with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape(TORCH_PICKLE)):
+                loaded = zipsave.load(path, cls=cls, env=_SpacesEnv(*spaces), report=report)
+        else:
+            loaded = zipsave.load(path, cls=cls, env=_SpacesEnv(*spaces), report=report)
+        assert [entry.key for entry in report.skipped] == (["weights"] if name == "ARS" else [])
+    else:
+        zipsave.save(model, path)
+        loaded = cls.load(path, env=_SpacesEnv(*spaces))
+    assert loaded.policy_kwargs == model.policy_kwargs
+    assert type(loaded.policy.optimizer) is type(model.policy.optimizer) if hasattr(model.policy, "optimizer") else True
+    for key, tensor in model.policy.state_dict().items():
+        assert th.equal(loaded.policy.state_dict()[key], tensor), key
+    observations = model.observation_space
+    observations.seed(1)
+    for _ in range(3):
+        obs = observations.sample()
+        np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
+    loaded.learn(16, reset_num_timesteps=False)
+    assert loaded.num_timesteps > model.num_timesteps
