@@ -350,11 +350,8 @@ def test_every_algorithm_round_trips_and_trains_on(tmp_path, case, direction):
     report = zipsave.LoadReport()
     if direction == "sb3 -> zipsave":
         model.save(path)
-        if name == "ARS":  # a flat copy of its weights, a tensor SB3 pickles; `_setup_model` rebuilds it
-            with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape(TORCH_PICKLE)):
-                loaded = zipsave.load(path, cls=cls, env=_SpacesEnv(*spaces), report=report)
-        else:
-            loaded = zipsave.load(path, cls=cls, env=_SpacesEnv(*spaces), report=report)
+        loaded = zipsave.load(path, cls=cls, env=_SpacesEnv(*spaces), report=report)
+        # ARS's flat copy of its weights is a tensor SB3 pickles; it is taken from the loaded policy.
         assert [entry.key for entry in report.skipped] == (["weights"] if name == "ARS" else [])
     else:
         zipsave.save(model, path)
@@ -370,3 +367,22 @@ def test_every_algorithm_round_trips_and_trains_on(tmp_path, case, direction):
         np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
     loaded.learn(16, reset_num_timesteps=False)
     assert loaded.num_timesteps > model.num_timesteps
+
+
+@pytest.mark.parametrize("saver", ["sb3", "zipsave"])
+def test_ars_goes_on_from_the_loaded_weights(tmp_path, saver, uninstalled):
+    # ARS searches around `weights`, copied from the policy in `_setup_model` before the saved
+    # parameters are loaded: with zero_policy=False a loaded ARS (SB3's own load too) went on
+    # training from freshly initialised weights.
+    ars = pytest.importorskip("sb3_contrib").ARS
+    model = ars("LinearPolicy", "Pendulum-v1", n_delta=2, n_eval_episodes=1, learning_rate=0.5, zero_policy=False, seed=0)
+    model.learn(600)
+    model.save(tmp_path / "ars.zip") if saver == "sb3" else zipsave.save(model, tmp_path / "ars.zip")
+    report = zipsave.LoadReport()
+    loaded = zipsave.load(tmp_path / "ars.zip", cls=ars, env=gym.make("Pendulum-v1"), report=report)
+    assert th.equal(loaded.weights, model.weights)
+    assert th.equal(loaded.weights, th.nn.utils.parameters_to_vector(loaded.policy.parameters()))
+    if saver == "sb3":  # SB3 pickled the tensor: not decoded, and nothing is lost
+        assert [e.key for e in report.skipped] == ["weights"]
+        assert "`weights` (a pickled tensor) was not decoded; ARS took it from the loaded policy." in report.notes
+    loaded.learn(200, reset_num_timesteps=False)

@@ -31,6 +31,8 @@ _SCHEDULE_GROUPS = {
 }
 _SCHEDULE_KEYS = frozenset(k for keys in _SCHEDULE_GROUPS.values() for k in keys)
 _REBUILT_FROM_SAVED = frozenset({"lr_schedule", "exploration_schedule"})
+#: ARS's flat copy of its policy's parameters (see _sync_ars_weights).
+_ARS_WEIGHTS = "weights"
 #: Keywords of ``load`` that are not ``data`` keys.
 _NOT_DATA = frozenset({"env", "force_reset"})
 #: ``data`` keys decoded even when given: the saved value is checked against the given one.
@@ -64,6 +66,7 @@ def build_sb3(
     # the keys SB3 cannot do without are reported once, by the error `_check_required` raises.
     given = {**{k: v for k, v in kwargs.items() if k not in _NOT_DATA | _CHECKED}, **(custom_objects or {})}
     quiet = list(_REQUIRED) + ([] if "policy_kwargs" in kwargs else ["policy_kwargs"]) + list(_SCHEDULE_KEYS)
+    quiet += [_ARS_WEIGHTS] if _is_ars(cls) else []
     recovery = _ScheduleRecovery()
     data = src.decode_data("", custom_objects=given, exclude=exclude, quiet=quiet, recover=recovery)
     if data is None:
@@ -105,6 +108,8 @@ def build_sb3(
 
     _warn_lost_schedules(src, model, recovery.why)
     _load_parameters(src, model, exclude)
+    if _is_ars(cls):
+        _sync_ars_weights(src, model)
     _load_variables(src, model, exclude)
     if has_extra(src, "replay_buffer", exclude):
         restore_extra(src, model, "replay_buffer")
@@ -157,6 +162,23 @@ def _reason(key: str, skipped: dict, why: dict[str, str]) -> str:
     if key in why:  # a pickled function that is not one of SB3's schedules: code, never run
         return f"{why[key].rstrip('.')}, and a safe load runs no code from the archive"
     return str(skipped[key].cause).split(" To allow it")[0].rstrip(".")
+
+
+def _is_ars(cls: type) -> bool:
+    """sb3-contrib's ARS (and subclasses), without importing sb3-contrib."""
+    return any(f"{k.__module__}.{k.__qualname__}" == "sb3_contrib.ars.ars.ARS" for k in cls.__mro__)
+
+
+def _sync_ars_weights(src: LoadSession, model: Any) -> None:
+    """ARS searches around ``weights``, a flat copy of the policy's parameters that
+    ``_setup_model`` takes *before* the saved parameters are loaded; unless the policy was zeroed
+    (``zero_policy=True``, whose parameters are views of it), ``learn`` would go on from the
+    freshly initialised weights and throw the training away (SB3's own ``load`` does). Take the
+    copy from the loaded policy. SB3 pickles ``weights`` (a tensor) in ``data``; nothing of it is
+    lost when that pickle is refused."""
+    model.weights = torch.nn.utils.parameters_to_vector(model.policy.parameters()).detach()
+    if any(e.key == _ARS_WEIGHTS and e.member == _format.DATA for e in src.report.skipped):
+        src.report.notes.append(f"`{_ARS_WEIGHTS}` (a pickled tensor) was not decoded; ARS took it from the loaded policy.")
 
 
 def _named_classes(cls: type) -> list[Any]:
