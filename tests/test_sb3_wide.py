@@ -76,6 +76,28 @@ def test_closure_schedules_are_rebuilt_by_sb3_load_under_install(tmp_path, unins
     _check_schedules(PPO.load(tmp_path / "sched.zip"))
 
 
+@pytest.mark.parametrize("name", ["ppo_constant", "ppo_linear", "a2c", "dqn", "sac"])
+def test_archives_of_sb3_before_2_7_keep_their_schedules_under_install(name, uninstalled):
+    # tests/data/sb3_old: written by SB3 2.0, every schedule a pickled closure. SB3's own load
+    # under install() skipped them all (a linear clip_range became PPO's constant 0.2).
+    import json
+    import pathlib
+
+    from stable_baselines3 import A2C, SAC
+
+    folder = pathlib.Path(__file__).parent / "data" / "sb3_old"
+    expected = json.loads((folder / "expected.json").read_text())["models"][name]
+    cls = {"PPO": PPO, "A2C": A2C, "DQN": DQN, "SAC": SAC}[expected["class"]]
+    zipsave.sb3.install()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # SB3's own note on DQN < 2.4's optimizer state
+        warnings.simplefilter("error", zipsave.ZipsaveWarning)
+        model = cls.load(folder / f"{name}.zip")
+    assert [model.lr_schedule(p) for p in (1.0, 0.5, 0.0)] == pytest.approx(expected["lr_schedule"])
+    if "clip_range" in expected:
+        assert [model.clip_range(p) for p in (1.0, 0.5, 0.0)] == pytest.approx(expected["clip_range"])
+
+
 def test_dqn_exploration_schedule_from_get_linear_fn_is_rebuilt(tmp_path, uninstalled):
     model = DQN("MlpPolicy", "CartPole-v1", learning_starts=8, buffer_size=64, policy_kwargs={"net_arch": [8]},
                 learning_rate=_quietly(utils.get_linear_fn, 1e-3, 0.0, 1.0), seed=0)
