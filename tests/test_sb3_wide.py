@@ -69,6 +69,14 @@ def test_closure_schedules_inside_floatschedule_are_rebuilt_by_zipsave_load(tmp_
     assert report.skipped == [] and report.notes == []
 
 
+def test_closure_schedules_are_rebuilt_by_restore(tmp_path):
+    # zipsave.restore(model, path), the in-place load, skipped them with three warnings.
+    _schedule_model().save(tmp_path / "sched.zip")
+    model = _ppo()
+    zipsave.restore(model, tmp_path / "sched.zip")
+    _check_schedules(model)
+
+
 def test_closure_schedules_are_rebuilt_by_sb3_load_under_install(tmp_path, uninstalled):
     model = _schedule_model()
     model.save(tmp_path / "sched.zip")

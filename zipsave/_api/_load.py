@@ -205,6 +205,9 @@ def restore(
                             exact_match=exact_match, into=into)
             return
         target = restore_target(src, obj, folder, into)
+        owner = next((h for h in _registry.handlers() if h.claims(target)), None)
+        if owner is not None:  # values the integration recognises without decoding them
+            custom_objects = {**owner.known_values(src, target, folder), **(custom_objects or {})} or None
         if isinstance(target, dict) and strict:
             check_app_state(src, target, folder)
         restore_tree(src, target, folder, custom_objects=custom_objects, exclude=exclude,

@@ -334,3 +334,4 @@ def schedules_in(raw: Any, skip: Any = ()) -> dict[str, Any]:
         if schedule is not None:
             out[key] = schedule
     return out
+
