@@ -416,3 +416,18 @@ def test_ars_goes_on_from_the_loaded_weights(tmp_path, saver, uninstalled):
         assert [e.key for e in report.skipped] == ["weights"]
         assert "`weights` (a pickled tensor) was not decoded; ARS took it from the loaded policy." in report.notes
     loaded.learn(200, reset_num_timesteps=False)
+
+
+@pytest.mark.parametrize("source", ["ZOO_2_6", "ZOO_1_0"])
+def test_a_zoo_closure_inside_sb3_get_schedule_fn_is_rebuilt(tmp_path, source, uninstalled):
+    # SB3 < 2.7 stored a Zoo schedule passed as `clip_range` (`clip_range: lin_0.2`) wrapped by
+    # get_schedule_fn; neither recogniser took the pair apart, and clip_range became 0.2 flat.
+    pytest.importorskip("rl_zoo3")
+    import test_rl_zoo
+
+    closure = test_rl_zoo.zoo_closure(getattr(test_rl_zoo, source), 0.2)
+    _ppo(clip_range=_quietly(utils.get_schedule_fn, closure)).save(tmp_path / "zoo.zip")
+    zipsave.sb3.install()
+    for loaded in (zipsave.load(tmp_path / "zoo.zip", cls=PPO), PPO.load(tmp_path / "zoo.zip")):
+        test_rl_zoo.assert_zoo_schedule(loaded.clip_range.value_schedule, 0.2)
+        assert loaded.clip_range(0.5) == pytest.approx(0.1)

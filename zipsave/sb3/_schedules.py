@@ -12,6 +12,7 @@ import pickle
 from typing import Any
 
 from .._codec import SERIALIZED_KEY, TYPE_KEY
+from ._zoo import rebuild_described
 
 __all__ = ["NotASchedule", "closures_in", "recognise_schedule"]
 
@@ -130,12 +131,25 @@ def _reference_digests() -> set[str]:
     return digests
 
 
-def _closure_values(func: _Function) -> tuple[str, list[Any]]:
-    """The function's qualname and its closure's values, once its identity is checked."""
+def _attributes(func: _Function) -> dict[str, Any]:
     state = func.state if isinstance(func.state, dict) else {}
     slots = func.slots if isinstance(func.slots, dict) else {}
-    module = slots.get("__module__", state.get("__module__"))
-    qualname = slots.get("__qualname__", state.get("__qualname__"))
+    return {**state, **slots}  # cloudpickle versions split them differently
+
+
+def _zoo_schedule(func: _Function) -> Any:
+    """The RL Zoo's closure (rl-zoo3 < 2.7) as the installed Zoo's schedule, or ``None``."""
+    cells = _attributes(func).get("__closure__")
+    if not (isinstance(func.code, _Code) and isinstance(cells, tuple)
+            and all(isinstance(c, _Cell) and len(c.value) == 1 for c in cells)):
+        return None
+    return rebuild_described(func.code.args, _attributes(func), [c.value[0] for c in cells])
+
+
+def _closure_values(func: _Function) -> tuple[str, list[Any]]:
+    """The function's qualname and its closure's values, once its identity is checked."""
+    slots = _attributes(func)
+    module, qualname = slots.get("__module__"), slots.get("__qualname__")
     if module != _MODULE or qualname not in _KNOWN:
         raise NotASchedule(f"`{module}.{qualname}` is not one of SB3's schedule closures")
     freevars, consts, names = _KNOWN[qualname]
@@ -196,7 +210,9 @@ def _rebuild(func: Any) -> Any:
         if hasattr(utils, "LinearSchedule"):
             return utils.LinearSchedule(start, end, end_fraction)
         return utils.get_linear_fn(start, end, end_fraction)
-    inner = _rebuild(values[0])  # get_schedule_fn's wrapper around one of the above (or a schedule object)
+    # get_schedule_fn's wrapper around one of the above, a schedule object or the Zoo's closure
+    inner = _zoo_schedule(values[0]) if isinstance(values[0], _Function) else None
+    inner = inner if inner is not None else _rebuild(values[0])
     return utils.FloatSchedule(inner) if hasattr(utils, "FloatSchedule") else utils.get_schedule_fn(inner)
 
 

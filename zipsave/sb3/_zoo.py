@@ -23,7 +23,7 @@ import warnings
 import zipfile
 from typing import Any
 
-__all__ = ["read_data", "recognise", "schedules_in", "with_zoo_schedules"]
+__all__ = ["read_data", "recognise", "rebuild_described", "schedules_in", "with_zoo_schedules"]
 
 _MODULES = ("rl_zoo3.utils", "utils.utils")
 _QUALNAME = "linear_schedule.<locals>.func"
@@ -270,6 +270,21 @@ def recognise(payload: bytes) -> Any:
 
         return FloatSchedule(schedule)
     return schedule
+
+
+def rebuild_described(code_fields: tuple, attrs: dict, cells: list[Any]) -> Any:
+    """The installed Zoo's schedule for a closure already read as inert records (by SB3's
+    schedule recogniser, which finds the Zoo's closure inside ``get_schedule_fn``'s lambda: what
+    SB3 < 2.7 stored for ``clip_range: lin_0.2``): its code fields, its function attributes and
+    its closure cells' values. ``None`` when it is not exactly the Zoo's function."""
+    if attrs.get("__qualname__") != _QUALNAME or attrs.get("__module__") not in _MODULES:
+        return None
+    if _without_lines(tuple(code_fields)) not in _references() or len(cells) != 1:
+        return None
+    value = cells[0]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return _installed_schedule(float(value))
 
 
 def _installed_schedule(value: float) -> Any:
