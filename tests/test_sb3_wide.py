@@ -402,8 +402,8 @@ def test_every_algorithm_round_trips_and_trains_on(tmp_path, case, direction):
 @pytest.mark.parametrize("saver", ["sb3", "zipsave"])
 def test_ars_goes_on_from_the_loaded_weights(tmp_path, saver, uninstalled):
     # ARS searches around `weights`, copied from the policy in `_setup_model` before the saved
-    # parameters are loaded: with zero_policy=False a loaded ARS (SB3's own load too) went on
-    # training from freshly initialised weights.
+    # parameters are loaded: with zero_policy=False a loaded ARS (ARS.load under install() too)
+    # went on training from freshly initialised weights.
     ars = pytest.importorskip("sb3_contrib").ARS
     model = ars("LinearPolicy", "Pendulum-v1", n_delta=2, n_eval_episodes=1, learning_rate=0.5, zero_policy=False, seed=0)
     model.learn(600)
@@ -416,6 +416,11 @@ def test_ars_goes_on_from_the_loaded_weights(tmp_path, saver, uninstalled):
         assert [e.key for e in report.skipped] == ["weights"]
         assert "`weights` (a pickled tensor) was not decoded; ARS took it from the loaded policy." in report.notes
     loaded.learn(200, reset_num_timesteps=False)
+    zipsave.sb3.install()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the pickled copy is not decoded, so nothing is skipped
+        own = ars.load(tmp_path / "ars.zip", env=gym.make("Pendulum-v1"))
+    assert th.equal(own.weights, model.weights)
 
 
 @pytest.mark.parametrize("source", ["ZOO_2_6", "ZOO_1_0"])

@@ -17,7 +17,7 @@ from ._schedules import NotASchedule, recognise_schedule
 from ._extras import apply_vec_normalize, matches_any, has_extra, restore_extra, warn_unused_vec_normalize
 from ._zoo import with_zoo_schedules
 
-__all__ = ["build_sb3"]
+__all__ = ["ARS_WEIGHTS", "build_sb3", "is_ars", "sync_ars_weights"]
 
 #: ``data`` keys without which no SB3 model can be built.
 _REQUIRED = ("policy_class", "observation_space", "action_space")
@@ -31,8 +31,8 @@ _SCHEDULE_GROUPS = {
 }
 _SCHEDULE_KEYS = frozenset(k for keys in _SCHEDULE_GROUPS.values() for k in keys)
 _REBUILT_FROM_SAVED = frozenset({"lr_schedule", "exploration_schedule"})
-#: ARS's flat copy of its policy's parameters (see _sync_ars_weights).
-_ARS_WEIGHTS = "weights"
+#: ARS's flat copy of its policy's parameters (see sync_ars_weights).
+ARS_WEIGHTS = "weights"
 #: Keywords of ``load`` that are not ``data`` keys.
 _NOT_DATA = frozenset({"env", "force_reset"})
 #: ``data`` keys decoded even when given: the saved value is checked against the given one.
@@ -66,7 +66,7 @@ def build_sb3(
     # the keys SB3 cannot do without are reported once, by the error `_check_required` raises.
     given = {**{k: v for k, v in kwargs.items() if k not in _NOT_DATA | _CHECKED}, **(custom_objects or {})}
     quiet = list(_REQUIRED) + ([] if "policy_kwargs" in kwargs else ["policy_kwargs"]) + list(_SCHEDULE_KEYS)
-    quiet += [_ARS_WEIGHTS] if _is_ars(cls) else []
+    quiet += [ARS_WEIGHTS] if is_ars(cls) else []
     recovery = _ScheduleRecovery()
     data = src.decode_data("", custom_objects=given, exclude=exclude, quiet=quiet, recover=recovery)
     if data is None:
@@ -108,8 +108,10 @@ def build_sb3(
 
     _warn_lost_schedules(src, model, recovery.why)
     _load_parameters(src, model, exclude)
-    if _is_ars(cls):
-        _sync_ars_weights(src, model)
+    if is_ars(cls):
+        sync_ars_weights(model)
+        if any(e.key == ARS_WEIGHTS and e.member == _format.DATA for e in src.report.skipped):
+            src.report.notes.append(f"`{ARS_WEIGHTS}` (a pickled tensor) was not decoded; ARS took it from the loaded policy.")
     _load_variables(src, model, exclude)
     if has_extra(src, "replay_buffer", exclude):
         restore_extra(src, model, "replay_buffer")
@@ -164,12 +166,12 @@ def _reason(key: str, skipped: dict, why: dict[str, str]) -> str:
     return str(skipped[key].cause).split(" To allow it")[0].rstrip(".")
 
 
-def _is_ars(cls: type) -> bool:
+def is_ars(cls: type) -> bool:
     """sb3-contrib's ARS (and subclasses), without importing sb3-contrib."""
     return any(f"{k.__module__}.{k.__qualname__}" == "sb3_contrib.ars.ars.ARS" for k in cls.__mro__)
 
 
-def _sync_ars_weights(src: LoadSession, model: Any) -> None:
+def sync_ars_weights(model: Any) -> None:
     """ARS searches around ``weights``, a flat copy of the policy's parameters that
     ``_setup_model`` takes *before* the saved parameters are loaded; unless the policy was zeroed
     (``zero_policy=True``, whose parameters are views of it), ``learn`` would go on from the
@@ -177,8 +179,6 @@ def _sync_ars_weights(src: LoadSession, model: Any) -> None:
     copy from the loaded policy. SB3 pickles ``weights`` (a tensor) in ``data``; nothing of it is
     lost when that pickle is refused."""
     model.weights = torch.nn.utils.parameters_to_vector(model.policy.parameters()).detach()
-    if any(e.key == _ARS_WEIGHTS and e.member == _format.DATA for e in src.report.skipped):
-        src.report.notes.append(f"`{_ARS_WEIGHTS}` (a pickled tensor) was not decoded; ARS took it from the loaded policy.")
 
 
 def _named_classes(cls: type) -> list[Any]:

@@ -16,6 +16,7 @@ from zipsave.exceptions import DecodeError, UnsafeGlobalError
 
 from ._state import Options, original
 from ._state import current_options as _current
+from ._build import ARS_WEIGHTS, is_ars, sync_ars_weights
 from ._schedules import closures_in
 from ._zoo import read_data, schedules_in
 
@@ -167,11 +168,16 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
             raise TypeError(f"{cls.__name__}.load() takes at most {len(names) + 1} positional arguments.")
     # zipsave prints the saved and current system info and their differences in one place.
     asked = bool(kwargs.pop("print_system_info", False))
+    if is_ars(cls):  # its pickled `weights` are replaced from the loaded policy below, not decoded
+        kwargs["custom_objects"] = {ARS_WEIGHTS: None, **(kwargs.get("custom_objects") or {})}
     token = _loading.set((cls, asked, frozenset(kwargs) - _LOAD_KEYWORDS))
     try:
-        return original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
+        model = original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
     finally:
         _loading.reset(token)
+    if is_ars(cls):
+        sync_ars_weights(model)
+    return model
 
 
 def _existing(path: Any, suffix: str) -> Any:
