@@ -436,3 +436,39 @@ def test_a_zoo_closure_inside_sb3_get_schedule_fn_is_rebuilt(tmp_path, source, u
     for loaded in (zipsave.load(tmp_path / "zoo.zip", cls=PPO), PPO.load(tmp_path / "zoo.zip")):
         test_rl_zoo.assert_zoo_schedule(loaded.clip_range.value_schedule, 0.2)
         assert loaded.clip_range(0.5) == pytest.approx(0.1)
+
+
+# -- policy.save / Policy.load under install() -------------------------------------------------
+def test_recurrent_policy_file_keeps_its_lstm_settings(tmp_path, uninstalled):
+    # sb3-contrib's recurrent policies leave their LSTM settings out of
+    # `_get_constructor_parameters()`: Policy.load built a 256-unit LSTM and failed (SB3 too).
+    contrib = pytest.importorskip("sb3_contrib")
+    zipsave.sb3.install()
+    model = contrib.RecurrentPPO("MlpLstmPolicy", _SpacesEnv("box", "box"), n_steps=16, batch_size=8, seed=0,
+                                policy_kwargs={"net_arch": [8], "lstm_hidden_size": 8, "n_lstm_layers": 2,
+                                               "enable_critic_lstm": True})
+    model.policy.save(tmp_path / "policy.zip")
+    loaded = type(model.policy).load(tmp_path / "policy.zip")
+    assert (loaded.lstm_actor.hidden_size, loaded.lstm_actor.num_layers) == (8, 2)
+    for key, tensor in model.policy.state_dict().items():
+        assert th.equal(loaded.state_dict()[key], tensor), key
+
+
+def test_ars_linear_policy_file_loads(tmp_path, uninstalled):
+    # ARSLinearPolicy records `net_arch`, which its constructor does not take (a TypeError, SB3 too).
+    contrib = pytest.importorskip("sb3_contrib")
+    zipsave.sb3.install()
+    model = contrib.ARS("LinearPolicy", "Pendulum-v1", n_delta=2, seed=0)
+    model.policy.save(tmp_path / "policy.zip")
+    loaded = type(model.policy).load(tmp_path / "policy.zip")
+    obs = np.ones(3, dtype=np.float32)
+    np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], model.policy.predict(obs, deterministic=True)[0])
+
+    biased = contrib.ARS("LinearPolicy", "Pendulum-v1", n_delta=2, seed=0, policy_kwargs={"with_bias": True})
+    biased.policy.save(tmp_path / "biased.zip")  # `with_bias` is recorded nowhere: named, not a bare RuntimeError
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(
+        "member `policy.pth`: the ARSLinearPolicy built from the saved constructor parameters does not fit the "
+        "saved weights"
+    )) as caught:
+        type(biased.policy).load(tmp_path / "biased.zip")
+    assert "ARSLinearPolicy._get_constructor_parameters() does not record every argument" in str(caught.value)
