@@ -74,3 +74,18 @@ def _equal(x, y) -> bool:
     if isinstance(x, (list, tuple)):
         return type(x) is type(y) and len(x) == len(y) and all(_equal(p, q) for p, q in zip(x, y))
     return x == y
+
+
+class ModuleAgent(zipsave.Saveable, torch.nn.Module):
+    """A model that is itself a module, with an optimizer, a parameter and a buffer of its own."""
+
+    def __init__(self, hidden: int = 4, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.body = torch.nn.Linear(3, hidden)
+        self.head = torch.nn.Linear(hidden, 2)
+        self.scale = torch.nn.Parameter(torch.ones(1))
+        self.register_buffer("count", torch.zeros(1))
+        self.register_buffer("scratch", torch.zeros(2), persistent=False)
+        self.optimizer = torch.optim.Adam(self.parameters(), lr=1e-3)
+        self.gamma = 0.99

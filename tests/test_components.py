@@ -334,3 +334,86 @@ def test_component_passed_to_the_constructor(tmp_path):
     assert loaded.inner.net.in_features == 4 and torch.all(loaded.inner.net.weight == 0.25)
     replacement = _Inner(width=4)
     assert _Outer.load(tmp_path / "o.zip", inner=replacement).inner is replacement
+
+
+# -- containers mixing stateful objects with plain values -------------------------------------------
+class Squad(zipsave.Saveable):
+    """Sub-agents in a list, networks beside settings in a dict, a module in a tuple."""
+
+    def __init__(self, size=2, seed=0):
+        self.agents = [Module(hidden=4 + i, seed=seed + i) for i in range(size)]
+        torch.manual_seed(seed)
+        self.nets = {"pi": torch.nn.Linear(2, 2), "lr": 3e-4, "tags": ["a"]}
+        self.pair = (torch.nn.Linear(1, 1), "label")
+        self.optimizer = torch.optim.SGD(self.nets["pi"].parameters(), lr=0.1)
+        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, 2)
+
+
+def _trained_squad() -> Squad:
+    team = Squad(seed=1)
+    team.agents[1].version = 5
+    team.nets["lr"], team.pair = 1e-3, (team.pair[0], "renamed")
+    for _ in range(3):
+        team.nets["pi"](torch.randn(4, 2)).sum().backward()
+        team.optimizer.step()
+        team.scheduler.step()
+    return team
+
+
+def test_containers_mixing_modules_and_values_keep_every_weight(tmp_path):
+    # These were pickled whole into `data`, then skipped on a safe load: fresh weights.
+    team = _trained_squad()
+    team.save(tmp_path / "team.zip")
+    with zipfile.ZipFile(tmp_path / "team.zip") as zf:
+        names = set(zf.namelist())
+        data = json.loads(zf.read("data"))
+    assert {"nets.pi.pth", "pair.0.pth", "agents/0/policy.pth", "agents/1/policy.pth"} <= names
+    assert data["nets"] == {"pi": None, "lr": 1e-3, "tags": ["a"]} and "agents" not in data
+    loaded = Squad.load(tmp_path / "team.zip", seed=9)  # other seeds: every weight must come from the archive
+    for saved, back in zip(team.agents, loaded.agents):
+        assert torch.equal(saved.policy[0].weight, back.policy[0].weight)
+    assert loaded.agents[1].version == 5
+    assert torch.equal(loaded.nets["pi"].weight, team.nets["pi"].weight) and loaded.nets["lr"] == 1e-3
+    assert torch.equal(loaded.pair[0].weight, team.pair[0].weight) and loaded.pair[1] == "renamed"
+    assert loaded.scheduler.last_epoch == 3
+    assert loaded.optimizer.param_groups[0]["params"][0] is loaded.nets["pi"].weight  # filled in place
+
+
+def test_a_list_of_components_the_constructor_does_not_create_is_rebuilt(tmp_path):
+    team = _trained_squad()
+    team.save(tmp_path / "team.zip")
+    loaded = Squad.load(tmp_path / "team.zip", size=0)
+    assert [a.policy[0].out_features for a in loaded.agents] == [4, 5]
+    assert torch.equal(loaded.agents[1].policy[0].weight, team.agents[1].policy[0].weight)
+
+
+def test_a_container_missing_a_saved_module_is_an_error_not_fresh_weights(tmp_path):
+    class Settings(zipsave.Saveable):
+        def __init__(self, with_net=True):
+            self.nets = {"pi": torch.nn.Linear(2, 2), "lr": 1.0} if with_net else {"lr": 2.0}
+
+    Settings().save(tmp_path / "s.zip")
+    with pytest.raises(zipsave.ParameterMismatchError, match="nets.pi"):
+        zipsave.load(tmp_path / "s.zip", cls=Settings, with_net=False)
+
+
+def test_modules_nested_in_containers_are_members_at_any_depth(tmp_path):
+    class Deep(zipsave.Saveable):
+        def __init__(self, seed=0):
+            torch.manual_seed(seed)
+            self.deep = {
+                "a": {"pi": torch.nn.Linear(2, 2), "n": 1},
+                "b": [torch.nn.Linear(1, 1), (torch.nn.Linear(1, 2), "five")],
+            }
+
+    model = Deep()
+    model.deep["a"]["n"] = 7
+    model.save(tmp_path / "d.zip")
+    with zipfile.ZipFile(tmp_path / "d.zip") as zf:
+        assert {"deep.a.pi.pth", "deep.b.0.pth", "deep.b.1.0.pth"} <= set(zf.namelist())
+    deep = next(e for e in zipsave.inspect(tmp_path / "d.zip").data if e.key == "deep")
+    assert deep.needs_pickle is False  # no module pickled into `data`
+    loaded = zipsave.load(tmp_path / "d.zip", cls=Deep, seed=3)
+    assert torch.equal(loaded.deep["a"]["pi"].weight, model.deep["a"]["pi"].weight)
+    assert torch.equal(loaded.deep["b"][1][0].weight, model.deep["b"][1][0].weight)
+    assert loaded.deep["a"]["n"] == 7 and loaded.deep["b"][1][1] == "five"

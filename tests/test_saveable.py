@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import re
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
 import torch
-from models import Algo, Plain, same_state
+from models import Algo, ModuleAgent, Plain, same_state
 
 import zipsave
 
@@ -178,3 +182,270 @@ def test_lists_and_dicts_of_modules_become_members(tmp_path):
     other = Twin()
     zipsave.restore(other, tmp_path / "t.zip")
     assert same_state(twin.critics[1], other.critics[1]) and same_state(twin.heads["pi"], other.heads["pi"])
+
+
+class Slotted(zipsave.Saveable):
+    __slots__ = ("gamma", "net", "__secret", "unset")
+
+    def __init__(self, gamma=0.9):
+        self.gamma = gamma
+        self.net = torch.nn.Linear(3, 2)
+        self.__secret = 7  # stored as `_Slotted__secret`
+
+
+class MoreSlots(Slotted):
+    __slots__ = "steps"
+
+    def __init__(self, gamma=0.9):
+        super().__init__(gamma)
+        self.steps = 0
+
+
+def test_slot_attributes_are_saved_and_loaded(tmp_path):
+    # Slots hold no __dict__ entry: missed, the load would hand back the constructor's fresh
+    # weights with no error at all.
+    model = MoreSlots(gamma=0.5)
+    model.steps, model.gamma = 12, 0.25
+    model.save(tmp_path / "s.zip")
+    with zipfile.ZipFile(tmp_path / "s.zip") as zf:
+        assert "net.pth" in zf.namelist()
+    loaded = MoreSlots.load(tmp_path / "s.zip")
+    assert same_state(model.net, loaded.net)
+    assert (loaded.gamma, loaded.steps, loaded._Slotted__secret) == (0.25, 12, 7)
+    assert not hasattr(loaded, "unset")
+
+
+def test_a_plain_slotted_object_restores_in_place(tmp_path):
+    class Agent:
+        __slots__ = ("net", "epsilon")
+
+        def __init__(self):
+            self.net = torch.nn.Linear(2, 2)
+            self.epsilon = 1.0
+
+    agent, fresh = Agent(), Agent()
+    agent.epsilon = 0.05
+    zipsave.save(agent, tmp_path / "a.zip", background=True).wait()
+    zipsave.restore(fresh, tmp_path / "a.zip")
+    assert same_state(agent.net, fresh.net) and fresh.epsilon == 0.05
+
+
+def test_an_attribute_changed_after_construction_loads_as_saved(tmp_path):
+    # init.json records the constructor's gamma; `data` holds the value the model had when
+    # saved. The saved value wins; only the caller's keyword overrides beat it.
+    model = MoreSlots(gamma=0.5)
+    model.gamma = 0.25
+    model.save(tmp_path / "g.zip")
+    assert MoreSlots.load(tmp_path / "g.zip").gamma == 0.25
+    assert MoreSlots.load(tmp_path / "g.zip", gamma=0.75).gamma == 0.75
+    plain = Plain(a=5)
+    plain.a = 6
+    plain.save(tmp_path / "p.zip")
+    assert zipsave.load(tmp_path / "p.zip").a == 6
+
+
+def test_a_saved_device_does_not_replace_the_one_chosen_here(tmp_path):
+    class OnDevice(zipsave.Saveable):
+        def __init__(self, device="auto"):
+            self.device = torch.device("cpu" if device == "auto" else device)
+            self.net = torch.nn.Linear(2, 2).to(self.device)
+
+    model = OnDevice()
+    model.device = torch.device("meta")  # as if saved on another machine's accelerator
+    model.save(tmp_path / "d.zip")
+    assert zipsave.load(tmp_path / "d.zip", cls=OnDevice).device == torch.device("cpu")
+
+
+class Layers(zipsave.Saveable):
+    def __init__(self, *sizes, activation="tanh", **options):
+        self.net = torch.nn.Sequential(*[torch.nn.Linear(i, o) for i, o in zip(sizes, sizes[1:])])
+        self.activation, self.options = activation, options
+
+
+class PositionalOnly(zipsave.Saveable):
+    def __init__(self, width, depth=1, /, gain=1.0):
+        self.net = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(depth)])
+        self.gain = gain
+
+
+def test_star_args_are_recorded_and_rebuild_the_object(tmp_path):
+    model = Layers(3, 5, 2, activation="relu", dropout=0.1)
+    model.save(tmp_path / "l.zip")
+    record = json.loads(zipfile.ZipFile(tmp_path / "l.zip").read("init.json"))
+    assert record["positional"] == [["*sizes", 3], ["*sizes", 5], ["*sizes", 2]]
+    assert record["args"] == {"activation": "relu", "dropout": 0.1}
+    loaded = Layers.load(tmp_path / "l.zip")
+    assert same_state(model.net, loaded.net) and loaded.options == {"dropout": 0.1}
+
+
+def test_positional_only_arguments_rebuild_and_can_be_overridden(tmp_path):
+    model = PositionalOnly(4, 2, gain=0.5)
+    model.save(tmp_path / "p.zip")
+    loaded = PositionalOnly.load(tmp_path / "p.zip")
+    assert len(loaded.net) == 2 and same_state(model.net, loaded.net) and loaded.gain == 0.5
+    wider = PositionalOnly(6, 2)
+    wider.save(tmp_path / "w.zip")
+    # the override goes in by position; the saved weights (6x6) then do not fit 4x4 layers
+    with pytest.raises(zipsave.ParameterMismatchError):
+        PositionalOnly.load(tmp_path / "w.zip", width=4)
+
+
+def test_an_undecodable_positional_argument_is_an_error_not_a_shift(tmp_path):
+    model = Layers(3, 2)
+    model.save(tmp_path / "l.zip")
+    with zipfile.ZipFile(tmp_path / "l.zip") as zf:
+        members = {name: zf.read(name) for name in zf.namelist()}
+    record = json.loads(members["init.json"])
+    record["positional"][0][1] = {":type:": "nothing", ":zipsave:": {"kind": "no-such-kind"}}
+    members["init.json"] = json.dumps(record).encode()
+    with zipfile.ZipFile(tmp_path / "edited.zip", "w") as zf:
+        for name, raw in members.items():
+            zf.writestr(name, raw)
+    with pytest.raises(zipsave.DecodeError, match="positional argument `\\*sizes`") as info, \
+            pytest.warns(zipsave.ZipsaveWarning, match="edited after saving"):
+        Layers.load(tmp_path / "edited.zip")
+    assert info.value.key == "*sizes" and info.value.member == "init.json"
+
+
+def test_plain_keyword_constructors_write_no_positional_record(tmp_path):
+    Plain(a=5).save(tmp_path / "p.zip")
+    assert "positional" not in json.loads(zipfile.ZipFile(tmp_path / "p.zip").read("init.json"))
+
+
+class NeedsEnv(zipsave.Saveable):
+    def __init__(self, env=None):
+        self.env = env
+        self.net = torch.nn.Linear(env.observation_space.shape[0], 2)
+
+
+def test_a_constructor_that_needs_the_environment_says_to_pass_it(tmp_path):
+    import gymnasium as gym
+
+    NeedsEnv(gym.make("CartPole-v1")).save(tmp_path / "n.zip")
+    with pytest.raises(zipsave.DecodeError, match="saved as None .*: env, e.g. `load\\(path, env=...\\)`"):
+        NeedsEnv.load(tmp_path / "n.zip")
+    assert NeedsEnv.load(tmp_path / "n.zip", env=gym.make("CartPole-v1")).net.in_features == 4
+
+
+# -- a model that is itself a torch module -------------------------------------------------------
+LEGACY = Path(__file__).parent / "data" / "module_legacy"
+
+
+def _trained_agent() -> ModuleAgent:
+    agent = ModuleAgent(seed=1)
+    (agent.head(agent.body(torch.randn(5, 3))).sum() * agent.scale).backward()
+    agent.optimizer.step()
+    with torch.no_grad():
+        agent.count += 5
+        agent.scale *= 3
+    agent.gamma = 0.5
+    return agent
+
+
+def test_a_module_model_saves_its_children_parameters_and_buffers_by_name(tmp_path):
+    agent = _trained_agent()
+    agent.save(tmp_path / "a.zip")
+    with zipfile.ZipFile(tmp_path / "a.zip") as zf:
+        names = set(zf.namelist())
+        data = orjson.loads(zf.read("data"))
+        variables = torch.load(io.BytesIO(zf.read("pytorch_variables.pth")), weights_only=True)
+    assert {"body.pth", "head.pth", "optimizer.pth"} <= names
+    assert not any(n.startswith("_modules") for n in names)
+    assert data == {"gamma": 0.5}  # no hooks, registries or training flag, nothing pickled
+    assert set(variables) == {"scale", "count"}  # the non-persistent buffer stays out, as in state_dict()
+    loaded = ModuleAgent.load(tmp_path / "a.zip")
+    assert same_state(agent, loaded) and same_state(agent.optimizer, loaded.optimizer)
+    assert isinstance(loaded.scale, torch.nn.Parameter) and loaded.gamma == 0.5
+    assert loaded.scale in list(loaded.optimizer.param_groups[0]["params"])  # restored in place
+
+
+def test_a_plain_module_with_hooks_and_parametrizations_saves_without_pickle(tmp_path):
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    torch.nn.utils.parametrizations.weight_norm(net[0])
+    net.register_forward_hook(lambda module, inputs, output: output)
+    net(torch.randn(6, 3))  # moves the batch-norm statistics
+    zipsave.save(net, tmp_path / "n.zip")
+    with zipfile.ZipFile(tmp_path / "n.zip") as zf:
+        assert {"0.pth", "1.pth"} <= set(zf.namelist())
+        assert b":serialized:" not in zf.read("data")
+    fresh = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    torch.nn.utils.parametrizations.weight_norm(fresh[0])
+    zipsave.restore(fresh, tmp_path / "n.zip")
+    assert same_state(net, fresh)
+    assert len(fresh._forward_hooks) == 0  # the live module's hooks are its own
+
+
+def test_a_module_model_saved_before_0_2_still_loads_exactly():
+    # Written by zipsave before 0.2: children as `_modules.<name>.pth`, the model's own
+    # parameter and buffer inside `data`'s `_parameters`/`_buffers` (see make_agent.py).
+    with zipfile.ZipFile(LEGACY / "agent.zip") as zf:
+        assert "_modules.body.pth" in zf.namelist()
+    loaded = ModuleAgent.load(LEGACY / "agent.zip")
+    expected = torch.load(LEGACY / "expected.pt", weights_only=True)
+    assert loaded.state_dict().keys() == expected.keys()
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in expected.items())
+    assert loaded.gamma == 0.5 and float(loaded.count) == 5.0
+    fresh = ModuleAgent(seed=7)
+    zipsave.restore(fresh, LEGACY / "agent.zip")
+    assert all(torch.equal(fresh.state_dict()[k], v) for k, v in expected.items())
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile imports torch.jit internals
+def test_a_compiled_module_is_saved_and_loaded_by_its_weights(tmp_path):
+    # `torch.compile` wraps the module; the wrapper was mistaken for a container of the
+    # module itself, and the weights were left out of the archive without a word.
+    class Compiled(zipsave.Saveable):
+        def __init__(self, seed=0):
+            torch.manual_seed(seed)
+            self.net = torch.compile(torch.nn.Linear(2, 2))
+            self.optimizer = torch.optim.AdamW(self.net.parameters())
+
+    model = Compiled()
+    with torch.no_grad():
+        model.net._orig_mod.weight.add_(1.0)
+    model.save(tmp_path / "c.zip")
+    with zipfile.ZipFile(tmp_path / "c.zip") as zf:
+        assert {"net.pth", "optimizer.pth"} <= set(zf.namelist())
+        state = torch.load(io.BytesIO(zf.read("net.pth")), weights_only=True)
+    assert set(state) == {"weight", "bias"}  # un-prefixed: loads into the plain module too
+    loaded = zipsave.load(tmp_path / "c.zip", cls=Compiled, seed=5)
+    assert torch.equal(loaded.net._orig_mod.weight, model.net._orig_mod.weight)
+
+
+class Excludable(zipsave.Saveable):
+    def __init__(self, seed=0):
+        torch.manual_seed(seed)
+        self.policy = torch.nn.Linear(2, 2)
+        self.policy.optimizer = torch.optim.Adam(self.policy.parameters())
+        self.lr_actor, self.lr_critic, self.gamma = 1e-3, 2e-3, 0.99
+        self.nets = {"pi": torch.nn.Linear(1, 1), "vf": torch.nn.Linear(1, 1), "lr": 0.1}
+
+
+@pytest.mark.parametrize(
+    ("exclude", "gone"),
+    [
+        (["lr_*"], {"data:lr_actor", "data:lr_critic"}),
+        (["*.optimizer"], {"policy.optimizer.pth"}),
+        (["policy.optimizer"], {"policy.optimizer.pth"}),
+        (["nets.vf"], {"nets.vf.pth"}),
+        (["nets"], {"nets.pi.pth", "nets.vf.pth", "data:nets"}),
+    ],
+)
+def test_save_exclude_takes_globs_and_paths_below_attributes(tmp_path, exclude, gone):
+    # The docs promised glob patterns; save matched only whole attribute names.
+    model = Excludable()
+    model.save(tmp_path / "full.zip")
+    model.save(tmp_path / "part.zip", exclude=exclude)
+
+    def contents(path):
+        with zipfile.ZipFile(path) as zf:
+            return set(zf.namelist()) | {f"data:{k}" for k in json.loads(zf.read("data"))}
+
+    assert contents(tmp_path / "full.zip") - contents(tmp_path / "part.zip") == gone
+    loaded = Excludable.load(tmp_path / "part.zip", exclude=exclude, seed=3)
+    assert torch.equal(loaded.policy.weight, model.policy.weight)
+    assert isinstance(loaded.nets["vf"], torch.nn.Linear)  # a left-out module keeps its live place
+    with pytest.raises(zipsave.ParameterMismatchError, match="pass the same `exclude=`") if any(
+        g.endswith(".pth") for g in gone
+    ) else contextlib.nullcontext():
+        Excludable.load(tmp_path / "part.zip")

@@ -135,3 +135,33 @@ def test_a_pickle_that_calls_a_named_class_stays_under_the_allowlist():
         restricted_loads(pickle.dumps(Named(1)), policy)
     with pytest.raises(zipsave.DecodeError, match=re.escape(f"copyreg._reconstructor needs classes the pickle imported by name, got {__name__}.Named.")):
         restricted_loads(pickle.dumps(Named(1), protocol=0), policy)
+
+
+def test_an_ars_linear_policy_of_sb3_contrib_before_1_7_loads_its_weights(tmp_path):
+    # sb3-contrib < 1.7 had `action_net = nn.Linear` (keys `action_net.weight`); now it is a
+    # Sequential (`action_net.0.weight`). sb3-contrib's ARS renames them on load; so does zipsave.
+    import io
+    import zipfile
+
+    model = ARS("LinearPolicy", "CartPole-v1", n_delta=2, seed=0)
+    with torch.no_grad():
+        model.policy.action_net[0].weight.copy_(torch.arange(8.0).reshape(2, 4))
+    model.save(tmp_path / "ars.zip")
+    with zipfile.ZipFile(tmp_path / "ars.zip") as zf:
+        members = {name: zf.read(name) for name in zf.namelist()}
+    old = torch.load(io.BytesIO(members["policy.pth"]), weights_only=True)
+    buffer = io.BytesIO()
+    torch.save({k.replace("action_net.0.", "action_net."): v for k, v in old.items()}, buffer)
+    members["policy.pth"] = buffer.getvalue()
+    with zipfile.ZipFile(tmp_path / "ars_1_6.zip", "w") as zf:
+        for name, raw in members.items():
+            zf.writestr(name, raw)
+    with pytest.warns(zipsave.ZipsaveWarning) as caught:
+        loaded = zipsave.load(tmp_path / "ars_1_6.zip", cls=ARS)
+    assert any("sb3-contrib < 1.7" in str(w.message) for w in caught)
+    assert {str(w.message).split("`")[3] for w in caught if isinstance(w.message, zipsave.SkippedEntryWarning)} <= {
+        "weights"  # pickled by ARS's own save; see above
+    }
+    assert torch.equal(loaded.policy.action_net[0].weight, torch.arange(8.0).reshape(2, 4))
+    obs = np.random.default_rng(0).uniform(-1, 1, (8, 4)).astype(np.float32)
+    assert np.array_equal(loaded.predict(obs)[0], model.predict(obs)[0])

@@ -61,3 +61,28 @@ def test_restore_into_cuda_tensors_and_save_from_them(tmp_path):
     zipsave.restore({"policy": live}, path)
     assert live[0].weight.data_ptr() == before  # filled in place on the device
     assert all(torch.equal(a.cpu(), b) for a, b in zip(live.state_dict().values(), _net().state_dict().values()))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback of a machine without CUDA")
+def test_cuda_asked_for_without_cuda_loads_on_the_cpu(tmp_path):
+    # SB3's rule: device="cuda" on a machine without CUDA falls back to the CPU.
+    zipsave.save({"policy": _net()}, tmp_path / "m.zip")
+    params = zipsave.load_archive(tmp_path / "m.zip", device="cuda")[1]["policy"]
+    assert all(t.device.type == "cpu" for t in params.values())
+
+
+@pytest.mark.parametrize("device", ["bogus", "cuda:x", 3.5])
+def test_an_invalid_device_is_named_before_any_read(tmp_path, device):
+    zipsave.save({"policy": _net()}, tmp_path / "m.zip")
+    with pytest.raises(ValueError, match="is not a torch device") as info:
+        zipsave.load(tmp_path / "m.zip", device=device)
+    assert not isinstance(info.value, zipsave.IntegrityError)  # the archive is fine
+
+
+@pytest.mark.skipif(torch.backends.mps.is_available(), reason="needs a machine without Metal")
+def test_a_device_this_machine_lacks_is_named_not_blamed_on_the_archive(tmp_path):
+    zipsave.save({"policy": _net()}, tmp_path / "m.zip")
+    for call in (zipsave.load, zipsave.load_archive):
+        with pytest.raises(ValueError, match="'mps' is not available on this machine") as info:
+            call(tmp_path / "m.zip", device="mps")
+        assert not isinstance(info.value, zipsave.IntegrityError)

@@ -13,13 +13,16 @@ import torch
 from .. import _format
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, ZipsaveError
 from ._collect import collect
-from ._parts import is_stateful, matches, recursive_getattr, recursive_setattr, unwrap
+from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, is_stateful, matches, recursive_getattr, recursive_setattr, unwrap
 from ._session import LoadSession
 
 __all__ = [
     "check_app_state", "expected_state_names", "load_state_into", "restore_parts", "set_parameters_from_dict",
     "set_variable",
 ]
+
+
+_LEGACY_TENSOR_REGISTRIES = frozenset({"_parameters", "_buffers"})
 
 
 def restore_parts(
@@ -36,14 +39,25 @@ def restore_parts(
     """Load one folder's parts into ``obj`` in place (the core of load and restore)."""
     is_dict = isinstance(obj, dict)
     if set_data:
-        data = src.decode_data(folder, custom_objects=custom_objects, exclude=exclude) or {}
+        # A module's registries and hooks are torch's, never restored (archives before 0.2
+        # saved them in `data`); their saved parameters and buffers still load, in place.
+        internals = sorted(MODULE_INTERNALS - _LEGACY_TENSOR_REGISTRIES) if isinstance(obj, torch.nn.Module) else []
+        data = src.decode_data(folder, custom_objects=custom_objects, exclude=list(exclude) + internals) or {}
         for key, value in data.items():
             if overrides and key in overrides:
+                continue
+            if key in _LEGACY_TENSOR_REGISTRIES and isinstance(obj, torch.nn.Module):
+                for name, tensor in (value.items() if isinstance(value, dict) else ()):
+                    set_variable(obj, name, tensor)
                 continue
             if is_dict:
                 if key in obj and (is_stateful(obj[key]) or _restore_rng(obj[key], value)):
                     continue
                 obj[key] = value
+            elif _keeps_live_device(getattr(obj, key, None), value):
+                continue
+            elif _fill_container(src, obj, folder, key, value):
+                continue
             elif not _restore_rng(getattr(obj, key, None), value):
                 setattr(obj, key, value)
     prefix = f"{folder}/" if folder else ""
@@ -51,6 +65,11 @@ def restore_parts(
     names = [n[len(prefix) : -len(_format.PTH_SUFFIX)] for n in members if n.endswith(_format.PTH_SUFFIX)]
     variables_name = _format.PYTORCH_VARIABLES[: -len(_format.PTH_SUFFIX)]
     state_names = [n for n in names if n not in (variables_name, "tensors")]
+    member_of = {n: n for n in state_names}
+    if isinstance(obj, torch.nn.Module):
+        # Before 0.2 a module's children were saved as `_modules.<name>.pth`.
+        member_of = {n.removeprefix(LEGACY_CHILD_PREFIX): n for n in state_names}
+        state_names = list(member_of)
     if exact_match and not is_dict:
         expected = expected_state_names(obj)
         if expected is not None and exclude:
@@ -68,10 +87,11 @@ def restore_parts(
                 f"holds state dicts {sorted(state_names)}, but the object has {sorted(expected)}.{gone}",
                 archive=src.name,
                 member=folder or None,
-                hint="Pass `exact_match=False` to load the ones that match.",
+                hint="If it was saved with `exclude=`, pass the same `exclude=` here; else pass "
+                "`exact_match=False` to load the ones that match.",
             )
     for name in state_names:
-        member = prefix + name + _format.PTH_SUFFIX
+        member = prefix + member_of[name] + _format.PTH_SUFFIX
         if exclude and matches(name, exclude):
             continue
         try:
@@ -111,6 +131,69 @@ def expected_state_names(obj: Any) -> list[str] | None:
     except ZipsaveError:
         return None
     return [name for name, _ in parts.state]
+
+
+def _fill_container(src: LoadSession, obj: Any, folder: str, key: str, saved: Any) -> bool:
+    """Put the plain values of a saved container into the live one, keeping the live items
+    whose state is stored as members (`nets.pi.pth`) or component folders (`agents/0`): they
+    are restored in place next. ``False`` when ``key`` is no such container."""
+    live = getattr(obj, key, None)
+    names = src.reader.names()
+    filled = _fill(names, live, saved, f"{folder}/{key}" if folder else key, top=True)
+    if filled is _NOT_FILLED:
+        return False
+    if filled is not live:
+        setattr(obj, key, filled)  # a tuple, rebuilt
+    return True
+
+
+_NOT_FILLED = object()
+
+
+def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) -> Any:
+    if type(live) is not type(saved) or not isinstance(live, (list, tuple, dict)):
+        return _NOT_FILLED
+    held: set[str] = set()
+    for name in names:
+        if name.startswith(prefix + ".") and name.endswith(_format.PTH_SUFFIX) and "/" not in name[len(prefix) :]:
+            held.add(name[len(prefix) + 1 :].split(".")[0])
+        elif top and name.startswith(prefix + "/"):
+            held.add(name[len(prefix) + 1 :].split("/")[0])
+    if not held:
+        return _NOT_FILLED
+    if isinstance(live, dict):
+        for k, value in saved.items():
+            if value is None and is_stateful(live.get(k)):
+                continue  # its place, left empty: the item was left out of the save (`exclude=`)
+            if k in held and k in live:
+                inner = _fill(names, live[k], value, f"{prefix}.{k}", top=False)
+                if inner is not _NOT_FILLED:
+                    live[k] = inner
+            else:
+                live[k] = value
+        return live
+    if len(live) != len(saved):
+        return _NOT_FILLED  # replaced whole; the members then name what does not fit
+    merged = []
+    for i, value in enumerate(saved):
+        if value is None and is_stateful(live[i]):
+            merged.append(live[i])  # left out of the save (`exclude=`)
+        elif str(i) in held:
+            inner = _fill(names, live[i], value, f"{prefix}.{i}", top=False)
+            merged.append(live[i] if inner is _NOT_FILLED else inner)
+        else:
+            merged.append(value)
+    if isinstance(live, list):
+        live[:] = merged
+        return live
+    return type(live)(merged)
+
+
+def _keeps_live_device(target: Any, value: Any) -> bool:
+    """A saved ``torch.device`` says where the model ran, not where it runs now: the object's
+    own (its constructor's choice on this machine, or the live object's) stays, as the tensors
+    restored into it stay on their devices (``device=`` moves them)."""
+    return isinstance(target, torch.device) and isinstance(value, torch.device)
 
 
 def _restore_rng(target: Any, value: Any) -> bool:

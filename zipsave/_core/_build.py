@@ -81,6 +81,12 @@ def build(
         record = stored
         if not isinstance(record, dict) or not isinstance(record.get("args", {}), dict):
             raise ArchiveFormatError("must hold an object with `class` and `args`.", archive=src.name, member=init_member)
+        positional = record.get("positional", [])
+        if not (isinstance(positional, list) and all(
+                isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in positional)):
+            raise ArchiveFormatError(
+                "`positional` must be a list of [name, value] pairs.", archive=src.name, member=init_member
+            )
     klass = _resolve_class(src, record, init_member, cls)
     raw_args = record.get("args", {})
     built: dict[str, Any] = dict(custom_objects or {})
@@ -95,6 +101,7 @@ def build(
                                 overrides={}, exact_match=exact_match)
             src.built_components.add(child)
     args = src.decode_entries(raw_args, init_member, custom_objects=built or None)
+    by_position = _positional(src, record.get("positional", []), init_member, overrides)
 
     params: Any
     try:
@@ -103,28 +110,65 @@ def build(
     except (TypeError, ValueError):
         params, accepts_any = {}, True
     late: dict[str, Any] = {}
+    taken = {name for name, _ in record.get("positional", [])}
     for key, value in overrides.items():
+        if key in taken:
+            continue  # went in by position
         if key in params or accepts_any:
             args[key] = value
         else:
             late[key] = value
     try:
-        obj = klass(**args)
+        obj = klass(*by_position, **args)
     except Exception as err:
+        unset = [key for key, value in args.items() if value is None and key not in overrides]
+        hint = "Pass the missing or broken constructor arguments as keyword overrides to load()"
+        if unset:
+            # Live handles (environments, loggers) are written as null: the likely culprit.
+            hint += (
+                f"; these were saved as None (environments and other live handles are never saved): "
+                f"{', '.join(unset)}, e.g. `load(path, {unset[0]}=...)`"
+            )
         raise DecodeError(
-            f"building {klass.__name__}(**args) failed: {type(err).__name__}: {err}",
+            f"building {klass.__name__}(...) failed: {type(err).__name__}: {err}.",
             archive=src.name,
             member=init_member,
-            hint="Pass the missing or broken constructor arguments as keyword overrides to load().",
+            hint=hint + ".",
         ) from err
     restore_tree(
         src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match,
-        set_data=True, overrides=args | late,
+        set_data=True, overrides=overrides,
     )
     for key, value in late.items():
         setattr(obj, key, value)
     return obj
 
+
+
+def _positional(src: LoadSession, pairs: list, member: str, overrides: dict[str, Any]) -> list[Any]:
+    """The values the constructor takes by position, in order. Unlike keyword arguments, one
+    that cannot be decoded cannot be skipped (the rest would shift): it is an error. A
+    positional-only parameter can be overridden by its name; ``*args`` values cannot."""
+    decoder = src.decoder(member)
+    values = []
+    for name, raw in pairs:
+        if name in overrides:
+            values.append(overrides[name])
+            continue
+        try:
+            values.append(decoder.decode_entry(name, raw))
+        except Exception as err:  # noqa: BLE001 - reported with what to do
+            fix = (
+                "Values passed through `*args` are needed to rebuild the object: load with the trust the "
+                "value needs (see the cause), or build the object yourself and use `restore`."
+                if name.startswith("*") else f"Pass it as a keyword override: `load(path, {name}=...)`."
+            )
+            raise DecodeError(
+                f"the constructor's positional argument `{name}` cannot be decoded "
+                f"({type(err).__name__}: {err}).",
+                archive=src.name, member=member, key=name, hint=fix,
+            ) from err
+    return values
 
 
 def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) -> _registry.Handler | None:
@@ -226,7 +270,12 @@ def restore_tree(
         if holder is None:  # a dict of components the constructor did not create
             holder = {}
             setattr(obj, parent, holder)
-        current = holder.get(last) if isinstance(holder, dict) else getattr(holder, last, None)
+        if isinstance(holder, dict):
+            current = holder.get(last)
+        elif isinstance(holder, (list, tuple)):  # `self.agents = [a, b]`: folders agents/0, agents/1
+            current = holder[int(last)] if last.isdigit() and int(last) < len(holder) else None
+        else:
+            current = getattr(holder, last, None)
         if not is_dict and any(h.restore_component(src, obj, attr_path) for h in _registry.handlers()):
             continue  # a handler filled it itself (SB3's replay buffer, VecNormalize)
         if child in src.built_components and isinstance(current, Component):
@@ -239,5 +288,14 @@ def restore_tree(
                            exact_match=exact_match)
             if isinstance(holder, dict):
                 holder[last] = built
+            elif isinstance(holder, list) and last.isdigit() and int(last) <= len(holder):
+                holder[int(last):int(last) + 1] = [built]  # replaces, or appends at the end
+            elif isinstance(holder, tuple):
+                raise ParameterMismatchError(
+                    f"component `{child}` belongs at index {last} of the tuple `{parent}`, which has "
+                    f"{len(holder)} items and cannot grow.",
+                    archive=src.name,
+                    hint="Create it in the constructor, or hold the components in a list.",
+                )
             else:
                 setattr(holder, last, built)

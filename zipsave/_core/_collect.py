@@ -10,7 +10,17 @@ import torch
 from .. import _registry
 from ..exceptions import EncodeError
 from ._component import Component
-from ._parts import ALWAYS_EXCLUDED_PREFIXES, Parts, holds_stateful, is_live_handle, is_stateful, recursive_getattr, unwrap
+from ._parts import (
+    ALWAYS_EXCLUDED_PREFIXES,
+    MODULE_INTERNALS,
+    Parts,
+    holds_stateful,
+    is_live_handle,
+    is_stateful,
+    matches,
+    recursive_getattr,
+    unwrap,
+)
 
 __all__ = ["collect"]
 
@@ -27,7 +37,8 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
         for handler in _registry.handlers():
             if handler.claims(obj):
                 return handler.collect(obj, exclude=exclude, include=include)  # type: ignore[no-any-return]
-    if not hasattr(obj, "__dict__"):
+    attrs = instance_attributes(obj)
+    if not hasattr(obj, "__dict__") and not attrs:
         raise EncodeError(
             f"cannot save an object of type {type(obj).__name__}: expected a Saveable, an object with "
             "attributes, or a dict of stateful objects and values."
@@ -41,7 +52,6 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
     seen: dict[int, str] = {}
     covered: set[int] = set()  # sub-modules and parameters already inside a saved state dict
 
-    attrs = vars(obj)
     hooks = getattr(obj, "_get_torch_save_params", None)
     if callable(hooks):
         # SB3's hook names what is torch-saved; discovery then only looks for components.
@@ -50,8 +60,14 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
             excluded.add(name.split(".")[0])
         state.extend((name, unwrap(recursive_getattr(obj, name))) for name in state_names)
         variables.update((name, recursive_getattr(obj, name)) for name in var_names)
+    patterns = [p for p in exclude if p not in include]
+
+    def left_out(name: str) -> bool:
+        """Named by `_excluded_save_params`/`exclude`, or matched by an `exclude` glob."""
+        return name in excluded or (name not in include and matches(name, patterns))
+
     for name, value in attrs.items():
-        if name.startswith(ALWAYS_EXCLUDED_PREFIXES) or name in excluded:
+        if name.startswith(ALWAYS_EXCLUDED_PREFIXES) or left_out(name):
             continue
         if isinstance(value, torch.nn.Module):
             module = unwrap(value)
@@ -60,7 +76,7 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
             for tensor in list(module.parameters()) + list(module.buffers()):
                 covered.add(id(tensor))
     for name, value in attrs.items():
-        if name.startswith(ALWAYS_EXCLUDED_PREFIXES) or name in excluded:
+        if name.startswith(ALWAYS_EXCLUDED_PREFIXES) or left_out(name):
             continue
         if isinstance(value, Component):
             components.append((name, value))
@@ -90,6 +106,14 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
                 if id(item) not in seen:
                     seen[id(item)] = f"{name}.{key}"
                     state.append((f"{name}.{key}", item))
+        elif _splits(value, top=True):
+            # A container mixing modules, optimizers or components with plain values
+            # (`self.nets = {"pi": net, "lr": 3e-4}`, `self.agents = [a, b]`, nested too): each
+            # stateful item becomes its own member (`nets.pi.pth`) or folder (`agents/0`), the
+            # plain rest stays in `data` with `null` where they were; loading fills the live one.
+            rest, plain = _split(name, value, state, components, seen, top=True)
+            if plain:
+                data[name] = rest
         elif isinstance(value, torch.Tensor):
             if id(value) in covered or id(value) in seen:
                 continue
@@ -105,6 +129,11 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
             continue
         else:
             data[name] = value
+    if patterns:
+        # Paths below an attribute: `policy.optimizer`, `*.optimizer`, `nets.vf`, `agents/1`.
+        state = [(n, v) for n, v in state if not left_out(n)]
+        variables = {n: v for n, v in variables.items() if not left_out(n)}
+        components = [(n, v) for n, v in components if not left_out(n)]
     init = None
     if isinstance(obj, Component):
         init = obj._zipsave_init_record()
@@ -112,10 +141,86 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
 
 
 
+def _items(value: Any) -> list[tuple[Any, Any]] | None:
+    """The items of a plain list, tuple or dict whose keys can name a member, else ``None``."""
+    if type(value) in (list, tuple):
+        return list(enumerate(value))
+    if type(value) is dict and all(type(k) is str and k and "." not in k and "/" not in k for k in value):
+        return list(value.items())
+    return None
+
+
+def _splits(value: Any, *, top: bool, depth: int = 0) -> bool:
+    """A container holding, at any depth, a module or optimizer (or, directly in an attribute,
+    a component) among other values."""
+    items = _items(value)
+    if items is None or depth > 20:
+        return False
+    return any(
+        (top and isinstance(v, Component)) or (is_stateful(v) and not is_live_handle(v))
+        or _splits(v, top=False, depth=depth + 1)
+        for _, v in items
+    )
+
+
+def _split(
+    name: str, value: Any, state: list, components: list, seen: dict[int, str], *, top: bool
+) -> tuple[Any, int]:
+    """``value`` with its stateful items taken out (into ``state`` / ``components``) and
+    ``None`` in their place, and how many plain values are left."""
+    rest: Any = dict(value) if isinstance(value, dict) else list(value)
+    plain = 0
+    for key, item in _items(value) or ():
+        if top and isinstance(item, Component):
+            components.append((f"{name}/{key}", item))
+            rest[key] = None
+        elif is_stateful(item) and not is_live_handle(item):
+            item = unwrap(item)
+            if id(item) not in seen:
+                seen[id(item)] = f"{name}.{key}"
+                state.append((f"{name}.{key}", item))
+            rest[key] = None
+        elif _splits(item, top=False):
+            rest[key], inner = _split(f"{name}.{key}", item, state, components, seen, top=False)
+            plain += inner
+        else:
+            plain += 1
+    return (tuple(rest) if isinstance(value, tuple) else rest), plain
+
+
+def instance_attributes(obj: Any) -> dict[str, Any]:
+    """An object's attributes: those set in ``__slots__`` (anywhere in its class's MRO) and its
+    ``__dict__`` (for a ``torch.nn.Module``, its children, parameters and persistent buffers). Slots hold no ``__dict__`` entry, so ``vars(obj)`` alone would miss them and
+    a load would hand back the constructor's fresh values in their place."""
+    attrs: dict[str, Any] = {}
+    for cls in reversed(type(obj).__mro__):
+        slots = cls.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot in ("__dict__", "__weakref__"):
+                continue
+            if slot.startswith("__") and not slot.endswith("__"):  # stored under its mangled name
+                slot = f"_{cls.__name__.lstrip('_')}{slot}"
+            try:
+                attrs[slot] = getattr(obj, slot)
+            except AttributeError:  # declared, never set
+                continue
+    attrs.update(getattr(obj, "__dict__", {}))
+    if isinstance(obj, torch.nn.Module):
+        # A model that is itself a module (``class Agent(zipsave.Saveable, nn.Module)``): its
+        # attributes are its children, parameters and buffers, not torch's registries and hooks.
+        attrs = {k: v for k, v in attrs.items() if k not in MODULE_INTERNALS}
+        attrs.update((k, v) for k, v in obj._modules.items() if v is not None)
+        attrs.update((k, v) for k, v in obj._parameters.items() if v is not None)
+        attrs.update(
+            (k, v) for k, v in obj._buffers.items() if v is not None and k not in obj._non_persistent_buffers_set
+        )
+    return attrs
+
+
 def _is_root(module: torch.nn.Module, attrs: dict) -> bool:
     """True when no other module attribute contains ``module``."""
     for other in attrs.values():
-        if isinstance(other, torch.nn.Module) and other is not module:
+        if isinstance(other, torch.nn.Module) and unwrap(other) is not module:
             if any(sub is module for sub in unwrap(other).modules()):
                 return False
     return True

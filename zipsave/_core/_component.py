@@ -20,20 +20,33 @@ class Component:
         return obj
 
     def _zipsave_init_record(self) -> dict[str, Any]:
+        """``{"class", "args"}``, plus ``"positional"`` when the constructor took values that
+        only go in by position (positional-only parameters, ``*args``): ``[[name, value]]`` in
+        call order, the name ``"*<param>"`` for the values of ``*<param>``."""
         cls = type(self)
         args, kwargs = self.__dict__.get("_zipsave_init_args", ((), {}))
         try:
+            params = inspect.signature(cls.__init__).parameters
             bound = inspect.signature(cls.__init__).bind(self, *args, **kwargs)
-        except TypeError:
+        except (TypeError, ValueError):
             bound = None
         recorded: dict[str, Any] = {}
+        positional: list[tuple[str, Any]] = []
         if bound is not None:
             for name, value in list(bound.arguments.items())[1:]:
-                kind = inspect.signature(cls.__init__).parameters[name].kind
+                kind = params[name].kind
                 if kind is inspect.Parameter.VAR_KEYWORD:
                     recorded.update(value)
-                elif kind is not inspect.Parameter.VAR_POSITIONAL:
+                elif kind is inspect.Parameter.VAR_POSITIONAL:
+                    positional += [(f"*{name}", item) for item in value]
+                elif kind is inspect.Parameter.POSITIONAL_ONLY:
+                    positional.append((name, value))
+                else:
                     recorded[name] = value
         else:
             recorded = dict(kwargs)
-        return {"class": f"{cls.__module__}:{cls.__qualname__}", "args": recorded}
+            positional = [("*args", item) for item in args]
+        record: dict[str, Any] = {"class": f"{cls.__module__}:{cls.__qualname__}", "args": recorded}
+        if positional:
+            record["positional"] = positional
+        return record

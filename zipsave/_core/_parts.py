@@ -47,6 +47,15 @@ def is_stateful(value: Any) -> bool:
     )
 
 
+#: The bookkeeping every ``torch.nn.Module`` keeps in its ``__dict__`` (hooks, the registries
+#: of children, parameters and buffers, the training flag). None of it is an attribute the
+#: user set: a module's own attributes are its children, parameters and buffers.
+MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
+
+#: How archives written before 0.2 named the members of a module's children.
+LEGACY_CHILD_PREFIX = "_modules."
+
+
 def recursive_getattr(obj: Any, path: str) -> Any:
     """``a.b.0.c``: attributes, and indexes into lists/dicts holding stateful objects."""
     for part in path.split("."):
@@ -79,7 +88,12 @@ class Parts:
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    """``name`` matches a glob of ``patterns``, or lies below one: ``nets`` covers ``nets.pi``
+    and ``agents`` covers ``agents/0``."""
+    return any(
+        fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, p + ".*") or fnmatch.fnmatchcase(name, p + "/*")
+        for p in patterns
+    )
 
 
 

@@ -49,26 +49,31 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
     data = {key: encoder.encode_entry(key, value) for key, value in parts.data.items()}
     init = None
     if parts.init is not None:
-        args: dict[str, Any] = {}
         component_of = {id(comp): name for name, comp in parts.components}
-        for key, value in parts.init["args"].items():
+        member = _format.join(folder, _format.INIT)
+
+        def encode_arg(key: str, value: Any) -> Any:
             if is_live_handle(value):
-                args[key] = None
-                continue
+                return None
             if id(value) in component_of:
                 # A component passed to the constructor: built from its folder first on load.
-                args[key] = {TYPE_KEY: str(type(value)),
-                             NATIVE_KEY: {"kind": "component", "path": component_of[id(value)]}}
-                continue
+                return {TYPE_KEY: str(type(value)), NATIVE_KEY: {"kind": "component", "path": component_of[id(value)]}}
             try:
-                args[key] = encoder.encode_entry(key, value)
+                return encoder.encode_entry(key, value)
             except EncodeError as err:
                 raise EncodeError(
                     f"constructor argument `{key}` cannot be saved ({err.detail}).",
-                    member=_format.join(folder, _format.INIT),
-                    hint="Pass it again when loading, e.g. `Algo.load(path, " + f"{key}=...)`.",
+                    member=member,
+                    hint=(
+                        "Values passed through `*args` cannot be given again on load: make them a keyword argument."
+                        if key.startswith("*") else "Pass it again when loading, e.g. `Algo.load(path, " + f"{key}=...)`."
+                    ),
                 ) from err
+
+        args = {key: encode_arg(key, value) for key, value in parts.init["args"].items()}
         record = {"class": parts.init["class"], "args": args}
+        if parts.init.get("positional"):
+            record["positional"] = [[key, encode_arg(key, value)] for key, value in parts.init["positional"]]
         if parts.init.get("handler"):
             record["handler"] = parts.init["handler"]
         init = dump_json(record)

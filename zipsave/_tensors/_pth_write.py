@@ -16,14 +16,29 @@ _crc_option_lock = threading.Lock()
 
 
 def get_device(device: Any = "auto") -> torch.device:
-    """``"auto"`` -> CUDA when available, else CPU (SB3's rule); anything else via ``torch.device``."""
-    if isinstance(device, torch.device):
-        return device
-    if device == "auto" or device is None:
+    """``"auto"`` -> CUDA when available, else CPU (SB3's rule); anything else via ``torch.device``.
+
+    CUDA asked for where there is none falls back to the CPU, as in SB3. Any other device this
+    machine cannot use (``"mps"`` without Metal, ``"cuda:3"`` on a one-GPU machine) is a
+    ``ValueError`` here, before a byte is read, not a corrupt-looking member later.
+    """
+    if device is None or (isinstance(device, str) and device == "auto"):
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
+    try:
+        dev = device if isinstance(device, torch.device) else torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise ValueError(
+            f"device={device!r} is not a torch device ({err}). Pass 'auto', 'cpu', 'cuda', 'cuda:1' or a torch.device."
+        ) from err
     if dev.type == "cuda" and not torch.cuda.is_available():
         return torch.device("cpu")
+    if dev.type not in ("cpu", "meta"):
+        try:
+            torch.empty(0, device=dev)
+        except (RuntimeError, AssertionError) as err:
+            raise ValueError(
+                f"device={device!r} is not available on this machine ({str(err).splitlines()[0]}). Pass device='auto' or 'cpu'."
+            ) from err
     return dev
 
 

@@ -54,11 +54,18 @@ BY_VALUE_HINT = (
 
 # -- names -----------------------------------------------------------------------------------
 def canonical(module: str, qualname: str) -> tuple[str, str]:
-    """Spell numpy's core modules the numpy-2 way, whichever numpy wrote the pickle."""
+    """Spell numpy's core modules the numpy-2 way, whichever numpy wrote the pickle, and the
+    old ``gym`` package's spaces as gymnasium's."""
     # numpy 2 renamed numpy.core to numpy._core and left a shim that warns on every access;
     # one spelling for trust decisions keeps both archive generations loadable.
     if module == "numpy.core" or module.startswith("numpy.core."):
         module = "numpy._core" + module[len("numpy.core"):]
+    # SB3 < 2.0 pickled the spaces of the `gym` package, which gymnasium continues under the
+    # same module paths; gymnasium's spaces read gym's pickled state (its `__setstate__` takes
+    # the legacy `shape` and `np_random` keys). Read as gymnasium's, they load where `gym` is
+    # not installed, under the allowlist, as SB3 2.x would convert them anyway.
+    if module == "gym.spaces" or module.startswith("gym.spaces."):
+        module = "gymnasium.spaces" + module[len("gym.spaces"):]
     return module, qualname
 
 

@@ -257,6 +257,8 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             # numpy 2 writes (state, seed sequence); numpy 1.x sets a state dict only (the seed
             # sequence matters only to spawn(), and numpy 1.x bit generators keep their own).
             stack[-1] = state[0]
+        if type(state) is dict and cls.__module__.startswith("gymnasium.spaces"):
+            stack[-1] = legacy_space_state(state)
         super().load_build()
         problem = check_bit_generator(inst)
         if problem:
@@ -401,3 +403,17 @@ def restricted_loads(
         raise
     except Exception as err:
         raise DecodeError(f"cannot unpickle the value ({type(err).__name__}: {err}).", **where) from err
+
+
+def legacy_space_state(state: dict) -> dict:
+    """A space's pickled state in gymnasium's spelling. gym <= 0.21 (SB3 < 2.0) pickled
+    ``shape`` and ``np_random``; gymnasium's ``Space.__setstate__`` renames them, but some
+    subclasses (``MultiDiscrete``) read ``_shape`` before it does."""
+    renamed = {"shape": "_shape", "np_random": "_np_random"}
+    if not any(old in state and new not in state for old, new in renamed.items()):
+        return state
+    out = dict(state)
+    for old, new in renamed.items():
+        if old in out and new not in out:
+            out[new] = out.pop(old)
+    return out

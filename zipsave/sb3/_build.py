@@ -318,6 +318,27 @@ def _load_legacy(src: LoadSession, name: str, target: Any, err: ParameterMismatc
             stacklevel=caller_stacklevel(),
         )
         return True
+    if isinstance(target, torch.nn.Module) and "action_net.0." in err.detail:
+        # sb3-contrib < 1.7 ARS linear policies: `action_net` was one Linear, now a Sequential
+        # (sb3-contrib's ARS.set_parameters renames the same keys; its PR #122).
+        tree, _ = src.load_tensors(member)
+        renamed = {f"action_net.{p}": f"action_net.0.{p}" for p in ("weight", "bias")}
+        if not (isinstance(tree, dict) and any(k in tree for k in renamed)):
+            return False
+        tree = {renamed.get(k, k): v for k, v in tree.items()}
+        try:
+            target.load_state_dict(tree, strict=True)
+        except RuntimeError:
+            return False  # not this case after all: the original mismatch stands
+        warnings.warn(
+            ZipsaveWarning(
+                f"archive `{src.name}`: member `{member}` comes from sb3-contrib < 1.7 (ARS linear policy "
+                "with `action_net.weight`); loaded as `action_net.0.weight`. Save the model again to update the "
+                "archive."
+            ),
+            stacklevel=caller_stacklevel(),
+        )
+        return True
     if isinstance(target, torch.optim.Optimizer) and len(target.param_groups) == 1:
         # DQN < 2.4 also gave the target network's parameters to the optimizer (SB3 PR #1963).
         tree, _ = src.load_tensors(member)
