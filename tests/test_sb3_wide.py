@@ -472,3 +472,14 @@ def test_ars_linear_policy_file_loads(tmp_path, uninstalled):
     )) as caught:
         type(biased.policy).load(tmp_path / "biased.zip")
     assert "ARSLinearPolicy._get_constructor_parameters() does not record every argument" in str(caught.value)
+
+
+def test_load_archive_rebuilds_closure_schedules(tmp_path):
+    # zipsave.load_archive mirrors SB3's load_from_zip_file, which returns the (unpickled)
+    # closures; it skipped them with a warning each.
+    _schedule_model().save(tmp_path / "sched.zip")
+    data, _, _ = zipsave.load_archive(tmp_path / "sched.zip")
+    assert isinstance(data["learning_rate"], utils.LinearSchedule) and data["learning_rate"](0.0) == pytest.approx(1e-4)
+    assert data["clip_range"](0.5) == 0.3 and data["lr_schedule"](1.0) == pytest.approx(1e-3)
+    kept = zipsave.load_archive(tmp_path / "sched.zip", custom_objects={"clip_range": 0.25})[0]
+    assert kept["clip_range"] == 0.25  # the caller's value wins, never decoded

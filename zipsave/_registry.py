@@ -80,7 +80,8 @@ class Handler:
 
     def known_values(self, session: Any, obj: Any, folder: str) -> dict[str, Any]:
         """``data`` values of the folder this handler rebuilds without decoding them (SB3's
-        schedule closures), for :func:`zipsave.restore` into an ``obj`` it :meth:`claims`; they
+        schedule closures), for :func:`zipsave.restore` into an ``obj`` it :meth:`claims` and for
+        :func:`zipsave.load_archive` of a folder it :meth:`recognises` (``obj`` is ``None``); they
         go in as ``custom_objects`` the caller did not name."""
         return {}
 
