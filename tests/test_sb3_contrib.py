@@ -85,11 +85,13 @@ def test_contrib_archive_loads_safely_acts_identically_and_trains(tmp_path, trai
     else:
         zipsave.save(model, path)
     obs = _observations(model)
-    # (ARS's own save pickles `weights` as a torch tensor, with torch's pickle helpers: they are
-    # read through guarded versions, torch.load with weights_only=True, so nothing is skipped.)
+    report = zipsave.LoadReport()
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # nothing skipped, nothing to say
-        loaded = zipsave.load(path, cls=cls, env=_env(name))
+        warnings.simplefilter("error")  # nothing lost, nothing to say
+        loaded = zipsave.load(path, cls=cls, env=_env(name), report=report)
+    # ARS's own save pickles `weights` as a torch tensor with torch's pickle helpers: read
+    # through weights-only stand-ins (torch.load with weights_only=True), nothing is skipped.
+    assert [e.key for e in report.skipped] == []
     if name == "ARS":
         assert torch.equal(loaded.weights, model.weights)
     assert type(loaded) is cls and type(loaded.policy) is type(model.policy)

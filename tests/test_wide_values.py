@@ -474,8 +474,11 @@ def test_a_class_from_a_script_is_refused_with_how_to_make_it_loadable(tmp_path)
     message = str(caught[0].message)
     assert "skipped key `config` of member `data` (type <class '__main__.Config'>)" in message
     assert message.endswith(
-        "Its class was defined in `__main__` (a script or notebook), so it was saved as code, not by import "
-        "path: define the class in an importable module and save again, then `trusted=['module.Class']` admits it."
+        "The value holds `__main__.Config`, which cloudpickle stored as code, not by import path (it does so for "
+        "a class defined in `__main__` (a script or notebook), inside a function, or in a module it could not "
+        "import), so `trusted=` cannot admit it. Pass the value with `custom_objects={key: value}` (built with the "
+        "class imported), or define the class in an importable module and save again; `allow_pickle=True` only if "
+        "you trust the archive completely."
     )
 
 

@@ -10,7 +10,8 @@ module must therefore import its library (SB3, Ray, ...) only inside its methods
 The core asks, in this order: which handler claims an object being saved (:meth:`claims`);
 which one builds a class named by ``load(cls=...)`` (:meth:`builds`) or an archive folder whose
 ``init.json`` names it (``"handler"``) or that it recognises (:meth:`recognises`); which one
-restores into a live object (:meth:`restores`); and which reviewed globals every handler adds to
+restores into a live object (:meth:`restores`), and what values it recognises there
+(:meth:`known_values`); and which reviewed globals every handler adds to
 the restricted unpickler's allowlist (:attr:`allowlist`).
 """
 
@@ -76,6 +77,13 @@ class Handler:
         """Load the archive folder into ``obj`` in place; ``into`` (``restore(..., into=...)``)
         names where in ``obj`` it goes, ``None`` for the folder's own place."""
         raise NotImplementedError
+
+    def known_values(self, session: Any, obj: Any, folder: str) -> dict[str, Any]:
+        """``data`` values of the folder this handler rebuilds without decoding them (SB3's
+        schedule closures), for :func:`zipsave.restore` into an ``obj`` it :meth:`claims` and for
+        :func:`zipsave.load_archive` of a folder it :meth:`recognises` (``obj`` is ``None``); they
+        go in as ``custom_objects`` the caller did not name."""
+        return {}
 
     def restore_component(self, session: Any, obj: Any, name: str) -> bool:
         """Fill the component folder ``name`` of ``obj`` itself (e.g. SB3's replay buffer);

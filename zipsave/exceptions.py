@@ -138,6 +138,8 @@ class UnsafeGlobalError(ZipsaveError):
 
     def __init__(self, global_name: str, **kwargs: Any) -> None:
         self.global_name = global_name
+        #: Classes the pickle stores as code (cloudpickle's by-value classes), when it is one.
+        self.by_value: tuple[str, ...] = ()
         kwargs.setdefault(
             "hint",
             f"To allow it, pass `trusted=[{global_name!r}]`, replace the entry with "

@@ -54,6 +54,9 @@ def load_archive(
     skip_broken_tensors: bool = False,
 ) -> tuple[dict[str, Any] | None, dict[str, Any], dict[str, torch.Tensor] | None]:
     with LoadSession(path, LoadOptions.of(locals())) as src:
+        if load_data:  # values an integration recognises without decoding (SB3's schedule closures)
+            known = _known_values(src)
+            custom_objects = {**known, **(custom_objects or {})} if known else custom_objects
         data = src.decode_data("", custom_objects=custom_objects) if load_data else None
         params: dict[str, Any] = {}
         variables = None
@@ -70,6 +73,14 @@ def load_archive(
             else:
                 params[name[: -len(_format.PTH_SUFFIX)]] = tree
         return data, params, variables
+
+
+def _known_values(src: LoadSession) -> dict[str, Any]:
+    try:
+        owner = next((h for h in _registry.handlers() if h.recognises(src, "")), None)
+        return owner.known_values(src, None, "") if owner is not None else {}
+    except Exception:  # noqa: BLE001 - an unreadable `data` is reported by the decode that follows
+        return {}
 
 
 load_archive.__doc__ = f"""Read an archive's parts, as SB3's ``load_from_zip_file`` does.
@@ -205,6 +216,9 @@ def restore(
                             exact_match=exact_match, into=into)
             return
         target = restore_target(src, obj, folder, into)
+        owner = next((h for h in _registry.handlers() if h.claims(target)), None)
+        if owner is not None:  # values the integration recognises without decoding them
+            custom_objects = {**owner.known_values(src, target, folder), **(custom_objects or {})} or None
         if isinstance(target, dict) and strict:
             check_app_state(src, target, folder)
         restore_tree(src, target, folder, custom_objects=custom_objects, exclude=exclude,

@@ -123,7 +123,7 @@ class LoadSession:
             cause = f"{kind} `{err.member}`: {cause}"
         if isinstance(err, ZipsaveError) and err.hint:
             cause = f"{cause} {err.hint}"
-        if isinstance(err, UnsafeGlobalError) and type_hint and "'__main__." in type_hint:
+        if isinstance(err, UnsafeGlobalError) and type_hint and "'__main__." in type_hint and not err.by_value:
             # `trusted=["__main__.X"]` cannot help: cloudpickle stored the class itself, as code.
             cause = (
                 f"{cause} Its class was defined in `__main__` (a script or notebook), so it was saved as "

@@ -11,9 +11,12 @@ Tensors are read with zipsave's own loader (``torch.load`` only with ``weights_o
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import math
+import pickletools
 import random
+import re
 import types
 from typing import Any
 
@@ -23,7 +26,7 @@ import torch
 
 from .. import _format
 from .._archive import ArchiveSource
-from .._codec import NATIVE_KEY, TYPE_KEY, Decoder
+from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Decoder
 from .._tensors import load_member, read_array_member
 from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError
@@ -142,6 +145,8 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
             decoded = _decoded_pair(left, right, key, old_data[key], new_data[key]) if decode else None
             if decoded is not None and same_value(*decoded):
                 stored_differently.append(key)
+            elif decoded is None and decode and _same_pickles(old_data[key], new_data[key]):
+                stored_differently.append(key)
             else:
                 old_text, new_text = _describe(old_data[key]), _describe(new_data[key])
                 if decoded is not None:  # a tag (`<float>` for NaN, `<fractions.Fraction>`) names only the type
@@ -199,6 +204,44 @@ def _decoded_pair(left: ArchiveSource, right: ArchiveSource, key: str, old: Any,
         return _decoded(left, key, old), _decoded(right, key, new)
     except Exception:  # noqa: BLE001 - undecodable here means "cannot tell": reported as a change
         return None
+
+
+#: A class tracker id: cloudpickle gives every class it stores by value a random one (uuid4 hex).
+_TRACKER_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _same_pickles(old: Any, new: Any) -> bool:
+    """Two values that cannot be decoded safely, pickled the same way: the same opcodes and
+    arguments once cloudpickle's random class tracker ids are set aside (two saves of one class
+    defined in a script differ only there). The human-readable extras SB3 writes beside a pickle
+    (reprs with memory addresses) are not compared; nothing is unpickled."""
+    try:
+        return _normalised(old) == _normalised(new)
+    except Exception:  # noqa: BLE001 - not a readable pickle on one side: cannot tell
+        return False
+
+
+def _normalised(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_normalised(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if NATIVE_KEY in value:
+        return {NATIVE_KEY: _normalised(value[NATIVE_KEY])}
+    if isinstance(value.get(SERIALIZED_KEY), str):
+        return _opcodes(base64.b64decode(value[SERIALIZED_KEY], validate=True))
+    return {k: _normalised(v) for k, v in value.items()}
+
+
+def _opcodes(payload: bytes) -> list[tuple[str, Any]]:
+    out = []
+    for opcode, arg, _ in pickletools.genops(payload):
+        if opcode.name == "FRAME":
+            continue  # a frame's length follows from what it holds
+        if isinstance(arg, str) and _TRACKER_ID.fullmatch(arg):
+            arg = "<class tracker id>"
+        out.append((opcode.name, arg))
+    return out
 
 
 def _describe_decoded(value: Any, fallback: str) -> str:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pickletools
 from typing import Any
 
-from ..exceptions import DecodeError
-from ._names import DYNAMIC_GLOBAL, canonical, fix_py2_name
+from ..exceptions import DecodeError, UnsafeGlobalError
+from ._names import BY_VALUE_HINT, DYNAMIC_GLOBAL, canonical, fix_py2_name
 
-__all__ = ["pickle_globals"]
+__all__ = ["by_value_classes", "explain_by_value", "pickle_globals"]
 
 # -- the audit -------------------------------------------------------------------------------
 _STRING_OPS = frozenset(
@@ -126,3 +126,67 @@ def pickle_globals(payload: bytes) -> list[str]:
     except Exception as err:
         raise DecodeError(f"malformed pickle near byte {pos}: {err}.") from err
     return sorted(found)
+
+
+#: cloudpickle's functions that rebuild a class from the code stored in the pickle.
+CLASS_MAKERS = ("_make_skeleton_class", "_make_skeleton_enum")
+_SILENT = frozenset({"PROTO", "FRAME", "MARK", "STOP"})
+
+
+def by_value_classes(payload: bytes) -> list[str]:
+    """The classes a cloudpickle payload stores by value (as code, because cloudpickle could not
+    name them by import path: defined in ``__main__`` or in a module it could not import), read
+    from the opcodes without running anything. Best effort, for messages: ``module.Name``, or
+    ``Name`` where the module is not found; an empty list for anything unreadable."""
+    tokens: list[tuple[str, Any]] = []  # ("str", text), ("global", "module.name") or ("op", None)
+    memo: dict[Any, tuple[str, Any]] = {}
+    try:
+        for opcode, arg, _ in pickletools.genops(payload):
+            name = opcode.name
+            if name in _SILENT:
+                continue
+            if name in _PUT_OPS or name == "MEMOIZE":
+                if tokens:
+                    memo[arg if name in _PUT_OPS else len(memo)] = tokens[-1]
+            elif name in _GET_OPS:
+                tokens.append(memo.get(arg, ("op", None)))
+            elif name in _STRING_OPS:
+                tokens.append(("str", arg))
+            elif name == "STACK_GLOBAL" and len(tokens) >= 2 and tokens[-1][0] == tokens[-2][0] == "str":
+                qualname, module = tokens.pop()[1], tokens.pop()[1]
+                tokens.append(("global", f"{module}.{qualname}"))
+            elif name == "GLOBAL":
+                module, _, qualname = str(arg).partition(" ")
+                tokens.append(("global", f"{module}.{qualname}"))
+            else:
+                tokens.append(("op", None))
+    except Exception:  # noqa: BLE001 - a malformed pickle names nothing; the load reports it
+        return []
+    found: list[str] = []
+    for at, (kind, value) in enumerate(tokens):
+        if kind != "global" or not value.startswith("cloudpickle.") or value.rpartition(".")[2] not in CLASS_MAKERS:
+            continue
+        after = tokens[at + 1 :]
+        class_name = next((text for kind_, text in after if kind_ == "str"), None)
+        if not isinstance(class_name, str):
+            continue
+        module = next(
+            (after[i + 1][1] for i in range(len(after) - 1) if after[i] == ("str", "__module__") and after[i + 1][0] == "str"),
+            None,
+        )
+        full = f"{module}.{class_name}" if module else class_name
+        if full not in found:
+            found.append(full)
+    return found
+
+
+def explain_by_value(err: UnsafeGlobalError, payload: bytes) -> None:
+    """When ``err`` refused one of cloudpickle's class makers, name the classes stored as code in
+    its hint (``err.by_value``), and say why ``trusted=`` cannot help."""
+    classes = by_value_classes(payload) if err.global_name.endswith(CLASS_MAKERS) else []
+    if classes:
+        err.by_value = tuple(classes)
+        err.hint = BY_VALUE_HINT.format(
+            classes=", ".join(f"`{c}`" for c in classes), them="it" if len(classes) == 1 else "them"
+        )
+        err.args = (err._compose(),)

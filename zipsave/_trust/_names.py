@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
-    "CODE_HINT", "CODE_RUNNERS", "DYNAMIC_GLOBAL", "LOCAL_HINT", "canonical", "fix_py2_name", "import_attribute", "import_spelling", "numpy_major",
+    "BY_VALUE_HINT", "BY_VALUE_MARK", "CODE_HINT", "TORCH_PICKLE_HINT", "TORCH_PICKLE_RUNNERS", "CODE_RUNNERS", "DYNAMIC_GLOBAL", "LOCAL_HINT", "canonical", "fix_py2_name", "import_attribute", "import_spelling", "numpy_major",
     "is_dotted", "is_dunder", "is_local", "normalise_trusted",
 ]
 
@@ -29,6 +29,26 @@ CODE_HINT = (
     "It rebuilds code stored in the archive or reaches the operating system, so trusting it would "
     "let this archive (and any other) run arbitrary code. Replace the entry with "
     "`custom_objects={key: value}`, or pass `allow_pickle=True` only if you trust the archive completely."
+)
+# How torch pickles a tensor (SB3 pickles tensor attributes that way, e.g. ARS's `weights`):
+# rebuilding one calls `torch.load` without `weights_only`, so these are code runners too.
+TORCH_PICKLE_RUNNERS = ("torch.storage._load_from_bytes", "torch._utils._rebuild_")
+TORCH_PICKLE_HINT = (
+    "It rebuilds a tensor that was pickled by torch, which runs `torch.load` without `weights_only` "
+    "and so could run code from the archive: trusting it would let any archive do that. Replace the "
+    "entry with `custom_objects={key: value}`, or pass `allow_pickle=True` only if you trust the "
+    "archive completely."
+)
+
+#: The words of BY_VALUE_HINT a caller can look for in a skipped entry's cause.
+BY_VALUE_MARK = "`trusted=` cannot admit"
+BY_VALUE_HINT = (
+    "The value holds {classes}, which cloudpickle stored as code, not by import path (it does so for "
+    "a class defined in `__main__` (a script or notebook), inside a function, or in a module it could not "
+    "import), so "
+    "`trusted=` cannot admit {them}. Pass the value with `custom_objects={{key: value}}` (built with the "
+    "class imported), or define the class in an importable module and save again; `allow_pickle=True` "
+    "only if you trust the archive completely."
 )
 
 

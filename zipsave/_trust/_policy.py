@@ -12,6 +12,8 @@ from ._allowlist import default_allowlist
 from ._names import (
     CODE_HINT,
     CODE_RUNNERS,
+    TORCH_PICKLE_HINT,
+    TORCH_PICKLE_RUNNERS,
     LOCAL_HINT,
     canonical,
     import_attribute,
@@ -216,6 +218,8 @@ class TrustPolicy:
                 raise UnsafeGlobalError(full, hint=LOCAL_HINT, **where)
             if full.startswith(CODE_RUNNERS):
                 raise UnsafeGlobalError(full, hint=CODE_HINT, **where)
+            if full.startswith(TORCH_PICKLE_RUNNERS):
+                raise UnsafeGlobalError(full, hint=TORCH_PICKLE_HINT, **where)
             raise UnsafeGlobalError(full, **where)
         admitted_by = None if self.allow_pickle else self._match(full)
         by_prefix = admitted_by is not None and admitted_by != full

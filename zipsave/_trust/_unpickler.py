@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import cloudpickle
 
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
+from ._audit import explain_by_value
 from ._checks import Memo, check_bit_generator, check_dtype, instance_dunders
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
@@ -405,6 +406,9 @@ def restricted_loads(
         if policy.allow_pickle:
             return cloudpickle.loads(payload)
         return _RestrictedUnpickler(io.BytesIO(payload), policy, where).load()
+    except UnsafeGlobalError as err:
+        explain_by_value(err, bytes(payload))  # name the class: cloudpickle's function says nothing
+        raise
     except ZipsaveError:
         raise
     except Exception as err:

@@ -45,12 +45,19 @@ SB3_ALLOWLIST: frozenset[str] = frozenset({
     # arrays and floats; no __setstate__, construction only stores and copies arrays.
     "stable_baselines3.common.noise.NormalActionNoise",
     "stable_baselines3.common.noise.OrnsteinUhlenbeckActionNoise",
+    # Its per-env wrapper (``action_noise`` of a model with several envs): holds ``n_envs`` and a
+    # list of the noises above; its constructor deep-copies the base noise it is handed, which in
+    # a restricted load is one the pickle built from the two classes above. No __setstate__.
+    "stable_baselines3.common.noise.VectorizedActionNoise",
     # Buffer classes (``rollout_buffer_class``, ``replay_buffer_class``), by reference; calling
     # one allocates zeroed numpy arrays (and ReplayBuffer reads psutil's memory figures).
     "stable_baselines3.common.buffers.DictRolloutBuffer",
     "stable_baselines3.common.buffers.DictReplayBuffer",
     "stable_baselines3.common.buffers.ReplayBuffer",
     "stable_baselines3.common.buffers.RolloutBuffer",
+    # ``replay_buffer_class`` of an off-policy model with ``n_steps > 1`` (SB3 >= 2.7): a
+    # ReplayBuffer subclass that only overrides sampling; constructing it allocates the same arrays.
+    "stable_baselines3.common.buffers.NStepReplayBuffer",
     # Schedules (``lr_schedule``, ``clip_range``, ``exploration_schedule``): constructors store
     # their arguments (FloatSchedule asserts ``callable``); ``__call__`` runs only when SB3 trains.
     "stable_baselines3.common.utils.ConstantSchedule",

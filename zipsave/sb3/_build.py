@@ -10,13 +10,14 @@ from typing import Any
 import torch
 
 from .. import _format
+from .._trust import BY_VALUE_MARK
 from .._core import LoadSession, load_state_into, recursive_getattr, set_variable, unwrap
 from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._schedules import NotASchedule, recognise_schedule
 from ._extras import apply_vec_normalize, matches_any, has_extra, restore_extra, warn_unused_vec_normalize
 from ._zoo import with_zoo_schedules
 
-__all__ = ["build_sb3"]
+__all__ = ["ARS_WEIGHTS", "build_sb3", "is_ars", "sync_ars_weights"]
 
 #: ``data`` keys without which no SB3 model can be built.
 _REQUIRED = ("policy_class", "observation_space", "action_space")
@@ -30,6 +31,8 @@ _SCHEDULE_GROUPS = {
 }
 _SCHEDULE_KEYS = frozenset(k for keys in _SCHEDULE_GROUPS.values() for k in keys)
 _REBUILT_FROM_SAVED = frozenset({"lr_schedule", "exploration_schedule"})
+#: ARS's flat copy of its policy's parameters (see sync_ars_weights).
+ARS_WEIGHTS = "weights"
 #: Keywords of ``load`` that are not ``data`` keys.
 _NOT_DATA = frozenset({"env", "force_reset"})
 #: ``data`` keys decoded even when given: the saved value is checked against the given one.
@@ -63,6 +66,7 @@ def build_sb3(
     # the keys SB3 cannot do without are reported once, by the error `_check_required` raises.
     given = {**{k: v for k, v in kwargs.items() if k not in _NOT_DATA | _CHECKED}, **(custom_objects or {})}
     quiet = list(_REQUIRED) + ([] if "policy_kwargs" in kwargs else ["policy_kwargs"]) + list(_SCHEDULE_KEYS)
+    quiet += [ARS_WEIGHTS] if is_ars(cls) else []
     recovery = _ScheduleRecovery()
     data = src.decode_data("", custom_objects=given, exclude=exclude, quiet=quiet, recover=recovery)
     if data is None:
@@ -104,6 +108,10 @@ def build_sb3(
 
     _warn_lost_schedules(src, model, recovery.why)
     _load_parameters(src, model, exclude)
+    if is_ars(cls):
+        sync_ars_weights(model)
+        if any(e.key == ARS_WEIGHTS and e.member == _format.DATA for e in src.report.skipped):
+            src.report.notes.append(f"`{ARS_WEIGHTS}` (a pickled tensor) was not decoded; ARS took it from the loaded policy.")
     _load_variables(src, model, exclude)
     if has_extra(src, "replay_buffer", exclude):
         restore_extra(src, model, "replay_buffer")
@@ -158,6 +166,21 @@ def _reason(key: str, skipped: dict, why: dict[str, str]) -> str:
     return str(skipped[key].cause).split(" To allow it")[0].rstrip(".")
 
 
+def is_ars(cls: type) -> bool:
+    """sb3-contrib's ARS (and subclasses), without importing sb3-contrib."""
+    return any(f"{k.__module__}.{k.__qualname__}" == "sb3_contrib.ars.ars.ARS" for k in cls.__mro__)
+
+
+def sync_ars_weights(model: Any) -> None:
+    """ARS searches around ``weights``, a flat copy of the policy's parameters that
+    ``_setup_model`` takes *before* the saved parameters are loaded; unless the policy was zeroed
+    (``zero_policy=True``, whose parameters are views of it), ``learn`` would go on from the
+    freshly initialised weights and throw the training away (SB3's own ``load`` does). Take the
+    copy from the loaded policy. SB3 pickles ``weights`` (a tensor) in ``data``; nothing of it is
+    lost when that pickle is refused."""
+    model.weights = torch.nn.utils.parameters_to_vector(model.policy.parameters()).detach()
+
+
 def _named_classes(cls: type) -> list[Any]:
     """The classes the caller named by passing ``cls``: itself, its ``policy_aliases`` and the
     policy base class its ``policy`` attribute is annotated with. Trusted as references only."""
@@ -204,8 +227,8 @@ def _check_required(src: LoadSession, cls: type, data: dict[str, Any], kwargs: d
             archive=src.name,
             member=_format.DATA,
             key=lost[0] if len(lost) == 1 else None,
-            hint="Provide the value with `custom_objects={" + ", ".join(f"{k!r}: ..." for k in lost) + "}`, "
-            "or trust the global named above with `trusted=[...]`.",
+            hint="Provide the value with `custom_objects={" + ", ".join(f"{k!r}: ..." for k in lost) + "}`"
+            + (", or trust the global named above with `trusted=[...]`." if _trust_helps(skipped, lost) else "."),
         )
     if absent:
         raise ArchiveFormatError(
@@ -221,6 +244,11 @@ def _check_required(src: LoadSession, cls: type, data: dict[str, Any], kwargs: d
             f"{_keys(defaults)} could not be decoded; {cls.__name__} uses what its constructor and "
             "`_setup_model` set instead. Pass them as keyword arguments to `load` to choose."
         )
+
+
+def _trust_helps(causes: dict[str, str], keys: list[str]) -> bool:
+    """False when a key holds a class stored as code, which no ``trusted=`` admits."""
+    return not any(BY_VALUE_MARK in causes[key] for key in keys)
 
 
 def _keys(keys: list[str]) -> str:

@@ -14,6 +14,8 @@ from ._allowlist import SB3_ALLOWLIST
 from ._allowlist_contrib import SB3_CONTRIB_ALLOWLIST
 from ._build import build_sb3
 from ._extras import EXTRAS, collect_extras, restore_extra, sb3_stand_in
+from ._schedules import closures_in
+from ._zoo import schedules_in
 
 __all__ = ["SB3Handler"]
 
@@ -75,6 +77,19 @@ class SB3Handler(Handler):
                 "`zipsave.load_archive(path)`.",
             )
         return build_sb3(session, cls, custom_objects=custom_objects, exclude=exclude, overrides=overrides)
+
+    def known_values(self, session: LoadSession, obj: Any, folder: str) -> dict[str, Any]:
+        """SB3's and the RL Zoo's schedule closures, rebuilt without running them (as ``load``)."""
+        member = _format.join(folder, _format.DATA)
+        if session.policy.allow_pickle or not session.has(member):
+            return {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # integrity notes come again when `data` is decoded
+            try:
+                raw = session.read_json(member)
+            except Exception:  # noqa: BLE001 - the decode that follows reports the cause
+                return {}
+        return {**closures_in(raw), **schedules_in(raw)}
 
     def restore_component(self, session: LoadSession, obj: Any, name: str) -> bool:
         if name not in EXTRAS or not hasattr(obj, "_setup_model"):

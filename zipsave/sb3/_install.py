@@ -15,7 +15,7 @@ from typing import Any
 
 from zipsave._trust import TrustPolicy
 
-from . import _replace, _state
+from . import _policies, _replace, _state
 from ._state import Options
 
 __all__ = ["Options", "current_options", "install", "installed", "is_installed", "uninstall"]
@@ -132,8 +132,8 @@ def _targets() -> list[tuple[type, str, Any]]:
 
     return [
         (BaseAlgorithm, "load", classmethod(_replace.algorithm_load)),
-        (BaseModel, "save", _replace.policy_save),
-        (BaseModel, "load", classmethod(_replace.policy_load)),
+        (BaseModel, "save", _policies.policy_save),
+        (BaseModel, "load", classmethod(_policies.policy_load)),
         (VecNormalize, "save", _replace.vec_normalize_save),
         (VecNormalize, "load", staticmethod(_replace.vec_normalize_load)),
     ]

@@ -11,43 +11,50 @@ from typing import Any
 
 import zipsave
 from zipsave._archive import atomic_output
-from zipsave._trust import TrustPolicy, restricted_loads
-from zipsave.exceptions import DecodeError, UnsafeGlobalError
+from zipsave._trust import BY_VALUE_MARK, TrustPolicy, restricted_loads
+from zipsave.exceptions import DecodeError
 
 from ._state import Options, original
 from ._state import current_options as _current
-from ._zoo import zoo_schedules
+from ._build import ARS_WEIGHTS, is_ars, sync_ars_weights
+from ._schedules import closures_in
+from ._zoo import read_data, schedules_in
 
 __all__ = [
     "algorithm_load",
+    "current_options",
+    "is_zipsave_archive",
     "load_from_pkl",
     "load_from_zip_file",
-    "policy_load",
-    "policy_save",
     "save_to_pkl",
     "save_to_zip_file",
     "vec_normalize_load",
+    "trusted_names",
     "vec_normalize_save",
+    "write_exact",
 ]
 
-#: The algorithm class whose ``load`` is running, and whether it asked for the system info.
-_loading: contextvars.ContextVar[tuple[type, bool] | None] = contextvars.ContextVar("zipsave_sb3_loading", default=None)
+#: The algorithm class whose ``load`` is running, whether it asked for the system info, and the
+#: ``data`` keys its caller passed as keyword arguments (those win over the saved values).
+_loading: contextvars.ContextVar[tuple[type, bool, frozenset[str]] | None] = contextvars.ContextVar(
+    "zipsave_sb3_loading", default=None
+)
+#: ``data`` keys without which ``BaseAlgorithm.load`` cannot build the model it saved.
+_REQUIRED = ("policy_class", "observation_space", "action_space", "policy_kwargs")
+#: Keywords of ``BaseAlgorithm.load`` that are not ``data`` keys.
+_LOAD_KEYWORDS = frozenset({"env", "device", "custom_objects", "print_system_info", "force_reset"})
 
 #: ``data`` key naming the class of an object archive (replay buffer, ``VecNormalize``).
 OBJECT_CLASS = "_zipsave_object_class"
 #: ``data`` key of an object archive holding one plain value instead of attributes.
 OBJECT_VALUE = "_zipsave_object_value"
-#: The ``.pth`` member of a policy archive (``policy.save``).
-POLICY = "policy"
-#: Key of a features extractor's record in a policy archive's ``data`` (see _extractor_record).
-EXTRACTOR = "_zipsave_features_extractor"
 
 
 def current_options() -> Options:
     return _current() or Options()
 
 
-def _trusted(extra: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+def trusted_names(extra: tuple[Any, ...] = ()) -> tuple[Any, ...]:
     return tuple(current_options().trusted) + tuple(extra)
 
 
@@ -83,23 +90,54 @@ def load_from_zip_file(
     """SB3's ``load_from_zip_file`` with :func:`zipsave.load_archive`'s rules."""
     del verbose
     loading = _loading.get()
-    cls, asked = loading if loading is not None else (_calling_algorithm(), False)
+    cls, asked, given = loading if loading is not None else (_calling_algorithm(), False, frozenset())
     options = current_options()
     _check_exists(load_path, "zip")
     if load_data and not options.allow_pickle:
-        # The RL Zoo's schedule closures (rl-zoo3 < 2.7), rebuilt without running them.
-        found = zoo_schedules(_existing(load_path, "zip"), skip=custom_objects or {})
+        # SB3's and the RL Zoo's own schedule closures (SB3/rl-zoo3 < 2.7, or a closure a user
+        # passed), rebuilt without running them.
+        raw = read_data(_existing(load_path, "zip"))
+        skip = custom_objects or {}
+        found = {**closures_in(raw, skip), **schedules_in(raw, skip)}
         if found:
             custom_objects = {**found, **(custom_objects or {})}
-    return zipsave.load_archive(
+    report = zipsave.LoadReport()
+    loaded = zipsave.load_archive(
         load_path,
         load_data=load_data,
         custom_objects=custom_objects,
         device=device,
         print_system_info=print_system_info or asked,
         allow_pickle=options.allow_pickle,
-        trusted=_trusted(_named_classes(cls)),
+        trusted=trusted_names(_named_classes(cls)),
         strict=options.strict,
+        report=report,
+    )
+    if loading is not None and load_data:
+        _check_required(load_path, loading[0], report, given | set(custom_objects or ()))
+    return loaded
+
+
+def _check_required(path: Any, cls: type, report: Any, given: Any) -> None:
+    """``BaseAlgorithm.load`` cannot rebuild the saved model without these keys: it would fail
+    later with ``KeyError`` (SB3 #1682) or, for ``policy_kwargs``, build default layers that the
+    saved weights do not fit. Name the key and its cause now."""
+    skipped = {e.key: e for e in report.skipped if e.member == "data" and e.key in _REQUIRED and e.key not in given}
+    if not skipped:
+        return
+    lost = sorted(skipped)
+    causes = "; ".join(f"`{key}`: {skipped[key].cause}" for key in lost)
+    raise DecodeError(
+        f"cannot build {cls.__name__}: {', '.join(f'`{k}`' for k in lost)} could not be decoded and "
+        f"{cls.__name__}.load needs {'it' if len(lost) == 1 else 'them'} ({causes})",
+        archive=path,
+        member="data",
+        key=lost[0] if len(lost) == 1 else None,
+        hint=f"Provide the value with `{cls.__name__}.load(path, custom_objects={{"
+        + ", ".join(f"{k!r}: ..." for k in lost) + "})`"
+        + ("" if any(BY_VALUE_MARK in skipped[k].cause for k in lost) else
+           ", trust the global named above with `zipsave.sb3.install(trusted=[...])`")
+        + ", or, if you trust the archive completely, `zipsave.sb3.install(allow_pickle=True)`.",
     )
 
 
@@ -128,11 +166,16 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
             raise TypeError(f"{cls.__name__}.load() takes at most {len(names) + 1} positional arguments.")
     # zipsave prints the saved and current system info and their differences in one place.
     asked = bool(kwargs.pop("print_system_info", False))
-    token = _loading.set((cls, asked))
+    if is_ars(cls):  # its pickled `weights` are replaced from the loaded policy below, not decoded
+        kwargs["custom_objects"] = {ARS_WEIGHTS: None, **(kwargs.get("custom_objects") or {})}
+    token = _loading.set((cls, asked, frozenset(kwargs) - _LOAD_KEYWORDS))
     try:
-        return original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
+        model = original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
     finally:
         _loading.reset(token)
+    if is_ars(cls):
+        sync_ars_weights(model)
+    return model
 
 
 def _existing(path: Any, suffix: str) -> Any:
@@ -160,7 +203,7 @@ def _with_suffix(path: Any, suffix: str) -> Any:
     return p.with_suffix(f".{suffix}") if p.suffix == "" else p
 
 
-def _write_exact(path: Any, data: dict[str, Any], params: dict[str, Any] | None = None) -> None:
+def write_exact(path: Any, data: dict[str, Any], params: dict[str, Any] | None = None) -> None:
     """An atomic archive at exactly ``path`` (SB3 names these files, not zipsave)."""
     if hasattr(path, "write"):
         zipsave.save_archive(path, data=data, params=params)
@@ -174,12 +217,12 @@ def save_object(path: Any, obj: Any) -> None:
     members, spaces and plain values readable, nothing that needs code to load."""
     state = obj.__getstate__() if hasattr(obj, "__dict__") else None
     if isinstance(state, dict) and all(isinstance(key, str) for key in state):
-        _write_exact(path, {OBJECT_CLASS: type(obj), **state})
+        write_exact(path, {OBJECT_CLASS: type(obj), **state})
     else:  # a plain value (SB3's save_to_pkl takes anything): one entry, encoded as it is
-        _write_exact(path, {OBJECT_VALUE: obj})
+        write_exact(path, {OBJECT_VALUE: obj})
 
 
-def _is_zipsave_archive(path: Any) -> bool:
+def is_zipsave_archive(path: Any) -> bool:
     try:
         if hasattr(path, "read"):
             at = path.tell()
@@ -197,13 +240,13 @@ def load_object(path: Any, expected: type, what: str) -> Any:
     same trust rules as a ``data`` value. The object's class must be trusted and be an
     ``expected``; a value that does not decode is an error, never a partial object."""
     options = current_options()
-    if not _is_zipsave_archive(path):
+    if not is_zipsave_archive(path):
         payload = path.read() if hasattr(path, "read") else pathlib.Path(path).read_bytes()
-        policy = TrustPolicy.make(allow_pickle=options.allow_pickle, trusted=_trusted())
+        policy = TrustPolicy.make(allow_pickle=options.allow_pickle, trusted=trusted_names())
         obj = restricted_loads(payload, policy, archive=path)
     else:
         data, _, _ = zipsave.load_archive(
-            path, allow_pickle=options.allow_pickle, trusted=_trusted(), strict=True
+            path, allow_pickle=options.allow_pickle, trusted=trusted_names(), strict=True
         )
         data = dict(data or {})
         if OBJECT_VALUE in data:
@@ -259,85 +302,3 @@ def vec_normalize_load(load_path: Any, venv: Any) -> Any:
     vec_normalize = load_object(load_path, VecNormalize, "VecNormalize")
     vec_normalize.set_venv(venv)
     return vec_normalize
-
-
-# -- policies --------------------------------------------------------------------------------
-def policy_save(self: Any, path: Any) -> None:
-    """``policy.save``: constructor parameters in ``data``, weights in ``policy.pth``, at
-    exactly ``path``."""
-    data = {key: _extractor_record(value) for key, value in self._get_constructor_parameters().items()}
-    _write_exact(path, data, {POLICY: self.state_dict()})
-
-
-def _extractor_record(value: Any) -> Any:
-    """A features extractor instance (the actors of TD3/SAC/DDPG take one) is stored as what
-    builds it again: its class, observation space and output size. Its weights are part of
-    the policy's own state dict, so a pickle of the module (tensors and all) is not needed."""
-    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
-
-    if not isinstance(value, BaseFeaturesExtractor):
-        return value
-    return {EXTRACTOR: type(value), "observation_space": value._observation_space, "features_dim": value.features_dim}
-
-
-def _rebuild_extractor(value: Any) -> Any:
-    if not (isinstance(value, dict) and EXTRACTOR in value):
-        return value
-    import inspect
-
-    cls = value[EXTRACTOR]
-    kwargs = {"features_dim": value["features_dim"]}
-    params = inspect.signature(cls).parameters
-    if "features_dim" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        kwargs = {}
-    return cls(value["observation_space"], **kwargs)
-
-
-def _is_torch_file(path: Any) -> bool:
-    """A file written by ``torch.save`` (what ``policy.save`` wrote without zipsave)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return any(name.endswith("/data.pkl") or name == "data.pkl" for name in archive.namelist())
-    except (zipfile.BadZipFile, OSError):
-        return not _is_zipsave_archive(path)
-    finally:
-        if hasattr(path, "seek"):
-            path.seek(0)
-
-
-def policy_load(cls: Any, path: Any, device: Any = "auto") -> Any:
-    """``Policy.load``: rebuild ``cls`` from its constructor parameters and load its weights."""
-    from stable_baselines3.common.policies import BaseModel
-    from stable_baselines3.common.utils import get_device
-
-    options = current_options()
-    if _is_torch_file(path):
-        if options.allow_pickle:
-            return original(BaseModel, "load").__func__(cls, path, device)
-        raise UnsafeGlobalError(
-            "torch.load(weights_only=False)",
-            archive=path,
-            hint="This policy file was written by SB3's own `policy.save` (a torch pickle); reading it "
-            "runs code from the file. If you trust it, load it once with "
-            "`zipsave.sb3.installed(allow_pickle=True)` and save it again.",
-        )
-    device = get_device(device)
-    data, params, _ = zipsave.load_archive(
-        path, device=device, allow_pickle=options.allow_pickle, trusted=_trusted((cls,)), strict=options.strict
-    )
-    if data is None or POLICY not in params:
-        raise zipsave.ArchiveFormatError(
-            f"holds no policy (`data` and `{POLICY}.pth`); was it written by `policy.save`?", archive=path
-        )
-    try:
-        model = cls(**{key: _rebuild_extractor(value) for key, value in data.items()})
-    except Exception as err:
-        raise DecodeError(
-            f"{cls.__name__} cannot be built from the saved constructor parameters ({type(err).__name__}: {err}).",
-            archive=path,
-            hint="Trust the classes named in the warnings above, or pass `allow_pickle=True` to install().",
-        ) from err
-    model.load_state_dict(params[POLICY])
-    model.to(device)
-    return model
-

@@ -1,5 +1,6 @@
-"""SB3's schedule closures (SB3 < 2.7 pickled them by value) recognised from the pickle alone and
-rebuilt as SB3's schedule objects; nothing the archive holds is imported, called or executed."""
+"""SB3's schedule closures (SB3 < 2.7 pickled them by value; SB3 >= 2.7 still does when a user
+passes one, wrapped in ``FloatSchedule``) recognised from the pickle alone and rebuilt as SB3's
+schedule objects; nothing the archive holds is imported, called or executed."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import math
 import pickle
 from typing import Any
 
-from .._codec import SERIALIZED_KEY
+from .._codec import SERIALIZED_KEY, TYPE_KEY
+from ._zoo import rebuild_described
 
-__all__ = ["NotASchedule", "recognise_schedule"]
+__all__ = ["NotASchedule", "closures_in", "recognise_schedule"]
 
 _MODULE = "stable_baselines3.common.utils"
 _CLOUDPICKLE = ("cloudpickle.cloudpickle", "cloudpickle.cloudpickle_fast")
@@ -36,6 +38,20 @@ _DIGESTS_311 = frozenset({
 
 class NotASchedule(Exception):
     """The pickle is not one of SB3's schedule closures (or not only one)."""
+
+
+class _ScheduleObject:
+    """One of SB3's schedule classes as the pickle builds it (NEWOBJ, then BUILD sets the
+    ``__dict__``), kept as inert data; ``kind`` is the class name."""
+
+    kind = ""
+
+
+#: SB3's schedule classes (SB3 >= 2.7) a closure may sit in, e.g. ``FloatSchedule(get_linear_fn(...))``.
+_OBJECTS = {
+    name: type(name, (_ScheduleObject,), {"kind": name, "__module__": __name__})
+    for name in ("FloatSchedule", "LinearSchedule", "ConstantSchedule")
+}
 
 
 class _Code:
@@ -93,6 +109,8 @@ class _DescribingUnpickler(pickle.Unpickler):
             return _STUBS[name]
         if (module, name) == ("builtins", "float"):  # the `-> float` annotation
             return "float"
+        if module == _MODULE and name in _OBJECTS:
+            return _OBJECTS[name]
         raise NotASchedule(f"the pickle names `{module}.{name}`")
 
     def persistent_load(self, pid: Any) -> Any:
@@ -113,12 +131,25 @@ def _reference_digests() -> set[str]:
     return digests
 
 
-def _closure_values(func: _Function) -> tuple[str, list[Any]]:
-    """The function's qualname and its closure's values, once its identity is checked."""
+def _attributes(func: _Function) -> dict[str, Any]:
     state = func.state if isinstance(func.state, dict) else {}
     slots = func.slots if isinstance(func.slots, dict) else {}
-    module = slots.get("__module__", state.get("__module__"))
-    qualname = slots.get("__qualname__", state.get("__qualname__"))
+    return {**state, **slots}  # cloudpickle versions split them differently
+
+
+def _zoo_schedule(func: _Function) -> Any:
+    """The RL Zoo's closure (rl-zoo3 < 2.7) as the installed Zoo's schedule, or ``None``."""
+    cells = _attributes(func).get("__closure__")
+    if not (isinstance(func.code, _Code) and isinstance(cells, tuple)
+            and all(isinstance(c, _Cell) and len(c.value) == 1 for c in cells)):
+        return None
+    return rebuild_described(func.code.args, _attributes(func), [c.value[0] for c in cells])
+
+
+def _closure_values(func: _Function) -> tuple[str, list[Any]]:
+    """The function's qualname and its closure's values, once its identity is checked."""
+    slots = _attributes(func)
+    module, qualname = slots.get("__module__"), slots.get("__qualname__")
     if module != _MODULE or qualname not in _KNOWN:
         raise NotASchedule(f"`{module}.{qualname}` is not one of SB3's schedule closures")
     freevars, consts, names = _KNOWN[qualname]
@@ -145,9 +176,29 @@ def _number(value: Any) -> float:
     return float(value)
 
 
+def _state(obj: _ScheduleObject, names: set[str]) -> dict[str, Any]:
+    state = vars(obj)
+    if set(state) != names:
+        raise NotASchedule(f"a {obj.kind} holding {sorted(state)}, not {sorted(names)}")
+    return state
+
+
+def _rebuild_object(obj: _ScheduleObject) -> Any:
+    from stable_baselines3.common import utils
+
+    if obj.kind == "FloatSchedule":
+        return utils.FloatSchedule(_rebuild(_state(obj, {"value_schedule"})["value_schedule"]))
+    if obj.kind == "LinearSchedule":
+        state = _state(obj, {"start", "end", "end_fraction"})
+        return utils.LinearSchedule(*(_number(state[k]) for k in ("start", "end", "end_fraction")))
+    return utils.ConstantSchedule(_number(_state(obj, {"val"})["val"]))
+
+
 def _rebuild(func: Any) -> Any:
     from stable_baselines3.common import utils
 
+    if isinstance(func, _ScheduleObject):
+        return _rebuild_object(func)
     if not isinstance(func, _Function):
         raise NotASchedule("the pickle holds no function")
     qualname, values = _closure_values(func)
@@ -159,14 +210,18 @@ def _rebuild(func: Any) -> Any:
         if hasattr(utils, "LinearSchedule"):
             return utils.LinearSchedule(start, end, end_fraction)
         return utils.get_linear_fn(start, end, end_fraction)
-    inner = _rebuild(values[0])  # get_schedule_fn's wrapper around one of the above
+    # get_schedule_fn's wrapper around one of the above, a schedule object or the Zoo's closure
+    inner = _zoo_schedule(values[0]) if isinstance(values[0], _Function) else None
+    inner = inner if inner is not None else _rebuild(values[0])
     return utils.FloatSchedule(inner) if hasattr(utils, "FloatSchedule") else utils.get_schedule_fn(inner)
 
 
 def recognise_schedule(value: Any) -> Any:
     """SB3's schedule object equivalent to a ``data`` entry holding one of SB3's own schedule
     closures (``constant_fn``, ``get_linear_fn``, ``get_schedule_fn`` of a constant), as SB3 < 2.7
-    pickled them; matched on module, qualname, bytecode, constants and free variables.
+    pickled them, alone or inside SB3's schedule objects (``FloatSchedule(get_linear_fn(...))``,
+    what SB3 >= 2.7 stores for a closure passed as ``learning_rate`` or ``clip_range``); matched
+    on module, qualname, bytecode, constants and free variables.
 
     Raises
     ------
@@ -183,3 +238,18 @@ def recognise_schedule(value: Any) -> Any:
     except Exception as err:  # a malformed pickle is simply not a schedule
         raise NotASchedule(f"the pickle cannot be read ({type(err).__name__}: {err})") from err
     return _rebuild(func)
+
+
+def closures_in(raw: Any, skip: Any = ()) -> dict[str, Any]:
+    """``{key: schedule}`` for the top-level entries of a parsed ``data`` member that hold SB3's
+    schedule closures (for SB3's own ``load`` under ``install()``, as ``custom_objects``)."""
+    out = {}
+    for key, entry in raw.items() if isinstance(raw, dict) else ():
+        hint = str(entry.get(TYPE_KEY, "")) if isinstance(entry, dict) else ""
+        if key in skip or not ("function" in hint or "Schedule" in hint):
+            continue
+        try:
+            out[key] = recognise_schedule(entry)
+        except NotASchedule:
+            continue
+    return out

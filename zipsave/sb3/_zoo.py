@@ -23,7 +23,7 @@ import warnings
 import zipfile
 from typing import Any
 
-__all__ = ["recognise", "schedules_in", "with_zoo_schedules", "zoo_schedules"]
+__all__ = ["read_data", "recognise", "rebuild_described", "schedules_in", "with_zoo_schedules"]
 
 _MODULES = ("rl_zoo3.utils", "utils.utils")
 _QUALNAME = "linear_schedule.<locals>.func"
@@ -272,6 +272,21 @@ def recognise(payload: bytes) -> Any:
     return schedule
 
 
+def rebuild_described(code_fields: tuple, attrs: dict, cells: list[Any]) -> Any:
+    """The installed Zoo's schedule for a closure already read as inert records (by SB3's
+    schedule recogniser, which finds the Zoo's closure inside ``get_schedule_fn``'s lambda: what
+    SB3 < 2.7 stored for ``clip_range: lin_0.2``): its code fields, its function attributes and
+    its closure cells' values. ``None`` when it is not exactly the Zoo's function."""
+    if attrs.get("__qualname__") != _QUALNAME or attrs.get("__module__") not in _MODULES:
+        return None
+    if _without_lines(tuple(code_fields)) not in _references() or len(cells) != 1:
+        return None
+    value = cells[0]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return _installed_schedule(float(value))
+
+
 def _installed_schedule(value: float) -> Any:
     """The installed Zoo's own linear schedule of ``value``: ``SimpleLinearSchedule`` (rl-zoo3
     >= 2.7), else the installed ``linear_schedule`` (the same closure the archive holds, built
@@ -287,21 +302,19 @@ def _installed_schedule(value: float) -> Any:
     return closure(value) if closure is not None else None
 
 
-def zoo_schedules(path: Any, skip: Any = ()) -> dict[str, Any]:
-    """``{key: schedule}`` for the top-level ``data`` entries of the archive at ``path`` that
-    are the Zoo's schedule closures, ready to pass as ``custom_objects``. Reads ``data`` only;
-    anything unreadable gives an empty dict (the load that follows reports it)."""
+def read_data(path: Any) -> Any:
+    """The parsed ``data`` member of the archive at ``path``, or ``None`` when there is none or it
+    cannot be read (the load that follows reports why). A file object is rewound."""
     try:
         with zipfile.ZipFile(path) as archive:
             if "data" not in archive.namelist():
-                return {}
-            raw = json.loads(archive.read("data"))
+                return None
+            return json.loads(archive.read("data"))
     except (zipfile.BadZipFile, OSError, ValueError, KeyError):
-        return {}
+        return None
     finally:
         if hasattr(path, "seek"):
             path.seek(0)
-    return schedules_in(raw, skip)
 
 
 def with_zoo_schedules(session: Any, custom_objects: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -336,3 +349,4 @@ def schedules_in(raw: Any, skip: Any = ()) -> dict[str, Any]:
         if schedule is not None:
             out[key] = schedule
     return out
+

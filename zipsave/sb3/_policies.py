@@ -1,0 +1,142 @@
+"""What ``policy.save`` and ``Policy.load`` become under ``zipsave.sb3.install()``: constructor
+parameters in ``data`` and weights in ``policy.pth``, an archive that loads without pickle."""
+
+from __future__ import annotations
+
+import inspect
+import zipfile
+from typing import Any
+
+import zipsave
+from zipsave.exceptions import DecodeError, ParameterMismatchError, UnsafeGlobalError
+
+from ._replace import current_options, is_zipsave_archive, trusted_names, write_exact
+from ._state import original
+
+__all__ = ["policy_load", "policy_save"]
+
+#: The ``.pth`` member of a policy archive (``policy.save``).
+POLICY = "policy"
+#: Key of a features extractor's record in a policy archive's ``data`` (see _extractor_record).
+EXTRACTOR = "_zipsave_features_extractor"
+#: Constructor arguments of sb3-contrib's recurrent policies that they keep only in their LSTM.
+_LSTM_SIZES = {"lstm_hidden_size": "hidden_size", "n_lstm_layers": "num_layers"}
+_PLAIN = (bool, int, float, str, dict, type(None))
+
+
+def policy_save(self: Any, path: Any) -> None:
+    """``policy.save``: constructor parameters in ``data``, weights in ``policy.pth``, at
+    exactly ``path``."""
+    data = {key: _extractor_record(value) for key, value in _constructor_parameters(self).items()}
+    write_exact(path, data, {POLICY: self.state_dict()})
+
+
+def _constructor_parameters(policy: Any) -> dict[str, Any]:
+    """``_get_constructor_parameters()``, completed: some policies leave out arguments their
+    constructor takes (SB3's ``share_features_extractor``; sb3-contrib's recurrent policies
+    their LSTM settings), so ``Policy.load`` built another architecture than the one saved.
+    A missing argument is taken from the attribute of the same name (or with a leading underscore),
+    or the LSTM's sizes; one the
+    constructor does not take is left out."""
+    data = dict(policy._get_constructor_parameters())
+    lstm = getattr(policy, "lstm_actor", None)
+    params = inspect.signature(type(policy).__init__).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        # and some record one their constructor does not take (sb3-contrib's ARSLinearPolicy: `net_arch`)
+        data = {key: value for key, value in data.items() if key in params}
+    for name, param in params.items():
+        if name in data or name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if name in _LSTM_SIZES and lstm is not None:
+            data[name] = getattr(lstm, _LSTM_SIZES[name])
+        else:
+            for attr in (name, f"_{name}"):  # BasePolicy keeps `squash_output` as `_squash_output`
+                if attr in vars(policy) and isinstance(vars(policy)[attr], _PLAIN):
+                    data[name] = vars(policy)[attr]
+                    break
+    return data
+
+
+def _extractor_record(value: Any) -> Any:
+    """A features extractor instance (the actors of TD3/SAC/DDPG take one) is stored as what
+    builds it again: its class, observation space and output size. Its weights are part of
+    the policy's own state dict, so a pickle of the module (tensors and all) is not needed."""
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    if not isinstance(value, BaseFeaturesExtractor):
+        return value
+    return {EXTRACTOR: type(value), "observation_space": value._observation_space, "features_dim": value.features_dim}
+
+
+def _rebuild_extractor(value: Any) -> Any:
+    if not (isinstance(value, dict) and EXTRACTOR in value):
+        return value
+    cls = value[EXTRACTOR]
+    kwargs = {"features_dim": value["features_dim"]}
+    params = inspect.signature(cls).parameters
+    if "features_dim" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs = {}
+    return cls(value["observation_space"], **kwargs)
+
+
+def _is_torch_file(path: Any) -> bool:
+    """A file written by ``torch.save`` (what ``policy.save`` wrote without zipsave)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/data.pkl") or name == "data.pkl" for name in archive.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return not is_zipsave_archive(path)
+    finally:
+        if hasattr(path, "seek"):
+            path.seek(0)
+
+
+def policy_load(cls: Any, path: Any, device: Any = "auto") -> Any:
+    """``Policy.load``: rebuild ``cls`` from its constructor parameters and load its weights."""
+    from stable_baselines3.common.policies import BaseModel
+    from stable_baselines3.common.utils import get_device
+
+    options = current_options()
+    if _is_torch_file(path):
+        if options.allow_pickle:
+            return original(BaseModel, "load").__func__(cls, path, device)
+        raise UnsafeGlobalError(
+            "torch.load(weights_only=False)",
+            archive=path,
+            hint="This policy file was written by SB3's own `policy.save` (a torch pickle); reading it "
+            "runs code from the file. If you trust it, load it once with "
+            "`zipsave.sb3.installed(allow_pickle=True)` and save it again.",
+        )
+    device = get_device(device)
+    report = zipsave.LoadReport()
+    data, params, _ = zipsave.load_archive(
+        path, device=device, allow_pickle=options.allow_pickle, trusted=trusted_names((cls,)), strict=options.strict,
+        report=report,
+    )
+    if data is None or POLICY not in params:
+        raise zipsave.ArchiveFormatError(
+            f"holds no policy (`data` and `{POLICY}.pth`); was it written by `policy.save`?", archive=path
+        )
+    try:
+        model = cls(**{key: _rebuild_extractor(value) for key, value in data.items()})
+    except Exception as err:
+        raise DecodeError(
+            f"{cls.__name__} cannot be built from the saved constructor parameters ({type(err).__name__}: {err}).",
+            archive=path,
+            hint="Trust the classes named in the warnings above, or pass `allow_pickle=True` to install()."
+            if report.skipped else "Was it saved from another version of the class?",
+        ) from err
+    try:
+        model.load_state_dict(params[POLICY])
+    except RuntimeError as err:  # torch's size mismatch / unexpected keys
+        raise ParameterMismatchError(
+            f"the {cls.__name__} built from the saved constructor parameters does not fit the saved weights "
+            f"({str(err).strip()}).",
+            archive=path,
+            member=f"{POLICY}.pth",
+            hint=f"{cls.__name__}._get_constructor_parameters() does not record every argument its constructor "
+            "took; load the weights into a policy you build yourself: "
+            "`policy.load_state_dict(zipsave.load_archive(path)[1]['policy'])`.",
+        ) from err
+    model.to(device)
+    return model
