@@ -233,23 +233,29 @@ def test_diff_sees_equal_undecodable_values_as_equal(tmp_path, saver):
 # -- SB3 values the allowlist missed ------------------------------------------------------------
 TORCH_PICKLE = (
     "skipped key `weights` of member `data` (type <class 'torch.Tensor'>): refusing to import untrusted global "
-    "`torch._utils._rebuild_tensor_v2`. It rebuilds a tensor that was pickled by torch, which runs `torch.load` "
-    "without `weights_only` and so could run code from the archive: trusting it would let any archive do that."
+    "`torch._utils._rebuild_sparse_tensor`. It rebuilds a kind of tensor (sparse, quantized, ...) that zipsave "
+    "reads from a torch pickle only when dense; torch's own helpers run `torch.load` without `weights_only`"
 )
 
 
-def test_a_tensor_pickled_by_sb3_is_refused_without_suggesting_to_trust_torch_load(tmp_path):
-    # The hint said "pass `trusted=['torch._utils._rebuild_tensor_v2']`": a step towards trusting
-    # `torch.storage._load_from_bytes`, i.e. torch.load with pickle on.
+def test_a_tensor_pickled_by_sb3_loads_weights_only_and_other_torch_rebuilds_are_refused(tmp_path):
+    # A dense tensor attribute (SB3 pickles it in `data`) is read through weights-only stand-ins
+    # of torch's helpers. Other rebuild helpers stay refused, and the hint never suggests
+    # `trusted=` for them (a step towards `torch.load` with pickle on).
     model = _ppo()
-    model.probe = th.arange(3.0)  # any tensor attribute: SB3 pickles it in `data`
+    model.probe = th.arange(3.0)
+    model.sparse = th.eye(2).to_sparse()
     model.save(tmp_path / "m.zip")
     with pytest.warns(zipsave.SkippedEntryWarning) as caught:
         loaded = zipsave.load(tmp_path / "m.zip", cls=PPO)
-    message = str(caught[0].message).replace("`probe`", "`weights`")
+    assert th.equal(loaded.probe, th.arange(3.0))
+    assert [str(w.message).split("`")[3] for w in caught] == ["sparse"]
+    message = str(caught[0].message).replace("`sparse`", "`weights`")
     assert TORCH_PICKLE in message and "trusted=" not in message
-    assert not hasattr(loaded, "probe")
-    assert th.equal(zipsave.load(tmp_path / "m.zip", cls=PPO, custom_objects={"probe": th.ones(3)}).probe, th.ones(3))
+    assert not hasattr(loaded, "sparse")
+    assert th.equal(
+        zipsave.load(tmp_path / "m.zip", cls=PPO, custom_objects={"sparse": th.ones(3)}).sparse, th.ones(3)
+    )
 
 
 def _zipsave_warnings(caught):
@@ -382,7 +388,7 @@ def test_every_algorithm_round_trips_and_trains_on(tmp_path, case, direction):
         model.save(path)
         loaded = zipsave.load(path, cls=cls, env=_SpacesEnv(*spaces), report=report)
         # ARS's flat copy of its weights is a tensor SB3 pickles; it is taken from the loaded policy.
-        assert [entry.key for entry in report.skipped] == (["weights"] if name == "ARS" else [])
+        assert [entry.key for entry in report.skipped] == []  # ARS's pickled `weights` decode weights-only
     else:
         zipsave.save(model, path)
         loaded = cls.load(path, env=_SpacesEnv(*spaces))
@@ -412,9 +418,8 @@ def test_ars_goes_on_from_the_loaded_weights(tmp_path, saver, uninstalled):
     loaded = zipsave.load(tmp_path / "ars.zip", cls=ars, env=gym.make("Pendulum-v1"), report=report)
     assert th.equal(loaded.weights, model.weights)
     assert th.equal(loaded.weights, th.nn.utils.parameters_to_vector(loaded.policy.parameters()))
-    if saver == "sb3":  # SB3 pickled the tensor: not decoded, and nothing is lost
-        assert [e.key for e in report.skipped] == ["weights"]
-        assert "`weights` (a pickled tensor) was not decoded; ARS took it from the loaded policy." in report.notes
+    # SB3 pickled the tensor: read through the weights-only stand-ins of torch's helpers.
+    assert [e.key for e in report.skipped] == []
     loaded.learn(200, reset_num_timesteps=False)
     zipsave.sb3.install()
     with warnings.catch_warnings():

@@ -31,13 +31,14 @@ CODE_HINT = (
     "`custom_objects={key: value}`, or pass `allow_pickle=True` only if you trust the archive completely."
 )
 # How torch pickles a tensor (SB3 pickles tensor attributes that way, e.g. ARS's `weights`):
-# rebuilding one calls `torch.load` without `weights_only`, so these are code runners too.
+# its helpers run `torch.load` without `weights_only`, so they are never trusted. Dense tensors
+# are read through the unpickler's weights-only stand-ins (_substitutes.py); other kinds are refused.
 TORCH_PICKLE_RUNNERS = ("torch.storage._load_from_bytes", "torch._utils._rebuild_")
 TORCH_PICKLE_HINT = (
-    "It rebuilds a tensor that was pickled by torch, which runs `torch.load` without `weights_only` "
-    "and so could run code from the archive: trusting it would let any archive do that. Replace the "
-    "entry with `custom_objects={key: value}`, or pass `allow_pickle=True` only if you trust the "
-    "archive completely."
+    "It rebuilds a kind of tensor (sparse, quantized, ...) that zipsave reads from a torch pickle "
+    "only when dense; torch's own helpers run `torch.load` without `weights_only` and so could run code "
+    "from the archive: trusting them would let any archive do that. Replace the entry with "
+    "`custom_objects={key: value}`, or pass `allow_pickle=True` only if you trust the archive completely."
 )
 
 #: The words of BY_VALUE_HINT a caller can look for in a skipped entry's cause.
