@@ -477,6 +477,30 @@ def test_load_without_cls_names_the_fix(trained, tmp_path):
 
 
 @needs_sb3
+@pytest.mark.parametrize("writer", ["sb3", "zipsave"])
+def test_load_without_cls_names_the_algorithm_the_archive_holds(tmp_path, writer):
+    # The hint said `cls=PPO` whatever the archive held; the policy class tells, read unexecuted.
+    import sb3_contrib
+    import stable_baselines3 as sb3
+
+    for name, cls, env, kwargs in [
+        ("SAC", sb3.SAC, "Pendulum-v1", {"buffer_size": 64}),
+        ("DDPG", sb3.DDPG, "Pendulum-v1", {"buffer_size": 64}),
+        ("TD3", sb3.TD3, "Pendulum-v1", {"buffer_size": 64}),
+        ("A2C", sb3.A2C, "CartPole-v1", {}),
+        ("TRPO", sb3_contrib.TRPO, "CartPole-v1", {}),
+        ("QRDQN", sb3_contrib.QRDQN, "CartPole-v1", {"buffer_size": 64}),
+    ]:
+        model = cls("MlpPolicy", env, policy_kwargs={"net_arch": [4]}, **kwargs)
+        path = tmp_path / f"{name}.zip"
+        model.save(path) if writer == "sb3" else zipsave.save(model, path)
+        with pytest.raises(zipsave.ArchiveFormatError, match=f"model \\({name}, by its policy class\\)") as info:
+            zipsave.load(path)
+        package = "sb3_contrib" if cls.__module__.startswith("sb3_contrib") else "stable_baselines3"
+        assert f"`from {package} import {name}` and `zipsave.load(path, cls={name}, env=env)`" in str(info.value)
+
+
+@needs_sb3
 def test_missing_required_key_is_a_format_error(trained, tmp_path):
     cls, path, _ = trained["ppo"]
     stripped = _edit_sb3_data(path, tmp_path / "stripped.zip", lambda data: data.pop("action_space"))

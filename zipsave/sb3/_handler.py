@@ -14,10 +14,21 @@ from ._allowlist import SB3_ALLOWLIST
 from ._allowlist_contrib import SB3_CONTRIB_ALLOWLIST
 from ._build import build_sb3
 from ._extras import EXTRAS, collect_extras, restore_extra, sb3_stand_in
+from ._guess import import_line, suggest_algorithm
 from ._schedules import closures_in
 from ._zoo import schedules_in
 
 __all__ = ["SB3Handler"]
+
+
+def _suggested(session: LoadSession, folder: str) -> str | None:
+    """The algorithm the archive's ``data`` names by its policy class, if it can tell."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # integrity notes come again when the data is decoded
+        try:
+            return suggest_algorithm(session.read_json(_format.join(folder, _format.DATA)))
+        except Exception:  # noqa: BLE001 - only a suggestion
+            return None
 
 
 def _is_sb3_like(obj: Any) -> bool:
@@ -70,11 +81,14 @@ class SB3Handler(Handler):
         overrides: dict[str, Any],
     ) -> Any:
         if cls is None:
+            name = _suggested(session, folder)
+            example = f"`{import_line(name)}` and `zipsave.load(path, cls={name}, env=env)`" if name and " " not in name \
+                else "`zipsave.load(path, cls=PPO, env=env)`"
             raise ArchiveFormatError(
-                "holds a Stable-Baselines3 model, and zipsave builds one only from the class you name.",
+                "holds a Stable-Baselines3 model" + (f" ({name}, by its policy class)" if name else "")
+                + ", and zipsave builds one only from the class you name.",
                 archive=session.name,
-                hint="Pass it: `zipsave.load(path, cls=PPO, env=env)`, or read the parts with "
-                "`zipsave.load_archive(path)`.",
+                hint=f"Pass it: {example}, or read the parts with `zipsave.load_archive(path)`.",
             )
         return build_sb3(session, cls, custom_objects=custom_objects, exclude=exclude, overrides=overrides)
 
