@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+import numpy as np
 import torch
 
 from .. import _registry
@@ -141,13 +142,17 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
 
 
 
-def _items(value: Any) -> list[tuple[Any, Any]] | None:
+def _items(value: Any) -> Iterable[tuple[Any, Any]] | None:
     """The items of a plain list, tuple or dict whose keys can name a member, else ``None``."""
     if type(value) in (list, tuple):
-        return list(enumerate(value))
+        return enumerate(value)
     if type(value) is dict and all(type(k) is str and k and "." not in k and "/" not in k for k in value):
-        return list(value.items())
+        return value.items()
     return None
+
+
+# Leaves that are never stateful, skipped without a look (a list of a million floats).
+_LEAVES = frozenset({int, float, str, bool, type(None), bytes, complex, np.ndarray, torch.Tensor})
 
 
 def _splits(value: Any, *, top: bool, depth: int = 0) -> bool:
@@ -156,11 +161,14 @@ def _splits(value: Any, *, top: bool, depth: int = 0) -> bool:
     items = _items(value)
     if items is None or depth > 20:
         return False
-    return any(
-        (top and isinstance(v, Component)) or (is_stateful(v) and not is_live_handle(v))
-        or _splits(v, top=False, depth=depth + 1)
-        for _, v in items
-    )
+    for _, v in items:
+        if type(v) in _LEAVES:
+            continue
+        if (top and isinstance(v, Component)) or (is_stateful(v) and not is_live_handle(v)):
+            return True
+        if _splits(v, top=False, depth=depth + 1):
+            return True
+    return False
 
 
 def _split(
