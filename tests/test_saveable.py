@@ -449,3 +449,21 @@ def test_save_exclude_takes_globs_and_paths_below_attributes(tmp_path, exclude, 
         g.endswith(".pth") for g in gone
     ) else contextlib.nullcontext():
         Excludable.load(tmp_path / "part.zip")
+
+
+def test_lazy_modules_are_materialised_by_the_load(tmp_path):
+    # LazyLinear before its first call has parameters without a shape; the load blamed the
+    # archive ("corrupt or unreadable") where torch's load_state_dict materialises them.
+    class Lazy(zipsave.Saveable):
+        def __init__(self):
+            self.net = torch.nn.Sequential(torch.nn.LazyLinear(3), torch.nn.LazyBatchNorm1d())
+            self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+    model = Lazy()
+    model.net(torch.randn(4, 5))
+    model.save(tmp_path / "lazy.zip")
+    loaded = zipsave.load(tmp_path / "lazy.zip", cls=Lazy)
+    assert loaded.net[0].weight.shape == (3, 5) and same_state(model.net, loaded.net)
+    loaded.net(torch.randn(2, 5)).sum().backward()
+    loaded.optimizer.step()  # the optimizer holds the materialised parameters
+    assert not torch.equal(loaded.net[0].weight, model.net[0].weight)

@@ -219,14 +219,17 @@ def _restore_rng(target: Any, value: Any) -> bool:
 
 def load_state_into(src: LoadSession, member: str, target: Any, exact_match: bool) -> None:
     if isinstance(target, torch.nn.Module):
-        current = target.state_dict(keep_vars=True)
+        state = target.state_dict(keep_vars=True)
+        # Lazy modules' parameters have no shape yet (LazyLinear before its first call): they
+        # are read fresh, and load_state_dict materialises them, as torch's own load does.
+        current = {k: v for k, v in state.items() if not torch.nn.parameter.is_lazy(v)}
 
         def fits_module(tree: Any) -> None:  # checked before any byte lands in the module
             if not isinstance(tree, dict):
                 raise ArchiveFormatError(f"holds a {type(tree).__name__}, expected a state dict.")
-            if exact_match and set(tree) != set(current):
-                missing = sorted(set(current) - set(tree))
-                unexpected = sorted(set(tree) - set(current))
+            if exact_match and set(tree) != set(state):
+                missing = sorted(set(state) - set(tree))
+                unexpected = sorted(set(tree) - set(state))
                 raise ParameterMismatchError(
                     f"state dict does not match the module: missing keys {missing}, unexpected keys {unexpected}.",
                     hint="Pass `exact_match=False` to load the keys that match.",
