@@ -65,7 +65,8 @@ _REFUSED = "refusing to import untrusted global `{}`."
 SKIPS = {
     "pickle_os_system.zip": ({"evil": _REFUSED.format("posix.system")}, ["learning_rate", "n_steps"]),
     "pickle_file_write.zip": ({"evil": _REFUSED.format("io.open")}, ["learning_rate", "n_steps"]),
-    "pickle_getattr.zip": ({"evil": _REFUSED.format("builtins.getattr")}, ["learning_rate", "n_steps"]),
+    # getattr is a guarded stand-in; the chain getattr(__import__("os"), "system") stops at __import__
+    "pickle_getattr.zip": ({"evil": _REFUSED.format("builtins.__import__")}, ["learning_rate", "n_steps"]),
     "pickle_subprocess.zip": ({"evil": _REFUSED.format("subprocess.Popen")}, ["learning_rate", "n_steps"]),
     "pickle_eval.zip": ({"evil": _REFUSED.format("builtins.eval")}, ["learning_rate", "n_steps"]),
     "ref_os_system.zip": ({"evil": _REFUSED.format("os.system")}, ["learning_rate", "n_steps"]),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import pickle
 import re
 import subprocess
 import sys
@@ -266,15 +268,52 @@ def test_sac_actor_with_its_features_extractor_round_trips(tmp_path, installed):
     torch.testing.assert_close(actor(obs, deterministic=True), model.actor(obs, deterministic=True))
 
 
-def test_policy_pickled_by_sb3_is_refused_unless_pickle_is_allowed(tmp_path):
+def test_policy_pickled_by_sb3_loads_safely(tmp_path):
+    # SB3's own `policy.save` is torch.save of {"state_dict", "data"}: its data.pkl is read by
+    # the restricted unpickler, its storages from the file's records; nothing runs.
     model = ppo()
     model.policy.save(tmp_path / "sb3_policy.pth")  # torch.save, SB3's own
-    with zipsave.sb3.installed():
-        with pytest.raises(zipsave.UnsafeGlobalError, match=re.escape("written by SB3's own `policy.save`")):
-            ActorCriticPolicy.load(tmp_path / "sb3_policy.pth")
-    with zipsave.sb3.installed(allow_pickle=True):
+    with zipsave.sb3.installed(), warnings.catch_warnings():
+        warnings.simplefilter("error")
         policy = ActorCriticPolicy.load(tmp_path / "sb3_policy.pth")
     assert isinstance(policy, ActorCriticPolicy)
+    for key, value in model.policy.state_dict().items():
+        assert torch.equal(policy.state_dict()[key], value)
+    with zipsave.sb3.installed(allow_pickle=True):
+        assert isinstance(ActorCriticPolicy.load(tmp_path / "sb3_policy.pth"), ActorCriticPolicy)
+
+
+def _rewrite_member(path, target, transform):
+    with zipfile.ZipFile(path) as zf:
+        items = [(info.filename, zf.read(info)) for info in zf.infolist()]
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, raw in items:
+            zf.writestr(name, transform(raw) if name.endswith(target) else raw)
+
+
+def test_a_tampered_sb3_policy_file_is_refused_and_never_runs(tmp_path):
+    model = ppo()
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.pth"
+    model.policy.save(evil)
+    payload = pickle.dumps({"state_dict": {}, "data": {"x": _Call(os.system, f"touch {marker}")}}, protocol=2)
+    _rewrite_member(evil, "/data.pkl", lambda raw: payload)
+    with zipsave.sb3.installed(), pytest.raises(zipsave.UnsafeGlobalError, match="system"):
+        ActorCriticPolicy.load(evil)
+    assert not marker.exists()
+    short = tmp_path / "short.pth"
+    model.policy.save(short)
+    _rewrite_member(short, "/data/0", lambda raw: raw[:-4])  # a storage record shorter than declared
+    with zipsave.sb3.installed(), pytest.raises(zipsave.DecodeError, match="its reference declares"):
+        ActorCriticPolicy.load(short)
+
+
+class _Call:
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
 
 
 def make_venv():

@@ -69,7 +69,8 @@ def payloads(marker: pathlib.Path) -> dict[str, tuple[object, str]]:
         "subprocess.check_call": (_Reduce(subprocess.check_call, ["touch", str(marker)]), "subprocess.check_call"),
         "eval": (_Reduce(eval, f"__import__('os').system({cmd!r})"), "builtins.eval"),
         "exec": (_Reduce(exec, f"import os; os.system({cmd!r})"), "builtins.exec"),
-        "getattr-chain": (_nested_call(getattr, (_Reduce(__import__, "os"), "system"), cmd), "builtins.getattr"),
+        # builtins.getattr is answered by a guarded stand-in: the chain stops at __import__.
+        "getattr-chain": (_nested_call(getattr, (_Reduce(__import__, "os"), "system"), cmd), "builtins.__import__"),
         "file-write": (_Reduce(pathlib.Path.write_text, marker, "pwned"), "pathlib.Path.write_text"),
         "inside-a-list": ([1, 2, _Reduce(os.system, cmd)], "posix.system"),
     }

@@ -991,3 +991,40 @@ class _Tensor:
 def test_a_tensor_rebuild_with_arguments_a_saved_tensor_never_has_is_refused(args):
     with pytest.raises((DecodeError, UnsafeGlobalError)):
         restricted_loads(pickle.dumps(_Tensor(*args), protocol=2), DEFAULT)
+
+
+@pytest.mark.parametrize(
+    "target, attribute",
+    [(collections.OrderedDict, "__init__"), (np.dtype, "mro"), (collections.OrderedDict, "fromkeys")],
+)
+def test_getattr_reaches_only_trusted_names_below_imported_globals(target, attribute):
+    # Protocols < 4 pickle a nested name as getattr(owner, "name"); the stand-in allows exactly
+    # what a protocol-4 pickle naming `owner.name` would need: that name trusted.
+    payload = pickle.dumps(_Call(getattr, target, attribute), protocol=2)
+    with pytest.raises(UnsafeGlobalError, match=re.escape("`builtins.getattr`")) as info:
+        restricted_loads(payload, DEFAULT)
+    assert f"{target.__name__}.{attribute}" in str(info.value)
+    trusted = TrustPolicy(trusted=[f"{target.__module__}.{target.__qualname__}.{attribute}"])
+    if not attribute.startswith("__"):
+        assert restricted_loads(payload, trusted) == getattr(target, attribute)
+
+
+def test_getattr_on_a_value_the_pickle_built_is_refused():
+    payload = pickle.dumps(_Call(getattr, "abc", "upper"), protocol=2)
+    with pytest.raises(UnsafeGlobalError, match=re.escape("`builtins.getattr`")):
+        restricted_loads(payload, DEFAULT)
+
+
+def test_an_untrusted_owner_of_a_trusted_name_is_never_handed_to_the_pickle():
+    # `BasePolicy` is not trusted but `BasePolicy._dummy_schedule` is: the global answers an
+    # Owner stand-in that only getattr accepts; calling it, or keeping it, builds nothing.
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.policies import BasePolicy
+
+    nested = pickle.dumps(BasePolicy._dummy_schedule, protocol=2)  # getattr(BasePolicy, "_dummy_schedule")
+    assert restricted_loads(nested, DEFAULT) is BasePolicy._dummy_schedule
+    payload = pickle.dumps(_Call(BasePolicy, 1), protocol=2)  # a call of the owner itself
+    with pytest.raises((DecodeError, UnsafeGlobalError)):
+        restricted_loads(payload, DEFAULT)
+    with pytest.raises(UnsafeGlobalError, match=re.escape("`stable_baselines3.common.policies.BasePolicy`")):
+        restricted_loads(pickle.dumps(BasePolicy, protocol=2), DEFAULT)  # the owner kept as a value

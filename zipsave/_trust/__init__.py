@@ -23,10 +23,10 @@ from ._allowlist import CORE_ALLOWLIST, GROUPS, default_allowlist
 from ._audit import pickle_globals
 from ._names import BY_VALUE_MARK
 from ._policy import TrustPolicy
-from ._substitutes import SUBSTITUTED
+from ._substitutes import SUBSTITUTED, StorageType
 from ._unpickler import restricted_loads
 
 __all__ = [
-    "BY_VALUE_MARK", "CORE_ALLOWLIST", "GROUPS", "SUBSTITUTED", "TrustPolicy", "default_allowlist", "pickle_globals",
-    "restricted_loads",
+    "BY_VALUE_MARK", "CORE_ALLOWLIST", "GROUPS", "SUBSTITUTED", "StorageType", "TrustPolicy", "default_allowlist",
+    "pickle_globals", "restricted_loads",
 ]

@@ -5,23 +5,112 @@ gymnasium's spelling."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import io
 import warnings
 from typing import Any, Callable
 
-__all__ = ["SUBSTITUTED", "legacy_space_state", "substitutes"]
+from ..exceptions import UnsafeGlobalError
+from ._allowlist import default_allowlist
+from ._names import CODE_HINT
+
+__all__ = ["SUBSTITUTED", "Owner", "Owners", "StorageType", "attribute_getter", "legacy_space_state", "owns_trusted", "substitutes"]
 
 #: Globals the restricted unpickler never imports but answers with its own stand-in: torch's
 #: helpers for a tensor pickled by plain pickle (sb3-contrib ARS's ``weights`` in ``data``),
-#: which call ``torch.load`` with pickle on. A pickle naming them needs no trust.
+#: which call ``torch.load`` with pickle on, and torch's legacy storage classes, which name a
+#: dtype in a ``torch.save`` file's storage references. A pickle naming them needs no trust.
+_LEGACY_STORAGES = {
+    "Double": "float64", "Float": "float32", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
+    "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
+    "ComplexFloat": "complex64", "ComplexDouble": "complex128",
+}
 SUBSTITUTED = frozenset({
     "torch.storage._load_from_bytes", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
+    *(f"torch.{name}Storage" for name in _LEGACY_STORAGES),
 })
 
 
-def substitutes(error: Callable[[str], Exception]) -> dict[str, Callable[..., Any]]:
-    """The stand-ins for :data:`SUBSTITUTED`, raising ``error(message)`` on anything a saved
-    tensor never holds."""
+@dataclasses.dataclass(frozen=True)
+class StorageType:
+    """What a legacy storage class (``torch.FloatStorage``) stands for in a storage reference."""
+
+    dtype: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """What an untrusted global stands for when a trusted name lies below it: protocols < 4
+    pickle ``BasePolicy._dummy_schedule`` as ``getattr(BasePolicy, "_dummy_schedule")``. The
+    class itself is never imported nor handed to the pickle; only ``getattr`` takes an
+    ``Owner``, and resolves the full name under the trust policy."""
+
+    module: str
+    qualname: str
+
+
+class Owners:
+    """The :class:`Owner` stand-ins one load made; each must be used by ``getattr``. One left
+    over means the pickle used an untrusted global otherwise (kept it as a value): refused."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, Owner] = {}
+
+    def make(self, module: str, qualname: str) -> Owner:
+        owner = Owner(module, qualname)
+        self.pending[id(owner)] = owner
+        return owner
+
+    def checked(self, value: Any) -> Any:
+        for owner in self.pending.values():
+            raise UnsafeGlobalError(f"{owner.module}.{owner.qualname}")
+        return value
+
+
+def owns_trusted(policy: Any, full: str) -> bool:
+    """Whether a name the policy trusts lies below ``full``."""
+    prefix = full + "."
+    return any(name.startswith(prefix) for name in (*default_allowlist(), *policy.trusted))
+
+
+def attribute_getter(
+    name_of: Callable[[Any], str | None], policy: Any, where: dict[str, Any], owners: Owners
+) -> Callable[[Any, Any], Any]:
+    """``getattr`` as pickle protocols < 4 use it for a nested name (``getattr(BasePolicy,
+    "_dummy_schedule")``): only on a global the pickle named (imported, or an :class:`Owner`),
+    and only where the dotted name it makes is trusted itself, so it reaches nothing a
+    protocol-4 pickle naming the same global could not. ``name_of(obj)`` is the dotted name
+    the pickle imported ``obj`` by, else ``None``."""
+
+    def getattr_(obj: Any, attribute: Any) -> Any:
+        if isinstance(obj, Owner):
+            module, qualname = obj.module, f"{obj.qualname}.{attribute}"
+        else:
+            owner = name_of(obj)
+            module, _, qualname = (owner or "").rpartition(".")
+            qualname = f"{qualname}.{attribute}"
+        dunder = not isinstance(attribute, str) or attribute.startswith("__")
+        if not module or dunder or not policy.is_trusted(module, qualname):
+            raise UnsafeGlobalError(
+                "builtins.getattr",
+                hint=f"It is allowed only to reach a trusted name below a global the pickle names, not "
+                f"`{module}.{qualname}`. " + CODE_HINT,
+            )
+        if isinstance(obj, Owner):
+            owners.pending.pop(id(obj), None)
+            return policy.resolve(module, qualname, **where)
+        return getattr(obj, attribute)
+
+    return getattr_
+
+
+def substitutes(
+    error: Callable[[str], Exception], imported_name: Callable[[Any], str | None], policy: Any, where: dict[str, Any],
+    owners: Owners,
+) -> dict[str, Any]:
+    """The stand-ins for :data:`SUBSTITUTED` and ``builtins.getattr``, raising
+    ``error(message)`` on anything a saved tensor never holds. ``imported_name(obj)`` is the
+    dotted name the pickle imported ``obj`` by, else ``None``; ``policy`` the trust policy."""
 
     def storage_from_bytes(data: Any) -> Any:
         # torch.storage._load_from_bytes is `torch.load(bytes, weights_only=False)`; the same
@@ -70,11 +159,17 @@ def substitutes(error: Callable[[str], Exception]) -> dict[str, Callable[..., An
             raise error("torch._utils._rebuild_parameter got arguments a saved parameter never has.")
         return torch.nn.Parameter(data, requires_grad)
 
-    return {
+    out: dict[str, Any] = {
+        "builtins.getattr": attribute_getter(imported_name, policy, where, owners),
         "torch.storage._load_from_bytes": storage_from_bytes,
         "torch._utils._rebuild_tensor_v2": rebuild_tensor,
         "torch._utils._rebuild_parameter": rebuild_parameter,
     }
+    import torch
+
+    for name, dtype in _LEGACY_STORAGES.items():
+        out[f"torch.{name}Storage"] = StorageType(getattr(torch, dtype))
+    return out
 
 
 def legacy_space_state(state: dict) -> dict:

@@ -18,7 +18,7 @@ from ._audit import explain_by_value
 from ._checks import Memo, check_bit_generator, check_dtype, instance_dunders
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
-from ._substitutes import legacy_space_state, substitutes
+from ._substitutes import Owners, legacy_space_state, owns_trusted, substitutes
 
 __all__ = ["restricted_loads"]
 
@@ -36,8 +36,9 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
 
     dispatch: ClassVar[dict[int, Any]] = dict(_PurePythonUnpickler.dispatch)
 
-    def __init__(self, file: Any, policy: TrustPolicy, where: dict[str, Any]) -> None:
+    def __init__(self, file: Any, policy: TrustPolicy, where: dict[str, Any], storages: Any = None) -> None:
         super().__init__(file)
+        self._storages, self.owners = storages, Owners()
         self.memo = Memo()
         self._policy = policy
         self._where = where
@@ -54,10 +55,8 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             "numpy.random._pickle.__generator_ctor": self._generator_ctor,
             "numpy.random._pickle.__bit_generator_ctor": self._bit_generator_ctor,
         }
-        # A torch tensor pickled by plain pickle (SB3 puts ARS's `weights` in `data` so) names
-        # torch's helpers, which call torch.load with pickle on: they are never imported (nor
-        # allowlisted); these substitutes build the same tensor with torch's weights-only loader.
-        self._substitutes = substitutes(self._error)
+        imported_name = lambda obj: self._names.get(id(obj)) if self._was_imported(obj) else None  # noqa: E731
+        self._substitutes = substitutes(self._error, imported_name, policy, where, self.owners)
 
     def _error(self, message: str) -> DecodeError:
         return DecodeError(message, **self._where)
@@ -68,31 +67,33 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
     def _was_imported(self, obj: Any) -> bool:
         return self._imported.get(id(obj)) is obj
 
-    # imports
     def find_class(self, module: str, name: str) -> Any:
         if self.proto < 3 and self.fix_imports:
             module, name = fix_py2_name(module, name)
         module, name = canonical(module, name)
         sys.audit("pickle.find_class", module, name)
-        substitute = self._substitutes.get(f"{module}.{name}")
+        full = f"{module}.{name}"
+        substitute, trusted = self._substitutes.get(full), self._policy.is_trusted(module, name)
+        if substitute is None and not trusted and owns_trusted(self._policy, full):
+            substitute = self.owners.make(module, name)  # only for getattr to a trusted name below it
         if substitute is not None:
             self._imported[id(substitute)] = substitute
-            self._names[id(substitute)] = f"{module}.{name}"
+            self._names[id(substitute)] = full
             return substitute
-        if not self._policy.is_trusted(module, name):
-            ref = self._policy.reference(module, name)
-            if ref is not None:  # the caller's own object: nothing is imported
-                self._references[id(ref)] = ref
-                self._names[id(ref)] = f"{module}.{name}"
-                return ref
+        ref = None if trusted else self._policy.reference(module, name)
+        if ref is not None:  # the caller's own object: nothing is imported
+            self._references[id(ref)] = ref
+            self._names[id(ref)] = full
+            return ref
         found = self._policy.resolve(module, name, **self._where)
-        full = f"{module}.{name}"
         found = self._guards.get(full, found)
         self._imported[id(found)] = found
         self._names[id(found)] = full
         return found
 
     def persistent_load(self, pid: Any) -> Any:
+        if self._storages is not None:  # a torch.save file's storage records, read by the caller
+            return self._storages(pid)
         raise self._error(
             f"the pickle refers to an external object (persistent id {pid!r}); "
             "zipsave pickles are self-contained, so this is refused."
@@ -361,6 +362,7 @@ def restricted_loads(
     key: str | None = None,
     member: str | None = None,
     archive: Any = None,
+    storages: Any = None,
 ) -> object:
     """Unpickle ``payload`` under ``policy``.
 
@@ -372,8 +374,8 @@ def restricted_loads(
         With ``allow_pickle=True`` this is ``cloudpickle.loads(payload)``, exactly what SB3
         does. Otherwise every global goes through :meth:`TrustPolicy.resolve`, and calls,
         state and in-place changes are checked (see the module docstring).
-    key, member, archive : optional
-        Where the payload came from; copied into the errors.
+    key, member, archive, storages : optional
+        Where it came from, for the errors; ``storages(pid)`` answers ``torch.save``'s storage references.
 
     Returns
     -------
@@ -405,7 +407,8 @@ def restricted_loads(
     try:
         if policy.allow_pickle:
             return cloudpickle.loads(payload)
-        return _RestrictedUnpickler(io.BytesIO(payload), policy, where).load()
+        unpickler = _RestrictedUnpickler(io.BytesIO(payload), policy, where, storages)
+        return unpickler.owners.checked(unpickler.load())
     except UnsafeGlobalError as err:
         explain_by_value(err, bytes(payload))  # name the class: cloudpickle's function says nothing
         raise

@@ -8,7 +8,8 @@ import zipfile
 from typing import Any
 
 import zipsave
-from zipsave.exceptions import DecodeError, ParameterMismatchError, UnsafeGlobalError
+from zipsave._trust import StorageType, TrustPolicy, restricted_loads
+from zipsave.exceptions import DecodeError, ParameterMismatchError
 
 from ._replace import current_options, is_zipsave_archive, trusted_names, write_exact
 from ._state import original
@@ -91,28 +92,65 @@ def _is_torch_file(path: Any) -> bool:
             path.seek(0)
 
 
+def read_sb3_policy_file(path: Any, policy: TrustPolicy) -> tuple[dict, dict]:
+    """``(data, state_dict)`` of a file SB3's own ``policy.save`` wrote (``torch.save`` of
+    ``{"state_dict": ..., "data": constructor parameters}``) without ``torch.load``'s pickle:
+    its ``data.pkl`` goes through the restricted unpickler under ``policy``, and each storage
+    reference is answered from the file's own record, checked against its declared size."""
+    import torch
+
+    with zipfile.ZipFile(path) as archive:
+        pickle_name = next((n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
+        if pickle_name is None:
+            raise zipsave.ArchiveFormatError("is not a torch.save file (no data.pkl).", archive=path)
+        prefix = pickle_name[: -len("data.pkl")]
+        storages: dict[str, Any] = {}
+
+        def storage(pid: Any) -> Any:
+            kind, storage_type, key = (pid[:3] if isinstance(pid, tuple) and len(pid) == 5 else (None, None, None))
+            if kind != "storage" or not isinstance(storage_type, StorageType) or not isinstance(key, str) \
+                    or type(pid[4]) is not int:
+                raise DecodeError(f"refers to an external object {pid!r}, not a storage record.", archive=path)
+            if key not in storages:
+                member = f"{prefix}data/{key}"
+                try:
+                    raw = archive.read(member)
+                except KeyError:
+                    raise DecodeError("refers to a storage record it does not hold.", archive=path, member=member) from None
+                if len(raw) != pid[4] * storage_type.dtype.itemsize:
+                    raise DecodeError(
+                        f"holds {len(raw)} bytes, its reference declares {pid[4]} {storage_type.dtype} elements.",
+                        archive=path, member=member,
+                    )
+                untyped = torch.UntypedStorage.from_buffer(raw, dtype=torch.uint8) if raw else torch.UntypedStorage(0)
+                storages[key] = torch.storage.TypedStorage(wrap_storage=untyped, dtype=storage_type.dtype, _internal=True)
+            return storages[key]
+
+        saved = restricted_loads(archive.read(pickle_name), policy, archive=path, member=pickle_name, storages=storage)
+    if not (isinstance(saved, dict) and isinstance(saved.get("data"), dict) and isinstance(saved.get("state_dict"), dict)):
+        raise zipsave.ArchiveFormatError("is a torch.save file, but not one of SB3's `policy.save`.", archive=path)
+    return saved["data"], saved["state_dict"]
+
+
 def policy_load(cls: Any, path: Any, device: Any = "auto") -> Any:
     """``Policy.load``: rebuild ``cls`` from its constructor parameters and load its weights."""
     from stable_baselines3.common.policies import BaseModel
     from stable_baselines3.common.utils import get_device
 
     options = current_options()
+    device = get_device(device)
+    report = zipsave.LoadReport()
+    data: dict[str, Any] | None
     if _is_torch_file(path):
         if options.allow_pickle:
             return original(BaseModel, "load").__func__(cls, path, device)
-        raise UnsafeGlobalError(
-            "torch.load(weights_only=False)",
-            archive=path,
-            hint="This policy file was written by SB3's own `policy.save` (a torch pickle); reading it "
-            "runs code from the file. If you trust it, load it once with "
-            "`zipsave.sb3.installed(allow_pickle=True)` and save it again.",
+        data, state_dict = read_sb3_policy_file(path, TrustPolicy.make(trusted=trusted_names((cls,))))
+        params = {POLICY: {k: v.to(device) for k, v in state_dict.items()}}
+    else:
+        data, params, _ = zipsave.load_archive(
+            path, device=device, allow_pickle=options.allow_pickle, trusted=trusted_names((cls,)),
+            strict=options.strict, report=report,
         )
-    device = get_device(device)
-    report = zipsave.LoadReport()
-    data, params, _ = zipsave.load_archive(
-        path, device=device, allow_pickle=options.allow_pickle, trusted=trusted_names((cls,)), strict=options.strict,
-        report=report,
-    )
     if data is None or POLICY not in params:
         raise zipsave.ArchiveFormatError(
             f"holds no policy (`data` and `{POLICY}.pth`); was it written by `policy.save`?", archive=path
