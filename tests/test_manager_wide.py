@@ -513,7 +513,7 @@ def test_an_archive_of_another_kind_is_raised_not_skipped(tmp_path):
     with zipsave.CheckpointManager(tmp_path, background=False) as manager:
         manager.save(1, state(1.0, 1))  # an older checkpoint that would load without `cls=`
         manager.save(2, model)
-        with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("Pass it: `zipsave.load(path, cls=PPO")):
+        with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("`zipsave.load(path, cls=PPO, env=env)`")):
             manager.load_latest()  # never "resumed from step 1 instead" (warnings are errors here)
         assert manager.load_latest(cls=stable_baselines3.PPO).num_timesteps == 0
         assert [c.step for c in manager.list()] == [1, 2]
