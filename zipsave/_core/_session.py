@@ -204,6 +204,15 @@ class LoadSession:
         reported and still decoded; any other member must match its manifest entry."""
 
         def edited(err: IntegrityError) -> None:
+            if self.strict:
+                raise IntegrityError(
+                    f"{err.detail} It was edited after saving, and `strict=True` refuses an edited member.",
+                    archive=self.name,
+                    member=member,
+                    expected=err.expected,
+                    found=err.found,
+                    hint="Load without `strict=True` to decode the edited values key by key.",
+                ) from err
             self._integrity(f"{err.detail} It was edited after saving; decoding it key by key.", member)
 
         return self.source.read_json(member, verify=self.verify, on_edited=edited)

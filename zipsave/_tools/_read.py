@@ -60,7 +60,7 @@ def read(
     name
         What to read, as above.
     device
-        Where the tensor goes (``"auto"`` picks CUDA when available).
+        Where the tensor goes (default ``"cpu"``; ``"auto"`` picks CUDA when available).
     allow_pickle, trusted
         The trust policy for a pickled ``data`` key; see :doc:`security`.
     limits
