@@ -170,3 +170,34 @@ def test_error_classes_derive_from_the_builtins_api_rst_names():
     api = (DOCS / "api.rst").read_text()
     for builtin in ("ValueError", "TypeError", "OSError", "FileNotFoundError", "ImportError", "RuntimeError"):
         assert f"``{builtin}``" in api
+
+
+# -- usage.rst, checkpointing.rst -----------------------------------------------------------------
+
+
+class _Live(zipsave.Saveable):
+    def __init__(self, env=None):
+        import logging
+        import threading
+
+        self.env = env
+        self.lock = threading.Lock()
+        self.log = logging.getLogger("zipsave.test")
+        self.gamma = 0.9
+
+
+def test_live_handles_are_left_out_and_their_argument_recorded_as_null(tmp_path):
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    _Live(env).save(tmp_path / "live.zip")
+    assert [entry.key for entry in zipsave.inspect(tmp_path / "live.zip").data] == ["gamma"]
+    with zipfile.ZipFile(tmp_path / "live.zip") as zf:
+        assert json.loads(zf.read("init.json"))["args"] == {"env": None}
+    assert _Live.load(tmp_path / "live.zip", env=env).env is env
+
+
+def test_checkpoint_names_are_the_step_padded_to_ten_digits(tmp_path):
+    with zipsave.CheckpointManager(tmp_path / "run", background=False) as manager:
+        checkpoint = manager.save(1000, {"x": 1}, force=True)
+    assert Path(checkpoint.path).name == "step-0000001000.zip"
