@@ -201,3 +201,10 @@ def test_checkpoint_names_are_the_step_padded_to_ten_digits(tmp_path):
     with zipsave.CheckpointManager(tmp_path / "run", background=False) as manager:
         checkpoint = manager.save(1000, {"x": 1}, force=True)
     assert Path(checkpoint.path).name == "step-0000001000.zip"
+
+
+@pytest.mark.parametrize("verb", ["load", "restore", "load_archive"])
+def test_the_auto_device_default_is_documented(verb):
+    function = getattr(zipsave, verb)
+    assert inspect.signature(function).parameters["device"].default == "auto"
+    assert '``"auto"`` (the default) picks CUDA' in function.__doc__
