@@ -208,3 +208,14 @@ def test_the_auto_device_default_is_documented(verb):
     function = getattr(zipsave, verb)
     assert inspect.signature(function).parameters["device"].default == "auto"
     assert '``"auto"`` (the default) picks CUDA' in function.__doc__
+
+
+def test_a_load_report_notes_an_edited_data_member(tmp_path):
+    zipsave.save({"gamma": 0.9}, tmp_path / "a.zip")
+    _rewrite(tmp_path / "a.zip", tmp_path / "edited.zip", lambda n, b: b.replace(b"0.9", b"0.5") if n == "data" else b)
+    report = zipsave.LoadReport()
+    with pytest.warns(zipsave.ZipsaveWarning):
+        zipsave.load(tmp_path / "edited.zip", report=report)
+    assert report.ok and report.skipped == []
+    assert len(report.notes) == 1 and report.notes[0].startswith("data: differs from manifest.json")
+    assert report.archive is not None and report.archive.endswith("edited.zip")

@@ -181,7 +181,9 @@ class LoadSession:
     def _integrity(self, message: str, member: str | None) -> None:
         if self.strict:
             raise IntegrityError(message, archive=self.name, member=member)
-        self.report.notes.append(f"{member}: {message}" if member else message)
+        note = f"{member}: {message}" if member else message
+        if note not in self.report.notes:  # a member read twice (a handler's look, then the decode) is one note
+            self.report.notes.append(note)
         where = f"member `{member}` " if member else ""
         warnings.warn(ZipsaveWarning(f"archive `{self.name}`: {where}{message}"), stacklevel=caller_stacklevel())
 
