@@ -219,3 +219,25 @@ def test_a_load_report_notes_an_edited_data_member(tmp_path):
     assert report.ok and report.skipped == []
     assert len(report.notes) == 1 and report.notes[0].startswith("data: differs from manifest.json")
     assert report.archive is not None and report.archive.endswith("edited.zip")
+
+
+def test_keep_best_with_a_count_keeps_that_many_best(tmp_path):
+    with zipsave.CheckpointManager(tmp_path / "run", keep_last=1, keep_best=("loss", "min", 2), background=False) as manager:
+        for step, loss in [(1, 5.0), (2, 1.0), (3, 2.0), (4, 9.0), (5, 8.0)]:
+            manager.save(step, {"x": step}, metrics={"loss": loss})  # neither every_steps nor every_seconds: each saves
+        assert [checkpoint.step for checkpoint in manager.list()] == [2, 3, 5]
+        assert manager.best().step == 2
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_extract_refuses_a_symbolic_link_in_the_destination_before_writing(tmp_path, capsys, overwrite):
+    zipsave.save({"policy": torch.nn.Linear(2, 2), "x": 1}, tmp_path / "m.zip")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "policy.pth").symlink_to(tmp_path / "elsewhere")
+    argv = ["extract", str(tmp_path / "m.zip"), str(out)] + (["--overwrite"] if overwrite else [])
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "member `policy.pth`: " in err and "is a symbolic link, and extract never writes through one" in err
+    assert sorted(p.name for p in out.iterdir()) == ["policy.pth"]  # nothing written, data included
+    assert not (tmp_path / "elsewhere").exists()
