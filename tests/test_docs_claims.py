@@ -241,3 +241,15 @@ def test_extract_refuses_a_symbolic_link_in_the_destination_before_writing(tmp_p
     assert "member `policy.pth`: " in err and "is a symbolic link, and extract never writes through one" in err
     assert sorted(p.name for p in out.iterdir()) == ["policy.pth"]  # nothing written, data included
     assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("module", ["zipsave.sb3", "zipsave.dcp", "zipsave.rllib"])
+def test_every_public_name_of_an_integration_has_an_api_entry(module):
+    import importlib
+
+    api = (DOCS / "api.rst").read_text()
+    section = api[api.index(f".. module:: {module}\n") :]
+    end = section.find(".. module::", 1)
+    section = section if end < 0 else section[:end]
+    names = importlib.import_module(module).__all__
+    assert [name for name in names if not re.search(rf"::\s+{re.escape(name)}\b", section)] == []
