@@ -253,3 +253,13 @@ def test_every_public_name_of_an_integration_has_an_api_entry(module):
     section = section if end < 0 else section[:end]
     names = importlib.import_module(module).__all__
     assert [name for name in names if not re.search(rf"::\s+{re.escape(name)}\b", section)] == []
+
+
+def test_read_of_an_unknown_address_says_what_the_archive_holds(tmp_path):
+    zipsave.save({"policy": torch.nn.Linear(2, 2), "x": 1}, tmp_path / "m.zip")
+    expected = (
+        "`nope` names no tensor and no `data` key. It holds tensor members `policy/...`, "
+        "`pytorch_variables/...` and `data` keys in the top-level folder; `zipsave inspect` lists every address."
+    )
+    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape(expected)):
+        zipsave.read(tmp_path / "m.zip", "nope")
