@@ -53,7 +53,8 @@ class LoadOptions:
 #: One line of documentation per option, shared by every verb's docstring.
 OPTION_DOCS: dict[str, str] = {
     "custom_objects": "``{key: value}`` used instead of those ``data`` keys, which are never decoded.",
-    "device": "Where every tensor goes, including tensors inside ``data``.",
+    "device": "Where every tensor goes, including tensors inside ``data``; ``\"auto\"`` (the default) picks CUDA "
+    "when it is available, else the CPU.",
     "print_system_info": "Print the saved and the current system info and the differences that matter.",
     "allow_pickle": "Trust the archive completely (SB3's plain cloudpickle); see :doc:`security`.",
     "trusted": "Globals a pickled entry may import on top of the allowlist; see :doc:`security`.",

@@ -13,7 +13,12 @@ __all__ = ["LoadReport"]
 @dataclasses.dataclass
 class LoadReport:
     """What a load skipped or found suspicious. Pass one as ``report=`` to collect it;
-    a loaded :class:`~zipsave.Saveable` also keeps it as ``model.zipsave_report``."""
+    a loaded :class:`~zipsave.Saveable` also keeps it as ``model.zipsave_report``.
+
+    ``archive`` names the archive; ``skipped`` holds a :class:`~zipsave.SkippedEntry` for each
+    entry or member left out (``ok`` is true when there is none); ``notes`` holds what loaded
+    but deserves a look, one sentence each (a hand-edited ``data`` member, an episode of a
+    replay buffer that the load truncated)."""
 
     archive: str | None = None
     skipped: list[SkippedEntry] = dataclasses.field(default_factory=list)

@@ -181,7 +181,9 @@ class LoadSession:
     def _integrity(self, message: str, member: str | None) -> None:
         if self.strict:
             raise IntegrityError(message, archive=self.name, member=member)
-        self.report.notes.append(f"{member}: {message}" if member else message)
+        note = f"{member}: {message}" if member else message
+        if note not in self.report.notes:  # a member read twice (a handler's look, then the decode) is one note
+            self.report.notes.append(note)
         where = f"member `{member}` " if member else ""
         warnings.warn(ZipsaveWarning(f"archive `{self.name}`: {where}{message}"), stacklevel=caller_stacklevel())
 
@@ -204,6 +206,15 @@ class LoadSession:
         reported and still decoded; any other member must match its manifest entry."""
 
         def edited(err: IntegrityError) -> None:
+            if self.strict:
+                raise IntegrityError(
+                    f"{err.detail} It was edited after saving, and `strict=True` refuses an edited member.",
+                    archive=self.name,
+                    member=member,
+                    expected=err.expected,
+                    found=err.found,
+                    hint="Load without `strict=True` to decode the edited values key by key.",
+                ) from err
             self._integrity(f"{err.detail} It was edited after saving; decoding it key by key.", member)
 
         return self.source.read_json(member, verify=self.verify, on_edited=edited)

@@ -33,7 +33,8 @@ def extract(path: Any, folder: str | os.PathLike, *, overwrite: bool = False, li
     ArchiveFormatError
         A member is a link or special file, or its name would land outside ``folder``.
     ZipsaveError
-        A file exists already and ``overwrite`` is not set.
+        A file exists already and ``overwrite`` is not set, or a member's path in ``folder``
+        is a symbolic link (checked before anything is written).
     IntegrityError
         A member's bytes do not match its CRC-32 (the partial file is removed).
     """
@@ -56,6 +57,13 @@ def extract(path: Any, folder: str | os.PathLike, *, overwrite: bool = False, li
                     member=name,
                 )
             target = os.path.join(root, *parts)
+            if not is_dir and os.path.islink(target):
+                raise ZipsaveError(
+                    f"`{target}` is a symbolic link, and extract never writes through one; nothing was written.",
+                    archive=src.name,
+                    member=name,
+                    hint="Remove the link, or extract into another folder.",
+                )
             if not is_dir and not overwrite and os.path.lexists(target):
                 raise ZipsaveError(
                     f"`{target}` exists already.", archive=src.name, member=name, hint="Pass --overwrite to replace it."

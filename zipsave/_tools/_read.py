@@ -60,7 +60,7 @@ def read(
     name
         What to read, as above.
     device
-        Where the tensor goes (``"auto"`` picks CUDA when available).
+        Where the tensor goes (default ``"cpu"``; ``"auto"`` picks CUDA when available).
     allow_pickle, trusted
         The trust policy for a pickled ``data`` key; see :doc:`security`.
     limits
@@ -206,6 +206,6 @@ def _decode_key(
 def _what_it_holds(src: ArchiveSource) -> str:
     names = src.reader.names()
     members = sorted(f"`{n[: -len(_format.PTH_SUFFIX)]}/...`" for n in names if n.endswith(_format.PTH_SUFFIX))
-    folders = [f or "(top level)" for f in data_folders(names)]
-    data = f"`data` in {', '.join(folders)}" if folders else "no `data`"
+    folders = [f"`{f}`" if f else "the top-level folder" for f in data_folders(names)]
+    data = f"`data` keys in {', '.join(folders)}" if folders else "no `data`"
     return f"tensor members {', '.join(members) or 'none'} and {data}"
