@@ -156,6 +156,21 @@ def test_broken_component_is_skipped_with_a_warning(ppo_zip, tmp_path):
         algo.stop()
 
 
+def test_a_corrupt_tensor_member_is_an_error_not_fresh_weights(ppo_zip, tmp_path):
+    # Unlike a component's unreadable `data`, a damaged tensor member is never skipped: the
+    # algorithm would come back with weights other than the saved ones.
+    broken = tmp_path / "broken.zip"
+    with zipfile.ZipFile(ppo_zip) as src:
+        target = next(i for i in src.infolist() if i.filename.endswith(".pth") and "/" in i.filename)
+        raw = bytearray(src.read(target))
+        raw[len(raw) // 2] ^= 0xFF
+        with zipfile.ZipFile(broken, "w") as dst:
+            for item in src.infolist():
+                dst.writestr(item, bytes(raw) if item.filename == target.filename else src.read(item))
+    with pytest.raises(zipsave.IntegrityError, match=re.escape(target.filename)):
+        zipsave.load(broken, trusted=TRUST)
+
+
 def test_multi_agent_p1_swapped_in_on_algorithm_init_through_tune(ppo, ppo_zip, tmp_path):
     from ray import tune
 
