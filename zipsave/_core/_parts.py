@@ -3,11 +3,14 @@ find stateful objects, live handles and attribute paths."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import fnmatch
 import io
 import logging
+import queue
 import socket
+import subprocess
 import threading
 import types
 from typing import Any, Iterable
@@ -22,9 +25,23 @@ __all__ = [
 ALWAYS_EXCLUDED_PREFIXES = ("_zipsave", "zipsave_")
 
 
+#: Live handles of the standard library, by type: a lock-holding object (a semaphore, a queue,
+#: a thread pool) cannot be pickled, and the constructor makes a fresh one on load anyway.
+_LIVE_TYPES = (
+    logging.Logger, logging.Handler, io.IOBase, types.ModuleType, types.GeneratorType, types.AsyncGeneratorType,
+    types.CoroutineType, socket.socket, threading.Thread, threading.Semaphore, threading.Barrier,
+    threading.Condition, threading.Event, queue.Queue, queue.SimpleQueue, concurrent.futures.Executor,
+    concurrent.futures.Future, subprocess.Popen,
+)
+
+
 def is_live_handle(value: Any) -> bool:
-    """Environments, loggers, files, locks, threads: state that cannot be meaningfully saved."""
-    if isinstance(value, (logging.Logger, io.IOBase, types.ModuleType, types.GeneratorType, socket.socket, threading.Thread)):
+    """Environments, loggers, files, locks, threads, queues, pools: state that cannot be
+    meaningfully saved."""
+    if isinstance(value, _LIVE_TYPES):
+        return True
+    # multiprocessing's queues, locks and pools, without importing multiprocessing.
+    if any(c.__module__.startswith(("multiprocessing.", "_multiprocessing")) for c in type(value).__mro__[:-1]):
         return True
     if type(value).__name__ in ("lock", "RLock", "_thread.lock", "Condition", "Event", "SummaryWriter"):
         return True
