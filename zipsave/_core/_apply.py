@@ -165,7 +165,7 @@ def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) ->
         for k, value in saved.items():
             if value is None and is_stateful(live.get(k)):
                 continue  # its place, left empty: the item was left out of the save (`exclude=`)
-            if k in held and k in live:
+            if str(k) in held and k in live:
                 inner = _fill(names, live[k], value, f"{prefix}.{k}", top=False)
                 if inner is not _NOT_FILLED:
                     live[k] = inner
@@ -186,7 +186,7 @@ def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) ->
     if isinstance(live, list):
         live[:] = merged
         return live
-    return type(live)(merged)
+    return type(live)(*merged) if hasattr(type(live), "_fields") else type(live)(merged)
 
 
 def _keeps_live_device(target: Any, value: Any) -> bool:

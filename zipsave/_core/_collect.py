@@ -3,6 +3,7 @@ components), by a registered handler, as app state, or by attribute discovery.""
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Iterable
 
 import numpy as np
@@ -15,6 +16,7 @@ from ._parts import (
     ALWAYS_EXCLUDED_PREFIXES,
     MODULE_INTERNALS,
     Parts,
+    container_items,
     holds_stateful,
     is_live_handle,
     is_stateful,
@@ -142,15 +144,6 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
 
 
 
-def _items(value: Any) -> Iterable[tuple[Any, Any]] | None:
-    """The items of a plain list, tuple or dict whose keys can name a member, else ``None``."""
-    if type(value) in (list, tuple):
-        return enumerate(value)
-    if type(value) is dict and all(type(k) is str and k and "." not in k and "/" not in k for k in value):
-        return value.items()
-    return None
-
-
 # Leaves that are never stateful, skipped without a look (a list of a million floats).
 _LEAVES = frozenset({int, float, str, bool, type(None), bytes, complex, np.ndarray, torch.Tensor})
 
@@ -158,8 +151,10 @@ _LEAVES = frozenset({int, float, str, bool, type(None), bytes, complex, np.ndarr
 def _splits(value: Any, *, top: bool, depth: int = 0) -> bool:
     """A container holding, at any depth, a module or optimizer (or, directly in an attribute,
     a component) among other values."""
-    items = _items(value)
-    if items is None or depth > 20:
+    if type(value) in _LEAVES or depth > 20:
+        return False
+    items = container_items(value)
+    if items is None:
         return False
     for _, v in items:
         if type(v) in _LEAVES:
@@ -176,9 +171,9 @@ def _split(
 ) -> tuple[Any, int]:
     """``value`` with its stateful items taken out (into ``state`` / ``components``) and
     ``None`` in their place, and how many plain values are left."""
-    rest: Any = dict(value) if isinstance(value, dict) else list(value)
+    rest: Any = copy.copy(value) if isinstance(value, dict) else list(value)  # an OrderedDict stays one
     plain = 0
-    for key, item in _items(value) or ():
+    for key, item in container_items(value) or ():
         if top and isinstance(item, Component):
             components.append((f"{name}/{key}", item))
             rest[key] = None
@@ -193,7 +188,9 @@ def _split(
             plain += inner
         else:
             plain += 1
-    return (tuple(rest) if isinstance(value, tuple) else rest), plain
+    if isinstance(value, tuple):
+        rest = type(value)(*rest) if hasattr(type(value), "_fields") else tuple(rest)
+    return rest, plain
 
 
 def instance_attributes(obj: Any) -> dict[str, Any]:
