@@ -6,9 +6,11 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import queue
+import random
 import threading
 import zipfile
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.utils.prune  # noqa: F401 - torch.nn.utils.prune is not imported by torch.nn
@@ -97,6 +99,54 @@ def test_containers_of_modules_of_every_kind_are_saved_as_members(tmp_path, kind
     zipsave.restore(live, tmp_path / "m.zip", **trust)
     for (key, module), same in zip(modules, held):
         assert live.heads[key] is same and same_state(module, same)  # in place
+
+
+# -- random generators inside containers ---------------------------------------------------
+class Seeded(zipsave.Saveable):
+    def __init__(self, seed=0):
+        self.rngs = {"np": np.random.default_rng(seed), "torch": torch.Generator().manual_seed(seed)}
+        self.streams = [random.Random(seed), np.random.RandomState(seed)]
+        self.net = torch.nn.Linear(2, 2)
+        self.mixed = {"net": self.net, "gen": torch.Generator().manual_seed(seed), "lr": 0.1}
+
+
+def _draws(model: Seeded) -> tuple:
+    return (
+        model.rngs["np"].random(),
+        torch.rand(1, generator=model.rngs["torch"]).item(),
+        model.streams[0].random(),
+        model.streams[1].rand(),
+        torch.rand(1, generator=model.mixed["gen"]).item(),
+    )
+
+
+def test_generators_inside_containers_are_restored_into_the_live_ones(tmp_path):
+    # A generator inside a dict or list attribute was replaced by a new object: a DataLoader
+    # or environment holding the live one drew from the state it had before the restore.
+    model = Seeded(seed=1)
+    _draws(model)
+    model.save(tmp_path / "m.zip")
+    expected = _draws(model)
+
+    live = Seeded(seed=9)
+    held = Seeded.__new__(Seeded)  # the same generators, as a DataLoader would hold them
+    held.rngs, held.streams, held.mixed = dict(live.rngs), list(live.streams), dict(live.mixed)
+    zipsave.restore(live, tmp_path / "m.zip")
+    assert _draws(held) == expected
+    assert live.rngs["np"] is held.rngs["np"] and live.streams[1] is held.streams[1]
+    assert _draws(Seeded.load(tmp_path / "m.zip")) == expected
+
+
+def test_generators_inside_app_state_values_are_restored_in_place(tmp_path):
+    gen = torch.Generator().manual_seed(3)
+    torch.rand(2, generator=gen)
+    zipsave.save({"rngs": {"torch": gen}, "step": 4}, tmp_path / "s.zip")
+    expected = torch.rand(1, generator=gen)
+
+    live = torch.Generator().manual_seed(0)
+    state = {"rngs": {"torch": live}, "step": 0}
+    zipsave.restore(state, tmp_path / "s.zip")
+    assert state["rngs"]["torch"] is live and torch.equal(torch.rand(1, generator=live), expected)
 
 
 # -- live handles --------------------------------------------------------------------------

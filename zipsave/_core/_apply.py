@@ -17,8 +17,8 @@ from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, is_stateful, matches,
 from ._session import LoadSession
 
 __all__ = [
-    "check_app_state", "expected_state_names", "load_state_into", "restore_parts", "set_parameters_from_dict",
-    "set_variable",
+    "check_app_state", "expected_state_names", "load_state_into", "restore_parts",
+    "set_parameters_from_dict", "set_variable",
 ]
 
 
@@ -51,15 +51,18 @@ def restore_parts(
                     set_variable(obj, name, tensor)
                 continue
             if is_dict:
-                if key in obj and (is_stateful(obj[key]) or _restore_rng(obj[key], value)):
+                if key in obj and is_stateful(obj[key]):
                     continue
-                obj[key] = value
+                obj[key] = _adopt_live(obj.get(key), value)
             elif _keeps_live_device(getattr(obj, key, None), value):
                 continue
             elif _fill_container(src, obj, folder, key, value):
                 continue
-            elif not _restore_rng(getattr(obj, key, None), value):
-                setattr(obj, key, value)
+            else:
+                live = getattr(obj, key, None)
+                value = _adopt_live(live, value)
+                if value is not live:
+                    setattr(obj, key, value)
     prefix = f"{folder}/" if folder else ""
     members = [n for n in src.reader.names() if n.startswith(prefix) and "/" not in n[len(prefix) :]]
     names = [n[len(prefix) : -len(_format.PTH_SUFFIX)] for n in members if n.endswith(_format.PTH_SUFFIX)]
@@ -170,7 +173,7 @@ def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) ->
                 if inner is not _NOT_FILLED:
                     live[k] = inner
             else:
-                live[k] = value
+                live[k] = _adopt_live(live.get(k), value)
         return live
     if len(live) != len(saved):
         return _NOT_FILLED  # replaced whole; the members then name what does not fit
@@ -182,7 +185,7 @@ def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) ->
             inner = _fill(names, live[i], value, f"{prefix}.{i}", top=False)
             merged.append(live[i] if inner is _NOT_FILLED else inner)
         else:
-            merged.append(value)
+            merged.append(_adopt_live(live[i], value))
     if isinstance(live, list):
         live[:] = merged
         return live
@@ -194,6 +197,32 @@ def _keeps_live_device(target: Any, value: Any) -> bool:
     own (its constructor's choice on this machine, or the live object's) stays, as the tensors
     restored into it stay on their devices (``device=`` moves them)."""
     return isinstance(target, torch.device) and isinstance(value, torch.device)
+
+
+def _adopt_live(live: Any, saved: Any, depth: int = 0) -> Any:
+    """``saved``, with each random generator in it replaced by the live generator at the same
+    place in ``live`` (a dict key, a list index), that generator set to the saved state: so a
+    DataLoader or environment holding ``self.rngs["torch"]`` draws from the restored state."""
+    if type(saved) in _PLAIN or live is None or depth > 20:
+        return saved
+    if _restore_rng(live, saved):
+        return live
+    if type(live) is not type(saved):
+        return saved
+    if isinstance(saved, dict):
+        for k, v in saved.items():
+            if k in live:
+                saved[k] = _adopt_live(live[k], v, depth + 1)
+    elif isinstance(saved, list):
+        saved[: len(live)] = [b if type(b) in _PLAIN else _adopt_live(a, b, depth + 1) for a, b in zip(live, saved)]
+    elif isinstance(saved, tuple) and len(saved) == len(live):
+        items = [b if type(b) in _PLAIN else _adopt_live(a, b, depth + 1) for a, b in zip(live, saved)]
+        if any(a is not b for a, b in zip(items, saved)):
+            return type(saved)(*items) if hasattr(type(saved), "_fields") else type(saved)(items)
+    return saved
+
+
+_PLAIN = frozenset({int, float, str, bool, type(None), bytes, complex, np.ndarray, torch.Tensor})
 
 
 def _restore_rng(target: Any, value: Any) -> bool:
