@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import queue
 import random
 import threading
@@ -175,3 +176,33 @@ def test_semaphores_queues_and_pools_are_left_out_like_locks(tmp_path):
     assert isinstance(loaded.jobs, queue.Queue) and loaded.pool is not model.pool
     model.pool.shutdown()
     loaded.pool.shutdown()
+
+
+# -- frozen dataclasses ----------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class FrozenConfig(zipsave.Saveable):
+    lr: float = 3e-4
+    arch: tuple = (4, 4)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenAgent(zipsave.Saveable):
+    width: int = 3
+    config: FrozenConfig = dataclasses.field(default_factory=FrozenConfig)
+
+    def __post_init__(self):
+        object.__setattr__(self, "net", torch.nn.Linear(2, self.width))
+
+
+def test_a_frozen_dataclass_model_loads(tmp_path):
+    # Loading set every saved field with setattr, which a frozen dataclass refuses
+    # (FrozenInstanceError, not a zipsave error).
+    agent = FrozenAgent(width=4, config=FrozenConfig(lr=0.5, arch=(8,)))
+    _bump(agent.net)
+    agent.save(tmp_path / "m.zip")
+    loaded = FrozenAgent.load(tmp_path / "m.zip")
+    assert loaded == agent and same_state(agent.net, loaded.net)
+    assert loaded.zipsave_report.ok
+    live = FrozenAgent(width=4)
+    zipsave.restore(live, tmp_path / "m.zip")
+    assert live.config == FrozenConfig(lr=0.5, arch=(8,)) and same_state(agent.net, live.net)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 from typing import Any
 
@@ -62,7 +63,7 @@ def restore_parts(
                 live = getattr(obj, key, None)
                 value = _adopt_live(live, value)
                 if value is not live:
-                    setattr(obj, key, value)
+                    _set_attribute(obj, key, value)
     prefix = f"{folder}/" if folder else ""
     members = [n for n in src.reader.names() if n.startswith(prefix) and "/" not in n[len(prefix) :]]
     names = [n[len(prefix) : -len(_format.PTH_SUFFIX)] for n in members if n.endswith(_format.PTH_SUFFIX)]
@@ -190,6 +191,15 @@ def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) ->
         live[:] = merged
         return live
     return type(live)(*merged) if hasattr(type(live), "_fields") else type(live)(merged)
+
+
+def _set_attribute(obj: Any, key: str, value: Any) -> None:
+    """``setattr``, also on a frozen dataclass: its saved fields are what its constructor set
+    (``object.__setattr__``, as the dataclass's own ``__init__`` does)."""
+    try:
+        setattr(obj, key, value)
+    except dataclasses.FrozenInstanceError:
+        object.__setattr__(obj, key, value)
 
 
 def _keeps_live_device(target: Any, value: Any) -> bool:
