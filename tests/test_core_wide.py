@@ -206,3 +206,127 @@ def test_a_frozen_dataclass_model_loads(tmp_path):
     live = FrozenAgent(width=4)
     zipsave.restore(live, tmp_path / "m.zip")
     assert live.config == FrozenConfig(lr=0.5, arch=(8,)) and same_state(agent.net, live.net)
+
+
+# -- what holds: torch's hooks and wrappers, training after a load ---------------------------
+class Wrapped(zipsave.Saveable):
+    def __init__(self, kind="prune"):
+        torch.manual_seed(0)
+        self.kind = kind
+        if kind == "prune":
+            self.net = torch.nn.Sequential(torch.nn.Linear(3, 3))
+            torch.nn.utils.prune.l1_unstructured(self.net[0], "weight", amount=0.5)
+        elif kind == "spectral_norm":
+            self.net = torch.nn.Sequential(torch.nn.utils.spectral_norm(torch.nn.Linear(3, 3)))
+        elif kind == "parametrizations":
+            self.net = torch.nn.Sequential(torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(3, 3)))
+        elif kind == "lstm":
+            self.net = torch.nn.LSTM(3, 3, num_layers=2)
+        elif kind == "mixed dtypes":
+            self.net = torch.nn.Sequential(torch.nn.Linear(3, 3).half(), torch.nn.Linear(3, 3).to(torch.bfloat16))
+            self.net.register_buffer("count", torch.zeros((), dtype=torch.int64))
+        elif kind == "averaged":
+            self.base = torch.nn.Linear(3, 3)
+            self.net = torch.optim.swa_utils.AveragedModel(self.base)
+            self.opt = torch.optim.SGD(self.base.parameters(), lr=0.1)
+            self.sched = torch.optim.swa_utils.SWALR(self.opt, swa_lr=0.05)
+        else:
+            assert kind == "data parallel"
+            self.net = torch.nn.DataParallel(torch.nn.Linear(3, 3))
+            self.opt = torch.optim.Adam(self.net.parameters())
+
+
+@pytest.mark.parametrize(
+    "kind", ["prune", "spectral_norm", "parametrizations", "lstm", "mixed dtypes", "averaged", "data parallel"]
+)
+def test_torch_wrappers_and_hooks_round_trip(tmp_path, kind):
+    model = Wrapped(kind)
+    if kind == "averaged":
+        for _ in range(3):
+            _bump(model.base)
+            model.net.update_parameters(model.base)
+        model.opt.step()
+        model.sched.step()
+    elif kind == "spectral_norm":
+        model.net(torch.randn(2, 3))  # advances the power iteration's buffers
+        _bump(model.net)
+    elif kind == "prune":
+        with torch.no_grad():
+            model.net[0].weight_orig.add_(1.0)
+    else:
+        _bump(model.net)
+    model.save(tmp_path / "m.zip")
+    live = Wrapped(kind)
+    zipsave.restore(live, tmp_path / "m.zip")
+    for loaded in (Wrapped.load(tmp_path / "m.zip"), live):
+        assert same_state(model.net, loaded.net)
+        if kind == "averaged":
+            assert loaded.sched.state_dict() == model.sched.state_dict()
+            assert loaded.opt.param_groups[0]["lr"] == model.opt.param_groups[0]["lr"]
+
+
+class TwoHeads(zipsave.Saveable):
+    """One optimizer over two modules, one over a subset, and a scheduler."""
+
+    def __init__(self):
+        torch.manual_seed(0)
+        self.actor = torch.nn.Linear(3, 3)
+        self.critic = torch.nn.Linear(3, 1)
+        self.opt = torch.optim.Adam([*self.actor.parameters(), *self.critic.parameters()], lr=1e-2)
+        self.bias_opt = torch.optim.SGD([self.actor.bias], lr=0.5, momentum=0.9)
+        self.sched = torch.optim.lr_scheduler.StepLR(self.opt, step_size=2, gamma=0.5)
+
+    def train(self, steps, seed):
+        gen = torch.Generator().manual_seed(seed)
+        for _ in range(steps):
+            loss = self.critic(self.actor(torch.randn(4, 3, generator=gen))).pow(2).mean()
+            self.opt.zero_grad()
+            self.bias_opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            self.bias_opt.step()
+            self.sched.step()
+        return self
+
+
+def test_restore_into_a_model_that_trained_keeps_its_parameters_and_resumes(tmp_path):
+    model = TwoHeads().train(3, seed=0)
+    model.save(tmp_path / "m.zip")
+    live = TwoHeads().train(5, seed=1)
+    params = [*live.actor.parameters(), *live.critic.parameters()]
+    zipsave.restore(live, tmp_path / "m.zip")
+    assert all(a is b for a, b in zip([p for g in live.opt.param_groups for p in g["params"]], params))
+    assert live.bias_opt.param_groups[0]["params"][0] is live.actor.bias
+    model.train(2, seed=2)
+    live.train(2, seed=2)
+    for name in ("actor", "critic", "opt", "bias_opt", "sched"):
+        assert str(getattr(live, name).state_dict()) == str(getattr(model, name).state_dict()), name
+
+
+def test_get_and_set_parameters_carry_every_optimizer_and_scheduler(tmp_path):
+    model = TwoHeads().train(3, seed=0)
+    params = model.get_parameters()
+    assert sorted(params) == ["actor", "bias_opt", "critic", "opt", "sched"]
+    other = TwoHeads()
+    other.set_parameters(params)
+    model.save(tmp_path / "m.zip")
+    third = TwoHeads().train(1, seed=5)
+    third.set_parameters(tmp_path / "m.zip")
+    for name in params:
+        assert str(getattr(other, name).state_dict()) == str(getattr(model, name).state_dict()), name
+        assert str(getattr(third, name).state_dict()) == str(getattr(model, name).state_dict()), name
+
+
+def test_a_background_save_holds_the_state_of_the_call_while_training_goes_on(tmp_path):
+    model = TwoHeads().train(2, seed=0)
+    model.buffer = np.zeros((64, 8), np.float32)
+    model.history = [torch.zeros(64)]
+    expected = {name: str(getattr(model, name).state_dict()) for name in ("actor", "opt", "sched")}
+    handle = model.save(tmp_path / "m.zip", background=True)
+    model.train(3, seed=1)
+    model.buffer += 1
+    model.history[0] += 1
+    handle.wait()
+    loaded = TwoHeads.load(tmp_path / "m.zip")
+    assert {name: str(getattr(loaded, name).state_dict()) for name in expected} == expected
+    assert not loaded.buffer.any() and not loaded.history[0].any()
