@@ -8,6 +8,7 @@ import concurrent.futures
 import dataclasses
 import queue
 import random
+import re
 import threading
 import zipfile
 
@@ -206,6 +207,109 @@ def test_a_frozen_dataclass_model_loads(tmp_path):
     live = FrozenAgent(width=4)
     zipsave.restore(live, tmp_path / "m.zip")
     assert live.config == FrozenConfig(lr=0.5, arch=(8,)) and same_state(agent.net, live.net)
+
+
+# -- plain objects holding modules ------------------------------------------------------------
+class Worker:
+    """A plain class (not a Saveable) holding a module and an optimizer."""
+
+    def __init__(self, width=2):
+        self.net = torch.nn.Linear(width, width)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1, momentum=0.9)
+        self.k = 1
+
+
+class Crew:
+    def __init__(self):
+        self.worker = Worker()
+        self.tag = "crew"
+
+
+class Trainer(zipsave.Saveable):
+    def __init__(self, make=True):
+        torch.manual_seed(0)
+        self.crew = Crew() if make else None
+        self.workers = {"a": Worker(), "b": Worker(3)}
+
+
+def _train(worker: Worker) -> None:
+    worker.net(torch.ones(1, worker.net.in_features)).sum().backward()
+    worker.opt.step()
+
+
+def test_plain_objects_holding_modules_are_saved_as_folders_and_restored_in_place(tmp_path):
+    # A plain object holding a module was pickled whole into `data` (weights and all); a safe
+    # load skipped it with a warning that suggested trusting its class, and the model kept its
+    # constructor's weights.
+    model = Trainer()
+    _train(model.crew.worker)
+    _train(model.workers["b"])
+    model.crew.worker.k, model.crew.tag = 5, "trained"
+    model.save(tmp_path / "m.zip")
+    assert {"crew/worker/net.pth", "crew/worker/opt.pth", "workers/a/net.pth", "workers/b/opt.pth"} <= set(
+        _pth_members(tmp_path / "m.zip")
+    )
+    loaded = Trainer.load(tmp_path / "m.zip")  # warnings are errors: nothing is skipped
+    assert isinstance(loaded.crew, Crew) and loaded.crew.tag == "trained" and loaded.crew.worker.k == 5
+    for saved, back in [(model.crew.worker, loaded.crew.worker), (model.workers["b"], loaded.workers["b"])]:
+        assert same_state(saved.net, back.net) and same_state(saved.opt, back.opt)
+
+    live = Trainer()
+    net, opt = live.workers["b"].net, live.workers["b"].opt
+    zipsave.restore(live, tmp_path / "m.zip")
+    assert live.workers["b"].net is net and live.workers["b"].opt is opt and same_state(model.workers["b"].net, net)
+    assert opt.param_groups[0]["params"][0] is net.weight
+
+
+def test_a_plain_object_the_constructor_does_not_make_is_named(tmp_path):
+    Trainer().save(tmp_path / "m.zip")
+    message = "component `crew` was saved from a plain object (it has no init.json, so it cannot be built)"
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(message)):
+        Trainer.load(tmp_path / "m.zip", make=False)
+
+
+class Settings(zipsave.Saveable):
+    def __init__(self, lr=0.1):
+        self.lr = lr
+        self.net = torch.nn.Linear(2, 2)
+
+
+class WithSettings(zipsave.Saveable):
+    def __init__(self):
+        self.settings = Settings()
+        self.gamma = 0.9
+
+
+def test_set_parameters_leaves_a_components_plain_attributes_alone(tmp_path):
+    # set_parameters loads weights only, but a component's `data` was decoded and set too:
+    # its hyper-parameters silently went back to the saved ones.
+    model = WithSettings()
+    model.settings.lr = 0.5
+    _bump(model.settings.net)
+    model.save(tmp_path / "m.zip")
+    other = WithSettings()
+    other.settings.lr, other.gamma = 0.01, 0.2
+    other.set_parameters(tmp_path / "m.zip")
+    assert (other.settings.lr, other.gamma) == (0.01, 0.2)
+    assert same_state(model.settings.net, other.settings.net)
+
+
+class HoldsSB3(zipsave.Saveable):
+    def __init__(self):
+        from stable_baselines3 import PPO
+
+        self.expert = PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, seed=0, device="cpu")
+
+
+def test_an_sb3_model_held_by_a_saveable_is_saved_as_a_component(tmp_path):
+    # It was pickled into `data` (environment and all) and a safe load kept a fresh PPO.
+    model = HoldsSB3()
+    _bump(model.expert.policy)
+    model.expert.num_timesteps = 64
+    model.save(tmp_path / "m.zip")
+    assert "expert/policy.pth" in _pth_members(tmp_path / "m.zip")
+    loaded = HoldsSB3.load(tmp_path / "m.zip")
+    assert same_state(model.expert.policy, loaded.expert.policy) and loaded.expert.num_timesteps == 64
 
 
 # -- what holds: torch's hooks and wrappers, training after a load ---------------------------

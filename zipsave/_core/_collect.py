@@ -4,6 +4,8 @@ components), by a registered handler, as app state, or by attribute discovery.""
 from __future__ import annotations
 
 import copy
+import functools
+import types
 from typing import Any, Iterable
 
 import numpy as np
@@ -130,6 +132,11 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
             state.append((name, value))
         elif is_live_handle(value) and name not in include:
             continue
+        elif holds_state(value):
+            # A plain object holding modules or optimizers (`self.runner = Runner(net, opt)`):
+            # a component folder without init.json, restored into the live object the
+            # constructor made. In `data` it was pickled whole, weights and all.
+            components.append((name, value))
         else:
             data[name] = value
     if patterns:
@@ -159,7 +166,7 @@ def _splits(value: Any, *, top: bool, depth: int = 0) -> bool:
     for _, v in items:
         if type(v) in _LEAVES:
             continue
-        if (top and isinstance(v, Component)) or (is_stateful(v) and not is_live_handle(v)):
+        if (top and (isinstance(v, Component) or holds_state(v))) or (is_stateful(v) and not is_live_handle(v)):
             return True
         if _splits(v, top=False, depth=depth + 1):
             return True
@@ -174,7 +181,7 @@ def _split(
     rest: Any = copy.copy(value) if isinstance(value, dict) else list(value)  # an OrderedDict stays one
     plain = 0
     for key, item in container_items(value) or ():
-        if top and isinstance(item, Component):
+        if top and (isinstance(item, Component) or holds_state(item)):
             components.append((f"{name}/{key}", item))
             rest[key] = None
         elif is_stateful(item) and not is_live_handle(item):
@@ -191,6 +198,37 @@ def _split(
     if isinstance(value, tuple):
         rest = type(value)(*rest) if hasattr(type(value), "_fields") else tuple(rest)
     return rest, plain
+
+
+_NOT_OBJECTS = (
+    type, types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType, functools.partial,
+    dict, list, tuple, set, frozenset, np.generic, torch.Tensor, Component,
+)
+
+
+def holds_state(value: Any, depth: int = 0) -> bool:
+    """A plain object (no ``Saveable``, no ``state_dict``) whose attributes hold a module, an
+    optimizer or another stateful object, directly, in a container, or in such an object.
+    One that holds a ``Saveable`` (perhaps its owner) is left as it was: a ``data`` value."""
+    if type(value) in _LEAVES or depth > 4 or isinstance(value, _NOT_OBJECTS):
+        return False
+    if is_stateful(value) or is_live_handle(value):
+        return False
+    try:
+        attrs = instance_attributes(value)
+    except Exception:  # noqa: BLE001 - an object whose attributes cannot be read stays a value
+        return False
+    found = False
+    for item in attrs.values():
+        if type(item) in _LEAVES:
+            continue
+        if isinstance(item, Component):
+            return False
+        if (is_stateful(item) and not is_live_handle(item)) or holds_stateful(item) or _splits(item, top=False):
+            found = True
+        elif not found and holds_state(item, depth + 1):
+            found = True
+    return found
 
 
 def instance_attributes(obj: Any) -> dict[str, Any]:
