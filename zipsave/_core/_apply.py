@@ -210,12 +210,13 @@ def _keeps_live_device(target: Any, value: Any) -> bool:
 
 
 def _adopt_live(live: Any, saved: Any, depth: int = 0) -> Any:
-    """``saved``, with each random generator in it replaced by the live generator at the same
-    place in ``live`` (a dict key, a list index), that generator set to the saved state: so a
-    DataLoader or environment holding ``self.rngs["torch"]`` draws from the restored state."""
+    """``saved``, with each random generator and tensor in it replaced by the live one at the
+    same place in ``live`` (a dict key, a list index), that one set to the saved state: so a
+    DataLoader holding ``self.rngs["torch"]`` draws from the restored state, and an optimizer
+    over ``self.params["w"]`` goes on training the tensor the model uses."""
     if type(saved) in _PLAIN or live is None or depth > 20:
         return saved
-    if _restore_rng(live, saved):
+    if _restore_rng(live, saved) or _copy_tensor_into(live, saved):
         return live
     if type(live) is not type(saved):
         return saved
@@ -232,7 +233,20 @@ def _adopt_live(live: Any, saved: Any, depth: int = 0) -> Any:
     return saved
 
 
-_PLAIN = frozenset({int, float, str, bool, type(None), bytes, complex, np.ndarray, torch.Tensor})
+_PLAIN = frozenset({int, float, str, bool, type(None), bytes, complex, np.ndarray})
+
+
+def _copy_tensor_into(live: Any, saved: Any) -> bool:
+    """Copy a loaded tensor into the live one of the same shape and dtype."""
+    if not (isinstance(live, torch.Tensor) and isinstance(saved, torch.Tensor)) or live is saved:
+        return False
+    if live.shape != saved.shape or live.dtype != saved.dtype or live.layout != torch.strided:
+        return False
+    if saved.layout != torch.strided or live.is_inference():
+        return False
+    with torch.no_grad():
+        live.copy_(saved)
+    return True
 
 
 def _restore_rng(target: Any, value: Any) -> bool:
