@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import json
 import queue
 import random
 import re
@@ -341,6 +342,38 @@ def test_an_sb3_model_held_by_a_saveable_is_saved_as_a_component(tmp_path):
     assert "expert/policy.pth" in _pth_members(tmp_path / "m.zip")
     loaded = HoldsSB3.load(tmp_path / "m.zip")
     assert same_state(model.expert.policy, loaded.expert.policy) and loaded.expert.num_timesteps == 64
+
+
+# -- modules passed to the constructor --------------------------------------------------------
+class TakesNet(zipsave.Saveable):
+    def __init__(self, net=None, lr=0.1):
+        torch.manual_seed(0)
+        self.net = net if net is not None else torch.nn.Linear(3, 3)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=lr)
+
+
+class NeedsNet(zipsave.Saveable):
+    def __init__(self, net, lr=0.1):
+        self.net = net
+        self.opt = torch.optim.SGD(net.parameters(), lr=lr)
+
+
+def test_a_module_passed_to_the_constructor_is_saved_once_by_its_state_dict(tmp_path):
+    # init.json held a pickle of the module (a second copy of its weights) that a safe load
+    # refused with a warning suggesting to trust torch's Linear.
+    model = TakesNet(torch.nn.Linear(3, 3), lr=0.2)
+    _bump(model.net)
+    model.save(tmp_path / "m.zip")
+    with zipfile.ZipFile(tmp_path / "m.zip") as zf:
+        assert json.loads(zf.read("init.json"))["args"] == {"net": None, "lr": 0.2}
+    loaded = TakesNet.load(tmp_path / "m.zip")  # the constructor's default, then the saved weights
+    assert same_state(model.net, loaded.net) and loaded.opt.param_groups[0]["lr"] == 0.2
+
+    NeedsNet(torch.nn.Linear(3, 3)).save(tmp_path / "needs.zip")
+    with pytest.raises(zipsave.DecodeError, match=re.escape("modules and optimizers are not saved as constructor "
+                                                            "arguments): net, e.g. `load(path, net=...)`")):
+        NeedsNet.load(tmp_path / "needs.zip")
+    assert isinstance(NeedsNet.load(tmp_path / "needs.zip", net=torch.nn.Linear(3, 3)).net, torch.nn.Linear)
 
 
 # -- what holds: torch's hooks and wrappers, training after a load ---------------------------

@@ -126,7 +126,8 @@ def build(
         if unset:
             # Live handles (environments, loggers) are written as null: the likely culprit.
             hint += (
-                f"; these were saved as None (environments and other live handles are never saved): "
+                f"; these were saved as None (environments, live handles, modules and optimizers are not saved as "
+                f"constructor arguments): "
                 f"{', '.join(unset)}, e.g. `load(path, {unset[0]}=...)`"
             )
         raise DecodeError(

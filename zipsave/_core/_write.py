@@ -18,7 +18,7 @@ from .._tensors import save_pth
 from .._version import __version__
 from ..exceptions import EncodeError, StorageError, ZipsaveError
 from .. import _system_info
-from ._collect import collect
+from ._collect import collect, holds_state
 from ._parts import Parts, is_live_handle, is_stateful, nested
 
 __all__ = ["Encoded", "encode", "encoded_size", "write"]
@@ -53,7 +53,9 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
         member = _format.join(folder, _format.INIT)
 
         def encode_arg(key: str, value: Any) -> Any:
-            if is_live_handle(value):
+            if is_live_handle(value) or is_stateful(value) or holds_state(value):
+                # A module or optimizer passed in is saved by its state dict where the object
+                # keeps it; pickled here it would be a second copy no safe load could read.
                 return None
             if id(value) in component_of:
                 # A component passed to the constructor: built from its folder first on load.
