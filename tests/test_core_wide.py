@@ -498,3 +498,16 @@ def test_a_background_save_holds_the_state_of_the_call_while_training_goes_on(tm
     loaded = TwoHeads.load(tmp_path / "m.zip")
     assert {name: str(getattr(loaded, name).state_dict()) for name in expected} == expected
     assert not loaded.buffer.any() and not loaded.history[0].any()
+
+
+def test_an_optimizer_grown_after_construction_is_named_with_its_groups(tmp_path):
+    # The error asked "another model?" without saying what did not fit.
+    model = TwoHeads().train(1, seed=0)
+    model.opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))], "lr": 0.01})
+    model.save(tmp_path / "m.zip")
+    message = "its parameter groups hold [4, 1] parameters, the optimizer's hold [4]"
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(message)) as caught:
+        TwoHeads.load(tmp_path / "m.zip")
+    assert caught.value.member == "opt.pth" and "add_param_group" in str(caught.value)
+    assert same_state(model.actor, TwoHeads.load(tmp_path / "m.zip", exclude=["opt"]).actor)  # as the hint says
+

@@ -303,11 +303,17 @@ def load_state_into(src: LoadSession, member: str, target: Any, exact_match: boo
 
         def fits_optimizer(tree: Any) -> None:
             groups = tree.get("param_groups") if isinstance(tree, dict) else None
-            if not isinstance(groups, list) or [len(g.get("params", ())) for g in groups if isinstance(g, dict)] != [
-                len(g["params"]) for g in current_state["param_groups"]
-            ]:
+            live = [len(g["params"]) for g in current_state["param_groups"]]
+            if not isinstance(groups, list):
+                raise ParameterMismatchError("optimizer state has no `param_groups` list.")
+            saved = [len(g.get("params", ())) for g in groups if isinstance(g, dict)]
+            if saved != live:
                 raise ParameterMismatchError(
-                    "optimizer state does not match the optimizer's parameter groups (another model?)."
+                    f"optimizer state does not match the optimizer: its parameter groups hold {saved} "
+                    f"parameters, the optimizer's hold {live}.",
+                    hint="Build the optimizer with the same parameter groups as the saved one (groups added "
+                    "after construction with `add_param_group` must be added before loading), or leave "
+                    "its state out with `exclude=`.",
                 )
 
         tree, _ = src.load_tensors(member, current_state, check_shapes=True, validate=fits_optimizer)
