@@ -358,6 +358,12 @@ class NeedsNet(zipsave.Saveable):
         self.opt = torch.optim.SGD(net.parameters(), lr=lr)
 
 
+@dataclasses.dataclass
+class ModuleField(zipsave.Saveable):
+    lr: float = 0.1
+    net: torch.nn.Module = dataclasses.field(default_factory=lambda: torch.nn.Linear(2, 2))
+
+
 def test_a_module_passed_to_the_constructor_is_saved_once_by_its_state_dict(tmp_path):
     # init.json held a pickle of the module (a second copy of its weights) that a safe load
     # refused with a warning suggesting to trust torch's Linear.
@@ -365,15 +371,21 @@ def test_a_module_passed_to_the_constructor_is_saved_once_by_its_state_dict(tmp_
     _bump(model.net)
     model.save(tmp_path / "m.zip")
     with zipfile.ZipFile(tmp_path / "m.zip") as zf:
-        assert json.loads(zf.read("init.json"))["args"] == {"net": None, "lr": 0.2}
+        assert json.loads(zf.read("init.json"))["args"] == {"lr": 0.2}
     loaded = TakesNet.load(tmp_path / "m.zip")  # the constructor's default, then the saved weights
     assert same_state(model.net, loaded.net) and loaded.opt.param_groups[0]["lr"] == 0.2
 
     NeedsNet(torch.nn.Linear(3, 3)).save(tmp_path / "needs.zip")
-    with pytest.raises(zipsave.DecodeError, match=re.escape("modules and optimizers are not saved as constructor "
-                                                            "arguments): net, e.g. `load(path, net=...)`")):
+    message = "missing 1 required positional argument: 'net'. Pass the missing or broken constructor arguments"
+    with pytest.raises(zipsave.DecodeError, match=re.escape(message)):
         NeedsNet.load(tmp_path / "needs.zip")
     assert isinstance(NeedsNet.load(tmp_path / "needs.zip", net=torch.nn.Linear(3, 3)).net, torch.nn.Linear)
+
+    agent = ModuleField(lr=0.3, net=torch.nn.Linear(2, 2))  # a dataclass field given a module
+    _bump(agent.net)
+    agent.save(tmp_path / "field.zip")
+    loaded = ModuleField.load(tmp_path / "field.zip")  # its default_factory builds the one loaded into
+    assert loaded.lr == 0.3 and same_state(agent.net, loaded.net)
 
 
 # -- what holds: torch's hooks and wrappers, training after a load ---------------------------

@@ -126,10 +126,11 @@ def build(
         if unset:
             # Live handles (environments, loggers) are written as null: the likely culprit.
             hint += (
-                f"; these were saved as None (environments, live handles, modules and optimizers are not saved as "
-                f"constructor arguments): "
+                f"; these were saved as None (environments and other live handles are never saved): "
                 f"{', '.join(unset)}, e.g. `load(path, {unset[0]}=...)`"
             )
+        elif isinstance(err, TypeError) and "missing" in str(err):
+            hint += " (modules and optimizers passed to the constructor are not recorded, their state is: pass them again)"
         raise DecodeError(
             f"building {klass.__name__}(...) failed: {type(err).__name__}: {err}.",
             archive=src.name,
