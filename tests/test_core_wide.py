@@ -388,6 +388,35 @@ def test_a_module_passed_to_the_constructor_is_saved_once_by_its_state_dict(tmp_
     assert loaded.lr == 0.3 and same_state(agent.net, loaded.net)
 
 
+# -- constructors that consume their arguments -------------------------------------------------
+class Consumes(zipsave.Saveable):
+    """Pops what it uses from `policy_kwargs`, as many policies do."""
+
+    def __init__(self, policy_kwargs=None):
+        policy_kwargs = {} if policy_kwargs is None else policy_kwargs
+        activation = policy_kwargs.pop("activation_fn", torch.nn.Tanh)
+        optimizer_class = policy_kwargs.pop("optimizer_class", torch.optim.Adam)
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(2, 2), activation())
+        self.opt = optimizer_class(self.net.parameters(), lr=0.1, **policy_kwargs.pop("optimizer_kwargs", {}))
+
+
+def test_a_constructor_that_pops_from_its_arguments_is_rebuilt_as_called(tmp_path):
+    # The record kept a reference to the dict the constructor emptied: the load built the
+    # defaults (a Tanh where the model had a ReLU, same weights, other outputs; Adam where
+    # it had SGD, refused as "does not fit the optimizer: 'step'").
+    kwargs = {"activation_fn": torch.nn.ReLU, "optimizer_class": torch.optim.SGD, "optimizer_kwargs": {"momentum": 0.9}}
+    model = Consumes(policy_kwargs=kwargs)
+    model.net(torch.ones(1, 2)).sum().backward()
+    model.opt.step()
+    model.save(tmp_path / "m.zip")
+    loaded = Consumes.load(tmp_path / "m.zip")
+    assert isinstance(loaded.net[1], torch.nn.ReLU) and isinstance(loaded.opt, torch.optim.SGD)
+    assert same_state(model.opt, loaded.opt)
+    x = torch.full((1, 2), -3.0)
+    assert torch.equal(loaded.net(x), model.net(x))
+
+
 # -- what holds: torch's hooks and wrappers, training after a load ---------------------------
 class Wrapped(zipsave.Saveable):
     def __init__(self, kind="prune"):
