@@ -237,8 +237,11 @@ _PLAIN = frozenset({int, float, str, bool, type(None), bytes, complex, np.ndarra
 
 
 def _copy_tensor_into(live: Any, saved: Any) -> bool:
-    """Copy a loaded tensor into the live one of the same shape and dtype."""
+    """Copy a loaded tensor into the live one of the same shape and dtype, where the live one is
+    a leaf that requires grad (what an optimizer holds); other tensors are replaced, as values."""
     if not (isinstance(live, torch.Tensor) and isinstance(saved, torch.Tensor)) or live is saved:
+        return False
+    if not (live.requires_grad and live.is_leaf):
         return False
     if live.shape != saved.shape or live.dtype != saved.dtype or live.layout != torch.strided:
         return False
