@@ -104,6 +104,33 @@ def test_containers_of_modules_of_every_kind_are_saved_as_members(tmp_path, kind
         assert live.heads[key] is same and same_state(module, same)  # in place
 
 
+class Critics(zipsave.Saveable):
+    def __init__(self):
+        torch.manual_seed(0)
+        self.critics = [torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)]
+        self.heads = {"pi": torch.nn.Linear(2, 2), "lr": 0.1}
+        for module in [*self.critics, self.heads["pi"]]:
+            module.optimizer = torch.optim.Adam(module.parameters(), lr=0.1)
+
+
+def test_optimizers_held_by_modules_inside_containers_are_saved(tmp_path):
+    # `policy.optimizer` was saved, `critics[0].optimizer` was not: the load kept a fresh
+    # optimizer without a word.
+    model = Critics()
+    for module in [*model.critics, model.heads["pi"]]:
+        module(torch.ones(1, 2)).sum().backward()
+        module.optimizer.step()
+    model.save(tmp_path / "m.zip")
+    assert _pth_members(tmp_path / "m.zip") == [
+        "critics.0.optimizer.pth", "critics.0.pth", "critics.1.optimizer.pth", "critics.1.pth",
+        "heads.pi.optimizer.pth", "heads.pi.pth",
+    ]
+    loaded = Critics.load(tmp_path / "m.zip")
+    for saved, back in zip([*model.critics, model.heads["pi"]], [*loaded.critics, loaded.heads["pi"]]):
+        assert same_state(saved.optimizer, back.optimizer)
+    assert not Critics.load(tmp_path / "m.zip", exclude=["*.optimizer"]).critics[0].optimizer.state
+
+
 # -- random generators inside containers ---------------------------------------------------
 class Seeded(zipsave.Saveable):
     def __init__(self, seed=0):

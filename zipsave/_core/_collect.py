@@ -98,19 +98,13 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
             module = unwrap(value)
             if id(module) in seen or (id(module) in covered and not _is_root(module, attrs)):
                 continue  # an alias, or a piece of another saved module
-            seen[id(module)] = name
-            state.append((name, module))
-            for attr_name, attr in vars(module).items():
-                if isinstance(attr, torch.optim.Optimizer) and id(attr) not in seen:
-                    seen[id(attr)] = f"{name}.{attr_name}"
-                    state.append((f"{name}.{attr_name}", attr))
+            _add_state(name, module, state, seen)
         elif holds_stateful(value):
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for key, item in items:
                 item = unwrap(item)
                 if id(item) not in seen:
-                    seen[id(item)] = f"{name}.{key}"
-                    state.append((f"{name}.{key}", item))
+                    _add_state(f"{name}.{key}", item, state, seen)
         elif _splits(value, top=True):
             # A container mixing modules, optimizers or components with plain values
             # (`self.nets = {"pi": net, "lr": 3e-4}`, `self.agents = [a, b]`, nested too): each
@@ -187,8 +181,7 @@ def _split(
         elif is_stateful(item) and not is_live_handle(item):
             item = unwrap(item)
             if id(item) not in seen:
-                seen[id(item)] = f"{name}.{key}"
-                state.append((f"{name}.{key}", item))
+                _add_state(f"{name}.{key}", item, state, seen)
             rest[key] = None
         elif _splits(item, top=False):
             rest[key], inner = _split(f"{name}.{key}", item, state, components, seen, top=False)
@@ -198,6 +191,18 @@ def _split(
     if isinstance(value, tuple):
         rest = type(value)(*rest) if hasattr(type(value), "_fields") else tuple(rest)
     return rest, plain
+
+
+def _add_state(name: str, item: Any, state: list, seen: dict[int, str]) -> None:
+    """Save ``item`` as the member ``name``, and a module's optimizer attributes beside it
+    (SB3's ``policy.optimizer``, also for ``critics.0.optimizer``)."""
+    seen[id(item)] = name
+    state.append((name, item))
+    if isinstance(item, torch.nn.Module):
+        for attr_name, attr in vars(item).items():
+            if isinstance(attr, torch.optim.Optimizer) and id(attr) not in seen:
+                seen[id(attr)] = f"{name}.{attr_name}"
+                state.append((f"{name}.{attr_name}", attr))
 
 
 _NOT_OBJECTS = (
