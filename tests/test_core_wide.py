@@ -131,6 +131,36 @@ def test_optimizers_held_by_modules_inside_containers_are_saved(tmp_path):
     assert not Critics.load(tmp_path / "m.zip", exclude=["*.optimizer"]).critics[0].optimizer.state
 
 
+class ActorCritic(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.actor = torch.nn.Linear(2, 2)
+        self.critic = torch.nn.Sequential(torch.nn.Linear(2, 1))
+        self.actor.optimizer = torch.optim.Adam(self.actor.parameters(), lr=0.1)
+        self.critic[0].optimizer = torch.optim.Adam(self.critic.parameters(), lr=0.1)
+
+
+class TD3Like(zipsave.Saveable):
+    def __init__(self):
+        torch.manual_seed(0)
+        self.policy = ActorCritic()
+
+
+def test_optimizers_held_by_sub_modules_are_saved(tmp_path):
+    # Only the optimizers of the attribute's own module were found (`policy.optimizer`), not
+    # `policy.actor.optimizer`: the load kept fresh ones without a word.
+    model = TD3Like()
+    for module, optimizer in [(model.policy.actor, model.policy.actor.optimizer),
+                              (model.policy.critic, model.policy.critic[0].optimizer)]:
+        module(torch.ones(1, 2)).sum().backward()
+        optimizer.step()
+    model.save(tmp_path / "m.zip")
+    assert _pth_members(tmp_path / "m.zip") == ["policy.actor.optimizer.pth", "policy.critic.0.optimizer.pth", "policy.pth"]
+    loaded = TD3Like.load(tmp_path / "m.zip")
+    assert same_state(model.policy.actor.optimizer, loaded.policy.actor.optimizer)
+    assert same_state(model.policy.critic[0].optimizer, loaded.policy.critic[0].optimizer)
+
+
 # -- random generators inside containers ---------------------------------------------------
 class Seeded(zipsave.Saveable):
     def __init__(self, seed=0):
