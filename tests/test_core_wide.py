@@ -138,6 +138,7 @@ class ActorCritic(torch.nn.Module):
         self.critic = torch.nn.Sequential(torch.nn.Linear(2, 1))
         self.actor.optimizer = torch.optim.Adam(self.actor.parameters(), lr=0.1)
         self.critic[0].optimizer = torch.optim.Adam(self.critic.parameters(), lr=0.1)
+        self.scheduler = torch.optim.lr_scheduler.StepLR(self.actor.optimizer, step_size=1, gamma=0.5)
 
 
 class TD3Like(zipsave.Saveable):
@@ -146,17 +147,22 @@ class TD3Like(zipsave.Saveable):
         self.policy = ActorCritic()
 
 
-def test_optimizers_held_by_sub_modules_are_saved(tmp_path):
+def test_optimizers_and_schedulers_held_by_sub_modules_are_saved(tmp_path):
     # Only the optimizers of the attribute's own module were found (`policy.optimizer`), not
-    # `policy.actor.optimizer`: the load kept fresh ones without a word.
+    # `policy.actor.optimizer` nor a scheduler: the load kept fresh ones without a word.
     model = TD3Like()
     for module, optimizer in [(model.policy.actor, model.policy.actor.optimizer),
                               (model.policy.critic, model.policy.critic[0].optimizer)]:
         module(torch.ones(1, 2)).sum().backward()
         optimizer.step()
+    model.policy.scheduler.step()
     model.save(tmp_path / "m.zip")
-    assert _pth_members(tmp_path / "m.zip") == ["policy.actor.optimizer.pth", "policy.critic.0.optimizer.pth", "policy.pth"]
+    assert _pth_members(tmp_path / "m.zip") == [
+        "policy.actor.optimizer.pth", "policy.critic.0.optimizer.pth", "policy.pth", "policy.scheduler.pth",
+    ]
     loaded = TD3Like.load(tmp_path / "m.zip")
+    assert loaded.policy.scheduler.state_dict() == model.policy.scheduler.state_dict()
+    assert loaded.policy.actor.optimizer.param_groups[0]["lr"] == 0.05
     assert same_state(model.policy.actor.optimizer, loaded.policy.actor.optimizer)
     assert same_state(model.policy.critic[0].optimizer, loaded.policy.critic[0].optimizer)
 

@@ -194,16 +194,18 @@ def _split(
 
 
 def _add_state(name: str, item: Any, state: list, seen: dict[int, str]) -> None:
-    """Save ``item`` as the member ``name``, and the optimizer attributes of a module and of its
-    sub-modules beside it (SB3's ``policy.optimizer``; ``policy.actor.optimizer``,
-    ``critics.0.optimizer``)."""
+    """Save ``item`` as the member ``name``, and the optimizers, LR schedulers and other stateful
+    attributes of a module and of its sub-modules beside it (SB3's ``policy.optimizer``;
+    ``policy.actor.optimizer``, ``policy.scheduler``, ``critics.0.optimizer``)."""
     seen[id(item)] = name
     state.append((name, item))
     if isinstance(item, torch.nn.Module):
         for sub_name, sub in item.named_modules():
             prefix = f"{name}.{sub_name}" if sub_name else name
             for attr_name, attr in vars(sub).items():
-                if isinstance(attr, torch.optim.Optimizer) and id(attr) not in seen:
+                if isinstance(attr, torch.nn.Module) or not is_stateful(attr) or id(attr) in seen:
+                    continue
+                if not is_live_handle(attr):  # an optimizer, an LR scheduler, a GradScaler
                     seen[id(attr)] = f"{prefix}.{attr_name}"
                     state.append((f"{prefix}.{attr_name}", attr))
 
