@@ -480,6 +480,24 @@ def test_a_constructor_that_pops_from_its_arguments_is_rebuilt_as_called(tmp_pat
     assert torch.equal(loaded.net(x), model.net(x))
 
 
+def test_models_in_an_app_state_dict_are_saved_as_folders(tmp_path):
+    # A Saveable or a plain object holding modules in an app-state dict was pickled into
+    # `data`; restore skipped it with a warning and the live model kept its weights.
+    settings, worker = Settings(lr=0.5), Worker()
+    _bump(settings.net)
+    _train(worker)
+    zipsave.save({"settings": settings, "worker": worker, "step": 3}, tmp_path / "s.zip")
+    live = {"settings": Settings(), "worker": Worker(), "step": 0}
+    held = dict(live)
+    zipsave.restore(live, tmp_path / "s.zip")
+    assert live == held | {"step": 3}  # the same objects, restored in place
+    assert live["settings"].lr == 0.5 and same_state(settings.net, live["settings"].net)
+    assert same_state(worker.opt, live["worker"].opt)
+    loaded = zipsave.load(tmp_path / "s.zip")
+    assert isinstance(loaded["settings"], Settings) and same_state(settings.net, loaded["settings"].net)
+    assert sorted(loaded["worker"]) == ["k", "net", "opt"] and loaded["step"] == 3
+
+
 # -- what holds: torch's hooks and wrappers, training after a load ---------------------------
 class Wrapped(zipsave.Saveable):
     def __init__(self, kind="prune"):

@@ -243,6 +243,14 @@ def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None
             out[key], _ = src.load_tensors(name)
         except ZipsaveError as err:
             src.skip(name, None, None, err)
+    for child in src.child_components(folder):
+        key = child[len(prefix):]
+        if "/" in key or (exclude and matches(key, exclude)):
+            continue
+        if src.has(_format.join(child, _format.INIT)):  # a Saveable held by the app state
+            out[key] = build(src, child, cls=None, custom_objects=None, exclude=nested(exclude, key), overrides={})
+        else:  # a plain object's folder: its values and state dicts, as a dict
+            out[key] = load_app_state(src, child, custom_objects=None, exclude=nested(exclude, key))
     return out
 
 

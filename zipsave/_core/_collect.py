@@ -283,6 +283,7 @@ def _is_root(module: torch.nn.Module, attrs: dict) -> bool:
 def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
     data: dict[str, Any] = {}
     state: list[tuple[str, Any]] = []
+    components: list[tuple[str, Any]] = []
     for key, value in app.items():
         if not isinstance(key, str):
             raise EncodeError(f"app-state keys must be strings, found {key!r}.")
@@ -290,6 +291,8 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
             continue
         if is_stateful(value):
             state.append((key, unwrap(value)))
+        elif (isinstance(value, Component) or holds_state(value)) and key and "/" not in key:
+            components.append((key, value))  # a model in the app state: its own folder
         else:
             data[key] = value
-    return Parts(data, state, None, [])
+    return Parts(data, state, None, components)
