@@ -212,7 +212,7 @@ def _add_state(name: str, item: Any, state: list, seen: dict[int, str]) -> None:
 
 _NOT_OBJECTS = (
     type, types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType, functools.partial,
-    dict, list, tuple, set, frozenset, np.generic, torch.Tensor, Component,
+    dict, list, tuple, set, frozenset, np.generic, torch.Tensor, Component, torch.nn.Module, torch.optim.Optimizer,
 )
 
 
@@ -221,8 +221,6 @@ def holds_state(value: Any, depth: int = 0) -> bool:
     optimizer or another stateful object, directly, in a container, or in such an object.
     One that holds a ``Saveable`` (perhaps its owner) is left as it was: a ``data`` value."""
     if type(value) in _LEAVES or depth > 4 or isinstance(value, _NOT_OBJECTS):
-        return False
-    if is_stateful(value) or is_live_handle(value):
         return False
     try:
         attrs = instance_attributes(value)
@@ -234,11 +232,28 @@ def holds_state(value: Any, depth: int = 0) -> bool:
             continue
         if isinstance(item, Component):
             return False
-        if (is_stateful(item) and not is_live_handle(item)) or holds_stateful(item) or _splits(item, top=False):
+        if not found and (
+            (is_stateful(item) and not is_live_handle(item)) or holds_stateful(item)
+            or _splits(item, top=False) or holds_state(item, depth + 1)
+        ):
             found = True
-        elif not found and holds_state(item, depth + 1):
-            found = True
-    return found
+    # Checked last: most objects hold no state, and these two are the slow checks.
+    return found and not is_stateful(value) and not is_live_handle(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _slot_names(klass: type) -> tuple[str, ...]:
+    """The ``__slots__`` names of a class and its bases, mangled where Python mangles them."""
+    names = []
+    for cls in reversed(klass.__mro__):
+        slots = cls.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot in ("__dict__", "__weakref__"):
+                continue
+            if slot.startswith("__") and not slot.endswith("__"):  # stored under its mangled name
+                slot = f"_{cls.__name__.lstrip('_')}{slot}"
+            names.append(slot)
+    return tuple(names)
 
 
 def instance_attributes(obj: Any) -> dict[str, Any]:
@@ -246,17 +261,15 @@ def instance_attributes(obj: Any) -> dict[str, Any]:
     ``__dict__`` (for a ``torch.nn.Module``, its children, parameters and persistent buffers). Slots hold no ``__dict__`` entry, so ``vars(obj)`` alone would miss them and
     a load would hand back the constructor's fresh values in their place."""
     attrs: dict[str, Any] = {}
-    for cls in reversed(type(obj).__mro__):
-        slots = cls.__dict__.get("__slots__", ())
-        for slot in (slots,) if isinstance(slots, str) else slots:
-            if slot in ("__dict__", "__weakref__"):
-                continue
-            if slot.startswith("__") and not slot.endswith("__"):  # stored under its mangled name
-                slot = f"_{cls.__name__.lstrip('_')}{slot}"
-            try:
-                attrs[slot] = getattr(obj, slot)
-            except AttributeError:  # declared, never set
-                continue
+    try:
+        slots = _slot_names(type(obj))  # type: ignore[arg-type]  # classes hash by identity
+    except TypeError:  # a metaclass that makes its classes unhashable
+        slots = _slot_names.__wrapped__(type(obj))
+    for slot in slots:
+        try:
+            attrs[slot] = getattr(obj, slot)
+        except AttributeError:  # declared, never set
+            continue
     attrs.update(getattr(obj, "__dict__", {}))
     if isinstance(obj, torch.nn.Module):
         # A model that is itself a module (``class Agent(zipsave.Saveable, nn.Module)``): its
