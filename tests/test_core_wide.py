@@ -498,6 +498,23 @@ def test_models_in_an_app_state_dict_are_saved_as_folders(tmp_path):
     assert sorted(loaded["worker"]) == ["k", "net", "opt"] and loaded["step"] == 3
 
 
+class Team(zipsave.Saveable):
+    def __init__(self):
+        self.agents = [Settings(), Settings()]
+        self.by_name = {"a": Settings(), "b": Settings()}
+
+
+def test_save_exclude_leaves_out_one_component_of_a_list_or_dict(tmp_path):
+    # `exclude=["agents/1"]` was dropped before collecting (only `learner/x` paths below a
+    # component were passed on), so the component was saved anyway.
+    Team().save(tmp_path / "m.zip", exclude=["agents/1", "by_name/b", "by_name/a/net"])
+    with zipfile.ZipFile(tmp_path / "m.zip") as zf:
+        folders = {n.rsplit("/", 1)[0] for n in zf.namelist() if "/" in n}
+        assert folders == {"agents/0", "by_name/a"} and "by_name/a/net.pth" not in zf.namelist()
+    loaded = Team.load(tmp_path / "m.zip", exclude=["agents/1", "by_name/b", "by_name/a/net"])
+    assert isinstance(loaded.agents[1], Settings) and isinstance(loaded.by_name["b"], Settings)
+
+
 # -- what holds: torch's hooks and wrappers, training after a load ---------------------------
 class Wrapped(zipsave.Saveable):
     def __init__(self, kind="prune"):

@@ -31,9 +31,11 @@ __all__ = ["collect"]
 
 
 def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | None) -> Parts:
-    """Split an object into the parts the archive stores."""
-    exclude = set(exclude or ())
-    include = set(include or ())
+    """Split an object into the parts the archive stores. A pattern with a ``/`` names a
+    component (``agents/1``); one below a component (``learner/opt``) is its component's."""
+    deep = [p for p in exclude or () if "/" in p and p not in set(include or ())]
+    exclude = {p for p in exclude or () if "/" not in p}
+    include = {p for p in include or () if "/" not in p}
     if isinstance(obj, Parts):
         return obj  # a component collected by its owner (SB3's replay buffer, VecNormalize)
     if isinstance(obj, dict):
@@ -138,6 +140,8 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
         state = [(n, v) for n, v in state if not left_out(n)]
         variables = {n: v for n, v in variables.items() if not left_out(n)}
         components = [(n, v) for n, v in components if not left_out(n)]
+    if deep:
+        components = [(n, v) for n, v in components if not matches(n, deep)]
     init = None
     if isinstance(obj, Component):
         init = obj._zipsave_init_record()
@@ -203,9 +207,9 @@ def _add_state(name: str, item: Any, state: list, seen: dict[int, str]) -> None:
         for sub_name, sub in item.named_modules():
             prefix = f"{name}.{sub_name}" if sub_name else name
             for attr_name, attr in vars(sub).items():
-                if isinstance(attr, torch.nn.Module) or not is_stateful(attr) or id(attr) in seen:
-                    continue
-                if not is_live_handle(attr):  # an optimizer, an LR scheduler, a GradScaler
+                if type(attr) in _LEAVES or isinstance(attr, (dict, list, tuple, torch.nn.Module)) or id(attr) in seen:
+                    continue  # torch's registries and flags, children
+                if not is_live_handle(attr) and is_stateful(attr):  # an optimizer, an LR scheduler, a GradScaler
                     seen[id(attr)] = f"{prefix}.{attr_name}"
                     state.append((f"{prefix}.{attr_name}", attr))
 
@@ -232,13 +236,12 @@ def holds_state(value: Any, depth: int = 0) -> bool:
             continue
         if isinstance(item, Component):
             return False
-        if not found and (
-            (is_stateful(item) and not is_live_handle(item)) or holds_stateful(item)
-            or _splits(item, top=False) or holds_state(item, depth + 1)
-        ):
+        if found or is_live_handle(item):  # live handles first: a gymnasium 0.29 wrapper warns on state_dict
+            continue
+        if is_stateful(item) or holds_stateful(item) or _splits(item, top=False) or holds_state(item, depth + 1):
             found = True
     # Checked last: most objects hold no state, and these two are the slow checks.
-    return found and not is_stateful(value) and not is_live_handle(value)
+    return found and not is_live_handle(value) and not is_stateful(value)
 
 
 @functools.lru_cache(maxsize=1024)
