@@ -145,7 +145,7 @@ def load(
             return obj
         obj = build(src, folder, cls=cls, custom_objects=custom_objects, exclude=exclude, overrides=overrides)
         if isinstance(obj, Component):
-            obj.zipsave_report = src.report  # type: ignore[attr-defined]
+            object.__setattr__(obj, "zipsave_report", src.report)  # a frozen dataclass too
         return obj
 
 

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 import torch
 
 from .._archive import check_progress
-from .._core import Parts, collect, encode, flat, write
+from .._core import Parts, collect, encode, write
 from ._background import start_background_save, wait_for_pending
 
 __all__ = ["save", "save_archive"]
@@ -84,7 +84,7 @@ def save(
     check_progress(progress)
     exclude = list(exclude or ())
     include = list(include or ())
-    parts = collect(obj, flat(exclude), flat(include))
+    parts = collect(obj, exclude, include)
     enc = encode(parts, "", exclude=exclude, include=include)
     if background:
         save_fn = functools.partial(write, storage_options=storage_options, progress=progress, sha256=sha256,

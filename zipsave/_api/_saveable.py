@@ -46,7 +46,7 @@ class Saveable(Component):
 
     Subclasses need nothing but inheritance. Constructor arguments are recorded when an
     instance is created; attributes holding ``torch.nn.Module``, ``torch.optim.Optimizer``
-    (also one held by a module, e.g. ``policy.optimizer``) or anything else with
+    (also one held by a module or its sub-modules, e.g. ``policy.optimizer``) or anything else with
     ``state_dict``/``load_state_dict`` become ``.pth`` members; loose tensors go to
     ``pytorch_variables.pth``; a ``Saveable`` attribute becomes a component folder;
     environments, loggers, locks and files are left out; everything else goes to ``data``.

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 from typing import Any
 
@@ -17,8 +18,8 @@ from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, is_stateful, matches,
 from ._session import LoadSession
 
 __all__ = [
-    "check_app_state", "expected_state_names", "load_state_into", "restore_parts", "set_parameters_from_dict",
-    "set_variable",
+    "check_app_state", "expected_state_names", "load_state_into", "restore_parts",
+    "set_parameters_from_dict", "set_variable",
 ]
 
 
@@ -51,15 +52,18 @@ def restore_parts(
                     set_variable(obj, name, tensor)
                 continue
             if is_dict:
-                if key in obj and (is_stateful(obj[key]) or _restore_rng(obj[key], value)):
+                if key in obj and is_stateful(obj[key]):
                     continue
-                obj[key] = value
+                obj[key] = _adopt_live(obj.get(key), value)
             elif _keeps_live_device(getattr(obj, key, None), value):
                 continue
             elif _fill_container(src, obj, folder, key, value):
                 continue
-            elif not _restore_rng(getattr(obj, key, None), value):
-                setattr(obj, key, value)
+            else:
+                live = getattr(obj, key, None)
+                value = _adopt_live(live, value)
+                if value is not live:
+                    _set_attribute(obj, key, value)
     prefix = f"{folder}/" if folder else ""
     members = [n for n in src.reader.names() if n.startswith(prefix) and "/" not in n[len(prefix) :]]
     names = [n[len(prefix) : -len(_format.PTH_SUFFIX)] for n in members if n.endswith(_format.PTH_SUFFIX)]
@@ -165,12 +169,12 @@ def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) ->
         for k, value in saved.items():
             if value is None and is_stateful(live.get(k)):
                 continue  # its place, left empty: the item was left out of the save (`exclude=`)
-            if k in held and k in live:
+            if str(k) in held and k in live:
                 inner = _fill(names, live[k], value, f"{prefix}.{k}", top=False)
                 if inner is not _NOT_FILLED:
                     live[k] = inner
             else:
-                live[k] = value
+                live[k] = _adopt_live(live.get(k), value)
         return live
     if len(live) != len(saved):
         return _NOT_FILLED  # replaced whole; the members then name what does not fit
@@ -182,11 +186,20 @@ def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) ->
             inner = _fill(names, live[i], value, f"{prefix}.{i}", top=False)
             merged.append(live[i] if inner is _NOT_FILLED else inner)
         else:
-            merged.append(value)
+            merged.append(_adopt_live(live[i], value))
     if isinstance(live, list):
         live[:] = merged
         return live
-    return type(live)(merged)
+    return type(live)(*merged) if hasattr(type(live), "_fields") else type(live)(merged)
+
+
+def _set_attribute(obj: Any, key: str, value: Any) -> None:
+    """``setattr``, also on a frozen dataclass: its saved fields are what its constructor set
+    (``object.__setattr__``, as the dataclass's own ``__init__`` does)."""
+    try:
+        setattr(obj, key, value)
+    except dataclasses.FrozenInstanceError:
+        object.__setattr__(obj, key, value)
 
 
 def _keeps_live_device(target: Any, value: Any) -> bool:
@@ -194,6 +207,49 @@ def _keeps_live_device(target: Any, value: Any) -> bool:
     own (its constructor's choice on this machine, or the live object's) stays, as the tensors
     restored into it stay on their devices (``device=`` moves them)."""
     return isinstance(target, torch.device) and isinstance(value, torch.device)
+
+
+def _adopt_live(live: Any, saved: Any, depth: int = 0) -> Any:
+    """``saved``, with each random generator and tensor in it replaced by the live one at the
+    same place in ``live`` (a dict key, a list index), that one set to the saved state: so a
+    DataLoader holding ``self.rngs["torch"]`` draws from the restored state, and an optimizer
+    over ``self.params["w"]`` goes on training the tensor the model uses."""
+    if type(saved) in _PLAIN or live is None or depth > 20:
+        return saved
+    if _restore_rng(live, saved) or _copy_tensor_into(live, saved):
+        return live
+    if type(live) is not type(saved):
+        return saved
+    if isinstance(saved, dict):
+        for k, v in saved.items():
+            if k in live:
+                saved[k] = _adopt_live(live[k], v, depth + 1)
+    elif isinstance(saved, list):
+        saved[: len(live)] = [b if type(b) in _PLAIN else _adopt_live(a, b, depth + 1) for a, b in zip(live, saved)]
+    elif isinstance(saved, tuple) and len(saved) == len(live):
+        items = [b if type(b) in _PLAIN else _adopt_live(a, b, depth + 1) for a, b in zip(live, saved)]
+        if any(a is not b for a, b in zip(items, saved)):
+            return type(saved)(*items) if hasattr(type(saved), "_fields") else type(saved)(items)
+    return saved
+
+
+_PLAIN = frozenset({int, float, str, bool, type(None), bytes, complex, np.ndarray})
+
+
+def _copy_tensor_into(live: Any, saved: Any) -> bool:
+    """Copy a loaded tensor into the live one of the same shape and dtype, where the live one is
+    a leaf that requires grad (what an optimizer holds); other tensors are replaced, as values."""
+    if not (isinstance(live, torch.Tensor) and isinstance(saved, torch.Tensor)) or live is saved:
+        return False
+    if not (live.requires_grad and live.is_leaf):
+        return False
+    if live.shape != saved.shape or live.dtype != saved.dtype or live.layout != torch.strided:
+        return False
+    if saved.layout != torch.strided or live.is_inference():
+        return False
+    with torch.no_grad():
+        live.copy_(saved)
+    return True
 
 
 def _restore_rng(target: Any, value: Any) -> bool:
@@ -250,11 +306,17 @@ def load_state_into(src: LoadSession, member: str, target: Any, exact_match: boo
 
         def fits_optimizer(tree: Any) -> None:
             groups = tree.get("param_groups") if isinstance(tree, dict) else None
-            if not isinstance(groups, list) or [len(g.get("params", ())) for g in groups if isinstance(g, dict)] != [
-                len(g["params"]) for g in current_state["param_groups"]
-            ]:
+            live = [len(g["params"]) for g in current_state["param_groups"]]
+            if not isinstance(groups, list):
+                raise ParameterMismatchError("optimizer state has no `param_groups` list.")
+            saved = [len(g.get("params", ())) for g in groups if isinstance(g, dict)]
+            if saved != live:
                 raise ParameterMismatchError(
-                    "optimizer state does not match the optimizer's parameter groups (another model?)."
+                    f"optimizer state does not match the optimizer: its parameter groups hold {saved} "
+                    f"parameters, the optimizer's hold {live}.",
+                    hint="Build the optimizer with the same parameter groups as the saved one (groups added "
+                    "after construction with `add_param_group` must be added before loading), or leave "
+                    "its state out with `exclude=`.",
                 )
 
         tree, _ = src.load_tensors(member, current_state, check_shapes=True, validate=fits_optimizer)

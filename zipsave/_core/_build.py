@@ -129,6 +129,8 @@ def build(
                 f"; these were saved as None (environments and other live handles are never saved): "
                 f"{', '.join(unset)}, e.g. `load(path, {unset[0]}=...)`"
             )
+        elif isinstance(err, TypeError) and "missing" in str(err):
+            hint += " (modules and optimizers passed to the constructor are not recorded, their state is: pass them again)"
         raise DecodeError(
             f"building {klass.__name__}(...) failed: {type(err).__name__}: {err}.",
             archive=src.name,
@@ -241,6 +243,14 @@ def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None
             out[key], _ = src.load_tensors(name)
         except ZipsaveError as err:
             src.skip(name, None, None, err)
+    for child in src.child_components(folder):
+        key = child[len(prefix):]
+        if "/" in key or (exclude and matches(key, exclude)):
+            continue
+        if src.has(_format.join(child, _format.INIT)):  # a Saveable held by the app state
+            out[key] = build(src, child, cls=None, custom_objects=None, exclude=nested(exclude, key), overrides={})
+        else:  # a plain object's folder: its values and state dicts, as a dict
+            out[key] = load_app_state(src, child, custom_objects=None, exclude=nested(exclude, key))
     return out
 
 
@@ -280,9 +290,18 @@ def restore_tree(
             continue  # a handler filled it itself (SB3's replay buffer, VecNormalize)
         if child in src.built_components and isinstance(current, Component):
             continue  # built (and restored) from its folder before the constructor ran
-        if isinstance(current, Component):
+        plain = not src.has(_format.join(child, _format.INIT))  # a plain object's folder (`holds_state`)
+        live_plain = plain and current is not None and not isinstance(current, (dict, list, tuple))
+        if isinstance(current, Component) or live_plain:
             restore_tree(src, current, child, custom_objects=None, exclude=nested(exclude, attr_path),
-                           exact_match=exact_match, set_data=True)
+                           exact_match=exact_match, set_data=set_data)
+        elif plain and handler_for(src, child, None) is None:
+            raise ParameterMismatchError(
+                f"component `{child}` was saved from a plain object (it has no init.json, so it cannot be built), "
+                f"and {type(obj).__name__} has none at `{attr_path}` to restore it into.",
+                archive=src.name,
+                hint="Create that object in the constructor, or make its class a zipsave.Saveable.",
+            )
         else:
             built = build(src, child, cls=None, custom_objects=None, exclude=nested(exclude, attr_path), overrides={},
                            exact_match=exact_match)

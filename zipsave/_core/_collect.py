@@ -3,6 +3,9 @@ components), by a registered handler, as app state, or by attribute discovery.""
 
 from __future__ import annotations
 
+import copy
+import functools
+import types
 from typing import Any, Iterable
 
 import numpy as np
@@ -15,6 +18,7 @@ from ._parts import (
     ALWAYS_EXCLUDED_PREFIXES,
     MODULE_INTERNALS,
     Parts,
+    container_items,
     holds_stateful,
     is_live_handle,
     is_stateful,
@@ -27,9 +31,11 @@ __all__ = ["collect"]
 
 
 def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | None) -> Parts:
-    """Split an object into the parts the archive stores."""
-    exclude = set(exclude or ())
-    include = set(include or ())
+    """Split an object into the parts the archive stores. A pattern with a ``/`` names a
+    component (``agents/1``); one below a component (``learner/opt``) is its component's."""
+    deep = [p for p in exclude or () if "/" in p and p not in set(include or ())]
+    exclude = {p for p in exclude or () if "/" not in p}
+    include = {p for p in include or () if "/" not in p}
     if isinstance(obj, Parts):
         return obj  # a component collected by its owner (SB3's replay buffer, VecNormalize)
     if isinstance(obj, dict):
@@ -94,19 +100,13 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
             module = unwrap(value)
             if id(module) in seen or (id(module) in covered and not _is_root(module, attrs)):
                 continue  # an alias, or a piece of another saved module
-            seen[id(module)] = name
-            state.append((name, module))
-            for attr_name, attr in vars(module).items():
-                if isinstance(attr, torch.optim.Optimizer) and id(attr) not in seen:
-                    seen[id(attr)] = f"{name}.{attr_name}"
-                    state.append((f"{name}.{attr_name}", attr))
+            _add_state(name, module, state, seen)
         elif holds_stateful(value):
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for key, item in items:
                 item = unwrap(item)
                 if id(item) not in seen:
-                    seen[id(item)] = f"{name}.{key}"
-                    state.append((f"{name}.{key}", item))
+                    _add_state(f"{name}.{key}", item, state, seen)
         elif _splits(value, top=True):
             # A container mixing modules, optimizers or components with plain values
             # (`self.nets = {"pi": net, "lr": 3e-4}`, `self.agents = [a, b]`, nested too): each
@@ -128,6 +128,11 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
             state.append((name, value))
         elif is_live_handle(value) and name not in include:
             continue
+        elif holds_state(value):
+            # A plain object holding modules or optimizers (`self.runner = Runner(net, opt)`):
+            # a component folder without init.json, restored into the live object the
+            # constructor made. In `data` it was pickled whole, weights and all.
+            components.append((name, value))
         else:
             data[name] = value
     if patterns:
@@ -135,20 +140,13 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
         state = [(n, v) for n, v in state if not left_out(n)]
         variables = {n: v for n, v in variables.items() if not left_out(n)}
         components = [(n, v) for n, v in components if not left_out(n)]
+    if deep:
+        components = [(n, v) for n, v in components if not matches(n, deep)]
     init = None
     if isinstance(obj, Component):
         init = obj._zipsave_init_record()
     return Parts(data, state, variables, components, init)
 
-
-
-def _items(value: Any) -> Iterable[tuple[Any, Any]] | None:
-    """The items of a plain list, tuple or dict whose keys can name a member, else ``None``."""
-    if type(value) in (list, tuple):
-        return enumerate(value)
-    if type(value) is dict and all(type(k) is str and k and "." not in k and "/" not in k for k in value):
-        return value.items()
-    return None
 
 
 # Leaves that are never stateful, skipped without a look (a list of a million floats).
@@ -158,13 +156,15 @@ _LEAVES = frozenset({int, float, str, bool, type(None), bytes, complex, np.ndarr
 def _splits(value: Any, *, top: bool, depth: int = 0) -> bool:
     """A container holding, at any depth, a module or optimizer (or, directly in an attribute,
     a component) among other values."""
-    items = _items(value)
-    if items is None or depth > 20:
+    if type(value) in _LEAVES or depth > 20:
+        return False
+    items = container_items(value)
+    if items is None:
         return False
     for _, v in items:
         if type(v) in _LEAVES:
             continue
-        if (top and isinstance(v, Component)) or (is_stateful(v) and not is_live_handle(v)):
+        if (top and (isinstance(v, Component) or holds_state(v))) or (is_stateful(v) and not is_live_handle(v)):
             return True
         if _splits(v, top=False, depth=depth + 1):
             return True
@@ -176,24 +176,87 @@ def _split(
 ) -> tuple[Any, int]:
     """``value`` with its stateful items taken out (into ``state`` / ``components``) and
     ``None`` in their place, and how many plain values are left."""
-    rest: Any = dict(value) if isinstance(value, dict) else list(value)
+    rest: Any = copy.copy(value) if isinstance(value, dict) else list(value)  # an OrderedDict stays one
     plain = 0
-    for key, item in _items(value) or ():
-        if top and isinstance(item, Component):
+    for key, item in container_items(value) or ():
+        if top and (isinstance(item, Component) or holds_state(item)):
             components.append((f"{name}/{key}", item))
             rest[key] = None
         elif is_stateful(item) and not is_live_handle(item):
             item = unwrap(item)
             if id(item) not in seen:
-                seen[id(item)] = f"{name}.{key}"
-                state.append((f"{name}.{key}", item))
+                _add_state(f"{name}.{key}", item, state, seen)
             rest[key] = None
         elif _splits(item, top=False):
             rest[key], inner = _split(f"{name}.{key}", item, state, components, seen, top=False)
             plain += inner
         else:
             plain += 1
-    return (tuple(rest) if isinstance(value, tuple) else rest), plain
+    if isinstance(value, tuple):
+        rest = type(value)(*rest) if hasattr(type(value), "_fields") else tuple(rest)
+    return rest, plain
+
+
+def _add_state(name: str, item: Any, state: list, seen: dict[int, str]) -> None:
+    """Save ``item`` as the member ``name``, and the optimizers, LR schedulers and other stateful
+    attributes of a module and of its sub-modules beside it (SB3's ``policy.optimizer``;
+    ``policy.actor.optimizer``, ``policy.scheduler``, ``critics.0.optimizer``)."""
+    seen[id(item)] = name
+    state.append((name, item))
+    if isinstance(item, torch.nn.Module):
+        for sub_name, sub in item.named_modules():
+            prefix = f"{name}.{sub_name}" if sub_name else name
+            for attr_name, attr in vars(sub).items():
+                if type(attr) in _LEAVES or isinstance(attr, (dict, list, tuple, torch.nn.Module)) or id(attr) in seen:
+                    continue  # torch's registries and flags, children
+                if not is_live_handle(attr) and is_stateful(attr):  # an optimizer, an LR scheduler, a GradScaler
+                    seen[id(attr)] = f"{prefix}.{attr_name}"
+                    state.append((f"{prefix}.{attr_name}", attr))
+
+
+_NOT_OBJECTS = (
+    type, types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType, functools.partial,
+    dict, list, tuple, set, frozenset, np.generic, torch.Tensor, Component, torch.nn.Module, torch.optim.Optimizer,
+)
+
+
+def holds_state(value: Any, depth: int = 0) -> bool:
+    """A plain object (no ``Saveable``, no ``state_dict``) whose attributes hold a module, an
+    optimizer or another stateful object, directly, in a container, or in such an object.
+    One that holds a ``Saveable`` (perhaps its owner) is left as it was: a ``data`` value."""
+    if type(value) in _LEAVES or depth > 4 or isinstance(value, _NOT_OBJECTS):
+        return False
+    try:
+        attrs = instance_attributes(value)
+    except Exception:  # noqa: BLE001 - an object whose attributes cannot be read stays a value
+        return False
+    found = False
+    for item in attrs.values():
+        if type(item) in _LEAVES:
+            continue
+        if isinstance(item, Component):
+            return False
+        if found or is_live_handle(item):  # live handles first: a gymnasium 0.29 wrapper warns on state_dict
+            continue
+        if is_stateful(item) or holds_stateful(item) or _splits(item, top=False) or holds_state(item, depth + 1):
+            found = True
+    # Checked last: most objects hold no state, and these two are the slow checks.
+    return found and not is_live_handle(value) and not is_stateful(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _slot_names(klass: type) -> tuple[str, ...]:
+    """The ``__slots__`` names of a class and its bases, mangled where Python mangles them."""
+    names = []
+    for cls in reversed(klass.__mro__):
+        slots = cls.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot in ("__dict__", "__weakref__"):
+                continue
+            if slot.startswith("__") and not slot.endswith("__"):  # stored under its mangled name
+                slot = f"_{cls.__name__.lstrip('_')}{slot}"
+            names.append(slot)
+    return tuple(names)
 
 
 def instance_attributes(obj: Any) -> dict[str, Any]:
@@ -201,17 +264,15 @@ def instance_attributes(obj: Any) -> dict[str, Any]:
     ``__dict__`` (for a ``torch.nn.Module``, its children, parameters and persistent buffers). Slots hold no ``__dict__`` entry, so ``vars(obj)`` alone would miss them and
     a load would hand back the constructor's fresh values in their place."""
     attrs: dict[str, Any] = {}
-    for cls in reversed(type(obj).__mro__):
-        slots = cls.__dict__.get("__slots__", ())
-        for slot in (slots,) if isinstance(slots, str) else slots:
-            if slot in ("__dict__", "__weakref__"):
-                continue
-            if slot.startswith("__") and not slot.endswith("__"):  # stored under its mangled name
-                slot = f"_{cls.__name__.lstrip('_')}{slot}"
-            try:
-                attrs[slot] = getattr(obj, slot)
-            except AttributeError:  # declared, never set
-                continue
+    try:
+        slots = _slot_names(type(obj))  # type: ignore[arg-type]  # classes hash by identity
+    except TypeError:  # a metaclass that makes its classes unhashable
+        slots = _slot_names.__wrapped__(type(obj))
+    for slot in slots:
+        try:
+            attrs[slot] = getattr(obj, slot)
+        except AttributeError:  # declared, never set
+            continue
     attrs.update(getattr(obj, "__dict__", {}))
     if isinstance(obj, torch.nn.Module):
         # A model that is itself a module (``class Agent(zipsave.Saveable, nn.Module)``): its
@@ -238,6 +299,7 @@ def _is_root(module: torch.nn.Module, attrs: dict) -> bool:
 def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
     data: dict[str, Any] = {}
     state: list[tuple[str, Any]] = []
+    components: list[tuple[str, Any]] = []
     for key, value in app.items():
         if not isinstance(key, str):
             raise EncodeError(f"app-state keys must be strings, found {key!r}.")
@@ -245,6 +307,8 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
             continue
         if is_stateful(value):
             state.append((key, unwrap(value)))
+        elif (isinstance(value, Component) or holds_state(value)) and key and "/" not in key:
+            components.append((key, value))  # a model in the app state: its own folder
         else:
             data[key] = value
-    return Parts(data, state, None, [])
+    return Parts(data, state, None, components)

@@ -16,7 +16,11 @@ class Component:
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         obj = super().__new__(cls)
         # Recorded here rather than in __init__ so subclasses need not call super().__init__.
-        obj.__dict__["_zipsave_init_args"] = (args, kwargs)
+        # Dicts and lists are copied: a constructor that pops from its `policy_kwargs` would
+        # otherwise leave them recorded empty, and a load would build with the defaults.
+        obj.__dict__["_zipsave_init_args"] = (
+            tuple(_as_called(a) for a in args), {k: _as_called(v) for k, v in kwargs.items()}
+        )
         return obj
 
     def _zipsave_init_record(self) -> dict[str, Any]:
@@ -50,3 +54,16 @@ class Component:
         if positional:
             record["positional"] = positional
         return record
+
+
+def _as_called(value: Any, depth: int = 0) -> Any:
+    """A copy of the plain dicts and lists in a constructor argument (their items themselves
+    are not copied), so what the constructor does to them later does not change the record."""
+    if depth > 8:
+        return value
+    if type(value) is dict:
+        return {k: _as_called(v, depth + 1) for k, v in value.items()}
+    if type(value) is list:
+        return [_as_called(v, depth + 1) for v in value]
+    return value
+

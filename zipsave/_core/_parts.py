@@ -3,11 +3,14 @@ find stateful objects, live handles and attribute paths."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import fnmatch
 import io
 import logging
+import queue
 import socket
+import subprocess
 import threading
 import types
 from typing import Any, Iterable
@@ -15,16 +18,30 @@ from typing import Any, Iterable
 import torch
 
 __all__ = [
-    "ALWAYS_EXCLUDED_PREFIXES", "Parts", "flat", "holds_stateful", "is_live_handle", "is_stateful", "matches",
-    "nested", "recursive_getattr", "recursive_setattr", "unwrap",
+    "ALWAYS_EXCLUDED_PREFIXES", "Parts", "container_items", "flat", "holds_stateful", "is_live_handle", "is_stateful",
+    "matches", "nested", "recursive_getattr", "recursive_setattr", "unwrap",
 ]
 
 ALWAYS_EXCLUDED_PREFIXES = ("_zipsave", "zipsave_")
 
 
+#: Live handles of the standard library, by type: a lock-holding object (a semaphore, a queue,
+#: a thread pool) cannot be pickled, and the constructor makes a fresh one on load anyway.
+_LIVE_TYPES = (
+    logging.Logger, logging.Handler, io.IOBase, types.ModuleType, types.GeneratorType, types.AsyncGeneratorType,
+    types.CoroutineType, socket.socket, threading.Thread, threading.Semaphore, threading.Barrier,
+    threading.Condition, threading.Event, queue.Queue, queue.SimpleQueue, concurrent.futures.Executor,
+    concurrent.futures.Future, subprocess.Popen,
+)
+
+
 def is_live_handle(value: Any) -> bool:
-    """Environments, loggers, files, locks, threads: state that cannot be meaningfully saved."""
-    if isinstance(value, (logging.Logger, io.IOBase, types.ModuleType, types.GeneratorType, socket.socket, threading.Thread)):
+    """Environments, loggers, files, locks, threads, queues, pools: state that cannot be
+    meaningfully saved."""
+    if isinstance(value, _LIVE_TYPES):
+        return True
+    # multiprocessing's queues, locks and pools, without importing multiprocessing.
+    if any(c.__module__.startswith(("multiprocessing.", "_multiprocessing")) for c in type(value).__mro__[:-1]):
         return True
     if type(value).__name__ in ("lock", "RLock", "_thread.lock", "Condition", "Event", "SummaryWriter"):
         return True
@@ -57,12 +74,15 @@ LEGACY_CHILD_PREFIX = "_modules."
 
 
 def recursive_getattr(obj: Any, path: str) -> Any:
-    """``a.b.0.c``: attributes, and indexes into lists/dicts holding stateful objects."""
+    """``a.b.0.c``: attributes, and indexes into lists/dicts holding stateful objects (a dict
+    with int keys is indexed by the int: ``{0: net}`` holds ``nets.0``)."""
     for part in path.split("."):
         if isinstance(obj, (list, tuple)) and part.isdigit():
             obj = obj[int(part)]
         elif isinstance(obj, dict) and part in obj:
             obj = obj[part]
+        elif isinstance(obj, dict) and part.isdigit() and int(part) in obj:
+            obj = obj[int(part)]
         else:
             obj = getattr(obj, part)
     return obj
@@ -97,15 +117,24 @@ def matches(name: str, patterns: Iterable[str]) -> bool:
 
 
 
+def container_items(value: Any) -> Iterable[tuple[Any, Any]] | None:
+    """The items of a container whose keys can name a member (``nets.pi``, ``critics.0``), else
+    ``None``: a list, a tuple or namedtuple, or a dict (``OrderedDict``, ``defaultdict`` too)
+    whose keys are all strings without ``.`` or ``/``, or all non-negative ints."""
+    if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(type(value), "_fields")):
+        return enumerate(value)
+    if isinstance(value, dict) and (
+        all(type(k) is str and k and "." not in k and "/" not in k for k in value)
+        or all(type(k) is int and k >= 0 for k in value)
+    ):
+        return value.items()
+    return None
+
+
 def holds_stateful(value: Any) -> bool:
-    """A plain list/tuple/dict of modules or optimizers (e.g. ``self.critics = [q1, q2]``)."""
-    if type(value) in (list, tuple):
-        items = list(value)
-    elif type(value) is dict and all(type(k) is str and k and "." not in k and "/" not in k for k in value):
-        items = list(value.values())
-    else:
-        return False
-    return bool(items) and all(is_stateful(v) and not is_live_handle(v) for v in items)
+    """A container of modules or optimizers only (e.g. ``self.critics = [q1, q2]``)."""
+    items = list(container_items(value) or ())
+    return bool(items) and all(is_stateful(v) and not is_live_handle(v) for _, v in items)
 
 
 

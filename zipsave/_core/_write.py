@@ -18,7 +18,7 @@ from .._tensors import save_pth
 from .._version import __version__
 from ..exceptions import EncodeError, StorageError, ZipsaveError
 from .. import _system_info
-from ._collect import collect
+from ._collect import collect, holds_state
 from ._parts import Parts, is_live_handle, is_stateful, nested
 
 __all__ = ["Encoded", "encode", "encoded_size", "write"]
@@ -53,7 +53,7 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
         member = _format.join(folder, _format.INIT)
 
         def encode_arg(key: str, value: Any) -> Any:
-            if is_live_handle(value):
+            if is_live_handle(value) or _kept_elsewhere(value):
                 return None
             if id(value) in component_of:
                 # A component passed to the constructor: built from its folder first on load.
@@ -70,7 +70,10 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
                     ),
                 ) from err
 
-        args = {key: encode_arg(key, value) for key, value in parts.init["args"].items()}
+        # A module or optimizer passed in is saved by its state dict where the object keeps it;
+        # pickled here it would be a second copy no safe load could read. Left out, the
+        # constructor's default (a `default_factory`, `net or Net()`) builds the one loaded into.
+        args = {key: encode_arg(key, value) for key, value in parts.init["args"].items() if not _kept_elsewhere(value)}
         record = {"class": parts.init["class"], "args": args}
         if parts.init.get("positional"):
             record["positional"] = [[key, encode_arg(key, value)] for key, value in parts.init["positional"]]
@@ -92,6 +95,12 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
         sub = _format.join(folder, name)
         components.append(encode(collect(comp, nested(exclude, name), nested(include, name)), sub, exclude=None, include=None))
     return Encoded(folder, _dump_entries(data, folder), init, state, parts.variables, arrays, components)
+
+
+def _kept_elsewhere(value: Any) -> bool:
+    """A constructor argument whose state the archive holds as members: a module, an optimizer,
+    another stateful object or a plain object holding them."""
+    return not is_live_handle(value) and (is_stateful(value) or holds_state(value))
 
 
 def _dump_entries(data: dict[str, Any], folder: str) -> bytes:
