@@ -14,7 +14,7 @@ import torch
 from .. import _format
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, ZipsaveError
 from ._collect import collect
-from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, is_stateful, matches, recursive_getattr, recursive_setattr, unwrap
+from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, is_stateful, matches, recursive_getattr, recursive_setattr, unwrap
 from ._session import LoadSession
 
 __all__ = [
@@ -142,8 +142,9 @@ def _fill_container(src: LoadSession, obj: Any, folder: str, key: str, saved: An
     whose state is stored as members (`nets.pi.pth`) or component folders (`agents/0`): they
     are restored in place next. ``False`` when ``key`` is no such container."""
     live = getattr(obj, key, None)
-    names = src.reader.names()
-    filled = _fill(names, live, saved, f"{folder}/{key}" if folder else key, top=True)
+    if type(live) is not type(saved) or not isinstance(live, (list, tuple, dict)):
+        return False  # most data keys: no member list to scan
+    filled = _fill(src.reader.names(), live, saved, f"{folder}/{key}" if folder else key, top=True)
     if filled is _NOT_FILLED:
         return False
     if filled is not live:
@@ -214,7 +215,7 @@ def _adopt_live(live: Any, saved: Any, depth: int = 0) -> Any:
     same place in ``live`` (a dict key, a list index), that one set to the saved state: so a
     DataLoader holding ``self.rngs["torch"]`` draws from the restored state, and an optimizer
     over ``self.params["w"]`` goes on training the tensor the model uses."""
-    if type(saved) in _PLAIN or live is None or depth > 20:
+    if type(saved) in PLAIN_VALUES or live is None or depth > 20:
         return saved
     if _restore_rng(live, saved) or _copy_tensor_into(live, saved):
         return live
@@ -225,15 +226,13 @@ def _adopt_live(live: Any, saved: Any, depth: int = 0) -> Any:
             if k in live:
                 saved[k] = _adopt_live(live[k], v, depth + 1)
     elif isinstance(saved, list):
-        saved[: len(live)] = [b if type(b) in _PLAIN else _adopt_live(a, b, depth + 1) for a, b in zip(live, saved)]
+        saved[: len(live)] = [b if type(b) in PLAIN_VALUES else _adopt_live(a, b, depth + 1) for a, b in zip(live, saved)]
     elif isinstance(saved, tuple) and len(saved) == len(live):
-        items = [b if type(b) in _PLAIN else _adopt_live(a, b, depth + 1) for a, b in zip(live, saved)]
+        items = [b if type(b) in PLAIN_VALUES else _adopt_live(a, b, depth + 1) for a, b in zip(live, saved)]
         if any(a is not b for a, b in zip(items, saved)):
             return type(saved)(*items) if hasattr(type(saved), "_fields") else type(saved)(items)
     return saved
 
-
-_PLAIN = frozenset({int, float, str, bool, type(None), bytes, complex, np.ndarray})
 
 
 def _copy_tensor_into(live: Any, saved: Any) -> bool:

@@ -17,9 +17,9 @@ from ._component import Component
 from ._parts import (
     ALWAYS_EXCLUDED_PREFIXES,
     MODULE_INTERNALS,
+    PLAIN_VALUES,
     Parts,
     container_items,
-    holds_stateful,
     is_live_handle,
     is_stateful,
     matches,
@@ -101,15 +101,9 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
             if id(module) in seen or (id(module) in covered and not _is_root(module, attrs)):
                 continue  # an alias, or a piece of another saved module
             _add_state(name, module, state, seen)
-        elif holds_stateful(value):
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, item in items:
-                item = unwrap(item)
-                if id(item) not in seen:
-                    _add_state(f"{name}.{key}", item, state, seen)
         elif _splits(value, top=True):
-            # A container mixing modules, optimizers or components with plain values
-            # (`self.nets = {"pi": net, "lr": 3e-4}`, `self.agents = [a, b]`, nested too): each
+            # A container of modules, optimizers or components, alone (`self.critics = [q1, q2]`)
+            # or among plain values (`self.nets = {"pi": net, "lr": 3e-4}`), nested too: each
             # stateful item becomes its own member (`nets.pi.pth`) or folder (`agents/0`), the
             # plain rest stays in `data` with `null` where they were; loading fills the live one.
             rest, plain = _split(name, value, state, components, seen, top=True)
@@ -150,7 +144,7 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
 
 
 # Leaves that are never stateful, skipped without a look (a list of a million floats).
-_LEAVES = frozenset({int, float, str, bool, type(None), bytes, complex, np.ndarray, torch.Tensor})
+_LEAVES = PLAIN_VALUES | {torch.Tensor}
 
 
 def _splits(value: Any, *, top: bool, depth: int = 0) -> bool:
@@ -238,7 +232,7 @@ def holds_state(value: Any, depth: int = 0) -> bool:
             return False
         if found or is_live_handle(item):  # live handles first: a gymnasium 0.29 wrapper warns on state_dict
             continue
-        if is_stateful(item) or holds_stateful(item) or _splits(item, top=False) or holds_state(item, depth + 1):
+        if is_stateful(item) or _splits(item, top=False) or holds_state(item, depth + 1):
             found = True
     # Checked last: most objects hold no state, and these two are the slow checks.
     return found and not is_live_handle(value) and not is_stateful(value)

@@ -15,10 +15,11 @@ import threading
 import types
 from typing import Any, Iterable
 
+import numpy as np
 import torch
 
 __all__ = [
-    "ALWAYS_EXCLUDED_PREFIXES", "Parts", "container_items", "flat", "holds_stateful", "is_live_handle", "is_stateful",
+    "ALWAYS_EXCLUDED_PREFIXES", "PLAIN_VALUES", "Parts", "container_items", "flat", "is_live_handle", "is_stateful",
     "matches", "nested", "recursive_getattr", "recursive_setattr", "unwrap",
 ]
 
@@ -117,6 +118,11 @@ def matches(name: str, patterns: Iterable[str]) -> bool:
 
 
 
+#: Value types that hold no state and nothing that does: skipped without a look when
+#: collecting (a list of a million floats) and taken as they are when restoring.
+PLAIN_VALUES = frozenset({int, float, str, bool, type(None), bytes, complex, np.ndarray})
+
+
 def container_items(value: Any) -> Iterable[tuple[Any, Any]] | None:
     """The items of a container whose keys can name a member (``nets.pi``, ``critics.0``), else
     ``None``: a list, a tuple or namedtuple, or a dict (``OrderedDict``, ``defaultdict`` too)
@@ -129,13 +135,6 @@ def container_items(value: Any) -> Iterable[tuple[Any, Any]] | None:
     ):
         return value.items()
     return None
-
-
-def holds_stateful(value: Any) -> bool:
-    """A container of modules or optimizers only (e.g. ``self.critics = [q1, q2]``)."""
-    items = list(container_items(value) or ())
-    return bool(items) and all(is_stateful(v) and not is_live_handle(v) for _, v in items)
-
 
 
 def nested(patterns: Iterable[str] | None, prefix: str) -> list[str]:
