@@ -417,3 +417,48 @@ def test_modules_nested_in_containers_are_members_at_any_depth(tmp_path):
     assert torch.equal(loaded.deep["a"]["pi"].weight, model.deep["a"]["pi"].weight)
     assert torch.equal(loaded.deep["b"][1][0].weight, model.deep["b"][1][0].weight)
     assert loaded.deep["a"]["n"] == 7 and loaded.deep["b"][1][1] == "five"
+
+
+class _Runner:
+    """A plain object holding a module: a component folder without init.json."""
+
+    def __init__(self, seed):
+        torch.manual_seed(seed)
+        self.net = torch.nn.Linear(2, 2)
+
+
+class _Pair(zipsave.Saveable):
+    def __init__(self, seed=0):
+        self.actor = Module(seed=seed)
+        self.critic = Module(seed=seed + 1)
+        self.runner = _Runner(seed + 2)
+        self.team = [Module(seed=seed + 3), Module(seed=seed + 4)]
+
+
+@pytest.mark.parametrize("left_out", ["critic", "runner", "team/1", "team"])
+def test_a_component_left_out_of_the_save_is_an_error_not_the_constructors_state(tmp_path, left_out):
+    pair = _Pair(seed=1)
+    zipsave.save(pair, tmp_path / "p.zip", exclude=[left_out])
+    with pytest.raises(zipsave.ParameterMismatchError) as err:
+        _Pair.load(tmp_path / "p.zip", seed=7)
+    message = str(err.value)
+    assert "no folder" in message and "exclude=" in message and "p.zip" in message
+    assert f"`{left_out}" in message
+    live = _Pair(seed=7)
+    with pytest.raises(zipsave.ParameterMismatchError):
+        zipsave.restore(live, tmp_path / "p.zip")
+    # Asked for: the same `exclude=` keeps the constructor's component, the rest comes from the archive.
+    loaded = _Pair.load(tmp_path / "p.zip", seed=7, exclude=[left_out])
+    assert torch.equal(loaded.actor.policy[0].weight, pair.actor.policy[0].weight)
+    assert loaded.zipsave_report.ok
+    loose = _Pair.load(tmp_path / "p.zip", seed=7, exact_match=False)
+    assert torch.equal(loose.actor.policy[0].weight, pair.actor.policy[0].weight)
+
+
+def test_every_component_saved_loads_without_complaint(tmp_path):
+    pair = _Pair(seed=1)
+    zipsave.save(pair, tmp_path / "p.zip")
+    loaded = _Pair.load(tmp_path / "p.zip", seed=7)
+    assert torch.equal(loaded.critic.policy[0].weight, pair.critic.policy[0].weight)
+    assert torch.equal(loaded.runner.net.weight, pair.runner.net.weight)
+    assert torch.equal(loaded.team[1].policy[0].weight, pair.team[1].policy[0].weight)

@@ -312,6 +312,59 @@ def test_keep_best_min_and_max_with_odd_values(tmp_path, mode, best):
     assert [c.metrics["m"] for c in reopened] == [metrics[c.step] for c in reopened]
 
 
+# -- restore_best / load_best -------------------------------------------------------------------
+def _run_with_rewards(folder: Path, rewards: dict[int, float]) -> None:
+    with zipsave.CheckpointManager(folder, background=False) as manager:  # keeps every checkpoint
+        for step, reward in rewards.items():
+            manager.save(step, state(float(step), step), metrics={"reward": reward, "loss": -reward})
+
+
+def test_restore_best_and_load_best_pick_the_best_not_the_newest(tmp_path):
+    _run_with_rewards(tmp_path, {1: 0.5, 2: 9.0, 3: 1.0, 4: 2.0})
+    with zipsave.CheckpointManager(tmp_path, keep_best=("reward", "max")) as manager:
+        live = state(-1.0)
+        checkpoint = manager.restore_best(live)
+        assert checkpoint.step == 2 and torch.all(live["model"].weight == 2.0) and live["step"] == 2
+        loaded = manager.load_best()
+        assert loaded["step"] == 2 and torch.all(loaded["model"]["weight"] == 2.0)  # an app state: state dicts
+        # Another metric and mode than keep_best's: `loss` = -reward, lowest is step 2 too; highest is step 1.
+        assert manager.restore_best(live, "loss", "max").step == 1 and torch.all(live["model"].weight == 1.0)
+        assert manager.load_best("loss", "min")["step"] == 2
+
+
+def test_restore_best_without_keep_best_needs_a_metric(tmp_path):
+    _run_with_rewards(tmp_path, {1: 0.5, 2: 9.0})
+    with zipsave.CheckpointManager(tmp_path) as manager:
+        with pytest.raises(ValueError, match="name a metric"):
+            manager.restore_best(state())
+        assert manager.load_best("reward")["step"] == 2  # mode defaults to max
+
+
+def test_restore_best_with_a_misspelt_metric_is_an_error_not_a_fresh_start(tmp_path):
+    _run_with_rewards(tmp_path, {1: 0.5, 2: 9.0})
+    with zipsave.CheckpointManager(tmp_path) as manager:
+        live = state(-1.0)
+        with pytest.raises(ValueError, match=re.escape("has the metric 'rewrd'; they have ['loss', 'reward']")):
+            manager.restore_best(live, "rewrd")
+        assert torch.all(live["model"].weight == -1.0)
+    with zipsave.CheckpointManager(tmp_path / "empty") as manager:  # no checkpoint yet: start fresh
+        assert manager.restore_best(state(), "reward") is None and manager.load_best("reward") is None
+
+
+def test_a_damaged_best_checkpoint_is_an_error_never_the_next_best(tmp_path):
+    _run_with_rewards(tmp_path, {1: 0.5, 2: 9.0, 3: 1.0})
+    best = tmp_path / name(2)
+    best.write_bytes(best.read_bytes()[: best.stat().st_size // 2])
+    with zipsave.CheckpointManager(tmp_path, keep_best=("reward", "max")) as manager:
+        live = state(-1.0)
+        with pytest.raises(zipsave.ArchiveFormatError, match=re.escape(name(2))):
+            manager.restore_best(live)
+        with pytest.raises(zipsave.ArchiveFormatError):
+            manager.load_best()
+        assert torch.all(live["model"].weight == -1.0)
+        assert [c.step for c in manager.list()] == [1, 2, 3] and best.exists()  # nothing moved aside
+
+
 # -- the command on files that are not archives --------------------------------------------------
 PICKLE_ERROR = "is a pickle file, not a zip archive. zipsave reads zip archives and never unpickles."
 

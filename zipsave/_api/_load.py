@@ -107,6 +107,7 @@ def load(
     cls: Any = None,
     component: str | None = None,
     exclude: Iterable[str] | None = None,
+    exact_match: bool = True,
     custom_objects: dict[str, Any] | None = None,
     device: Any = "auto",
     print_system_info: bool = False,
@@ -130,7 +131,7 @@ def load(
         if folder and not src.has(_format.join(folder, _format.DATA)):  # a dict of components
             return {
                 child.rpartition("/")[2]: build(src, child, cls=cls, custom_objects=custom_objects, exclude=exclude,
-                                                overrides=dict(overrides))
+                                                overrides=dict(overrides), exact_match=exact_match)
                 for child in src.child_components(folder)
             }
         if not src.has(_format.join(folder, _format.DATA)) and not src.has(_format.join(folder, _format.INIT)):
@@ -143,7 +144,8 @@ def load(
             obj = load_app_state(src, folder, custom_objects=custom_objects, exclude=exclude)
             obj.update(overrides)
             return obj
-        obj = build(src, folder, cls=cls, custom_objects=custom_objects, exclude=exclude, overrides=overrides)
+        obj = build(src, folder, cls=cls, custom_objects=custom_objects, exclude=exclude, overrides=overrides,
+                    exact_match=exact_match)
         if isinstance(obj, Component):
             object.__setattr__(obj, "zipsave_report", src.report)  # a frozen dataclass too
         return obj
@@ -166,6 +168,10 @@ load.__doc__ = f"""Rebuild a saved object: a :class:`~zipsave.Saveable`, an SB3 
         Keys or state-dict names to skip (glob patterns), e.g. ``["*.optimizer"]`` to load
         for inference without optimizer state. ``"learner/x"`` addresses a component; a
         pattern starting with ``*`` applies in every component.
+    exact_match
+        Require the object the constructor makes to hold exactly the state dicts and
+        components the archive has (the default). ``False`` loads the ones that match and
+        leaves the rest as the constructor made them.
 {_options_doc()}
     **overrides
         Constructor arguments (``env=...``) or attributes that win over the saved ones.

@@ -18,6 +18,7 @@ from ..exceptions import (
     ZipsaveError,
 )
 from ._apply import restore_parts
+from ._collect import collect
 from ._component import Component
 from ._parts import matches, nested
 from ._session import LoadSession
@@ -318,3 +319,43 @@ def restore_tree(
                 )
             else:
                 setattr(holder, last, built)
+    if exact_match and not is_dict:
+        _check_no_missing_components(src, obj, folder, exclude)
+
+
+def _check_no_missing_components(src: LoadSession, obj: Any, folder: str, exclude: list[str]) -> None:
+    """Raise when ``obj`` holds a component (a sub-model, a plain object holding modules) that
+    the archive has no folder for and that the caller did not ``exclude``: it was left out of
+    the save, and the object would keep its constructor's state for it without a word."""
+    if any(h.claims(obj) for h in _registry.handlers()):
+        return  # SB3 models and the like: their handler knows what they hold
+    try:
+        live = collect(obj, None, None).components
+    except ZipsaveError:
+        return
+    if not live:
+        return
+    prefix = f"{folder}/" if folder else ""
+    present = {child[len(prefix) :] for child in src.child_components(folder)}
+    data_member = _format.join(folder, _format.DATA)
+    # An archive that kept the attribute as a value (older archives pickled some in `data`)
+    # restores it from there, or skips it with a warning of its own.
+    in_data = set()
+    if src.has(data_member):
+        raw = src.source.read_json(data_member, verify=False)
+        in_data = set(raw) if isinstance(raw, dict) else set()
+    missing = [
+        name for name, _ in live
+        if name not in present and name.split("/")[0] not in in_data and not (exclude and matches(name, exclude))
+    ]
+    if missing:
+        raise ParameterMismatchError(
+            f"{type(obj).__name__} holds the component{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(f'`{n}`' for n in missing)}, but the archive has no folder for "
+            f"{'them' if len(missing) > 1 else 'it'}: left out of the save, so "
+            f"{'they' if len(missing) > 1 else 'it'} would keep the constructor's state.",
+            archive=src.name,
+            member=folder or None,
+            hint=f"If it was saved with `exclude=`, pass the same here (`exclude={missing!r}`) to keep the "
+            "constructor's state on purpose; or pass `exact_match=False`.",
+        )

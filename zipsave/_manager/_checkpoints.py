@@ -378,6 +378,57 @@ class CheckpointManager:
         load_options.setdefault("strict", True)
         return self._resume(lambda checkpoint: api.load(checkpoint.path, **load_options))[1]
 
+    def restore_best(
+        self, obj: Any, metric: str | None = None, mode: str | None = None, **restore_options: Any
+    ) -> Checkpoint | None:
+        """Restore the best checkpoint by ``metric`` (:meth:`best`) into ``obj`` in place
+        (:func:`zipsave.restore`; ``strict=True`` unless you pass ``strict=False``).
+
+        Unlike :meth:`restore_latest`, a damaged best checkpoint is not replaced by another
+        one: its error is raised, because the next best is a different model.
+
+        Returns
+        -------
+        The :class:`Checkpoint` restored, or ``None`` when the directory has no checkpoint yet.
+
+        Raises
+        ------
+        ValueError
+            Checkpoints exist but none has ``metric`` (a misspelt name).
+
+        Examples
+        --------
+        >>> manager.restore_best(policy, "reward", "max")  # doctest: +SKIP
+        """
+        checkpoint = self._best_for_loading(metric, mode, restore_options)
+        if checkpoint is not None:
+            api.restore(obj, checkpoint.path, **restore_options)
+        return checkpoint
+
+    def load_best(self, metric: str | None = None, mode: str | None = None, **load_options: Any) -> Any:
+        """Load the best checkpoint by ``metric`` (:meth:`best`; :func:`zipsave.load`, whose
+        ``cls=``, ``env=``... pass through; ``strict=True`` unless you pass ``strict=False``),
+        or return ``None`` when the directory has no checkpoint yet. A damaged best checkpoint,
+        and a ``metric`` no checkpoint has, are errors, as in :meth:`restore_best`."""
+        checkpoint = self._best_for_loading(metric, mode, load_options)
+        return api.load(checkpoint.path, **load_options) if checkpoint is not None else None
+
+    def _best_for_loading(self, metric: str | None, mode: str | None, options: dict[str, Any]) -> Checkpoint | None:
+        self.wait()
+        if self.storage_options is not None:
+            options.setdefault("storage_options", self.storage_options)
+        options.setdefault("strict", True)
+        found = self.best(metric, mode)
+        checkpoints = self.list()
+        if found is None and checkpoints:
+            name = metric if metric is not None else self.keep_best[0] if self.keep_best else None
+            have = sorted({key for c in checkpoints for key in c.metrics})
+            raise ValueError(
+                f"checkpoint directory `{self.directory}`: none of its {len(checkpoints)} checkpoints has the "
+                f"metric {name!r}; they have {have or 'no metrics'}. Name one of those, or use `restore_latest`."
+            )
+        return found
+
     def _resume(self, attempt: Any) -> tuple[Checkpoint | None, Any]:
         self.wait()
         open_ = not self._closed  # a closed manager holds no lock: it reads, and changes nothing
