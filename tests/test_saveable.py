@@ -467,3 +467,104 @@ def test_lazy_modules_are_materialised_by_the_load(tmp_path):
     loaded.net(torch.randn(2, 5)).sum().backward()
     loaded.optimizer.step()  # the optimizer holds the materialised parameters
     assert not torch.equal(loaded.net[0].weight, model.net[0].weight)
+
+
+# -- train/eval modes --------------------------------------------------------------------------
+class _Dropper(zipsave.Saveable):
+    def __init__(self, width=4):
+        self.policy = torch.nn.Sequential(torch.nn.Linear(2, width), torch.nn.Dropout(0.5), torch.nn.Linear(width, 1))
+        self.nets = {"pi": torch.nn.Dropout(0.1), "lr": 1e-3}
+
+
+class _DropperModule(zipsave.Saveable, torch.nn.Module):
+    def __init__(self, width=4):
+        torch.nn.Module.__init__(self)
+        self.body = torch.nn.Sequential(torch.nn.Linear(2, width), torch.nn.BatchNorm1d(width))
+
+
+class _Holder(zipsave.Saveable):
+    def __init__(self):
+        self.agent = _Dropper()
+        self.head = torch.nn.Dropout(0.2)
+
+
+def _modes(module: torch.nn.Module) -> dict[str, bool]:
+    return {name: m.training for name, m in module.named_modules()}
+
+
+def test_load_gives_back_the_train_and_eval_modes_saved(tmp_path):
+    model = _Dropper()
+    model.policy.eval()
+    model.policy[1].train()  # a child in another mode than its parent
+    model.nets["pi"].eval()
+    model.save(tmp_path / "m.zip")
+    init = json.loads(zipfile.ZipFile(tmp_path / "m.zip").read("init.json"))
+    assert init["modes"] == {"policy": "eval", "policy.1": "train", "nets.pi": "eval"}
+    loaded = _Dropper.load(tmp_path / "m.zip")
+    assert _modes(loaded.policy) == _modes(model.policy) == {"": False, "0": False, "1": True, "2": False}
+    assert loaded.nets["pi"].training is False
+    x = torch.randn(8, 2)
+    model.policy[1].eval()
+    loaded.policy[1].eval()
+    assert torch.equal(model.policy(x), loaded.policy(x))  # deterministic: same weights, same modes
+
+
+def test_a_model_that_is_a_module_loads_in_eval_mode(tmp_path):
+    model = _DropperModule()
+    model.body(torch.randn(5, 2))  # in training mode: the running statistics move
+    model.eval()
+    model.save(tmp_path / "m.zip")
+    loaded = _DropperModule.load(tmp_path / "m.zip")
+    assert not any(_modes(loaded).values())
+    x = torch.randn(3, 2)
+    assert torch.equal(model.body(x), loaded.body(x))  # BatchNorm in eval: the running statistics
+
+
+def test_the_modes_of_components_restored_in_place_load_too(tmp_path):
+    holder = _Holder()
+    holder.agent.policy.eval()
+    holder.head.eval()
+    zipsave.save(holder, tmp_path / "h.zip")
+    loaded = _Holder.load(tmp_path / "h.zip")
+    assert loaded.agent.policy.training is False and loaded.head.training is False
+    assert loaded.agent.nets["pi"].training is True
+
+
+def test_restore_leaves_the_live_modes_alone(tmp_path):
+    model = _Dropper()
+    model.policy.eval()
+    model.save(tmp_path / "m.zip")
+    live = _Dropper()  # training
+    zipsave.restore(live, tmp_path / "m.zip")
+    assert all(_modes(live.policy).values())
+    live.policy.eval()
+    model.policy.train()
+    model.save(tmp_path / "t.zip")
+    zipsave.restore(live, tmp_path / "t.zip")
+    assert not any(_modes(live.policy).values())
+
+
+def test_a_models_modes_default_to_training_and_are_not_recorded(tmp_path):
+    _Dropper().save(tmp_path / "m.zip")
+    assert "modes" not in json.loads(zipfile.ZipFile(tmp_path / "m.zip").read("init.json"))
+    assert all(_modes(_Dropper.load(tmp_path / "m.zip").policy).values())
+
+
+@pytest.mark.parametrize("modes, where", [({"policy": "sleep"}, "'policy': 'sleep'"), ({"critic": "eval"}, "'critic': 'eval'"),
+                                          (["policy"], "not an object")])
+def test_an_edited_modes_record_warns_and_the_rest_loads(tmp_path, modes, where):
+    model = _Dropper()
+    model.nets["pi"].eval()
+    model.save(tmp_path / "m.zip")
+    with zipfile.ZipFile(tmp_path / "m.zip") as zf:
+        members = {info.filename: zf.read(info) for info in zf.infolist()}
+    init = json.loads(members["init.json"])
+    init["modes"] = modes
+    members["init.json"] = json.dumps(init).encode()
+    with zipfile.ZipFile(tmp_path / "edited.zip", "w") as zf:
+        for name, payload in members.items():
+            zf.writestr(name, payload)
+    with pytest.warns(zipsave.ZipsaveWarning) as caught:
+        loaded = _Dropper.load(tmp_path / "edited.zip")
+    assert any(where in str(w.message) and "init.json" in str(w.message) for w in caught)
+    assert torch.equal(loaded.policy[0].weight, model.policy[0].weight)

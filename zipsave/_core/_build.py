@@ -20,6 +20,7 @@ from ..exceptions import (
 from ._apply import restore_parts
 from ._collect import collect
 from ._component import Component
+from ._modes import apply_modes
 from ._parts import matches, nested
 from ._session import LoadSession
 
@@ -140,10 +141,12 @@ def build(
         ) from err
     restore_tree(
         src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match,
-        set_data=True, overrides=overrides,
+        set_data=True, overrides=overrides, modes=True,
     )
     for key, value in late.items():
         setattr(obj, key, value)
+    if "modes" in record:  # train/eval, as saved (`restore` leaves the live modes alone)
+        apply_modes(obj, record["modes"], f"archive `{src.name}`, member `{init_member}`")
     return obj
 
 
@@ -265,9 +268,11 @@ def restore_tree(
     exact_match: bool,
     set_data: bool,
     overrides: dict[str, Any] | None = None,
+    modes: bool = False,
 ) -> None:
     """Load a folder into ``obj`` in place, then its component folders: restored into the
-    components ``obj`` has, rebuilt where it has none."""
+    components ``obj`` has, rebuilt where it has none. With ``modes`` (``load``, not
+    ``restore``) the components restored in place also take their saved train/eval modes."""
     restore_parts(src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match,
                   set_data=set_data, overrides=overrides)
     is_dict = isinstance(obj, dict)
@@ -295,7 +300,12 @@ def restore_tree(
         live_plain = plain and current is not None and not isinstance(current, (dict, list, tuple))
         if isinstance(current, Component) or live_plain:
             restore_tree(src, current, child, custom_objects=None, exclude=nested(exclude, attr_path),
-                           exact_match=exact_match, set_data=set_data)
+                           exact_match=exact_match, set_data=set_data, modes=modes)
+            child_init = _format.join(child, _format.INIT)
+            if modes and src.has(child_init):
+                record = src.read_json(child_init)
+                if isinstance(record, dict) and "modes" in record:
+                    apply_modes(current, record["modes"], f"archive `{src.name}`, member `{child_init}`")
         elif plain and handler_for(src, child, None) is None:
             raise ParameterMismatchError(
                 f"component `{child}` was saved from a plain object (it has no init.json, so it cannot be built), "

@@ -14,6 +14,7 @@ import torch
 from .. import _registry
 from ..exceptions import EncodeError
 from ._component import Component
+from ._modes import module_modes
 from ._parts import (
     ALWAYS_EXCLUDED_PREFIXES,
     MODULE_INTERNALS,
@@ -139,6 +140,9 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
     init = None
     if isinstance(obj, Component):
         init = obj._zipsave_init_record()
+        modes = module_modes(obj, state)
+        if modes:
+            init["modes"] = modes
     return Parts(data, state, variables, components, init)
 
 

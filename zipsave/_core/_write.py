@@ -79,6 +79,8 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
             record["positional"] = [[key, encode_arg(key, value)] for key, value in parts.init["positional"]]
         if parts.init.get("handler"):
             record["handler"] = parts.init["handler"]
+        if parts.init.get("modes"):
+            record["modes"] = parts.init["modes"]
         init = dump_json(record)
     state = []
     for name, provider in parts.state:

@@ -25,7 +25,7 @@ from . import _display
 from ._directory import open_directory
 from ._index import INDEX_NAME, Checkpoint, best_metric_problem, best_of, checkpoint_name, encode_index, plain_metrics, to_keep
 from ._lock import DirectoryLock
-from ._resume import newest_intact
+from ._resume import newest_intact, require_metric
 from ._settings import as_step, check_count, check_keep_best
 from ._store import LocalStore, open_store
 
@@ -344,11 +344,9 @@ class CheckpointManager:
 
     # -- resuming ------------------------------------------------------------------------------
     def restore_latest(self, obj: Any, **restore_options: Any) -> Checkpoint | None:
-        """Restore the newest intact checkpoint into ``obj`` in place (:func:`zipsave.restore`).
-
-        ``strict=True`` is the default here: a resume must not go on from a checkpoint that
-        was restored only in part (a damaged member, an app state with other entries). Pass
-        ``strict=False`` to restore what fits, with warnings; other options pass through.
+        """Restore the newest intact checkpoint into ``obj`` in place (:func:`zipsave.restore`;
+        ``strict=True`` unless you pass ``strict=False``, as a resume must not go on from one
+        restored only in part; other options pass through).
 
         A newest checkpoint whose archive is damaged or gone is skipped with a
         :class:`~zipsave.ZipsaveWarning` naming it and the cause, and moved aside
@@ -364,70 +362,46 @@ class CheckpointManager:
         >>> checkpoint = manager.restore_latest(app_state)  # doctest: +SKIP
         >>> start = checkpoint.step + 1 if checkpoint else 0  # doctest: +SKIP
         """
-        if self.storage_options is not None:
-            restore_options.setdefault("storage_options", self.storage_options)
-        restore_options.setdefault("strict", True)
+        self._load_defaults(restore_options)
         return self._resume(lambda checkpoint: api.restore(obj, checkpoint.path, **restore_options))[0]
 
     def load_latest(self, **load_options: Any) -> Any:
         """Load the newest intact checkpoint (:func:`zipsave.load`; ``cls=``, ``env=``... pass
         through; ``strict=True`` unless you pass ``strict=False``), or return ``None`` when
         there is none yet. A damaged newest checkpoint is skipped as by :meth:`restore_latest`."""
-        if self.storage_options is not None:
-            load_options.setdefault("storage_options", self.storage_options)
-        load_options.setdefault("strict", True)
+        self._load_defaults(load_options)
         return self._resume(lambda checkpoint: api.load(checkpoint.path, **load_options))[1]
 
     def restore_best(
         self, obj: Any, metric: str | None = None, mode: str | None = None, **restore_options: Any
     ) -> Checkpoint | None:
-        """Restore the best checkpoint by ``metric`` (:meth:`best`) into ``obj`` in place
-        (:func:`zipsave.restore`; ``strict=True`` unless you pass ``strict=False``).
-
-        Unlike :meth:`restore_latest`, a damaged best checkpoint is not replaced by another
-        one: its error is raised, because the next best is a different model.
-
-        Returns
-        -------
-        The :class:`Checkpoint` restored, or ``None`` when the directory has no checkpoint yet.
-
-        Raises
-        ------
-        ValueError
-            Checkpoints exist but none has ``metric`` (a misspelt name).
-
-        Examples
-        --------
-        >>> manager.restore_best(policy, "reward", "max")  # doctest: +SKIP
-        """
+        """Restore the best checkpoint by ``metric`` (:meth:`best`) into ``obj`` in place, as
+        :meth:`restore_latest` does the newest, and return it; ``None`` when there is none yet.
+        A damaged best checkpoint is an error, never replaced by the next best (another model);
+        a ``metric`` no checkpoint has is a ``ValueError`` naming the ones they have."""
         checkpoint = self._best_for_loading(metric, mode, restore_options)
         if checkpoint is not None:
             api.restore(obj, checkpoint.path, **restore_options)
         return checkpoint
 
     def load_best(self, metric: str | None = None, mode: str | None = None, **load_options: Any) -> Any:
-        """Load the best checkpoint by ``metric`` (:meth:`best`; :func:`zipsave.load`, whose
-        ``cls=``, ``env=``... pass through; ``strict=True`` unless you pass ``strict=False``),
-        or return ``None`` when the directory has no checkpoint yet. A damaged best checkpoint,
-        and a ``metric`` no checkpoint has, are errors, as in :meth:`restore_best`."""
+        """Load the best checkpoint by ``metric`` (:func:`zipsave.load`, as :meth:`load_latest`
+        does the newest), or return ``None`` when there is none yet; errors as :meth:`restore_best`."""
         checkpoint = self._best_for_loading(metric, mode, load_options)
         return api.load(checkpoint.path, **load_options) if checkpoint is not None else None
 
     def _best_for_loading(self, metric: str | None, mode: str | None, options: dict[str, Any]) -> Checkpoint | None:
         self.wait()
+        self._load_defaults(options)
+        found = self.best(metric, mode)
+        if found is None:
+            require_metric(self.list(), metric or (self.keep_best[0] if self.keep_best else None), self.directory)
+        return found
+
+    def _load_defaults(self, options: dict[str, Any]) -> None:
         if self.storage_options is not None:
             options.setdefault("storage_options", self.storage_options)
         options.setdefault("strict", True)
-        found = self.best(metric, mode)
-        checkpoints = self.list()
-        if found is None and checkpoints:
-            name = metric if metric is not None else self.keep_best[0] if self.keep_best else None
-            have = sorted({key for c in checkpoints for key in c.metrics})
-            raise ValueError(
-                f"checkpoint directory `{self.directory}`: none of its {len(checkpoints)} checkpoints has the "
-                f"metric {name!r}; they have {have or 'no metrics'}. Name one of those, or use `restore_latest`."
-            )
-        return found
 
     def _resume(self, attempt: Any) -> tuple[Checkpoint | None, Any]:
         self.wait()

@@ -22,7 +22,7 @@ from ..exceptions import (
 from ._index import Checkpoint
 from ._store import Store
 
-__all__ = ["BROKEN_SUFFIX", "newest_intact"]
+__all__ = ["BROKEN_SUFFIX", "newest_intact", "require_metric"]
 
 #: A damaged archive is renamed ``step-<step>.zip.broken``: kept for a look, never listed again.
 BROKEN_SUFFIX = ".broken"
@@ -97,3 +97,14 @@ def newest_intact(
 def _set_aside(store: Store, checkpoint: Checkpoint) -> None:
     with contextlib.suppress(FileNotFoundError):
         store.rename(checkpoint.name, checkpoint.name + BROKEN_SUFFIX)
+
+
+def require_metric(checkpoints: list[Checkpoint], metric: str | None, location: str) -> None:
+    """Raise when there are checkpoints but none has ``metric``: a misspelt name must not read
+    as "no checkpoint yet" (start fresh)."""
+    if checkpoints:
+        have = sorted({key for c in checkpoints for key in c.metrics})
+        raise ValueError(
+            f"checkpoint directory `{location}`: none of its {len(checkpoints)} checkpoints has the "
+            f"metric {metric!r}; they have {have or 'no metrics'}. Name one of those, or use `restore_latest`."
+        )
