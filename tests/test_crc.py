@@ -8,9 +8,11 @@ import warnings
 import zlib
 
 import numpy as np
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import zipsave
 from zipsave._archive import _crc
 
 
@@ -90,3 +92,36 @@ def test_pool_is_remade_in_a_forked_child():
             os._exit(2)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_inline_ordered_crc_checksums_on_the_callers_thread(monkeypatch):
+    def no_pool():
+        raise AssertionError("an inline OrderedCrc used the helper pool")
+
+    monkeypatch.setattr(_crc, "pool", no_pool)
+    buffers = [os.urandom(_crc.PARALLEL_MIN * 3 + 5), np.arange(1 << 19, dtype=np.float32), b"x" * 100]
+    crc = _crc.OrderedCrc(inline=True)
+    for buf in buffers:
+        crc.feed(buf)
+    assert crc.value() == zlib.crc32(b"".join(bytes(memoryview(b).cast("B")) for b in buffers))
+
+
+def test_fresh_loads_checksum_inline_and_restores_on_the_helper(tmp_path, monkeypatch):
+    """Into fresh memory the bytes are checksummed from the cache right after each read; into
+    live tensors a helper thread checksums beside the reads (docs/benchmarks.rst, issue 18)."""
+    net = torch.nn.Linear(1024, 1024)  # a 4 MiB weight: over PARALLEL_MIN
+    zipsave.save({"net": net}, tmp_path / "a.zip")
+    submitted = []
+    real_pool = _crc.pool
+
+    class Counting:
+        def submit(self, *args, **kwargs):
+            submitted.append(args[0])
+            return real_pool().submit(*args, **kwargs)
+
+    monkeypatch.setattr(_crc, "pool", Counting)
+    loaded = zipsave.load(tmp_path / "a.zip")
+    assert torch.equal(loaded["net"]["weight"], net.weight) and submitted == []
+    live = {"net": torch.nn.Linear(1024, 1024)}
+    zipsave.restore(live, tmp_path / "a.zip")
+    assert torch.equal(live["net"].weight, net.weight) and submitted

@@ -152,9 +152,14 @@ class OrderedCrc:
     whatever is left itself, so on two cores the I/O and the checksum share both. A fed
     buffer must stay alive and unchanged until :meth:`wait` (or :meth:`value`) returns.
     Small buffers are folded in inline.
+
+    With ``inline=True`` every buffer is checksummed by the caller as it is fed, while its
+    bytes are still in the CPU's cache: what a read into fresh memory wants. There the
+    kernel's copy is bound by memory bandwidth, and a helper thread reading the same bytes
+    back from memory beside it slowed a 1.2 GB load by a third (``docs/benchmarks.rst``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, inline: bool = False) -> None:
         # Runs of the stream in order: [crc, length], or [None, length] for a piece not yet
         # checksummed. Consecutive inline pieces extend one run, so they cost no combines.
         self._runs: list[list[Any]] = []
@@ -163,6 +168,7 @@ class OrderedCrc:
         self._lock = threading.Lock()
         self._helping = False
         self._helper: Future | None = None
+        self._inline = inline
         self.size = 0
 
     def feed(self, buf: Any) -> None:
@@ -171,7 +177,7 @@ class OrderedCrc:
         if not n:
             return
         self.size += n
-        if n < PARALLEL_MIN:
+        if n < PARALLEL_MIN or self._inline:
             last = self._runs[-1] if self._runs else None
             if last is not None and last[0] is not None and last[2]:
                 last[0] = crc32(view, last[0])

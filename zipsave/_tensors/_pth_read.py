@@ -203,8 +203,11 @@ def load_pth(
         storages[key] = buf
         dest[key] = buf.numpy().data.cast("B") if length else memoryview(bytearray())
 
-    crc = OrderedCrc() if verify_crc is not None and not per_record else None
-    record_crcs: dict[str, OrderedCrc] | None = {key: OrderedCrc() for key in dest} if per_record else None
+    # Bytes read into fresh host memory are checksummed by this thread right after each read,
+    # from the cache; into live tensors (a restore) by a helper thread beside the reads.
+    inline = {key: key in storages and storages[key].device.type == "cpu" for key in dest}
+    crc = OrderedCrc(inline=all(inline.values())) if verify_crc is not None and not per_record else None
+    record_crcs = {key: OrderedCrc(inline=inline[key]) for key in dest} if per_record else None
     fresh = [] if arena is not None else sorted(pending, key=lambda k: meta.records[k][0])
     prefaulter = Prefaulter([
         (storages[key].data_ptr() + done, min(_PIECE, meta.records[key][1] - done))
