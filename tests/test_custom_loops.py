@@ -363,7 +363,7 @@ def dqn(directory, total_steps, crash_at=None):
             rb.append((obs, action, float(reward), next_obs, terminated))
             obs = next_obs
             if terminated or truncated:
-                episodic_return = float(np.asarray(info["episode"]["r"]).reshape(-1)[0])
+                episodic_return = info["episode"]["r"]  # gymnasium 0.29: an array of shape (1,)
                 app_state["episodes"] += 1
                 obs, _ = env.reset()
             if len(rb) >= 32:
@@ -414,3 +414,21 @@ def test_dqn_with_a_checkpoint_manager_resumes_after_a_crash_and_evaluates_the_b
         evaluation.load_state_dict(state["q_network"])
         assert state["global_step"] == best.step
         assert torch.equal(evaluation.network[0].weight, zipsave.read(best.path, "q_network/network.0.weight"))
+
+
+@pytest.mark.parametrize("value", [np.array([4.5], np.float32), torch.tensor([[4.5]]), np.float32(4.5), 4.5])
+def test_a_metric_of_one_element_is_a_number(tmp_path, value):
+    with zipsave.CheckpointManager(tmp_path / "ckpt", keep_best=("episodic_return", "max"), background=False) as manager:
+        manager.save(1, {"net": QNetwork()}, metrics={"episodic_return": value})
+        assert manager.best().metrics == {"episodic_return": 4.5}
+
+
+def test_a_metric_of_many_elements_is_an_encode_error_naming_it(tmp_path):
+    with zipsave.CheckpointManager(tmp_path / "ckpt", background=False) as manager:
+        with pytest.raises(zipsave.EncodeError, match=re.escape(
+            "key `episodic_return`: metric `episodic_return` is a ndarray of shape (2,); expected a number, string "
+            "or bool. Pass one number, e.g. `float(values.mean())`."
+        )) as caught:
+            manager.save(1, {"net": QNetwork()}, metrics={"episodic_return": np.array([1.0, 2.0])})
+        assert caught.value.key == "episodic_return"
+        assert manager.list() == []
