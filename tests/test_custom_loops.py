@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import enum
 import re
 import subprocess
 import sys
@@ -156,6 +157,27 @@ def test_restore_fills_the_loops_own_buffers_in_place(tmp_path):
     assert held["returns"] == [1.0, 2.0]
     assert torch.equal(held["table"], table)
     assert vars(held["args"]) == {"seed": 7, "gamma": 0.9}
+
+
+class Phase(enum.Enum):
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    n: int = 0
+
+
+def test_restore_replaces_what_cannot_change_in_place(tmp_path):
+    zipsave.save({"phase": Phase.EVAL, "frozen": Frozen(3), "obs": np.ones(3), "step": 5}, tmp_path / "v.zip")
+    live = {"phase": Phase.TRAIN, "frozen": Frozen(0), "obs": np.zeros(4), "step": 0}
+    obs = live["obs"]
+    zipsave.restore(live, tmp_path / "v.zip", trusted=[f"{__name__}.Phase", f"{__name__}.Frozen"])
+    assert live["phase"] is Phase.EVAL and Phase.TRAIN.value == "train"  # the enum member is untouched
+    assert live["frozen"] == Frozen(3)
+    assert live["obs"] is not obs and np.array_equal(live["obs"], np.ones(3))  # another shape: replaced
+    assert live["step"] == 5
 
 
 # -- SAC on Pendulum: target networks, three optimizers, a GradScaler ---------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,8 @@ def _plain_object(value: Any) -> bool:
     cls = type(value)
     if cls.__module__ in ("builtins", "numpy", "torch") or not hasattr(value, "__dict__"):
         return False
+    if isinstance(value, enum.Enum):
+        return False  # a singleton: filling `Mode.TRAIN` with `Mode.EVAL` would rename it
     if hasattr(cls, "__slots__") or hasattr(cls, "__setstate__"):
         return False
     params = getattr(cls, "__dataclass_params__", None)
