@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 import zipsave
+import zipsave.sb3
 
 
 # -- PPO on CartPole: an app state with the normalization statistics ---------------------------
@@ -454,3 +455,62 @@ def test_a_metric_of_many_elements_is_an_encode_error_naming_it(tmp_path):
             manager.save(1, {"net": QNetwork()}, metrics={"episodic_return": np.array([1.0, 2.0])})
         assert caught.value.key == "episodic_return"
         assert manager.list() == []
+
+
+# -- stateful objects of your own, and environment state ---------------------------------------
+class NumpyBuffer:
+    """A replay buffer with `state_dict`/`load_state_dict` that returns its numpy arrays."""
+
+    def __init__(self):
+        self.obs = np.zeros((8, 4), np.float32)
+        self.pos = 0
+
+    def state_dict(self):
+        return {"obs": self.obs, "pos": self.pos}
+
+    def load_state_dict(self, state):
+        self.obs[...] = state["obs"]
+        self.pos = state["pos"]
+
+
+class TensorBuffer(NumpyBuffer):
+    def state_dict(self):
+        return {"obs": torch.from_numpy(self.obs), "pos": self.pos}
+
+    def load_state_dict(self, state):
+        self.obs[...] = state["obs"].numpy()
+        self.pos = state["pos"]
+
+
+def test_a_state_dict_that_no_safe_load_could_read_is_refused_before_writing(tmp_path):
+    # torch.save took the numpy arrays, and every load then failed on the member as if it were
+    # damaged ("the model would not be the one saved").
+    with pytest.raises(zipsave.EncodeError, match=re.escape(
+        "`rb.state_dict()['obs']` is a numpy.ndarray, which torch's safe loader (`weights_only=True`"
+    )) as caught:
+        zipsave.save({"rb": NumpyBuffer(), "step": 1}, tmp_path / "rb.zip")
+    assert caught.value.key == "rb" and "torch.from_numpy(array)" in str(caught.value)
+    assert not (tmp_path / "rb.zip").exists()
+
+    buffer = TensorBuffer()
+    buffer.obs += 2.0
+    buffer.pos = 5
+    zipsave.save({"rb": buffer}, tmp_path / "rb.zip")
+    back = TensorBuffer()
+    zipsave.restore({"rb": back}, tmp_path / "rb.zip", strict=True)
+    assert back.pos == 5 and float(back.obs.sum()) == 2.0 * 32
+
+
+def test_vec_env_state_keeps_the_normalization_statistics_of_gymnasium_wrappers():
+    envs = make_envs()
+    envs.reset(seed=0)
+    for _ in range(25):
+        envs.step(envs.action_space.sample())
+    state = zipsave.sb3.VecEnvState(envs).state_dict()
+
+    other = make_envs()
+    zipsave.sb3.VecEnvState(other).load_state_dict(state)
+    for restored, trained in zip(normalizers(other), normalizers(envs), strict=True):
+        assert restored.obs_rms.count == trained.obs_rms.count > 1
+        np.testing.assert_array_equal(restored.obs_rms.mean, trained.obs_rms.mean)
+        np.testing.assert_array_equal(restored.obs_rms.var, trained.obs_rms.var)
