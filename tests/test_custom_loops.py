@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -345,7 +346,8 @@ def test_an_app_state_loads_in_a_fresh_interpreter_into_load_state_dict(tmp_path
         agent.load_state_dict(state["agent"])
         print(state["args"].env_id, state["global_step"], agent.actor_logstd.sum().item())
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    root = Path(__file__).resolve().parent.parent  # where `tests.test_custom_loops` imports from
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=root).stdout.split()
     assert out[:2] == ["Pendulum-v1", "16"]
     assert float(out[2]) == agent.actor_logstd.sum().item()
 
