@@ -439,6 +439,11 @@ def test_dqn_with_a_checkpoint_manager_resumes_after_a_crash_and_evaluates_the_b
         evaluation.load_state_dict(state["q_network"])
         assert state["global_step"] == best.step
         assert torch.equal(evaluation.network[0].weight, zipsave.read(best.path, "q_network/network.0.weight"))
+        live = {"q_network": QNetwork(), "target_network": QNetwork(), "rb": collections.deque(maxlen=200),
+                "global_step": 0, "rng": zipsave.RNGState()}
+        live["optimizer"] = torch.optim.Adam(live["q_network"].parameters(), lr=1e-3)
+        assert manager.restore_best(live).step == best.step == live["global_step"]
+        assert torch.equal(live["q_network"].network[0].weight, evaluation.network[0].weight)
 
 
 @pytest.mark.parametrize("value", [np.array([4.5], np.float32), torch.tensor([[4.5]]), np.float32(4.5), 4.5])
