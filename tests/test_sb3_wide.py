@@ -182,10 +182,10 @@ def test_sb3_load_under_install_names_an_undecodable_policy_kwargs(by_value_arch
 
 @pytest.mark.parametrize("key", ["observation_space", "policy_class"])
 def test_sb3_load_under_install_names_an_undecodable_required_key(tmp_path, uninstalled, key):
-    import argparse  # any class outside the allowlist
+    import string  # any class outside the allowlist
 
     model = _ppo()
-    setattr(model, key, argparse.Namespace(n=1))  # stands for a value whose class is not trusted
+    setattr(model, key, string.Template("n"))  # stands for a value whose class is not trusted
     model.save(tmp_path / "m.zip")
     zipsave.sb3.install()
     with pytest.warns(zipsave.SkippedEntryWarning):

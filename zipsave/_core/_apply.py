@@ -14,6 +14,7 @@ import torch
 from .. import _format
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, ZipsaveError
 from ._collect import collect
+from ._inplace import fill_in_place
 from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, is_stateful, matches, recursive_getattr, recursive_setattr, unwrap
 from ._session import LoadSession
 
@@ -54,7 +55,7 @@ def restore_parts(
             if is_dict:
                 if key in obj and is_stateful(obj[key]):
                     continue
-                obj[key] = _adopt_live(obj.get(key), value)
+                obj[key] = fill_in_place(obj.get(key), _adopt_live(obj.get(key), value))
             elif _keeps_live_device(getattr(obj, key, None), value):
                 continue
             elif _fill_container(src, obj, folder, key, value):

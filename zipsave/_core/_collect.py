@@ -39,6 +39,8 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
     include = {p for p in include or () if "/" not in p}
     if isinstance(obj, Parts):
         return obj  # a component collected by its owner (SB3's replay buffer, VecNormalize)
+    if isinstance(obj, torch.nn.Module):
+        obj = unwrap(obj)  # `torch.compile(agent)`: the agent, its class recorded, its members un-prefixed
     if isinstance(obj, dict):
         return _collect_app_state(obj, exclude, include)
     if not isinstance(obj, Component):
@@ -303,6 +305,18 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
             raise EncodeError(f"app-state keys must be strings, found {key!r}.")
         if key in exclude and key not in include:
             continue
+        if is_live_handle(value) and key not in include:
+            raise EncodeError(
+                f"holds {type(value).__module__}.{type(value).__qualname__}, a live handle (an environment, a "
+                "logger, a file, a lock, ...), which an archive cannot hold; nothing was written.",
+                key=key,
+                hint=(
+                    "Leave it out of the app state. To keep what a resume needs from an environment, save that "
+                    "state as values: e.g. the running statistics of a `NormalizeObservation` wrapper as "
+                    "`{'obs_rms': vars(wrapper.obs_rms)}` (docs/checkpointing.rst, 'Environments: keep the "
+                    "normalization statistics')."
+                ),
+            )
         if is_stateful(value):
             state.append((key, unwrap(value)))
         elif (isinstance(value, Component) or holds_state(value)) and key and "/" not in key:

@@ -3,6 +3,7 @@ archive at its destination."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 from typing import Any, Iterable
@@ -92,11 +93,49 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
                 key=name,
                 hint=f"Fix the object, or leave it out with `exclude=[{name!r}]`.",
             ) from err
+        if is_stateful(provider) and not isinstance(provider, (torch.nn.Module, torch.optim.Optimizer)):
+            _check_weights_only(name, state[-1][1])
     components = []
     for name, comp in parts.components:
         sub = _format.join(folder, name)
         components.append(encode(collect(comp, nested(exclude, name), nested(include, name)), sub, exclude=None, include=None))
     return Encoded(folder, _dump_entries(data, folder), init, state, parts.variables, arrays, components)
+
+
+#: What ``torch.load(weights_only=True)`` reads back, by exact type (a subclass of a container,
+#: a namedtuple, a ``defaultdict``, is a global it refuses).
+_WEIGHTS_ONLY_LEAVES = (type(None), bool, int, float, complex, str, bytes, bytearray, torch.Size, torch.dtype,
+                        torch.device, torch.layout)
+_WEIGHTS_ONLY_CONTAINERS = (dict, collections.OrderedDict, list, tuple, set)
+
+
+def _check_weights_only(name: str, value: Any, path: str = "", depth: int = 0) -> None:
+    """A state dict of your own stateful object (a replay buffer) becomes a ``.pth`` member,
+    which zipsave reads only with torch's ``weights_only`` loader. Values that ``torch.save``
+    writes and that loader refuses (numpy arrays and scalars, subclasses of the builtin
+    containers) would make an archive no load can read, so they are refused here. Other
+    objects are left to ``torch.save``: most of them fail there, before the archive is in place."""
+    if isinstance(value, torch.Tensor) or type(value) in _WEIGHTS_ONLY_LEAVES or depth > 100:
+        return
+    if type(value) in _WEIGHTS_ONLY_CONTAINERS:
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            _check_weights_only(name, item, f"{path}[{key!r}]", depth + 1)
+        return
+    refused = isinstance(value, (np.ndarray, np.generic, dict, list, tuple, set, frozenset, collections.deque))
+    if not refused:
+        return
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    raise EncodeError(
+        f"`{name}.state_dict(){path}` is a {kind}, which torch's safe loader (`weights_only=True`, the only way "
+        "zipsave reads `.pth` members) refuses, so the archive could not be loaded; nothing was written.",
+        key=name,
+        hint=(
+            "Return tensors, numbers, strings and dicts/lists/tuples of them from `state_dict` (a numpy array as "
+            "`torch.from_numpy(array)`, converted back in `load_state_dict`), or keep such values as plain "
+            "app-state values (arrays, lists, deques), which `restore` fills in place."
+        ),
+    )
 
 
 def _kept_elsewhere(value: Any) -> bool:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..exceptions import CheckpointDirectoryError
+from ..exceptions import CheckpointDirectoryError, EncodeError
 
 __all__ = [
     "FORMAT",
@@ -104,14 +104,26 @@ def is_temporary(name: str) -> bool:
     return name.startswith(".") and name.endswith(".zipsave-tmp")
 
 
+def _size(value: Any) -> int:
+    """How many elements a numpy value or a tensor holds (-1: not known)."""
+    numel = getattr(value, "numel", None)
+    if callable(numel):
+        return int(numel())
+    size = getattr(value, "size", 1)
+    return size if isinstance(size, int) else -1
+
+
 def plain_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Metrics as JSON values: numbers (numpy and 0-d tensors too), strings and booleans."""
+    """Metrics as JSON values: numbers (numpy scalars, arrays and tensors of one element too),
+    strings and booleans."""
     out: dict[str, Any] = {}
     for key, value in (metrics or {}).items():
         if not isinstance(key, str):
-            raise TypeError(f"metric names must be strings, found {key!r}.")
-        if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
-            value = value.item()  # numpy scalars, 0-d arrays and tensors
+            raise EncodeError(f"metric names must be strings, found {key!r}.")
+        if hasattr(value, "item") and callable(value.item) and _size(value) == 1:
+            # numpy scalars, tensors, and the one-element arrays gymnasium's episode statistics
+            # hold (`info["episode"]["r"]`, shape (1,))
+            value = value.item()
         if isinstance(value, bool) or value is None or isinstance(value, str):
             out[key] = value
         elif isinstance(value, numbers.Integral):
@@ -119,7 +131,12 @@ def plain_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
         elif isinstance(value, numbers.Real):
             out[key] = float(value)
         else:
-            raise TypeError(f"metric `{key}` is a {type(value).__name__}; expected a number, string or bool.")
+            shape = f" of shape {tuple(value.shape)}" if hasattr(value, "shape") else ""
+            raise EncodeError(
+                f"metric `{key}` is a {type(value).__name__}{shape}; expected a number, string or bool.",
+                key=key,
+                hint="Pass one number, e.g. `float(values.mean())`." if shape else None,
+            )
     return out
 
 

@@ -62,6 +62,10 @@ _PICKLE_SUPPORT = frozenset({
 })
 
 _STDLIB = frozenset({
+    # Attribute bags: a training script's parsed arguments (`vars(args)` would be JSON). Built
+    # empty, then BUILD only fills the instance `__dict__`.
+    "argparse.Namespace",
+    "types.SimpleNamespace",
     "collections.Counter",
     "collections.OrderedDict",
     "collections.defaultdict",  # the factory is itself a global that passed this check

@@ -41,6 +41,15 @@ def _copy(value: Any) -> Any:
     return value
 
 
+def _statistics(value: Any) -> bool:
+    """An object that only holds plain values, such as the ``RunningMeanStd`` of gymnasium's
+    ``NormalizeObservation`` and ``NormalizeReward`` (``obs_rms``, ``return_rms``)."""
+    if isinstance(value, type) or type(value).__module__ == "builtins" or not hasattr(value, "__dict__"):
+        return False
+    attrs = vars(value)
+    return bool(attrs) and all(_plain(v) for v in attrs.values())
+
+
 def _layers(venv: Any) -> list[tuple[str, Any]]:
     """Every object that holds environment state, by a stable name: the VecEnv wrappers down
     to the DummyVecEnv, then each sub-environment's wrappers down to the unwrapped env."""
@@ -73,7 +82,9 @@ class VecEnvState:
 
     :meth:`state_dict` takes, from every layer (VecEnv wrappers, the ``DummyVecEnv``, each
     gymnasium wrapper and unwrapped environment), the attributes made only of numbers,
-    strings and numpy arrays, and the state of its random generators. That is the whole
+    strings and numpy arrays, those of the objects made only of them (the running statistics
+    ``obs_rms`` and ``return_rms`` of gymnasium's ``NormalizeObservation`` and
+    ``NormalizeReward``), and the state of its random generators. That is the whole
     state of environments written in Python (classic control, most custom environments);
     a simulator that keeps its state in native memory (MuJoCo, Box2D, Atari) is not
     captured beyond its Python attributes.
@@ -94,6 +105,9 @@ class VecEnvState:
             generators = {k: v for k, v in vars(layer).items() if isinstance(v, _GENERATORS)}
             rng = RNGState(torch=False, cuda=False, numpy=False, python=False, generators=generators)
             state[name] = {"class": type(layer).__qualname__, "attrs": attrs, "generators": rng.state_dict()}
+            objects = {k: _copy(vars(v)) for k, v in vars(layer).items() if _statistics(v)}
+            if objects:
+                state[name]["objects"] = objects
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -110,6 +124,16 @@ class VecEnvState:
             entry = state[name]
             for key, value in entry["attrs"].items():
                 setattr(layer, key, _copy(value))
+            for key, saved_attrs in entry.get("objects", {}).items():
+                live = getattr(layer, key, None)
+                if not _statistics(live):
+                    raise ParameterMismatchError(
+                        f"the saved environment state has the statistics `{name}.{key}`, but this environment's "
+                        f"{type(layer).__qualname__} holds {type(live).__name__} there.",
+                        key=key,
+                        hint="Build the environment as the saved run did (same wrappers, same arguments).",
+                    )
+                vars(live).update(_copy(saved_attrs))
             generators: dict[str, Any] = {k: v for k, v in vars(layer).items() if isinstance(v, _GENERATORS)}
             saved_generators = entry["generators"].get("generators") or {}
             for key in set(saved_generators) - set(generators):
