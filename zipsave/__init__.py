@@ -1,7 +1,7 @@
 """zipsave: save reinforcement-learning models to one readable zip archive, and load them
 back without running pickled code."""
 
-from ._api import RNGState, SaveHandle, Saveable, load, load_archive, restore, save, save_archive
+from ._api import EnvState, RNGState, SaveHandle, Saveable, load, load_archive, restore, save, save_archive
 from ._archive import Limits
 from ._core import LoadReport
 from ._manager import Checkpoint, CheckpointManager
@@ -40,6 +40,7 @@ __all__ = [
     "DataEntry",
     "DecodeError",
     "EncodeError",
+    "EnvState",
     "IntegrityError",
     "MissingDependencyError",
     "Limits",
