@@ -100,13 +100,16 @@ def _inner_vector(venv: Any) -> Any:
 
 
 def _is_vector(env: Any) -> bool:
-    if callable(getattr(env, "step_async", None)) and callable(getattr(env, "step_wait", None)):
-        return True  # SB3's VecEnv and gymnasium 0.29's VectorEnv
     try:
         import gymnasium
+
+        if isinstance(env, gymnasium.vector.VectorEnv):  # wrappers too; on 0.29 a subclass of Env
+            return True
+        if isinstance(env, gymnasium.Env):  # before getattr: a 0.29 wrapper forwards it, warning
+            return False
     except ImportError:  # pragma: no cover - gymnasium is a dependency
-        return False
-    return isinstance(env, gymnasium.vector.VectorEnv)  # gymnasium 1.x, its vector wrappers too
+        pass
+    return callable(getattr(env, "step_async", None)) and callable(getattr(env, "step_wait", None))  # SB3
 
 
 def _out_of_reach(env: Any) -> EncodeError:
@@ -153,7 +156,15 @@ def _layers(env: Any) -> list[tuple[str, Any]]:
 
 
 def _mismatch(saved: dict[str, Any], found: dict[str, Any]) -> str:
-    """What differs between the saved layers and the live ones, in words."""
+    """What differs between the saved layers and the live ones, in words: the number of
+    environments, then the first chain of wrappers that differs (outermost first)."""
+
+    def chains(layers: dict[str, Any]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for name, cls in layers.items():
+            head = "vector env" if name.startswith("vec") else f"`{name.split('.')[0]}`"
+            out.setdefault(head, []).append(str(cls))
+        return out
 
     def count(layers: dict[str, Any]) -> str:
         n = len({name.split(".")[0] for name in layers if name.startswith("env")})
@@ -162,12 +173,10 @@ def _mismatch(saved: dict[str, Any], found: dict[str, Any]) -> str:
     parts = []
     if count(saved) != count(found):
         parts.append(f"it has {count(saved)}, this one has {count(found)}")
-    for name in sorted(set(saved) | set(found)):
-        if saved.get(name) != found.get(name):
-            was, now = saved.get(name) or "nothing", found.get(name) or "nothing"
-            parts.append(f"layer `{name}` was {was}, is {now}")
-        if len(parts) >= 4:
-            parts.append("...")
+    was, now = chains(saved), chains(found)
+    for head in [h for h in was if h in now]:
+        if was[head] != now[head]:
+            parts.append(f"{head} was {' > '.join(was[head])}, is {' > '.join(now[head])}")
             break
     return "; ".join(parts)
 

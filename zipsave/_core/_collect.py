@@ -21,6 +21,7 @@ from ._parts import (
     PLAIN_VALUES,
     Parts,
     container_items,
+    is_environment,
     is_live_handle,
     is_stateful,
     matches,
@@ -311,10 +312,11 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
                 "logger, a file, a lock, ...), which an archive cannot hold; nothing was written.",
                 key=key,
                 hint=(
-                    "Leave it out of the app state. To keep what a resume needs from an environment, save that "
-                    "state as values: e.g. the running statistics of a `NormalizeObservation` wrapper as "
-                    "`{'obs_rms': vars(wrapper.obs_rms)}` (docs/checkpointing.rst, 'Environments: keep the "
-                    "normalization statistics')."
+                    f"Put the environment's state there instead, `{{{key!r}: zipsave.EnvState(env)}}`: it saves "
+                    "and restores a gymnasium Env, a SyncVectorEnv or an SB3 DummyVecEnv with their wrappers "
+                    "(normalization and episode statistics, random generators; docs/checkpointing.rst, "
+                    "'Environments: keep the normalization statistics')."
+                    if is_environment(value) else "Leave it out of the app state."
                 ),
             )
         if is_stateful(value):

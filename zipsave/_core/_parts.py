@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 __all__ = [
-    "ALWAYS_EXCLUDED_PREFIXES", "PLAIN_VALUES", "Parts", "container_items", "flat", "is_live_handle", "is_stateful",
-    "matches", "nested", "recursive_getattr", "recursive_setattr", "unwrap",
+    "ALWAYS_EXCLUDED_PREFIXES", "PLAIN_VALUES", "Parts", "container_items", "flat", "is_environment", "is_live_handle",
+    "is_stateful", "matches", "nested", "recursive_getattr", "recursive_setattr", "unwrap",
 ]
 
 ALWAYS_EXCLUDED_PREFIXES = ("_zipsave", "zipsave_")
@@ -46,6 +46,11 @@ def is_live_handle(value: Any) -> bool:
         return True
     if type(value).__name__ in ("lock", "RLock", "_thread.lock", "Condition", "Event", "SummaryWriter"):
         return True
+    return is_environment(value)
+
+
+def is_environment(value: Any) -> bool:
+    """A gymnasium ``Env`` or ``VectorEnv`` (wrappers too), or an SB3 ``VecEnv``."""
     try:
         import gymnasium
 

@@ -1,0 +1,282 @@
+"""zipsave.EnvState: live environments' state in an app state (gymnasium Env, SyncVectorEnv and
+its wrappers, SB3 DummyVecEnv and VecNormalize), saved without pickle and restored so that the
+resumed run steps exactly as the run that never stopped."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickletools
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import zipsave
+
+REPO = Path(__file__).resolve().parents[1]
+GYM_1 = int(gym.__version__.split(".")[0]) >= 1
+
+
+def cartpole_envs(n=2):
+    def thunk():
+        env = gym.make("CartPole-v1")
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = gym.wrappers.NormalizeObservation(env)
+        return gym.wrappers.NormalizeReward(env)
+
+    return gym.vector.SyncVectorEnv([thunk] * n)
+
+
+def pendulum_env():
+    env = gym.make("Pendulum-v1")
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    return gym.wrappers.NormalizeObservation(env)
+
+
+def vector_wrapped_envs(n=2):
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n)
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    envs = gym.wrappers.vector.NormalizeObservation(envs)
+    return gym.wrappers.vector.NormalizeReward(envs)
+
+
+def sb3_envs():
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    return VecNormalize(make_vec_env("Pendulum-v1", n_envs=2, seed=0))
+
+
+MAKERS = {
+    "sync-vector-cartpole": cartpole_envs,
+    "single-pendulum": pendulum_env,
+    "vector-wrappers": vector_wrapped_envs,
+    "sb3-vecnormalize": sb3_envs,
+}
+
+
+def maker(name):
+    if name == "vector-wrappers" and not GYM_1:
+        pytest.skip("gymnasium.wrappers.vector is gymnasium 1.x (0.29 has per-env wrappers, tested above)")
+    if name == "sb3-vecnormalize":
+        pytest.importorskip("stable_baselines3")
+    return MAKERS[name]
+
+
+def is_sb3(env):
+    return not isinstance(env, (gym.Env, gym.vector.VectorEnv))
+
+
+def reset(env, seed):
+    if is_sb3(env):
+        env.seed(seed)  # SB3's VecEnv
+        return env.reset()
+    return env.reset(seed=seed)
+
+
+def run(env, steps):
+    """Step with actions from the env's own action space (its generator is state too) and
+    return everything the steps gave back."""
+    out = []
+    for _ in range(steps):
+        if is_sb3(env):  # one action space for all environments
+            action = np.stack([env.action_space.sample() for _ in range(env.num_envs)])
+        else:
+            action = env.action_space.sample()
+        result = env.step(action)
+        out.append(tuple(np.asarray(x) for x in result[:-1]))
+    return out
+
+
+def assert_same_steps(got, expected):
+    assert len(got) == len(expected)
+    for i, (a, b) in enumerate(zip(got, expected)):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y, err_msg=f"step {i}")
+
+
+def statistics(env):
+    """Every running mean/var/count and episode queue anywhere in the env, by path."""
+    found = {}
+    for name, layer in zipsave._api._env_state._layers(env):
+        for key in ("obs_rms", "return_rms", "ret_rms"):
+            rms = getattr(layer, key, None) if key in vars(layer) else None
+            if rms is not None:
+                found[f"{name}.{key}"] = (np.copy(rms.mean), np.copy(rms.var), float(rms.count))
+        for key in ("return_queue", "length_queue"):
+            if key in vars(layer):
+                found[f"{name}.{key}"] = list(getattr(layer, key))
+    return found
+
+
+def assert_same_statistics(a, b):
+    assert a.keys() == b.keys() and a
+    for key in a:
+        if isinstance(a[key], tuple):
+            for x, y in zip(a[key], b[key]):
+                np.testing.assert_array_equal(x, y, err_msg=key)
+        else:
+            assert a[key] == b[key], key
+
+
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+def test_a_resumed_run_steps_bit_identically(tmp_path, kind):
+    make = maker(kind)
+    env = make()
+    reset(env, 0)
+    env.action_space.seed(1)
+    run(env, 120)  # past the end of some episodes: episode statistics and autoreset state
+    agent = torch.nn.Linear(3, 2)
+    app_state = {"agent": agent, "envs": zipsave.EnvState(env), "rng": zipsave.RNGState(), "step": 120}
+    zipsave.save(app_state, tmp_path / "run.zip")
+    saved_statistics = statistics(env)
+    expected = run(env, 60)
+
+    resumed = make()
+    reset(resumed, 99)  # another seed: everything that matters comes from the checkpoint
+    resumed.action_space.seed(99)
+    run(resumed, 7)
+    resumed_state = {"agent": torch.nn.Linear(3, 2), "envs": zipsave.EnvState(resumed), "rng": zipsave.RNGState(),
+                     "step": 0}
+    zipsave.restore(resumed_state, tmp_path / "run.zip", strict=True)
+    assert resumed_state["step"] == 120
+    assert_same_statistics(statistics(resumed), saved_statistics)
+    assert_same_steps(run(resumed, 60), expected)
+    assert_same_statistics(statistics(resumed), statistics(env))
+
+
+def test_the_normalization_statistics_reach_a_new_environment(tmp_path):
+    envs = cartpole_envs()
+    envs.reset(seed=0)
+    envs.action_space.seed(0)
+    run(envs, 40)
+    zipsave.save({"envs": zipsave.EnvState(envs)}, tmp_path / "run.zip")
+
+    fresh = cartpole_envs()
+    before = statistics(fresh)
+    zipsave.restore({"envs": zipsave.EnvState(fresh)}, tmp_path / "run.zip", strict=True)
+    after = statistics(fresh)
+    for i in range(2):
+        key = f"env{i}.1.obs_rms"  # NormalizeReward(NormalizeObservation(...)): layer 1
+        assert before[key][2] < 1 and after[key][2] == envs.envs[i].env.obs_rms.count > 40  # reset and 40 steps
+        np.testing.assert_array_equal(after[key][0], envs.envs[i].env.obs_rms.mean)
+        np.testing.assert_array_equal(after[key][1], envs.envs[i].env.obs_rms.var)
+
+
+def test_the_archive_holds_no_pickled_object_and_load_gives_plain_values(tmp_path):
+    envs = cartpole_envs()
+    envs.reset(seed=0)
+    run(envs, 30)
+    zipsave.save({"envs": zipsave.EnvState(envs), "rng": zipsave.RNGState()}, tmp_path / "run.zip")
+
+    info = zipsave.inspect(tmp_path / "run.zip")
+    assert info.pickled == ()
+    assert any(t.name.startswith("envs") and "obs_rms" in t.name for t in info.tensors), "not inspectable"
+    with zipfile.ZipFile(tmp_path / "run.zip") as zf:
+        pth = zipfile.ZipFile(io.BytesIO(zf.read("envs.pth")))
+    with pth.open(next(n for n in pth.namelist() if n.endswith("data.pkl"))) as f:
+        f._expected_crc = None  # zipsave writes torch's inner records with CRC 0, as torch.load accepts
+        pickle_bytes = f.read()
+    imported = {arg for op, arg, _ in pickletools.genops(pickle_bytes) if op.name == "GLOBAL"}
+    assert imported and all(name.startswith(("torch ", "torch._utils ", "collections OrderedDict")) for name in imported)
+
+    loaded = zipsave.load(tmp_path / "run.zip")["envs"]
+    plain = (dict, list, tuple, str, int, float, bool, type(None), torch.Tensor)
+
+    def walk(value, path):
+        assert isinstance(value, plain), f"{path} is a {type(value).__name__}"
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+        for key, item in items:
+            walk(item, f"{path}.{key}")
+
+    walk(loaded, "envs")
+    mean = loaded["env0.1"]["objects"]["obs_rms"]["mean"]
+    assert mean[":type:"] == "numpy.ndarray" and mean["dtype"] == envs.envs[0].env.obs_rms.mean.dtype.str
+    assert torch.equal(mean["data"], torch.from_numpy(envs.envs[0].env.obs_rms.mean))
+
+
+FRESH = """
+import sys, numpy as np, gymnasium as gym, zipsave
+sys.path.insert(0, "tests")
+from test_env_state import cartpole_envs, run
+envs = cartpole_envs()
+zipsave.restore({"envs": zipsave.EnvState(envs)}, sys.argv[1], strict=True)
+np.save(sys.argv[2], np.stack([step[0] for step in run(envs, 25)]))
+"""
+
+
+def test_a_fresh_process_resumes_the_same_steps(tmp_path):
+    envs = cartpole_envs()
+    envs.reset(seed=3)
+    envs.action_space.seed(3)
+    run(envs, 50)
+    zipsave.save({"envs": zipsave.EnvState(envs)}, tmp_path / "run.zip")
+    expected = np.stack([step[0] for step in run(envs, 25)])
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH, str(tmp_path / "run.zip"), str(tmp_path / "obs.npy")],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "obs.npy"), expected)
+
+
+def test_an_async_vector_env_is_refused_with_the_fix():
+    envs = gym.vector.AsyncVectorEnv([lambda: gym.make("CartPole-v1")])
+    try:
+        with pytest.raises(zipsave.EncodeError, match=re.escape("EnvState cannot capture a AsyncVectorEnv")) as caught:
+            zipsave.EnvState(envs)
+        assert "gymnasium.vector.SyncVectorEnv" in caught.value.hint
+    finally:
+        envs.close()
+
+
+def test_restoring_into_another_number_of_environments_names_the_counts(tmp_path):
+    envs = cartpole_envs(2)
+    envs.reset(seed=0)
+    run(envs, 5)
+    zipsave.save({"envs": zipsave.EnvState(envs)}, tmp_path / "run.zip")
+    other = cartpole_envs(3)
+    other.reset(seed=1)
+    before = statistics(other)
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(
+        "does not fit these environments: it has 2 environments, this one has 3 environments."
+    )):
+        zipsave.restore({"envs": zipsave.EnvState(other)}, tmp_path / "run.zip")
+    assert_same_statistics(statistics(other), before)  # nothing was changed
+
+
+def test_restoring_into_another_kind_of_environment_names_the_layer(tmp_path):
+    env = pendulum_env()
+    env.reset(seed=0)
+    zipsave.save({"env": zipsave.EnvState(env)}, tmp_path / "run.zip")
+    other = gym.wrappers.NormalizeObservation(gym.make("CartPole-v1"))
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(
+        "`env` was NormalizeObservation > RecordEpisodeStatistics > TimeLimit > "
+    )) as caught:
+        zipsave.restore({"env": zipsave.EnvState(other)}, tmp_path / "run.zip")
+    assert re.search(r"PendulumEnv, is NormalizeObservation > TimeLimit > .* > CartPoleEnv\.", str(caught.value))
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("it has a single environment, this one has 2")):
+        zipsave.restore({"env": zipsave.EnvState(cartpole_envs())}, tmp_path / "run.zip")
+
+
+def test_a_vec_env_state_dict_of_numpy_values_loads_into_env_state():
+    pytest.importorskip("stable_baselines3")
+    import zipsave.sb3
+
+    envs = cartpole_envs()
+    envs.reset(seed=0)
+    run(envs, 20)
+    state = zipsave.sb3.VecEnvState(envs).state_dict()
+    assert isinstance(state["env0.1"]["objects"]["obs_rms"]["mean"], np.ndarray)
+    other = cartpole_envs()
+    zipsave.EnvState(other).load_state_dict(state)
+    assert_same_statistics(statistics(other), statistics(envs))
