@@ -232,7 +232,7 @@ def test_a_fresh_process_resumes_the_same_steps(tmp_path):
 def test_an_async_vector_env_is_refused_with_the_fix():
     envs = gym.vector.AsyncVectorEnv([lambda: gym.make("CartPole-v1")])
     try:
-        with pytest.raises(zipsave.EncodeError, match=re.escape("EnvState cannot capture a AsyncVectorEnv")) as caught:
+        with pytest.raises(zipsave.EncodeError, match=re.escape("EnvState cannot capture `AsyncVectorEnv`")) as caught:
             zipsave.EnvState(envs)
         assert "gymnasium.vector.SyncVectorEnv" in caught.value.hint
     finally:
@@ -249,8 +249,9 @@ def test_restoring_into_another_number_of_environments_names_the_counts(tmp_path
     before = statistics(other)
     with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(
         "does not fit these environments: it has 2 environments, this one has 3 environments."
-    )):
+    )) as caught:
         zipsave.restore({"envs": zipsave.EnvState(other)}, tmp_path / "run.zip")
+    assert caught.value.member == "envs.pth" and caught.value.archive.endswith("run.zip")
     assert_same_statistics(statistics(other), before)  # nothing was changed
 
 

@@ -115,7 +115,7 @@ def _is_vector(env: Any) -> bool:
 def _out_of_reach(env: Any) -> EncodeError:
     name = type(env).__name__
     return EncodeError(
-        f"EnvState cannot capture a {name}: its environments run in other processes, out of reach "
+        f"EnvState cannot capture `{name}`: its environments run in other processes, out of reach "
         "of this one; nothing was captured.",
         hint=(
             "Build the environments with `gymnasium.vector.SyncVectorEnv` (SB3: `DummyVecEnv`) to checkpoint "
@@ -315,8 +315,9 @@ class EnvState:
                 hint="Build the environments as the saved run did (same number, same wrappers, same classes).",
             )
         for name, layer in layers:
-            for key, live in vars(layer).items():
-                if key in state[name].get("objects", {}) and not _statistics(live):
+            for key in state[name].get("objects", {}):
+                live = vars(layer).get(key)
+                if not _statistics(live):
                     raise ParameterMismatchError(
                         f"the saved environment state has the statistics `{name}.{key}`, but this environment's "
                         f"{type(layer).__qualname__} holds {type(live).__name__} there.",

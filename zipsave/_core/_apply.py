@@ -330,7 +330,15 @@ def load_state_into(src: LoadSession, member: str, target: Any, exact_match: boo
         with contextlib.suppress(Exception):
             existing = target.state_dict()
         tree, _ = src.load_tensors(member, existing)
-        target.load_state_dict(tree)
+        try:
+            target.load_state_dict(tree)
+        except ParameterMismatchError as err:
+            if err.archive or err.member:
+                raise
+            # An object of zipsave's (EnvState) knows what differs, not where it was read from.
+            raise ParameterMismatchError(
+                err.detail, archive=src.name, member=member, key=err.key, hint=err.hint
+            ) from err
         return
     raise ParameterMismatchError(
         f"cannot load a state dict into {type(target).__name__} (it has no `load_state_dict`).",
