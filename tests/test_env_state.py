@@ -330,3 +330,19 @@ def test_values_come_back_with_their_type_and_dtype(tmp_path, name):
         assert back == saved and getattr(back, "maxlen", None) == getattr(saved, "maxlen", None)
         if isinstance(saved, tuple):
             assert type(back[0]) is np.float64
+
+
+def test_the_generators_of_composite_spaces_come_back_even_into_spaces_never_sampled(tmp_path):
+    env = OddValues()
+    env.action_space = gym.spaces.Dict({"move": gym.spaces.Discrete(4), "aim": gym.spaces.Tuple([gym.spaces.Box(-1, 1)])})
+    env.action_space.seed(5)
+    env.action_space.sample()
+    zipsave.save({"env": zipsave.EnvState(env)}, tmp_path / "env.zip")
+    expected = [env.action_space.sample() for _ in range(3)]
+
+    other = OddValues()
+    other.action_space = gym.spaces.Dict({"move": gym.spaces.Discrete(4), "aim": gym.spaces.Tuple([gym.spaces.Box(-1, 1)])})
+    zipsave.restore({"env": zipsave.EnvState(other)}, tmp_path / "env.zip", strict=True)
+    got = [other.action_space.sample() for _ in range(3)]
+    assert [a["move"] for a in got] == [a["move"] for a in expected]
+    np.testing.assert_array_equal([a["aim"][0] for a in got], [a["aim"][0] for a in expected])

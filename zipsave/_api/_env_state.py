@@ -344,11 +344,12 @@ def _apply(layer: Any, entry: dict[str, Any]) -> None:
     saved_spaces = entry.get("spaces") or {}
     if saved_spaces:
         live = _spaces(layer)
-        for path in set(saved_spaces) - set(live):
-            space = layer
-            for part in path.split("."):
-                space = space[int(part) if part.isdigit() else part] if space is not layer else getattr(space, part)
-            space._np_random = live[path] = np.random.default_rng()  # a space never sampled before
+        for path in set(saved_spaces) - set(live):  # a space never sampled before
+            attr, *subpath = path.split(".")
+            space = getattr(layer, attr)
+            for part in subpath:
+                space = space.spaces[part] if isinstance(space.spaces, dict) else space.spaces[int(part)]
+            space._np_random = live[path] = np.random.default_rng()
         RNGState(**_NO_RNG, generators={k: live[k] for k in saved_spaces}).load_state_dict(
             {"generators": saved_spaces}
         )
