@@ -155,6 +155,19 @@ def _layers(env: Any) -> list[tuple[str, Any]]:
     return out
 
 
+def _parent(layer: Any) -> str | None:
+    mro = type(layer).__mro__
+    return mro[1].__qualname__ if len(mro) > 2 else None
+
+
+def _same_kind(entry: dict[str, Any], layer: Any) -> bool:
+    """The saved layer and the live one are the same class, or one directly subclasses the
+    other: rl_zoo3 replaces gymnasium's ``TimeLimit`` with its ``PatchedTimeLimit`` on import,
+    so the same environment has either, depending on what the process imported."""
+    saved, live = entry.get("class"), type(layer).__qualname__
+    return saved == live or saved == _parent(layer) or (entry.get("parent") is not None and entry["parent"] == live)
+
+
 def _mismatch(saved: dict[str, Any], found: dict[str, Any]) -> str:
     """What differs between the saved layers and the live ones, in words: the number of
     environments, then the first chain of wrappers that differs (outermost first)."""
@@ -282,7 +295,8 @@ class EnvState:
         for name, layer in _layers(self.env):
             attrs = {k: _copy(v) for k, v in vars(layer).items() if _plain(v)}
             rng = RNGState(**_NO_RNG, generators=_generators(layer))
-            entry = {"class": type(layer).__qualname__, "attrs": attrs, "generators": rng.state_dict()}
+            entry = {"class": type(layer).__qualname__, "parent": _parent(layer), "attrs": attrs,
+                     "generators": rng.state_dict()}
             objects = {k: _copy(vars(v)) for k, v in vars(layer).items() if _statistics(v)}
             if objects:
                 entry["objects"] = objects
@@ -309,7 +323,7 @@ class EnvState:
         layers = _layers(self.env)
         found = {name: type(layer).__qualname__ for name, layer in layers}
         saved = {name: entry.get("class") for name, entry in state.items()}
-        if found != saved:
+        if found.keys() != saved.keys() or not all(_same_kind(state[n], layer) for n, layer in layers):
             raise ParameterMismatchError(
                 f"the saved environment state does not fit these environments: {_mismatch(saved, found)}.",
                 hint="Build the environments as the saved run did (same number, same wrappers, same classes).",
