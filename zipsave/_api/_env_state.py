@@ -318,7 +318,9 @@ class EnvState:
         ------
         ParameterMismatchError
             The environments are built differently from the saved ones (another number of
-            environments, another wrapper or environment class); nothing is changed then.
+            environments, another wrapper or environment class); nothing is changed then. A
+            class that directly subclasses the saved one, or the reverse, counts as the same
+            (rl_zoo3 replaces gymnasium's ``TimeLimit`` by its ``PatchedTimeLimit``).
         """
         layers = _layers(self.env)
         found = {name: type(layer).__qualname__ for name, layer in layers}
