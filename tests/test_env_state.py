@@ -153,12 +153,18 @@ def test_a_resumed_run_steps_bit_identically(tmp_path, kind):
     assert_same_statistics(statistics(resumed), statistics(env))
 
 
-def test_the_normalization_statistics_reach_a_new_environment(tmp_path):
+def saved_cartpole_run(path, *, seed, steps):
+    """Two CartPoles stepped ``steps`` times from ``seed``, their state saved at ``path``."""
     envs = cartpole_envs()
-    envs.reset(seed=0)
-    envs.action_space.seed(0)
-    run(envs, 40)
-    zipsave.save({"envs": zipsave.EnvState(envs)}, tmp_path / "run.zip")
+    envs.reset(seed=seed)
+    envs.action_space.seed(seed)
+    run(envs, steps)
+    zipsave.save({"envs": zipsave.EnvState(envs)}, path)
+    return envs
+
+
+def test_the_normalization_statistics_reach_a_new_environment(tmp_path):
+    envs = saved_cartpole_run(tmp_path / "run.zip", seed=0, steps=40)
 
     fresh = cartpole_envs()
     before = statistics(fresh)
@@ -214,11 +220,7 @@ np.save(sys.argv[2], np.stack([step[0] for step in run(envs, 25)]))
 
 
 def test_a_fresh_process_resumes_the_same_steps(tmp_path):
-    envs = cartpole_envs()
-    envs.reset(seed=3)
-    envs.action_space.seed(3)
-    run(envs, 50)
-    zipsave.save({"envs": zipsave.EnvState(envs)}, tmp_path / "run.zip")
+    envs = saved_cartpole_run(tmp_path / "run.zip", seed=3, steps=50)
     expected = np.stack([step[0] for step in run(envs, 25)])
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -38,15 +38,17 @@ def _plain(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def _copy(value: Any) -> Any:
+def _copy(value: Any, each: Any = None) -> Any:
+    """A deep copy of a plain value, its items passed through ``each`` (``_copy`` itself)."""
+    each = each or _copy
     if isinstance(value, np.ndarray):
         return value.copy()
     if type(value) in (list, tuple):
-        return type(value)(_copy(v) for v in value)
+        return type(value)(each(v) for v in value)
     if isinstance(value, collections.deque):
-        return collections.deque((_copy(v) for v in value), maxlen=value.maxlen)
+        return collections.deque((each(v) for v in value), maxlen=value.maxlen)
     if isinstance(value, dict):
-        return type(value)((k, _copy(v)) for k, v in value.items())
+        return type(value)((k, each(v)) for k, v in value.items())
     return value
 
 
@@ -232,15 +234,7 @@ def _live(value: Any) -> Any:
         return arr[()] if value[_TAG] == "numpy.generic" else arr
     if isinstance(value, dict) and value.get(_TAG) == "collections.deque":
         return collections.deque((_live(v) for v in value["items"]), maxlen=value["maxlen"])
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if type(value) in (list, tuple):
-        return type(value)(_live(v) for v in value)
-    if isinstance(value, collections.deque):
-        return collections.deque((_live(v) for v in value), maxlen=value.maxlen)
-    if isinstance(value, dict):
-        return type(value)((k, _live(v)) for k, v in value.items())
-    return value
+    return _copy(value, _live)
 
 
 class EnvState:

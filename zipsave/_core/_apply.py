@@ -15,11 +15,11 @@ from .. import _format
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, ZipsaveError
 from ._collect import collect
 from ._inplace import fill_in_place
-from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, is_stateful, matches, recursive_getattr, recursive_setattr, unwrap
+from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, Parts, is_stateful, matches, recursive_getattr, recursive_setattr, unwrap
 from ._session import LoadSession
 
 __all__ = [
-    "check_app_state", "expected_state_names", "load_state_into", "restore_parts",
+    "check_app_state", "expected_state_names", "live_parts", "load_state_into", "restore_parts",
     "set_parameters_from_dict", "set_variable",
 ]
 
@@ -37,9 +37,11 @@ def restore_parts(
     exact_match: bool,
     set_data: bool,
     overrides: dict[str, Any] | None = None,
-) -> None:
-    """Load one folder's parts into ``obj`` in place (the core of load and restore)."""
+) -> Parts | None:
+    """Load one folder's parts into ``obj`` in place (the core of load and restore). Returns
+    the parts the live ``obj`` holds where ``exact_match`` collected them to compare."""
     is_dict = isinstance(obj, dict)
+    live = None
     if set_data:
         # A module's registries and hooks are torch's, never restored (archives before 0.2
         # saved them in `data`); their saved parameters and buffers still load, in place.
@@ -76,7 +78,8 @@ def restore_parts(
         member_of = {n.removeprefix(LEGACY_CHILD_PREFIX): n for n in state_names}
         state_names = list(member_of)
     if exact_match and not is_dict:
-        expected = expected_state_names(obj)
+        live = live_parts(obj)
+        expected = expected_state_names(obj, live)
         if expected is not None and exclude:
             # what the caller left out (``exclude=["*.optimizer"]``) is missing on purpose
             expected = [n for n in expected if not matches(n, exclude)]
@@ -126,16 +129,25 @@ def restore_parts(
             if exclude and matches(name, exclude):
                 continue
             set_variable(obj, name, value)
+    return live
 
 
-def expected_state_names(obj: Any) -> list[str] | None:
+def live_parts(obj: Any) -> Parts | None:
+    """The parts ``obj`` would be saved as; ``None`` where SB3's hook names its state dicts or
+    it cannot be collected."""
     if hasattr(obj, "_get_torch_save_params"):
-        return list(obj._get_torch_save_params()[0])
+        return None
     try:
-        parts = collect(obj, None, None)
+        return collect(obj, None, None)
     except ZipsaveError:
         return None
-    return [name for name, _ in parts.state]
+
+
+def expected_state_names(obj: Any, parts: Parts | None = None) -> list[str] | None:
+    if hasattr(obj, "_get_torch_save_params"):
+        return list(obj._get_torch_save_params()[0])
+    parts = parts or live_parts(obj)
+    return [name for name, _ in parts.state] if parts is not None else None
 
 
 def _fill_container(src: LoadSession, obj: Any, folder: str, key: str, saved: Any) -> bool:

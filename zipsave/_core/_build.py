@@ -21,7 +21,7 @@ from ._apply import restore_parts
 from ._collect import collect
 from ._component import Component
 from ._modes import apply_modes
-from ._parts import matches, nested
+from ._parts import Parts, matches, nested
 from ._session import LoadSession
 
 __all__ = ["build", "check_component", "handler_for", "load_app_state", "restore_target", "restore_tree"]
@@ -273,7 +273,7 @@ def restore_tree(
     """Load a folder into ``obj`` in place, then its component folders: restored into the
     components ``obj`` has, rebuilt where it has none. With ``modes`` (``load``, not
     ``restore``) the components restored in place also take their saved train/eval modes."""
-    restore_parts(src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match,
+    live = restore_parts(src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match,
                   set_data=set_data, overrides=overrides)
     is_dict = isinstance(obj, dict)
     prefix = f"{folder}/" if folder else ""
@@ -330,34 +330,35 @@ def restore_tree(
             else:
                 setattr(holder, last, built)
     if exact_match and not is_dict:
-        _check_no_missing_components(src, obj, folder, exclude)
+        _check_no_missing_components(src, obj, folder, exclude, live)
 
 
-def _check_no_missing_components(src: LoadSession, obj: Any, folder: str, exclude: list[str]) -> None:
+def _check_no_missing_components(
+    src: LoadSession, obj: Any, folder: str, exclude: list[str], live: Parts | None
+) -> None:
     """Raise when ``obj`` holds a component (a sub-model, a plain object holding modules) that
     the archive has no folder for and that the caller did not ``exclude``: it was left out of
     the save, and the object would keep its constructor's state for it without a word."""
     if any(h.claims(obj) for h in _registry.handlers()):
         return  # SB3 models and the like: their handler knows what they hold
-    try:
-        live = collect(obj, None, None).components
-    except ZipsaveError:
-        return
-    if not live:
-        return
+    if live is None:  # not collected for the state-dict check (SB3's hooks on a Saveable)
+        try:
+            live = collect(obj, None, None)
+        except ZipsaveError:
+            return
     prefix = f"{folder}/" if folder else ""
     present = {child[len(prefix) :] for child in src.child_components(folder)}
+    missing = [
+        name for name, _ in live.components
+        if name not in present and not (exclude and matches(name, exclude))
+    ]
     data_member = _format.join(folder, _format.DATA)
-    # An archive that kept the attribute as a value (older archives pickled some in `data`)
-    # restores it from there, or skips it with a warning of its own.
-    in_data = set()
-    if src.has(data_member):
+    if missing and src.has(data_member):
+        # An archive that kept the attribute as a value (older archives pickled some in `data`)
+        # restores it from there, or skips it with a warning of its own.
         raw = src.source.read_json(data_member, verify=False)
         in_data = set(raw) if isinstance(raw, dict) else set()
-    missing = [
-        name for name, _ in live
-        if name not in present and name.split("/")[0] not in in_data and not (exclude and matches(name, exclude))
-    ]
+        missing = [name for name in missing if name.split("/")[0] not in in_data]
     if missing:
         raise ParameterMismatchError(
             f"{type(obj).__name__} holds the component{'s' if len(missing) > 1 else ''} "
