@@ -73,7 +73,7 @@ def _context(op, n: float, folder: str, out: str):
     if op.model:
         seed = _ops.SEED_SAVED if op.group == "save" else _ops.SEED_TARGET
         ctx.policy, ctx.optimizer = _ops.build_model(n, seed)
-    if op.name.startswith("raw_"):
+    if op.name.startswith(("raw_", "cuda_raw_")):
         ctx.buffer = np.empty(_ops.model_bytes(n)[1], dtype=np.uint8)
         ctx.buffer.fill(7)  # touched: a readinto/write floor into existing memory
     setup = _ops.SETUPS.get(op.name)

@@ -86,3 +86,14 @@ def test_a_device_this_machine_lacks_is_named_not_blamed_on_the_archive(tmp_path
         with pytest.raises(ValueError, match="'mps' is not available on this machine") as info:
             call(tmp_path / "m.zip", device="mps")
         assert not isinstance(info.value, zipsave.IntegrityError)
+
+
+def test_mmap_with_the_auto_device_stays_on_the_cpu(monkeypatch):
+    """A mapping lives in host memory: ``mmap=True`` with ``device="auto"`` keeps tensors mapped
+    on the CPU where CUDA is available; a named device still moves them."""
+    from zipsave._tensors._pth_write import get_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert get_device("auto").type == "cuda"
+    assert get_device("auto", mmap=True).type == "cpu"
+    assert get_device("cuda", mmap=True).type == "cuda"

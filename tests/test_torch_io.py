@@ -60,6 +60,7 @@ def assert_same(a, b, where="tree"):
         assert isinstance(b, torch.Tensor), where
         assert a.dtype == b.dtype and a.shape == b.shape, where
         assert a.stride() == b.stride() or not a.numel(), where
+        b = b.to(a.device)  # device="auto" loads onto CUDA where there is one
         assert torch.equal(a, b) if a.dtype != torch.bool else bool((a == b).all()), where
         assert a.requires_grad == b.requires_grad, where
         assert isinstance(a, torch.nn.Parameter) == isinstance(b, torch.nn.Parameter), where
@@ -504,10 +505,10 @@ def test_quantized_tensor_falls_back_to_torch_load(tmp_path, mmap):
     path = tmp_path / "q.zip"
     zipsave.save_archive(path, params={"q": {"q": q, "w": torch.arange(4.0)}})
     params = zipsave.load_archive(path)[1]
-    assert params["q"]["q"].is_quantized and torch.equal(params["q"]["q"].int_repr(), q.int_repr())
-    assert torch.equal(params["q"]["w"], torch.arange(4.0))
+    assert params["q"]["q"].is_quantized and torch.equal(params["q"]["q"].int_repr().cpu(), q.int_repr())
+    assert torch.equal(params["q"]["w"].cpu(), torch.arange(4.0))
     loaded = zipsave.load(path, mmap=mmap)
-    assert torch.equal(loaded["q"]["q"].int_repr(), q.int_repr())
+    assert torch.equal(loaded["q"]["q"].int_repr().cpu(), q.int_repr())
 
 
 def test_big_endian_member_falls_back_to_torch_load(tmp_path):
@@ -519,7 +520,7 @@ def test_big_endian_member_falls_back_to_torch_load(tmp_path):
     path = tmp_path / "be.zip"
     _archive_with_member(path, "x.pth", raw)
     params = zipsave.load_archive(path)[1]
-    assert torch.equal(params["x"]["w"], torch.load(io.BytesIO(raw), weights_only=True)["w"])
+    assert torch.equal(params["x"]["w"].cpu(), torch.load(io.BytesIO(raw), weights_only=True)["w"])
     assert params["x"]["w"][1] == 1 << 24  # the bytes were swapped, as torch.load does
 
 

@@ -49,7 +49,7 @@ class LoadSession:
         options = options or LoadOptions()
         self.options = options
         self.policy: TrustPolicy = options.policy
-        self.device = get_device(options.device)
+        self.device = get_device(options.device, mmap=options.mmap)
         self.strict = options.strict
         self.verify = options.verify
         self.mmap = options.mmap

@@ -15,15 +15,19 @@ __all__ = ["get_device", "save_pth"]
 _crc_option_lock = threading.Lock()
 
 
-def get_device(device: Any = "auto") -> torch.device:
+def get_device(device: Any = "auto", *, mmap: bool = False) -> torch.device:
     """``"auto"`` -> CUDA when available, else CPU (SB3's rule); anything else via ``torch.device``.
+
+    With ``mmap``, ``"auto"`` is the CPU: a mapping lives in host memory, and a caller who asks
+    for one wants file-backed tensors (``torch.load(mmap=True)`` keeps them there too); naming a
+    device still moves them.
 
     CUDA asked for where there is none falls back to the CPU, as in SB3. Any other device this
     machine cannot use (``"mps"`` without Metal, ``"cuda:3"`` on a one-GPU machine) is a
     ``ValueError`` here, before a byte is read, not a corrupt-looking member later.
     """
     if device is None or (isinstance(device, str) and device == "auto"):
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if torch.cuda.is_available() and not mmap else "cpu"
     try:
         dev = device if isinstance(device, torch.device) else torch.device(device)
     except (RuntimeError, TypeError, ValueError) as err:

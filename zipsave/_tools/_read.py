@@ -95,7 +95,7 @@ def read(
         raise TypeError(f"name must be a non-empty string such as 'policy/0.weight', got {name!r}.")
     name = name.strip("/")
     policy = TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted)
-    target = get_device(device)
+    target = get_device(device, mmap=mmap)
     with ArchiveSource(path, limits=limits, storage_options=storage_options) as src:
         for prefix, is_tensor in _candidates(src.reader.names()):
             if prefix and not name.startswith(prefix + "/"):
