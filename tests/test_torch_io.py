@@ -60,8 +60,8 @@ def assert_same(a, b, where="tree"):
         assert isinstance(b, torch.Tensor), where
         assert a.dtype == b.dtype and a.shape == b.shape, where
         assert a.stride() == b.stride() or not a.numel(), where
-        b = b.to(a.device)  # device="auto" loads onto CUDA where there is one
-        assert torch.equal(a, b) if a.dtype != torch.bool else bool((a == b).all()), where
+        here = b.detach().to(a.device)  # device="auto" loads onto CUDA where there is one
+        assert torch.equal(a.detach(), here) if a.dtype != torch.bool else bool((a == here).all()), where
         assert a.requires_grad == b.requires_grad, where
         assert isinstance(a, torch.nn.Parameter) == isinstance(b, torch.nn.Parameter), where
     elif isinstance(a, dict):
