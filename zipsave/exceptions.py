@@ -23,6 +23,7 @@ __all__ = [
     "SkippedEntryWarning",
     "StorageError",
     "UnsafeGlobalError",
+    "UnsafeNameError",
     "ZipsaveError",
     "ZipsaveWarning",
     "caller_stacklevel",
@@ -147,6 +148,21 @@ class UnsafeGlobalError(ZipsaveError):
             "the archive completely.",
         )
         super().__init__(f"refusing to import untrusted global `{global_name}`.", **kwargs)
+
+
+class UnsafeNameError(ZipsaveError, ValueError):
+    """A name read from the archive (a ``pytorch_variables.pth`` key, a ``data`` key, a member or
+    component folder) would address something other than the object's own state: a dunder, a
+    class or function attribute, a module, or zipsave itself. ``name`` holds the name."""
+
+    def __init__(self, name: str, reason: str, **kwargs: Any) -> None:
+        self.name = name
+        kwargs.setdefault(
+            "hint",
+            "A name from an archive may only address the parameters, buffers and plain attributes the "
+            "object already has; nothing was written. The archive was not written by zipsave or SB3 as it is.",
+        )
+        super().__init__(f"the name `{name}` {reason}; refused.", **kwargs)
 
 
 class ParameterMismatchError(ZipsaveError, ValueError):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import inspect as _inspect
+import sys
+import types
 from typing import Any
 
 from .. import _format, _registry
@@ -15,8 +17,10 @@ from ..exceptions import (
     MissingDependencyError,
     ParameterMismatchError,
     UnsafeGlobalError,
+    UnsafeNameError,
     ZipsaveError,
 )
+from ._address import check_data_key, check_name, resolve
 from ._apply import restore_parts
 from ._collect import collect
 from ._component import Component
@@ -28,25 +32,50 @@ __all__ = ["build", "check_component", "handler_for", "load_app_state", "restore
 
 
 def _resolve_class(src: LoadSession, record: dict, member: str, cls: Any) -> Any:
+    """The class ``init.json`` names, checked before anything is imported: a class of a module
+    this process has imported already (looked up in the module's namespace, no attribute hook
+    runs), or one the caller trusts (``trusted=``, the allowlist), which may then be imported.
+    Either way it must be a :class:`~zipsave.Saveable`. An archive never makes zipsave import a
+    module nobody vouched for: importing runs the module's top-level code."""
     if cls is not None:
         return cls
     path = record.get("class")
     if not isinstance(path, str) or ":" not in path:
         raise ArchiveFormatError("has no `class` import path; pass `cls=`.", archive=src.name, member=member)
     module, qualname = path.split(":", 1)
-
-    try:
-        found: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as err:
-        raise DecodeError(
-            f"class `{path}` cannot be imported ({err}).", archive=src.name, member=member,
-            hint="Install or import the package that defines it, or pass `cls=`.",
-        ) from err
+    full = f"{module}.{qualname}"
+    refuse = UnsafeGlobalError(
+        full, archive=src.name, member=member,
+        hint=f"Its module is not imported and nothing vouches for it: pass `cls=` (the class itself), import "
+        f"`{module}` before loading, or pass `trusted=[{full!r}]` if you trust the archive.",
+    )
+    parts = module.split(".") + qualname.split(".")
+    if not all(p.isidentifier() for p in parts) or any(p.startswith("__") for p in qualname.split(".")):
+        raise refuse
+    if any(p == "__main__" for p in module.split(".")) and module != "__main__":
+        raise refuse  # `venv.__main__`: a program, whose import runs it
+    found: Any = sys.modules.get(module)
+    if found is None:
+        if not src.policy.is_trusted(module, qualname):
+            raise refuse
+        try:
+            found = importlib.import_module(module)
+        except Exception as err:  # noqa: BLE001 - a trusted module's import failing is reported
+            raise DecodeError(
+                f"class `{path}` cannot be imported ({type(err).__name__}: {err}).", archive=src.name, member=member,
+                hint="Install or import the package that defines it, or pass `cls=`.",
+            ) from err
+    for part in qualname.split("."):
+        namespace = vars(found) if isinstance(found, (types.ModuleType, type)) else {}
+        if part not in namespace:
+            raise DecodeError(
+                f"class `{path}` is not defined in its module (no `{part}`).", archive=src.name, member=member,
+                hint="Install the version of the package that defines it, or pass `cls=`.",
+            )
+        found = namespace[part]
     if not (isinstance(found, type) and issubclass(found, Component)):
         raise UnsafeGlobalError(
-            path.replace(":", "."), archive=src.name, member=member,
+            full, archive=src.name, member=member,
             hint="Only zipsave.Saveable subclasses are built from init.json; pass `cls=` to choose the class yourself.",
         )
     return found
@@ -282,16 +311,25 @@ def restore_tree(
         if exclude and matches(attr_path, exclude):
             continue
         parent, _, last = attr_path.rpartition("/")
-        holder = getattr(obj, parent, None) if parent else obj
+        where = {"archive": src.name, "member": child}
+        for part in attr_path.split("/"):
+            check_name(part, path=attr_path, **where)
+        if "/" in parent:
+            raise UnsafeNameError(attr_path, "nests components deeper than a container of components", **where)
+        holder = _own(obj, parent, attr_path, where) if parent else obj
         if holder is None:  # a dict of components the constructor did not create
             holder = {}
-            setattr(obj, parent, holder)
+            if is_dict:
+                obj[parent] = holder
+            else:
+                check_data_key(obj, parent, **where)
+                setattr(obj, parent, holder)
         if isinstance(holder, dict):
             current = holder.get(last)
         elif isinstance(holder, (list, tuple)):  # `self.agents = [a, b]`: folders agents/0, agents/1
             current = holder[int(last)] if last.isdigit() and int(last) < len(holder) else None
         else:
-            current = getattr(holder, last, None)
+            current = _own(holder, last, attr_path, where)
         if not is_dict and any(h.restore_component(src, obj, attr_path) for h in _registry.handlers()):
             continue  # a handler filled it itself (SB3's replay buffer, VecNormalize)
         if child in src.built_components and isinstance(current, Component):
@@ -328,9 +366,20 @@ def restore_tree(
                     hint="Create it in the constructor, or hold the components in a list.",
                 )
             else:
+                check_data_key(holder, last, **where)
                 setattr(holder, last, built)
     if exact_match and not is_dict:
         _check_no_missing_components(src, obj, folder, exclude, live)
+
+
+def _own(holder: Any, name: str, path: str, where: dict) -> Any:
+    """``holder``'s own state called ``name`` (a component folder's name), ``None`` if it has none."""
+    if isinstance(holder, dict):
+        return holder.get(name)
+    try:
+        return resolve(holder, name, **where)
+    except AttributeError:
+        return None
 
 
 def _check_no_missing_components(

@@ -18,6 +18,7 @@ from ._audit import explain_by_value
 from ._checks import Memo, check_bit_generator, check_dtype, instance_dunders
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
+from ._space_check import space_problem
 from ._substitutes import Owners, legacy_space_state, owns_trusted, substitutes
 
 __all__ = ["restricted_loads"]
@@ -274,6 +275,10 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         problem = check_bit_generator(inst)
         if problem:
             raise self._error(f"random generator state is out of range: {problem}.")
+        if cls.__module__.startswith("gymnasium.spaces"):
+            problem = space_problem(inst)
+            if problem:
+                raise self._error(f"the pickled space is not plain data: {problem}.")
 
     dispatch[pickle.BUILD[0]] = load_build
 

@@ -11,7 +11,7 @@ import torch
 
 from .. import _format
 from .._trust import BY_VALUE_MARK
-from .._core import LoadSession, load_state_into, recursive_getattr, set_variable, unwrap
+from .._core import LoadSession, check_data_key, load_state_into, recursive_getattr, set_variable, unwrap
 from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._schedules import NotASchedule, recognise_schedule
 from ._extras import apply_vec_normalize, matches_any, has_extra, restore_extra, warn_unused_vec_normalize
@@ -382,4 +382,4 @@ def _load_variables(src: LoadSession, model: Any, exclude: list[str]) -> None:
         # None: SAC's `log_ent_coef` when the entropy coefficient was fixed.
         if value is None or matches_any(name, exclude) or value is targets.get(name):
             continue
-        set_variable(model, name, value)
+        set_variable(model, name, value, archive=src.name, member=member, key=name)
