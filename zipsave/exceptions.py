@@ -4,9 +4,12 @@ the builtin a caller would catch."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 __all__ = [
     "ArchiveFormatError",
@@ -27,6 +30,7 @@ __all__ = [
     "ZipsaveError",
     "ZipsaveWarning",
     "caller_stacklevel",
+    "nesting_as_error",
 ]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -221,3 +225,23 @@ class CheckpointDirectoryError(ZipsaveError, ValueError):
 
 class CheckpointLockedError(ZipsaveError, RuntimeError):
     """Another :class:`~zipsave.CheckpointManager` holds the checkpoint directory."""
+
+
+def nesting_as_error(func: _F) -> _F:
+    """Decorate a public door (``load``, ``inspect``, ...): a value nested past Python's recursion
+    limit in a hostile archive (a pickle of lists 100 000 deep) raises
+    :class:`ArchiveFormatError` naming the archive, not a bare ``RecursionError``."""
+
+    @functools.wraps(func)
+    def door(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except RecursionError as err:
+            where = args[1] if func.__name__ == "restore" and len(args) > 1 else (args[0] if args else None)
+            raise ArchiveFormatError(
+                "holds values nested too deeply to read (past Python's recursion limit).",
+                archive=kwargs.get("path", where),
+                hint="No archive written by zipsave or SB3 nests this deep; it was made to break readers.",
+            ) from err
+
+    return door  # type: ignore[return-value]

@@ -18,7 +18,7 @@ import torch
 
 from ..exceptions import UnsafeNameError
 
-__all__ = ["check_data_key", "check_name", "resolve", "assign", "MISSING"]
+__all__ = ["MISSING", "assign", "check_data_key", "check_name", "check_path", "resolve"]
 
 #: Prefixes of zipsave's own bookkeeping attributes (also never saved, see ALWAYS_EXCLUDED_PREFIXES).
 _PRIVATE_PREFIXES = ("_zipsave", "zipsave_")
@@ -61,6 +61,26 @@ def check_data_key(obj: Any, name: str, **where: Any) -> None:
     check_name(name, path=name, **where)
     _check_holder(obj, name, name, where)
     _check_class_attribute(obj, name, name, where)
+
+
+def check_path(cls: type, path: str, **where: Any) -> None:
+    """Check a dotted ``path`` that code outside zipsave will follow with ``getattr`` on an
+    instance of ``cls`` (SB3's own ``load`` and ``set_parameters``): every step a safe name
+    (:func:`check_name`), the first not code of ``cls`` (a method, property, class)."""
+    first = path.split(".")[0]
+    for part in path.split("."):
+        check_name(part, path=path, **where)
+    try:
+        static = _class_lookup(cls, first)
+    except AttributeError:
+        return
+    if not isinstance(static, types.MemberDescriptorType) and (
+        callable(static) or hasattr(type(static), "__get__") or isinstance(static, types.ModuleType)
+    ):
+        raise UnsafeNameError(
+            path, f"addresses `{first}`, which {cls.__name__} defines as a {type(static).__name__} (code, not state)",
+            **where,
+        )
 
 
 def resolve(obj: Any, path: str, **where: Any) -> Any:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..exceptions import DecodeError, UnsafeGlobalError
 from ._allowlist import default_allowlist
+from ._sealed import Sealed, seal, seal_module
 from ._names import (
     CODE_HINT,
     CODE_RUNNERS,
@@ -26,8 +27,9 @@ from ._names import (
 
 __all__ = ["TrustPolicy"]
 
+@seal
 @dataclasses.dataclass(frozen=True)
-class TrustPolicy:
+class TrustPolicy(metaclass=Sealed):
     """Which globals a pickled entry may import.
 
     Parameters
@@ -256,3 +258,6 @@ class TrustPolicy:
             if not (isinstance(defined_in, str) and f"{defined_in}.".startswith(admitted_by or "")):
                 raise refuse(f"it is defined in `{defined_in}`")
         return found
+
+
+seal_module(__name__)  # `default_allowlist` and the names above cannot be rebound by loaded data

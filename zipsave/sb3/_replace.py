@@ -11,12 +11,14 @@ from typing import Any
 
 import zipsave
 from zipsave._archive import atomic_output
+from zipsave._core import check_name
 from zipsave._trust import BY_VALUE_MARK, TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError
 
 from ._state import Options, original
 from ._state import current_options as _current
 from ._build import ARS_WEIGHTS, is_ars, sync_ars_weights
+from ._checks import check_data, check_names, drop_saved_env
 from ._schedules import closures_in
 from ._zoo import read_data, schedules_in
 
@@ -115,6 +117,13 @@ def load_from_zip_file(
     )
     if loading is not None and load_data:
         _check_required(load_path, loading[0], report, given | set(custom_objects or ()))
+    data, params, variables = loaded
+    # SB3's own `load`/`set_parameters` follow these names with getattr/setattr and call the
+    # classes in `data`: checked here, before they reach SB3's code.
+    check_names(cls, data=data, params=params, variables=variables, archive=load_path)
+    if data is not None:
+        drop_saved_env(data, report.notes)
+        check_data(data, archive=load_path)
     return loaded
 
 
@@ -256,6 +265,10 @@ def load_object(path: Any, expected: type, what: str) -> Any:
             raise zipsave.ArchiveFormatError(
                 f"holds no `{OBJECT_CLASS}`, so it is not a {what} saved by zipsave.", archive=path
             )
+        if not issubclass(cls, expected):
+            raise DecodeError(f"holds a {cls.__name__}, expected a {what} ({expected.__name__}).", archive=path)
+        for key in data:  # the object's own attributes: never a dunder (`__deepcopy__`) nor zipsave's
+            check_name(key, path=str(key), archive=path, member="data", key=str(key))
         new: Any = cls.__new__  # what pickle does (NEWOBJ), then the state below
         obj = new(cls)
         if hasattr(obj, "__setstate__"):
