@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from .. import _format
@@ -133,6 +134,8 @@ def _check_noise(noise: Any, where: dict[str, Any]) -> None:
             _check_noise(n, where)
         return
     for name, value in state.items():
+        if isinstance(value, type) and issubclass(value, np.generic):
+            continue  # the dtype it draws in (`numpy.float32`)
         if isinstance(value, (type, torch.nn.Module)) or callable(value):
             raise DecodeError(f"holds `{name}` = {_describe(value)}; an action noise holds numbers and arrays.", **where)
 
