@@ -61,7 +61,17 @@ class SafeFileSystemReader(FileSystemReader):
     """DCP's ``FileSystemReader`` whose pickled ``.metadata`` is read by an allowlist unpickler
     (DCP's metadata dataclasses, torch dtypes and sizes) instead of plain ``pickle.load``."""
 
+    #: Why the last read_metadata failed: DCP replaces that error by its own.
+    metadata_error: ZipsaveError | None = None
+
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        try:
+            return self._read_metadata()
+        except ZipsaveError as err:
+            self.metadata_error = err
+            raise
+
+    def _read_metadata(self) -> Metadata:
         path = os.path.join(os.fspath(self.path), _DCP_METADATA)
         with open(path, "rb") as fp:
             try:
