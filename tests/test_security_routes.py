@@ -183,3 +183,22 @@ def test_deeply_nested_tensor_file_is_an_archive_error(tmp_path):
     _rezip(path, {"m.pth": out.getvalue()})
     with pytest.raises(zipsave.ArchiveFormatError, match="nested too deeply"):
         zipsave.inspect(path)
+
+
+def test_trusted_prefix_never_admits_a_main_module():
+    policy = TrustPolicy.make(trusted=["tqdm."])
+    assert not policy.is_trusted("tqdm.__main__", "X")
+    assert policy.is_trusted("tqdm.std", "tqdm")
+
+
+@pytest.mark.parametrize("key", ["__class__", "step", "_zipsave_x"])
+def test_environment_state_sets_only_plain_attributes(key):
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    state = zipsave.EnvState(env).state_dict()
+    layer = next(iter(state))
+    state[layer]["attrs"][key] = 1
+    with pytest.raises(zipsave.UnsafeNameError, match=re.escape(f"`{key}`")):
+        zipsave.EnvState(env).load_state_dict(state)
+    assert type(env).__name__ != "int" and callable(env.step)

@@ -135,7 +135,11 @@ class TrustPolicy(metaclass=Sealed):
         if full in default_allowlist() or full in self.trusted:
             return full
         for entry in self.trusted:
-            if entry.endswith(".") and full.startswith(entry):
+            # A prefix admits classes and functions, never a program (`pkg.__main__`, whose
+            # import runs it) nor another dunder module.
+            if entry.endswith(".") and full.startswith(entry) and not any(
+                is_dunder(part) for part in full[len(entry):].split(".")[:-1]
+            ):
                 return entry
         return None
 

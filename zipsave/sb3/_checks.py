@@ -14,7 +14,7 @@ from .._core import check_name, check_path
 from .._trust import space_problem
 from ..exceptions import DecodeError, UnsafeGlobalError
 
-__all__ = ["check_data", "check_names", "drop_saved_env"]
+__all__ = ["check_data", "check_names", "check_policy_arguments", "drop_saved_env"]
 
 #: ``policy_kwargs`` entries SB3 policies call, and the base class each must derive from.
 _POLICY_KWARG_BASES = {
@@ -96,12 +96,7 @@ def check_data(data: dict[str, Any], *, archive: Any, references: tuple = ()) ->
     kwargs = data.get("policy_kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise DecodeError(f"must be a dict, found {_describe(kwargs)}.", **where("policy_kwargs"))
-    for name, spec in _POLICY_KWARG_BASES.items():
-        value = (kwargs or {}).get(name)
-        if value is not None and not (isinstance(value, type) and issubclass(value, _base(spec))):
-            raise DecodeError(
-                f"`{name}` must be a {spec[1]} subclass, found {_describe(value)}.", **where("policy_kwargs")
-            )
+    check_policy_arguments(kwargs or {}, **where("policy_kwargs"))
     for key in _CALLED:
         if isinstance(data.get(key), type):
             raise DecodeError(f"is a schedule SB3 calls, found the class {_describe(data[key])}.", **where(key))
@@ -112,6 +107,17 @@ def check_data(data: dict[str, Any], *, archive: Any, references: tuple = ()) ->
             if problem:
                 raise DecodeError(f"is not a plain gymnasium space: {problem}.", **where(key))
     _check_classes(data, references, where)
+
+
+def check_policy_arguments(kwargs: dict[str, Any], **where: Any) -> None:
+    """The classes a policy constructor calls (``features_extractor_class``, ``optimizer_class``,
+    ``activation_fn``) derive from what SB3 expects there, and its ``lr_schedule`` is no class."""
+    for name, spec in _POLICY_KWARG_BASES.items():
+        value = kwargs.get(name)
+        if value is not None and not (isinstance(value, type) and issubclass(value, _base(spec))):
+            raise DecodeError(f"`{name}` must be a {spec[1]} subclass, found {_describe(value)}.", **where)
+    if isinstance(kwargs.get("lr_schedule"), type):
+        raise DecodeError(f"`lr_schedule` is a schedule SB3 calls, found the class {_describe(kwargs['lr_schedule'])}.", **where)
 
 
 def _check_noise(noise: Any, where: dict[str, Any]) -> None:
