@@ -232,12 +232,15 @@ def nesting_as_error(func: _F) -> _F:
     limit in a hostile archive (a pickle of lists 100 000 deep) raises
     :class:`ArchiveFormatError` naming the archive, not a bare ``RecursionError``."""
 
+    names = func.__code__.co_varnames[: func.__code__.co_argcount]
+    position = names.index("path") if "path" in names else 0
+
     @functools.wraps(func)
     def door(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except RecursionError as err:
-            where = args[1] if func.__name__ == "restore" and len(args) > 1 else (args[0] if args else None)
+            where = args[position] if len(args) > position else None
             raise ArchiveFormatError(
                 "holds values nested too deeply to read (past Python's recursion limit).",
                 archive=kwargs.get("path", where),

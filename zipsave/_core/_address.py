@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from ..exceptions import UnsafeNameError
+from ..exceptions import ParameterMismatchError, UnsafeNameError
 
-__all__ = ["MISSING", "assign", "check_data_key", "check_name", "check_path", "resolve"]
+__all__ = ["MISSING", "assign", "check_data_key", "check_name", "check_path", "resolve", "set_variable"]
 
 #: Prefixes of zipsave's own bookkeeping attributes (also never saved, see ALWAYS_EXCLUDED_PREFIXES).
 _PRIVATE_PREFIXES = ("_zipsave", "zipsave_")
@@ -197,3 +197,26 @@ def _step(found: Any, part: str, path: str, where: dict) -> Any:
     raise UnsafeNameError(
         path, f"addresses `{part}`, which is defined by the class {type(found).__name__}, not state of the object", **where
     )
+
+
+def set_variable(obj: Any, name: str, value: Any, **where: Any) -> None:
+    """Put the loose variable ``name`` (a dotted path read from the archive) into ``obj``: copied
+    into the live tensor of the same shape, else set. The path only addresses ``obj``'s own state
+    (see :mod:`._address`); anything else raises :class:`~zipsave.exceptions.UnsafeNameError`
+    with ``where`` (``archive``, ``member``, ``key``) before a byte is written."""
+    if value is None:
+        return
+    try:
+        current = resolve(obj, name, **where)
+    except AttributeError:
+        current = None
+    if isinstance(current, torch.Tensor) and isinstance(value, torch.Tensor) and current.shape == value.shape:
+        with torch.no_grad():
+            current.data.copy_(value.data)
+        return
+    try:
+        assign(obj, name, value, **where)
+    except AttributeError as err:
+        raise ParameterMismatchError(
+            f"the variable `{name}` has no place in {type(obj).__name__} ({err}).", **where
+        ) from err

@@ -13,7 +13,7 @@ import torch
 
 from .. import _format
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, ZipsaveError
-from ._address import assign, check_data_key, resolve
+from ._address import check_data_key, resolve, set_variable
 from ._collect import collect
 from ._inplace import fill_in_place
 from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, Parts, is_stateful, matches, unwrap
@@ -21,7 +21,7 @@ from ._session import LoadSession
 
 __all__ = [
     "check_app_state", "expected_state_names", "live_parts", "load_state_into", "restore_parts",
-    "set_parameters_from_dict", "set_variable",
+    "set_parameters_from_dict",
 ]
 
 
@@ -362,29 +362,6 @@ def load_state_into(src: LoadSession, member: str, target: Any, exact_match: boo
         archive=src.name,
         member=member,
     )
-
-
-def set_variable(obj: Any, name: str, value: Any, **where: Any) -> None:
-    """Put the loose variable ``name`` (a dotted path read from the archive) into ``obj``: copied
-    into the live tensor of the same shape, else set. The path only addresses ``obj``'s own state
-    (see :mod:`._address`); anything else raises :class:`~zipsave.exceptions.UnsafeNameError`
-    with ``where`` (``archive``, ``member``, ``key``) before a byte is written."""
-    if value is None:
-        return
-    try:
-        current = resolve(obj, name, **where)
-    except AttributeError:
-        current = None
-    if isinstance(current, torch.Tensor) and isinstance(value, torch.Tensor) and current.shape == value.shape:
-        with torch.no_grad():
-            current.data.copy_(value.data)
-        return
-    try:
-        assign(obj, name, value, **where)
-    except AttributeError as err:
-        raise ParameterMismatchError(
-            f"the variable `{name}` has no place in {type(obj).__name__} ({err}).", **where
-        ) from err
 
 
 def check_app_state(src: LoadSession, app: dict, folder: str) -> None:

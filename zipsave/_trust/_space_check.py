@@ -9,12 +9,26 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["space_problem"]
+from ._checks import check_bit_generator
+
+__all__ = ["built_problem", "space_problem"]
 
 #: Attribute values a space keeps that are plain data, whatever the space.
 _PLAIN = (bool, int, float, str, bytes, type(None), np.integer, np.floating, np.bool_, np.dtype)
 #: Array kinds a space's arrays may have: numbers and booleans, never objects or raw bytes.
 _ARRAY_KINDS = "biuf"
+
+
+def built_problem(obj: Any) -> str | None:
+    """What is wrong with ``obj`` once the unpickler has set its state (BUILD), or ``None``:
+    a bit generator's position out of its buffer, or a gymnasium space that is not plain data."""
+    problem = check_bit_generator(obj)
+    if problem:
+        return f"random generator state is out of range: {problem}"
+    if type(obj).__module__.startswith("gymnasium.spaces"):
+        problem = space_problem(obj)
+        return f"the pickled space is not plain data: {problem}" if problem else None
+    return None
 
 
 def space_problem(space: Any, depth: int = 0) -> str | None:
