@@ -202,3 +202,28 @@ def test_environment_state_sets_only_plain_attributes(key):
     with pytest.raises(zipsave.UnsafeNameError, match=re.escape(f"`{key}`")):
         zipsave.EnvState(env).load_state_dict(state)
     assert type(env).__name__ != "int" and callable(env.step)
+
+
+class Net(zipsave.Saveable, torch.nn.Module):
+    """A model whose class lives in an imported module: ``zipsave.load(path)`` builds it."""
+
+    def __init__(self, width=2):
+        super().__init__()
+        self.body = torch.nn.Linear(width, width)
+        self.scale = torch.ones(1)  # a loose tensor: saved in pytorch_variables.pth
+
+
+def test_default_load_of_a_model_refuses_hostile_variable_names(tmp_path, trust_unchanged):
+    path = tmp_path / "net.zip"
+    Net().save(path)
+    with zipfile.ZipFile(path) as zf:
+        assert "pytorch_variables.pth" in zf.namelist()
+    buf = io.BytesIO()
+    torch.save({HOSTILE_NAMES[0]: torch.zeros(1)}, buf)
+    _rezip(path, {"pytorch_variables.pth": buf.getvalue()})
+    with pytest.raises(zipsave.UnsafeNameError, match=re.escape("member `pytorch_variables.pth`")):
+        zipsave.load(path)
+    buf = io.BytesIO()
+    torch.save({"scale": torch.full((1,), 3.0)}, buf)
+    _rezip(path, {"pytorch_variables.pth": buf.getvalue()})
+    assert zipsave.load(path).scale.item() == 3.0  # the object's own variable still loads
