@@ -180,9 +180,10 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
     token = _loading.set((cls, asked, frozenset(kwargs) - _LOAD_KEYWORDS))
     try:
         model = original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
-    except zipsave.ZipsaveError:
-        raise
-    except Exception as err:  # SB3's asserts and KeyErrors on an archive it cannot build from
+    except (AssertionError, KeyError, IndexError, AttributeError, TypeError, ValueError, RuntimeError) as err:
+        if isinstance(err, zipsave.ZipsaveError):
+            raise
+        # SB3's asserts and KeyErrors on an archive it cannot build from
         raise DecodeError(
             f"{cls.__name__}.load cannot build the model from this archive ({type(err).__name__}: {err}).",
             archive=path if isinstance(path, (str, os.PathLike)) else None,
