@@ -26,6 +26,7 @@ HOSTILE_NAMES = [
     "training.__class__",
     "forward",  # a method of the class: code, not state
     "weight.data",  # a getset descriptor of torch.Tensor
+    "_forward_hooks.0",  # torch's hook registry: forward() would call what is written there
 ]
 
 
@@ -91,6 +92,9 @@ def test_pickle_free_legacy_registry_cannot_rewrite_the_trust_policy(tmp_path, t
     path = tmp_path / "a.zip"
     zipsave.save({"lr": 0.1}, path)
     _rezip(path, {"data": json.dumps({"_parameters": {target: slice_ref}}).encode()})
+    with pytest.raises(zipsave.UnsafeNameError, match=re.escape("is not an entry of the module's own registry")):
+        zipsave.restore(torch.nn.Linear(4, 2), path)
+    _rezip(path, {"data": json.dumps({"_parameters": {"__class__": slice_ref}}).encode()})
     with pytest.raises(zipsave.UnsafeNameError, match=re.escape("steps through `__class__`")):
         zipsave.restore(torch.nn.Linear(4, 2), path)
 

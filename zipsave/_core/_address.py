@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..exceptions import ParameterMismatchError, UnsafeNameError
+from ._parts import MODULE_INTERNALS
 
 __all__ = ["MISSING", "assign", "check_data_key", "check_name", "check_path", "resolve", "set_variable"]
 
@@ -131,6 +132,9 @@ def _check_holder(holder: Any, part: str, path: str, where: dict) -> None:
     module = type(holder).__module__ or ""
     if any(module == p or module.startswith(p + ".") for p in _OWN_PACKAGES):
         raise UnsafeNameError(path, f"addresses `{part}` of zipsave's own {type(holder).__name__}", **where)
+    if isinstance(holder, torch.nn.Module) and part in MODULE_INTERNALS:
+        # torch's registries and hooks: a callable written there would be called by forward()
+        raise UnsafeNameError(path, f"addresses `{part}`, torch's bookkeeping of the module, not its state", **where)
 
 
 def _check_class_attribute(holder: Any, part: str, path: str, where: dict) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .. import _format
-from ..exceptions import ArchiveFormatError, ParameterMismatchError, ZipsaveError
+from ..exceptions import ArchiveFormatError, ParameterMismatchError, UnsafeNameError, ZipsaveError
 from ._address import check_data_key, resolve, set_variable
 from ._collect import collect
 from ._inplace import fill_in_place
@@ -54,8 +54,10 @@ def restore_parts(
                 continue
             if key in _LEGACY_TENSOR_REGISTRIES and isinstance(obj, torch.nn.Module):
                 for name, tensor in (value.items() if isinstance(value, dict) else ()):
-                    # a registry holds direct entries only: `weight`, never `0.weight` nor a dunder
-                    set_variable(obj, str(name), tensor, archive=src.name, member=data_member, key=f"{key}.{name}")
+                    where = {"archive": src.name, "member": data_member, "key": f"{key}.{name}"}
+                    if "." in str(name):  # a registry holds the module's own entries: `weight`, never `0.weight`
+                        raise UnsafeNameError(f"{key}.{name}", "is not an entry of the module's own registry", **where)
+                    set_variable(obj, str(name), tensor, **where)
                 continue
             if not is_dict:
                 check_data_key(obj, key, archive=src.name, member=data_member, key=key)
