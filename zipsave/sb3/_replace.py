@@ -11,9 +11,9 @@ from typing import Any
 
 import zipsave
 from zipsave._archive import atomic_output
-from zipsave._core import check_name
+from zipsave._core import check_name, resolve
 from zipsave._trust import BY_VALUE_MARK, TrustPolicy, restricted_loads
-from zipsave.exceptions import DecodeError
+from zipsave.exceptions import DecodeError, ParameterMismatchError
 
 from ._state import Options, original
 from ._state import current_options as _current
@@ -93,6 +93,7 @@ def load_from_zip_file(
     del verbose
     loading = _loading.get()
     cls, asked, given = loading if loading is not None else (_calling_algorithm(), False, frozenset())
+    model = None if loading is not None else _calling_model()
     options = current_options()
     _check_exists(load_path, "zip")
     if load_data and not options.allow_pickle:
@@ -121,6 +122,13 @@ def load_from_zip_file(
     # SB3's own `load`/`set_parameters` follow these names with getattr/setattr and call the
     # classes in `data`: checked here, before they reach SB3's code.
     check_names(cls, data=data, params=params, variables=variables, archive=load_path)
+    for name in (params or {}) if model is not None else ():  # `set_parameters`: walked in the live model
+        try:
+            resolve(model, name, archive=load_path, member=f"{name}.pth")
+        except AttributeError as err:
+            raise ParameterMismatchError(
+                f"`{name}` is not an attribute of {type(model).__name__} ({err}).", archive=load_path, member=f"{name}.pth"
+            ) from None
     if data is not None:
         drop_saved_env(data, report.notes)
         check_data(data, archive=load_path)
@@ -148,6 +156,16 @@ def _check_required(path: Any, cls: type, report: Any, given: Any) -> None:
            ", trust the global named above with `zipsave.sb3.install(trusted=[...])`")
         + ", or, if you trust the archive completely, `zipsave.sb3.install(allow_pickle=True)`.",
     )
+
+
+def _calling_model() -> Any:
+    """The SB3 model whose ``set_parameters`` calls ``load_from_zip_file``, or ``None``."""
+    import sys
+
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    owner = sys._getframe(2).f_locals.get("self")
+    return owner if isinstance(owner, BaseAlgorithm) else None
 
 
 def _calling_algorithm() -> type | None:
