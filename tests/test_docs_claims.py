@@ -165,6 +165,7 @@ def test_error_classes_derive_from_the_builtins_api_rst_names():
         "ParameterMismatchError": "ValueError",
         "StorageError": "OSError",
         "UnsafeGlobalError": "Exception",
+        "UnsafeNameError": "ValueError",
         "ZipsaveError": "Exception",
     }
     api = (DOCS / "api.rst").read_text()

@@ -164,11 +164,17 @@ def test_load_in_a_fresh_interpreter(tmp_path):
     code = (
         "import sys, warnings; warnings.simplefilter('error'); sys.path.insert(0, %r)\n"
         "import numpy as np, zipsave\n"
+        "try:\n"
+        "    zipsave.load(%r)\n"
+        "except zipsave.UnsafeGlobalError as err:\n"
+        "    print('refused' if 'models' not in sys.modules else 'imported')\n"
+        "import models  # the class's module, imported by the program that uses it\n"
         "m = zipsave.load(%r)\n"
         "print(type(m).__name__, m.learning_rate, m.predict(np.ones((1, 4))).tolist())\n"
-    ) % (tests_dir, str(tmp_path / "a.zip"))
+    ) % (tests_dir, str(tmp_path / "a.zip"), str(tmp_path / "a.zip"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == f"Algo 0.002 {expected}"
+    # init.json names models.Algo: nothing imports `models` on the archive's word alone
+    assert out.stdout.strip().splitlines() == ["refused", f"Algo 0.002 {expected}"]
 
 
 # -- skip rules ------------------------------------------------------------------------------

@@ -192,7 +192,7 @@ import zipsave, zipsave._trust._unpickler, zipsave._codec._decode
 zipsave._trust._unpickler.restricted_loads = zipsave._codec._decode.restricted_loads = refuse
 import warnings
 warnings.simplefilter("error")
-m = zipsave.load({str(tmp_path / 'a.zip')!r}, trusted=["test_security."])
+m = zipsave.load({str(tmp_path / 'a.zip')!r}, trusted=["test_security.", "models.Algo"])  # init.json names models.Algo
 print(m.zipsave_report.ok, m.mode, type(m.spaces["graph"]).__name__, m.buffer.shape)
 """
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).parent), str(pathlib.Path(__file__).parents[1])]))

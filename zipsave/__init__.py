@@ -22,6 +22,7 @@ from .exceptions import (
     SkippedEntryWarning,
     StorageError,
     UnsafeGlobalError,
+    UnsafeNameError,
     ZipsaveError,
     ZipsaveWarning,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "StorageError",
     "TensorInfo",
     "UnsafeGlobalError",
+    "UnsafeNameError",
     "ZipsaveError",
     "ZipsaveWarning",
     "__version__",

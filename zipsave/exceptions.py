@@ -4,9 +4,12 @@ the builtin a caller would catch."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 __all__ = [
     "ArchiveFormatError",
@@ -23,9 +26,11 @@ __all__ = [
     "SkippedEntryWarning",
     "StorageError",
     "UnsafeGlobalError",
+    "UnsafeNameError",
     "ZipsaveError",
     "ZipsaveWarning",
     "caller_stacklevel",
+    "nesting_as_error",
 ]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -149,6 +154,21 @@ class UnsafeGlobalError(ZipsaveError):
         super().__init__(f"refusing to import untrusted global `{global_name}`.", **kwargs)
 
 
+class UnsafeNameError(ZipsaveError, ValueError):
+    """A name read from the archive (a ``pytorch_variables.pth`` key, a ``data`` key, a member or
+    component folder) would address something other than the object's own state: a dunder, a
+    class or function attribute, a module, or zipsave itself. ``name`` holds the name."""
+
+    def __init__(self, name: str, reason: str, **kwargs: Any) -> None:
+        self.name = name
+        kwargs.setdefault(
+            "hint",
+            "A name from an archive may only address the parameters, buffers and plain attributes the "
+            "object already has; nothing was written. The archive was not written by zipsave or SB3 as it is.",
+        )
+        super().__init__(f"the name `{name}` {reason}; refused.", **kwargs)
+
+
 class ParameterMismatchError(ZipsaveError, ValueError):
     """Saved parameters do not fit the object they are loaded into."""
 
@@ -205,3 +225,26 @@ class CheckpointDirectoryError(ZipsaveError, ValueError):
 
 class CheckpointLockedError(ZipsaveError, RuntimeError):
     """Another :class:`~zipsave.CheckpointManager` holds the checkpoint directory."""
+
+
+def nesting_as_error(func: _F) -> _F:
+    """Decorate a public door (``load``, ``inspect``, ...): a value nested past Python's recursion
+    limit in a hostile archive (a pickle of lists 100 000 deep) raises
+    :class:`ArchiveFormatError` naming the archive, not a bare ``RecursionError``."""
+
+    names = func.__code__.co_varnames[: func.__code__.co_argcount]
+    position = names.index("path") if "path" in names else 0
+
+    @functools.wraps(func)
+    def door(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except RecursionError as err:
+            where = args[position] if len(args) > position else None
+            raise ArchiveFormatError(
+                "holds values nested too deeply to read (past Python's recursion limit).",
+                archive=kwargs.get("path", where),
+                hint="No archive written by zipsave or SB3 nests this deep; it was made to break readers.",
+            ) from err
+
+    return door  # type: ignore[return-value]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._core import check_data_key
 from ..exceptions import EncodeError, ParameterMismatchError
 from ._rng import RNGState
 
@@ -339,6 +340,10 @@ class EnvState:
 
 
 def _apply(layer: Any, entry: dict[str, Any]) -> None:
+    # The names come from the archive: each is a plain attribute of the layer (no dunder, no
+    # method), checked before the first is set.
+    for key in (*entry["attrs"], *entry.get("spaces", {}), *(entry["generators"].get("generators") or {})):
+        check_data_key(layer, str(key).split(".")[0], key=str(key))
     for key, value in entry["attrs"].items():
         setattr(layer, key, _live(value))
     for key, saved_attrs in entry.get("objects", {}).items():
@@ -356,7 +361,9 @@ def _apply(layer: Any, entry: dict[str, Any]) -> None:
         live = _spaces(layer)
         for path in set(saved_spaces) - set(live):  # a space never sampled before
             attr, *subpath = path.split(".")
-            space = getattr(layer, attr)
+            space = vars(layer).get(attr)
+            if not _is_space(space):
+                raise ParameterMismatchError(f"the saved state has the space `{path}`, which this environment lacks.", key=path)
             for part in subpath:
                 space = space.spaces[part] if isinstance(space.spaces, dict) else space.spaces[int(part)]
             space._np_random = live[path] = np.random.default_rng()

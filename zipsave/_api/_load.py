@@ -25,7 +25,7 @@ from .._core import (
     restore_target,
     restore_tree,
 )
-from ..exceptions import ArchiveFormatError, ZipsaveError
+from ..exceptions import ArchiveFormatError, ZipsaveError, nesting_as_error
 
 __all__ = ["load", "load_archive", "restore", "set_parameters_from_archive"]
 
@@ -35,6 +35,7 @@ def _options_doc(*, skip: tuple[str, ...] = ()) -> str:
     return "\n".join(f"    {name}\n        {text}" for name, text in OPTION_DOCS.items() if name not in skip)
 
 
+@nesting_as_error
 def load_archive(
     path: Any,
     *,
@@ -101,6 +102,7 @@ load_archive.__doc__ = f"""Read an archive's parts, as SB3's ``load_from_zip_fil
     """
 
 
+@nesting_as_error
 def load(
     path: Any,
     *,
@@ -187,6 +189,7 @@ load.__doc__ = f"""Rebuild a saved object: a :class:`~zipsave.Saveable`, an SB3 
     """
 
 
+@nesting_as_error
 def restore(
     obj: Any,
     path: Any,
@@ -264,6 +267,7 @@ restore.__doc__ = f"""Load an archive (or one component of it) into an existing 
     """
 
 
+@nesting_as_error
 def set_parameters_from_archive(
     obj: Any, path: Any, *, exact_match: bool = True, device: Any = "auto", limits: Limits | None = None
 ) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._trust import space_problem
 from ..exceptions import DecodeError
 from ._space_kinds import (
     ADDED_FIELDS,
@@ -119,6 +120,9 @@ class SpaceDecoder:
             ) from err
         if kind == "Box":
             self.box_masks(space, body, path)
+        problem = space_problem(space)
+        if problem:
+            raise self.error(path, f"the decoded {kind} is not plain data: {problem}.")
         if "rng" in body:
             self.generators.append((space, self.rng(body["rng"], path)))
         return space

@@ -4,7 +4,8 @@ handler seam through which integrations take part (:mod:`zipsave._registry`).
 The core knows nothing of SB3, RLlib or any other library an integration supports.
 """
 
-from ._apply import check_app_state, expected_state_names, load_state_into, restore_parts, set_variable
+from ._address import check_data_key, check_name, check_path, resolve, set_variable
+from ._apply import check_app_state, expected_state_names, load_state_into, restore_parts
 from ._apply import set_parameters_from_dict
 from ._build import build, check_component, handler_for, load_app_state, restore_target, restore_tree
 from ._collect import collect
@@ -36,6 +37,9 @@ __all__ = [
     "LoadSession",
     "Parts",
     "build",
+    "check_data_key",
+    "check_name",
+    "check_path",
     "check_app_state",
     "check_component",
     "collect",
@@ -52,6 +56,7 @@ __all__ = [
     "nested",
     "recursive_getattr",
     "recursive_setattr",
+    "resolve",
     "restore_parts",
     "restore_target",
     "restore_tree",

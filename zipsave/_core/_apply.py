@@ -12,15 +12,16 @@ import numpy as np
 import torch
 
 from .. import _format
-from ..exceptions import ArchiveFormatError, ParameterMismatchError, ZipsaveError
+from ..exceptions import ArchiveFormatError, ParameterMismatchError, UnsafeNameError, ZipsaveError
+from ._address import check_data_key, resolve, set_variable
 from ._collect import collect
 from ._inplace import fill_in_place
-from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, Parts, is_stateful, matches, recursive_getattr, recursive_setattr, unwrap
+from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, Parts, is_stateful, matches, unwrap
 from ._session import LoadSession
 
 __all__ = [
     "check_app_state", "expected_state_names", "live_parts", "load_state_into", "restore_parts",
-    "set_parameters_from_dict", "set_variable",
+    "set_parameters_from_dict",
 ]
 
 
@@ -47,13 +48,19 @@ def restore_parts(
         # saved them in `data`); their saved parameters and buffers still load, in place.
         internals = sorted(MODULE_INTERNALS - _LEGACY_TENSOR_REGISTRIES) if isinstance(obj, torch.nn.Module) else []
         data = src.decode_data(folder, custom_objects=custom_objects, exclude=list(exclude) + internals) or {}
+        data_member = _format.join(folder, _format.DATA)
         for key, value in data.items():
             if overrides and key in overrides:
                 continue
             if key in _LEGACY_TENSOR_REGISTRIES and isinstance(obj, torch.nn.Module):
                 for name, tensor in (value.items() if isinstance(value, dict) else ()):
-                    set_variable(obj, name, tensor)
+                    where = {"archive": src.name, "member": data_member, "key": f"{key}.{name}"}
+                    if "." in str(name):  # a registry holds the module's own entries: `weight`, never `0.weight`
+                        raise UnsafeNameError(f"{key}.{name}", "is not an entry of the module's own registry", **where)
+                    set_variable(obj, str(name), tensor, **where)
                 continue
+            if not is_dict:
+                check_data_key(obj, key, archive=src.name, member=data_member, key=key)
             if is_dict:
                 if key in obj and is_stateful(obj[key]):
                     continue
@@ -103,7 +110,7 @@ def restore_parts(
         if exclude and matches(name, exclude):
             continue
         try:
-            target = obj[name] if is_dict else recursive_getattr(obj, name)
+            target = obj[name] if is_dict else resolve(obj, name, archive=src.name, member=member)
         except (AttributeError, KeyError):
             err = ParameterMismatchError(
                 f"`{name}` is not an attribute of {type(obj).__name__}.", archive=src.name, member=member
@@ -128,7 +135,7 @@ def restore_parts(
         for name, value in (variables or {}).items():
             if exclude and matches(name, exclude):
                 continue
-            set_variable(obj, name, value)
+            set_variable(obj, name, value, archive=src.name, member=var_member, key=name)
     return live
 
 
@@ -359,20 +366,6 @@ def load_state_into(src: LoadSession, member: str, target: Any, exact_match: boo
     )
 
 
-def set_variable(obj: Any, name: str, value: Any) -> None:
-    if value is None:
-        return
-    try:
-        current = recursive_getattr(obj, name)
-    except AttributeError:
-        current = None
-    if isinstance(current, torch.Tensor) and isinstance(value, torch.Tensor) and current.shape == value.shape:
-        with torch.no_grad():
-            current.data.copy_(value.data)
-    else:
-        recursive_setattr(obj, name, value)
-
-
 def check_app_state(src: LoadSession, app: dict, folder: str) -> None:
     prefix = f"{folder}/" if folder else ""
     saved = {
@@ -399,7 +392,7 @@ def set_parameters_from_dict(obj: Any, params: dict[str, Any], *, exact_match: b
         )
     for name, state in params.items():
         try:
-            target = unwrap(recursive_getattr(obj, name))
+            target = unwrap(resolve(obj, name, key=name))
         except AttributeError:
             raise ParameterMismatchError(f"`{name}` is not an attribute of {type(obj).__name__}.", key=name) from None
         try:

@@ -3,7 +3,6 @@ or a handler's), constructed, then restored in place; app-state folders as dicts
 
 from __future__ import annotations
 
-import importlib
 import inspect as _inspect
 from typing import Any
 
@@ -14,9 +13,11 @@ from ..exceptions import (
     DecodeError,
     MissingDependencyError,
     ParameterMismatchError,
-    UnsafeGlobalError,
+    UnsafeNameError,
     ZipsaveError,
 )
+from ._address import check_data_key, check_name, resolve
+from ._classes import resolve_class
 from ._apply import restore_parts
 from ._collect import collect
 from ._component import Component
@@ -25,31 +26,6 @@ from ._parts import Parts, matches, nested
 from ._session import LoadSession
 
 __all__ = ["build", "check_component", "handler_for", "load_app_state", "restore_target", "restore_tree"]
-
-
-def _resolve_class(src: LoadSession, record: dict, member: str, cls: Any) -> Any:
-    if cls is not None:
-        return cls
-    path = record.get("class")
-    if not isinstance(path, str) or ":" not in path:
-        raise ArchiveFormatError("has no `class` import path; pass `cls=`.", archive=src.name, member=member)
-    module, qualname = path.split(":", 1)
-
-    try:
-        found: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as err:
-        raise DecodeError(
-            f"class `{path}` cannot be imported ({err}).", archive=src.name, member=member,
-            hint="Install or import the package that defines it, or pass `cls=`.",
-        ) from err
-    if not (isinstance(found, type) and issubclass(found, Component)):
-        raise UnsafeGlobalError(
-            path.replace(":", "."), archive=src.name, member=member,
-            hint="Only zipsave.Saveable subclasses are built from init.json; pass `cls=` to choose the class yourself.",
-        )
-    return found
 
 
 def build(
@@ -89,7 +65,7 @@ def build(
             raise ArchiveFormatError(
                 "`positional` must be a list of [name, value] pairs.", archive=src.name, member=init_member
             )
-    klass = _resolve_class(src, record, init_member, cls)
+    klass = resolve_class(src, record, init_member, cls)
     raw_args = record.get("args", {})
     built: dict[str, Any] = dict(custom_objects or {})
     for key, raw in raw_args.items():
@@ -282,16 +258,25 @@ def restore_tree(
         if exclude and matches(attr_path, exclude):
             continue
         parent, _, last = attr_path.rpartition("/")
-        holder = getattr(obj, parent, None) if parent else obj
+        where = {"archive": src.name, "member": child}
+        for part in attr_path.split("/"):
+            check_name(part, path=attr_path, **where)
+        if "/" in parent:
+            raise UnsafeNameError(attr_path, "nests components deeper than a container of components", **where)
+        holder = _own(obj, parent, attr_path, where) if parent else obj
         if holder is None:  # a dict of components the constructor did not create
             holder = {}
-            setattr(obj, parent, holder)
+            if is_dict:
+                obj[parent] = holder
+            else:
+                check_data_key(obj, parent, **where)
+                setattr(obj, parent, holder)
         if isinstance(holder, dict):
             current = holder.get(last)
         elif isinstance(holder, (list, tuple)):  # `self.agents = [a, b]`: folders agents/0, agents/1
             current = holder[int(last)] if last.isdigit() and int(last) < len(holder) else None
         else:
-            current = getattr(holder, last, None)
+            current = _own(holder, last, attr_path, where)
         if not is_dict and any(h.restore_component(src, obj, attr_path) for h in _registry.handlers()):
             continue  # a handler filled it itself (SB3's replay buffer, VecNormalize)
         if child in src.built_components and isinstance(current, Component):
@@ -328,9 +313,20 @@ def restore_tree(
                     hint="Create it in the constructor, or hold the components in a list.",
                 )
             else:
+                check_data_key(holder, last, **where)
                 setattr(holder, last, built)
     if exact_match and not is_dict:
         _check_no_missing_components(src, obj, folder, exclude, live)
+
+
+def _own(holder: Any, name: str, path: str, where: dict) -> Any:
+    """``holder``'s own state called ``name`` (a component folder's name), ``None`` if it has none."""
+    if isinstance(holder, dict):
+        return holder.get(name)
+    try:
+        return resolve(holder, name, **where)
+    except AttributeError:
+        return None
 
 
 def _check_no_missing_components(

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..exceptions import ZipsaveWarning
-from ._parts import recursive_getattr
+from ._address import resolve
 
 __all__ = ["apply_modes", "module_modes"]
 
@@ -53,7 +53,7 @@ def apply_modes(obj: Any, modes: Any, where: str) -> None:
     for path in sorted(modes, key=lambda p: (p.count(".") + bool(p), p)):
         mode = modes[path]
         try:
-            module = recursive_getattr(obj, path) if path else obj
+            module = resolve(obj, path) if path else obj
         except (AttributeError, KeyError, IndexError, TypeError):
             module = None
         module = getattr(module, "_orig_mod", module)

@@ -29,7 +29,7 @@ from .._archive import ArchiveSource
 from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Decoder
 from .._tensors import load_member, read_array_member
 from .._trust import TrustPolicy
-from ..exceptions import ArchiveFormatError
+from ..exceptions import ArchiveFormatError, nesting_as_error
 from ._inspect import data_folders, stored_type
 
 __all__ = ["ArchiveDiff", "Change", "diff"]
@@ -116,6 +116,7 @@ class ArchiveDiff:
         return "\n".join(lines)
 
 
+@nesting_as_error
 def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveDiff:
     """Compare archive ``a`` with archive ``b``.
 

@@ -21,7 +21,7 @@ from .._codec import TYPE_KEY as _T
 from .._json import parse_json
 from .._tensors import PthMeta, Unsupported, dotted, read_pth_meta, walk_refs
 from .._trust import SUBSTITUTED, TrustPolicy, pickle_globals
-from ..exceptions import ArchiveFormatError, DecodeError, ZipsaveError
+from ..exceptions import ArchiveFormatError, DecodeError, ZipsaveError, nesting_as_error
 from ._check import check_archive
 from ._records import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo, format_shape, shorten
 
@@ -143,6 +143,7 @@ def _json_dumpable(value: Any) -> bool:
 
 
 # -- inspect -----------------------------------------------------------------------------------
+@nesting_as_error
 def inspect(
     path: Any, *, limits: Limits | None = None, storage_options: dict[str, Any] | None = None, verify: bool = False
 ) -> ArchiveInfo:

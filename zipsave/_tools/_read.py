@@ -12,7 +12,7 @@ from .._archive import ArchiveSource, Limits, MemberView
 from .._codec import Decoder
 from .._tensors import PthMeta, TensorRef, dotted, get_device, read_array_member, read_record, record_table, walk_refs
 from .._trust import TrustPolicy
-from ..exceptions import ArchiveFormatError, DecodeError, ZipsaveError
+from ..exceptions import ArchiveFormatError, DecodeError, ZipsaveError, nesting_as_error
 from ._inspect import data_folders, pth_meta
 
 __all__ = ["read"]
@@ -20,6 +20,7 @@ __all__ = ["read"]
 _PIECE = 1 << 20
 
 
+@nesting_as_error
 def read(
     path: Any,
     name: str,

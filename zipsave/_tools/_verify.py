@@ -10,11 +10,12 @@ from typing import Any
 
 from .. import _format, _json
 from .._archive import DEFAULT_LIMITS, ArchiveReader, Limits, open_source
-from ..exceptions import ArchiveFormatError
+from ..exceptions import ArchiveFormatError, nesting_as_error
 
 __all__ = ["verify"]
 
 
+@nesting_as_error
 def verify(
     path: Any, *, limits: Limits | None = None, require_manifest: bool = False, notes: list[str] | None = None
 ) -> list[str]:

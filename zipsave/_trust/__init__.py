@@ -23,10 +23,11 @@ from ._allowlist import CORE_ALLOWLIST, GROUPS, default_allowlist
 from ._audit import pickle_globals
 from ._names import BY_VALUE_MARK
 from ._policy import TrustPolicy
+from ._space_check import space_problem
 from ._substitutes import SUBSTITUTED, StorageType
 from ._unpickler import restricted_loads
 
 __all__ = [
     "BY_VALUE_MARK", "CORE_ALLOWLIST", "GROUPS", "SUBSTITUTED", "StorageType", "TrustPolicy", "default_allowlist",
-    "pickle_globals", "restricted_loads",
+    "pickle_globals", "restricted_loads", "space_problem",
 ]

@@ -3,7 +3,11 @@ allowlist, plus what every registered handler reviewed for its library (SB3's cl
 
 from __future__ import annotations
 
+import types
+from collections.abc import Mapping
+
 from .. import _registry
+from ._sealed import seal_module
 
 __all__ = ["CORE_ALLOWLIST", "GROUPS", "default_allowlist"]
 
@@ -270,14 +274,14 @@ _TORCH = frozenset({
     "torch.optim.sparse_adam.SparseAdam",
 })
 
-GROUPS: dict[str, frozenset[str]] = {
+GROUPS: Mapping[str, frozenset[str]] = types.MappingProxyType({
     "builtins": _BUILTINS,
     "pickle": _PICKLE_SUPPORT,
     "stdlib": _STDLIB,
     "numpy": _NUMPY,
     "gymnasium": _GYMNASIUM,
     "torch": _TORCH,
-}
+})
 
 CORE_ALLOWLIST: frozenset[str] = frozenset().union(*GROUPS.values())
 """zipsave's own reviewed globals (no integration's), as ``module.qualname``."""
@@ -294,3 +298,6 @@ def default_allowlist() -> frozenset[str]:
         extra = [h.allowlist for h in _registry.handlers()]
         _cache = (generation, CORE_ALLOWLIST.union(*extra))
     return _cache[1]
+
+
+seal_module(__name__)  # CORE_ALLOWLIST, GROUPS and the cache cannot be rebound by loaded data

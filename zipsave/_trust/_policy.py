@@ -9,6 +9,7 @@ from typing import Any
 
 from ..exceptions import DecodeError, UnsafeGlobalError
 from ._allowlist import default_allowlist
+from ._sealed import Sealed, seal, seal_module
 from ._names import (
     CODE_HINT,
     CODE_RUNNERS,
@@ -26,8 +27,9 @@ from ._names import (
 
 __all__ = ["TrustPolicy"]
 
+@seal
 @dataclasses.dataclass(frozen=True)
-class TrustPolicy:
+class TrustPolicy(metaclass=Sealed):
     """Which globals a pickled entry may import.
 
     Parameters
@@ -133,7 +135,11 @@ class TrustPolicy:
         if full in default_allowlist() or full in self.trusted:
             return full
         for entry in self.trusted:
-            if entry.endswith(".") and full.startswith(entry):
+            # A prefix admits classes and functions, never a program (`pkg.__main__`, whose
+            # import runs it) nor another dunder module.
+            if entry.endswith(".") and full.startswith(entry) and not any(
+                is_dunder(part) for part in full[len(entry):].split(".")[:-1]
+            ):
                 return entry
         return None
 
@@ -256,3 +262,6 @@ class TrustPolicy:
             if not (isinstance(defined_in, str) and f"{defined_in}.".startswith(admitted_by or "")):
                 raise refuse(f"it is defined in `{defined_in}`")
         return found
+
+
+seal_module(__name__)  # `default_allowlist` and the names above cannot be rebound by loaded data

@@ -15,9 +15,10 @@ import cloudpickle
 
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
-from ._checks import Memo, check_bit_generator, check_dtype, instance_dunders
+from ._checks import Memo, check_dtype, instance_dunders
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
+from ._space_check import built_problem
 from ._substitutes import Owners, legacy_space_state, owns_trusted, substitutes
 
 __all__ = ["restricted_loads"]
@@ -271,9 +272,9 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         if type(state) is dict and cls.__module__.startswith("gymnasium.spaces"):
             stack[-1] = legacy_space_state(state)
         super().load_build()
-        problem = check_bit_generator(inst)
+        problem = built_problem(inst)  # a bit generator's position, a space's arrays
         if problem:
-            raise self._error(f"random generator state is out of range: {problem}.")
+            raise self._error(f"{problem}.")
 
     dispatch[pickle.BUILD[0]] = load_build
 

@@ -13,6 +13,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
 from ..exceptions import ZipsaveError
+from ._errors import raise_zipsave_error
 from ._reader import ZipReader
 from ._writer import ZipWriter
 
@@ -96,7 +97,4 @@ def load(state_dict: dict[str, Any], path: str | os.PathLike, *, allow_pickle: b
         with _single_process_quiet(kwargs):
             dcp.load(state_dict, storage_reader=reader, **kwargs)
     except CheckpointException as err:
-        _unwrap(err)
-        if reader.metadata_error is not None:
-            raise reader.metadata_error from err
-        raise
+        raise_zipsave_error(err, path, reader.metadata_error)

@@ -9,15 +9,18 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
-from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.filesystem import FileSystemReader, _StorageInfo
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from .._api import save_archive
-from ..exceptions import ArchiveFormatError, UnsafeGlobalError, ZipsaveError
+from ..exceptions import ArchiveFormatError, IntegrityError, UnsafeGlobalError, ZipsaveError
 from . import _layout
+from ._errors import raise_zipsave_error
+from ._paths import confined
 from ._reader import ZipReader, check_pickle
 
 __all__ = ["SafeFileSystemReader", "consolidate"]
@@ -58,7 +61,17 @@ class SafeFileSystemReader(FileSystemReader):
     """DCP's ``FileSystemReader`` whose pickled ``.metadata`` is read by an allowlist unpickler
     (DCP's metadata dataclasses, torch dtypes and sizes) instead of plain ``pickle.load``."""
 
+    #: Why the last read_metadata failed: DCP replaces that error by its own.
+    metadata_error: ZipsaveError | None = None
+
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        try:
+            return self._read_metadata()
+        except ZipsaveError as err:
+            self.metadata_error = err
+            raise
+
+    def _read_metadata(self) -> Metadata:
         path = os.path.join(os.fspath(self.path), _DCP_METADATA)
         with open(path, "rb") as fp:
             try:
@@ -70,10 +83,43 @@ class SafeFileSystemReader(FileSystemReader):
                                          member=_DCP_METADATA) from err
         if not isinstance(metadata, Metadata):
             raise ArchiveFormatError("does not hold DCP Metadata.", archive=os.fspath(self.path), member=_DCP_METADATA)
+        _check_storage(os.fspath(self.path), metadata)
         storage_meta = getattr(metadata, "storage_meta", None) or StorageMeta()
         storage_meta.load_id = self.load_id
         metadata.storage_meta = storage_meta
         return metadata
+
+
+def _check_storage(root: str, metadata: Metadata) -> None:
+    """Every file the metadata's ``storage_data`` names lies inside ``root`` (a regular file),
+    at a non-negative offset and length: DCP opens ``root / relative_path`` and reads that range."""
+    storage = getattr(metadata, "storage_data", None)
+    if not isinstance(storage, dict):
+        raise ArchiveFormatError(
+            f"holds no storage table (found {type(storage).__name__}).", archive=root, member=_DCP_METADATA
+        )
+    checked: dict[str, None] = {}
+    for index, info in storage.items():
+        if not isinstance(info, _StorageInfo):
+            raise ArchiveFormatError(
+                f"locates `{getattr(index, 'fqn', index)}` with a {type(info).__name__}, not DCP's _StorageInfo.",
+                archive=root, member=_DCP_METADATA,
+            )
+        if info.relative_path not in checked:
+            try:
+                confined(root, info.relative_path, archive=root, member=_DCP_METADATA)
+            except FileNotFoundError:
+                raise IntegrityError(
+                    f"names the file {info.relative_path!r}, which is missing from the checkpoint directory.",
+                    archive=root, member=_DCP_METADATA,
+                ) from None
+            checked[info.relative_path] = None
+        if not all(type(n) is int and n >= 0 for n in (info.offset, info.length)):
+            raise ArchiveFormatError(
+                f"locates `{getattr(index, 'fqn', index)}` at offset {info.offset!r}, length {info.length!r}; "
+                "expected non-negative integers.",
+                archive=root, member=_DCP_METADATA,
+            )
 
 
 class _ConsolidatePlanner(_EmptyStateDictLoadPlanner):
@@ -144,7 +190,10 @@ def consolidate(src: str | os.PathLike, dst: Any, *, allow_pickle: bool = False)
     state: dict[str, Any] = {}
     # dcp.load copies the dict it is given; the empty-state planner fills this one (as
     # torch's own dcp_to_torch_save does).
-    _load_state_dict(state, storage_reader=reader, planner=_ConsolidatePlanner(allow_pickle, src), no_dist=True)
+    try:
+        _load_state_dict(state, storage_reader=reader, planner=_ConsolidatePlanner(allow_pickle, src), no_dist=True)
+    except CheckpointException as err:
+        raise_zipsave_error(err, src, getattr(reader, "metadata_error", None))
     data: dict[str, Any] = {}
     params: dict[str, Any] = {}
     variables: dict[str, torch.Tensor] = {}

@@ -24,6 +24,7 @@ from ..exceptions import ArchiveFormatError, IntegrityError, UnsafeGlobalError, 
 from . import _layout, _metadata, _region
 from ._archive_source import ArchiveSource, archive_metadata
 from ._metadata import ItemLocation, RankFile
+from ._paths import confined
 
 __all__ = ["ZipReader"]
 
@@ -128,6 +129,8 @@ class ZipReader(StorageReader):
         where = f"{_layout.INDEX}/{_layout.METADATA}"
         doc = json_loads(raw, max_depth=64)
         metadata, locations, ranks = _metadata.from_json(doc, where)
+        for rank in ranks:  # refused before DCP plans a read: a name may not leave the directory
+            confined(self.path, rank.file, archive=self.path, member=where, must_exist=False)
         metadata.storage_data = _Sharded(self.path, locations, {r.rank: r for r in ranks})
         return metadata
 
@@ -167,8 +170,8 @@ class ZipReader(StorageReader):
         entry = storage.ranks.get(rank)
         if entry is None:
             raise ArchiveFormatError(f"names no archive for rank {rank}.", archive=self.path, member=_layout.INDEX)
-        path = os.path.join(storage.root, entry.file)
         try:
+            path = confined(storage.root, entry.file, archive=storage.root, member=_layout.INDEX)
             fp = open(path, "rb")  # noqa: SIM115 - closed below
         except FileNotFoundError:
             raise IntegrityError(

@@ -97,7 +97,8 @@ def resolve_class(session: Any, ref: Any, member: str) -> type:
     if not isinstance(ref, str) or ":" not in ref:
         raise ArchiveFormatError(f"expected `class` as `module:qualname`, found {ref!r}.", archive=session.name, member=member)
     module, qualname = ref.split(":", 1)
-    if not (module == "ray.rllib" or module.startswith("ray.rllib.")) and not session.policy.is_trusted(module, qualname):
+    private = any(not p.isidentifier() or p.startswith("__") for p in module.split(".") + qualname.split("."))  # `__main__`
+    if private or not (module == "ray.rllib" or module.startswith("ray.rllib.")) and not session.policy.is_trusted(module, qualname):
         raise UnsafeGlobalError(
             f"names the class `{module}.{qualname}`, which is not part of RLlib and not trusted.",
             archive=session.name,

@@ -11,9 +11,10 @@ import torch
 
 from .. import _format
 from .._trust import BY_VALUE_MARK
-from .._core import LoadSession, load_state_into, recursive_getattr, set_variable, unwrap
+from .._core import LoadSession, check_data_key, load_state_into, recursive_getattr, set_variable, unwrap
 from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._schedules import NotASchedule, recognise_schedule
+from ._checks import check_data, check_names, drop_saved_env
 from ._extras import apply_vec_normalize, matches_any, has_extra, restore_extra, warn_unused_vec_normalize
 from ._zoo import with_zoo_schedules
 
@@ -76,6 +77,9 @@ def build_sb3(
             hint="Load only the weights with `model.set_parameters(path)` or `zipsave.restore(model, path)`.",
         )
     _check_required(src, cls, data, kwargs)
+    drop_saved_env(data, src.report.notes)
+    check_data(data, archive=src.name, references=src.policy.references)
+    check_names(cls, data=data, params=(), variables=(), archive=src.name)
     _fix_policy_kwargs(src, data, kwargs)
     for key in ("observation_space", "action_space"):
         data[key] = _convert_space(data[key])
@@ -91,10 +95,19 @@ def build_sb3(
     else:
         if has_extra(src, "vec_normalize", exclude):
             warn_unused_vec_normalize(src)
-        env = data.get("env")
 
     try:
         model = cls(policy=data["policy_class"], env=env, device=src.device, _init_setup_model=False)
+    except Exception as err:
+        raise DecodeError(
+            f"{cls.__name__} cannot be built from this archive's data ({type(err).__name__}: {err}).",
+            archive=src.name,
+            member=_format.DATA,
+            hint=_policy_hint(cls, data["policy_class"]),
+        ) from err
+    for key in data:  # what `__dict__.update` writes must not replace the model's code
+        check_data_key(model, key, archive=src.name, member=_format.DATA, key=key)
+    try:
         model.__dict__.update(data)
         model.__dict__.update(kwargs)
         model._setup_model()
@@ -382,4 +395,4 @@ def _load_variables(src: LoadSession, model: Any, exclude: list[str]) -> None:
         # None: SAC's `log_ent_coef` when the entropy coefficient was fixed.
         if value is None or matches_any(name, exclude) or value is targets.get(name):
             continue
-        set_variable(model, name, value)
+        set_variable(model, name, value, archive=src.name, member=member, key=name)

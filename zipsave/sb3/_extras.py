@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import _format
-from .._core import LoadSession, Parts, matches
+from .._core import LoadSession, Parts, check_data_key, matches
 from ..exceptions import DecodeError, EncodeError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._her import check_her, end_unfinished_episodes, her_state, is_her, settings_note
 
@@ -184,6 +184,7 @@ def _restore_replay_buffer(src: LoadSession, model: Any, state: dict[str, Any]) 
     if not isinstance(arrays, dict) or not arrays:
         raise DecodeError(f"holds no `arrays` of the replay buffer (found {type(arrays).__name__}).")
     for n, value in arrays.items():
+        check_data_key(buffer, n, key=str(n))  # a name from the archive: the buffer's own attribute
         _check_like(n, value, getattr(buffer, n, None))
     pos, full = state.get("pos"), state.get("full")
     if type(pos) is not int or not 0 <= pos < buffer.buffer_size or type(full) is not bool:

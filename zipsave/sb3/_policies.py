@@ -11,6 +11,7 @@ import zipsave
 from zipsave._trust import StorageType, TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError, ParameterMismatchError
 
+from ._checks import check_policy_arguments
 from ._replace import current_options, is_zipsave_archive, trusted_names, write_exact
 from ._state import original
 
@@ -70,9 +71,13 @@ def _extractor_record(value: Any) -> Any:
 
 
 def _rebuild_extractor(value: Any) -> Any:
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
     if not (isinstance(value, dict) and EXTRACTOR in value):
         return value
     cls = value[EXTRACTOR]
+    if not (isinstance(cls, type) and issubclass(cls, BaseFeaturesExtractor)):
+        raise DecodeError(f"`{EXTRACTOR}` must be a BaseFeaturesExtractor subclass, found {cls!r}.")
     kwargs = {"features_dim": value["features_dim"]}
     params = inspect.signature(cls).parameters
     if "features_dim" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
@@ -155,6 +160,7 @@ def policy_load(cls: Any, path: Any, device: Any = "auto") -> Any:
         raise zipsave.ArchiveFormatError(
             f"holds no policy (`data` and `{POLICY}.pth`); was it written by `policy.save`?", archive=path
         )
+    check_policy_arguments(data, archive=path, member="data")
     try:
         model = cls(**{key: _rebuild_extractor(value) for key, value in data.items()})
     except Exception as err:

@@ -11,12 +11,14 @@ from typing import Any
 
 import zipsave
 from zipsave._archive import atomic_output
+from zipsave._core import check_name, resolve
 from zipsave._trust import BY_VALUE_MARK, TrustPolicy, restricted_loads
-from zipsave.exceptions import DecodeError
+from zipsave.exceptions import DecodeError, ParameterMismatchError
 
 from ._state import Options, original
 from ._state import current_options as _current
 from ._build import ARS_WEIGHTS, is_ars, sync_ars_weights
+from ._checks import check_data, check_names, drop_saved_env
 from ._schedules import closures_in
 from ._zoo import read_data, schedules_in
 
@@ -91,6 +93,7 @@ def load_from_zip_file(
     del verbose
     loading = _loading.get()
     cls, asked, given = loading if loading is not None else (_calling_algorithm(), False, frozenset())
+    model = None if loading is not None else _calling_model()
     options = current_options()
     _check_exists(load_path, "zip")
     if load_data and not options.allow_pickle:
@@ -115,6 +118,20 @@ def load_from_zip_file(
     )
     if loading is not None and load_data:
         _check_required(load_path, loading[0], report, given | set(custom_objects or ()))
+    data, params, variables = loaded
+    # SB3's own `load`/`set_parameters` follow these names with getattr/setattr and call the
+    # classes in `data`: checked here, before they reach SB3's code.
+    check_names(cls, data=data, params=params, variables=variables, archive=load_path)
+    for name in (params or {}) if model is not None else ():  # `set_parameters`: walked in the live model
+        try:
+            resolve(model, name, archive=load_path, member=f"{name}.pth")
+        except AttributeError as err:
+            raise ParameterMismatchError(
+                f"`{name}` is not an attribute of {type(model).__name__} ({err}).", archive=load_path, member=f"{name}.pth"
+            ) from None
+    if data is not None:
+        drop_saved_env(data, report.notes)
+        check_data(data, archive=load_path)
     return loaded
 
 
@@ -139,6 +156,16 @@ def _check_required(path: Any, cls: type, report: Any, given: Any) -> None:
            ", trust the global named above with `zipsave.sb3.install(trusted=[...])`")
         + ", or, if you trust the archive completely, `zipsave.sb3.install(allow_pickle=True)`.",
     )
+
+
+def _calling_model() -> Any:
+    """The SB3 model whose ``set_parameters`` calls ``load_from_zip_file``, or ``None``."""
+    import sys
+
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    owner = sys._getframe(2).f_locals.get("self")
+    return owner if isinstance(owner, BaseAlgorithm) else None
 
 
 def _calling_algorithm() -> type | None:
@@ -171,6 +198,15 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
     token = _loading.set((cls, asked, frozenset(kwargs) - _LOAD_KEYWORDS))
     try:
         model = original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
+    except (AssertionError, KeyError, IndexError, AttributeError, TypeError, ValueError, RuntimeError) as err:
+        if isinstance(err, zipsave.ZipsaveError):
+            raise
+        # SB3's asserts and KeyErrors on an archive it cannot build from
+        raise DecodeError(
+            f"{cls.__name__}.load cannot build the model from this archive ({type(err).__name__}: {err}).",
+            archive=path if isinstance(path, (str, os.PathLike)) else None,
+            hint="Check that the archive holds a model of this algorithm and that `env=` matches its spaces.",
+        ) from err
     finally:
         _loading.reset(token)
     if is_ars(cls):
@@ -256,6 +292,10 @@ def load_object(path: Any, expected: type, what: str) -> Any:
             raise zipsave.ArchiveFormatError(
                 f"holds no `{OBJECT_CLASS}`, so it is not a {what} saved by zipsave.", archive=path
             )
+        if not issubclass(cls, expected):
+            raise DecodeError(f"holds a {cls.__name__}, expected a {what} ({expected.__name__}).", archive=path)
+        for key in data:  # the object's own attributes: never a dunder (`__deepcopy__`) nor zipsave's
+            check_name(key, path=str(key), archive=path, member="data", key=str(key))
         new: Any = cls.__new__  # what pickle does (NEWOBJ), then the state below
         obj = new(cls)
         if hasattr(obj, "__setstate__"):

@@ -1,0 +1,111 @@
+"""What a gymnasium space decoded from an archive may hold: plain numpy arrays, dtypes, numbers,
+strings and child spaces -- never an object that numpy or SB3 would read protocol attributes
+from (a ``low`` carrying ``__array_interface__`` crashes the process when spaces are compared)."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from ._checks import check_bit_generator
+
+__all__ = ["built_problem", "space_problem"]
+
+#: Attribute values a space keeps that are plain data, whatever the space.
+_PLAIN = (bool, int, float, str, bytes, type(None), np.integer, np.floating, np.bool_, np.dtype)
+#: Array kinds a space's arrays may have: numbers and booleans, never objects or raw bytes.
+_ARRAY_KINDS = "biuf"
+
+
+def built_problem(obj: Any) -> str | None:
+    """What is wrong with ``obj`` once the unpickler has set its state (BUILD), or ``None``:
+    a bit generator's position out of its buffer, or a gymnasium space that is not plain data."""
+    problem = check_bit_generator(obj)
+    if problem:
+        return f"random generator state is out of range: {problem}"
+    if type(obj).__module__.startswith("gymnasium.spaces"):
+        problem = space_problem(obj)
+        return f"the pickled space is not plain data: {problem}" if problem else None
+    return None
+
+
+def space_problem(space: Any, depth: int = 0) -> str | None:
+    """Why ``space`` (a gymnasium ``Space`` built from archive data) is unsafe to hand to code
+    that compares or samples it, or ``None`` when it holds plain data only.
+
+    A ``Box``'s ``low``/``high`` (and its ``bounded_*`` masks) must be numpy arrays of its
+    ``shape`` (and dtype); every other attribute must be a number, a string, a dtype, a tuple,
+    a frozenset or dict of those, a random generator, or a child space checked the same way.
+    """
+    from gymnasium.spaces import Box, Space
+
+    if depth > 64:
+        return "spaces are nested more than 64 deep"
+    if not isinstance(space, Space):
+        return f"expected a gymnasium space, found {type(space).__name__}"
+    state = getattr(space, "__dict__", None)
+    if not isinstance(state, dict):
+        return f"the {type(space).__name__} has no attribute dictionary"
+    for name, value in state.items():
+        if not isinstance(name, str) or name.startswith("__"):
+            return f"the {type(space).__name__} has the attribute {name!r}, which no space has"
+        problem = _value_problem(value, f"{type(space).__name__}.{name}", depth)
+        if problem:
+            return problem
+    if isinstance(space, Box):
+        return _box_problem(space)
+    return None
+
+
+def _box_problem(box: Any) -> str | None:
+    state = vars(box)
+    shape, dtype = state.get("_shape", state.get("shape")), state.get("dtype")
+    if not (isinstance(shape, tuple) and all(isinstance(n, numbers.Integral) and n >= 0 for n in shape)):
+        return f"Box.shape must be a tuple of non-negative integers, found {shape!r}"
+    for field in ("low", "high", "bounded_below", "bounded_above"):
+        if field not in state:
+            if field in ("low", "high"):
+                return f"Box has no `{field}`"
+            continue
+        value = state[field]
+        if isinstance(value, (np.bool_, np.number)) and tuple(shape) == ():
+            value = np.asarray(value)  # a 0-d Box compares to numpy scalars
+        if type(value) is not np.ndarray:
+            return f"Box.{field} must be a numpy array, found {type(value).__name__}"
+        if tuple(value.shape) != tuple(shape):
+            return f"Box.{field} has shape {value.shape}, but the Box has shape {shape}"
+        if field.startswith("bounded") and value.dtype != np.bool_:
+            return f"Box.{field} must be a bool array, found dtype {value.dtype}"
+        if field in ("low", "high") and isinstance(dtype, np.dtype) and value.dtype != dtype:
+            return f"Box.{field} has dtype {value.dtype}, but the Box has dtype {dtype}"
+    return None
+
+
+def _value_problem(value: Any, where: str, depth: int) -> str | None:
+    from gymnasium.spaces import Space
+
+    if isinstance(value, _PLAIN) and not isinstance(value, np.ndarray):
+        return None
+    if type(value) is np.ndarray:
+        if value.dtype.kind not in _ARRAY_KINDS:
+            return f"{where} is an array of dtype {value.dtype}; a space holds numbers or booleans only"
+        return None
+    if isinstance(value, Space):
+        return space_problem(value, depth + 1)
+    if type(value) in (np.random.Generator, np.random.RandomState):
+        return None
+    if type(value) in (tuple, list, frozenset, set):
+        for item in value:
+            problem = _value_problem(item, where, depth + 1)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, dict) and type(value).__module__ in ("builtins", "collections"):
+        for key, item in value.items():
+            problem = _value_problem(key, where, depth + 1) or _value_problem(item, where, depth + 1)
+            if problem:
+                return problem
+        return None
+    return f"{where} is a {type(value).__module__}.{type(value).__qualname__} object; a space holds plain data only"

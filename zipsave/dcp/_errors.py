@@ -1,0 +1,35 @@
+"""DCP's failures as zipsave's errors: DCP wraps every rank's exception in one
+``CheckpointException``, which derives from ``BaseException`` and escapes ``except Exception``."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from torch.distributed.checkpoint.api import CheckpointException
+
+from ..exceptions import ArchiveFormatError, ZipsaveError
+
+__all__ = ["raise_zipsave_error"]
+
+
+def raise_zipsave_error(err: CheckpointException, archive: Any, metadata_error: ZipsaveError | None = None) -> NoReturn:
+    """Raise the first :class:`ZipsaveError` a rank failed with, else the error reading the
+    metadata, else an :class:`ArchiveFormatError` naming every rank's failure."""
+    failures = getattr(err, "failures", None) or {}
+    for rank in sorted(failures):
+        exc = failures[rank][0] if isinstance(failures[rank], tuple) else failures[rank]
+        if isinstance(exc, ZipsaveError):
+            raise exc from err
+    if metadata_error is not None:
+        raise metadata_error from err
+    causes = "; ".join(
+        f"rank {rank}: {type(_first(f)).__name__}: {_first(f)}" for rank, f in sorted(failures.items())
+    ) or str(err)
+    raise ArchiveFormatError(
+        f"the checkpoint cannot be loaded ({causes}).", archive=archive,
+        hint="The checkpoint's metadata or files are not what DCP wrote; load an intact copy.",
+    ) from err
+
+
+def _first(failure: Any) -> Any:
+    return failure[0] if isinstance(failure, tuple) else failure

@@ -1,0 +1,187 @@
+"""What an SB3 archive's decoded ``data`` may hand to SB3 code that calls it: each class in the
+slot SB3 calls it from (``policy_class`` a policy, ``features_extractor_class`` an extractor...),
+names safe to set on the model, no environment made from a string, spaces of plain data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import _format
+from .._core import check_name, check_path
+from .._trust import space_problem
+from ..exceptions import DecodeError, UnsafeGlobalError
+
+__all__ = ["check_data", "check_names", "check_policy_arguments", "drop_saved_env"]
+
+#: ``policy_kwargs`` entries SB3 policies call, and the base class each must derive from.
+_POLICY_KWARG_BASES = {
+    "features_extractor_class": ("stable_baselines3.common.torch_layers", "BaseFeaturesExtractor"),
+    "optimizer_class": ("torch.optim", "Optimizer"),
+    "activation_fn": ("torch.nn", "Module"),
+}
+#: Top-level ``data`` entries SB3 calls, and the base class each must derive from.
+_DATA_BASES = {
+    "policy_class": ("stable_baselines3.common.policies", "BasePolicy"),
+    "replay_buffer_class": ("stable_baselines3.common.buffers", "BaseBuffer"),
+    "rollout_buffer_class": ("stable_baselines3.common.buffers", "BaseBuffer"),
+}
+#: ``data`` entries SB3 calls as functions of the progress (schedules): never a class, whose
+#: call would construct whatever the archive named.
+_CALLED = ("learning_rate", "lr_schedule", "clip_range", "clip_range_vf", "exploration_schedule")
+#: How many values the walk for misplaced classes looks at, at most (a bound on time).
+_WALK_LIMIT = 100_000
+
+
+def _base(spec: tuple[str, str]) -> type:
+    import importlib
+
+    return getattr(importlib.import_module(spec[0]), spec[1])
+
+
+def drop_saved_env(data: dict[str, Any], notes: list[str] | None = None) -> None:
+    """SB3 saves no environment; an ``env`` entry that is not ``None`` (a string such as
+    ``"module:Env-v0"``) is information only: ``gymnasium.make`` would import the module it
+    names. It is kept out of what builds the model; pass ``env=`` to give the model one."""
+    saved = data.get("env")
+    if saved is None:
+        return
+    data["env"] = None
+    if notes is not None:
+        notes.append(
+            f"`env` in data ({type(saved).__name__} {str(saved)[:80]!r}) is information only: no environment "
+            "is made from an archive. Pass `env=` to give the model one."
+        )
+
+
+def check_names(cls: type | None, *, data: Any, params: Any, variables: Any, archive: Any) -> None:
+    """The names SB3's own ``load``/``set_parameters`` will follow with ``getattr``/``setattr``
+    on the model: ``data`` keys, state-dict names and loose-variable names."""
+    if cls is None:
+        from stable_baselines3.common.base_class import BaseAlgorithm
+
+        cls = BaseAlgorithm
+    for member, names in ((_format.DATA, data), (None, params), (_format.PYTORCH_VARIABLES, variables)):
+        for name in names or ():
+            where = {"archive": archive, "member": member if member else f"{name}{_format.PTH_SUFFIX}", "key": name}
+            if not isinstance(name, str):
+                raise DecodeError(f"has the name {name!r}, which is not a string.", **where)
+            if member == _format.DATA and "." in name:
+                check_name(name, path=name, **where)  # set whole (`__dict__.update`), never followed
+                continue
+            check_path(cls, name, **where)
+
+
+def check_data(data: dict[str, Any], *, archive: Any, references: tuple = ()) -> None:
+    """Refuse values SB3 would call or compare unsafely: a class outside the slot that may hold
+    it, a class admitted only as a reference (``cls=``'s own) anywhere but ``policy_class``, an
+    action noise that is not one, a space that is not plain data.
+
+    Raises
+    ------
+    UnsafeGlobalError
+        A reference-only class where SB3 would call it.
+    DecodeError
+        A value of the wrong kind in a slot SB3 calls.
+    """
+    def where(key: str) -> dict[str, Any]:
+        return {"archive": archive, "member": _format.DATA, "key": key}
+
+    for key, spec in _DATA_BASES.items():
+        value = data.get(key)
+        if value is not None and not (isinstance(value, type) and issubclass(value, _base(spec))):
+            raise DecodeError(f"must be a {spec[1]} subclass, found {_describe(value)}.", **where(key))
+    kwargs = data.get("policy_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise DecodeError(f"must be a dict, found {_describe(kwargs)}.", **where("policy_kwargs"))
+    check_policy_arguments(kwargs or {}, **where("policy_kwargs"))
+    for key in _CALLED:
+        if isinstance(data.get(key), type):
+            raise DecodeError(f"is a schedule SB3 calls, found the class {_describe(data[key])}.", **where(key))
+    _check_noise(data.get("action_noise"), where("action_noise"))
+    for key in ("observation_space", "action_space"):
+        if data.get(key) is not None:
+            problem = space_problem(data[key])
+            if problem:
+                raise DecodeError(f"is not a plain gymnasium space: {problem}.", **where(key))
+    _check_classes(data, references, where)
+
+
+def check_policy_arguments(kwargs: dict[str, Any], **where: Any) -> None:
+    """The classes a policy constructor calls (``features_extractor_class``, ``optimizer_class``,
+    ``activation_fn``) derive from what SB3 expects there, and its ``lr_schedule`` is no class."""
+    for name, spec in _POLICY_KWARG_BASES.items():
+        value = kwargs.get(name)
+        if value is not None and not (isinstance(value, type) and issubclass(value, _base(spec))):
+            raise DecodeError(f"`{name}` must be a {spec[1]} subclass, found {_describe(value)}.", **where)
+    if isinstance(kwargs.get("lr_schedule"), type):
+        raise DecodeError(f"`lr_schedule` is a schedule SB3 calls, found the class {_describe(kwargs['lr_schedule'])}.", **where)
+
+
+def _check_noise(noise: Any, where: dict[str, Any]) -> None:
+    """An action noise is one of SB3's, whose attributes are numbers and arrays (SB3 deep-copies
+    and calls it); a vectorized one holds noises of the same kind."""
+    if noise is None:
+        return
+    from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
+
+    if not isinstance(noise, ActionNoise):
+        raise DecodeError(f"must be an SB3 ActionNoise, found {_describe(noise)}.", **where)
+    state = vars(noise)
+    if any(not isinstance(k, str) or k.startswith("__") for k in state):
+        raise DecodeError(f"has attributes {sorted(map(str, state))}, which no action noise has.", **where)
+    if isinstance(noise, VectorizedActionNoise):
+        inner = [state.get("_base_noise"), *(state.get("_noises") or ())]
+        if any(isinstance(n, VectorizedActionNoise) or not isinstance(n, ActionNoise) for n in inner):
+            raise DecodeError("a VectorizedActionNoise must hold plain action noises.", **where)
+        for n in inner:
+            _check_noise(n, where)
+        return
+    for name, value in state.items():
+        if isinstance(value, type) and issubclass(value, np.generic):
+            continue  # the dtype it draws in (`numpy.float32`)
+        if isinstance(value, (type, torch.nn.Module)) or callable(value):
+            raise DecodeError(f"holds `{name}` = {_describe(value)}; an action noise holds numbers and arrays.", **where)
+
+
+def _check_classes(data: dict[str, Any], references: tuple, where: Any) -> None:
+    """A class admitted only as a reference may be ``policy_class`` and nothing else; no model
+    class may be anywhere (SB3 would construct it: a model built from an ``env`` string makes
+    that environment)."""
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    refs = {id(obj): name for name, obj in references}
+    seen: set[int] = set()
+    budget = _WALK_LIMIT
+    for key, top in data.items():
+        stack = [top] if key != "policy_class" else []
+        while stack and budget > 0:
+            value = stack.pop()
+            budget -= 1
+            if id(value) in refs:
+                raise UnsafeGlobalError(
+                    refs[id(value)],
+                    hint="It was admitted only because the load named it (`cls=` and its policies), as the "
+                    "model's `policy_class`; SB3 would call it from here.",
+                    **where(key),
+                )
+            if isinstance(value, type):
+                if issubclass(value, BaseAlgorithm):
+                    raise DecodeError(f"holds the model class {_describe(value)}, which SB3 would construct.", **where(key))
+                continue
+            if id(value) in seen or isinstance(value, (str, bytes, int, float, torch.Tensor)):
+                continue
+            seen.add(id(value))
+            if isinstance(value, dict):
+                stack.extend(value.values())
+                stack.extend(value.keys())
+            elif isinstance(value, (list, tuple, set, frozenset)):
+                stack.extend(value)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, type):
+        return f"`{value.__module__}.{value.__qualname__}`"
+    return f"a {type(value).__name__}"
