@@ -279,25 +279,45 @@ def test_build_cannot_modify_an_imported_class():
 
 
 @pytest.mark.parametrize(
-    "state",
-    [{"__array_interface__": {"data": (1, False)}}, [("__array_interface__", 1)], (None, {"__array__": 1})],
+    ("state", "expected"),
+    [
+        ({"__array_interface__": {"data": (1, False)}}, "BUILD sets the attribute(s) `__array_interface__`"),
+        ((None, {"__array__": 1}), "BUILD sets the attribute(s) `__array__`"),
+        (({"__class__": 1}, None), "BUILD sets the attribute(s) `__class__`"),
+        ({"__private": 1}, "BUILD sets the attribute(s) `__private`"),
+        ({1: 2}, "BUILD sets the attribute(s) 1 on"),
+        # Shapes that pickle's BUILD or a class's __setstate__ would also accept: refused whole.
+        ([("__array_interface__", 1)], "BUILD gives a `Discrete` instance a list as state"),
+        (({"n": 1}, [("__class__", 1)]), "BUILD gives a `Discrete` instance a list as state"),
+        (collections.OrderedDict(__class__=1), "BUILD gives a `Discrete` instance a OrderedDict as state"),
+        ((None, {"n": 3}), "BUILD sets 'n' on a `Discrete` instance, which are not its slots"),
+    ],
 )
-def test_build_refuses_protocol_attributes(state):
+def test_build_refuses_protocol_attributes(state, expected):
     payload = _p4(_global("gymnasium.spaces.discrete", "Discrete"), _body(()), pickle.NEWOBJ, _body(state), pickle.BUILD)
-    with pytest.raises(DecodeError, match=re.escape("BUILD sets the attribute(s) `__array")):
+    with pytest.raises(DecodeError, match=re.escape(expected)):
         restricted_loads(payload, DEFAULT)
 
 
 def test_only_imported_globals_may_be_called():
-    # ReLU() is allowed; calling the ReLU *instance* it returns is not.
-    payload = _p4(_global("torch.nn.modules.activation", "ReLU"), _body(()), pickle.REDUCE, _body((1,)), pickle.REDUCE)
+    # An empty ReLU (NEWOBJ) is allowed; calling the ReLU *instance* is not.
+    payload = _p4(_global("torch.nn.modules.activation", "ReLU"), _body(()), pickle.NEWOBJ, _body((1,)), pickle.REDUCE)
     expected = "REDUCE calls a ReLU object that the pickle did not import by name"
     with pytest.raises(DecodeError, match=re.escape(expected)):
         restricted_loads(payload, DEFAULT)
 
 
+@pytest.mark.parametrize("name", ["torch.nn.modules.activation.PReLU", "gymnasium.spaces.box.Box"])
+def test_python_classes_are_never_called(name):
+    # Their constructors build networks and arrays of any size; pickles create them empty.
+    module, _, qualname = name.rpartition(".")
+    payload = _p4(_global(module, qualname), _body((10**12,)), pickle.REDUCE)
+    with pytest.raises(DecodeError, match=re.escape(f"REDUCE calls the constructor of `{name}`")):
+        restricted_loads(payload, DEFAULT)
+
+
 def test_copyreg_reconstructor_needs_imported_classes():
-    instance = _global("torch.nn.modules.activation", "ReLU") + _body(()) + pickle.REDUCE
+    instance = _global("torch.nn.modules.activation", "ReLU") + _body(()) + pickle.NEWOBJ
     payload = _p4(
         _global("copyreg", "_reconstructor"), pickle.MARK, _global("collections", "OrderedDict"), instance,
         pickle.NONE, pickle.TUPLE, pickle.REDUCE,
@@ -939,7 +959,7 @@ def test_generator_pickle_of_this_numpy_loads():
 
 def test_generator_ctor_refuses_a_helper_the_pickle_did_not_import():
     payload = _generator_pickle(_body("PCG64"), _body(3))
-    with pytest.raises(DecodeError, match="needs a bit generator helper the pickle imported by name"):
+    with pytest.raises(DecodeError, match="takes numpy's bit-generator helper as its second argument, got a int"):
         restricted_loads(payload, DEFAULT)
 
 

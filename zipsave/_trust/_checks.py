@@ -8,7 +8,7 @@ from typing import Any
 
 from ._names import is_dunder
 
-__all__ = ["Memo", "check_bit_generator", "check_dtype", "instance_dunders", "rebuild_dtype"]
+__all__ = ["Memo", "check_bit_generator", "check_dtype", "check_seed_sequence", "instance_dunders", "rebuild_dtype"]
 
 # -- the unpickler ---------------------------------------------------------------------------
 class Memo(dict):
@@ -115,4 +115,20 @@ def check_bit_generator(obj: Any) -> str | None:
         value = value[step]
     if not 0 <= int(value) <= top:
         return f"{state['bit_generator']} {'/'.join(path)} is {value}, outside 0..{top}"
+    return None
+
+
+def check_seed_sequence(obj: Any, budget: int) -> str | None:
+    """Why a SeedSequence rebuilt from a pickle is unsound, or None: its pool must be the
+    uint32 vector of ``pool_size`` words that ``spawn`` and ``generate_state`` read, and the
+    pool size what the load may allocate for each child."""
+    module = sys.modules.get("numpy.random.bit_generator")
+    if module is None or not isinstance(obj, module.SeedSequence):
+        return None
+    pool, size = obj.pool, obj.pool_size
+    numpy = sys.modules["numpy"]
+    if not (isinstance(pool, numpy.ndarray) and pool.dtype == numpy.uint32 and pool.shape == (size,)):
+        return f"SeedSequence pool is not {size} uint32 words"
+    if not 0 < size * 4 <= budget:
+        return f"SeedSequence pool_size {size} is out of range"
     return None

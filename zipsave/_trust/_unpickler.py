@@ -13,9 +13,11 @@ from typing import Any, ClassVar
 
 import cloudpickle
 
+from .._bounds import KeyGuard, alloc_budget, check_int
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
-from ._checks import Memo, check_bit_generator, check_dtype, instance_dunders
+from ._checks import Memo, check_bit_generator, check_dtype, check_seed_sequence
+from ._guards import build_state_problem, call_problem, check_keys, new_problem, numpy_random_kind, size_problem
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
 from ._substitutes import Owners, legacy_space_state, owns_trusted, substitutes
@@ -24,6 +26,16 @@ __all__ = ["restricted_loads"]
 
 # typeshed describes pickle._Unpickler as the C class, without the stack and dispatch table.
 _PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
+
+
+def _bounded_int(load: Any) -> Any:
+    """An integer opcode that refuses integers too big for linear-time arithmetic."""
+
+    def run(self: Any) -> None:
+        load(self)
+        check_int(self.stack[-1], "an integer in the pickle", **self._where)
+
+    return run
 
 
 class _RestrictedUnpickler(_PurePythonUnpickler):
@@ -36,8 +48,13 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
 
     dispatch: ClassVar[dict[int, Any]] = dict(_PurePythonUnpickler.dispatch)
 
-    def __init__(self, file: Any, policy: TrustPolicy, where: dict[str, Any], storages: Any = None) -> None:
+    def __init__(
+        self, file: Any, policy: TrustPolicy, where: dict[str, Any], storages: Any = None, budget: int = 0
+    ) -> None:
         super().__init__(file)
+        # What the values may cost in time and memory: proportional to the pickle's size.
+        self._budget = alloc_budget(budget)
+        self._keys = KeyGuard(self._budget, **where)
         self._storages, self.owners = storages, Owners()
         self.memo = Memo()
         self._policy = policy
@@ -54,6 +71,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             "_codecs.encode": self._latin1_encode,
             "numpy.random._pickle.__generator_ctor": self._generator_ctor,
             "numpy.random._pickle.__bit_generator_ctor": self._bit_generator_ctor,
+            "numpy.random._pickle.__randomstate_ctor": self._randomstate_ctor,
         }
         imported_name = lambda obj: self._names.get(id(obj)) if self._was_imported(obj) else None  # noqa: E731
         self._substitutes = substitutes(self._error, imported_name, policy, where, self.owners)
@@ -108,7 +126,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         self.append(self.find_class(*key))
 
     # calls
-    def _check_call(self, func: Any, args: Any, kwargs: Any, opname: str) -> None:
+    def _check_call(self, func: Any, args: Any, kwargs: Any, opname: str, calls_init: bool = True) -> None:
         if self._references.get(id(func)) is func and not self._was_imported(func):
             name = self._describe(func)
             raise UnsafeGlobalError(
@@ -136,19 +154,33 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
                 f"{opname} calls `{self._describe(func)}` with a buffer, which can lay an array over "
                 "arbitrary memory; numpy's own pickles never do this."
             )
+        name = self._names.get(id(func))
+        problem = call_problem(name, func, opname) if calls_init else None
+        if problem:
+            raise self._error(problem + ".")
+        size_problem(numpy, name, func, args, kwargs, self._budget)
+        check_keys(self._keys, args, kwargs)
 
     def _new_object(self, cls: Any, args: Any, kwargs: Any, opname: str) -> Any:
         if not isinstance(cls, type):
             raise self._error(f"{opname} needs a class, got {self._describe(cls)}.")
-        self._check_call(cls, args, kwargs, opname)
-        return cls.__new__(cls, *args, **kwargs)
+        problem = new_problem(cls)
+        if problem:
+            raise self._error(f"{opname} creates `{self._describe(cls)}` without `__init__`: {problem}.")
+        self._check_call(cls, args, kwargs, opname, calls_init=False)
+        return self._checked_result(cls.__new__(cls, *args, **kwargs))
+
+    def _checked_result(self, value: Any) -> Any:
+        if type(value) is int:
+            check_int(value, "an integer built by the pickle", **self._where)
+        return value
 
     def load_reduce(self) -> None:
         stack = self.stack
         args = stack.pop()
         func = stack[-1]
         self._check_call(func, args, {}, "REDUCE")
-        stack[-1] = func(*args)
+        stack[-1] = self._checked_result(func(*args))
 
     dispatch[pickle.REDUCE[0]] = load_reduce
 
@@ -184,36 +216,49 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
                 raise self._error(
                     f"copyreg._reconstructor needs classes the pickle imported by name, got {self._describe(obj)}."
                 )
+        if base is object:
+            problem = new_problem(cls)
+            if problem:
+                raise self._error(f"copyreg._reconstructor creates `{self._describe(cls)}` without `__init__`: {problem}.")
         self._check_call(base, (state,), {}, "copyreg._reconstructor")
         return copyreg._reconstructor(cls, base, state)  # type: ignore[attr-defined]
 
-    def _generator_ctor(self, bit_generator: Any = "MT19937", bit_generator_ctor: Any = None) -> Any:
-        # Every numpy's pickles, whichever numpy reads them: numpy < 1.25 wrote (name,),
-        # 1.25-1.26 (name, ctor), numpy 2 (bit generator,); numpy < 1.25 reads only the first.
+    # numpy's random-object helpers take a bit generator's name (numpy 1.x), its class (numpy 2)
+    # or a bit generator; a `ctor` argument must be the bit-generator helper itself, never any
+    # other callable the pickle imported (numpy's originals call whatever they are given).
+    def _bit_generator_ctor(self, bit_generator: Any = "MT19937") -> Any:
+        random = sys.modules["numpy.random"]
+        known = getattr(sys.modules["numpy.random._pickle"], "BitGenerators", {})
+        if isinstance(bit_generator, str) and type(known.get(bit_generator)) is type:
+            return known[bit_generator]()
+        if (
+            isinstance(bit_generator, type) and issubclass(bit_generator, random.BitGenerator)
+            and self._was_imported(bit_generator)
+        ):
+            return bit_generator()
+        raise self._error(
+            "numpy.random._pickle.__bit_generator_ctor needs the name of one of numpy's bit generators or a "
+            f"bit generator class the pickle imported by name, got {self._describe(bit_generator)}."
+        )
+
+    def _random_source(self, helper: str, bit_generator: Any, ctor: Any) -> Any:
         random = sys.modules["numpy.random"]
         if isinstance(bit_generator, random.BitGenerator):
-            return random.Generator(bit_generator)
-        if bit_generator_ctor is not None:
-            if not self._was_imported(bit_generator_ctor):
-                raise self._error(
-                    "numpy.random._pickle.__generator_ctor needs a bit generator helper the pickle "
-                    f"imported by name, got {self._describe(bit_generator_ctor)}."
-                )
-            return random.Generator(bit_generator_ctor(bit_generator))
-        # (getattr: a dunder-prefixed name written here would be mangled to this class's.)
-        return getattr(sys.modules["numpy.random._pickle"], "__generator_ctor")(bit_generator)
+            return bit_generator
+        if ctor is not None and ctor is not self._guards["numpy.random._pickle.__bit_generator_ctor"]:
+            raise self._error(
+                f"numpy.random._pickle.{helper} takes numpy's bit-generator helper as its second argument, "
+                f"got {self._describe(ctor)}."
+            )
+        return self._bit_generator_ctor(bit_generator)
 
-    def _bit_generator_ctor(self, bit_generator: Any = "MT19937") -> Any:
-        # numpy 2 pickles the bit generator's class, numpy 1.x its name (all numpy 1.x read).
-        random = sys.modules["numpy.random"]
-        if isinstance(bit_generator, type) and issubclass(bit_generator, random.BitGenerator):
-            if not self._was_imported(bit_generator):
-                raise self._error(
-                    "numpy.random._pickle.__bit_generator_ctor needs a bit generator class the pickle "
-                    f"imported by name, got {self._describe(bit_generator)}."
-                )
-            return bit_generator()
-        return getattr(sys.modules["numpy.random._pickle"], "__bit_generator_ctor")(bit_generator)
+    def _generator_ctor(self, bit_generator: Any = "MT19937", bit_generator_ctor: Any = None) -> Any:
+        source = self._random_source("__generator_ctor", bit_generator, bit_generator_ctor)
+        return sys.modules["numpy.random"].Generator(source)
+
+    def _randomstate_ctor(self, bit_generator: Any = "MT19937", bit_generator_ctor: Any = None) -> Any:
+        source = self._random_source("__randomstate_ctor", bit_generator, bit_generator_ctor)
+        return sys.modules["numpy.random"].RandomState(source)
 
     def _latin1_encode(self, obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
         normal = encoding.lower().replace("-", "").replace("_", "") if isinstance(encoding, str) else ""
@@ -252,12 +297,11 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             stack.pop()
             self._build_numpy(numpy, inst, state)
             return
-        dunders = instance_dunders(state)
-        if dunders:
+        problem = build_state_problem(inst, state, numpy_random_kind)
+        if problem:
             raise self._error(
-                f"BUILD sets the attribute(s) {', '.join(f'`{d}`' for d in dunders)} on a "
-                f"`{cls.__qualname__}` instance; protocol attributes are refused because numpy and torch "
-                "read them from instances (`__array_interface__` can point at any memory)."
+                f"BUILD {problem}; a state is a dict of attribute names, and protocol attributes are refused "
+                "in every shape (`__array_interface__` can point at any memory, `__class__` changes the object)."
             )
         if (
             numpy is not None
@@ -271,7 +315,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         if type(state) is dict and cls.__module__.startswith("gymnasium.spaces"):
             stack[-1] = legacy_space_state(state)
         super().load_build()
-        problem = check_bit_generator(inst)
+        problem = check_bit_generator(inst) or check_seed_sequence(inst, self._budget)
         if problem:
             raise self._error(f"random generator state is out of range: {problem}.")
 
@@ -326,6 +370,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         key = self.stack.pop()
         target = self.stack[-1]
         self._check_target(target, "SETITEM")
+        self._keys.add(target, key)
         target[key] = value
 
     dispatch[pickle.SETITEM[0]] = load_setitem
@@ -335,6 +380,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         target = self.stack[-1]
         self._check_target(target, "SETITEMS")
         for i in range(0, len(items), 2):
+            self._keys.add(target, items[i])
             target[items[i]] = items[i + 1]
 
     dispatch[pickle.SETITEMS[0]] = load_setitems
@@ -343,6 +389,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         items = self.pop_mark()
         target = self.stack[-1]
         self._check_target(target, "ADDITEMS")
+        self._keys.add_all(target, items)
         if isinstance(target, set):
             target.update(items)
             return
@@ -353,6 +400,17 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             add(target, item)
 
     dispatch[pickle.ADDITEMS[0]] = load_additems
+
+    def load_frozenset(self) -> None:
+        items = self.pop_mark()
+        self._keys.items_of(items)
+        self.append(frozenset(items))
+
+    dispatch[pickle.FROZENSET[0]] = load_frozenset
+
+    for _op, _name in ((pickle.LONG, "load_long"), (pickle.LONG1, "load_long1"), (pickle.LONG4, "load_long4")):
+        dispatch[_op[0]] = _bounded_int(getattr(_PurePythonUnpickler, _name))
+    del _op, _name
 
 
 def restricted_loads(
@@ -407,7 +465,7 @@ def restricted_loads(
     try:
         if policy.allow_pickle:
             return cloudpickle.loads(payload)
-        unpickler = _RestrictedUnpickler(io.BytesIO(payload), policy, where, storages)
+        unpickler = _RestrictedUnpickler(io.BytesIO(payload), policy, where, storages, len(payload))
         return unpickler.owners.checked(unpickler.load())
     except UnsafeGlobalError as err:
         explain_by_value(err, bytes(payload))  # name the class: cloudpickle's function says nothing
