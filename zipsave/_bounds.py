@@ -13,8 +13,8 @@ from typing import Any
 from .exceptions import ArchiveLimitError
 
 __all__ = [
-    "ALLOC_FLOOR", "ALLOC_RATIO", "MAX_INT_BITS", "MAX_SAME_HASH", "KeyGuard", "alloc_budget", "check_int",
-    "check_size",
+    "ALLOC_FLOOR", "ALLOC_RATIO", "KEY_WORK_FLOOR", "KEY_WORK_RATIO", "MAX_INT_BITS", "MAX_SAME_HASH", "KeyGuard",
+    "alloc_budget", "check_int", "check_size", "check_zip_infos", "key_budget",
 ]
 
 #: Largest integer (in bits) a decoder builds: Python's default ``int`` string limit (4300
@@ -28,6 +28,17 @@ MAX_SAME_HASH = 32
 #: :data:`ALLOC_RATIO` times the bytes it was decoded from.
 ALLOC_FLOOR = 64 << 20
 ALLOC_RATIO = 16
+
+
+#: The work (elements hashed or compared) the keys of a value's sets and dicts may take: about
+#: a second of Python, plus a few steps per byte of input.
+KEY_WORK_FLOOR = 1 << 20
+KEY_WORK_RATIO = 4
+
+
+def key_budget(nbytes: int) -> int:
+    """The key-hashing work a value decoded from ``nbytes`` of input may take."""
+    return KEY_WORK_FLOOR + KEY_WORK_RATIO * max(0, int(nbytes))
 
 
 def alloc_budget(nbytes: int) -> int:
@@ -151,3 +162,34 @@ class KeyGuard:
             self._seen.pop(id(container), None)
             self._keep.pop(id(container), None)
 
+
+
+def check_zip_infos(
+    infos: list, *, size: int, max_bytes: int, max_ratio: float, max_members: int = 100_000, **where: Any
+) -> None:
+    """Refuse a zip nested in an archive (a ``.pth`` member, a ``torch.save`` file, a pickled
+    storage) whose members would decompress past ``max_bytes`` in all, expand more than
+    ``max_ratio`` times (a deflate bomb), or lie about their sizes. ``size`` is the bytes the
+    nested zip occupies; zip readers never write more than a member's declared size."""
+    if len(infos) > max_members:
+        raise ArchiveLimitError(f"a nested zip holds {len(infos)} members; the limit is {max_members}.", **where)
+    total = 0
+    for info in infos:
+        name = getattr(info, "filename", "?")
+        if info.compress_type not in (0, 8):  # stored, deflated: what torch and zipsave write
+            raise ArchiveLimitError(f"nested member `{name}` uses compression method {info.compress_type}.", **where)
+        if info.compress_size > size or (info.compress_type == 0 and info.compress_size != info.file_size):
+            raise ArchiveLimitError(
+                f"nested member `{name}` declares {info.compress_size} bytes stored and {info.file_size} "
+                f"bytes of data in a zip of {size} bytes.",
+                **where,
+            )
+        if info.compress_type == 8 and info.file_size > (1 << 20) and info.file_size > max_ratio * max(1, info.compress_size):
+            raise ArchiveLimitError(
+                f"nested member `{name}` expands {info.file_size / max(1, info.compress_size):.0f}x when "
+                f"decompressed; the limit is {max_ratio:.0f}x (zip bomb?).",
+                **where,
+            )
+        total += info.file_size
+    if total > max_bytes:
+        raise ArchiveLimitError(f"a nested zip's members total {total} bytes; the limit is {max_bytes}.", **where)

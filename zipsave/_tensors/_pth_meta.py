@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import io
 import pickle
 import sys
 import zipfile
@@ -13,7 +12,12 @@ from typing import Any
 
 import torch
 
-__all__ = ["PthMeta", "StorageRef", "TensorRef", "Unsupported", "raw_record", "read_pth_meta", "record_start"]
+from .._archive import DEFAULT_LIMITS
+from .._bounds import check_zip_infos
+from .._trust import BoundedUnpickler
+from ..exceptions import ZipsaveError
+
+__all__ = ["PthMeta", "StorageRef", "TensorRef", "Unsupported", "check_inner_zip", "raw_record", "read_pth_meta", "record_start"]
 
 class Unsupported(Exception):
     """The metadata reader met something only ``torch.load`` understands."""
@@ -128,7 +132,10 @@ _META_GLOBALS: dict[tuple[str, str], Any] = {
 }
 
 
-class _MetaUnpickler(pickle.Unpickler):
+class _MetaUnpickler(BoundedUnpickler):
+    """pickle's pure-Python unpickler (C's preallocates whatever length a pickle claims)
+    with linear-time containers, resolving only torch's tensor-rebuilding names."""
+
     def find_class(self, module: str, name: str) -> Any:
         found = _META_GLOBALS.get((module, name))
         if found is not None:
@@ -161,12 +168,13 @@ class PthMeta:
     pickle: tuple[int, int] = (0, 0)
 
 
-def read_pth_meta(view: Any) -> PthMeta:
+def read_pth_meta(view: Any, limits: Any = None) -> PthMeta:
     """Parse a ``.pth`` member's inner zip and ``data.pkl`` without touching tensor bytes.
 
     ``view`` needs ``read_at(offset, buffer)``, ``size`` and a file interface
     (:class:`~zipsave._archive.MemberView`). Raises ``Unsupported`` for content only
-    ``torch.load`` understands.
+    ``torch.load`` understands, and :class:`~zipsave.ArchiveLimitError` for an inner zip
+    past ``limits`` (the archive's :class:`~zipsave.Limits`: a deflate bomb, a size lie).
     """
     try:
         inner = zipfile.ZipFile(view)
@@ -174,6 +182,7 @@ def read_pth_meta(view: Any) -> PthMeta:
         raise Unsupported(f"not a torch zip ({err})") from err
     with inner:
         infos = inner.infolist()
+        check_inner_zip(infos, view.size, limits)
         pkl = [i for i in infos if i.filename.endswith("/data.pkl") or i.filename == "data.pkl"]
         if len(pkl) != 1:
             raise Unsupported("no single data.pkl")
@@ -186,8 +195,8 @@ def read_pth_meta(view: Any) -> PthMeta:
             raise Unsupported("no byteorder record on a big-endian machine")
         pickle_span = (record_start(view, pkl[0]), pkl[0].file_size)
         try:
-            tree = _MetaUnpickler(io.BytesIO(raw_record(view, pkl[0]))).load()
-        except Unsupported:
+            tree = _MetaUnpickler(raw_record(view, pkl[0])).load()
+        except (Unsupported, ZipsaveError):
             raise
         except Exception as err:  # malformed pickle: let torch.load produce its own error
             raise Unsupported(f"data.pkl unreadable ({err})") from err
@@ -198,6 +207,16 @@ def read_pth_meta(view: Any) -> PthMeta:
             if info.filename.startswith(data_prefix)
         }
     return PthMeta(tree, records, pickle_span)
+
+
+def check_inner_zip(infos: list, size: int, limits: Any = None) -> None:
+    """The outer archive's :class:`~zipsave.Limits` applied to a ``.pth`` member's own zip:
+    its members together may not decompress past what one member may hold."""
+    limits = limits or DEFAULT_LIMITS
+    check_zip_infos(
+        infos, size=size, max_bytes=min(limits.max_member_bytes, limits.max_total_bytes),
+        max_ratio=limits.max_compression_ratio, max_members=limits.max_members,
+    )
 
 
 def record_start(view: Any, info: zipfile.ZipInfo) -> int:

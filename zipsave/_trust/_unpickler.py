@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import cloudpickle
 
-from .._bounds import KeyGuard, alloc_budget, check_int
+from .._bounds import KeyGuard, alloc_budget, check_int, key_budget
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
 from ._checks import Memo, check_bit_generator, check_dtype, check_seed_sequence
@@ -54,7 +54,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         super().__init__(file)
         # What the values may cost in time and memory: proportional to the pickle's size.
         self._budget = alloc_budget(budget)
-        self._keys = KeyGuard(self._budget, **where)
+        self._keys = KeyGuard(key_budget(budget), **where)
         self._storages, self.owners = storages, Owners()
         self.memo = Memo()
         self._policy = policy

@@ -1,0 +1,216 @@
+"""A pickle's shape checked before another unpickler reads it (torch's ``weights_only``
+loader, DCP's metadata reader, zipsave's ``.pth`` metadata reader), so that what those build
+stays linear in the pickle's size: no hash-flooded set or dict, no huge integer, no length
+that claims more bytes than the pickle holds (C's unpickler preallocates it)."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import zipfile
+from typing import Any
+
+from .._bounds import KeyGuard, alloc_budget, check_int, check_zip_infos, key_budget
+from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
+
+__all__ = ["BoundedUnpickler", "check_torch_zip", "prescan_pickle"]
+
+_PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
+
+
+class _Exact(io.BytesIO):
+    """Input that refuses a read past its end instead of returning fewer bytes: a length in
+    the pickle larger than what follows it is an error, never an allocation."""
+
+    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
+        data = super().read(n)
+        if n is not None and n >= 0 and len(data) != n:
+            raise pickle.UnpicklingError(f"the pickle asks for {n} bytes where {len(data)} remain")
+        return data
+
+
+class BoundedUnpickler(_PurePythonUnpickler):
+    """pickle's pure-Python unpickler whose containers are built in linear time: keys are
+    checked by a :class:`~zipsave._bounds.KeyGuard`, integers by size, reads by what remains."""
+
+    dispatch: dict[int, Any] = dict(_PurePythonUnpickler.dispatch)
+
+    def __init__(self, payload: bytes, **where: Any) -> None:
+        super().__init__(_Exact(payload))
+        self.where = where
+        self.keys = KeyGuard(key_budget(len(payload)), **where)
+        self.budget = alloc_budget(len(payload))
+
+    def load_setitem(self) -> None:
+        value = self.stack.pop()
+        key = self.stack.pop()
+        self.keys.add(self.stack[-1], key)
+        self.stack[-1][key] = value
+
+    dispatch[pickle.SETITEM[0]] = load_setitem
+
+    def load_setitems(self) -> None:
+        items = self.pop_mark()
+        target = self.stack[-1]
+        for i in range(0, len(items), 2):
+            self.keys.add(target, items[i])
+            target[items[i]] = items[i + 1]
+
+    dispatch[pickle.SETITEMS[0]] = load_setitems
+
+    def load_additems(self) -> None:
+        items = self.pop_mark()
+        self.keys.add_all(self.stack[-1], items)
+        self.stack[-1].update(items)
+
+    dispatch[pickle.ADDITEMS[0]] = load_additems
+
+    def load_frozenset(self) -> None:
+        items = self.pop_mark()
+        self.keys.items_of(items)
+        self.append(frozenset(items))
+
+    dispatch[pickle.FROZENSET[0]] = load_frozenset
+
+    def load_dict(self) -> None:
+        items = self.pop_mark()
+        target: dict = {}
+        for i in range(0, len(items), 2):
+            self.keys.add(target, items[i])
+            target[items[i]] = items[i + 1]
+        self.append(target)
+
+    dispatch[pickle.DICT[0]] = load_dict
+
+    def load_reduce(self) -> None:
+        args = self.stack[-1]
+        if type(args) is tuple:
+            for arg in args:
+                if type(arg) in (list, tuple, set, frozenset) and len(arg) > 1:
+                    self.keys.items_of(arg)  # set(...), OrderedDict([...]) hash them
+        super().load_reduce()
+
+    dispatch[pickle.REDUCE[0]] = load_reduce
+
+
+def _bounded_int(load: Any) -> Any:
+    def run(self: Any) -> None:
+        load(self)
+        check_int(self.stack[-1], "an integer in the pickle", **self.where)
+
+    return run
+
+
+for _op, _name in ((pickle.LONG, "load_long"), (pickle.LONG1, "load_long1"), (pickle.LONG4, "load_long4")):
+    BoundedUnpickler.dispatch[_op[0]] = _bounded_int(getattr(_PurePythonUnpickler, _name))
+del _op, _name
+
+
+class _Stub:
+    """What every global, call and persistent reference becomes in a pre-scan: an inert
+    object that hashes by identity and accepts any state."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _Stub:
+        return _Stub()
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+    def add(self, item: Any) -> None:
+        pass
+
+
+class _Prescan(BoundedUnpickler):
+    dispatch = dict(BoundedUnpickler.dispatch)
+
+    def find_class(self, module: str, name: str) -> Any:
+        return _Stub()
+
+    def persistent_load(self, pid: Any) -> Any:
+        return _Stub()
+
+    def load_newobj(self) -> None:
+        self.stack.pop()
+        self.stack[-1] = _Stub()
+
+    dispatch[pickle.NEWOBJ[0]] = load_newobj
+
+    def load_newobj_ex(self) -> None:
+        del self.stack[-2:]
+        self.stack[-1] = _Stub()
+
+    dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
+
+    def load_reduce(self) -> None:
+        args = self.stack.pop()
+        if type(args) is tuple:
+            for arg in args:
+                if type(arg) in (list, tuple, set, frozenset) and len(arg) > 1:
+                    self.keys.items_of(arg)
+        self.stack[-1] = _Stub()
+
+    dispatch[pickle.REDUCE[0]] = load_reduce
+
+    def load_build(self) -> None:
+        self.stack.pop()
+
+    dispatch[pickle.BUILD[0]] = load_build
+
+    def _instantiate(self, klass: Any, args: Any) -> None:
+        self.append(_Stub())
+
+    def get_extension(self, code: int) -> None:
+        self.append(_Stub())
+
+
+def prescan_pickle(payload: bytes, **where: Any) -> None:
+    """Read ``payload`` once with every global and call made inert, refusing what would make
+    a real unpickler take time or memory beyond the pickle's size (hash floods, huge integers,
+    lengths past the end). Raises :class:`ArchiveLimitError` or :class:`DecodeError`."""
+    try:
+        scan = _Prescan(bytes(payload), **where)
+        scan.load()
+    except ZipsaveError:
+        raise
+    except RecursionError:
+        raise DecodeError("the pickle nests too deeply to read.", **where) from None
+    except Exception as err:
+        raise DecodeError(f"the pickle is malformed ({type(err).__name__}: {err}).", **where) from err
+
+
+def check_torch_zip(fileobj: Any, *, size: int, max_bytes: int, max_ratio: float, **where: Any) -> None:
+    """Check a ``torch.save`` zip before ``torch.load`` reads it: its members within the limits
+    (no deflate bomb), and its ``data.pkl`` through :func:`prescan_pickle`. ``fileobj`` is
+    rewound afterwards."""
+    start = fileobj.tell() if hasattr(fileobj, "tell") else 0
+    try:
+        with zipfile.ZipFile(fileobj) as inner:
+            infos = inner.infolist()
+            check_zip_infos(infos, size=size, max_bytes=max_bytes, max_ratio=max_ratio, **where)
+            pickles = [i for i in infos if i.filename == "data.pkl" or i.filename.endswith("/data.pkl")]
+            if len(pickles) != 1:
+                raise DecodeError("is not a torch.save file (no single data.pkl).", **where)
+            with inner.open(pickles[0]) as member:
+                member._expected_crc = None  # type: ignore[attr-defined]  # torch may write none; the outer CRC covers it
+                payload = member.read()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, OverflowError) as err:
+        if isinstance(err, ZipsaveError):
+            raise
+        raise DecodeError(
+            f"is not a torch.save zip ({type(err).__name__}: {err}); zipsave reads only torch's zip format.", **where
+        ) from err
+    finally:
+        if hasattr(fileobj, "seek"):
+            fileobj.seek(start)
+    if len(payload) > max_bytes:
+        raise ArchiveLimitError(f"data.pkl holds {len(payload)} bytes; the limit is {max_bytes}.", **where)
+    prescan_pickle(payload, **where)
