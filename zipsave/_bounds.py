@@ -17,10 +17,10 @@ __all__ = [
     "alloc_budget", "check_int", "check_size", "check_zip_infos", "key_budget",
 ]
 
-#: Largest integer (in bits) a decoder builds: Python's default ``int`` string limit (4300
-#: digits) is about 14 300 bits; twice that leaves room for any seed or count while keeping
-#: big-number arithmetic (fractions, gcds, ``str()``) in milliseconds.
-MAX_INT_BITS = 1 << 15
+#: Largest integer (in bits) a decoder builds: about 39 500 decimal digits, room for any seed,
+#: count or exact value a program keeps, while big-number arithmetic on it (a fraction's gcd,
+#: ``str()``) stays within a fraction of a second. A 3-million-digit fraction takes minutes.
+MAX_INT_BITS = 1 << 17
 #: Most distinct keys of one container that may share a hash. Real data has a handful (``1``,
 #: ``1.0`` and ``True``); colliding keys make each insertion scan all the others.
 MAX_SAME_HASH = 32
