@@ -13,7 +13,7 @@ from typing import Any
 from .._bounds import KeyGuard, alloc_budget, check_int, check_zip_infos, key_budget
 from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
 
-__all__ = ["BoundedUnpickler", "check_torch_zip", "prescan_pickle"]
+__all__ = ["BoundedUnpickler", "check_legacy_torch", "check_torch_zip", "prescan_pickle"]
 
 _PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
 
@@ -41,9 +41,13 @@ class BoundedUnpickler(_PurePythonUnpickler):
         self.keys = KeyGuard(key_budget(len(payload)), **where)
         self.budget = alloc_budget(len(payload))
 
+    def _check_target(self, target: Any, opname: str) -> None:
+        """Refuse changing ``target`` in place (a subclass's hook)."""
+
     def load_setitem(self) -> None:
         value = self.stack.pop()
         key = self.stack.pop()
+        self._check_target(self.stack[-1], "SETITEM")
         self.keys.add(self.stack[-1], key)
         self.stack[-1][key] = value
 
@@ -52,6 +56,7 @@ class BoundedUnpickler(_PurePythonUnpickler):
     def load_setitems(self) -> None:
         items = self.pop_mark()
         target = self.stack[-1]
+        self._check_target(target, "SETITEMS")
         for i in range(0, len(items), 2):
             self.keys.add(target, items[i])
             target[items[i]] = items[i + 1]
@@ -60,8 +65,18 @@ class BoundedUnpickler(_PurePythonUnpickler):
 
     def load_additems(self) -> None:
         items = self.pop_mark()
-        self.keys.add_all(self.stack[-1], items)
-        self.stack[-1].update(items)
+        target = self.stack[-1]
+        self._check_target(target, "ADDITEMS")
+        self.keys.add_all(target, items)
+        if isinstance(target, set):
+            target.update(items)
+            return
+        # Looked up on the type: an instance attribute named `add` would be pickle-chosen.
+        add = getattr(type(target), "add", None)
+        if add is None:
+            raise pickle.UnpicklingError(f"ADDITEMS on a `{type(target).__qualname__}`, which has no add.")
+        for item in items:
+            add(target, item)
 
     dispatch[pickle.ADDITEMS[0]] = load_additems
 
@@ -129,13 +144,23 @@ class _Stub:
         pass
 
 
+class _Named(_Stub):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 class _Prescan(BoundedUnpickler):
     dispatch = dict(BoundedUnpickler.dispatch)
 
+    def __init__(self, payload: bytes, **where: Any) -> None:
+        super().__init__(payload, **where)
+        self.pids: list[Any] = []
+
     def find_class(self, module: str, name: str) -> Any:
-        return _Stub()
+        return _Named(f"{module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
+        self.pids.append(pid)
         return _Stub()
 
     def load_newobj(self) -> None:
@@ -185,6 +210,46 @@ def prescan_pickle(payload: bytes, **where: Any) -> None:
         raise DecodeError("the pickle nests too deeply to read.", **where) from None
     except Exception as err:
         raise DecodeError(f"the pickle is malformed ({type(err).__name__}: {err}).", **where) from err
+
+
+#: Bytes per element of torch's legacy storage classes (``torch.FloatStorage``...).
+_LEGACY_ITEMSIZE = {
+    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
+    "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
+}
+
+
+def check_legacy_torch(payload: bytes, **where: Any) -> None:
+    """Check a legacy (pre-zip) ``torch.save`` stream, as torch pickles a storage: five pickles
+    (magic, protocol, system info, the object, the storage keys), then for each key an element
+    count and the elements. torch allocates each count before reading: every count must fit in
+    the bytes that follow."""
+    try:
+        scan = _Prescan(bytes(payload), **where)
+        for _ in range(4):
+            scan.load()
+        keys = scan.load()
+        itemsize: dict[Any, int] = {}
+        for pid in scan.pids:
+            kind = getattr(pid[1], "name", "") if type(pid) is tuple and len(pid) > 2 else ""
+            size = _LEGACY_ITEMSIZE.get(kind.rpartition(".")[2].removesuffix("Storage")) if kind.startswith("torch.") else None
+            if size is None:
+                raise DecodeError(f"a legacy torch storage reference names {kind or pid!r}.", **where)
+            itemsize[pid[2]] = size
+        pos = scan._file_read.__self__.tell()
+        for key in keys if type(keys) is list else ():
+            count = int.from_bytes(payload[pos : pos + 8], "little", signed=True)
+            end = pos + 8 + count * itemsize.get(key, 16)
+            if key not in itemsize or count < 0 or end > len(payload):
+                raise ArchiveLimitError(
+                    f"a legacy torch storage `{key}` claims {count} elements; {len(payload) - pos - 8} bytes follow.",
+                    **where,
+                )
+            pos = end
+    except ZipsaveError:
+        raise
+    except Exception as err:
+        raise DecodeError(f"is not a readable torch storage ({type(err).__name__}: {err}).", **where) from err
 
 
 def check_torch_zip(fileobj: Any, *, size: int, max_bytes: int, max_ratio: float, **where: Any) -> None:

@@ -14,7 +14,7 @@ from .._bounds import alloc_budget
 from ..exceptions import UnsafeGlobalError
 from ._allowlist import default_allowlist
 from ._names import CODE_HINT
-from ._prescan import check_torch_zip
+from ._prescan import check_legacy_torch, check_torch_zip
 
 __all__ = ["SUBSTITUTED", "Owner", "Owners", "StorageType", "attribute_getter", "legacy_space_state", "owns_trusted", "substitutes"]
 
@@ -122,7 +122,10 @@ def substitutes(
         if type(data) is not bytes:
             raise error(f"torch.storage._load_from_bytes takes bytes, got {type(data).__name__}.")
         # torch.load trusts the zip's sizes and builds the pickle's dicts unchecked.
-        check_torch_zip(io.BytesIO(data), size=len(data), max_bytes=alloc_budget(len(data)), max_ratio=200.0, **where)
+        if data[:2] == b"PK":
+            check_torch_zip(io.BytesIO(data), size=len(data), max_bytes=alloc_budget(len(data)), max_ratio=200.0, **where)
+        else:  # torch pickles a storage in its legacy format
+            check_legacy_torch(data, **where)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # "TypedStorage is deprecated"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copyreg
 import enum
-import io
 import pickle
 import sys
 import types
@@ -13,32 +12,22 @@ from typing import Any, ClassVar
 
 import cloudpickle
 
-from .._bounds import KeyGuard, alloc_budget, check_int, key_budget
+from .._bounds import check_int
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
 from ._checks import Memo, check_bit_generator, check_dtype, check_seed_sequence
+from ._random import random_helpers
 from ._guards import build_state_problem, call_problem, check_keys, new_problem, numpy_random_kind, size_problem
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
+from ._prescan import BoundedUnpickler
 from ._substitutes import Owners, legacy_space_state, owns_trusted, substitutes
 
 __all__ = ["restricted_loads"]
 
-# typeshed describes pickle._Unpickler as the C class, without the stack and dispatch table.
-_PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
 
 
-def _bounded_int(load: Any) -> Any:
-    """An integer opcode that refuses integers too big for linear-time arithmetic."""
-
-    def run(self: Any) -> None:
-        load(self)
-        check_int(self.stack[-1], "an integer in the pickle", **self._where)
-
-    return run
-
-
-class _RestrictedUnpickler(_PurePythonUnpickler):
+class _RestrictedUnpickler(BoundedUnpickler):
     """pickle's pure-Python unpickler with every import, call and in-place change gated.
 
     The C ``pickle.Unpickler`` only lets a subclass hook imports; BUILD, REDUCE and NEWOBJ run
@@ -46,15 +35,12 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
     The pure-Python one dispatches each opcode through a table a subclass can replace.
     """
 
-    dispatch: ClassVar[dict[int, Any]] = dict(_PurePythonUnpickler.dispatch)
+    dispatch: ClassVar[dict[int, Any]] = dict(BoundedUnpickler.dispatch)
 
-    def __init__(
-        self, file: Any, policy: TrustPolicy, where: dict[str, Any], storages: Any = None, budget: int = 0
-    ) -> None:
-        super().__init__(file)
-        # What the values may cost in time and memory: proportional to the pickle's size.
-        self._budget = alloc_budget(budget)
-        self._keys = KeyGuard(key_budget(budget), **where)
+    def __init__(self, payload: bytes, policy: TrustPolicy, where: dict[str, Any], storages: Any = None) -> None:
+        # Sets and dicts, integers and reads bounded by the payload's size (BoundedUnpickler).
+        super().__init__(payload, **where)
+        self._budget, self._keys = self.budget, self.keys
         self._storages, self.owners = storages, Owners()
         self.memo = Memo()
         self._policy = policy
@@ -69,9 +55,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             "copyreg.__newobj__": self._newobj,
             "copyreg.__newobj_ex__": self._newobj_ex,
             "_codecs.encode": self._latin1_encode,
-            "numpy.random._pickle.__generator_ctor": self._generator_ctor,
-            "numpy.random._pickle.__bit_generator_ctor": self._bit_generator_ctor,
-            "numpy.random._pickle.__randomstate_ctor": self._randomstate_ctor,
+            **random_helpers(self._error, self._was_imported, self._describe),
         }
         imported_name = lambda obj: self._names.get(id(obj)) if self._was_imported(obj) else None  # noqa: E731
         self._substitutes = substitutes(self._error, imported_name, policy, where, self.owners)
@@ -223,43 +207,6 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         self._check_call(base, (state,), {}, "copyreg._reconstructor")
         return copyreg._reconstructor(cls, base, state)  # type: ignore[attr-defined]
 
-    # numpy's random-object helpers take a bit generator's name (numpy 1.x), its class (numpy 2)
-    # or a bit generator; a `ctor` argument must be the bit-generator helper itself, never any
-    # other callable the pickle imported (numpy's originals call whatever they are given).
-    def _bit_generator_ctor(self, bit_generator: Any = "MT19937") -> Any:
-        random = sys.modules["numpy.random"]
-        known = getattr(sys.modules["numpy.random._pickle"], "BitGenerators", {})
-        if isinstance(bit_generator, str) and type(known.get(bit_generator)) is type:
-            return known[bit_generator]()
-        if (
-            isinstance(bit_generator, type) and issubclass(bit_generator, random.BitGenerator)
-            and self._was_imported(bit_generator)
-        ):
-            return bit_generator()
-        raise self._error(
-            "numpy.random._pickle.__bit_generator_ctor needs the name of one of numpy's bit generators or a "
-            f"bit generator class the pickle imported by name, got {self._describe(bit_generator)}."
-        )
-
-    def _random_source(self, helper: str, bit_generator: Any, ctor: Any) -> Any:
-        random = sys.modules["numpy.random"]
-        if isinstance(bit_generator, random.BitGenerator):
-            return bit_generator
-        if ctor is not None and ctor is not self._guards["numpy.random._pickle.__bit_generator_ctor"]:
-            raise self._error(
-                f"numpy.random._pickle.{helper} takes numpy's bit-generator helper as its second argument, "
-                f"got {self._describe(ctor)}."
-            )
-        return self._bit_generator_ctor(bit_generator)
-
-    def _generator_ctor(self, bit_generator: Any = "MT19937", bit_generator_ctor: Any = None) -> Any:
-        source = self._random_source("__generator_ctor", bit_generator, bit_generator_ctor)
-        return sys.modules["numpy.random"].Generator(source)
-
-    def _randomstate_ctor(self, bit_generator: Any = "MT19937", bit_generator_ctor: Any = None) -> Any:
-        source = self._random_source("__randomstate_ctor", bit_generator, bit_generator_ctor)
-        return sys.modules["numpy.random"].RandomState(source)
-
     def _latin1_encode(self, obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
         normal = encoding.lower().replace("-", "").replace("_", "") if isinstance(encoding, str) else ""
         if not isinstance(obj, str) or normal not in ("latin1", "iso88591", "l1"):
@@ -365,53 +312,6 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         for item in items:
             append(target, item)
 
-    def load_setitem(self) -> None:
-        value = self.stack.pop()
-        key = self.stack.pop()
-        target = self.stack[-1]
-        self._check_target(target, "SETITEM")
-        self._keys.add(target, key)
-        target[key] = value
-
-    dispatch[pickle.SETITEM[0]] = load_setitem
-
-    def load_setitems(self) -> None:
-        items = self.pop_mark()
-        target = self.stack[-1]
-        self._check_target(target, "SETITEMS")
-        for i in range(0, len(items), 2):
-            self._keys.add(target, items[i])
-            target[items[i]] = items[i + 1]
-
-    dispatch[pickle.SETITEMS[0]] = load_setitems
-
-    def load_additems(self) -> None:
-        items = self.pop_mark()
-        target = self.stack[-1]
-        self._check_target(target, "ADDITEMS")
-        self._keys.add_all(target, items)
-        if isinstance(target, set):
-            target.update(items)
-            return
-        add = getattr(type(target), "add", None)
-        if add is None:
-            raise self._error(f"ADDITEMS on a `{type(target).__qualname__}`, which has no add.")
-        for item in items:
-            add(target, item)
-
-    dispatch[pickle.ADDITEMS[0]] = load_additems
-
-    def load_frozenset(self) -> None:
-        items = self.pop_mark()
-        self._keys.items_of(items)
-        self.append(frozenset(items))
-
-    dispatch[pickle.FROZENSET[0]] = load_frozenset
-
-    for _op, _name in ((pickle.LONG, "load_long"), (pickle.LONG1, "load_long1"), (pickle.LONG4, "load_long4")):
-        dispatch[_op[0]] = _bounded_int(getattr(_PurePythonUnpickler, _name))
-    del _op, _name
-
 
 def restricted_loads(
     payload: bytes,
@@ -465,7 +365,7 @@ def restricted_loads(
     try:
         if policy.allow_pickle:
             return cloudpickle.loads(payload)
-        unpickler = _RestrictedUnpickler(io.BytesIO(payload), policy, where, storages, len(payload))
+        unpickler = _RestrictedUnpickler(bytes(payload), policy, where, storages)
         return unpickler.owners.checked(unpickler.load())
     except UnsafeGlobalError as err:
         explain_by_value(err, bytes(payload))  # name the class: cloudpickle's function says nothing
