@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import pickle
 import sys
 import zipfile
 from typing import Any
