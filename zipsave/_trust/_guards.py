@@ -137,6 +137,9 @@ def build_state_problem(inst: Any, state: Any, is_random: Callable[[Any], bool])
         if type(part) is not dict:
             return f"gives a `{type(inst).__qualname__}` instance a {type(part).__qualname__} as state, not a dict (or a pair of dicts)"
         bad = sorted(f"`{k}`" if type(k) is str else repr(k) for k in part if type(k) is not str or k.startswith("__") or is_dunder(k))
+        # torch keeps hooks (callables it calls on forward/step/load) in `_..._hooks` dicts;
+        # saved modules and optimizers have them empty, and a loaded value may not plant one.
+        bad += sorted(f"`{k}`" for k in part if type(k) is str and k.endswith("hooks") and part[k])
         if bad:
             return f"sets the attribute(s) {', '.join(bad[:5])} on a `{type(inst).__qualname__}` instance"
     if type(state) is tuple and len(state) == 2 and state[1]:
