@@ -178,7 +178,7 @@ def main() -> None:
     os.chdir(sandbox)
     import sysconfig
 
-    roots = {sandbox, os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), "/dev/null", "/proc/self",
+    roots = {sandbox, *(os.path.realpath(r) for r in spec.get("roots", ())), "/proc/meminfo", os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), "/dev/null", "/proc/self",
              os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
              *(os.path.realpath(p) for p in sysconfig.get_paths().values()),
              *(os.path.realpath(p) for p in sys.path if p)}
@@ -203,6 +203,9 @@ def main() -> None:
             recording = True
             result = run_job(table[job["place"]], job["files"])
             recording = False
+            if os.path.exists(spec["marker"]):
+                events.append(f"created the marker file {spec['marker']}")
+                os.remove(spec["marker"])
             result.update(id=job["id"], events=list(events))
             out.write(json.dumps(result) + "\n")
             out.flush()
