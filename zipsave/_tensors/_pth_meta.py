@@ -177,7 +177,7 @@ def read_pth_meta(view: Any, limits: Any = None) -> PthMeta:
     """
     try:
         inner = zipfile.ZipFile(view)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, IndexError, OverflowError) as err:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, IndexError, OverflowError, NotImplementedError) as err:
         raise Unsupported(f"not a torch zip ({err})") from err
     with inner:
         infos = inner.infolist()

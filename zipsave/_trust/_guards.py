@@ -7,11 +7,13 @@ from __future__ import annotations
 import collections
 import enum
 import math
+import re
 import sys
 import types
 from typing import Any, Callable
 
 from .._bounds import KeyGuard, check_size
+from ..exceptions import ArchiveLimitError
 from ._names import is_dunder
 
 __all__ = ["build_state_problem", "call_problem", "new_problem", "size_problem"]
@@ -58,8 +60,17 @@ def new_problem(cls: type) -> str | None:
     return None
 
 
+#: The dtype strings numpy's own pickles pass to ``numpy.dtype`` ("f8", "V16", "M8[ns]", "O8");
+#: numpy's parser of longer spellings can take seconds and gigabytes on a few hundred bytes.
+_DTYPE_TEXT = re.compile(r"[<>|=]?[A-Za-z]{1,2}[0-9]{0,12}(\[[0-9]{0,12}[A-Za-z]{1,3}\])?")
+
+
 def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: dict, budget: int) -> None:
     """Refuse (raising) a call that would allocate or iterate over more than ``budget``."""
+    if name == "numpy.dtype" and args and type(args[0]) is str and not _DTYPE_TEXT.fullmatch(args[0]):
+        raise ArchiveLimitError(
+            f"`numpy.dtype({args[0][:40]!r})`: a pickled dtype names its kind and size only (like 'f8' or 'V16')."
+        )
     values = (*args, *kwargs.values())
     for value in values:
         for item in (value, *(value if type(value) in (tuple, list) and len(value) < 64 else ())):

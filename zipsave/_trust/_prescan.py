@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import struct
 import zipfile
 from typing import Any
 
@@ -40,6 +41,7 @@ class BoundedUnpickler(_PurePythonUnpickler):
         self.where = where
         self.keys = KeyGuard(key_budget(len(payload)), **where)
         self.budget = alloc_budget(len(payload))
+        self.size = len(payload)
 
     def _check_target(self, target: Any, opname: str) -> None:
         """Refuse changing ``target`` in place (a subclass's hook)."""
@@ -96,6 +98,15 @@ class BoundedUnpickler(_PurePythonUnpickler):
         self.append(target)
 
     dispatch[pickle.DICT[0]] = load_dict
+
+    def load_bytearray8(self) -> None:
+        # pickle's own version allocates the claimed length before reading anything.
+        (size,) = struct.unpack("<Q", self.read(8))
+        if size > self.size:
+            raise pickle.UnpicklingError(f"BYTEARRAY8 claims {size} bytes in a pickle of {self.size}")
+        self.append(bytearray(self.read(size)))
+
+    dispatch[pickle.BYTEARRAY8[0]] = load_bytearray8
 
     def load_reduce(self) -> None:
         args = self.stack[-1]
