@@ -8,7 +8,7 @@ from typing import Any
 
 from ._names import is_dunder
 
-__all__ = ["Memo", "check_bit_generator", "check_dtype", "check_seed_sequence", "instance_dunders", "rebuild_dtype"]
+__all__ = ["Memo", "check_bit_generator", "check_dtype", "check_seed_sequence", "dtype_state_problem", "instance_dunders", "rebuild_dtype"]
 
 # -- the unpickler ---------------------------------------------------------------------------
 class Memo(dict):
@@ -131,4 +131,22 @@ def check_seed_sequence(obj: Any, budget: int) -> str | None:
         return f"SeedSequence pool is not {size} uint32 words"
     if not 0 < size * 4 <= budget:
         return f"SeedSequence pool_size {size} is out of range"
+    return None
+
+
+def dtype_state_problem(dtype: Any, state: Any) -> str | None:
+    """Why ``state`` cannot be given to ``dtype.__setstate__`` safely, or None.
+
+    numpy's setter trusts the tuple's layout: a datetime dtype given a state without its unit
+    metadata dereferences NULL (SIGSEGV). The state must have the length and version numpy's
+    own ``__reduce__`` of the same kind of dtype has, and a datetime's metadata its shape.
+    """
+    reference = dtype.__reduce__()[2]
+    if type(state) is not tuple or len(state) != len(reference) or state[0] != reference[0]:
+        return f"expected a {len(reference)}-tuple of version {reference[0]}, got {type(state).__name__}"
+    if dtype.kind in "mM":
+        meta = state[-1]
+        unit = meta[1] if type(meta) is tuple and len(meta) == 2 else None
+        if not (type(unit) is tuple and len(unit) == 4 and type(unit[0]) is bytes and all(type(v) is int for v in unit[1:])):
+            return "a datetime dtype's state lacks its (unit, count, ...) metadata"
     return None

@@ -15,7 +15,7 @@ import cloudpickle
 from .._bounds import check_int
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
-from ._checks import Memo, check_bit_generator, check_dtype, check_seed_sequence
+from ._checks import Memo, check_bit_generator, check_dtype, check_seed_sequence, dtype_state_problem
 from ._random import random_helpers
 from ._guards import build_state_problem, call_problem, check_keys, new_problem, numpy_random_kind, size_problem
 from ._names import canonical, fix_py2_name, numpy_major
@@ -273,6 +273,9 @@ class _RestrictedUnpickler(BoundedUnpickler):
         # the buffer under it) or be numpy's shared builtin dtype. Build a fresh one, then point
         # the stack and memo at it; earlier users keep the old, consistent object.
         if isinstance(old, numpy.dtype):
+            problem = dtype_state_problem(old, state)
+            if problem:
+                raise self._error(f"numpy dtype state does not fit its dtype: {problem}.")
             fresh = numpy.dtype(old, copy=True)
             fresh.__setstate__(state)
             problem = check_dtype(numpy, fresh)
