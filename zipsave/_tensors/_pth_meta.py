@@ -223,7 +223,7 @@ def record_start(view: Any, info: zipfile.ZipInfo) -> int:
     if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
         raise Unsupported("compressed record")
     head = bytearray(30)
-    if view.read_at(info.header_offset, head) != 30 or head[:4] != b"PK\x03\x04":
+    if not 0 <= info.header_offset <= view.size - 30 or view.read_at(info.header_offset, head) != 30 or head[:4] != b"PK\x03\x04":
         raise Unsupported("damaged record header")
     start = info.header_offset + 30 + int.from_bytes(head[26:28], "little") + int.from_bytes(head[28:30], "little")
     if start + info.file_size > view.size:
