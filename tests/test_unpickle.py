@@ -29,7 +29,7 @@ from gymnasium import spaces
 from zipsave._trust import GROUPS as _GROUPS
 from zipsave._trust import TrustPolicy, default_allowlist, pickle_globals, restricted_loads
 from zipsave._trust._names import import_spelling as _import_spelling
-from zipsave.exceptions import DecodeError, UnsafeGlobalError
+from zipsave.exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT = TrustPolicy()
@@ -1048,3 +1048,42 @@ def test_an_untrusted_owner_of_a_trusted_name_is_never_handed_to_the_pickle():
         restricted_loads(payload, DEFAULT)
     with pytest.raises(UnsafeGlobalError, match=re.escape("`stable_baselines3.common.policies.BasePolicy`")):
         restricted_loads(pickle.dumps(BasePolicy, protocol=2), DEFAULT)  # the owner kept as a value
+
+
+# -- issue 27: C types without __init__, dtype state layouts, lengths, bounded calls ---------------
+@pytest.mark.parametrize("how", ["NEWOBJ", "copyreg.__newobj__"])
+def test_a_bit_generator_made_without_init_is_refused_before_its_state_is_set(tmp_path, how):
+    # numpy's PCG64 sets its C state up in __init__; __new__ alone then BUILD wrote through NULL.
+    pcg = _global("numpy.random._pcg64", "PCG64")
+    made = pcg + _body(()) + pickle.NEWOBJ if how == "NEWOBJ" else (
+        _global("copyreg", "__newobj__") + pcg + pickle.TUPLE1 + pickle.REDUCE)
+    payload = _p4(made, _body(np.random.PCG64(1).state), pickle.BUILD)
+    out = _run_isolated(tmp_path, payload)
+    assert f"DecodeError {how} creates `numpy.random._pcg64.PCG64` without `__init__`" in out, out
+
+
+def test_a_datetime_dtype_state_without_its_unit_is_refused(tmp_path):
+    # numpy's setter dereferences the missing unit metadata (a fuzzer's find).
+    state = (3, "<", None, None, None, -1, -1, 0)
+    payload = _p4(_global("numpy", "dtype"), _body(("m8", False, True)), pickle.REDUCE, _body(state), pickle.BUILD)
+    out = _run_isolated(tmp_path, payload)
+    assert "numpy dtype state does not fit its dtype: expected a 9-tuple of version 4" in out, out
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (_p4(pickle.BYTEARRAY8 + struct.pack("<Q", 40 << 30)), "BYTEARRAY8 claims 42949672960 bytes"),
+        (_p4(_global("builtins", "bytes"), _body((6 << 30,)), pickle.REDUCE), "`builtins.bytes(6442450944)` asks for"),
+        (_p4(_global("collections", "deque"), _global("builtins", "range"), _body((10**18,)), pickle.REDUCE,
+             pickle.TUPLE1, pickle.REDUCE), "`collections.deque` given a range asks for 1000000000000000000"),
+        (_p4(_global("numpy", "dtype"), _body(("(100000000000,)f8",)), pickle.REDUCE), "a pickled dtype names its kind"),
+        (_p4(_global("numpy.random._pickle", "__randomstate_ctor"), _body("MT19937"), _global("builtins", "bytes"),
+             pickle.TUPLE2, pickle.REDUCE), "takes numpy's bit-generator helper as its second argument"),
+        (_p4(pickle.LONG4 + struct.pack("<i", 20_000) + b"\x01" * 20_000), "an integer in the pickle has 159993 bits"),
+    ],
+    ids=["bytearray8-claim", "bytes-6gib", "deque-range", "dtype-text", "randomstate-ctor-callable", "long4-int"],
+)
+def test_what_a_pickle_asks_for_is_bounded(payload, expected):
+    with pytest.raises(ZipsaveError, match=re.escape(expected)):
+        restricted_loads(payload, DEFAULT)
