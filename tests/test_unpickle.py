@@ -29,7 +29,7 @@ from gymnasium import spaces
 from zipsave._trust import GROUPS as _GROUPS
 from zipsave._trust import TrustPolicy, default_allowlist, pickle_globals, restricted_loads
 from zipsave._trust._names import import_spelling as _import_spelling
-from zipsave.exceptions import DecodeError, UnsafeGlobalError
+from zipsave.exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT = TrustPolicy()
@@ -279,25 +279,45 @@ def test_build_cannot_modify_an_imported_class():
 
 
 @pytest.mark.parametrize(
-    "state",
-    [{"__array_interface__": {"data": (1, False)}}, [("__array_interface__", 1)], (None, {"__array__": 1})],
+    ("state", "expected"),
+    [
+        ({"__array_interface__": {"data": (1, False)}}, "BUILD sets the attribute(s) `__array_interface__`"),
+        ((None, {"__array__": 1}), "BUILD sets the attribute(s) `__array__`"),
+        (({"__class__": 1}, None), "BUILD sets the attribute(s) `__class__`"),
+        ({"__private": 1}, "BUILD sets the attribute(s) `__private`"),
+        ({1: 2}, "BUILD sets the attribute(s) 1 on"),
+        # Shapes that pickle's BUILD or a class's __setstate__ would also accept: refused whole.
+        ([("__array_interface__", 1)], "BUILD gives a `Discrete` instance a list as state"),
+        (({"n": 1}, [("__class__", 1)]), "BUILD gives a `Discrete` instance a list as state"),
+        (collections.OrderedDict(__class__=1), "BUILD gives a `Discrete` instance a OrderedDict as state"),
+        ((None, {"n": 3}), "BUILD sets 'n' on a `Discrete` instance, which are not its slots"),
+    ],
 )
-def test_build_refuses_protocol_attributes(state):
+def test_build_refuses_protocol_attributes(state, expected):
     payload = _p4(_global("gymnasium.spaces.discrete", "Discrete"), _body(()), pickle.NEWOBJ, _body(state), pickle.BUILD)
-    with pytest.raises(DecodeError, match=re.escape("BUILD sets the attribute(s) `__array")):
+    with pytest.raises(DecodeError, match=re.escape(expected)):
         restricted_loads(payload, DEFAULT)
 
 
 def test_only_imported_globals_may_be_called():
-    # ReLU() is allowed; calling the ReLU *instance* it returns is not.
-    payload = _p4(_global("torch.nn.modules.activation", "ReLU"), _body(()), pickle.REDUCE, _body((1,)), pickle.REDUCE)
+    # An empty ReLU (NEWOBJ) is allowed; calling the ReLU *instance* is not.
+    payload = _p4(_global("torch.nn.modules.activation", "ReLU"), _body(()), pickle.NEWOBJ, _body((1,)), pickle.REDUCE)
     expected = "REDUCE calls a ReLU object that the pickle did not import by name"
     with pytest.raises(DecodeError, match=re.escape(expected)):
         restricted_loads(payload, DEFAULT)
 
 
+@pytest.mark.parametrize("name", ["torch.nn.modules.activation.PReLU", "gymnasium.spaces.box.Box"])
+def test_python_classes_are_never_called(name):
+    # Their constructors build networks and arrays of any size; pickles create them empty.
+    module, _, qualname = name.rpartition(".")
+    payload = _p4(_global(module, qualname), _body((10**12,)), pickle.REDUCE)
+    with pytest.raises(DecodeError, match=re.escape(f"REDUCE calls the constructor of `{name}`")):
+        restricted_loads(payload, DEFAULT)
+
+
 def test_copyreg_reconstructor_needs_imported_classes():
-    instance = _global("torch.nn.modules.activation", "ReLU") + _body(()) + pickle.REDUCE
+    instance = _global("torch.nn.modules.activation", "ReLU") + _body(()) + pickle.NEWOBJ
     payload = _p4(
         _global("copyreg", "_reconstructor"), pickle.MARK, _global("collections", "OrderedDict"), instance,
         pickle.NONE, pickle.TUPLE, pickle.REDUCE,
@@ -939,7 +959,7 @@ def test_generator_pickle_of_this_numpy_loads():
 
 def test_generator_ctor_refuses_a_helper_the_pickle_did_not_import():
     payload = _generator_pickle(_body("PCG64"), _body(3))
-    with pytest.raises(DecodeError, match="needs a bit generator helper the pickle imported by name"):
+    with pytest.raises(DecodeError, match="takes numpy's bit-generator helper as its second argument, got a int"):
         restricted_loads(payload, DEFAULT)
 
 
@@ -962,7 +982,7 @@ def test_a_storage_payload_that_is_not_weights_only_never_runs(tmp_path):
     marker = tmp_path / "pwned"
     inner = pickle.dumps(_Call(os.system, f"touch {marker}"), protocol=2)
     payload = pickle.dumps(_Call(torch.storage._load_from_bytes, inner), protocol=2)
-    with pytest.raises(DecodeError, match="does not load with weights_only"):
+    with pytest.raises(DecodeError, match="does not load with weights_only|is not a readable torch storage"):
         restricted_loads(payload, DEFAULT)
     assert not marker.exists()
 
@@ -1028,3 +1048,42 @@ def test_an_untrusted_owner_of_a_trusted_name_is_never_handed_to_the_pickle():
         restricted_loads(payload, DEFAULT)
     with pytest.raises(UnsafeGlobalError, match=re.escape("`stable_baselines3.common.policies.BasePolicy`")):
         restricted_loads(pickle.dumps(BasePolicy, protocol=2), DEFAULT)  # the owner kept as a value
+
+
+# -- issue 27: C types without __init__, dtype state layouts, lengths, bounded calls ---------------
+@pytest.mark.parametrize("how", ["NEWOBJ", "copyreg.__newobj__"])
+def test_a_bit_generator_made_without_init_is_refused_before_its_state_is_set(tmp_path, how):
+    # numpy's PCG64 sets its C state up in __init__; __new__ alone then BUILD wrote through NULL.
+    pcg = _global("numpy.random._pcg64", "PCG64")
+    made = pcg + _body(()) + pickle.NEWOBJ if how == "NEWOBJ" else (
+        _global("copyreg", "__newobj__") + pcg + pickle.TUPLE1 + pickle.REDUCE)
+    payload = _p4(made, _body(np.random.PCG64(1).state), pickle.BUILD)
+    out = _run_isolated(tmp_path, payload)
+    assert f"DecodeError {how} creates `numpy.random._pcg64.PCG64` without `__init__`" in out, out
+
+
+def test_a_datetime_dtype_state_without_its_unit_is_refused(tmp_path):
+    # numpy's setter dereferences the missing unit metadata (a fuzzer's find).
+    state = (3, "<", None, None, None, -1, -1, 0)
+    payload = _p4(_global("numpy", "dtype"), _body(("m8", False, True)), pickle.REDUCE, _body(state), pickle.BUILD)
+    out = _run_isolated(tmp_path, payload)
+    assert "numpy dtype state does not fit its dtype: expected a 9-tuple of version 4" in out, out
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (_p4(pickle.BYTEARRAY8 + struct.pack("<Q", 40 << 30)), "BYTEARRAY8 claims 42949672960 bytes"),
+        (_p4(_global("builtins", "bytes"), _body((6 << 30,)), pickle.REDUCE), "`builtins.bytes(6442450944)` asks for"),
+        (_p4(_global("collections", "deque"), _global("builtins", "range"), _body((10**18,)), pickle.REDUCE,
+             pickle.TUPLE1, pickle.REDUCE), "`collections.deque` given a range asks for 1000000000000000000"),
+        (_p4(_global("numpy", "dtype"), _body(("(100000000000,)f8",)), pickle.REDUCE), "a pickled dtype names its kind"),
+        (_p4(_global("numpy.random._pickle", "__randomstate_ctor"), _body("MT19937"), _global("builtins", "bytes"),
+             pickle.TUPLE2, pickle.REDUCE), "takes numpy's bit-generator helper as its second argument"),
+        (_p4(pickle.LONG4 + struct.pack("<i", 20_000) + b"\x01" * 20_000), "an integer in the pickle has 159993 bits"),
+    ],
+    ids=["bytearray8-claim", "bytes-6gib", "deque-range", "dtype-text", "randomstate-ctor-callable", "long4-int"],
+)
+def test_what_a_pickle_asks_for_is_bounded(payload, expected):
+    with pytest.raises(ZipsaveError, match=re.escape(expected)):
+        restricted_loads(payload, DEFAULT)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._bounds import MAX_INT_BITS, KeyGuard, check_int
 from .._trust import TrustPolicy, restricted_loads
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from . import _spaces
@@ -52,9 +53,12 @@ class Decoder:
         self._archive = archive
         self._member = member
         self._key: str | None = None
+        self._keys = KeyGuard(1 << 62)
 
     def decode_entry(self, key: str, value: Any) -> Any:
         self._key = key
+        # JSON shares no parts, so hashing is linear; the guard bounds collisions per container.
+        self._keys = KeyGuard(1 << 62, key=key, member=self._member, archive=self._archive)
         try:
             return self.decode(value, 0)
         except RecursionError:
@@ -90,7 +94,16 @@ class Decoder:
             if not isinstance(pair, list) or len(pair) != 2:
                 raise DecodeError("expected [key, value] pairs in `items`.")
             out.append((self.decode(pair[0], depth + 1), self.decode(pair[1], depth + 1)))
+        target = object()
+        for key, _ in out:
+            self._keys.add(target, key)
         return out
+
+    def _members(self, body: dict, depth: int) -> list:
+        """The items of a set or frozenset, checked against hash flooding before hashing."""
+        items = [self.decode(v, depth) for v in _field(body, "items", list)]
+        self._keys.items_of(items)
+        return items
 
     def _native(self, body: Any, depth: int) -> Any:  # noqa: C901 - one dispatch table
         if not isinstance(body, dict):
@@ -101,11 +114,15 @@ class Decoder:
                 text = _field(body, "hex", str)
                 if not _HEX_INT.fullmatch(text):
                     raise DecodeError(f"expected a hexadecimal integer literal, found {text[:40]!r}.")
-                return int(text, 16)
+                if len(text) > MAX_INT_BITS // 4 + 4:
+                    raise DecodeError(f"a hexadecimal integer of {len(text)} digits is longer than {MAX_INT_BITS // 4}.")
+                return check_int(int(text, 16), "an integer", key=self._key, member=self._member, archive=self._archive)
             text = _field(body, "value", str)
             if not _DEC_INT.fullmatch(text):
                 raise DecodeError(f"expected a decimal integer literal, found {text[:40]!r}.")
-            return int(text)
+            if len(text) > MAX_INT_BITS // 3 + 2:
+                raise DecodeError(f"a decimal integer of {len(text)} digits is longer than {MAX_INT_BITS // 3}.")
+            return check_int(int(text), "an integer", key=self._key, member=self._member, archive=self._archive)
         if kind == "float":
             text = _field(body, "value", str)
             if text not in ("nan", "inf", "-inf") and not _is_number(text):
@@ -126,9 +143,9 @@ class Decoder:
                 raise DecodeError(f"`{body.get('class')}` has {len(fields)} fields, found {len(items)} values.")
             return cls._make(items)  # type: ignore[attr-defined]  # tuple.__new__: no class code runs
         if kind == "set":
-            return {self.decode(v, depth) for v in _field(body, "items", list)}
+            return set(self._members(body, depth))
         if kind == "frozenset":
-            return frozenset(self.decode(v, depth) for v in _field(body, "items", list))
+            return frozenset(self._members(body, depth))
         if kind == "bytes":
             return unb64(body.get("b64"))
         if kind == "bytearray":
@@ -235,6 +252,8 @@ class Decoder:
             numerator, denominator = self.decode(body.get("numerator"), depth), self.decode(body.get("denominator"), depth)
             if type(numerator) is not int or type(denominator) is not int or denominator == 0:
                 raise DecodeError("expected an integer `numerator` and a non-zero integer `denominator`.")
+            for part in (numerator, denominator):  # Fraction() takes a gcd: quadratic in the digits
+                check_int(part, "a fraction's part", key=self._key, member=self._member, archive=self._archive)
             return fractions.Fraction(numerator, denominator)
         if kind == "decimal":
             text = _field(body, "value", str)

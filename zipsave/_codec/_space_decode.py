@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._bounds import alloc_budget
 from .._trust import space_problem
 from ..exceptions import DecodeError
 from ._space_kinds import (
@@ -217,12 +219,17 @@ class SpaceDecoder:
                 path,
                 f"field `shape` must be a list of non-negative ints, got {describe(shape)}.",
             )
-        return (), {
-            "low": self.array_field(body, "low", path, "biuf"),
-            "high": self.array_field(body, "high", path, "biuf"),
-            "shape": tuple(shape),
-            "dtype": self.dtype_field(body, "dtype", path),
-        }
+        low, high = self.array_field(body, "low", path, "biuf"), self.array_field(body, "high", path, "biuf")
+        dtype = self.dtype_field(body, "dtype", path)
+        # Box broadcasts scalar bounds to the full shape: a few bytes could ask for terabytes.
+        need = math.prod(shape) * max(dtype.itemsize, 1)
+        budget = alloc_budget(low.nbytes + high.nbytes)
+        if need > budget:
+            raise self.error(
+                path, f"a Box of shape {tuple(shape)} needs {need} bytes for its bounds, more than the {budget} "
+                "a space decoded from this archive may ask for (64 MiB plus 16 times its saved bounds).",
+            )
+        return (), {"low": low, "high": high, "shape": tuple(shape), "dtype": dtype}
 
     def box_masks(self, space: Any, body: dict, path: str) -> None:
         for field in ("bounded_below", "bounded_above"):

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import io
-import pickle
 import sys
 import zipfile
 from typing import Any
 
 import torch
 
-__all__ = ["PthMeta", "StorageRef", "TensorRef", "Unsupported", "raw_record", "read_pth_meta", "record_start"]
+from .._archive import DEFAULT_LIMITS
+from .._bounds import check_zip_infos
+from .._trust import BoundedUnpickler
+from ..exceptions import ZipsaveError
+
+__all__ = ["PthMeta", "StorageRef", "TensorRef", "Unsupported", "check_inner_zip", "raw_record", "read_pth_meta", "record_start"]
 
 class Unsupported(Exception):
     """The metadata reader met something only ``torch.load`` understands."""
@@ -128,7 +131,10 @@ _META_GLOBALS: dict[tuple[str, str], Any] = {
 }
 
 
-class _MetaUnpickler(pickle.Unpickler):
+class _MetaUnpickler(BoundedUnpickler):
+    """pickle's pure-Python unpickler (C's preallocates whatever length a pickle claims)
+    with linear-time containers, resolving only torch's tensor-rebuilding names."""
+
     def find_class(self, module: str, name: str) -> Any:
         found = _META_GLOBALS.get((module, name))
         if found is not None:
@@ -161,19 +167,21 @@ class PthMeta:
     pickle: tuple[int, int] = (0, 0)
 
 
-def read_pth_meta(view: Any) -> PthMeta:
+def read_pth_meta(view: Any, limits: Any = None) -> PthMeta:
     """Parse a ``.pth`` member's inner zip and ``data.pkl`` without touching tensor bytes.
 
     ``view`` needs ``read_at(offset, buffer)``, ``size`` and a file interface
     (:class:`~zipsave._archive.MemberView`). Raises ``Unsupported`` for content only
-    ``torch.load`` understands.
+    ``torch.load`` understands, and :class:`~zipsave.ArchiveLimitError` for an inner zip
+    past ``limits`` (the archive's :class:`~zipsave.Limits`: a deflate bomb, a size lie).
     """
     try:
         inner = zipfile.ZipFile(view)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, IndexError, OverflowError) as err:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, IndexError, OverflowError, NotImplementedError) as err:
         raise Unsupported(f"not a torch zip ({err})") from err
     with inner:
         infos = inner.infolist()
+        check_inner_zip(infos, view.size, limits)
         pkl = [i for i in infos if i.filename.endswith("/data.pkl") or i.filename == "data.pkl"]
         if len(pkl) != 1:
             raise Unsupported("no single data.pkl")
@@ -186,8 +194,8 @@ def read_pth_meta(view: Any) -> PthMeta:
             raise Unsupported("no byteorder record on a big-endian machine")
         pickle_span = (record_start(view, pkl[0]), pkl[0].file_size)
         try:
-            tree = _MetaUnpickler(io.BytesIO(raw_record(view, pkl[0]))).load()
-        except Unsupported:
+            tree = _MetaUnpickler(raw_record(view, pkl[0])).load()
+        except (Unsupported, ZipsaveError):
             raise
         except Exception as err:  # malformed pickle: let torch.load produce its own error
             raise Unsupported(f"data.pkl unreadable ({err})") from err
@@ -200,12 +208,22 @@ def read_pth_meta(view: Any) -> PthMeta:
     return PthMeta(tree, records, pickle_span)
 
 
+def check_inner_zip(infos: list, size: int, limits: Any = None) -> None:
+    """The outer archive's :class:`~zipsave.Limits` applied to a ``.pth`` member's own zip:
+    its members together may not decompress past what one member may hold."""
+    limits = limits or DEFAULT_LIMITS
+    check_zip_infos(
+        infos, size=size, max_bytes=min(limits.max_member_bytes, limits.max_total_bytes),
+        max_ratio=limits.max_compression_ratio, max_members=limits.max_members,
+    )
+
+
 def record_start(view: Any, info: zipfile.ZipInfo) -> int:
     """Offset of a stored record's bytes inside the member (from its local header)."""
     if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
         raise Unsupported("compressed record")
     head = bytearray(30)
-    if view.read_at(info.header_offset, head) != 30 or head[:4] != b"PK\x03\x04":
+    if not 0 <= info.header_offset <= view.size - 30 or view.read_at(info.header_offset, head) != 30 or head[:4] != b"PK\x03\x04":
         raise Unsupported("damaged record header")
     start = info.header_offset + 30 + int.from_bytes(head[26:28], "little") + int.from_bytes(head[28:30], "little")
     if start + info.file_size > view.size:

@@ -13,7 +13,8 @@ import torch
 from torch.autograd.graph import increment_version
 
 from .. import _format
-from .._archive import OrderedCrc, crc32
+from .._archive import DEFAULT_LIMITS, OrderedCrc, crc32
+from .._trust import check_torch_zip
 from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, ZipsaveError
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_mmap import mmap_tree
@@ -83,6 +84,7 @@ def load_pth(
     check_dtypes: bool = False,
     validate: Callable[[Any], None] | None = None,
     records: dict[str, dict[str, Any]] | None = None,
+    limits: Any = None,
 ) -> tuple[Any, set[tuple]]:
     """Load one ``.pth`` member from a :class:`~zipsave._archive.MemberView`.
 
@@ -113,6 +115,9 @@ def load_pth(
         checked against its own CRC-32 instead of the whole member's (the bytes between
         records are then never read), and a mismatch names the tensor.
 
+    limits
+        The archive's :class:`~zipsave.Limits`, applied to the member's own zip too.
+
     Returns
     -------
     (tree, filled)
@@ -128,9 +133,9 @@ def load_pth(
             verify_crc = None
         source = BufferView(data)
     try:
-        meta = read_pth_meta(source)
+        meta = read_pth_meta(source, limits)
     except Unsupported:
-        tree = _torch_load(source, device, verify_crc)
+        tree = _torch_load(source, device, verify_crc, limits)
         if validate is not None:
             validate(tree)
         if targets is not None and (check_shapes or check_dtypes):
@@ -161,7 +166,7 @@ def load_pth(
     spans = sorted(meta.records.values())
     for (start, length), (next_start, _) in pairwise(spans):
         if start + length > next_start:
-            return _torch_load(source, device, verify_crc), set()
+            return _torch_load(source, device, verify_crc, limits), set()
 
     if mmap and source is view and getattr(view, "_fd", None) is not None:
         mapped = mmap_tree(view, meta, by_storage, device, verify_crc=verify_crc, records=records if per_record else None)
@@ -326,8 +331,10 @@ def _check_crc(actual: int, expected: int, *, filled: bool) -> None:
         )
 
 
-def _torch_load(view: Any, device: torch.device, verify_crc: int | None) -> Any:
-    """The fallback: ``torch.load(weights_only=True)`` after checking the member's CRC."""
+def _torch_load(view: Any, device: torch.device, verify_crc: int | None, limits: Any = None) -> Any:
+    """The fallback: ``torch.load(weights_only=True)`` after checking the member's CRC, its
+    zip against the archive's limits and its pickle's shape (torch's unpickler builds sets and
+    dicts without a hash-flood check)."""
     if verify_crc is not None:
         crc = 0
         buf = bytearray(min(_PIECE, max(view.size, 1)))
@@ -339,6 +346,12 @@ def _torch_load(view: Any, device: torch.device, verify_crc: int | None) -> Any:
             crc = crc32(memoryview(buf)[:n], crc)
             pos += n
         _check_crc(crc, verify_crc, filled=False)
+    view.seek(0)
+    limits = limits or DEFAULT_LIMITS
+    check_torch_zip(
+        view, size=view.size, max_bytes=min(limits.max_member_bytes, limits.max_total_bytes),
+        max_ratio=limits.max_compression_ratio,
+    )
     view.seek(0)
     return torch.load(view, map_location=device, weights_only=True)
 
@@ -361,6 +374,7 @@ def load_member(
             verify_crc=info.CRC if verify else None,
             mmap=mmap and targets is None,
             records=record_table(reader.expected(member)) if verify else None,
+            limits=reader.limits,
             **checks,
         )
     except ZipsaveError as err:

@@ -26,7 +26,7 @@ def check_archive(src: ArchiveSource) -> list[str]:
                     check_member(view, reader.info(name).CRC)
                     continue
                 try:
-                    meta = read_pth_meta(view)
+                    meta = read_pth_meta(view, reader.limits)
                 except Unsupported:
                     check_member(view, reader.info(name).CRC)
                     continue

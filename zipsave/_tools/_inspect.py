@@ -304,7 +304,7 @@ def _component_class(src: ArchiveSource, folder: str, notes: list[str]) -> str |
 
 def pth_meta(src: ArchiveSource, member: str, view: MemberView) -> PthMeta:
     try:
-        return read_pth_meta(view)
+        return read_pth_meta(view, src.limits)
     except Unsupported as err:
         raise ArchiveFormatError(
             f"cannot be listed without `torch.load` ({err}).",

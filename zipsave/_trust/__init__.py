@@ -15,19 +15,23 @@ the archive chooses. Loading is safe here because of three layers:
    must describe itself consistently, arrays are never built over a raw buffer by calling
    ``ndarray`` directly, and bit-generator positions must lie inside their buffers.
 
-What this does not stop: a payload may still ask an allowlisted constructor for a lot of
-memory or time (``bytearray(10**10)``). Bounding that is the archive layer's size limits' job.
+4. **Time and memory.** No C type is created without its ``__init__``, no Python class's
+   constructor is called (pickles create them empty and set their state), what a call may
+   allocate or iterate over is bounded by the pickle's size, and every set member and dict key
+   goes through :class:`zipsave._bounds.KeyGuard` (no hash flooding). Other unpicklers
+   (torch's ``weights_only``, DCP's metadata) read a pickle only after :func:`prescan_pickle`.
 """
 
 from ._allowlist import CORE_ALLOWLIST, GROUPS, default_allowlist
 from ._audit import pickle_globals
 from ._names import BY_VALUE_MARK
 from ._policy import TrustPolicy
+from ._prescan import BoundedUnpickler, check_torch_zip, prescan_pickle
 from ._space_check import space_problem
 from ._substitutes import SUBSTITUTED, StorageType
 from ._unpickler import restricted_loads
 
 __all__ = [
-    "BY_VALUE_MARK", "CORE_ALLOWLIST", "GROUPS", "SUBSTITUTED", "StorageType", "TrustPolicy", "default_allowlist",
-    "pickle_globals", "restricted_loads", "space_problem",
+    "BY_VALUE_MARK", "CORE_ALLOWLIST", "GROUPS", "SUBSTITUTED", "BoundedUnpickler", "StorageType", "TrustPolicy",
+    "check_torch_zip", "default_allowlist", "pickle_globals", "prescan_pickle", "restricted_loads", "space_problem",
 ]

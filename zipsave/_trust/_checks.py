@@ -8,7 +8,7 @@ from typing import Any
 
 from ._names import is_dunder
 
-__all__ = ["Memo", "check_bit_generator", "check_dtype", "instance_dunders", "rebuild_dtype"]
+__all__ = ["Memo", "check_bit_generator", "check_dtype", "check_seed_sequence", "dtype_state_problem", "instance_dunders", "rebuild_dtype"]
 
 # -- the unpickler ---------------------------------------------------------------------------
 class Memo(dict):
@@ -115,4 +115,38 @@ def check_bit_generator(obj: Any) -> str | None:
         value = value[step]
     if not 0 <= int(value) <= top:
         return f"{state['bit_generator']} {'/'.join(path)} is {value}, outside 0..{top}"
+    return None
+
+
+def check_seed_sequence(obj: Any, budget: int) -> str | None:
+    """Why a SeedSequence rebuilt from a pickle is unsound, or None: its pool must be the
+    uint32 vector of ``pool_size`` words that ``spawn`` and ``generate_state`` read, and the
+    pool size what the load may allocate for each child."""
+    module = sys.modules.get("numpy.random.bit_generator")
+    if module is None or not isinstance(obj, module.SeedSequence):
+        return None
+    pool, size = obj.pool, obj.pool_size
+    numpy = sys.modules["numpy"]
+    if not (isinstance(pool, numpy.ndarray) and pool.dtype == numpy.uint32 and pool.shape == (size,)):
+        return f"SeedSequence pool is not {size} uint32 words"
+    if not 0 < size * 4 <= budget:
+        return f"SeedSequence pool_size {size} is out of range"
+    return None
+
+
+def dtype_state_problem(dtype: Any, state: Any) -> str | None:
+    """Why ``state`` cannot be given to ``dtype.__setstate__`` safely, or None.
+
+    numpy's setter trusts the tuple's layout: a datetime dtype given a state without its unit
+    metadata dereferences NULL (SIGSEGV). The state must have the length and version numpy's
+    own ``__reduce__`` of the same kind of dtype has, and a datetime's metadata its shape.
+    """
+    reference = dtype.__reduce__()[2]
+    if type(state) is not tuple or len(state) != len(reference) or state[0] != reference[0]:
+        return f"expected a {len(reference)}-tuple of version {reference[0]}, got {type(state).__name__}"
+    if dtype.kind in "mM":
+        meta = state[-1]
+        unit = meta[1] if type(meta) is tuple and len(meta) == 2 else None
+        if not (type(unit) is tuple and len(unit) == 4 and type(unit[0]) is bytes and all(type(v) is int for v in unit[1:])):
+            return "a datetime dtype's state lacks its (unit, count, ...) metadata"
     return None

@@ -10,9 +10,11 @@ import io
 import warnings
 from typing import Any, Callable
 
+from .._bounds import alloc_budget
 from ..exceptions import UnsafeGlobalError
 from ._allowlist import default_allowlist
 from ._names import CODE_HINT
+from ._prescan import check_legacy_torch, check_torch_zip
 
 __all__ = ["SUBSTITUTED", "Owner", "Owners", "StorageType", "attribute_getter", "legacy_space_state", "owns_trusted", "substitutes"]
 
@@ -119,6 +121,11 @@ def substitutes(
 
         if type(data) is not bytes:
             raise error(f"torch.storage._load_from_bytes takes bytes, got {type(data).__name__}.")
+        # torch.load trusts the zip's sizes and builds the pickle's dicts unchecked.
+        if data[:2] == b"PK":
+            check_torch_zip(io.BytesIO(data), size=len(data), max_bytes=alloc_budget(len(data)), max_ratio=200.0, **where)
+        else:  # torch pickles a storage in its legacy format
+            check_legacy_torch(data, **where)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # "TypedStorage is deprecated"

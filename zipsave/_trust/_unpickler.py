@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copyreg
 import enum
-import io
 import pickle
 import sys
 import types
@@ -13,21 +12,23 @@ from typing import Any, ClassVar
 
 import cloudpickle
 
+from .._bounds import check_int
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
-from ._checks import Memo, check_dtype, instance_dunders
+from ._checks import Memo, check_dtype, check_seed_sequence, dtype_state_problem
+from ._guards import build_state_problem, call_problem, check_keys, new_problem, numpy_random_kind, size_problem
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
+from ._prescan import BoundedUnpickler
+from ._random import random_helpers
 from ._space_check import built_problem
 from ._substitutes import Owners, legacy_space_state, owns_trusted, substitutes
 
 __all__ = ["restricted_loads"]
 
-# typeshed describes pickle._Unpickler as the C class, without the stack and dispatch table.
-_PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
 
 
-class _RestrictedUnpickler(_PurePythonUnpickler):
+class _RestrictedUnpickler(BoundedUnpickler):
     """pickle's pure-Python unpickler with every import, call and in-place change gated.
 
     The C ``pickle.Unpickler`` only lets a subclass hook imports; BUILD, REDUCE and NEWOBJ run
@@ -35,10 +36,12 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
     The pure-Python one dispatches each opcode through a table a subclass can replace.
     """
 
-    dispatch: ClassVar[dict[int, Any]] = dict(_PurePythonUnpickler.dispatch)
+    dispatch: ClassVar[dict[int, Any]] = dict(BoundedUnpickler.dispatch)
 
-    def __init__(self, file: Any, policy: TrustPolicy, where: dict[str, Any], storages: Any = None) -> None:
-        super().__init__(file)
+    def __init__(self, payload: bytes, policy: TrustPolicy, where: dict[str, Any], storages: Any = None) -> None:
+        # Sets and dicts, integers and reads bounded by the payload's size (BoundedUnpickler).
+        super().__init__(payload, **where)
+        self._budget, self._keys = self.budget, self.keys
         self._storages, self.owners = storages, Owners()
         self.memo = Memo()
         self._policy = policy
@@ -53,8 +56,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             "copyreg.__newobj__": self._newobj,
             "copyreg.__newobj_ex__": self._newobj_ex,
             "_codecs.encode": self._latin1_encode,
-            "numpy.random._pickle.__generator_ctor": self._generator_ctor,
-            "numpy.random._pickle.__bit_generator_ctor": self._bit_generator_ctor,
+            **random_helpers(self._error, self._was_imported, self._describe),
         }
         imported_name = lambda obj: self._names.get(id(obj)) if self._was_imported(obj) else None  # noqa: E731
         self._substitutes = substitutes(self._error, imported_name, policy, where, self.owners)
@@ -109,7 +111,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         self.append(self.find_class(*key))
 
     # calls
-    def _check_call(self, func: Any, args: Any, kwargs: Any, opname: str) -> None:
+    def _check_call(self, func: Any, args: Any, kwargs: Any, opname: str, calls_init: bool = True) -> None:
         if self._references.get(id(func)) is func and not self._was_imported(func):
             name = self._describe(func)
             raise UnsafeGlobalError(
@@ -137,19 +139,33 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
                 f"{opname} calls `{self._describe(func)}` with a buffer, which can lay an array over "
                 "arbitrary memory; numpy's own pickles never do this."
             )
+        name = self._names.get(id(func))
+        problem = call_problem(name, func, opname) if calls_init else None
+        if problem:
+            raise self._error(problem + ".")
+        size_problem(numpy, name, func, args, kwargs, self._budget)
+        check_keys(self._keys, args, kwargs)
 
     def _new_object(self, cls: Any, args: Any, kwargs: Any, opname: str) -> Any:
         if not isinstance(cls, type):
             raise self._error(f"{opname} needs a class, got {self._describe(cls)}.")
-        self._check_call(cls, args, kwargs, opname)
-        return cls.__new__(cls, *args, **kwargs)
+        problem = new_problem(cls)
+        if problem:
+            raise self._error(f"{opname} creates `{self._describe(cls)}` without `__init__`: {problem}.")
+        self._check_call(cls, args, kwargs, opname, calls_init=False)
+        return self._checked_result(cls.__new__(cls, *args, **kwargs))
+
+    def _checked_result(self, value: Any) -> Any:
+        if type(value) is int:
+            check_int(value, "an integer built by the pickle", **self._where)
+        return value
 
     def load_reduce(self) -> None:
         stack = self.stack
         args = stack.pop()
         func = stack[-1]
         self._check_call(func, args, {}, "REDUCE")
-        stack[-1] = func(*args)
+        stack[-1] = self._checked_result(func(*args))
 
     dispatch[pickle.REDUCE[0]] = load_reduce
 
@@ -185,36 +201,12 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
                 raise self._error(
                     f"copyreg._reconstructor needs classes the pickle imported by name, got {self._describe(obj)}."
                 )
+        if base is object:
+            problem = new_problem(cls)
+            if problem:
+                raise self._error(f"copyreg._reconstructor creates `{self._describe(cls)}` without `__init__`: {problem}.")
         self._check_call(base, (state,), {}, "copyreg._reconstructor")
         return copyreg._reconstructor(cls, base, state)  # type: ignore[attr-defined]
-
-    def _generator_ctor(self, bit_generator: Any = "MT19937", bit_generator_ctor: Any = None) -> Any:
-        # Every numpy's pickles, whichever numpy reads them: numpy < 1.25 wrote (name,),
-        # 1.25-1.26 (name, ctor), numpy 2 (bit generator,); numpy < 1.25 reads only the first.
-        random = sys.modules["numpy.random"]
-        if isinstance(bit_generator, random.BitGenerator):
-            return random.Generator(bit_generator)
-        if bit_generator_ctor is not None:
-            if not self._was_imported(bit_generator_ctor):
-                raise self._error(
-                    "numpy.random._pickle.__generator_ctor needs a bit generator helper the pickle "
-                    f"imported by name, got {self._describe(bit_generator_ctor)}."
-                )
-            return random.Generator(bit_generator_ctor(bit_generator))
-        # (getattr: a dunder-prefixed name written here would be mangled to this class's.)
-        return getattr(sys.modules["numpy.random._pickle"], "__generator_ctor")(bit_generator)
-
-    def _bit_generator_ctor(self, bit_generator: Any = "MT19937") -> Any:
-        # numpy 2 pickles the bit generator's class, numpy 1.x its name (all numpy 1.x read).
-        random = sys.modules["numpy.random"]
-        if isinstance(bit_generator, type) and issubclass(bit_generator, random.BitGenerator):
-            if not self._was_imported(bit_generator):
-                raise self._error(
-                    "numpy.random._pickle.__bit_generator_ctor needs a bit generator class the pickle "
-                    f"imported by name, got {self._describe(bit_generator)}."
-                )
-            return bit_generator()
-        return getattr(sys.modules["numpy.random._pickle"], "__bit_generator_ctor")(bit_generator)
 
     def _latin1_encode(self, obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
         normal = encoding.lower().replace("-", "").replace("_", "") if isinstance(encoding, str) else ""
@@ -253,12 +245,11 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             stack.pop()
             self._build_numpy(numpy, inst, state)
             return
-        dunders = instance_dunders(state)
-        if dunders:
+        problem = build_state_problem(inst, state, numpy_random_kind)
+        if problem:
             raise self._error(
-                f"BUILD sets the attribute(s) {', '.join(f'`{d}`' for d in dunders)} on a "
-                f"`{cls.__qualname__}` instance; protocol attributes are refused because numpy and torch "
-                "read them from instances (`__array_interface__` can point at any memory)."
+                f"BUILD {problem}; a state is a dict of attribute names, and protocol attributes are refused "
+                "in every shape (`__array_interface__` can point at any memory, `__class__` changes the object)."
             )
         if (
             numpy is not None
@@ -272,7 +263,7 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         if type(state) is dict and cls.__module__.startswith("gymnasium.spaces"):
             stack[-1] = legacy_space_state(state)
         super().load_build()
-        problem = built_problem(inst)  # a bit generator's position, a space's arrays
+        problem = built_problem(inst) or check_seed_sequence(inst, self._budget)  # positions, arrays, pools
         if problem:
             raise self._error(f"{problem}.")
 
@@ -283,6 +274,9 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
         # the buffer under it) or be numpy's shared builtin dtype. Build a fresh one, then point
         # the stack and memo at it; earlier users keep the old, consistent object.
         if isinstance(old, numpy.dtype):
+            problem = dtype_state_problem(old, state)
+            if problem:
+                raise self._error(f"numpy dtype state does not fit its dtype: {problem}.")
             fresh = numpy.dtype(old, copy=True)
             fresh.__setstate__(state)
             problem = check_dtype(numpy, fresh)
@@ -321,39 +315,6 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             raise self._error(f"{opname} on a `{type(target).__qualname__}`, which has no append or extend.")
         for item in items:
             append(target, item)
-
-    def load_setitem(self) -> None:
-        value = self.stack.pop()
-        key = self.stack.pop()
-        target = self.stack[-1]
-        self._check_target(target, "SETITEM")
-        target[key] = value
-
-    dispatch[pickle.SETITEM[0]] = load_setitem
-
-    def load_setitems(self) -> None:
-        items = self.pop_mark()
-        target = self.stack[-1]
-        self._check_target(target, "SETITEMS")
-        for i in range(0, len(items), 2):
-            target[items[i]] = items[i + 1]
-
-    dispatch[pickle.SETITEMS[0]] = load_setitems
-
-    def load_additems(self) -> None:
-        items = self.pop_mark()
-        target = self.stack[-1]
-        self._check_target(target, "ADDITEMS")
-        if isinstance(target, set):
-            target.update(items)
-            return
-        add = getattr(type(target), "add", None)
-        if add is None:
-            raise self._error(f"ADDITEMS on a `{type(target).__qualname__}`, which has no add.")
-        for item in items:
-            add(target, item)
-
-    dispatch[pickle.ADDITEMS[0]] = load_additems
 
 
 def restricted_loads(
@@ -408,7 +369,7 @@ def restricted_loads(
     try:
         if policy.allow_pickle:
             return cloudpickle.loads(payload)
-        unpickler = _RestrictedUnpickler(io.BytesIO(payload), policy, where, storages)
+        unpickler = _RestrictedUnpickler(bytes(payload), policy, where, storages)
         return unpickler.owners.checked(unpickler.load())
     except UnsafeGlobalError as err:
         explain_by_value(err, bytes(payload))  # name the class: cloudpickle's function says nothing

@@ -120,7 +120,7 @@ def archive_metadata(path: str) -> Metadata:
             reader.check_recorded(name)
             with reader.open_view(name) as view:
                 try:
-                    meta = read_pth_meta(view)
+                    meta = read_pth_meta(view, reader.limits)
                 except ZipsaveError:
                     raise
                 except Exception as err:  # the metadata reader refuses what only torch.load understands

@@ -17,6 +17,7 @@ from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from .._api import save_archive
+from .._trust import prescan_pickle
 from ..exceptions import ArchiveFormatError, IntegrityError, UnsafeGlobalError, ZipsaveError
 from . import _layout
 from ._errors import raise_zipsave_error
@@ -75,7 +76,10 @@ class SafeFileSystemReader(FileSystemReader):
         path = os.path.join(os.fspath(self.path), _DCP_METADATA)
         with open(path, "rb") as fp:
             try:
-                metadata = _MetadataUnpickler(fp, os.fspath(self.path)).load()
+                raw = fp.read()
+                # C's unpickler preallocates claimed lengths and builds sets/dicts unchecked.
+                prescan_pickle(raw, archive=os.fspath(self.path), member=_DCP_METADATA)
+                metadata = _MetadataUnpickler(io.BytesIO(raw), os.fspath(self.path)).load()
             except ZipsaveError:
                 raise
             except Exception as err:

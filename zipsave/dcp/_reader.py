@@ -18,8 +18,10 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
-from .._archive import ArchiveReader, open_input
+from .._archive import DEFAULT_LIMITS, ArchiveReader, open_input
+from .._bounds import alloc_budget
 from .._json import loads as json_loads
+from .._trust import check_torch_zip
 from ..exceptions import ArchiveFormatError, IntegrityError, UnsafeGlobalError, ZipsaveError
 from . import _layout, _metadata, _region
 from ._archive_source import ArchiveSource, archive_metadata
@@ -44,6 +46,12 @@ def check_pickle(raw: bytes, archive: Any, member: str) -> None:
     DCP's default planner unpickles non-tensor values with ``weights_only=False``, which would
     run whatever code the bytes name; they are first read with the restricted loader here.
     """
+    # torch's unpickler builds sets and dicts without a hash-flood check and trusts the zip's
+    # sizes: the value's zip and pickle are checked first, bounded by the value's own size.
+    check_torch_zip(
+        io.BytesIO(raw), size=len(raw), max_bytes=alloc_budget(len(raw)), max_ratio=DEFAULT_LIMITS.max_compression_ratio,
+        archive=archive, member=member,
+    )
     try:
         torch.load(io.BytesIO(raw), weights_only=True)
     except pickle.UnpicklingError as err:

@@ -4,10 +4,13 @@ parameters in ``data`` and weights in ``policy.pth``, an archive that loads with
 from __future__ import annotations
 
 import inspect
+import os
 import zipfile
 from typing import Any
 
 import zipsave
+from zipsave._archive import DEFAULT_LIMITS
+from zipsave._bounds import check_zip_infos
 from zipsave._trust import StorageType, TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError, ParameterMismatchError
 
@@ -97,6 +100,16 @@ def _is_torch_file(path: Any) -> bool:
             path.seek(0)
 
 
+def _file_size(path: Any) -> int:
+    if hasattr(path, "seek"):
+        at = path.tell()
+        try:
+            return path.seek(0, os.SEEK_END)
+        finally:
+            path.seek(at)
+    return os.path.getsize(path)
+
+
 def read_sb3_policy_file(path: Any, policy: TrustPolicy) -> tuple[dict, dict]:
     """``(data, state_dict)`` of a file SB3's own ``policy.save`` wrote (``torch.save`` of
     ``{"state_dict": ..., "data": constructor parameters}``) without ``torch.load``'s pickle:
@@ -105,6 +118,11 @@ def read_sb3_policy_file(path: Any, policy: TrustPolicy) -> tuple[dict, dict]:
     import torch
 
     with zipfile.ZipFile(path) as archive:
+        # A plain zip from outside zipsave's reader: the same limits, so no deflate bomb.
+        check_zip_infos(
+            archive.infolist(), size=_file_size(path), max_bytes=DEFAULT_LIMITS.max_total_bytes,
+            max_ratio=DEFAULT_LIMITS.max_compression_ratio, max_members=DEFAULT_LIMITS.max_members, archive=path,
+        )
         pickle_name = next((n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
         if pickle_name is None:
             raise zipsave.ArchiveFormatError("is not a torch.save file (no data.pkl).", archive=path)

@@ -1,0 +1,273 @@
+"""The adversarial suite: every hostile payload of ``tests/adversarial/corpus.py`` delivered to
+every load place, each load in a worker process (``tests/adversarial/worker.py``) with an
+address-space limit, a time limit and an audit hook.
+
+What must hold for every delivery: nothing ran (no marker file, no process, socket, foreign
+import or open outside the sandbox), no crash (a signal exit), no hang (each load under its
+time limit), no memory error under the limit, and a refusal is a ``ZipsaveError``. Payloads
+that crashed the interpreter get a worker each; the rest share one.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import io
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import warnings
+import zipfile
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from adversarial import corpus  # noqa: E402
+
+WORKER = pathlib.Path(__file__).resolve().parent / "adversarial" / "worker.py"
+HOSTILE = pathlib.Path(__file__).resolve().parent / "data" / "hostile"
+JOB_SECONDS = 15  # each load; the worker's alarm is 20 s
+
+
+def _make_hostile():
+    sys.path.insert(0, str(HOSTILE))
+    try:
+        import make_hostile
+    finally:
+        sys.path.remove(str(HOSTILE))
+    return make_hostile
+
+
+def _rebuild(base: bytes, replace: dict[str, bytes], data_extra: dict | None = None) -> bytes:
+    """The base archive with members replaced (and ``data`` entries added); manifest redone."""
+    mh = _make_hostile()
+    members = []
+    with zipfile.ZipFile(io.BytesIO(base)) as zf:
+        names = [n for n in zf.namelist() if n != "manifest.json"]
+        for name in names:
+            raw = replace.pop(name, None) if name in replace else zf.read(name)
+            if name == "data" and data_extra:
+                data = json.loads(raw)
+                data.update(data_extra)
+                raw = json.dumps(data).encode()
+            members.append(mh.Member(name, raw))
+    members += [mh.Member(name, raw) for name, raw in replace.items()]
+    return mh.build_zip(members)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """A small PPO archive, a DCP checkpoint, and valid files for the workers' warm-up."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    import zipsave
+
+    root = tmp_path_factory.mktemp("adversarial")
+    sb3 = pytest.importorskip("stable_baselines3")
+    model = sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu")
+    zipsave.save(model, root / "ppo.zip")
+    policy_file = root / "policy_file.zip"
+    with zipsave.sb3.installed():
+        model.policy.save(policy_file)
+    dcp_dir = root / "dcp"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "assuming ... a single process": it is
+        dcp.save({"x": torch.zeros(2)}, checkpoint_id=str(dcp_dir), no_dist=True)
+    side = root / "side.pkl"
+    side.write_bytes(corpus.program({"a": 1}))
+    return {"root": root, "ppo": (root / "ppo.zip").read_bytes(), "policy_file": str(policy_file),
+            "dcp_dir": str(dcp_dir), "side": str(side)}
+
+
+def _deliveries(payload: corpus.Payload, assets: dict, folder: pathlib.Path, sb3: bool) -> list[tuple[str, dict]]:
+    folder.mkdir(parents=True)
+    out = _all_deliveries(payload, assets, folder)
+    return out if sb3 else [(place, files) for place, files in out if place not in corpus.SB3_DOORS]
+
+
+def _all_deliveries(payload: corpus.Payload, assets: dict, folder: pathlib.Path) -> list[tuple[str, dict]]:
+    out: list[tuple[str, dict]] = []
+
+    def write(name: str, raw: bytes) -> str:
+        path = folder / name
+        path.write_bytes(raw)
+        return str(path)
+
+    def dcp_with(metadata: bytes) -> str:
+        target = folder / "dcp"
+        shutil.copytree(assets["dcp_dir"], target)
+        (target / ".metadata").write_bytes(metadata)
+        return str(target)
+
+    if payload.pickle is not None:
+        raw = payload.pickle
+        entry = {":type:": "<class 'object'>", ":serialized:": base64.b64encode(raw).decode()}
+        if "data" in payload.via:
+            archive = write("data.zip", _rebuild(assets["ppo"], {}, {"evil": entry}))
+            out += [(place, {"archive": archive}) for place in corpus.PICKLE_PLACES["data"]]
+        if "side" in payload.via:
+            side = write("side.pkl", raw)
+            out += [(place, {"side": side}) for place in corpus.PICKLE_PLACES["side"]]
+        if "policy_file" in payload.via:
+            policy = write("policy.pth", corpus.pth_with_pickle(raw))
+            out += [(place, {"policy_file": policy}) for place in corpus.PICKLE_PLACES["policy_file"]]
+        if "pth" in payload.via:
+            archive = write("pth.zip", _rebuild(assets["ppo"], {"policy.pth": corpus.pth_with_pickle(raw)}))
+            out += [(place, {"archive": archive}) for place in corpus.PICKLE_PLACES["pth"]]
+        if "dcp_meta" in payload.via:
+            out += [(place, {"dcp_dir": dcp_with(raw)}) for place in corpus.PICKLE_PLACES["dcp_meta"]]
+    if payload.json is not None:
+        key = "env" if payload.name == "sb3_env_string" else "evil"
+        archive = write("json.zip", _rebuild(assets["ppo"], {}, {key: payload.json}))
+        out += [(place, {"archive": archive}) for place in corpus.JSON_PLACES]
+    if payload.members is not None:
+        members = dict(payload.members)
+        if "policy_file" in members:
+            out.append(("policy_file", {"policy_file": write("policy.pth", members.pop("policy_file"))}))
+        if "dcp_meta" in members:
+            out.append(("dcp_consolidate", {"dcp_dir": dcp_with(members.pop("dcp_meta"))}))
+        if members:
+            archive = write("members.zip", _rebuild(assets["ppo"], members))
+            out += [(place, {"archive": archive}) for place in corpus.MEMBER_PLACES]
+    return out
+
+
+def _dcp_traversal(assets: dict) -> list[corpus.Payload]:
+    """DCP metadata whose storage paths leave the checkpoint (the other half's family)."""
+    import pickle
+
+    raw = (pathlib.Path(assets["dcp_dir"]) / ".metadata").read_bytes()
+    out = []
+    for name, target in (("dcp_relative_path_absolute", "/etc/hostname"), ("dcp_relative_path_dotdot", "../../../etc/hostname"),
+                         ("dcp_relative_path_dev_zero", "/dev/zero")):
+        metadata = pickle.loads(raw)  # our own checkpoint, written just above
+        for info in metadata.storage_data.values():
+            info.relative_path = target
+        out.append(corpus.Payload(name, "i27a", members={"dcp_meta": pickle.dumps(metadata)}))
+    return out
+
+
+def _warmup(assets: dict) -> list:
+    import_archive = str(assets["root"] / "ppo.zip")
+    files = {"archive": import_archive, "side": assets["side"], "policy_file": assets["policy_file"],
+             "dcp_dir": assets["dcp_dir"]}
+    places = ["load", "restore", "load_archive", "read", "load_cls_ppo", "ppo_load", "set_parameters", "replay_buffer",
+              "vecnormalize", "policy_file", "cli_inspect", "cli_verify", "dcp_consolidate", "dcp_load"]
+    return [[place, files] for place in places]
+
+
+def _run_worker(sandbox: pathlib.Path, jobs: list[dict], assets: dict, timeout: float) -> tuple[list[dict], str]:
+    sandbox.mkdir(parents=True, exist_ok=True)
+    spec = sandbox / "jobs.json"
+    results = sandbox / "results.jsonl"
+    places = {job["place"] for job in jobs}
+    spec.write_text(json.dumps({
+        "sandbox": str(sandbox), "jobs": jobs, "marker": corpus.MARKER,
+        "warmup": [w for w in _warmup(assets) if w[0] in places],
+        # The archives handed to the places, and the files they are made from, may be read.
+        "roots": [str(sandbox.parent.parent), str(assets["root"])],
+    }))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pathlib.Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    env.pop("PYTHONWARNINGS", None)
+    try:
+        proc = subprocess.run([sys.executable, str(WORKER), str(spec), str(results)], cwd=sandbox, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        status = f"exit {proc.returncode}: {proc.stderr[-2000:]}" if proc.returncode else ""
+    except subprocess.TimeoutExpired:
+        status = "worker timed out"
+    lines = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    done = {line["id"]: line for line in lines if "outcome" in line}
+    out = []
+    for job in jobs:
+        if job["id"] in done:
+            out.append(done[job["id"]])
+        elif any(line.get("start") == job["id"] for line in lines):
+            out.append({"id": job["id"], "outcome": "crash", "error": status, "events": [], "seconds": None})
+        else:
+            out.append({"id": job["id"], "outcome": "not run", "error": status, "events": [], "seconds": None})
+    return out, status
+
+
+def _problems(result: dict, marker_made: bool) -> list[str]:
+    found = []
+    if result["outcome"] not in ("refused", "loaded"):
+        found.append(f"{result['outcome']}: {result['error']}")
+    if result["events"]:
+        found.append(f"ran: {result['events']}")
+    if result["seconds"] is not None and result["seconds"] > JOB_SECONDS:
+        found.append(f"took {result['seconds']} s")
+    if marker_made:
+        found.append(f"the marker file {corpus.MARKER} was created")
+    return found
+
+
+@pytest.fixture(scope="module")
+def outcomes(assets, tmp_path_factory):
+    """Every payload in every place: {payload name: [(place, result)]}."""
+    payloads = corpus.all_payloads() + _dcp_traversal(assets)
+    sample = corpus.sb3_sample(payloads)
+    root = tmp_path_factory.mktemp("deliveries")
+    batched: list[dict] = []
+    alone: list[tuple[str, list[dict]]] = []
+    owner: dict[str, tuple[str, str]] = {}
+    for payload in payloads:
+        jobs = []
+        for i, (place, files) in enumerate(_deliveries(payload, assets, root / payload.name, payload.name in sample)):
+            job_id = f"{payload.name}#{i}"
+            owner[job_id] = (payload.name, place)
+            jobs.append({"id": job_id, "place": place, "files": files})
+        (alone.append((payload.name, jobs)) if payload.crash else batched.extend(jobs))
+    half = len(batched) // 2
+    runs = [("batch0", batched[:half], 600.0), ("batch1", batched[half:], 600.0)]
+    runs += [(name, jobs, 300.0) for name, jobs in alone]
+    results: dict[str, list] = {p.name: [] for p in payloads}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        futures = {pool.submit(_run_worker, root / "sandbox" / name, jobs, assets, timeout): name for name, jobs, timeout in runs}
+        for future in concurrent.futures.as_completed(futures):
+            sandbox = root / "sandbox" / futures[future]
+            found, _ = future.result()
+            marker = (sandbox / corpus.MARKER).exists()
+            for result in found:
+                name, place = owner[result["id"]]
+                results[name].append((place, result, marker))
+    return results
+
+
+#: Refusals that reach the caller wrapped in another library's exception (DCP's
+#: CheckpointException around zipsave's error): the other half of issue 27 translates them.
+NEEDS_I27A_TRANSLATION = ("dcp_consolidate: foreign: CheckpointException",)
+
+ALL = corpus.all_payloads()
+NAMES = [p.name for p in ALL] + ["dcp_relative_path_absolute", "dcp_relative_path_dotdot", "dcp_relative_path_dev_zero"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.xfail(reason="the other half of issue 27 (branch i27a)", strict=False))
+     if n in corpus.NEEDS_I27A else n for n in NAMES],
+)
+def test_payload_is_harmless_everywhere(name, outcomes):
+    deliveries = outcomes[name]
+    assert deliveries, f"{name} was delivered nowhere"
+    problems = [f"{place}: {p}" for place, result, marker in deliveries for p in _problems(result, marker)]
+    translation = [p for p in problems if p.startswith(NEEDS_I27A_TRANSLATION)]
+    if problems and len(translation) == len(problems):
+        # Refused, but the door let DCP's own exception type out around zipsave's error.
+        pytest.xfail("a foreign exception at a door; translating them is the other half of issue 27: " + problems[0][:300])
+    assert not problems, "\n".join(problems)
+
+
+def test_every_family_is_refused_somewhere(outcomes):
+    # A corpus whose payloads all "load" would test nothing: the classic, crash, hang, memory
+    # and build families are each refused with a ZipsaveError where they are delivered.
+    by_family: dict[str, set[str]] = {}
+    for payload in ALL:
+        for _, result, _ in outcomes[payload.name]:
+            by_family.setdefault(payload.family, set()).add(result["outcome"])
+    for family in ("classic", "crash", "hang", "memory", "build"):
+        assert "refused" in by_family[family], family

@@ -1,0 +1,57 @@
+"""zipsave._bounds: the checks that keep decoded containers linear in their input."""
+
+from __future__ import annotations
+
+import re
+import zipfile
+
+import pytest
+
+from zipsave._bounds import MAX_INT_BITS, MAX_SAME_HASH, KeyGuard, check_int, check_size, check_zip_infos
+from zipsave.exceptions import ArchiveLimitError
+
+MODULUS = (1 << 61) - 1
+
+
+def test_colliding_keys_are_refused_at_the_first_past_the_limit():
+    guard = KeyGuard(1 << 20)
+    target: dict = {}
+    for k in range(MAX_SAME_HASH):
+        guard.add(target, 7 + k * MODULUS)
+    with pytest.raises(ArchiveLimitError, match=re.escape(f"more than {MAX_SAME_HASH} distinct keys")):
+        guard.add(target, 7 + MAX_SAME_HASH * MODULUS)
+
+
+def test_equal_keys_and_other_containers_are_not_collisions():
+    guard = KeyGuard(1 << 20)
+    guard.items_of([0.5] * 1000)  # equal values given to set(): fine
+    for k in range(MAX_SAME_HASH):  # each container counts its own keys
+        guard.add(object(), 7 + k * MODULUS)
+        guard.add(object(), 7 + k * MODULUS)
+
+
+def test_a_key_built_from_shared_parts_is_charged_for_every_element():
+    key: tuple = (1, 2)
+    for _ in range(70):
+        key = (key, key)  # 2**71 leaves, a few hundred bytes of pickle
+    with pytest.raises(ArchiveLimitError, match="take more work to hash than its size allows"):
+        KeyGuard(1 << 16).add({}, key)
+
+
+def test_integer_and_size_limits():
+    assert check_int(1 << (MAX_INT_BITS - 1)) == 1 << (MAX_INT_BITS - 1)
+    with pytest.raises(ArchiveLimitError, match=re.escape(f"more than the {MAX_INT_BITS} a decoded integer may have")):
+        check_int(1 << MAX_INT_BITS, key="k")
+    with pytest.raises(ArchiveLimitError, match=re.escape("`bytes(9)` asks for 9 bytes or elements, more than the 8")):
+        check_size(9, 8, "`bytes(9)`")
+
+
+def test_a_nested_member_declaring_more_than_its_ratio_is_a_bomb():
+    info = zipfile.ZipInfo("archive/data/0")
+    info.compress_type, info.compress_size, info.file_size = zipfile.ZIP_DEFLATED, 1000, 4 << 30
+    with pytest.raises(ArchiveLimitError, match=re.escape("expands 4294967x when decompressed; the limit is 200x")):
+        check_zip_infos([info], size=2000, max_bytes=1 << 40, max_ratio=200.0)
+    info.file_size = 1 << 20  # within the ratio and the total
+    check_zip_infos([info], size=2000, max_bytes=1 << 40, max_ratio=2000.0)
+    with pytest.raises(ArchiveLimitError, match="members total 1048576 bytes; the limit is 1000"):
+        check_zip_infos([info], size=2000, max_bytes=1000, max_ratio=2000.0)

@@ -1,0 +1,195 @@
+"""Bounds that keep values decoded from an archive linear in its size: hash-flooded sets and
+dicts, huge integers, long iterations and large allocations asked for by a few bytes.
+
+Every decoder (the restricted unpickler, the ``.pth`` metadata reader, the pickle pre-scan,
+the JSON codec) builds containers only through these checks, so a hostile archive costs time
+and memory proportional to its own bytes, never more.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .exceptions import ArchiveLimitError
+
+__all__ = [
+    "ALLOC_FLOOR", "ALLOC_RATIO", "KEY_WORK_FLOOR", "KEY_WORK_RATIO", "MAX_INT_BITS", "MAX_SAME_HASH", "KeyGuard",
+    "alloc_budget", "check_int", "check_size", "check_zip_infos", "key_budget",
+]
+
+#: Largest integer (in bits) a decoder builds: about 39 500 decimal digits, room for any seed,
+#: count or exact value a program keeps, while big-number arithmetic on it (a fraction's gcd,
+#: ``str()``) stays within a fraction of a second. A 3-million-digit fraction takes minutes.
+MAX_INT_BITS = 1 << 17
+#: Most distinct keys of one container that may share a hash. Real data has a handful (``1``,
+#: ``1.0`` and ``True``); colliding keys make each insertion scan all the others.
+MAX_SAME_HASH = 32
+#: What a decoded value may ask to allocate or iterate over, whatever its archive: 64 MiB, plus
+#: :data:`ALLOC_RATIO` times the bytes it was decoded from.
+ALLOC_FLOOR = 64 << 20
+ALLOC_RATIO = 16
+
+
+#: The work (elements hashed or compared) the keys of a value's sets and dicts may take: about
+#: a second of Python, plus a few steps per byte of input.
+KEY_WORK_FLOOR = 1 << 20
+KEY_WORK_RATIO = 4
+
+
+def key_budget(nbytes: int) -> int:
+    """The key-hashing work a value decoded from ``nbytes`` of input may take."""
+    return KEY_WORK_FLOOR + KEY_WORK_RATIO * max(0, int(nbytes))
+
+
+def alloc_budget(nbytes: int) -> int:
+    """The most bytes (or elements) a value decoded from ``nbytes`` of input may ask for."""
+    return ALLOC_FLOOR + ALLOC_RATIO * max(0, int(nbytes))
+
+
+def check_int(value: int, what: str = "an integer", **where: Any) -> int:
+    """``value`` if it has at most :data:`MAX_INT_BITS` bits, else an :class:`ArchiveLimitError`."""
+    if value.bit_length() > MAX_INT_BITS:
+        raise ArchiveLimitError(
+            f"{what} has {value.bit_length()} bits, more than the {MAX_INT_BITS} a decoded integer may have "
+            "(big-number arithmetic on it would take minutes).",
+            **where,
+        )
+    return value
+
+
+def check_size(requested: int, budget: int, what: str, **where: Any) -> None:
+    """Refuse ``what`` when it asks for more than ``budget`` bytes or elements."""
+    if requested > budget:
+        raise ArchiveLimitError(
+            f"{what} asks for {requested} bytes or elements, more than the {budget} a value decoded from "
+            "this archive may (64 MiB plus 16 times the bytes it came from).",
+            **where,
+        )
+
+
+class KeyGuard:
+    """Checks the keys of containers built from an archive before they are inserted.
+
+    Two costs are bounded: hashing (a tuple key built from shared parts can stand for 2**60
+    elements; each element counts against ``budget``) and collisions (more than
+    :data:`MAX_SAME_HASH` distinct keys of one container with one hash are refused, so no
+    insertion scans more than that many). Equal keys are not collisions: a list of equal
+    floats given to ``set()`` is fine.
+    """
+
+    def __init__(self, budget: int, **where: Any) -> None:
+        self.budget = budget
+        self.where = where
+        # id(container) -> {hash: [distinct keys with that hash]}
+        self._seen: dict[int, dict[int, list[Any]]] = {}
+        self._keep: dict[int, Any] = {}  # the containers, so their ids stay theirs
+
+    def _refuse(self, detail: str) -> ArchiveLimitError:
+        return ArchiveLimitError(detail, **self.where)
+
+    def cost(self, key: Any) -> int:
+        """Charge the work of hashing or comparing ``key``; refuse past the budget."""
+        todo, spent = [key], 0
+        while todo:
+            item = todo.pop()
+            kind = type(item)
+            if kind is int:
+                spent += 1 + item.bit_length() // 512
+                if item.bit_length() > MAX_INT_BITS:
+                    check_int(item, "a set member or dict key", **self.where)
+            elif kind in (tuple, frozenset) or isinstance(item, (tuple, frozenset)):
+                spent += 1
+                todo.extend(item)
+            else:
+                spent += 1
+            if spent > self.budget:
+                break
+        self.budget -= spent
+        if self.budget < 0:
+            raise self._refuse(
+                "the keys of the sets and dicts in this value take more work to hash than its size allows "
+                "(a tuple built from shared parts, or keys repeated many times)."
+            )
+        return spent
+
+    def add(self, container: Any, key: Any) -> None:
+        """Check one key about to be inserted into ``container``."""
+        self.cost(key)
+        try:
+            digest = hash(key)
+        except TypeError:
+            return  # the insertion itself fails
+        table = self._seen.get(id(container))
+        if table is None:
+            table = self._seen[id(container)] = {}
+            self._keep[id(container)] = container
+        same = table.setdefault(digest, [])
+        for other in same:
+            if other is key:
+                return
+        for other in same:
+            self.cost(key)
+            if type(other) is type(key) and other == key:
+                return
+        if len(same) >= MAX_SAME_HASH:
+            raise self._refuse(
+                f"more than {MAX_SAME_HASH} distinct keys of one set or dict share a hash "
+                "(a hash-flooding archive: building it would take quadratic time)."
+            )
+        same.append(key)
+
+    def add_all(self, container: Any, keys: Any) -> None:
+        for key in keys:
+            self.add(container, key)
+
+    def items_of(self, value: Any) -> None:
+        """Check the keys a constructor will hash when given ``value``: the members of a
+        sequence or set, the keys of a dict, and the first items of ``(key, value)`` pairs."""
+        kind = type(value)
+        if kind in (list, tuple, set, frozenset) or isinstance(value, (list, tuple, set, frozenset)):
+            marker = object()
+            pairs = object()
+            for item in value:
+                self.add(marker, item)
+                if type(item) in (tuple, list) and len(item) == 2:
+                    self.add(pairs, item[0])
+            self._forget(marker, pairs)
+        elif isinstance(value, dict):
+            pass  # already checked key by key while it was built
+
+    def _forget(self, *containers: Any) -> None:
+        for container in containers:
+            self._seen.pop(id(container), None)
+            self._keep.pop(id(container), None)
+
+
+
+def check_zip_infos(
+    infos: list, *, size: int, max_bytes: int, max_ratio: float, max_members: int = 100_000, **where: Any
+) -> None:
+    """Refuse a zip nested in an archive (a ``.pth`` member, a ``torch.save`` file, a pickled
+    storage) whose members would decompress past ``max_bytes`` in all, expand more than
+    ``max_ratio`` times (a deflate bomb), or lie about their sizes. ``size`` is the bytes the
+    nested zip occupies; zip readers never write more than a member's declared size."""
+    if len(infos) > max_members:
+        raise ArchiveLimitError(f"a nested zip holds {len(infos)} members; the limit is {max_members}.", **where)
+    total = 0
+    for info in infos:
+        name = getattr(info, "filename", "?")
+        if info.compress_type not in (0, 8):  # stored, deflated: what torch and zipsave write
+            raise ArchiveLimitError(f"nested member `{name}` uses compression method {info.compress_type}.", **where)
+        if info.compress_size > size or (info.compress_type == 0 and info.compress_size != info.file_size):
+            raise ArchiveLimitError(
+                f"nested member `{name}` declares {info.compress_size} bytes stored and {info.file_size} "
+                f"bytes of data in a zip of {size} bytes.",
+                **where,
+            )
+        if info.compress_type == 8 and info.file_size > (1 << 20) and info.file_size > max_ratio * max(1, info.compress_size):
+            raise ArchiveLimitError(
+                f"nested member `{name}` expands {info.file_size / max(1, info.compress_size):.0f}x when "
+                f"decompressed; the limit is {max_ratio:.0f}x (zip bomb?).",
+                **where,
+            )
+        total += info.file_size
+    if total > max_bytes:
+        raise ArchiveLimitError(f"a nested zip's members total {total} bytes; the limit is {max_bytes}.", **where)

@@ -1,0 +1,175 @@
+"""What the restricted unpickler checks before it creates an object or sets its state: which
+classes may be created without ``__init__``, which may be called, what a call may ask to
+allocate or iterate over, and which shapes a BUILD state may take."""
+
+from __future__ import annotations
+
+import collections
+import enum
+import math
+import re
+import sys
+import types
+from typing import Any, Callable
+
+from .._bounds import KeyGuard, check_size
+from ..exceptions import ArchiveLimitError
+from ._names import is_dunder
+
+__all__ = ["build_state_problem", "call_problem", "new_problem", "size_problem"]
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a `class` statement
+
+#: C types whose ``__init__`` only fills an instance that ``__new__`` already made sound
+#: (an empty container or namespace), so pickle may create them without calling it.
+_NEW_IS_ENOUGH = frozenset({
+    object, list, dict, set, bytearray, collections.OrderedDict, collections.deque,
+    collections.defaultdict, types.SimpleNamespace,
+})
+
+#: Classes defined in Python that pickles do call: pathlib parses its argument strings, Counter
+#: counts a dict. Other Python classes (spaces, modules, buffers, policies, optimizers) are
+#: pickled empty plus state (NEWOBJ + BUILD) and their constructors are never called.
+_CALLABLE_PY_CLASSES = frozenset({
+    "collections.Counter", "pathlib.Path", "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib.PurePath",
+    "pathlib.PurePosixPath", "pathlib.PureWindowsPath", "pathlib._local.Path", "pathlib._local.PosixPath",
+    "pathlib._local.WindowsPath", "pathlib._local.PurePath", "pathlib._local.PurePosixPath",
+    "pathlib._local.PureWindowsPath",
+})
+
+#: Constructors whose first argument, when an integer, is a number of bytes to allocate.
+_SIZED_BY_INT = frozenset({"builtins.bytes", "builtins.bytearray", "numpy.void", "numpy.bytes_"})
+
+
+def new_problem(cls: type) -> str | None:
+    """Why ``cls.__new__(cls)`` without ``__init__`` would make an unsound object, or None.
+
+    A C (or Cython) type that sets up its internals in ``__init__`` is left with NULL pointers
+    by ``__new__`` alone; numpy's bit generators then write through them on BUILD (SIGSEGV).
+    Python-level ``__init__`` only sets attributes, which BUILD sets instead.
+    """
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None or klass in _NEW_IS_ENOUGH or isinstance(init, types.FunctionType):
+            continue
+        if not klass.__flags__ & _HEAPTYPE:
+            return (
+                f"`{klass.__module__}.{klass.__qualname__}` is a C type that sets itself up in `__init__`; "
+                "creating it without calling `__init__` leaves it unsound"
+            )
+    return None
+
+
+#: The dtype strings numpy's own pickles pass to ``numpy.dtype`` ("f8", "V16", "M8[ns]", "O8");
+#: numpy's parser of longer spellings can take seconds and gigabytes on a few hundred bytes.
+_DTYPE_TEXT = re.compile(r"[<>|=]?[A-Za-z]{1,2}[0-9]{0,12}(\[[0-9]{0,12}[A-Za-z]{1,3}\])?")
+
+
+def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: dict, budget: int) -> None:
+    """Refuse (raising) a call that would allocate or iterate over more than ``budget``."""
+    if name == "numpy.dtype" and args and type(args[0]) is str and not _DTYPE_TEXT.fullmatch(args[0]):
+        raise ArchiveLimitError(
+            f"`numpy.dtype({args[0][:40]!r})`: a pickled dtype names its kind and size only (like 'f8' or 'V16')."
+        )
+    values = (*args, *kwargs.values())
+    for value in values:
+        for item in (value, *(value if type(value) in (tuple, list) and len(value) < 64 else ())):
+            if type(item) is range:
+                check_size(_range_length(item), budget, f"`{name}` given a range")
+            elif numpy is not None and isinstance(item, numpy.dtype):
+                check_size(item.itemsize, budget, f"`{name}` given a dtype")
+    if name in _SIZED_BY_INT and args and type(args[0]) is int:
+        check_size(args[0], budget, f"`{name}({args[0]})`")
+    shape: Any = None
+    dtype: Any = None
+    if name == "numpy._core.multiarray._reconstruct" and len(args) >= 3:
+        shape, dtype = args[1], args[2]
+    elif numpy is not None and isinstance(func, type) and issubclass(func, numpy.ndarray):
+        shape = args[0] if args else kwargs.get("shape")
+        dtype = args[1] if len(args) > 1 else kwargs.get("dtype", "f8")
+    if shape is not None:
+        dims = (shape,) if type(shape) is int else shape
+        if type(dims) not in (tuple, list) or not all(type(d) is int and d >= 0 for d in dims):
+            return  # numpy refuses it itself
+        try:
+            itemsize = numpy.dtype(dtype).itemsize
+        except (TypeError, ValueError):
+            return
+        check_size(math.prod(dims) * max(itemsize, 1), budget, f"`{name}` with shape {tuple(dims)}")
+    if name == "numpy.random.bit_generator.SeedSequence":
+        pool = kwargs.get("pool_size", args[3] if len(args) > 3 else 4)
+        if type(pool) is int:
+            check_size(pool * 4, budget, "a SeedSequence pool")
+
+
+def _range_length(value: range) -> int:
+    if value.step > 0:
+        return max(0, (value.stop - value.start + value.step - 1) // value.step)
+    return max(0, (value.start - value.stop - value.step - 1) // -value.step)
+
+
+def call_problem(name: str | None, func: Any, opname: str) -> str | None:
+    """Why the pickle may not call ``func`` (imported as ``name``), or None."""
+    if not isinstance(func, type) or not func.__flags__ & _HEAPTYPE:
+        return None  # functions on the allowlist, and C types whose constructors validate
+    if issubclass(func, enum.Enum) or name in _CALLABLE_PY_CLASSES:
+        return None
+    return (
+        f"{opname} calls the constructor of `{name}`, a class pickles only ever create empty and fill "
+        "with state (NEWOBJ + BUILD); its constructor could build networks, buffers or arrays of any size"
+    )
+
+
+def check_keys(keys: KeyGuard, args: tuple, kwargs: dict) -> None:
+    """Check the members of the sequences a call may turn into a set or dict keys."""
+    for value in (*args, *kwargs.values()):
+        if type(value) in (list, tuple, set, frozenset) and len(value) > 1:
+            keys.items_of(value)
+
+
+def build_state_problem(inst: Any, state: Any, is_random: Callable[[Any], bool]) -> str | None:
+    """Why BUILD may not set ``state`` on ``inst``, or None.
+
+    One rule whatever the shape: the state is ``None``, a plain dict, or a ``(dict, slots)``
+    pair of plain dicts (or ``None``), and no key is a non-string or starts with ``__`` (a
+    dunder, or a name that would be mangled). A list of pairs, a mapping type (a gymnasium
+    ``Dict`` space) or any other object is refused: classes' ``__setstate__`` and pickle's
+    default BUILD accept them, and they would bypass the key check. numpy's random objects
+    take their own state shapes, which numpy's setters validate.
+    """
+    if is_random(inst):
+        return None
+    parts: tuple = (state,)
+    if type(state) is tuple and len(state) == 2:
+        parts = state
+    for part in parts:
+        if part is None:
+            continue
+        if type(part) is not dict:
+            return f"gives a `{type(inst).__qualname__}` instance a {type(part).__qualname__} as state, not a dict (or a pair of dicts)"
+        bad = sorted(f"`{k}`" if type(k) is str else repr(k) for k in part if type(k) is not str or k.startswith("__") or is_dunder(k))
+        # torch keeps hooks (callables it calls on forward/step/load) in `_..._hooks` dicts;
+        # saved modules and optimizers have them empty, and a loaded value may not plant one.
+        bad += sorted(f"`{k}`" for k in part if type(k) is str and k.endswith("hooks") and part[k])
+        if bad:
+            return f"sets the attribute(s) {', '.join(bad[:5])} on a `{type(inst).__qualname__}` instance"
+    if type(state) is tuple and len(state) == 2 and state[1]:
+        slots = {s for klass in type(inst).__mro__ for s in _slots_of(klass)}
+        extra = sorted(k for k in state[1] if k not in slots)
+        if extra:
+            return f"sets {', '.join(map(repr, extra[:5]))} on a `{type(inst).__qualname__}` instance, which are not its slots"
+    return None
+
+
+def _slots_of(klass: type) -> tuple:
+    slots = vars(klass).get("__slots__", ())
+    return (slots,) if isinstance(slots, str) else tuple(slots)
+
+
+def numpy_random_kind(obj: Any) -> bool:
+    """Whether ``obj`` is one of numpy's random objects (bit generator, Generator, RandomState,
+    SeedSequence), whose state setters check every field's type themselves."""
+    random = sys.modules.get("numpy.random")
+    if random is None:
+        return False
+    return isinstance(obj, (random.BitGenerator, random.Generator, random.RandomState, random.SeedSequence))

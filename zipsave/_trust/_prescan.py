@@ -1,0 +1,292 @@
+"""A pickle's shape checked before another unpickler reads it (torch's ``weights_only``
+loader, DCP's metadata reader, zipsave's ``.pth`` metadata reader), so that what those build
+stays linear in the pickle's size: no hash-flooded set or dict, no huge integer, no length
+that claims more bytes than the pickle holds (C's unpickler preallocates it)."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+import zipfile
+from typing import Any
+
+from .._bounds import KeyGuard, alloc_budget, check_int, check_zip_infos, key_budget
+from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
+
+__all__ = ["BoundedUnpickler", "check_legacy_torch", "check_torch_zip", "prescan_pickle"]
+
+_PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
+
+
+class _Exact(io.BytesIO):
+    """Input that refuses a read past its end instead of returning fewer bytes: a length in
+    the pickle larger than what follows it is an error, never an allocation."""
+
+    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
+        data = super().read(n)
+        if n is not None and n >= 0 and len(data) != n:
+            raise pickle.UnpicklingError(f"the pickle asks for {n} bytes where {len(data)} remain")
+        return data
+
+
+class BoundedUnpickler(_PurePythonUnpickler):
+    """pickle's pure-Python unpickler whose containers are built in linear time: keys are
+    checked by a :class:`~zipsave._bounds.KeyGuard`, integers by size, reads by what remains."""
+
+    dispatch: dict[int, Any] = dict(_PurePythonUnpickler.dispatch)
+
+    def __init__(self, payload: bytes, **where: Any) -> None:
+        super().__init__(_Exact(payload))
+        self.where = where
+        self.keys = KeyGuard(key_budget(len(payload)), **where)
+        self.budget = alloc_budget(len(payload))
+        self.size = len(payload)
+
+    def _check_target(self, target: Any, opname: str) -> None:
+        """Refuse changing ``target`` in place (a subclass's hook)."""
+
+    def load_setitem(self) -> None:
+        value = self.stack.pop()
+        key = self.stack.pop()
+        self._check_target(self.stack[-1], "SETITEM")
+        self.keys.add(self.stack[-1], key)
+        self.stack[-1][key] = value
+
+    dispatch[pickle.SETITEM[0]] = load_setitem
+
+    def load_setitems(self) -> None:
+        items = self.pop_mark()
+        target = self.stack[-1]
+        self._check_target(target, "SETITEMS")
+        for i in range(0, len(items), 2):
+            self.keys.add(target, items[i])
+            target[items[i]] = items[i + 1]
+
+    dispatch[pickle.SETITEMS[0]] = load_setitems
+
+    def load_additems(self) -> None:
+        items = self.pop_mark()
+        target = self.stack[-1]
+        self._check_target(target, "ADDITEMS")
+        self.keys.add_all(target, items)
+        if isinstance(target, set):
+            target.update(items)
+            return
+        # Looked up on the type: an instance attribute named `add` would be pickle-chosen.
+        add = getattr(type(target), "add", None)
+        if add is None:
+            raise pickle.UnpicklingError(f"ADDITEMS on a `{type(target).__qualname__}`, which has no add.")
+        for item in items:
+            add(target, item)
+
+    dispatch[pickle.ADDITEMS[0]] = load_additems
+
+    def load_frozenset(self) -> None:
+        items = self.pop_mark()
+        self.keys.items_of(items)
+        self.append(frozenset(items))
+
+    dispatch[pickle.FROZENSET[0]] = load_frozenset
+
+    def load_dict(self) -> None:
+        items = self.pop_mark()
+        target: dict = {}
+        for i in range(0, len(items), 2):
+            self.keys.add(target, items[i])
+            target[items[i]] = items[i + 1]
+        self.append(target)
+
+    dispatch[pickle.DICT[0]] = load_dict
+
+    def load_bytearray8(self) -> None:
+        # pickle's own version allocates the claimed length before reading anything.
+        (size,) = struct.unpack("<Q", self.read(8))
+        if size > self.size:
+            raise pickle.UnpicklingError(f"BYTEARRAY8 claims {size} bytes in a pickle of {self.size}")
+        self.append(bytearray(self.read(size)))
+
+    dispatch[pickle.BYTEARRAY8[0]] = load_bytearray8
+
+    def load_reduce(self) -> None:
+        args = self.stack[-1]
+        if type(args) is tuple:
+            for arg in args:
+                if type(arg) in (list, tuple, set, frozenset) and len(arg) > 1:
+                    self.keys.items_of(arg)  # set(...), OrderedDict([...]) hash them
+        super().load_reduce()
+
+    dispatch[pickle.REDUCE[0]] = load_reduce
+
+
+def _bounded_int(load: Any) -> Any:
+    def run(self: Any) -> None:
+        load(self)
+        check_int(self.stack[-1], "an integer in the pickle", **self.where)
+
+    return run
+
+
+for _op, _name in ((pickle.LONG, "load_long"), (pickle.LONG1, "load_long1"), (pickle.LONG4, "load_long4")):
+    BoundedUnpickler.dispatch[_op[0]] = _bounded_int(getattr(_PurePythonUnpickler, _name))
+del _op, _name
+
+
+class _Stub:
+    """What every global, call and persistent reference becomes in a pre-scan: an inert
+    object that hashes by identity and accepts any state."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _Stub:
+        return _Stub()
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+    def add(self, item: Any) -> None:
+        pass
+
+
+class _Named(_Stub):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Prescan(BoundedUnpickler):
+    dispatch = dict(BoundedUnpickler.dispatch)
+
+    def __init__(self, payload: bytes, **where: Any) -> None:
+        super().__init__(payload, **where)
+        self.pids: list[Any] = []
+
+    def find_class(self, module: str, name: str) -> Any:
+        return _Named(f"{module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        self.pids.append(pid)
+        return _Stub()
+
+    def load_newobj(self) -> None:
+        self.stack.pop()
+        self.stack[-1] = _Stub()
+
+    dispatch[pickle.NEWOBJ[0]] = load_newobj
+
+    def load_newobj_ex(self) -> None:
+        del self.stack[-2:]
+        self.stack[-1] = _Stub()
+
+    dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
+
+    def load_reduce(self) -> None:
+        args = self.stack.pop()
+        if type(args) is tuple:
+            for arg in args:
+                if type(arg) in (list, tuple, set, frozenset) and len(arg) > 1:
+                    self.keys.items_of(arg)
+        self.stack[-1] = _Stub()
+
+    dispatch[pickle.REDUCE[0]] = load_reduce
+
+    def load_build(self) -> None:
+        self.stack.pop()
+
+    dispatch[pickle.BUILD[0]] = load_build
+
+    def _instantiate(self, klass: Any, args: Any) -> None:
+        self.append(_Stub())
+
+    def get_extension(self, code: int) -> None:
+        self.append(_Stub())
+
+
+def prescan_pickle(payload: bytes, **where: Any) -> None:
+    """Read ``payload`` once with every global and call made inert, refusing what would make
+    a real unpickler take time or memory beyond the pickle's size (hash floods, huge integers,
+    lengths past the end). Raises :class:`ArchiveLimitError` or :class:`DecodeError`."""
+    try:
+        scan = _Prescan(bytes(payload), **where)
+        scan.load()
+    except ZipsaveError:
+        raise
+    except RecursionError:
+        raise DecodeError("the pickle nests too deeply to read.", **where) from None
+    except Exception as err:
+        raise DecodeError(f"the pickle is malformed ({type(err).__name__}: {err}).", **where) from err
+
+
+#: Bytes per element of torch's legacy storage classes (``torch.FloatStorage``...).
+_LEGACY_ITEMSIZE = {
+    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
+    "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
+}
+
+
+def check_legacy_torch(payload: bytes, **where: Any) -> None:
+    """Check a legacy (pre-zip) ``torch.save`` stream, as torch pickles a storage: five pickles
+    (magic, protocol, system info, the object, the storage keys), then for each key an element
+    count and the elements. torch allocates each count before reading: every count must fit in
+    the bytes that follow."""
+    try:
+        scan = _Prescan(bytes(payload), **where)
+        for _ in range(4):
+            scan.load()
+        keys = scan.load()
+        itemsize: dict[Any, int] = {}
+        for pid in scan.pids:
+            kind = getattr(pid[1], "name", "") if type(pid) is tuple and len(pid) > 2 else ""
+            size = _LEGACY_ITEMSIZE.get(kind.rpartition(".")[2].removesuffix("Storage")) if kind.startswith("torch.") else None
+            if size is None:
+                raise DecodeError(f"a legacy torch storage reference names {kind or pid!r}.", **where)
+            itemsize[pid[2]] = size
+        pos = scan._file_read.__self__.tell()
+        for key in keys if type(keys) is list else ():
+            count = int.from_bytes(payload[pos : pos + 8], "little", signed=True)
+            end = pos + 8 + count * itemsize.get(key, 16)
+            if key not in itemsize or count < 0 or end > len(payload):
+                raise ArchiveLimitError(
+                    f"a legacy torch storage `{key}` claims {count} elements; {len(payload) - pos - 8} bytes follow.",
+                    **where,
+                )
+            pos = end
+    except ZipsaveError:
+        raise
+    except Exception as err:
+        raise DecodeError(f"is not a readable torch storage ({type(err).__name__}: {err}).", **where) from err
+
+
+def check_torch_zip(fileobj: Any, *, size: int, max_bytes: int, max_ratio: float, **where: Any) -> None:
+    """Check a ``torch.save`` zip before ``torch.load`` reads it: its members within the limits
+    (no deflate bomb), and its ``data.pkl`` through :func:`prescan_pickle`. ``fileobj`` is
+    rewound afterwards."""
+    start = fileobj.tell() if hasattr(fileobj, "tell") else 0
+    try:
+        with zipfile.ZipFile(fileobj) as inner:
+            infos = inner.infolist()
+            check_zip_infos(infos, size=size, max_bytes=max_bytes, max_ratio=max_ratio, **where)
+            pickles = [i for i in infos if i.filename == "data.pkl" or i.filename.endswith("/data.pkl")]
+            if len(pickles) != 1:
+                raise DecodeError("is not a torch.save file (no single data.pkl).", **where)
+            with inner.open(pickles[0]) as member:
+                member._expected_crc = None  # type: ignore[attr-defined]  # torch may write none; the outer CRC covers it
+                payload = member.read()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, OverflowError) as err:
+        if isinstance(err, ZipsaveError):
+            raise
+        raise DecodeError(
+            f"is not a torch.save zip ({type(err).__name__}: {err}); zipsave reads only torch's zip format.", **where
+        ) from err
+    finally:
+        if hasattr(fileobj, "seek"):
+            fileobj.seek(start)
+    if len(payload) > max_bytes:
+        raise ArchiveLimitError(f"data.pkl holds {len(payload)} bytes; the limit is {max_bytes}.", **where)
+    prescan_pickle(payload, **where)
