@@ -137,7 +137,7 @@ def _all_deliveries(payload: corpus.Payload, assets: dict, folder: pathlib.Path)
 
 
 def _dcp_traversal(assets: dict) -> list[corpus.Payload]:
-    """DCP metadata whose storage paths leave the checkpoint (the other half's family)."""
+    """DCP metadata whose storage paths leave the checkpoint (the path-traversal family)."""
     import pickle
 
     raw = (pathlib.Path(assets["dcp_dir"]) / ".metadata").read_bytes()
@@ -238,27 +238,15 @@ def outcomes(assets, tmp_path_factory):
     return results
 
 
-#: Refusals that reach the caller wrapped in another library's exception (DCP's
-#: CheckpointException around zipsave's error): the other half of issue 27 translates them.
-NEEDS_I27A_TRANSLATION = ("dcp_consolidate: foreign: CheckpointException",)
-
 ALL = corpus.all_payloads()
 NAMES = [p.name for p in ALL] + ["dcp_relative_path_absolute", "dcp_relative_path_dotdot", "dcp_relative_path_dev_zero"]
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=pytest.mark.xfail(reason="the other half of issue 27 (branch i27a)", strict=False))
-     if n in corpus.NEEDS_I27A else n for n in NAMES],
-)
+@pytest.mark.parametrize("name", NAMES)
 def test_payload_is_harmless_everywhere(name, outcomes):
     deliveries = outcomes[name]
     assert deliveries, f"{name} was delivered nowhere"
     problems = [f"{place}: {p}" for place, result, marker in deliveries for p in _problems(result, marker)]
-    translation = [p for p in problems if p.startswith(NEEDS_I27A_TRANSLATION)]
-    if problems and len(translation) == len(problems):
-        # Refused, but the door let DCP's own exception type out around zipsave's error.
-        pytest.xfail("a foreign exception at a door; translating them is the other half of issue 27: " + problems[0][:300])
     assert not problems, "\n".join(problems)
 
 

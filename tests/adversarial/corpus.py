@@ -308,15 +308,7 @@ def _persistent_pickle(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-#: Payloads of the other half of the issue (engineer i27a's branch): expected to fail until
-#: that branch is merged; marked xfail(strict=False) by name.
-NEEDS_I27A = frozenset({
-    "pvars_dotted_dunder", "json_pvars_dotted", "init_json_venv_main", "sb3_env_string", "dcp_relative_path_absolute",
-    "dcp_relative_path_dotdot", "dcp_relative_path_dev_zero",
-})
-
-
-def other_half() -> list[Payload]:
+def names_and_imports() -> list[Payload]:
     import io
 
     import torch
@@ -333,7 +325,7 @@ def other_half() -> list[Payload]:
 
 def all_payloads() -> list[Payload]:
     payloads = classic() + crashes() + hangs() + memory() + build_states() + json_payloads() + member_payloads()
-    payloads += other_half()
+    payloads += names_and_imports()
     # A .pth member's data.pkl and DCP's .metadata are read by zipsave's metadata reader, the
     # pre-scan and torch's loader, none of which calls a global: the families that attack a
     # reader's containers and lengths go there, and a few classic ones.
@@ -347,7 +339,7 @@ def all_payloads() -> list[Payload]:
 
 def sb3_sample(payloads: list[Payload], per_family: int = 5) -> set[str]:
     """The payloads delivered to SB3's doors too: the first few of each family, every crash
-    and every payload of the other half."""
+    and the names-and-imports family (dotted names, init.json classes, SB3 env strings)."""
     seen: dict[str, int] = {}
     out = set()
     for payload in payloads:
