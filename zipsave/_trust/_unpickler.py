@@ -415,5 +415,7 @@ def restricted_loads(
     except ZipsaveError:
         raise
     except Exception as err:
-        raise DecodeError(f"cannot unpickle the value ({type(err).__name__}: {err}).", **where) from err
+        # SB3's remedy, in its words: the value's code is not the one it was pickled with here
+        remedy = f"Consider using `custom_objects={{{key!r}: ...}}` to replace it." if key else None
+        raise DecodeError(f"cannot unpickle the value ({type(err).__name__}: {err}).", hint=remedy, **where) from err
 

@@ -4,6 +4,7 @@ and documented behaviour, with zipsave's archives and load rules underneath."""
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import os
 import pathlib
 import zipfile
@@ -18,6 +19,8 @@ from ._state import Options, original
 from ._state import current_options as _current
 from ._build import ARS_WEIGHTS, is_ars, sync_ars_weights
 from ._schedules import closures_in
+from ._doors import holds_extra, restore_replay_buffer_after_load, vec_normalize_from_model, wrap_env_for_load
+from ._keys import blame_given, check_custom_objects, given_values, warn_unknown_keys, warn_unmatched_custom_objects
 from ._zoo import read_data, schedules_in
 
 __all__ = [
@@ -34,11 +37,21 @@ __all__ = [
     "write_exact",
 ]
 
-#: The algorithm class whose ``load`` is running, whether it asked for the system info, and the
-#: ``data`` keys its caller passed as keyword arguments (those win over the saved values).
-_loading: contextvars.ContextVar[tuple[type, bool, frozenset[str]] | None] = contextvars.ContextVar(
-    "zipsave_sb3_loading", default=None
-)
+#: The ``Algo.load`` call running in this context (see :class:`_Call`).
+_loading: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("zipsave_sb3_loading", default=None)
+
+
+@dataclasses.dataclass
+class _Call:
+    """One ``Algo.load``: the class, whether it asked for the system info, the ``data`` keys
+    its caller passed as keyword arguments (those win over the saved values); and, filled by
+    ``load_from_zip_file``, the ``data`` it returned and the archive's raw ``data`` JSON."""
+
+    cls: type
+    asked: bool
+    given: frozenset[str]
+    data: dict[str, Any] | None = None
+    raw: dict[str, Any] | None = None
 #: ``data`` keys without which ``BaseAlgorithm.load`` cannot build the model it saved.
 _REQUIRED = ("policy_class", "observation_space", "action_space", "policy_kwargs")
 #: Keywords of ``BaseAlgorithm.load`` that are not ``data`` keys.
@@ -90,13 +103,18 @@ def load_from_zip_file(
     """SB3's ``load_from_zip_file`` with :func:`zipsave.load_archive`'s rules."""
     del verbose
     loading = _loading.get()
-    cls, asked, given = loading if loading is not None else (_calling_algorithm(), False, frozenset())
+    if loading is not None:
+        cls, asked, given = loading.cls, loading.asked, loading.given
+    else:
+        cls, asked, given = _calling_algorithm(), False, frozenset()
     options = current_options()
     _check_exists(load_path, "zip")
+    check_custom_objects(custom_objects)
+    raw = read_data(_existing(load_path, "zip")) if load_data and loading is not None else None
     if load_data and not options.allow_pickle:
         # SB3's and the RL Zoo's own schedule closures (SB3/rl-zoo3 < 2.7, or a closure a user
         # passed), rebuilt without running them.
-        raw = read_data(_existing(load_path, "zip"))
+        raw = raw if raw is not None else read_data(_existing(load_path, "zip"))
         skip = custom_objects or {}
         found = {**closures_in(raw, skip), **schedules_in(raw, skip)}
         if found:
@@ -114,7 +132,15 @@ def load_from_zip_file(
         report=report,
     )
     if loading is not None and load_data:
-        _check_required(load_path, loading[0], report, given | set(custom_objects or ()))
+        if loaded[0] is None:  # a plain torch.save file, or an archive without `data`: no model
+            raise zipsave.ArchiveFormatError(
+                "has no `data` member, so it holds no model (not a zipsave or SB3 model archive?).",
+                archive=load_path,
+                hint=f"Load its weights into a model with `model.set_parameters(path)`, or read its tensors "
+                f"with `zipsave.load_archive(path)`; {cls.__name__}.load needs an archive `model.save` wrote.",
+            )
+        _check_required(load_path, loading.cls, report, given | set(custom_objects or ()))
+        loading.data, loading.raw = loaded[0], raw if isinstance(raw, dict) else None
     return loaded
 
 
@@ -166,15 +192,34 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
             raise TypeError(f"{cls.__name__}.load() takes at most {len(names) + 1} positional arguments.")
     # zipsave prints the saved and current system info and their differences in one place.
     asked = bool(kwargs.pop("print_system_info", False))
+    check_custom_objects(kwargs.get("custom_objects"))
+    caller_objects = dict(kwargs.get("custom_objects") or {})
     if is_ars(cls):  # its pickled `weights` are replaced from the loaded policy below, not decoded
         kwargs["custom_objects"] = {ARS_WEIGHTS: None, **(kwargs.get("custom_objects") or {})}
-    token = _loading.set((cls, asked, frozenset(kwargs) - _LOAD_KEYWORDS))
+    archive = _existing(path, "zip")
+    if holds_extra(archive, "vec_normalize"):
+        kwargs["env"] = wrap_env_for_load(cls, archive, kwargs.get("env"))
+    call = _Call(cls, asked, frozenset(kwargs) - _LOAD_KEYWORDS)
+    token = _loading.set(call)
     try:
         model = original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
+    except zipsave.ZipsaveError:
+        raise
+    except Exception as err:
+        given = given_values(caller_objects, {k: kwargs[k] for k in call.given})
+        blamed = blame_given(cls, err, given, call.raw, path) if given and call.data is not None else None
+        if blamed is None:
+            raise
+        raise blamed from err
     finally:
         _loading.reset(token)
     if is_ars(cls):
         sync_ars_weights(model)
+    if call.data is not None:
+        warn_unmatched_custom_objects(caller_objects, call.data, path)
+        warn_unknown_keys(model, call.data, path, given=call.given | set(caller_objects))
+    if holds_extra(archive, "replay_buffer"):
+        restore_replay_buffer_after_load(model, archive)
     return model
 
 
@@ -299,6 +344,8 @@ def vec_normalize_load(load_path: Any, venv: Any) -> Any:
     """``VecNormalize.load``: the saved wrapper around ``venv``."""
     from stable_baselines3.common.vec_env import VecNormalize
 
+    if holds_extra(load_path, "vec_normalize"):  # a model archive (or checkpoint) that holds one
+        return vec_normalize_from_model(load_path, venv)
     vec_normalize = load_object(load_path, VecNormalize, "VecNormalize")
     vec_normalize.set_venv(venv)
     return vec_normalize
