@@ -538,7 +538,7 @@ def test_a_second_manager_in_the_same_process_takes_over(tmp_path):
     second.save(2, {"w": torch.ones(2)})
     second.close()
     first.close()  # harmless
-    assert [c.step for c in zipsave.list_checkpoints(tmp_path)] == [1, 2]
+    assert [c.step for c in zipsave.CheckpointManager(tmp_path, read_only=True).list()] == [1, 2]
 
 
 def test_a_second_manager_in_the_same_process_on_a_memory_url(tmp_path):

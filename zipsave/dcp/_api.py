@@ -6,7 +6,7 @@ import contextlib
 import os
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -16,16 +16,24 @@ from ..exceptions import ZipsaveError
 from ._reader import ZipReader
 from ._writer import ZipWriter
 
-__all__ = ["load", "save"]
+__all__ = ["load", "raise_zipsave_error", "save"]
 
 
-def _unwrap(err: CheckpointException) -> None:
-    """Re-raise the first ZipsaveError a rank failed with (DCP wraps every rank's failure in
-    one ``CheckpointException``, which is a ``BaseException``, not an ``Exception``)."""
-    for rank in sorted(err.failures):
-        exc = err.failures[rank][0]
-        if isinstance(exc, ZipsaveError):
-            raise exc from err
+def _unwrap(err: CheckpointException, *, what: str, path: Any) -> NoReturn:
+    """Raise the first ZipsaveError a rank failed with, else a ZipsaveError naming each rank's
+    failure. DCP wraps every rank's failure in one ``CheckpointException``, which derives from
+    ``BaseException``, so ``except Exception`` would not catch it; zipsave's entry points raise
+    zipsave's errors instead (the original stays attached as the cause)."""
+    failures = {rank: failure[0] if isinstance(failure, tuple) else failure for rank, failure in err.failures.items()}
+    for rank in sorted(failures):
+        if isinstance(failures[rank], ZipsaveError):
+            raise failures[rank] from err
+    ranks = "; ".join(f"rank {rank}: {type(exc).__name__}: {exc}" for rank, exc in sorted(failures.items()))
+    raise ZipsaveError(
+        f"{what} failed ({ranks or err}).",
+        archive=os.fspath(path) if isinstance(path, (str, os.PathLike)) else None,
+        hint="The cause is above; `zipsave.dcp.verify(path)` checks a checkpoint's every archive.",
+    ) from err
 
 
 @contextlib.contextmanager
@@ -68,8 +76,7 @@ def save(state_dict: dict[str, Any], path: str | os.PathLike, *, sync_files: boo
         with _single_process_quiet(kwargs):
             return dcp.save(state_dict, storage_writer=ZipWriter(path, sync_files=sync_files, sha256=sha256), **kwargs)
     except CheckpointException as err:
-        _unwrap(err)
-        raise
+        _unwrap(err, what="the DCP save", path=path)
 
 
 def load(state_dict: dict[str, Any], path: str | os.PathLike, *, allow_pickle: bool = False, **kwargs: Any) -> None:
@@ -96,7 +103,11 @@ def load(state_dict: dict[str, Any], path: str | os.PathLike, *, allow_pickle: b
         with _single_process_quiet(kwargs):
             dcp.load(state_dict, storage_reader=reader, **kwargs)
     except CheckpointException as err:
-        _unwrap(err)
-        if reader.metadata_error is not None:
+        if reader.metadata_error is not None and not any(
+            isinstance(f[0] if isinstance(f, tuple) else f, ZipsaveError) for f in err.failures.values()
+        ):
             raise reader.metadata_error from err
-        raise
+        _unwrap(err, what="the DCP load", path=path)
+
+
+raise_zipsave_error = _unwrap

@@ -8,6 +8,7 @@ import pickle
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
@@ -18,6 +19,7 @@ from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 from .._api import save_archive
 from ..exceptions import ArchiveFormatError, UnsafeGlobalError, ZipsaveError
 from . import _layout
+from ._api import raise_zipsave_error
 from ._reader import ZipReader, check_pickle
 
 __all__ = ["SafeFileSystemReader", "consolidate"]
@@ -144,7 +146,15 @@ def consolidate(src: str | os.PathLike, dst: Any, *, allow_pickle: bool = False)
     state: dict[str, Any] = {}
     # dcp.load copies the dict it is given; the empty-state planner fills this one (as
     # torch's own dcp_to_torch_save does).
-    _load_state_dict(state, storage_reader=reader, planner=_ConsolidatePlanner(allow_pickle, src), no_dist=True)
+    try:
+        _load_state_dict(state, storage_reader=reader, planner=_ConsolidatePlanner(allow_pickle, src), no_dist=True)
+    except CheckpointException as err:  # a BaseException: a damaged rank archive raises zipsave's error
+        metadata_error = getattr(reader, "metadata_error", None)
+        if metadata_error is not None and not any(
+            isinstance(f[0] if isinstance(f, tuple) else f, ZipsaveError) for f in err.failures.values()
+        ):
+            raise metadata_error from err
+        raise_zipsave_error(err, what="consolidating the checkpoint", path=src)
     data: dict[str, Any] = {}
     params: dict[str, Any] = {}
     variables: dict[str, torch.Tensor] = {}
