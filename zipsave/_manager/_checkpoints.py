@@ -87,11 +87,12 @@ class CheckpointManager(CheckpointReading):
     ...     manager.save(step, app_state, metrics={"loss": loss})  # a no-op unless due
     """
 
-    def __new__(cls, directory: Any = None, *args: Any, read_only: bool = False, **kwargs: Any) -> CheckpointManager:
-        if read_only and cls is CheckpointManager:
-            from ._view import ReadOnlyCheckpointManager
+    #: The class of ``read_only=True``; ``_view`` sets it (it subclasses this one).
+    read_only_class: type | None = None
 
-            return super().__new__(ReadOnlyCheckpointManager)
+    def __new__(cls, directory: Any = None, *args: Any, read_only: bool = False, **kwargs: Any) -> CheckpointManager:
+        if read_only and cls is CheckpointManager and cls.read_only_class is not None:
+            return super().__new__(cls.read_only_class)
         return super().__new__(cls)
 
     def __init__(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _api as api
 from ..exceptions import ArchiveNotFoundError, CheckpointDirectoryError, ZipsaveError
 from ._checkpoints import CheckpointManager
 from ._directory import check_folder, read_index
@@ -130,13 +131,9 @@ class ReadOnlyCheckpointManager(CheckpointManager):
 
     def restore_best(self, obj: Any, metric: str | None = None, mode: str | None = None,
                      **restore_options: Any) -> Checkpoint | None:
-        from .. import _api as api
-
         return self._read_best(metric, mode, restore_options, lambda c: api.restore(obj, c.path, **restore_options))[0]
 
     def load_best(self, metric: str | None = None, mode: str | None = None, **load_options: Any) -> Any:
-        from .. import _api as api
-
         return self._read_best(metric, mode, load_options, lambda c: api.load(c.path, **load_options))[1]
 
     def _read_best(self, metric: str | None, mode: str | None, options: dict[str, Any],
@@ -153,3 +150,6 @@ class ReadOnlyCheckpointManager(CheckpointManager):
             f"checkpoint directory `{self.directory}`: the best checkpoint was deleted before it could be read, "
             f"{_RETRIES} times in a row."
         )
+
+
+CheckpointManager.read_only_class = ReadOnlyCheckpointManager

@@ -415,7 +415,6 @@ def restricted_loads(
     except ZipsaveError:
         raise
     except Exception as err:
-        # SB3's remedy, in its words: the value's code is not the one it was pickled with here
-        remedy = f"Consider using `custom_objects={{{key!r}: ...}}` to replace it." if key else None
-        raise DecodeError(f"cannot unpickle the value ({type(err).__name__}: {err}).", hint=remedy, **where) from err
+        raise DecodeError(f"cannot unpickle the value ({type(err).__name__}: {err}).", **where,
+                          hint=f"Consider using `custom_objects={{{key!r}: ...}}` to replace it." if key else None) from err
 
