@@ -53,7 +53,7 @@ class ReadOnlyCheckpointManager(CheckpointManager):
         self.storage_options = storage_options
         self._store = open_store(directory, storage_options)
         self.directory = self._store.location
-        self._closed = False
+        self._closed = self._superseded = False
         self._lock = None
         check_folder(self._store, must_exist=False)
         self.list()  # a folder that is no manager's is refused now, not at the first load
@@ -99,6 +99,9 @@ class ReadOnlyCheckpointManager(CheckpointManager):
 
     def release(self) -> None:
         """Nothing to release: a read-only view never takes the lock."""
+
+    def acquire(self) -> None:
+        raise self._refuse("take the directory's lock")
 
     def wait(self) -> None:
         """Nothing to wait for: a read-only view never saves."""

@@ -177,7 +177,7 @@ def vec_normalize_from_model(path: Any, venv: Any) -> Any:
             ) from err
 
 
-def wrap_env_for_load(cls: type, path: Any, env: Any) -> Any:
+def wrap_env_for_load(cls: Any, path: Any, env: Any) -> Any:
     """The env ``Algo.load(archive, env=env)`` builds the model with: wrapped in the archive's
     ``VecNormalize`` (or a ``VecNormalize`` it has filled with the saved statistics), as
     ``zipsave.load`` does; without ``env`` there is nothing to normalize, which is said."""
@@ -188,7 +188,7 @@ def wrap_env_for_load(cls: type, path: Any, env: Any) -> Any:
         return apply_vec_normalize(src, cls._wrap_env(env, 0))
 
 
-def _warn_no_env(cls: type, path: Any) -> None:
+def _warn_no_env(cls: Any, path: Any) -> None:
     name = describe_path(path)
     warnings.warn(
         ZipsaveWarning(

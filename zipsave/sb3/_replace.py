@@ -103,10 +103,8 @@ def load_from_zip_file(
     """SB3's ``load_from_zip_file`` with :func:`zipsave.load_archive`'s rules."""
     del verbose
     loading = _loading.get()
-    if loading is not None:
-        cls, asked, given = loading.cls, loading.asked, loading.given
-    else:
-        cls, asked, given = _calling_algorithm(), False, frozenset()
+    cls: type | None = loading.cls if loading is not None else _calling_algorithm()
+    asked, given = (loading.asked, loading.given) if loading is not None else (False, frozenset())
     options = current_options()
     _check_exists(load_path, "zip")
     check_custom_objects(custom_objects)
@@ -137,7 +135,7 @@ def load_from_zip_file(
                 "has no `data` member, so it holds no model (not a zipsave or SB3 model archive?).",
                 archive=load_path,
                 hint=f"Load its weights into a model with `model.set_parameters(path)`, or read its tensors "
-                f"with `zipsave.load_archive(path)`; {cls.__name__}.load needs an archive `model.save` wrote.",
+                f"with `zipsave.load_archive(path)`; {loading.cls.__name__}.load needs an archive `model.save` wrote.",
             )
         _check_required(load_path, loading.cls, report, given | set(custom_objects or ()))
         loading.data, loading.raw = loaded[0], raw if isinstance(raw, dict) else None
