@@ -175,3 +175,18 @@ def test_an_unpicklable_value_under_allow_pickle_names_custom_objects(trained, t
     assert len(skipped) == 1 and "skipped key `odd`" in skipped[0], skipped
     assert "cannot unpickle the value" in skipped[0]
     assert "Consider using `custom_objects={'odd': ...}` to replace it." in skipped[0]
+
+
+def test_a_buffer_file_through_algorithm_load_names_its_door(installed, trained, tmp_path):
+    sac, _, _ = trained
+    sac.save_replay_buffer(tmp_path / "buffer")
+    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape(
+            "holds a replay buffer or VecNormalize saved on its own")) as raised:
+        SAC.load(tmp_path / "buffer.pkl")
+    assert "model.load_replay_buffer(path)" in str(raised.value)
+
+
+def test_a_bad_keyword_value_is_blamed_on_the_keyword(installed, trained):
+    _, path, _ = trained
+    with pytest.raises(zipsave.DecodeError, match=re.escape("learning_rate='fast' (a str; the archive holds a number")):
+        SAC.load(path, env=venv(), learning_rate="fast")

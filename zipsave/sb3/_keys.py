@@ -98,7 +98,7 @@ def warn_unknown_keys(model: Any, data: Mapping[str, Any], archive: Any, *, give
 
 def given_values(custom_objects: Mapping[str, Any] | None, keywords: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
     """The values the caller passed for ``data`` keys, by key: (how the caller named it, value)."""
-    out = {key: (f"`{key}=`", value) for key, value in keywords.items()}
+    out = {key: (f"{key}=", value) for key, value in keywords.items()}
     out.update({key: (f"custom_objects[{key!r}]", value) for key, value in (custom_objects or {}).items()})
     return out
 
@@ -136,7 +136,8 @@ def blame_given(cls: type, err: BaseException, given: Mapping[str, tuple[str, An
             saved_text = "" if saved is _ABSENT else (
                 f"; the archive holds a {_kind(saved)}" + (f" ({saved!r})" if _kind(saved) in ("number", "str", "bool") else "")
             )
-            suspects.append((key, label, f"{label} = {value!r} (a {type(value).__name__}{saved_text})"))
+            shown = f"{label}{value!r}" if label.endswith("=") else f"{label} = {value!r}"
+            suspects.append((key, label, f"{shown} (a {type(value).__name__}{saved_text})"))
     if not suspects:
         return None
     return DecodeError(

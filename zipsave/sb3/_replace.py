@@ -138,6 +138,7 @@ def load_from_zip_file(
                 f"with `zipsave.load_archive(path)`; {loading.cls.__name__}.load needs an archive `model.save` wrote.",
             )
         _check_required(load_path, loading.cls, report, given | set(custom_objects or ()))
+        _check_is_model(load_path, loading.cls, loaded[0], given | set(custom_objects or ()))
         loading.data, loading.raw = loaded[0], raw if isinstance(raw, dict) else None
     return loaded
 
@@ -162,6 +163,26 @@ def _check_required(path: Any, cls: type, report: Any, given: Any) -> None:
         + ("" if any(BY_VALUE_MARK in skipped[k].cause for k in lost) else
            ", trust the global named above with `zipsave.sb3.install(trusted=[...])`")
         + ", or, if you trust the archive completely, `zipsave.sb3.install(allow_pickle=True)`.",
+    )
+
+
+def _check_is_model(path: Any, cls: type, data: dict[str, Any], given: Any) -> None:
+    """``data`` without the keys every SB3 model has (and nothing skipped them): a buffer or
+    ``VecNormalize`` file, or another archive; SB3 would raise ``KeyError: 'policy_class'``."""
+    if "policy_class" in data or "policy_class" in given:
+        return
+    missing = [key for key in ("policy_class", "observation_space", "action_space") if key not in data]
+    if OBJECT_CLASS in data or OBJECT_VALUE in data:
+        what = "a replay buffer or VecNormalize saved on its own (`save_replay_buffer`, `VecNormalize.save`)"
+        hint = "Read it with `model.load_replay_buffer(path)` or `VecNormalize.load(path, venv)`."
+    else:
+        what = "no SB3 model"
+        hint = f"{cls.__name__}.load reads what `model.save` wrote; `zipsave.load(path)` reads other archives."
+    raise zipsave.ArchiveFormatError(
+        f"holds {what}: its `data` has no {', '.join(f'`{k}`' for k in missing)}.",
+        archive=path,
+        member="data",
+        hint=hint,
     )
 
 
