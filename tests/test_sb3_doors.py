@@ -190,3 +190,25 @@ def test_a_bad_keyword_value_is_blamed_on_the_keyword(installed, trained):
     _, path, _ = trained
     with pytest.raises(zipsave.DecodeError, match=re.escape("learning_rate='fast' (a str; the archive holds a number")):
         SAC.load(path, env=venv(), learning_rate="fast")
+
+
+@pytest.mark.parametrize("truncate", [True, False])
+def test_load_replay_buffer_of_a_her_archive_follows_truncate_last_traj(installed, tmp_path, truncate):
+    from stable_baselines3 import DQN, HerReplayBuffer
+    from stable_baselines3.common.envs import BitFlippingEnv
+
+    def her_model(**kwargs):
+        return DQN("MultiInputPolicy", BitFlippingEnv(n_bits=5), buffer_size=200, replay_buffer_class=HerReplayBuffer,
+                   policy_kwargs={"net_arch": [8]}, seed=0, device="cpu", **kwargs)
+
+    her = her_model(learning_starts=16)
+    her.learn(50)  # episodes of 5 steps, collected 4 at a time: one is under way
+    saved = her.replay_buffer
+    assert (saved._current_ep_start != saved.pos).any()
+    zipsave.save(her, tmp_path / "her.zip", include=["replay_buffer"])
+    fresh = her_model()
+    fresh.load_replay_buffer(tmp_path / "her.zip", truncate_last_traj=truncate)
+    buffer = fresh.replay_buffer
+    assert buffer.pos == saved.pos and (buffer.ep_start == saved.ep_start).all() and buffer.env is fresh.env
+    ended = (buffer._current_ep_start == buffer.pos).all()
+    assert ended == truncate  # as SB3's own load_replay_buffer does

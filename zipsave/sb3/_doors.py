@@ -26,6 +26,10 @@ __all__ = ["holds_extra", "load_replay_buffer", "restore_replay_buffer_after_loa
            "wrap_env_for_load"]
 
 
+#: A stand-in last observation: the episode under way goes on (``truncate_last_traj=False``).
+_KEEP_EPISODE = object()
+
+
 def _options(*, strict: bool) -> LoadOptions:
     options = current_options()
     if options is None:
@@ -99,7 +103,9 @@ def load_replay_buffer(self: Any, path: Any, truncate_last_traj: bool = True) ->
     with _session(archive, strict=True) as src:
         _fit_buffer(src, self)
         before = getattr(self, "_last_obs", None)
-        self._last_obs = None if truncate_last_traj else before  # HER ends the episode under way
+        # the restore ends HER's episode under way when there is no last observation (a reset
+        # comes): what truncate_last_traj asks for, and only then
+        self._last_obs = None if truncate_last_traj else _KEEP_EPISODE
         try:
             restore_extra(src, self, "replay_buffer")  # strict: a buffer that does not fit raises
         finally:

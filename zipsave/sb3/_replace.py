@@ -201,7 +201,10 @@ def _calling_algorithm() -> type | None:
 
 
 def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
-    """``BaseAlgorithm.load``: SB3's own, with ``cls`` known to the archive reader."""
+    """``BaseAlgorithm.load``: SB3's own, with ``cls`` known to the archive reader; the
+    archive's replay buffer and ``VecNormalize`` statistics restored as ``zipsave.load``
+    restores them (the ``env`` wrapped before SB3 builds the model, the buffer filled after);
+    a value the caller passed that the model cannot be built with named in the error."""
     from stable_baselines3.common.base_class import BaseAlgorithm
 
     if args:  # SB3's positional order: env, device, custom_objects, print_system_info, ...
