@@ -139,3 +139,17 @@ def test_the_callback_lets_its_directory_go_when_learn_returns(tmp_path):
     model.learn(32, callback=callback, reset_num_timesteps=False)  # takes the directory again
     assert [c.step for c in callback.manager.list()] == [32, 64, 96]
     callback.close()
+
+
+def test_a_released_manager_does_not_take_the_directory_from_a_newer_one(tmp_path):
+    older = zipsave.CheckpointManager(tmp_path, background=False)
+    older.save(1, state(1.0))
+    older.release()
+    newer = zipsave.CheckpointManager(tmp_path, background=False)
+    with pytest.raises(zipsave.CheckpointLockedError, match=re.escape("another CheckpointManager object still has it open")):
+        older.save(2, state(2.0))
+    newer.save(2, state(2.0))
+    newer.close()
+    older.save(3, state(3.0))  # free again
+    assert [c.step for c in older.list()] == [1, 2, 3]
+    older.close()

@@ -225,7 +225,9 @@ class CheckpointManager(CheckpointReading):
         if not self.due(step) and not (force and step != self._last_step):
             return None
         if self._lock is None:
-            self.acquire()  # let go by release(): take the directory again
+            self.acquire()  # let go by release(): take the directory again, and its index afresh
+            if not self.due(step) and not (force and step != self._last_step):
+                return None
         recorded = plain_metrics(metrics)
         self._check_best_metric(step, recorded)
         when = time.time()
@@ -346,12 +348,12 @@ class CheckpointManager(CheckpointReading):
         Raises
         ------
         CheckpointLockedError
-            Another manager has the directory open now.
+            Another manager has the directory open now (one of this process too: it is newer).
         """
         self._check_open()
         if self._lock is not None:
             return
-        take_over(self)
+        # no take-over here: a manager made after this one let go is the newer one, and keeps it
         self._lock, found = open_directory(self._store)
         with self._mutex:
             self._checkpoints = found
