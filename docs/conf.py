@@ -71,6 +71,8 @@ nitpick_ignore = [
 nitpick_ignore_regex = [
     # The core's private base of Saveable (it records constructor arguments); users never name it.
     (r"py:class", r"zipsave\._core\..*"),
+    # CheckpointManager's private base (the reading methods it shares with read_only=True).
+    (r"py:class", r"zipsave\._manager\._reading\..*"),
     (r"py:.*", r"(torch|numpy|np|gymnasium|fsspec|tqdm)\..*"),
 ]
 

@@ -405,7 +405,7 @@ def test_member_past_the_central_directory_is_refused():
         (b"hello" * 10, "archive `test.zip`: not a zip archive, or truncated (File is not a zip file)."),
         (archive_bytes()[:-30], "archive `test.zip`: not a zip archive, or truncated"),
         (archive_bytes()[: len(archive_bytes()) // 2], "archive `test.zip`: "),
-        (archive_bytes() + b"trailing", "the archive is truncated or has trailing data."),
+        (archive_bytes() + b"trailing", "the archive is truncated (cut off before its end) or has data appended after it."),
     ],
     ids=["empty", "text", "no-end-record", "half", "trailing"],
 )

@@ -142,3 +142,42 @@ def test_runs_cover_exactly_the_slice(shape, offsets, lengths):
     for dim, (o, n) in enumerate(zip(offsets, lengths)):
         expected = expected.narrow(dim, o, n)
     assert got == expected.contiguous().numpy().tobytes()
+
+
+def _flip_a_tensor_byte(folder) -> str:
+    rank = next(n for n in sorted(os.listdir(folder)) if n.startswith("rank-"))
+    path = os.path.join(folder, rank)
+    with open(path, "rb") as f:
+        payload = bytearray(f.read())
+    at = payload.find(torch.arange(1, 5, dtype=torch.float32).numpy().tobytes())  # inside the tensor's bytes
+    assert at > 0
+    payload[at] ^= 0xFF
+    with open(path, "wb") as f:
+        f.write(bytes(payload))
+    return path
+
+
+@pytest.mark.parametrize("entry", ["consolidate", "load"])
+def test_a_damaged_rank_archive_is_zipsaves_integrity_error(tmp_path, entry):
+    """DCP wraps a rank's failure in CheckpointException, a BaseException: `except Exception`
+    would miss it. zipsave's entry points raise zipsave's error, naming the rank archive."""
+    zipsave.dcp.save({"model": {"w": torch.arange(1000, dtype=torch.float32)}, "step": 3}, tmp_path / "ck")
+    damaged = _flip_a_tensor_byte(tmp_path / "ck")
+    try:
+        if entry == "consolidate":
+            zipsave.dcp.consolidate(tmp_path / "ck", tmp_path / "one.zip")
+        else:
+            zipsave.dcp.load({"model": {"w": torch.zeros(1000)}, "step": 0}, tmp_path / "ck")
+    except Exception as err:  # noqa: BLE001 - what a caller's `except Exception` sees
+        caught = err
+    else:
+        pytest.fail("no error")
+    assert isinstance(caught, zipsave.IntegrityError), repr(caught)
+    assert caught.archive == damaged and "CRC-32" in str(caught)
+    assert not (tmp_path / "one.zip").exists()
+
+
+def test_another_failure_of_dcp_is_a_zipsave_error_too(tmp_path):
+    zipsave.dcp.save({"model": {"w": torch.arange(4.0)}}, tmp_path / "ck")
+    with pytest.raises(zipsave.ZipsaveError, match=re.escape("the DCP load failed (rank 0: ")):
+        zipsave.dcp.load({"model": {"w": torch.zeros(5)}}, tmp_path / "ck")  # another shape

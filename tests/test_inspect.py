@@ -412,3 +412,49 @@ def test_load_report_renders_as_text_and_html(tmp_path: Path, allow_unpickling):
         clean = zipsave.LoadReport()
         zipsave.load(path, report=clean, custom_objects={"schedule": None})
     assert str(clean).endswith("everything loaded") and "everything loaded" in clean._repr_html_()
+
+
+def test_a_damaged_record_header_is_named_damage_by_read_and_inspect(tmp_path, capsys):
+    """Damage inside a `.pth` member's own zip is damage, not a format limit: read and inspect
+    say so and point to `zipsave verify`; inspect exits non-zero."""
+    from zipsave.cli import main
+
+    zipsave.save({"model": torch.nn.Linear(3, 2), "step": 1}, tmp_path / "app.zip")
+    payload = bytearray((tmp_path / "app.zip").read_bytes())
+    header = payload.rfind(b"PK\x03\x04", 0, payload.find(b"/data/0"))
+    payload[header + 1] ^= 0xFF  # the signature of a record's local header inside model.pth
+    (tmp_path / "bad.zip").write_bytes(bytes(payload))
+    bad = str(tmp_path / "bad.zip")
+    with pytest.raises(zipsave.IntegrityError, match=re.escape("is damaged (damaged record header)")) as raised:
+        zipsave.read(bad, "model/weight")
+    assert raised.value.member == "model.pth" and f"Run `zipsave verify {bad}`" in str(raised.value)
+    assert main(["inspect", bad]) == 1
+    out = capsys.readouterr().out
+    assert "`model.pth`: is damaged (damaged record header)" in out and "zipsave verify" in out
+    assert zipsave.inspect(bad).verified is False
+
+
+def test_a_truncated_archive_quotes_no_offset_of_a_nested_end_record(tmp_path):
+    zipsave.save({"model": torch.nn.Linear(30, 20)}, tmp_path / "app.zip")
+    payload = (tmp_path / "app.zip").read_bytes()
+    (tmp_path / "cut.zip").write_bytes(payload[: len(payload) - 200])  # the nested .pth's end record is last now
+    with pytest.raises(zipsave.ArchiveFormatError) as raised:
+        zipsave.inspect(tmp_path / "cut.zip")
+    message = str(raised.value)
+    assert "truncated" in message and "bytes after" not in message
+    assert f"({len(payload) - 200} bytes)" in message
+
+
+def test_invalid_json_data_gives_one_error_that_says_it_was_edited(tmp_path):
+    import zipfile
+
+    zipsave.save({"step": 1, "w": torch.ones(2)}, tmp_path / "app.zip")
+    with zipfile.ZipFile(tmp_path / "app.zip") as src, zipfile.ZipFile(tmp_path / "edited.zip", "w") as out:
+        for name in src.namelist():
+            out.writestr(name, b'{"step": 1,,}' if name == "data" else src.read(name))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "decoding it key by key" warning before the error
+        with pytest.raises(zipsave.DecodeError, match=re.escape(
+                "It was edited after saving and is no longer valid JSON: Expecting property name")) as raised:
+            zipsave.load(tmp_path / "edited.zip")
+    assert "nothing of it can be decoded key by key" in str(raised.value)

@@ -524,15 +524,21 @@ def test_sb3_callback_names_reset_num_timesteps_when_steps_go_back(tmp_path):
 
 
 # -- one manager per directory -------------------------------------------------------------------
-def test_a_second_manager_in_the_same_process_is_named_as_such(tmp_path):
-    """A notebook cell run again opens a manager while the one it made before is still open."""
-    first = zipsave.CheckpointManager(tmp_path)
-    with pytest.raises(zipsave.CheckpointLockedError, match=re.escape("that is this process: another CheckpointManager object still has it open")) as raised:
-        zipsave.CheckpointManager(tmp_path)
-    assert "in a notebook, the manager a cell made before" in raised.value.hint
-    assert "break_lock" not in raised.value.hint
-    first.close()
-    zipsave.CheckpointManager(tmp_path).close()
+def test_a_second_manager_in_the_same_process_takes_over(tmp_path):
+    """A notebook cell run again opens a manager while the one it made before is still open:
+    the newer one takes the directory over; the older one finishes its saves and saves no more."""
+    first = zipsave.CheckpointManager(tmp_path, background=True)
+    first.save(1, {"w": torch.ones(2)})
+    second = zipsave.CheckpointManager(tmp_path)
+    assert [c.step for c in second.list()] == [1]  # the older one's pending save was finished first
+    with pytest.raises(zipsave.ZipsaveError, match=re.escape(
+            "was replaced by a newer CheckpointManager of the same directory in this process")) as raised:
+        first.save(2, {"w": torch.ones(2)})
+    assert raised.value.hint == "Save through the newer manager."
+    second.save(2, {"w": torch.ones(2)})
+    second.close()
+    first.close()  # harmless
+    assert [c.step for c in zipsave.CheckpointManager(tmp_path, read_only=True).list()] == [1, 2]
 
 
 def test_a_second_manager_in_the_same_process_on_a_memory_url(tmp_path):
@@ -540,9 +546,10 @@ def test_a_second_manager_in_the_same_process_on_a_memory_url(tmp_path):
     url = f"memory://zipsave-manager-wide-lock/{tmp_path.name}"
     first = zipsave.CheckpointManager(url)
     try:
-        with pytest.raises(zipsave.CheckpointLockedError, match=re.escape("that is this process")) as raised:
-            zipsave.CheckpointManager(url)
-        assert "break_lock" not in raised.value.hint  # breaking one's own lock is never the fix
+        second = zipsave.CheckpointManager(url)
+        with pytest.raises(zipsave.ZipsaveError, match=re.escape("was replaced by a newer CheckpointManager")):
+            first.save(1, {"w": torch.ones(2)})
+        second.close()
     finally:
         first.close()
         fsspec.filesystem("memory").rm("/zipsave-manager-wide-lock", recursive=True)

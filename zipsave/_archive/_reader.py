@@ -152,9 +152,11 @@ class ArchiveReader:
                 archive=archive,
             )
         if location != size - 22 - comment and end_of_record != size:
+            # No byte count here: the end record found may be a nested `.pth` member's own,
+            # whose place says nothing about the archive's.
             raise ArchiveFormatError(
-                f"ends {size - end_of_record} bytes after its end-of-central-directory record; "
-                "the archive is truncated or has trailing data.",
+                f"does not end with its end-of-central-directory record ({size} bytes): the archive is "
+                "truncated (cut off before its end) or has data appended after it.",
                 archive=archive,
                 hint="Was the file fully written and copied?",
             )

@@ -94,6 +94,7 @@ class ArchiveSource:
         a mismatch of a member a person may edit (``data``, ``init.json``) is passed to
         ``on_edited(error)`` instead of raised, when given."""
         raw = self.reader.read(member, limit=self.limits.max_json_bytes, verify=False)
+        edited = None
         if verify:
             try:
                 self.reader.check_recorded(member)
@@ -101,8 +102,19 @@ class ArchiveSource:
             except IntegrityError as err:
                 if on_edited is None or member.rpartition("/")[2] not in _format.EDITABLE:
                     raise
-                on_edited(err)
-        return self.parse_json(member, raw)
+                edited = err
+        try:
+            value = self.parse_json(member, raw)
+        except ZipsaveError as err:
+            if edited is not None:  # one error says both; "decoding it key by key" would not happen
+                cause = err.detail.removeprefix("not valid JSON: ")
+                err.detail = f"{edited.detail} It was edited after saving and is no longer valid JSON: {cause}"
+                err.hint = err.hint or "Undo the edit (or fix the JSON syntax); nothing of it can be decoded key by key."
+                err.args = (err._compose(),)
+            raise
+        if edited is not None:
+            on_edited(edited)
+        return value
 
     def parse_json(self, member: str, raw: bytes) -> Any:
         try:

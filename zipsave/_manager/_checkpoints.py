@@ -21,12 +21,13 @@ from typing import Any
 
 from .. import _api as api
 from ..exceptions import CheckpointDirectoryError, ZipsaveError, ZipsaveWarning, caller_stacklevel
-from . import _display
 from ._directory import open_directory
-from ._index import INDEX_NAME, Checkpoint, best_metric_problem, best_of, checkpoint_name, encode_index, plain_metrics, to_keep
+from ._index import INDEX_NAME, Checkpoint, best_metric_problem, checkpoint_name, encode_index, plain_metrics, to_keep
 from ._lock import DirectoryLock
-from ._resume import newest_intact, require_metric
+from ._resume import newest_intact
 from ._settings import as_step, check_count, check_keep_best
+from ._reading import CheckpointReading
+from ._waiting import register, take_over
 from ._store import LocalStore, open_store
 
 __all__ = ["CheckpointManager"]
@@ -34,7 +35,7 @@ __all__ = ["CheckpointManager"]
 _log = logging.getLogger("zipsave")
 
 
-class CheckpointManager:
+class CheckpointManager(CheckpointReading):
     """Save a training run every few steps or seconds into one directory, keep the newest
     and the best checkpoints, and resume from the newest after a crash.
 
@@ -64,13 +65,19 @@ class CheckpointManager:
         Take over the lock of another manager that cannot be checked to be gone (a lock file
         on an object store left by a process on another host). Locks of processes that died
         on this host are always taken over.
+    read_only
+        Open a read-only view instead, for an evaluator beside the process that trains: the
+        reading methods and :meth:`wait_for_new`, reading the index afresh each time; it
+        never writes, deletes or locks, and ``save`` raises. The writer's options are ignored
+        (``keep_best`` still names the default metric of :meth:`best`).
 
     Raises
     ------
     CheckpointDirectoryError
         ``directory`` holds files but no checkpoint index: it is not a manager's.
     CheckpointLockedError
-        Another manager (in this or another process) has the directory open.
+        A manager of another process has the directory open. (A newer manager of the same
+        process takes the directory over from an older one, which then refuses to save.)
 
     Examples
     --------
@@ -79,6 +86,14 @@ class CheckpointManager:
     ...     train_step()
     ...     manager.save(step, app_state, metrics={"loss": loss})  # a no-op unless due
     """
+
+    #: The class of ``read_only=True``; ``_view`` sets it (it subclasses this one).
+    read_only_class: type | None = None
+
+    def __new__(cls, directory: Any = None, *args: Any, read_only: bool = False, **kwargs: Any) -> CheckpointManager:
+        if read_only and cls is CheckpointManager and cls.read_only_class is not None:
+            return super().__new__(cls.read_only_class)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -91,6 +106,7 @@ class CheckpointManager:
         background: bool = True,
         storage_options: dict[str, Any] | None = None,
         break_lock: bool = False,
+        read_only: bool = False,
     ) -> None:
         check_count("keep_last", keep_last)
         check_count("every_steps", every_steps)
@@ -111,9 +127,17 @@ class CheckpointManager:
         self._closed = False
         self._best_warned = False
         self._lock: DirectoryLock | None = None
+        self._superseded = False
+        take_over(self)  # an older manager of this process on this directory lets it go
         self._lock, self._checkpoints = open_directory(self._store, break_lock=break_lock)
         self._last_step = self._checkpoints[-1].step if self._checkpoints else None
         self._last_time = time.monotonic()
+        register(self)
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this is a read-only view (``read_only=True``), which never saves."""
+        return False
 
     # -- what is there -------------------------------------------------------------------------
     def list(self) -> list[Checkpoint]:
@@ -126,29 +150,6 @@ class CheckpointManager:
         """The checkpoint with the highest step, or ``None`` when there is none."""
         with self._mutex:
             return self._checkpoints[-1] if self._checkpoints else None
-
-    def best(self, metric: str | None = None, mode: str | None = None) -> Checkpoint | None:
-        """The best checkpoint by ``metric`` (default: the ``keep_best`` metric and mode), or
-        ``None`` when no checkpoint has that metric."""
-        if metric is None:
-            if self.keep_best is None:
-                raise ValueError("name a metric: `best(\"reward\", \"max\")`, or open the manager with `keep_best=`.")
-            metric, default_mode, _ = self.keep_best
-            mode = mode or default_mode
-        mode = mode or "max"
-        if mode not in ("max", "min"):
-            raise ValueError(f'`mode` must be "max" or "min", got {mode!r}.')
-        found = best_of(self.list(), metric, mode)
-        return found[0] if found else None
-
-    def __len__(self) -> int:
-        return len(self.list())
-
-    def __repr__(self) -> str:
-        return _display.text(self)
-
-    def _repr_html_(self) -> str:
-        return _display.html(self)
 
     # -- saving --------------------------------------------------------------------------------
     def due(self, step: int) -> bool:
@@ -223,6 +224,10 @@ class CheckpointManager:
         step = as_step(step)
         if not self.due(step) and not (force and step != self._last_step):
             return None
+        if self._lock is None:
+            self.acquire()  # let go by release(): take the directory again, and its index afresh
+            if not self.due(step) and not (force and step != self._last_step):
+                return None
         recorded = plain_metrics(metrics)
         self._check_best_metric(step, recorded)
         when = time.time()
@@ -316,8 +321,46 @@ class CheckpointManager:
         raise error
 
     def _check_open(self) -> None:
+        if self._superseded:
+            raise ZipsaveError(
+                f"the CheckpointManager of `{self.directory}` was replaced by a newer CheckpointManager of the "
+                "same directory in this process (a notebook cell run again?), which took the directory over; "
+                "this one saves no more.",
+                hint="Save through the newer manager.",
+            )
         if self._closed:
             raise ZipsaveError(f"the CheckpointManager of `{self.directory}` is closed.")
+
+    def release(self) -> None:
+        """Wait for background saves and let the directory go, until the next :meth:`save`
+        (or :meth:`acquire`) takes it again; meanwhile another manager may open it. The
+        listing, loads and restores keep working. :class:`zipsave.sb3.CheckpointCallback`
+        calls it when ``learn`` returns."""
+        self.wait()
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            lock.release()
+
+    def acquire(self) -> None:
+        """Take the directory again after :meth:`release` (a no-op while held); the index is
+        read again, since another manager may have saved meanwhile.
+
+        Raises
+        ------
+        CheckpointLockedError
+            Another manager has the directory open now (one of this process too: it is newer).
+        """
+        self._check_open()
+        if self._lock is not None:
+            return
+        # no take-over here: a manager made after this one let go is the newer one, and keeps it
+        self._lock, found = open_directory(self._store)
+        with self._mutex:
+            self._checkpoints = found
+        newest = found[-1].step if found else None
+        if newest is not None and (self._last_step is None or newest > self._last_step):
+            self._last_step = newest
+        register(self)
 
     def close(self) -> None:
         """Wait for background saves, then release the directory's lock. Idempotent."""
@@ -329,6 +372,20 @@ class CheckpointManager:
             self._closed = True
             if self._lock is not None:
                 self._lock.release()
+                self._lock = None
+
+    def _supersede(self) -> None:
+        """A newer manager of this process opens the directory: finish what is pending, let
+        the lock go, and refuse to save from now on."""
+        try:
+            self.wait()
+        except Exception as err:  # noqa: BLE001 - the newer manager must not fail for the older one's save
+            _log.warning("zipsave: a pending save of the replaced CheckpointManager of `%s` failed: %s",
+                         self.directory, err)
+        self._superseded = True
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            lock.release()
 
     def __enter__(self) -> CheckpointManager:
         return self
@@ -343,69 +400,9 @@ class CheckpointManager:
             _log.exception("zipsave: closing the CheckpointManager of `%s` failed", self.directory)
 
     # -- resuming ------------------------------------------------------------------------------
-    def restore_latest(self, obj: Any, **restore_options: Any) -> Checkpoint | None:
-        """Restore the newest intact checkpoint into ``obj`` in place (:func:`zipsave.restore`;
-        ``strict=True`` unless you pass ``strict=False``, as a resume must not go on from one
-        restored only in part; other options pass through).
-
-        A newest checkpoint whose archive is damaged or gone is skipped with a
-        :class:`~zipsave.ZipsaveWarning` naming it and the cause, and moved aside
-        (``step-<step>.zip.broken``); ``obj`` is then restored from the one before it, in full.
-        When no checkpoint can be restored, the newest one's error is raised.
-
-        Returns
-        -------
-        The :class:`Checkpoint` restored, or ``None`` when there is none yet (start fresh).
-
-        Examples
-        --------
-        >>> checkpoint = manager.restore_latest(app_state)  # doctest: +SKIP
-        >>> start = checkpoint.step + 1 if checkpoint else 0  # doctest: +SKIP
-        """
-        self._load_defaults(restore_options)
-        return self._resume(lambda checkpoint: api.restore(obj, checkpoint.path, **restore_options))[0]
-
-    def load_latest(self, **load_options: Any) -> Any:
-        """Load the newest intact checkpoint (:func:`zipsave.load`; ``cls=``, ``env=``... pass
-        through; ``strict=True`` unless you pass ``strict=False``), or return ``None`` when
-        there is none yet. A damaged newest checkpoint is skipped as by :meth:`restore_latest`."""
-        self._load_defaults(load_options)
-        return self._resume(lambda checkpoint: api.load(checkpoint.path, **load_options))[1]
-
-    def restore_best(
-        self, obj: Any, metric: str | None = None, mode: str | None = None, **restore_options: Any
-    ) -> Checkpoint | None:
-        """Restore the best checkpoint by ``metric`` (:meth:`best`) into ``obj`` in place, as
-        :meth:`restore_latest` does the newest, and return it; ``None`` when there is none yet.
-        A damaged best checkpoint is an error, never replaced by the next best (another model);
-        a ``metric`` no checkpoint has is a ``ValueError`` naming the ones they have."""
-        checkpoint = self._best_for_loading(metric, mode, restore_options)
-        if checkpoint is not None:
-            api.restore(obj, checkpoint.path, **restore_options)
-        return checkpoint
-
-    def load_best(self, metric: str | None = None, mode: str | None = None, **load_options: Any) -> Any:
-        """Load the best checkpoint by ``metric`` (:func:`zipsave.load`, as :meth:`load_latest`
-        does the newest), or return ``None`` when there is none yet; errors as :meth:`restore_best`."""
-        checkpoint = self._best_for_loading(metric, mode, load_options)
-        return api.load(checkpoint.path, **load_options) if checkpoint is not None else None
-
-    def _best_for_loading(self, metric: str | None, mode: str | None, options: dict[str, Any]) -> Checkpoint | None:
-        self.wait()
-        self._load_defaults(options)
-        found = self.best(metric, mode)
-        if found is None:
-            require_metric(self.list(), metric or (self.keep_best[0] if self.keep_best else None), self.directory)
-        return found
-
-    def _load_defaults(self, options: dict[str, Any]) -> None:
-        if self.storage_options is not None:
-            options.setdefault("storage_options", self.storage_options)
-        options.setdefault("strict", True)
-
     def _resume(self, attempt: Any) -> tuple[Checkpoint | None, Any]:
         self.wait()
-        open_ = not self._closed  # a closed manager holds no lock: it reads, and changes nothing
+        open_ = self._lock is not None  # without the lock (closed, released) it reads and changes nothing
         found, result, damaged = newest_intact(
             self.list(), attempt, store=self._store, location=self.directory, set_aside=open_
         )

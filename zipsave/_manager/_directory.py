@@ -15,7 +15,7 @@ from ._lock import LOCK_NAME, DirectoryLock, acquire
 from ._resume import BROKEN_SUFFIX
 from ._store import LocalStore, Store, open_store
 
-__all__ = ["is_manager_directory", "list_checkpoints", "missing_archives", "open_directory", "set_aside_archives", "verify_directory"]
+__all__ = ["check_folder", "read_index", "is_manager_directory", "list_checkpoints", "missing_archives", "open_directory", "set_aside_archives", "verify_directory"]
 
 _log = logging.getLogger("zipsave")
 
@@ -25,6 +25,11 @@ def _read_index(store: Store) -> list[Checkpoint] | None:
     if raw is None:
         return None
     return decode_index(raw, location=store.location, target=store.target)
+
+
+def read_index(store: Store) -> list[Checkpoint] | None:
+    """The checkpoints the directory's index lists, or ``None`` when it has no index."""
+    return _read_index(store)
 
 
 def _not_a_manager(store: Store, names: list[str]) -> CheckpointDirectoryError:
@@ -57,6 +62,11 @@ def _check_folder(store: Store, *, must_exist: bool) -> None:
         )
     if must_exist and not store.exists():
         raise CheckpointDirectoryError(f"checkpoint directory `{store.location}` does not exist.")
+
+
+def check_folder(store: Store, *, must_exist: bool) -> None:
+    """Refuse a local path that is a file (or lies below one), or is missing where it must exist."""
+    _check_folder(store, must_exist=must_exist)
 
 
 def _missing(found: list[Checkpoint], names: list[str]) -> list[Checkpoint]:

@@ -2,7 +2,7 @@
 between the archive file and tensor memory, and the device every tensor goes to."""
 
 from ._npy import read_array_member, read_npy
-from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
+from ._pth_meta import Damaged, PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_read import load_member, load_pth
 from ._pth_records import check_member, read_record, record_table
 from ._pth_write import get_device, save_pth
@@ -13,6 +13,7 @@ __all__ = [
     "check_member",
     "TensorRef",
     "Unsupported",
+    "Damaged",
     "dotted",
     "get_device",
     "load_member",

@@ -16,10 +16,18 @@ from .._bounds import check_zip_infos
 from .._trust import BoundedUnpickler
 from ..exceptions import ZipsaveError
 
-__all__ = ["PthMeta", "StorageRef", "TensorRef", "Unsupported", "check_inner_zip", "raw_record", "read_pth_meta", "record_start"]
+__all__ = [
+    "Damaged", "PthMeta", "StorageRef", "TensorRef", "Unsupported", "check_inner_zip", "raw_record", "read_pth_meta",
+    "record_start",
+]
 
 class Unsupported(Exception):
     """The metadata reader met something only ``torch.load`` understands."""
+
+
+class Damaged(Unsupported):
+    """The member's own zip structure is broken (a record header or record that is not where
+    its directory says): damage, not a format this reader leaves to ``torch.load``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,10 +232,10 @@ def record_start(view: Any, info: zipfile.ZipInfo) -> int:
         raise Unsupported("compressed record")
     head = bytearray(30)
     if not 0 <= info.header_offset <= view.size - 30 or view.read_at(info.header_offset, head) != 30 or head[:4] != b"PK\x03\x04":
-        raise Unsupported("damaged record header")
+        raise Damaged("damaged record header")
     start = info.header_offset + 30 + int.from_bytes(head[26:28], "little") + int.from_bytes(head[28:30], "little")
     if start + info.file_size > view.size:
-        raise Unsupported("record past the end")
+        raise Damaged("record past the end")
     return start
 
 
@@ -238,5 +246,5 @@ def raw_record(view: Any, info: zipfile.ZipInfo) -> bytes:
         raise Unsupported("oversized metadata record")
     buf = bytearray(info.file_size)
     if view.read_at(record_start(view, info), buf) != len(buf):
-        raise Unsupported("short record")
+        raise Damaged("short record")
     return bytes(buf)

@@ -19,9 +19,9 @@ from .._codec import NATIVE_KEY as _N
 from .._codec import SERIALIZED_KEY as _S
 from .._codec import TYPE_KEY as _T
 from .._json import parse_json
-from .._tensors import PthMeta, Unsupported, dotted, read_pth_meta, walk_refs
+from .._tensors import Damaged, PthMeta, Unsupported, dotted, read_pth_meta, walk_refs
 from .._trust import SUBSTITUTED, TrustPolicy, pickle_globals
-from ..exceptions import ArchiveFormatError, DecodeError, ZipsaveError, nesting_as_error
+from ..exceptions import ArchiveFormatError, DecodeError, IntegrityError, ZipsaveError, nesting_as_error
 from ._check import check_archive
 from ._records import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo, format_shape, shorten
 
@@ -161,7 +161,9 @@ def inspect(
         Also read every byte and check it: each member against its CRC-32, and each tensor
         record of a ``.pth`` member against its own CRC-32 in ``manifest.json`` (archives
         without per-tensor checksums: the whole member). Sets ``ArchiveInfo.verified`` and
-        adds one note per problem, naming the member and the tensor.
+        adds one note per problem, naming the member and the tensor. Without it,
+        ``verified`` is ``None``, or ``False`` when listing found a ``.pth`` member damaged
+        (its note says so and points to ``zipsave verify``).
 
     Returns
     -------
@@ -235,14 +237,15 @@ def inspect(
                 notes.append(f"`{member}`: holds a JSON {type(raw).__name__}, expected an object")
 
         tensors: list[TensorInfo] = []
+        damaged: list[str] = []
         for name in reader.names():
             if name.endswith(_format.PTH_SUFFIX):
-                tensors += _list_tensors(src, name, notes)
-        verified = None
+                tensors += _list_tensors(src, name, notes, damaged)
+        verified = False if damaged else None  # damage seen while listing: known not intact
         if verify:
             problems = check_archive(src)
             notes += problems
-            verified = not problems
+            verified = not problems and not damaged
     return ArchiveInfo(
         archive=src.name,
         layout=layout,
@@ -305,6 +308,13 @@ def _component_class(src: ArchiveSource, folder: str, notes: list[str]) -> str |
 def pth_meta(src: ArchiveSource, member: str, view: MemberView) -> PthMeta:
     try:
         return read_pth_meta(view, src.limits)
+    except Damaged as err:
+        raise IntegrityError(
+            f"is damaged ({err}): its bytes are not the torch file that was saved.",
+            archive=src.name,
+            member=member,
+            hint=f"Run `zipsave verify {src.name}` to check every byte of the archive against its checksums.",
+        ) from None
     except Unsupported as err:
         raise ArchiveFormatError(
             f"cannot be listed without `torch.load` ({err}).",
@@ -314,7 +324,7 @@ def pth_meta(src: ArchiveSource, member: str, view: MemberView) -> PthMeta:
         ) from None
 
 
-def _list_tensors(src: ArchiveSource, member: str, notes: list[str]) -> list[TensorInfo]:
+def _list_tensors(src: ArchiveSource, member: str, notes: list[str], damaged: list[str]) -> list[TensorInfo]:
     try:
         with src.reader.open_view(member) as view:
             tree = pth_meta(src, member, view).tree
@@ -323,5 +333,7 @@ def _list_tensors(src: ArchiveSource, member: str, notes: list[str]) -> list[Ten
             for path, ref in walk_refs(tree)
         ]
     except ZipsaveError as err:
-        notes.append(f"`{member}`: {err.detail}")
+        notes.append(f"`{member}`: {err.detail}" + (f" {err.hint}" if isinstance(err, IntegrityError) and err.hint else ""))
+        if isinstance(err, IntegrityError):
+            damaged.append(member)
         return []

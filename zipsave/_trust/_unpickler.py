@@ -377,5 +377,6 @@ def restricted_loads(
     except ZipsaveError:
         raise
     except Exception as err:
-        raise DecodeError(f"cannot unpickle the value ({type(err).__name__}: {err}).", **where) from err
+        raise DecodeError(f"cannot unpickle the value ({type(err).__name__}: {err}).", **where,
+                          hint=f"Consider using `custom_objects={{{key!r}: ...}}` to replace it." if key else None) from err
 

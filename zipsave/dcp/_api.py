@@ -12,21 +12,11 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from ..exceptions import ZipsaveError
 from ._errors import raise_zipsave_error
 from ._reader import ZipReader
 from ._writer import ZipWriter
 
-__all__ = ["load", "save"]
-
-
-def _unwrap(err: CheckpointException) -> None:
-    """Re-raise the first ZipsaveError a rank failed with (DCP wraps every rank's failure in
-    one ``CheckpointException``, which is a ``BaseException``, not an ``Exception``)."""
-    for rank in sorted(err.failures):
-        exc = err.failures[rank][0]
-        if isinstance(exc, ZipsaveError):
-            raise exc from err
+__all__ = ["load", "raise_zipsave_error", "save"]
 
 
 @contextlib.contextmanager
@@ -69,8 +59,7 @@ def save(state_dict: dict[str, Any], path: str | os.PathLike, *, sync_files: boo
         with _single_process_quiet(kwargs):
             return dcp.save(state_dict, storage_writer=ZipWriter(path, sync_files=sync_files, sha256=sha256), **kwargs)
     except CheckpointException as err:
-        _unwrap(err)
-        raise
+        raise_zipsave_error(err, path, what="the DCP save")
 
 
 def load(state_dict: dict[str, Any], path: str | os.PathLike, *, allow_pickle: bool = False, **kwargs: Any) -> None:

@@ -196,8 +196,8 @@ def consolidate(src: str | os.PathLike, dst: Any, *, allow_pickle: bool = False)
     # torch's own dcp_to_torch_save does).
     try:
         _load_state_dict(state, storage_reader=reader, planner=_ConsolidatePlanner(allow_pickle, src), no_dist=True)
-    except CheckpointException as err:
-        raise_zipsave_error(err, src, getattr(reader, "metadata_error", None))
+    except CheckpointException as err:  # a BaseException: a damaged rank archive raises zipsave's error
+        raise_zipsave_error(err, src, getattr(reader, "metadata_error", None), what="consolidating the checkpoint")
     data: dict[str, Any] = {}
     params: dict[str, Any] = {}
     variables: dict[str, torch.Tensor] = {}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, NoReturn
 
 from torch.distributed.checkpoint.api import CheckpointException
@@ -12,9 +13,12 @@ from ..exceptions import ArchiveFormatError, ZipsaveError
 __all__ = ["raise_zipsave_error"]
 
 
-def raise_zipsave_error(err: CheckpointException, archive: Any, metadata_error: ZipsaveError | None = None) -> NoReturn:
+def raise_zipsave_error(
+    err: CheckpointException, archive: Any, metadata_error: ZipsaveError | None = None, *, what: str = "the DCP load"
+) -> NoReturn:
     """Raise the first :class:`ZipsaveError` a rank failed with, else the error reading the
-    metadata, else an :class:`ArchiveFormatError` naming every rank's failure."""
+    metadata, else an :class:`ArchiveFormatError` naming every rank's failure (``what`` names
+    the step: ``"the DCP save"``, ``"consolidating the checkpoint"``)."""
     failures = getattr(err, "failures", None) or {}
     for rank in sorted(failures):
         exc = failures[rank][0] if isinstance(failures[rank], tuple) else failures[rank]
@@ -26,8 +30,9 @@ def raise_zipsave_error(err: CheckpointException, archive: Any, metadata_error: 
         f"rank {rank}: {type(_first(f)).__name__}: {_first(f)}" for rank, f in sorted(failures.items())
     ) or str(err)
     raise ArchiveFormatError(
-        f"the checkpoint cannot be loaded ({causes}).", archive=archive,
-        hint="The checkpoint's metadata or files are not what DCP wrote; load an intact copy.",
+        f"{what} failed ({causes}).", archive=os.fspath(archive) if isinstance(archive, (str, os.PathLike)) else None,
+        hint="The checkpoint's metadata or files are not what DCP wrote: `zipsave.dcp.verify(path)` checks every "
+        "archive of a checkpoint; load an intact copy.",
     ) from err
 
 

@@ -16,6 +16,7 @@ from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError
 from ._schedules import NotASchedule, recognise_schedule
 from ._checks import check_data, check_names, drop_saved_env
 from ._extras import apply_vec_normalize, matches_any, has_extra, restore_extra, warn_unused_vec_normalize
+from ._keys import blame_given, given_values, warn_unknown_keys, warn_unmatched_custom_objects
 from ._zoo import with_zoo_schedules
 
 __all__ = ["ARS_WEIGHTS", "build_sb3", "is_ars", "sync_ars_weights"]
@@ -62,6 +63,8 @@ def build_sb3(
     src.trust_references(_named_classes(cls))
     env = kwargs.pop("env", None)
     force_reset = kwargs.pop("force_reset", True)
+    passed_objects = custom_objects
+    passed = given_values(custom_objects, {k: v for k, v in kwargs.items() if k not in _CHECKED})
     custom_objects = with_zoo_schedules(src, custom_objects)  # rl-zoo3 < 2.7 closures, rebuilt safely
     # A key the caller passes by keyword is taken as given, never decoded nor warned about;
     # the keys SB3 cannot do without are reported once, by the error `_check_required` raises.
@@ -112,6 +115,9 @@ def build_sb3(
         model.__dict__.update(kwargs)
         model._setup_model()
     except Exception as err:
+        blamed = blame_given(cls, err, passed, _raw_data(src), src.name) if passed else None
+        if blamed is not None:
+            raise blamed from err
         raise DecodeError(
             f"{cls.__name__} cannot be built from this archive's data ({type(err).__name__}: {err}).",
             archive=src.name,
@@ -119,6 +125,8 @@ def build_sb3(
             hint=_policy_hint(cls, data["policy_class"]),
         ) from err
 
+    warn_unmatched_custom_objects(passed_objects, _raw_data(src) or data, src.name)
+    warn_unknown_keys(model, data, src.name, given=set(given))
     _warn_lost_schedules(src, model, recovery.why)
     _load_parameters(src, model, exclude)
     if is_ars(cls):
@@ -131,6 +139,17 @@ def build_sb3(
     if model.use_sde:
         model.policy.reset_noise()  # sample the gSDE matrix on the right device (SB3 #44)
     return model
+
+
+def _raw_data(src: LoadSession) -> dict[str, Any] | None:
+    """The archive's ``data`` as JSON (read again: the decode kept only the values)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an edited `data` was reported by the decode
+        try:
+            raw = src.read_json(_format.DATA)
+        except Exception:  # noqa: BLE001 - the decode reported it
+            return None
+    return raw if isinstance(raw, dict) else None
 
 
 class _ScheduleRecovery:

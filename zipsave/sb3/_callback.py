@@ -119,12 +119,19 @@ class CheckpointCallback(BaseCallback):
     def _on_rollout_end(self) -> None:
         self._in_rollout = False
 
+    def _on_training_start(self) -> None:
+        self.manager.acquire()  # let go when the last learn() ended: take the directory again
+
     def _on_training_end(self) -> None:
         # A run stopped inside a rollout (a callback returned False) holds a partial rollout
         # that no checkpoint stores: resuming from there would not be exact, so none is taken.
-        if self.final and not getattr(self, "_in_rollout", False):
-            self._checkpoint(force=True)
-        self.manager.wait()  # the last checkpoint is listed when learn() returns
+        try:
+            if self.final and not getattr(self, "_in_rollout", False):
+                self._checkpoint(force=True)
+        finally:
+            # the last checkpoint is listed when learn() returns, and the directory is free for
+            # a notebook to open or load from until the next learn()
+            self.manager.release()
 
     def _extras(self) -> list[str]:
         if self.include is not None:
@@ -195,7 +202,8 @@ class CheckpointCallback(BaseCallback):
         return checkpoint
 
     def close(self) -> None:
-        """Wait for pending checkpoints and release the directory."""
+        """Wait for pending checkpoints and close the manager (``learn`` already lets the
+        directory go when it returns; a closed callback cannot save again)."""
         self.manager.close()
 
 

@@ -13,7 +13,7 @@ from .._core import LoadSession, Parts, check_data_key, matches
 from ..exceptions import DecodeError, EncodeError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._her import check_her, end_unfinished_episodes, her_state, is_her, settings_note
 
-__all__ = ["EXTRAS", "apply_vec_normalize", "collect_extras", "has_extra", "matches_any", "restore_extra", "sb3_stand_in",
+__all__ = ["EXTRAS", "apply_vec_normalize", "build_vec_normalize", "collect_extras", "has_extra", "matches_any", "restore_extra", "sb3_stand_in",
            "warn_unused_vec_normalize"]
 
 #: Component folders zipsave adds to an SB3 archive on request (``include=[...]``).
@@ -235,17 +235,14 @@ def _check_like(name: str, saved: Any, current: Any) -> None:
 
 def apply_vec_normalize(src: LoadSession, venv: Any) -> Any:
     """Fill the env's VecNormalize with the saved statistics, wrapping it in one if needed."""
-    from stable_baselines3.common.vec_env import VecNormalize, unwrap_vec_normalize
+    from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
     member = _format.join("vec_normalize", _format.DATA)
     try:
         state = src.decode_data("vec_normalize") or {}
         vec_normalize = unwrap_vec_normalize(venv)
         if vec_normalize is None:
-            settings = {k: state[k] for k in _VEC_NORMALIZE_SCALARS if k in state}
-            wrapped = VecNormalize(venv, norm_obs_keys=state.get("norm_obs_keys"), **settings)
-            _set_statistics(wrapped, state)
-            return wrapped
+            return build_vec_normalize(state, venv)
         _set_statistics(vec_normalize, state)  # the caller's wrapper keeps the caller's settings
     except IntegrityError:
         raise  # a corrupt array member: the decode already named it and how to leave the extra out
@@ -254,6 +251,16 @@ def apply_vec_normalize(src: LoadSession, venv: Any) -> Any:
     except (ValueError, TypeError, KeyError, AssertionError) as err:
         src.skip(member, None, None, DecodeError(f"does not fit the environment ({type(err).__name__}: {err})."))
     return venv
+
+
+def build_vec_normalize(state: dict[str, Any], venv: Any) -> Any:
+    """A new ``VecNormalize`` around ``venv`` with the saved settings and statistics."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    settings = {k: state[k] for k in _VEC_NORMALIZE_SCALARS if k in state}
+    wrapped = VecNormalize(venv, norm_obs_keys=state.get("norm_obs_keys"), **settings)
+    _set_statistics(wrapped, state)
+    return wrapped
 
 
 def _set_statistics(vec_normalize: Any, state: dict[str, Any]) -> None:

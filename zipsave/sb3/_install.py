@@ -15,7 +15,7 @@ from typing import Any
 
 from zipsave._trust import TrustPolicy
 
-from . import _policies, _replace, _state
+from . import _doors, _policies, _replace, _state
 from ._state import Options
 
 __all__ = ["Options", "current_options", "install", "installed", "is_installed", "uninstall"]
@@ -127,11 +127,13 @@ def _targets() -> list[tuple[type, str, Any]]:
     """(class, attribute, zipsave's replacement) for the methods SB3 saves and loads with
     directly instead of through ``save_util``."""
     from stable_baselines3.common.base_class import BaseAlgorithm
+    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
     from stable_baselines3.common.policies import BaseModel
     from stable_baselines3.common.vec_env import VecNormalize
 
     return [
         (BaseAlgorithm, "load", classmethod(_replace.algorithm_load)),
+        (OffPolicyAlgorithm, "load_replay_buffer", _doors.load_replay_buffer),
         (BaseModel, "save", _policies.policy_save),
         (BaseModel, "load", classmethod(_policies.policy_load)),
         (VecNormalize, "save", _replace.vec_normalize_save),

@@ -4,6 +4,7 @@ and documented behaviour, with zipsave's archives and load rules underneath."""
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import os
 import pathlib
 import zipfile
@@ -20,6 +21,8 @@ from ._state import current_options as _current
 from ._build import ARS_WEIGHTS, is_ars, sync_ars_weights
 from ._checks import check_data, check_names, drop_saved_env
 from ._schedules import closures_in
+from ._doors import holds_extra, restore_replay_buffer_after_load, vec_normalize_from_model, wrap_env_for_load
+from ._keys import blame_given, check_custom_objects, given_values, warn_unknown_keys, warn_unmatched_custom_objects
 from ._zoo import read_data, schedules_in
 
 __all__ = [
@@ -36,11 +39,21 @@ __all__ = [
     "write_exact",
 ]
 
-#: The algorithm class whose ``load`` is running, whether it asked for the system info, and the
-#: ``data`` keys its caller passed as keyword arguments (those win over the saved values).
-_loading: contextvars.ContextVar[tuple[type, bool, frozenset[str]] | None] = contextvars.ContextVar(
-    "zipsave_sb3_loading", default=None
-)
+#: The ``Algo.load`` call running in this context (see :class:`_Call`).
+_loading: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("zipsave_sb3_loading", default=None)
+
+
+@dataclasses.dataclass
+class _Call:
+    """One ``Algo.load``: the class, whether it asked for the system info, the ``data`` keys
+    its caller passed as keyword arguments (those win over the saved values); and, filled by
+    ``load_from_zip_file``, the ``data`` it returned and the archive's raw ``data`` JSON."""
+
+    cls: type
+    asked: bool
+    given: frozenset[str]
+    data: dict[str, Any] | None = None
+    raw: dict[str, Any] | None = None
 #: ``data`` keys without which ``BaseAlgorithm.load`` cannot build the model it saved.
 _REQUIRED = ("policy_class", "observation_space", "action_space", "policy_kwargs")
 #: Keywords of ``BaseAlgorithm.load`` that are not ``data`` keys.
@@ -92,14 +105,17 @@ def load_from_zip_file(
     """SB3's ``load_from_zip_file`` with :func:`zipsave.load_archive`'s rules."""
     del verbose
     loading = _loading.get()
-    cls, asked, given = loading if loading is not None else (_calling_algorithm(), False, frozenset())
+    cls: type | None = loading.cls if loading is not None else _calling_algorithm()
+    asked, given = (loading.asked, loading.given) if loading is not None else (False, frozenset())
     model = None if loading is not None else _calling_model()
     options = current_options()
     _check_exists(load_path, "zip")
+    check_custom_objects(custom_objects)
+    raw = read_data(_existing(load_path, "zip")) if load_data and loading is not None else None
     if load_data and not options.allow_pickle:
         # SB3's and the RL Zoo's own schedule closures (SB3/rl-zoo3 < 2.7, or a closure a user
         # passed), rebuilt without running them.
-        raw = read_data(_existing(load_path, "zip"))
+        raw = raw if raw is not None else read_data(_existing(load_path, "zip"))
         skip = custom_objects or {}
         found = {**closures_in(raw, skip), **schedules_in(raw, skip)}
         if found:
@@ -117,7 +133,16 @@ def load_from_zip_file(
         report=report,
     )
     if loading is not None and load_data:
-        _check_required(load_path, loading[0], report, given | set(custom_objects or ()))
+        if loaded[0] is None:  # a plain torch.save file, or an archive without `data`: no model
+            raise zipsave.ArchiveFormatError(
+                "has no `data` member, so it holds no model (not a zipsave or SB3 model archive?).",
+                archive=load_path,
+                hint=f"Load its weights into a model with `model.set_parameters(path)`, or read its tensors "
+                f"with `zipsave.load_archive(path)`; {loading.cls.__name__}.load needs an archive `model.save` wrote.",
+            )
+        _check_required(load_path, loading.cls, report, given | set(custom_objects or ()))
+        _check_is_model(load_path, loading.cls, loaded[0], given | set(custom_objects or ()))
+        loading.data, loading.raw = loaded[0], raw if isinstance(raw, dict) else None
     data, params, variables = loaded
     # SB3's own `load`/`set_parameters` follow these names with getattr/setattr and call the
     # classes in `data`: checked here, before they reach SB3's code.
@@ -168,6 +193,26 @@ def _calling_model() -> Any:
     return owner if isinstance(owner, BaseAlgorithm) else None
 
 
+def _check_is_model(path: Any, cls: type, data: dict[str, Any], given: Any) -> None:
+    """``data`` without the keys every SB3 model has (and nothing skipped them): a buffer or
+    ``VecNormalize`` file, or another archive; SB3 would raise ``KeyError: 'policy_class'``."""
+    if "policy_class" in data or "policy_class" in given:
+        return
+    missing = [key for key in ("policy_class", "observation_space", "action_space") if key not in data]
+    if OBJECT_CLASS in data or OBJECT_VALUE in data:
+        what = "a replay buffer or VecNormalize saved on its own (`save_replay_buffer`, `VecNormalize.save`)"
+        hint = "Read it with `model.load_replay_buffer(path)` or `VecNormalize.load(path, venv)`."
+    else:
+        what = "no SB3 model"
+        hint = f"{cls.__name__}.load reads what `model.save` wrote; `zipsave.load(path)` reads other archives."
+    raise zipsave.ArchiveFormatError(
+        f"holds {what}: its `data` has no {', '.join(f'`{k}`' for k in missing)}.",
+        archive=path,
+        member="data",
+        hint=hint,
+    )
+
+
 def _calling_algorithm() -> type | None:
     """The algorithm class of the SB3 method calling ``load_from_zip_file`` (``set_parameters``
     of SB3 and sb3-contrib's ARS, which loads ``data`` too): its own policies are trusted."""
@@ -183,7 +228,10 @@ def _calling_algorithm() -> type | None:
 
 
 def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
-    """``BaseAlgorithm.load``: SB3's own, with ``cls`` known to the archive reader."""
+    """``BaseAlgorithm.load``: SB3's own, with ``cls`` known to the archive reader; the
+    archive's replay buffer and ``VecNormalize`` statistics restored as ``zipsave.load``
+    restores them (the ``env`` wrapped before SB3 builds the model, the buffer filled after);
+    a value the caller passed that the model cannot be built with named in the error."""
     from stable_baselines3.common.base_class import BaseAlgorithm
 
     if args:  # SB3's positional order: env, device, custom_objects, print_system_info, ...
@@ -193,14 +241,24 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
             raise TypeError(f"{cls.__name__}.load() takes at most {len(names) + 1} positional arguments.")
     # zipsave prints the saved and current system info and their differences in one place.
     asked = bool(kwargs.pop("print_system_info", False))
+    check_custom_objects(kwargs.get("custom_objects"))
+    caller_objects = dict(kwargs.get("custom_objects") or {})
     if is_ars(cls):  # its pickled `weights` are replaced from the loaded policy below, not decoded
         kwargs["custom_objects"] = {ARS_WEIGHTS: None, **(kwargs.get("custom_objects") or {})}
-    token = _loading.set((cls, asked, frozenset(kwargs) - _LOAD_KEYWORDS))
+    archive = _existing(path, "zip")
+    if holds_extra(archive, "vec_normalize"):
+        kwargs["env"] = wrap_env_for_load(cls, archive, kwargs.get("env"))
+    call = _Call(cls, asked, frozenset(kwargs) - _LOAD_KEYWORDS)
+    token = _loading.set(call)
     try:
         model = original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
+    except zipsave.ZipsaveError:
+        raise
     except (AssertionError, KeyError, IndexError, AttributeError, TypeError, ValueError, RuntimeError) as err:
-        if isinstance(err, zipsave.ZipsaveError):
-            raise
+        given = given_values(caller_objects, {k: kwargs[k] for k in call.given})
+        blamed = blame_given(cls, err, given, call.raw, path) if given and call.data is not None else None
+        if blamed is not None:
+            raise blamed from err
         # SB3's asserts and KeyErrors on an archive it cannot build from
         raise DecodeError(
             f"{cls.__name__}.load cannot build the model from this archive ({type(err).__name__}: {err}).",
@@ -211,6 +269,11 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
         _loading.reset(token)
     if is_ars(cls):
         sync_ars_weights(model)
+    if call.data is not None:
+        warn_unmatched_custom_objects(caller_objects, call.data, path)
+        warn_unknown_keys(model, call.data, path, given=call.given | set(caller_objects))
+    if holds_extra(archive, "replay_buffer"):
+        restore_replay_buffer_after_load(model, archive)
     return model
 
 
@@ -339,6 +402,8 @@ def vec_normalize_load(load_path: Any, venv: Any) -> Any:
     """``VecNormalize.load``: the saved wrapper around ``venv``."""
     from stable_baselines3.common.vec_env import VecNormalize
 
+    if holds_extra(load_path, "vec_normalize"):  # a model archive (or checkpoint) that holds one
+        return vec_normalize_from_model(load_path, venv)
     vec_normalize = load_object(load_path, VecNormalize, "VecNormalize")
     vec_normalize.set_venv(venv)
     return vec_normalize

@@ -1,0 +1,207 @@
+"""SB3's own doors onto the extras of a model archive: ``model.load_replay_buffer(archive)``,
+``VecNormalize.load(archive, venv)`` and what ``Algo.load`` restores beside the model.
+
+A model archive (``zipsave.save(model, include=[...])``, a ``CheckpointManager`` checkpoint)
+keeps the replay buffer and ``VecNormalize`` statistics in its ``replay_buffer/`` and
+``vec_normalize/`` folders; SB3's doors expect separate pickles. Each door here reads the
+folder through the same functions as ``zipsave.load``, so every door gives the same arrays,
+``pos``, ``full`` and statistics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from .. import _format
+from .._core import LoadOptions, LoadSession
+from ..exceptions import DecodeError, ZipsaveWarning, caller_stacklevel, describe_path
+from ._extras import apply_vec_normalize, build_vec_normalize, restore_extra
+from ._state import current_options, original
+
+__all__ = ["holds_extra", "load_replay_buffer", "restore_replay_buffer_after_load", "vec_normalize_from_model",
+           "wrap_env_for_load"]
+
+
+#: A stand-in last observation: the episode under way goes on (``truncate_last_traj=False``).
+_KEEP_EPISODE = object()
+
+
+def _options(*, strict: bool) -> LoadOptions:
+    options = current_options()
+    if options is None:
+        return LoadOptions(strict=strict)
+    return LoadOptions(allow_pickle=options.allow_pickle, trusted=options.trusted, strict=strict or options.strict)
+
+
+@contextlib.contextmanager
+def _session(path: Any, *, strict: bool) -> Iterator[LoadSession]:
+    """A load session on ``path``; a file object is left where it was found, for the next reader."""
+    at = path.tell() if hasattr(path, "read") else None
+    try:
+        with LoadSession(path, _options(strict=strict)) as src:
+            yield src
+    finally:
+        if at is not None:
+            path.seek(at)
+
+
+def _is_zip(path: Any) -> bool:
+    import zipfile
+
+    try:
+        if hasattr(path, "read"):
+            at = path.tell()
+            try:
+                return zipfile.is_zipfile(path)
+            finally:
+                path.seek(at)
+        return zipfile.is_zipfile(os.fspath(path))
+    except (OSError, TypeError):
+        return False
+
+
+def holds_extra(path: Any, name: str) -> bool:
+    """Whether ``path`` is a zipsave model archive with the extra ``name`` (``"replay_buffer"``,
+    ``"vec_normalize"``) in its own folder. Never raises: the door's own read reports problems."""
+    if not hasattr(path, "read") and not (isinstance(path, str) and "://" in path):
+        if not os.path.isfile(path) or not _is_zip(path):
+            return False
+    elif hasattr(path, "read") and not _is_zip(path):
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the load that follows warns about what it finds
+            with _session(path, strict=False) as src:
+                return src.has(_format.join(name, _format.DATA))
+    except Exception:  # noqa: BLE001 - not an archive zipsave can open: SB3's own path decides
+        return False
+
+
+def _archive_path(path: Any, *suffixes: str) -> Any:
+    """The file SB3's door would open: ``path``, else ``path`` with one of ``suffixes``."""
+    if hasattr(path, "read") or (isinstance(path, str) and "://" in path) or os.path.exists(path):
+        return path
+    for suffix in suffixes:
+        candidate = f"{os.fspath(path)}.{suffix}"
+        if os.path.exists(candidate):
+            return candidate
+    return path
+
+
+# -- model.load_replay_buffer ----------------------------------------------------------------
+def load_replay_buffer(self: Any, path: Any, truncate_last_traj: bool = True) -> None:
+    """``OffPolicyAlgorithm.load_replay_buffer``: a model archive's ``replay_buffer/`` folder
+    fills the model's buffer (as ``zipsave.load`` does); any other file goes to SB3's own
+    method (a buffer file ``save_replay_buffer`` wrote, zipsave's or SB3's pickle)."""
+    archive = _archive_path(path, "pkl", "zip")
+    if not holds_extra(archive, "replay_buffer"):
+        return original(_owner(), "load_replay_buffer")(self, path, truncate_last_traj)
+    with _session(archive, strict=True) as src:
+        _fit_buffer(src, self)
+        before = getattr(self, "_last_obs", None)
+        # the restore ends HER's episode under way when there is no last observation (a reset
+        # comes): what truncate_last_traj asks for, and only then
+        self._last_obs = None if truncate_last_traj else _KEEP_EPISODE
+        try:
+            restore_extra(src, self, "replay_buffer")  # strict: a buffer that does not fit raises
+        finally:
+            self._last_obs = before
+    return None
+
+
+def _owner() -> type:
+    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+
+    return OffPolicyAlgorithm
+
+
+def _fit_buffer(src: LoadSession, model: Any) -> None:
+    """SB3's door replaces the model's buffer with the saved one, whatever its size: a model
+    built with another ``buffer_size`` (or ``n_envs``) gets a fresh buffer of its own class
+    with the saved ones, which the restore then fills."""
+    buffer = getattr(model, "replay_buffer", None)
+    if buffer is None:
+        raise DecodeError(
+            f"holds a replay buffer, but this {type(model).__name__} has none to fill yet.",
+            archive=src.name,
+            member=_format.join("replay_buffer", _format.DATA),
+            hint="Call `model.learn(0)` or build the model with `_init_setup_model=True` first.",
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the restore reads it again and reports
+        raw = src.read_json(_format.join("replay_buffer", _format.DATA))
+    if not isinstance(raw, dict):
+        return  # the restore names what is wrong with it
+    size, n_envs = raw.get("buffer_size"), raw.get("n_envs")
+    if type(size) is not int or type(n_envs) is not int or size <= 0 or n_envs <= 0:
+        return
+    if (size, n_envs) == (buffer.buffer_size, buffer.n_envs):
+        return
+    kwargs = dict(getattr(model, "replay_buffer_kwargs", None) or {})
+    if "env" in kwargs or hasattr(buffer, "env"):  # HerReplayBuffer samples through the env
+        kwargs["env"] = model.env
+    model.replay_buffer = type(buffer)(
+        size,
+        model.observation_space,
+        model.action_space,
+        device=model.device,
+        n_envs=n_envs,
+        optimize_memory_usage=getattr(buffer, "optimize_memory_usage", False),
+        **kwargs,
+    )
+
+
+def restore_replay_buffer_after_load(model: Any, path: Any) -> None:
+    """What ``Algo.load`` adds under ``install()``: the archive's replay buffer, restored as
+    ``zipsave.load`` restores it (a buffer that does not fit is skipped with a warning)."""
+    with _session(path, strict=False) as src:
+        restore_extra(src, model, "replay_buffer")
+
+
+# -- VecNormalize.load -----------------------------------------------------------------------
+def vec_normalize_from_model(path: Any, venv: Any) -> Any:
+    """``VecNormalize.load(archive, venv)`` of a model archive: a new ``VecNormalize`` around
+    ``venv`` with the saved settings and statistics (what SB3's load of a pickle gives)."""
+    with _session(path, strict=True) as src:
+        state = src.decode_data("vec_normalize") or {}
+        try:
+            return build_vec_normalize(state, venv)
+        except (ValueError, TypeError, KeyError, AssertionError) as err:
+            if isinstance(err, DecodeError):
+                err.archive = err.archive or src.name
+                err.member = err.member or _format.join("vec_normalize", _format.DATA)
+                err.args = (err._compose(),)
+                raise
+            raise DecodeError(
+                f"the saved VecNormalize does not fit this environment ({type(err).__name__}: {err}).",
+                archive=src.name,
+                member=_format.join("vec_normalize", _format.DATA),
+            ) from err
+
+
+def wrap_env_for_load(cls: Any, path: Any, env: Any) -> Any:
+    """The env ``Algo.load(archive, env=env)`` builds the model with: wrapped in the archive's
+    ``VecNormalize`` (or a ``VecNormalize`` it has filled with the saved statistics), as
+    ``zipsave.load`` does; without ``env`` there is nothing to normalize, which is said."""
+    if env is None:
+        _warn_no_env(cls, path)
+        return None
+    with _session(path, strict=False) as src:
+        return apply_vec_normalize(src, cls._wrap_env(env, 0))
+
+
+def _warn_no_env(cls: Any, path: Any) -> None:
+    name = describe_path(path)
+    warnings.warn(
+        ZipsaveWarning(
+            f"archive `{name}` holds VecNormalize statistics (its `vec_normalize/` folder), but "
+            f"{cls.__name__}.load got no `env=` to wrap with them, so they were left in the archive. "
+            f"Restore them with `env = VecNormalize.load({name!r}, venv)` and pass `env=env`, or "
+            f"pass `{cls.__name__}.load(path, env=venv)`, which wraps `venv` for you."
+        ),
+        stacklevel=caller_stacklevel(),
+    )

@@ -1,0 +1,150 @@
+"""What an SB3 load says about the ``data`` keys and the values its caller passed: a saved key
+no part of the algorithm knows (a hand-edited ``"gmma"``), a ``custom_objects`` key that
+matches no saved key, and a value of the caller's that the algorithm cannot be built with.
+SB3 is silent on the first two and blames the archive for the third."""
+
+from __future__ import annotations
+
+import difflib
+import types
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from ..exceptions import DecodeError, ZipsaveWarning, caller_stacklevel, describe_path
+
+__all__ = ["blame_given", "check_custom_objects", "given_values", "warn_unknown_keys", "warn_unmatched_custom_objects"]
+
+#: ``data`` keys ``BaseAlgorithm.load`` itself reads (not attributes of a freshly built model).
+_READ_BY_LOAD = frozenset({"observation_space", "action_space", "n_envs", "policy_class", "env"})
+_ABSENT = object()
+
+
+def check_custom_objects(custom_objects: Any) -> None:
+    """``custom_objects`` must be a mapping of ``data`` keys to values (SB3's own check is a
+    ``TypeError`` from deep inside the load)."""
+    if custom_objects is None or isinstance(custom_objects, Mapping):
+        return
+    example = ""
+    if isinstance(custom_objects, (list, tuple, set)) and all(isinstance(k, str) for k in custom_objects):
+        example = " (" + ", ".join(f"{k!r}: ..." for k in custom_objects) + ")"
+    raise TypeError(
+        f"custom_objects must be a dict of `data` keys to the values used instead of the saved ones, "
+        f"found a {type(custom_objects).__name__}: {custom_objects!r}. Pass e.g. "
+        f"custom_objects={{{example.strip(' ()') or repr('learning_rate') + ': 0.0'}}}."
+    )
+
+
+def _close(key: str, keys: Any, cutoff: float = 0.6) -> str:
+    found = difflib.get_close_matches(key, sorted(keys), n=1, cutoff=cutoff)
+    return f" (did you mean `{found[0]}`?)" if found else ""
+
+
+def warn_unmatched_custom_objects(custom_objects: Mapping[str, Any] | None, data_keys: Any, archive: Any) -> None:
+    """One warning per ``custom_objects`` key that is no key of the archive's ``data``: such a
+    value is used nowhere (SB3 drops it silently)."""
+    keys = set(data_keys)
+    for key in sorted(k for k in (custom_objects or {}) if k not in keys):
+        warnings.warn(
+            ZipsaveWarning(
+                f"archive `{describe_path(archive)}`: custom_objects[{key!r}] matches no key of the archive's "
+                f"`data`, so it was not used{_close(key, keys)}. Only saved keys are replaced; set any other "
+                "attribute on the loaded model."
+            ),
+            stacklevel=caller_stacklevel(),
+        )
+
+
+def _code_names(code: types.CodeType, out: set[str]) -> None:
+    out.update(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _code_names(const, out)
+
+
+def _known_names(cls: type) -> set[str]:
+    """Every name the code of ``cls`` and its bases uses (``self.gamma = ...`` puts ``gamma``
+    there): an attribute the class sets or reads, however it sets it."""
+    names = set(_READ_BY_LOAD)
+    for klass in cls.__mro__[:-1]:
+        for value in vars(klass).values():
+            function = getattr(value, "__func__", value)
+            function = getattr(function, "fget", function)  # a property's getter
+            code = getattr(function, "__code__", None)
+            if isinstance(code, types.CodeType):
+                _code_names(code, names)
+    return names
+
+
+def warn_unknown_keys(model: Any, data: Mapping[str, Any], archive: Any, *, given: Any = ()) -> None:
+    """One warning per ``data`` key that looks like a misspelt one: no code of the model's
+    class uses the name, and it is close to one that does (``"gmma"``). Any other unknown key
+    is taken as an attribute the user set on the model and saved on purpose
+    (``model.notes = ...``), and loads silently."""
+    known = _known_names(type(model))
+    for key in sorted(k for k in data if k not in known and k not in given):
+        close = _close(key, [k for k in known if k in vars(model)], 0.75)
+        if not close:
+            continue
+        warnings.warn(
+            ZipsaveWarning(
+                f"archive `{describe_path(archive)}`: `data` holds `{key}`, which {type(model).__name__} neither "
+                f"takes nor sets{close}; it was set as an attribute that nothing in {type(model).__name__} reads "
+                "(edited by hand, or saved by another class or version?)."
+            ),
+            stacklevel=caller_stacklevel(),
+        )
+
+
+def given_values(custom_objects: Mapping[str, Any] | None, keywords: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """The values the caller passed for ``data`` keys, by key: (how the caller named it, value)."""
+    out = {key: (f"{key}=", value) for key, value in keywords.items()}
+    out.update({key: (f"custom_objects[{key!r}]", value) for key, value in (custom_objects or {}).items()})
+    return out
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "str"
+    if value is None:
+        return "None"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    if isinstance(value, dict):
+        return "object" if ":type:" in value or ":serialized:" in value else "dict"
+    return "object"
+
+
+def blame_given(cls: type, err: BaseException, given: Mapping[str, tuple[str, Any]], raw: Mapping[str, Any] | None,
+                archive: Any) -> DecodeError | None:
+    """The error naming the caller's value that ``cls`` could not be built with, or ``None``
+    when no given value is to blame: one whose text the error quotes, or a plain value
+    (text, flag, list) of another kind than the saved one."""
+    text = str(err)
+    suspects = []
+    for key, (label, value) in given.items():
+        quoted = isinstance(value, (str, int, float)) and not isinstance(value, bool) and len(str(value)) >= 2 \
+            and str(value) in text
+        saved = (raw or {}).get(key, _ABSENT)
+        other_kind = saved is not _ABSENT and _kind(value) in ("str", "bool", "None", "list", "dict") \
+            and _kind(value) != _kind(saved)
+        if quoted or other_kind:
+            saved_text = "" if saved is _ABSENT else (
+                f"; the archive holds a {_kind(saved)}" + (f" ({saved!r})" if _kind(saved) in ("number", "str", "bool") else "")
+            )
+            shown = f"{label}{value!r}" if label.endswith("=") else f"{label} = {value!r}"
+            suspects.append((key, label, f"{shown} (a {type(value).__name__}{saved_text})"))
+    if not suspects:
+        return None
+    return DecodeError(
+        f"{cls.__name__} cannot be built with the value you passed: {'; '.join(s[2] for s in suspects)} "
+        f"({type(err).__name__}: {err}).",
+        archive=archive,
+        key=suspects[0][1] if len(suspects) == 1 else None,
+        hint="Pass a value of the kind the saved one has, or leave "
+        + ("it" if len(suspects) == 1 else "them") + " out to load the saved value.",
+    )
