@@ -149,9 +149,7 @@ def walk(obj: Any, state: dict | None = None, path: str = "") -> Node:
         else:
             comp_state = state.pop(name) if provided else _read(where, lambda: obj.get_state(components=name)[name])
             children[name] = walk(comp, comp_state, where)
-    args, kwargs = obj.get_ctor_args_and_kwargs()
-    return Node(cls=real_class(type(obj)), args=tuple(args), kwargs=dict(kwargs),
-                metadata=dict(obj.get_metadata() or {}), state=state, children=children)
+    return _describe(obj, state, children)
 
 
 def _actor_component(obj: Any, path: str = "") -> str | None:
@@ -195,9 +193,20 @@ def shape(obj: Any) -> Node:
     for name, comp in obj.get_checkpointable_components():
         children[name] = (_first_result(comp.foreach_actor(shape, remote_actor_ids=[comp.healthy_actor_ids()[0]]))
                           if _is_actor_manager(comp) else shape(comp))
+    return _describe(obj, {}, children)
+
+
+def _describe(obj: Any, state: dict, children: dict) -> Node:
+    """``obj``'s node: the class to rebuild and its constructor arguments. A remote learner's
+    RLModule is wrapped for data-parallel training (``TorchDDPRLModule``, which its own
+    constructor arguments cannot rebuild): the module inside is recorded, as on one learner."""
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    if isinstance(obj, RLModule):
+        obj = obj.unwrapped()
     args, kwargs = obj.get_ctor_args_and_kwargs()
     return Node(cls=real_class(type(obj)), args=tuple(args), kwargs=dict(kwargs),
-                metadata=dict(obj.get_metadata() or {}), children=children)
+                metadata=dict(obj.get_metadata() or {}), state=state, children=children)
 
 
 def _fill(node: Node, state: dict) -> Node:
