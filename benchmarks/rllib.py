@@ -50,8 +50,12 @@ def _remote_rows(config, learners: int, work: str) -> list[dict]:
     try:
         algo.train()
         zip_path, dir_path = os.path.join(work, "remote.zip"), os.path.join(work, "remote")
-        zipsave.save(algo, zip_path)  # warm-up
+        # warm-up of each path (imports and first calls in every actor process: zipsave's code
+        # runs on the learners)
+        zipsave.save(algo, zip_path)
         algo.save_to_path(dir_path)
+        zipsave.restore(algo, zip_path)
+        algo.restore_from_path(dir_path)
         shutil.rmtree(dir_path)
         os.remove(zip_path)
         saved = _learner_weights(algo)
