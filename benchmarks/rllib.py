@@ -34,10 +34,53 @@ def _timed(fn):
     return time.perf_counter() - start, result
 
 
+def _learner_weights(algo) -> list:
+    """Every remote learner's RLModule weights, as each learner reports them."""
+    results = algo.learner_group.foreach_learner(lambda learner: learner.get_state(components="rl_module"))
+    return [r.get()["rl_module"]["default_policy"] for r in results]
+
+
+def _remote_rows(config, learners: int, work: str) -> list[dict]:
+    """Save and whole restore of the same algorithm with ``learners`` remote learner actors."""
+    import numpy as np
+
+    import zipsave
+
+    algo = config.copy().learners(num_learners=learners, num_cpus_per_learner=1).build_algo()
+    try:
+        algo.train()
+        zip_path, dir_path = os.path.join(work, "remote.zip"), os.path.join(work, "remote")
+        # warm-up of each path (imports and first calls in every actor process: zipsave's code
+        # runs on the learners)
+        zipsave.save(algo, zip_path)
+        algo.save_to_path(dir_path)
+        zipsave.restore(algo, zip_path)
+        algo.restore_from_path(dir_path)
+        shutil.rmtree(dir_path)
+        os.remove(zip_path)
+        saved = _learner_weights(algo)
+        t_zs, _ = _timed(lambda: zipsave.save(algo, zip_path))
+        t_rl, _ = _timed(lambda: algo.save_to_path(dir_path))
+        rows = [{"op": f"save, {learners} remote learners", "zipsave_s": t_zs, "rllib_s": t_rl,
+                 "zipsave_bytes": _size(zip_path), "rllib_bytes": _size(dir_path)}]
+        algo.train()  # the learners move on: each restore below has to bring them back
+        t_zs, _ = _timed(lambda: zipsave.restore(algo, zip_path))
+        for weights in _learner_weights(algo):
+            assert all(np.array_equal(weights[k], saved[0][k]) for k in saved[0])
+        algo.train()
+        t_rl, _ = _timed(lambda: algo.restore_from_path(dir_path))
+        rows.append({"op": f"restore whole, {learners} r.l.", "zipsave_s": t_zs, "rllib_s": t_rl})
+        return rows
+    finally:
+        algo.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=2560, help="width of the 3 hidden layers (default 2560: 1.3e7 parameters)")
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "zipsave-bench-rllib"))
+    parser.add_argument("--remote-learners", type=int, default=2,
+                        help="also time save and whole restore with this many remote learner actors (0: skip)")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -48,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import zipsave
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=max(2, args.remote_learners), include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1")
     config = (
         PPOConfig()
         .environment("CartPole-v1")
@@ -96,8 +140,13 @@ def main(argv: list[str] | None = None) -> int:
         assert np.array_equal(logits(loaded), logits(algo))
         rows.append({"op": "restore one module", "zipsave_s": t_zs, "rllib_s": t_rl})
         loaded.stop()
-    finally:
         algo.stop()
+        algo = None  # its memory back before the remote learners start
+        if args.remote_learners:
+            rows += _remote_rows(config, args.remote_learners, work)
+    finally:
+        if algo is not None:
+            algo.stop()
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
 
@@ -105,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         row["time_ratio"] = row["zipsave_s"] / row["rllib_s"]
         if "zipsave_bytes" in row:
             row["bytes_ratio"] = row["zipsave_bytes"] / row["rllib_bytes"]
-    lines = [f"RLlib PPO, policy of {params:,} parameters (hidden {args.hidden}x3), one run; ratio = zipsave / RLlib",
+    lines = [f"RLlib PPO, policy of {params:,} parameters (hidden {args.hidden}x3), one run; ratio = zipsave / RLlib"
+             + ("; r.l. = remote learners" if args.remote_learners else ""),
              f"{'operation':<24}{'zipsave s':>11}{'RLlib s':>10}{'ratio':>8}{'zipsave MB':>12}{'RLlib MB':>10}{'ratio':>8}"]
     for r in rows:
         size = (f"{r['zipsave_bytes'] / 1e6:>12.1f}{r['rllib_bytes'] / 1e6:>10.1f}{r['bytes_ratio']:>8.3f}"

@@ -31,7 +31,10 @@ def ray_session():
     # The Ray workers import the tests' connector factory (rllib_helpers) by name.
     here = os.path.dirname(os.path.abspath(__file__))
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # Logical CPUs, more than the machine's: remote learners (1 CPU each), EnvRunners and Tune
+    # trials of several tests' algorithms are held at once; each of them is mostly idle.
+    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             _node_ip_address="127.0.0.1")
     yield ray
     ray.shutdown()
 

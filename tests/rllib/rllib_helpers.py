@@ -101,3 +101,102 @@ def multi_agent_config(archive, out, hidden=8):
 
 def policy_mapping(agent_id, episode, **kwargs):
     return f"p{agent_id}"
+
+
+def remote_config(num_learners=2, seed=0, hidden=8):
+    """PPO with ``num_learners`` remote learner actors and one remote EnvRunner (no filter)."""
+    return (ppo_config(hidden=hidden, filtered=False, seed=seed)
+            .learners(num_learners=num_learners, num_cpus_per_learner=1)
+            .training(train_batch_size_per_learner=64, minibatch_size=32))
+
+
+LEARNER_PARTS = ["rl_module", "optimizer"]
+
+
+def learner_states(algo):
+    """The RLModule and optimizer state of every learner, as each (remote) learner reports it."""
+    results = algo.learner_group.foreach_learner(lambda learner: learner.get_state(components=LEARNER_PARTS))
+    return [r.get() for r in results]
+
+
+def assert_same(a, b, where="state"):
+    """Two nested states hold equal keys and equal values (arrays and tensors compared exactly)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), (where, sorted(map(str, a)), sorted(map(str, b)) if isinstance(b, dict) else b)
+        for key in a:
+            assert_same(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, (np.ndarray, torch.Tensor)) or isinstance(b, (np.ndarray, torch.Tensor)):
+        a, b = (x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in (a, b))
+        assert a.shape == b.shape and np.array_equal(a, b), where
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, (where, a, b)
+
+
+def module_weights(states, module_id="default_policy"):
+    return [s["rl_module"][module_id] for s in states]
+
+
+def remote_multi_agent_config(num_learners=1, hidden=8):
+    """Two-agent PPO (policies p0, p1) with ``num_learners`` remote learners, no EnvRunner actor."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+
+    return (
+        PPOConfig()
+        .environment(MultiAgentCartPole, env_config={"num_agents": 2})
+        .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=policy_mapping)
+        .env_runners(num_env_runners=0)
+        .learners(num_learners=num_learners, num_cpus_per_learner=1)
+        .training(train_batch_size_per_learner=64, minibatch_size=32, num_epochs=1)
+        .rl_module(model_config={"fcnet_hiddens": [hidden]})
+        .debugging(seed=3)
+    )
+
+
+def tune_trainable(config):
+    """The Tune function trainable of docs/rllib.rst (one ``algo.zip`` in each Tune checkpoint,
+    resumed from the latest one), with the tests' hooks: ``scratch`` is where a resumed trial
+    leaves the archive it resumed from and the weights it holds after the restore, and
+    ``die_at`` the iteration whose first run ends the trial's process (``"exit"``: the actor dies)
+    or raises (``"raise"``: the trial errors)."""
+    import os
+    import shutil
+    import tempfile
+
+    from ray import tune
+
+    import zipsave
+
+    algo = config["algo_config"].build_algo()
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            zipsave.restore(algo, os.path.join(folder, "algo.zip"))
+            shutil.copy(os.path.join(folder, "algo.zip"), os.path.join(config["scratch"], "resumed_from.zip"))
+        np.save(os.path.join(config["scratch"], "resumed_weights.npy"),
+                np.asarray(algo.learner_group.get_weights()["default_policy"]["pi.net.mlp.0.weight"]))
+    while algo.training_iteration < config["iterations"]:
+        if algo.training_iteration == config.get("die_at"):
+            marker = os.path.join(config["scratch"], "died")
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                if config["how"] == "exit":
+                    os._exit(1)
+                raise RuntimeError("the trial fails once, here")
+        result = algo.train()
+        with tempfile.TemporaryDirectory() as folder:
+            zipsave.save(algo, os.path.join(folder, "algo.zip"))
+            tune.report({"iteration": algo.training_iteration,
+                         "return": result["env_runners"].get("episode_return_mean", 0.0)},
+                        checkpoint=tune.Checkpoint.from_directory(folder))
+    algo.stop()
+
+
+def tune_config():
+    """A PPO small enough for a Tune trial: learner and env in the trial's own process."""
+    return ppo_config(filtered=False).env_runners(num_env_runners=0).training(
+        train_batch_size_per_learner=64, minibatch_size=32)

@@ -9,11 +9,11 @@ is the array allocated and filled; the member's CRC-32 is checked on the way.
 from __future__ import annotations
 
 import math
-import zlib
 from typing import Any
 
 import numpy as np
 
+from .._archive import crc32
 from ..exceptions import DecodeError, IntegrityError
 
 __all__ = ["read_array_member", "read_npy"]
@@ -72,7 +72,7 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None) -> np.n
     if expected_crc is not None:
         head = bytearray(header_end)
         view.read_at(0, head)
-        crc = zlib.crc32(head)
+        crc = crc32(head)
     flat = np.empty(count, dtype=dtype)
     buf = flat.view(np.uint8).data if nbytes else memoryview(b"")
     done = 0
@@ -82,7 +82,7 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None) -> np.n
         if n != piece.nbytes:
             raise DecodeError(f"array member `{member}` ends early (truncated).")
         if expected_crc is not None:
-            crc = zlib.crc32(piece, crc)
+            crc = crc32(piece, crc)
         done += n
     if expected_crc is not None and crc != expected_crc:
         raise IntegrityError(

@@ -11,10 +11,10 @@ import sys
 from typing import Any
 
 from .._registry import Handler
-from ..exceptions import ArchiveFormatError, MissingDependencyError
+from ..exceptions import ArchiveFormatError, EncodeError, MissingDependencyError
 from ._allowlist import RLLIB_ALLOWLIST
 from ._parts import HANDLER_NAME, node_from_archive, node_to_parts
-from ._tree import Node, apply, instantiate, walk
+from ._tree import ComponentReadError, Node, apply, instantiate, walk
 
 __all__ = ["RLlibHandler", "handler"]
 
@@ -49,7 +49,20 @@ class RLlibHandler(Handler):
         return isinstance(obj, Node) or _is_checkpointable(obj)
 
     def collect(self, obj: Any, *, exclude: set[str], include: set[str]) -> Any:
-        node = obj if isinstance(obj, Node) else walk(obj)
+        if isinstance(obj, Node):
+            node = obj
+        else:
+            try:
+                node = walk(obj)
+            except ComponentReadError as err:
+                where = f"component `{err.path}`" if err.path else "the object itself"
+                raise EncodeError(
+                    f"could not read the state of {where} ({type(err.cause).__name__}: {err.cause}); "
+                    "nothing was written.",
+                    member=err.path or None,
+                    hint="A remote actor (learner, EnvRunner) that died, or a Ray cluster that is gone, cannot be "
+                         "read: save while the algorithm is healthy, or restore it from its last archive.",
+                ) from err.cause
         return node_to_parts(node, exclude=set(exclude), include=set(include))
 
     def builds(self, cls: type) -> bool:

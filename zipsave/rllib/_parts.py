@@ -16,7 +16,7 @@ import torch
 from .. import _format
 from .._codec import import_path
 from .._core import Parts
-from ..exceptions import ArchiveFormatError, UnsafeGlobalError, ZipsaveError
+from ..exceptions import ArchiveFormatError, EncodeError, UnsafeGlobalError, ZipsaveError
 from ._tree import Node
 
 __all__ = ["HANDLER_NAME", "node_from_archive", "node_to_parts"]
@@ -68,7 +68,10 @@ def node_to_parts(node: Node, *, exclude: Iterable[str] = (), include: Iterable[
     """The archive parts of one component (its children become component folders)."""
     ref = import_path(node.cls)
     if ref is None:
-        raise ArchiveFormatError(f"the RLlib class {node.cls!r} cannot be imported by name, so it cannot be rebuilt.")
+        raise EncodeError(
+            f"the RLlib class {node.cls!r} cannot be imported by name, so a load could not rebuild it.",
+            hint="Define the class at the top level of an importable module.",
+        )
     exclude = set(exclude)
     state = {k: v for k, v in node.state.items() if not (type(k) is str and k in exclude)}
     data: dict[str, Any] = {METADATA_KEY: node.metadata}

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .._codec import import_path
+
 
 @dataclasses.dataclass
 class Node:
@@ -60,6 +62,39 @@ def _is_actor_manager(obj: Any) -> bool:
     return isinstance(obj, FaultTolerantActorManager)
 
 
+def real_class(cls: Any) -> Any:
+    """The class a component was made from. Ray runs an actor as a subclass it makes on the fly
+    (``ray.actor._modify_class``'s ``Class`` around Ray Train's ``_WrappedExecutable`` around a
+    remote learner's class), which no import path names, and on the actor Ray even renames
+    them; the first class up the MRO that is not such a Ray-made wrapper is the one to rebuild."""
+    if not isinstance(cls, type):
+        return cls
+    for klass in cls.__mro__:
+        if import_path(klass) is not None or not klass.__module__.startswith("ray."):
+            return klass
+    return cls
+
+
+class ComponentReadError(Exception):
+    """A component's state could not be read (a dead actor, a Ray cluster gone); ``path`` names
+    the component. The handler turns it into an :class:`~zipsave.EncodeError`."""
+
+    def __init__(self, path: str, cause: BaseException) -> None:
+        self.path = path
+        self.cause = cause
+        super().__init__(path, cause)
+
+
+def _read(path: str, fn: Any) -> Any:
+    """``fn()``, its failure (Ray's, or RLlib's on an actor) tagged with the component's path."""
+    try:
+        return fn()
+    except ComponentReadError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any failure to read a live component is reported as such
+        raise ComponentReadError(path, err) from err
+
+
 def _first_result(results: Any) -> Any:
     result = next(iter(results))
     if not result.ok:
@@ -67,7 +102,11 @@ def _first_result(results: Any) -> Any:
     return result.get()
 
 
-def walk(obj: Any, state: dict | None = None) -> Node:
+def _join(path: str, name: str) -> str:
+    return f"{path}/{name}" if path else name
+
+
+def walk(obj: Any, state: dict | None = None, path: str = "") -> Node:
     """Take ``obj``'s component tree, as ``save_to_path`` would write it.
 
     Parameters
@@ -76,31 +115,105 @@ def walk(obj: Any, state: dict | None = None) -> Node:
         A live RLlib ``Checkpointable`` (an ``Algorithm``, a ``Learner``, an ``RLModule``...).
     state
         The state to use instead of ``obj.get_state()`` (how a parent hands a child its part).
+    path
+        ``obj``'s component path, named when a state cannot be read.
 
     Returns
     -------
     Node
+
+    Raises
+    ------
+    ComponentReadError
+        A component's state could not be read (a remote actor died, Ray is gone).
     """
     components = list(obj.get_checkpointable_components())
+    if not path:
+        _require_running_ray(obj)
     provided = state is not None
     # RLlib's own test (`state or get_state(...)`): an empty provided state is fetched afresh.
-    state = dict(state or obj.get_state(not_components=[name for name, _ in components]))
+    if not state:
+        state = _read(path, lambda: obj.get_state(not_components=[name for name, _ in components]))
+    state = dict(state)
     children: dict[str, Node] = {}
     for name, comp in components:
+        where = _join(path, name)
         if provided and name not in state:
             continue
         if _is_actor_manager(comp):
-            # Like RLlib: the first healthy actor stands for all of them; it walks itself.
+            # Like RLlib: the first healthy actor stands for all of them. Its state came from
+            # the parent (a LearnerGroup gathers its first learner's); only the tree's shape
+            # (classes, constructor arguments) is asked of the actor, not the state again.
             given = state.pop(name, None) if provided else None
-            children[name] = _first_result(
-                comp.foreach_actor(lambda w, _s=given: walk(w, _s), remote_actor_ids=[comp.healthy_actor_ids()[0]])
-            )
+            children[name] = _remote_node(comp, given, where)
         else:
-            comp_state = state.pop(name) if provided else obj.get_state(components=name)[name]
-            children[name] = walk(comp, comp_state)
+            comp_state = state.pop(name) if provided else _read(where, lambda: obj.get_state(components=name)[name])
+            children[name] = walk(comp, comp_state, where)
+    return _describe(obj, state, children)
+
+
+def _actor_component(obj: Any, path: str = "") -> str | None:
+    """The path of the first component of ``obj`` held by Ray actors (remote learners), if any."""
+    for name, comp in obj.get_checkpointable_components():
+        where = _join(path, name)
+        found = where if _is_actor_manager(comp) else _actor_component(comp, where)
+        if found is not None:
+            return found
+    return None
+
+
+def _require_running_ray(obj: Any) -> None:
+    """Refuse before any remote call when Ray is gone: a call on a dead cluster's actor handle
+    would start a new local cluster (Ray's auto-init) only to fail there."""
+    import ray
+
+    if not ray.is_initialized():
+        where = _actor_component(obj)
+        if where is not None:
+            raise ComponentReadError(where, RuntimeError("Ray is not running (shut down, or its cluster is gone), so "
+                                                         "its actors cannot be asked for their state"))
+
+
+def _remote_node(manager: Any, state: dict | None, path: str) -> Node:
+    """The tree of the actors of ``manager``, from its first healthy actor; with ``state``
+    given, the actor sends only the tree's shape and ``state`` fills it here."""
+
+    def ask() -> Node:
+        actor = manager.healthy_actor_ids()[0]
+        if state:
+            return _fill(_first_result(manager.foreach_actor(shape, remote_actor_ids=[actor])), state)
+        return _first_result(manager.foreach_actor(lambda w: walk(w), remote_actor_ids=[actor]))
+
+    return _read(path, ask)
+
+
+def shape(obj: Any) -> Node:
+    """``obj``'s component tree without any state: classes, constructor arguments, metadata."""
+    children = {}
+    for name, comp in obj.get_checkpointable_components():
+        children[name] = (_first_result(comp.foreach_actor(shape, remote_actor_ids=[comp.healthy_actor_ids()[0]]))
+                          if _is_actor_manager(comp) else shape(comp))
+    return _describe(obj, {}, children)
+
+
+def _describe(obj: Any, state: dict, children: dict) -> Node:
+    """``obj``'s node: the class to rebuild and its constructor arguments. A remote learner's
+    RLModule is wrapped for data-parallel training (``TorchDDPRLModule``, which its own
+    constructor arguments cannot rebuild): the module inside is recorded, as on one learner."""
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    if isinstance(obj, RLModule):
+        obj = obj.unwrapped()
     args, kwargs = obj.get_ctor_args_and_kwargs()
-    return Node(cls=type(obj), args=tuple(args), kwargs=dict(kwargs), metadata=dict(obj.get_metadata() or {}),
-                state=state, children=children)
+    return Node(cls=real_class(type(obj)), args=tuple(args), kwargs=dict(kwargs),
+                metadata=dict(obj.get_metadata() or {}), state=state, children=children)
+
+
+def _fill(node: Node, state: dict) -> Node:
+    """Split a component's full state over ``node``'s tree, as ``walk`` does with a given state."""
+    state = dict(state)
+    children = {name: _fill(child, state.pop(name)) for name, child in node.children.items() if name in state}
+    return dataclasses.replace(node, state=state, children=children)
 
 
 def apply(obj: Any, node: Node, component: str | None = None) -> None:
@@ -143,9 +256,22 @@ def _apply_children(obj: Any, node: Node, component: str | None, only: set | Non
             elif component != name:
                 continue
         if _is_actor_manager(comp):
-            comp.foreach_actor(lambda w, _n=child, _c=sub: apply(w, _n, _c), remote_actor_ids=comp.healthy_actor_ids())
+            _apply_remote(comp, child, sub)
         else:
             apply(comp, child, sub)
+
+
+def _apply_remote(manager: Any, node: Node, component: str | None) -> None:
+    """``apply`` on every healthy actor of ``manager`` (every remote learner), the tree put into
+    Ray's object store once rather than sent with each call; raises the first actor's error."""
+    import ray
+
+    ref = ray.put(node)
+    results = manager.foreach_actor(lambda w, _r=ref, _c=component: apply(w, ray.get(_r), _c),
+                                    remote_actor_ids=manager.healthy_actor_ids())
+    for result in results:
+        if not result.ok:
+            raise result.get()
 
 
 def _after_restore(obj: Any, node: Node, component: str | None) -> None:
