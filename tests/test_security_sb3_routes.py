@@ -160,7 +160,8 @@ def test_box_with_bounds_that_are_not_arrays_never_reaches_sb3(tmp_path, saved):
 
 def test_sb3_assertions_are_zipsave_errors(tmp_path, saved, installed):
     path = _archive(tmp_path, saved, members={"data": None})
-    with pytest.raises(zipsave.ZipsaveError, match=re.escape("PPO.load cannot build the model")):
+    # SB3 asserts "No data found in the saved file"; zipsave says what the file holds instead
+    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("has no `data` member, so it holds no model")):
         PPO.load(path, device="cpu")
 
 
