@@ -5,12 +5,14 @@ reads a byte, so a 200-byte hostile member could ask for terabytes. Here the hea
 parsed first, the declared size must equal the bytes the member really holds, and only then
 is the array allocated and filled; the member's CRC-32 is checked on the way.
 
-A large array (a replay buffer's frames) is read the way a ``.pth`` member's fresh storages
-are (``_pth_read.py``): into its own anonymous mapping, of huge pages where they are free now
-(``_arena.py``), else of 4 KiB pages made resident ahead of each read by a helper thread
-(``_prefault.py``), never into numpy's own allocation, which advises every large array for
-huge pages and so, with ``defrag=madvise`` on a fragmented host, waits for compaction on
-every fault. Each piece is checksummed right after it is read, while it is in the cache.
+A large array (a replay buffer's frames) is read into its own anonymous mapping of 4 KiB
+pages (``_arena.py``), made resident ahead of each read by a helper thread (``_prefault.py``),
+never into numpy's own allocation, which advises every large array for huge pages and so,
+with ``defrag=madvise`` on a fragmented host, waits for compaction on faults. Huge pages were
+slower here too: read into a huge-page mapping, 0.85 GB took 5.5-11 s against 3.1-6.8 s with
+prefaulted 4 KiB pages and 9.6-12.6 s into ``np.empty`` (fresh processes, alternating, on the
+shared benchmark VM, where free 2 MiB blocks are those the balloon gave back to the host).
+Each piece is checksummed right after it is read, while it is in the cache.
 With ``mmap=True`` the array is instead a private (copy-on-write) map of the member's bytes.
 """
 
@@ -114,16 +116,15 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
         view.read_at(0, head)
         crc = crc32(head)
     count = nbytes // dtype.itemsize if dtype.itemsize else math.prod(shape)
-    fresh = fresh_map(nbytes) if nbytes >= _OWN_MAP_MIN else None
+    fresh = fresh_map(nbytes, huge=False) if nbytes >= _OWN_MAP_MIN else None
     if fresh is None:
         flat = np.empty(count, dtype=dtype)
         buf = flat.view(np.uint8).data if nbytes else memoryview(b"")
-        huge = True  # numpy's own memory: nothing to prefault
     else:
         flat = np.frombuffer(fresh[0], dtype=dtype, count=count)
-        buf, huge = memoryview(fresh[0])[:nbytes], fresh[1]
+        buf = memoryview(fresh[0])[:nbytes]
     pieces = range(0, nbytes, _PIECE)
-    prefaulter = Prefaulter([] if huge or nbytes < PREFAULT_MIN else [
+    prefaulter = Prefaulter([] if fresh is None or nbytes < PREFAULT_MIN else [
         (flat.ctypes.data + done, min(_PIECE, nbytes - done)) for done in pieces
     ])
     try:
