@@ -149,8 +149,9 @@ def _sb3_load(ctx: Ctx) -> None:
 
 
 def _zipsave_load(ctx: Ctx, **kwargs: Any) -> None:
-    import zipsave
     from stable_baselines3 import DQN
+
+    import zipsave
 
     ctx.result = zipsave.load(ctx.path("zipsave"), cls=DQN, device="cpu", **kwargs)
 

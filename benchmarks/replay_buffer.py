@@ -67,6 +67,7 @@ def work(spec: dict) -> dict:
     op = _rb_ops.BY_NAME[spec["op"]]
     import stable_baselines3  # noqa: F401 - both sides need it: imports are not what is measured
     import torch._dynamo  # noqa: F401 - optimizer.load_state_dict imports it once per process (seconds)
+
     import zipsave.sb3  # noqa: F401
 
     ctx = _rb_ops.Ctx(n=int(spec["n"]), folder=spec["folder"], out=os.path.join(spec["scratch"], "out.zip"))

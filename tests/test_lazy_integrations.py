@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 import zipsave
 from zipsave import _registry
@@ -49,8 +48,10 @@ def test_an_sb3_archive_still_loads_with_cls_and_through_install(tmp_path):
     want = model.predict(obs, deterministic=True)[0].tolist()
     for call in (
         f"from stable_baselines3 import PPO; m = zipsave.load({str(path)!r}, cls=PPO, device='cpu')",
-        f"import zipsave.sb3; zipsave.sb3.install(); from stable_baselines3 import PPO; "
-        f"m = PPO.load({str(path)!r}, device='cpu')",
+        (
+            "import zipsave.sb3; zipsave.sb3.install(); from stable_baselines3 import PPO; "
+            f"m = PPO.load({str(path)!r}, device='cpu')"
+        ),
     ):
         code = f"import json, zipsave\n{call}\nprint(json.dumps(m.predict({obs}, deterministic=True)[0].tolist()))"
         assert _fresh(code) == want

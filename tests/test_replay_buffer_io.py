@@ -18,9 +18,9 @@ pytest.importorskip("stable_baselines3")  # the `test` extra installs it
 if not __import__("sys").platform.startswith("linux"):
     pytest.skip("the mapping checks read /proc/self/maps", allow_module_level=True)
 
-from stable_baselines3 import DQN, SAC, HerReplayBuffer  # noqa: E402
-from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
-from stable_baselines3.common.envs import BitFlippingEnv  # noqa: E402
+from stable_baselines3 import DQN, SAC, HerReplayBuffer
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.envs import BitFlippingEnv
 
 OBS = 512  # float32 features: a buffer of 1000 transitions holds 4 MB of observations
 
