@@ -243,6 +243,7 @@ OPS = [
     Op("zipsave_load_noverify", "load", lambda c: _zipsave_load(c, verify=False), reads=("zipsave",)),
     Op("sb3_restore", "load", _sb3_restore, setup=_setup_live, reads=("sb3", "sb3_buffer")),
     Op("zipsave_restore", "load", _zipsave_restore, setup=_setup_live, reads=("zipsave",), check=_check_loaded),
+    Op("zipsave_load_model_only", "load", lambda c: _zipsave_load(c, exclude=["replay_buffer"]), reads=("zipsave",)),
     Op("zipsave_load_mmap", "mmap", lambda c: _zipsave_load(c, mmap=True), reads=("zipsave",), check=_check_loaded),
     Op("zipsave_load_mmap_lazy", "mmap", lambda c: _zipsave_load(c, mmap=True, verify=False), reads=("zipsave",)),
     Op("zipsave_load_mmap_sample", "mmap", _sample, reads=("zipsave",)),

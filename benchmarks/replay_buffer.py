@@ -10,8 +10,9 @@ same repetition:
   fresh ``np.empty``), SB3's ``DQN.load`` + ``load_replay_buffer``, ``zipsave.load(cls=DQN)``;
   restores into a live model: SB3's ``set_parameters`` + ``load_replay_buffer`` and
   ``zipsave.restore``;
-* mapped: ``zipsave.load(mmap=True)`` checked, lazy (``verify=False``) and lazy plus 64
-  sampled batches (resident memory follows what is sampled);
+* mapped: ``zipsave.load(mmap=True)`` checked, lazy (``verify=False``) and checked plus 64
+  sampled batches (resident memory follows what is sampled); ``zipsave_load_model_only``
+  (``exclude=["replay_buffer"]``) is the part of every resume that is not the buffer;
 * saves: raw ``write`` + ``fsync`` of the buffer's bytes (the floor), SB3's ``save`` +
   ``save_replay_buffer`` (no ``fsync``), ``zipsave.save(include=["replay_buffer"])``, and
   the blocked part of ``save(background=True)``.
@@ -50,6 +51,7 @@ PEERS = {  # row -> the rows it is divided by in the same repetition
     "sb3_load": ("raw_readinto_fresh",),
     "sb3_restore": ("raw_readinto_fresh",),
     "zipsave_load_mmap": ("raw_readinto_fresh", "sb3_load"),
+    "zipsave_load_model_only": ("raw_readinto_fresh", "sb3_load"),
     "zipsave_load_mmap_lazy": ("raw_readinto_fresh", "sb3_load"),
     "zipsave_load_mmap_sample": ("raw_readinto_fresh", "sb3_load"),
     "zipsave_restore_mmap": ("raw_readinto_fresh", "sb3_restore"),
@@ -151,6 +153,35 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict], path: str) -> None:
+    """Seconds of each operation per size, one panel per group (matplotlib, the bench extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = {"load": [], "save": []}
+    for row in rows:
+        groups["save" if "save" in row["op"] or "write" in row["op"] else "load"].append(row)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, (group, mine) in zip(axes, groups.items()):
+        sizes = sorted({r["n"] for r in mine})
+        names = list(dict.fromkeys(r["op"] for r in mine))
+        width = 0.8 / max(len(sizes), 1)
+        for k, n in enumerate(sizes):
+            secs = {r["op"]: r["seconds"] for r in mine if r["n"] == n}
+            gb = next(r["gb"] for r in mine if r["n"] == n)
+            ax.barh([i + k * width for i in range(len(names))], [secs.get(name, 0) for name in names], height=width,
+                    label=f"{n:.0e} transitions ({gb:.2f} GB)")
+        ax.set_yticks([i + width * (len(sizes) - 1) / 2 for i in range(len(names))], names, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds (median, fresh process, page cache warm)")
+        ax.set_title(f"replay buffer {group}")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1e4,3e4", help="transitions, comma-separated")
@@ -208,6 +239,11 @@ def main(argv: list[str] | None = None) -> None:
         json.dump({"records": records, "rows": rows}, f, indent=1)
     with open(os.path.join(args.out, stem + ".txt"), "w") as f:
         f.write(table + "\n")
+    if not args.smoke:
+        try:
+            plot(rows, os.path.join(args.out, stem + ".png"))
+        except ImportError:
+            print("matplotlib is not installed (the bench extra): no plot", file=sys.stderr)
     failed = [r for r in records if "error" in r]
     if failed:
         for r in failed:
