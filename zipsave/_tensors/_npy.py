@@ -29,7 +29,7 @@ from ..exceptions import DecodeError, IntegrityError
 from ._arena import fresh_map
 from ._prefault import PREFAULT_MIN, Prefaulter, populate_read
 
-__all__ = ["read_array_member", "read_npy"]
+__all__ = ["fresh_copy", "read_array_member", "read_npy"]
 
 #: Pieces of a large array read with one call each, then checksummed from the cache.
 _PIECE = 4 << 20
@@ -140,6 +140,29 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
     if expected_crc is not None:
         _check_crc(member, crc, expected_crc)
     return flat.reshape(shape, order=order)
+
+
+def fresh_copy(arr: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``arr`` in fresh memory of its own, made resident ahead of the
+    copy as a read is (a background save's snapshot of a replay buffer: ``np.array(copy=True)``
+    faults numpy's huge-page-advised memory one page at a time)."""
+    src = np.asarray(arr, order="C")
+    if src.dtype.hasobject or src.nbytes < _OWN_MAP_MIN:
+        return np.array(src, copy=True)
+    fresh = fresh_map(src.nbytes, huge=False)
+    if fresh is None:
+        return np.array(src, copy=True)
+    out = np.frombuffer(fresh[0], dtype=src.dtype, count=src.size).reshape(src.shape)
+    dst, flat = out.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8)
+    pieces = range(0, src.nbytes, _PIECE)
+    prefaulter = Prefaulter([(out.ctypes.data + done, min(_PIECE, src.nbytes - done)) for done in pieces])
+    try:
+        for index, done in enumerate(pieces):
+            prefaulter.wait(index)
+            dst[done : done + _PIECE] = flat[done : done + _PIECE]
+    finally:
+        prefaulter.close()
+    return out
 
 
 def _mapped(
