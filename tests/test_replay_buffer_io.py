@@ -244,3 +244,21 @@ def test_a_truncated_buffer_member_is_a_zipsave_error(mapped, tmp_path_factory, 
     with pytest.raises(zipsave.ZipsaveError) as caught:
         zipsave.load(path, cls=DQN, mmap=mapped, device="cpu")
     assert member in str(caught.value)
+
+
+def test_a_mapped_member_is_checked_window_by_window(tmp_path_factory, tmp_path, monkeypatch):
+    from zipsave._tensors import _npy
+
+    monkeypatch.setattr(_npy, "_CHECK_WINDOW", 10_000)  # many windows, none on a page boundary
+    model, saved = _saved_model("replay", tmp_path_factory)
+    _same_buffer(zipsave.load(saved, cls=DQN, mmap=True, device="cpu").replay_buffer, model.replay_buffer)
+    path = tmp_path / "bad.zip"
+    path.write_bytes(saved.read_bytes())
+    start, size = _data_offset(path, _observations_member(path))
+    with open(path, "r+b") as f:
+        f.seek(start + size // 2)
+        byte = f.read(1)
+        f.seek(start + size // 2)
+        f.write(bytes([byte[0] ^ 1]))
+    with pytest.raises(zipsave.IntegrityError, match="CRC-32"):
+        zipsave.load(path, cls=DQN, mmap=True, device="cpu")

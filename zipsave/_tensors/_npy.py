@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .._archive import crc32, crc32_many
+from .._archive import crc32, crc32_combine, crc32_many
 from ..exceptions import DecodeError, IntegrityError
 from ._arena import fresh_map
 from ._prefault import PREFAULT_MIN, Prefaulter, populate_read
@@ -33,6 +33,8 @@ __all__ = ["fresh_copy", "read_array_member", "read_npy"]
 
 #: Pieces of a large array read with one call each, then checksummed from the cache.
 _PIECE = 4 << 20
+#: A mapped member is checked this many bytes at a time (the check's peak resident memory).
+_CHECK_WINDOW = 64 << 20
 #: Arrays smaller than this go to ``np.empty``: a mapping of their own costs more.
 _OWN_MAP_MIN = 1 << 20
 
@@ -185,22 +187,27 @@ def _mapped(
 
 
 def _check_mapped(mapped: Any, member: str, offset: int, size: int, expected: int) -> None:
-    """Check the mapped member once: its pages are mapped in one call, two threads checksum
-    them, and the pages are unmapped again (``MADV_DONTNEED``: nothing was written, so a later
-    touch maps the same file bytes back), so a check costs no resident memory."""
-    populate_read(mapped, offset, size)
+    """Check the mapped member once, a window at a time: the window's pages are mapped in one
+    call, two threads checksum them, and they are unmapped again (``MADV_DONTNEED``: nothing
+    was written, so a later touch maps the same file bytes back). So the check's peak resident
+    memory is one window, not the member."""
+    dontneed = getattr(_mmap, "MADV_DONTNEED", None)
     whole = memoryview(mapped)
+    crc = 0
     try:
-        crc = crc32_many([whole[offset : offset + size]])[0]
+        for start in range(offset, offset + size, _CHECK_WINDOW):
+            end = min(offset + size, start + _CHECK_WINDOW)
+            populate_read(mapped, start, end - start)
+            crc = crc32_combine(crc, crc32_many([whole[start:end]])[0], end - start)
+            if dontneed is not None:
+                first = start - start % _mmap.PAGESIZE
+                last = end if end == offset + size else end - end % _mmap.PAGESIZE  # pages wholly checked
+                try:
+                    mapped.madvise(dontneed, first, last - first)
+                except (OSError, ValueError):
+                    pass
     finally:
         whole.release()
-    dontneed = getattr(_mmap, "MADV_DONTNEED", None)
-    if dontneed is not None:
-        first = offset - offset % _mmap.PAGESIZE
-        try:
-            mapped.madvise(dontneed, first, offset + size - first)
-        except (OSError, ValueError):
-            pass
     _check_crc(member, crc, expected)
 
 
