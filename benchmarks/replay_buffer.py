@@ -158,12 +158,15 @@ def plot(rows: list[dict], path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    import _rb_ops
     import matplotlib.pyplot as plt
 
-    groups = {"load": [], "save": []}
+    groups: dict[str, list[dict]] = {"load": [], "save": []}
     for row in rows:
-        groups["save" if "save" in row["op"] or "write" in row["op"] else "load"].append(row)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+        groups["save" if _rb_ops.BY_NAME[row["op"]].group == "save" else "load"].append(row)
+    groups = {group: mine for group, mine in groups.items() if mine}
+    fig, axes = plt.subplots(1, len(groups), figsize=(5.5 * len(groups), 4.5), squeeze=False)
+    axes = axes[0]
     for ax, (group, mine) in zip(axes, groups.items()):
         sizes = sorted({r["n"] for r in mine})
         names = list(dict.fromkeys(r["op"] for r in mine))
