@@ -450,6 +450,7 @@ OPS: list[Op] = [
 
 SETUPS: dict[str, Callable[[Ctx], None]] = {"zipsave_set_parameters": _zipsave_set_parameters_setup}
 
+#: These rows only; ``_catalog.py`` joins them with issue 18's (``_ops_floor.py``).
 BY_NAME = {op.name: op for op in OPS}
 
 
@@ -458,10 +459,3 @@ def moved_bytes(op: Op, n_params: float) -> int:
     policy, total = model_bytes(n_params)
     w = width_for(n_params)
     return {"all": total, "policy": policy, "weight": 4 * w * w, "bias": 4 * w}[op.moves]
-
-# issue 18's rows live in their own module (this one is at its size limit)
-from _ops_floor import MORE_OPS, MORE_SETUPS  # noqa: E402
-
-OPS += MORE_OPS
-SETUPS.update(MORE_SETUPS)
-BY_NAME.update({op.name: op for op in MORE_OPS})

@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-import _ops
+import _catalog
 
 #: Each zipsave op and the peers it is compared with, in the same repetition.
 PEERS: dict[str, dict[str, str]] = {
@@ -64,7 +64,7 @@ def summarize(records: list[dict]) -> dict[str, Any]:
         stats = {}
         for name, reps in ops.items():
             run = latest[(n, regime, name)]
-            op = _ops.BY_NAME[name]
+            op = _catalog.BY_NAME[name]
             secs = _median(r["seconds"] for r in reps.values())
             nbytes = next(iter(reps.values()))["bytes"]
             mem = _median(r["delta_rss"] / r["bytes"] if r.get("delta_rss") is not None else None for r in reps.values())
@@ -109,7 +109,7 @@ COLUMNS = ["operation", "time", "GB/s", "dRSS x", "x raw", "x torch", "x SB3"]
 
 def rows(stats: dict[str, dict]) -> list[list[str]]:
     out = []
-    for op in _ops.OPS:
+    for op in _catalog.OPS:
         s = stats.get(op.name)
         if s is None:
             continue
@@ -201,7 +201,7 @@ def plot(summary: dict, records: list[dict], path: str) -> None:
                         xs.append(sizes[size])
                         ys.append(s[field])
                 if xs:
-                    label = _ops.BY_NAME[name].label if regime == "prefault" else None
+                    label = _catalog.BY_NAME[name].label if regime == "prefault" else None
                     ax.plot(xs, ys, style, marker="o", markersize=3, color=color, label=label)
         ax.set_xscale("log")
         if field == "seconds":
@@ -243,7 +243,7 @@ def plot_floors(summary: dict, path: str, regime: str = "prefault") -> None:
         colors = ["tab:gray" if n.startswith("raw_") else "tab:blue" if n.startswith("zipsave") else "tab:orange"
                   for n in names]
         ax.barh(range(len(names)), values, color=colors)
-        ax.set_yticks(range(len(names)), [_ops.BY_NAME[n].label for n in names], fontsize=7)
+        ax.set_yticks(range(len(names)), [_catalog.BY_NAME[n].label for n in names], fontsize=7)
         ax.invert_yaxis()
         ax.axvline(1.0, color="black", linewidth=0.8)
         for y, v in enumerate(values):

@@ -64,6 +64,7 @@ def _warm(path: str) -> None:
 
 def _context(op, n: float, folder: str, out: str):
     """Untimed setup of one op: the live model, the touched buffer, the warmed input file."""
+    import _catalog
     import _ops
     import numpy as np
 
@@ -76,7 +77,7 @@ def _context(op, n: float, folder: str, out: str):
     if op.name.startswith(("raw_", "cuda_raw_")):
         ctx.buffer = np.empty(_ops.model_bytes(n)[1], dtype=np.uint8)
         ctx.buffer.fill(7)  # touched: a readinto/write floor into existing memory
-    setup = _ops.SETUPS.get(op.name)
+    setup = _catalog.SETUPS.get(op.name)
     if setup is not None:
         setup(ctx)
     if op.reads:
@@ -90,10 +91,11 @@ def _cleanup(ctx) -> None:
 
 
 def run_op(spec: dict, name: str) -> dict:
+    import _catalog
     import _ops
     import numpy as np
 
-    op = _ops.BY_NAME[name]
+    op = _catalog.BY_NAME[name]
     n = spec["n"]
     if op.needs:
         import zipsave

@@ -31,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+import _catalog
 import _ops
 import _report
 
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.list:
-        for op in _ops.OPS:
+        for op in _catalog.OPS:
             print(f"{op.name:28s} {op.group:5s} {op.label}")
         return 0
     if args.smoke:
@@ -145,12 +146,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     wanted = (lambda o: o.name.startswith("cuda_") or o.name == "raw_readinto") if args.device == "cuda" else (
         lambda o: not o.name.startswith("cuda_"))
-    names = [o.name for o in _ops.OPS if wanted(o)] if not args.ops else [s.strip() for s in args.ops.split(",")]
+    names = [o.name for o in _catalog.OPS if wanted(o)] if not args.ops else [s.strip() for s in args.ops.split(",")]
     for name in names:
-        if name not in _ops.BY_NAME:
+        if name not in _catalog.BY_NAME:
             parser.error(f"unknown op {name!r}; see --list")
     for group, floor in _report.FLOOR.items():  # ratios need the floor in the same repetition
-        if any(_ops.BY_NAME[n].group == group for n in names) and floor not in names:
+        if any(_catalog.BY_NAME[n].group == group for n in names) and floor not in names:
             names.append(floor)
 
     os.makedirs(args.out, exist_ok=True)

@@ -111,7 +111,7 @@ def test_truncation_under_a_mapping_is_a_sigbus(saved):
 def test_a_checked_mapping_populates_the_member_pages_in_one_call(tmp_path):
     import mmap
 
-    from zipsave._tensors import _pth_mmap
+    from zipsave._tensors import _prefault
 
     path = tmp_path / "bytes.bin"
     path.write_bytes(bytes(range(256)) * 4096)  # 1 MiB, 256 pages
@@ -128,6 +128,6 @@ def test_a_checked_mapping_populates_the_member_pages_in_one_call(tmp_path):
         raise AssertionError("mapping not found")
 
     assert resident_kib() == 0
-    _pth_mmap._populate(mapped, 4096 * 3 + 100, 4096 * 10)  # from inside page 3 to inside page 13
+    _prefault.populate_read(mapped, 4096 * 3 + 100, 4096 * 10)  # from inside page 3 to inside page 13
     # those 11 pages at least; the kernel may map the rest of a large page-cache folio with them
     assert 44 <= resident_kib() <= 1024

@@ -4,8 +4,15 @@ An integration (``zipsave.sb3``, ``zipsave.rllib``, ``zipsave.dcp`` ...) never g
 the core. It subclasses :class:`Handler` and registers an instance, either by calling
 :func:`register` or, so that it is found without being imported first, through the entry-point
 group ``zipsave.handlers`` of its distribution (zipsave's own are declared in ``setup.cfg``).
-Entry points are loaded once, on the first question the core asks the registry; a handler
-module must therefore import its library (SB3, Ray, ...) only inside its methods.
+A handler module must import its library (SB3, Ray, ...) only inside its methods.
+
+Entry points are listed on the first question, and each is imported only when a question may
+concern it (:func:`handlers` with ``members=`` or ``live=``): a folder holding one of its
+:attr:`Handler.markers`, an object of a library in its :attr:`Handler.libraries` (none can
+exist before that library is imported), or the archive naming it (:func:`by_name`). So a
+first load of a plain torch archive imports no integration. Zipsave's own entry points
+declare both in :data:`ENTRY_HINTS`, since reading them off the class would import it; any
+other entry point is imported on the first question, as before.
 
 The core asks, in this order: which handler claims an object being saved (:meth:`claims`);
 which one builds a class named by ``load(cls=...)`` (:meth:`builds`) or an archive folder whose
@@ -17,14 +24,23 @@ the restricted unpickler's allowlist (:attr:`allowlist`).
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
+from collections.abc import Iterable
 from importlib import metadata
 from typing import Any, ClassVar
 
-__all__ = ["ENTRY_POINT_GROUP", "Handler", "by_name", "generation", "handlers", "register", "unregister"]
+__all__ = ["ENTRY_HINTS", "ENTRY_POINT_GROUP", "Handler", "by_name", "generation", "handlers", "register", "unregister"]
 
 ENTRY_POINT_GROUP = "zipsave.handlers"
+
+#: ``{entry point name: (libraries, markers)}`` of zipsave's own integrations: what their
+#: handler classes declare (a test keeps the two equal), known here without importing them.
+ENTRY_HINTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "sb3": (("stable_baselines3", "sb3_contrib", "rl_zoo3", "zipsave.sb3"), ("_stable_baselines3_version", "policy.pth")),
+    "rllib": (("ray", "zipsave.rllib"), ()),
+}
 
 
 class Handler:
@@ -36,6 +52,14 @@ class Handler:
 
     #: Unique name; written as ``init.json``'s ``"handler"`` for archives this handler builds.
     name: ClassVar[str] = ""
+    #: Modules (top-level packages or dotted names) without which no object this handler claims,
+    #: builds or restores can exist; until one is imported the registry need not import the
+    #: handler to ask about objects. Empty: asked about every object.
+    libraries: ClassVar[tuple[str, ...]] = ()
+    #: Member names (in the folder asked about, or at the archive's root) one of which a
+    #: folder it :meth:`recognises` holds. Empty: it recognises no folder by itself (it writes
+    #: ``init.json``'s ``"handler"``, or recognises nothing).
+    markers: ClassVar[tuple[str, ...]] = ()
     #: ``"module.qualname"`` globals, reviewed as data-only, that the restricted unpickler may
     #: import for every load (e.g. SB3's policy and schedule classes).
     allowlist: ClassVar[frozenset[str]] = frozenset()
@@ -96,7 +120,8 @@ class Handler:
 
 _lock = threading.RLock()
 _handlers: list[Handler] = []
-_entry_points_loaded = False
+_pending: dict[str, Any] = {}  # entry points listed but not imported yet, by name
+_entry_points_listed = False
 _generation = 0
 
 
@@ -106,6 +131,8 @@ def register(handler: Handler) -> None:
     if not isinstance(handler, Handler) or not handler.name:
         raise TypeError(f"expected a zipsave Handler instance with a `name`, got {handler!r}.")
     with _lock:
+        _list_entry_points()
+        _pending.pop(handler.name, None)  # explicit registrations win over entry points
         _handlers[:] = [h for h in _handlers if h.name != handler.name]
         _handlers.insert(0, handler)
         _generation += 1
@@ -115,7 +142,6 @@ def unregister(name: str) -> Handler | None:
     """Remove the handler called ``name`` and return it (``None`` when there is none)."""
     global _generation
     with _lock:
-        _load_entry_points()
         found = by_name(name)
         if found is not None:
             _handlers.remove(found)
@@ -123,33 +149,67 @@ def unregister(name: str) -> Handler | None:
         return found
 
 
-def _load_entry_points() -> None:
-    global _entry_points_loaded, _generation
-    if _entry_points_loaded:
+def _list_entry_points() -> None:
+    global _entry_points_listed
+    if _entry_points_listed:
         return
-    _entry_points_loaded = True  # set first: a handler module may itself ask the registry
+    _entry_points_listed = True
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            handler = entry.load()
-            if callable(handler) and not isinstance(handler, Handler):
-                handler = handler()
-            if not any(h.name == handler.name for h in _handlers):
-                _handlers.append(handler)  # explicit registrations win over entry points
-        except Exception as err:  # noqa: BLE001 - one broken plug-in must not break every load
-            warnings.warn(f"zipsave: the handler entry point `{entry.value}` failed to load: {err!r}", stacklevel=3)
+        if entry.name not in _pending and not any(h.name == entry.name for h in _handlers):
+            _pending[entry.name] = entry
+
+
+def _load(name: str) -> None:
+    """Import the pending entry point ``name`` and register its handler (after those loaded)."""
+    global _generation
+    entry = _pending.pop(name, None)
+    if entry is None:
+        return
+    try:
+        handler = entry.load()
+        if callable(handler) and not isinstance(handler, Handler):
+            handler = handler()
+        if not any(h.name == handler.name for h in _handlers):
+            _handlers.append(handler)
+    except Exception as err:  # noqa: BLE001 - one broken plug-in must not break every load
+        warnings.warn(f"zipsave: the handler entry point `{entry.value}` failed to load: {err!r}", stacklevel=4)
     _generation += 1
 
 
-def handlers() -> tuple[Handler, ...]:
-    """Every registered handler, the most recently registered first."""
+def _wanted(name: str, members: frozenset[str] | None, live: bool) -> bool:
+    hint = ENTRY_HINTS.get(name)
+    if hint is None or (members is None and not live):
+        return True
+    libraries, markers = hint
+    if live and any(lib in sys.modules for lib in libraries):
+        return True
+    return members is not None and any(marker in members for marker in markers)
+
+
+def handlers(*, members: Iterable[str] | None = None, live: bool = False) -> tuple[Handler, ...]:
+    """Registered handlers, the most recently registered first.
+
+    Without arguments, every one (each entry point imported). With ``live=True``, only those
+    that may concern a live object or class (their library is imported); with ``members``
+    (member names of the folder asked about and of the archive's root), also those that may
+    recognise such a folder. Handlers already imported are always included.
+    """
     with _lock:
-        _load_entry_points()
+        _list_entry_points()
+        wanted = None if members is None else frozenset(members)
+        for name in list(_pending):
+            if _wanted(name, wanted, live):
+                _load(name)
         return tuple(_handlers)
 
 
 def by_name(name: str) -> Handler | None:
-    """The handler called ``name``, or ``None``."""
-    return next((h for h in handlers() if h.name == name), None)
+    """The handler called ``name`` (importing only its entry point), or ``None``."""
+    with _lock:
+        _list_entry_points()
+        if name in _pending:
+            _load(name)
+        return next((h for h in _handlers if h.name == name), None)
 
 
 def generation() -> int:

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .._archive import describe, destination_key
+from .._tensors import fresh_copy
 
 __all__ = ["SaveHandle", "start_background_save", "wait_for_pending"]
 
@@ -187,7 +188,7 @@ def _snapshot(enc: Any, memo: dict) -> Any:
         enc,
         state=[(name, _copy_tree(sd, memo)) for name, sd in enc.state],
         variables=None if enc.variables is None else _copy_tree(enc.variables, memo),
-        arrays=[(name, np.array(arr, copy=True)) for name, arr in enc.arrays],
+        arrays=[(name, fresh_copy(arr)) for name, arr in enc.arrays],
         components=[_snapshot(comp, memo) for comp in enc.components],
     )
 

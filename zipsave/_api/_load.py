@@ -22,6 +22,7 @@ from .._core import (
     check_component,
     handler_for,
     load_app_state,
+    member_names,
     restore_target,
     restore_tree,
 )
@@ -78,7 +79,7 @@ def load_archive(
 
 def _known_values(src: LoadSession) -> dict[str, Any]:
     try:
-        owner = next((h for h in _registry.handlers() if h.recognises(src, "")), None)
+        owner = next((h for h in _registry.handlers(members=member_names(src, "")) if h.recognises(src, "")), None)
         return owner.known_values(src, None, "") if owner is not None else {}
     except Exception:  # noqa: BLE001 - an unreadable `data` is reported by the decode that follows
         return {}
@@ -219,13 +220,13 @@ def restore(
         check_component(src, folder)
         # The seam: a handler that restores this kind of live object does it all (RLlib's
         # component paths are not attribute paths); `into` names its target component.
-        handler = next((h for h in _registry.handlers() if h.restores(obj)), None)
+        handler = next((h for h in _registry.handlers(live=True) if h.restores(obj)), None)
         if handler is not None:
             handler.restore(src, obj, folder, custom_objects=custom_objects, exclude=exclude,
                             exact_match=exact_match, into=into)
             return
         target = restore_target(src, obj, folder, into)
-        owner = next((h for h in _registry.handlers() if h.claims(target)), None)
+        owner = next((h for h in _registry.handlers(live=True) if h.claims(target)), None)
         if owner is not None:  # values the integration recognises without decoding them
             custom_objects = {**owner.known_values(src, target, folder), **(custom_objects or {})} or None
         if isinstance(target, dict) and strict:

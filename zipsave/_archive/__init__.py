@@ -6,7 +6,7 @@ This layer knows zip files and bytes; it knows nothing about models, JSON values
 """
 
 from ._crc import BACKEND as CRC_BACKEND
-from ._crc import OrderedCrc, crc32, crc32_many
+from ._crc import OrderedCrc, crc32, crc32_combine, crc32_many
 from ._destination import destination_key, is_url, open_output, open_source
 from ._files import atomic_output, open_input, seekable, with_suffix
 from ._libc import libc_function
@@ -32,6 +32,7 @@ __all__ = [
     "check_progress",
     "counting_writer",
     "crc32",
+    "crc32_combine",
     "crc32_many",
     "describe",
     "destination_key",

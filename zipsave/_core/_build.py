@@ -173,8 +173,17 @@ def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) 
             )
         return handler
     if cls is not None:
-        return next((h for h in _registry.handlers() if h.builds(cls)), None)
-    return next((h for h in _registry.handlers() if h.recognises(src, folder)), None)
+        return next((h for h in _registry.handlers(live=True) if h.builds(cls)), None)
+    return next((h for h in _registry.handlers(members=member_names(src, folder)) if h.recognises(src, folder)), None)
+
+
+def member_names(src: LoadSession, folder: str) -> set[str]:
+    """The names of the archive's members relative to ``folder`` and to the root: what a
+    handler's ``markers`` are looked up in, so integrations that cannot recognise the folder
+    are not imported to be asked."""
+    names = set(src.names())
+    prefix = folder.strip("/") + "/" if folder.strip("/") else ""
+    return names | {n[len(prefix):] for n in names if prefix and n.startswith(prefix)}
 
 
 def check_component(src: LoadSession, folder: str) -> None:
@@ -277,7 +286,7 @@ def restore_tree(
             current = holder[int(last)] if last.isdigit() and int(last) < len(holder) else None
         else:
             current = _own(holder, last, attr_path, where)
-        if not is_dict and any(h.restore_component(src, obj, attr_path) for h in _registry.handlers()):
+        if not is_dict and any(h.restore_component(src, obj, attr_path) for h in _registry.handlers(live=True)):
             continue  # a handler filled it itself (SB3's replay buffer, VecNormalize)
         if child in src.built_components and isinstance(current, Component):
             continue  # built (and restored) from its folder before the constructor ran
@@ -335,7 +344,7 @@ def _check_no_missing_components(
     """Raise when ``obj`` holds a component (a sub-model, a plain object holding modules) that
     the archive has no folder for and that the caller did not ``exclude``: it was left out of
     the save, and the object would keep its constructor's state for it without a word."""
-    if any(h.claims(obj) for h in _registry.handlers()):
+    if any(h.claims(obj) for h in _registry.handlers(live=True)):
         return  # SB3 models and the like: their handler knows what they hold
     if live is None:  # not collected for the state-dict check (SB3's hooks on a Saveable)
         try:

@@ -45,7 +45,7 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
     if isinstance(obj, dict):
         return _collect_app_state(obj, exclude, include)
     if not isinstance(obj, Component):
-        for handler in _registry.handlers():
+        for handler in _registry.handlers(live=True):
             if handler.claims(obj):
                 return handler.collect(obj, exclude=exclude, include=include)  # type: ignore[no-any-return]
     attrs = instance_attributes(obj)

@@ -62,8 +62,9 @@ OPTION_DOCS: dict[str, str] = {
     "limits": "Safety limits (:class:`~zipsave.Limits`).",
     "report": "A :class:`~zipsave.LoadReport` to fill with the skipped entries.",
     "verify": "Check every member against its CRC-32 and the manifest while reading.",
-    "mmap": "Map tensor records from the file instead of reading them (lazy start-up); with ``device=\"auto\"`` "
-    "the tensors stay on the CPU, mapped.",
+    "mmap": "Map tensor records and ``.npy`` arrays (a replay buffer) from the file instead of reading them: "
+    "copy-on-write, checked once unless ``verify=False`` (lazy start-up); with ``device=\"auto\"`` the tensors stay "
+    "on the CPU, mapped; see :ref:`mmap-loads`.",
     "storage_options": "Options for the fsspec filesystem of a URL ``path`` (the ``remote`` extra).",
     "progress": "Show a tqdm progress bar (the ``progress`` extra); silent by default.",
     "skip_broken_tensors": "Skip a corrupt or unreadable tensor member (``.pth``/``.npy``) with a warning instead of "

@@ -221,7 +221,7 @@ class LoadSession:
 
     def load_array(self, member: str) -> np.ndarray:
         try:
-            return read_array_member(self.reader, member, verify=self.verify)
+            return read_array_member(self.reader, member, verify=self.verify, mmap=self.mmap)
         except (ArchiveFormatError, DecodeError) as err:
             if self.options.skip_broken_tensors:
                 raise

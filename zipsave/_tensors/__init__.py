@@ -1,7 +1,7 @@
 """Tensors: state dicts <-> ``.pth`` members and numpy arrays <-> ``.npy`` members, straight
 between the archive file and tensor memory, and the device every tensor goes to."""
 
-from ._npy import read_array_member, read_npy
+from ._npy import fresh_copy, read_array_member, read_npy
 from ._pth_meta import Damaged, PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_read import load_member, load_pth
 from ._pth_records import check_member, read_record, record_table
@@ -15,6 +15,7 @@ __all__ = [
     "Unsupported",
     "Damaged",
     "dotted",
+    "fresh_copy",
     "get_device",
     "load_member",
     "load_pth",

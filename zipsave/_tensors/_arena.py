@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["ARENA_MIN", "host_arena"]
+__all__ = ["ARENA_MIN", "fresh_map", "host_arena"]
 
 #: Members whose fresh storages total less than this read into plain ``torch.empty`` buffers.
 ARENA_MIN = 32 << 20
@@ -66,6 +66,27 @@ def _huge_pages_free(nbytes: int) -> bool:
     return free * _HUGE >= 2 * nbytes
 
 
+def fresh_map(nbytes: int, *, huge: bool | None = None) -> tuple[mmap.mmap, bool] | None:
+    """One anonymous private mapping of ``nbytes`` (``None`` if the OS refuses) and whether it
+    is advised for huge pages: so when ``huge`` is true, or (``huge=None``) when free huge
+    pages cover twice ``nbytes`` now (:func:`_huge_pages_free`). Otherwise it is plain 4 KiB
+    pages, never advised, so no fault waits for compaction (numpy's own large allocations
+    are always advised for huge pages)."""
+    if huge is None:
+        huge = nbytes >= ARENA_MIN and _huge_pages_free(nbytes)
+    size = (nbytes + _HUGE - 1) // _HUGE * _HUGE if huge else max(nbytes, 1)
+    try:
+        arena = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if huge:
+            arena.madvise(mmap.MADV_HUGEPAGE)
+            tail = nbytes // _HUGE * _HUGE
+            if tail < size:  # the last, partly used huge page: 4 KiB pages, so only used bytes count
+                arena.madvise(mmap.MADV_NOHUGEPAGE, tail, size - tail)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return arena, huge
+
+
 def host_arena(lengths: Sequence[int]) -> list[tuple[torch.Tensor, memoryview]] | None:
     """``(uint8 tensor, writable view of its bytes)`` for each length, all in one anonymous
     mapping advised for huge pages; ``None`` when the lengths are small or huge pages are not
@@ -76,16 +97,10 @@ def host_arena(lengths: Sequence[int]) -> list[tuple[torch.Tensor, memoryview]] 
         total += (length + _ALIGN - 1) // _ALIGN * _ALIGN
     if total < ARENA_MIN or not _huge_pages_free(total):
         return None
-    size = (total + _HUGE - 1) // _HUGE * _HUGE  # a whole number of huge pages keeps it aligned
-    try:
-        arena = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        arena.madvise(mmap.MADV_HUGEPAGE)
-        tail = total // _HUGE * _HUGE
-        if tail < size:  # the last, partly used huge page: 4 KiB pages, so only used bytes count
-            arena.madvise(mmap.MADV_NOHUGEPAGE, tail, size - tail)
-    except (OSError, ValueError):
+    mapped = fresh_map(total, huge=True)  # a whole number of huge pages keeps it aligned
+    if mapped is None:
         return None
-    whole = memoryview(arena)
+    whole = memoryview(mapped[0])
     out = []
     for offset, length in zip(offsets, lengths):
         view = whole[offset : offset + length]

@@ -17,18 +17,21 @@ older kernel), :class:`Prefaulter` does nothing and the reads fault as before.
 from __future__ import annotations
 
 import ctypes
+import mmap as _mmap
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from .._archive import libc_function
 
-__all__ = ["PREFAULT_MIN", "Prefaulter", "populate"]
+__all__ = ["PREFAULT_MIN", "Prefaulter", "populate", "populate_read"]
 
 #: Buffers (all of one member together) smaller than this are left to fault as they are read.
 PREFAULT_MIN = 8 << 20
 
-_MADV_POPULATE_WRITE = 23  # linux/mman.h, since 5.14
+_MADV_POPULATE_READ = 22  # linux/mman.h, since 5.14
+_MADV_POPULATE_WRITE = 23
 _PAGE = 4096
 
 
@@ -49,6 +52,19 @@ def populate(address: int, length: int) -> bool:
     if end <= start:
         return True
     return madvise(start, end - start, _MADV_POPULATE_WRITE) == 0
+
+
+def populate_read(mapped: Any, start: int, length: int) -> None:
+    """Map ``[start, start + length)`` of a file mapping's pages into this process in one call
+    (``MADV_POPULATE_READ``, Linux 5.14+), cheaper than a fault per page; elsewhere the reads
+    fault them in as they go."""
+    if not sys.platform.startswith("linux"):  # the advice's number means other things elsewhere
+        return
+    first = start - start % _mmap.PAGESIZE
+    try:
+        mapped.madvise(_MADV_POPULATE_READ, first, start + length - first)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 class Prefaulter:

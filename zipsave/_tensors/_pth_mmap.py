@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import mmap as _mmap
-import sys
 from typing import Any
 
 import torch
@@ -13,13 +12,11 @@ from .. import _format
 from .._archive import crc32_many
 from ..exceptions import IntegrityError
 from ._pth_meta import PthMeta, TensorRef
+from ._prefault import populate_read
 from ._pth_records import check_record
 from ._tree import dotted, replace
 
 __all__ = ["mmap_tree"]
-
-_MADV_POPULATE_READ = 22  # linux/mman.h, since 5.14
-
 
 def _names(users: list[tuple[tuple, TensorRef]]) -> str:
     return ", ".join(f"`{dotted(path)}`" for path, _ in users)
@@ -79,7 +76,7 @@ def mmap_tree(
 def _check_mapped(mapped: Any, view: Any, meta: PthMeta, by_storage: dict, expected: int, records: dict | None) -> None:
     """Check mapped bytes in place: the member's pages are mapped in one call first (cheaper
     than a fault per page), then this thread and a helper checksum pieces in turn."""
-    _populate(mapped, view.start, view.size)
+    populate_read(mapped, view.start, view.size)
     whole = memoryview(mapped)
     if records is None:
         _check_crc(crc32_many([whole[view.start : view.start + view.size]])[0], expected)
@@ -89,15 +86,3 @@ def _check_mapped(mapped: Any, view: Any, meta: PthMeta, by_storage: dict, expec
     found = crc32_many([whole[view.start + start : view.start + start + length] for start, length in spans])
     for key, crc in zip(keys, found):
         check_record(records, "data/" + key, *meta.records[key], crc, tensors=_names(by_storage[key]))
-
-
-def _populate(mapped: Any, start: int, length: int) -> None:
-    """Map ``[start, start + length)`` of the file's pages into this process in one call
-    (``MADV_POPULATE_READ``, Linux 5.14+); elsewhere the reads fault them in as they go."""
-    if not sys.platform.startswith("linux"):  # the advice's number means other things elsewhere
-        return
-    first = start - start % _mmap.PAGESIZE
-    try:
-        mapped.madvise(_MADV_POPULATE_READ, first, start + length - first)
-    except (OSError, ValueError, AttributeError):
-        pass

@@ -42,6 +42,7 @@ class RLlibHandler(Handler):
     ``RLModule``, a connector) is saved as its component tree, one archive folder per component."""
 
     name = HANDLER_NAME
+    libraries = ("ray", "zipsave.rllib")
     # Without Ray nothing can name these; an allowlist must only hold names that resolve.
     allowlist = RLLIB_ALLOWLIST if importlib.util.find_spec("ray") is not None else frozenset()
 

@@ -41,6 +41,8 @@ class SB3Handler(Handler):
     ``load(path, cls=PPO)`` rebuilds them as ``PPO.load`` does."""
 
     name = "sb3"
+    libraries = ("stable_baselines3", "sb3_contrib", "rl_zoo3", "zipsave.sb3")
+    markers = (_format.SB3_VERSION, "policy.pth")
     allowlist = SB3_ALLOWLIST | SB3_CONTRIB_ALLOWLIST
 
     def claims(self, obj: Any) -> bool:
