@@ -15,7 +15,7 @@ import cloudpickle
 
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
-from ._checks import Memo, check_bit_generator, check_dtype, instance_dunders
+from ._checks import Memo, check_bit_generator, check_bit_generator_state, check_dtype, instance_dunders
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
 from ._substitutes import Owners, legacy_space_state, owns_trusted, substitutes
@@ -270,6 +270,10 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             stack[-1] = state[0]
         if type(state) is dict and cls.__module__.startswith("gymnasium.spaces"):
             stack[-1] = legacy_space_state(state)
+        if numpy is not None and isinstance(inst, numpy.random.BitGenerator):
+            problem = check_bit_generator_state(stack[-1])  # before numpy, which may raise its own
+            if problem:
+                raise self._error(f"random generator state is out of range: {problem}.")
         super().load_build()
         problem = check_bit_generator(inst)
         if problem:
