@@ -10,8 +10,11 @@ of its schedules). Made with, for CPython 3.12 (torch 2.13.0 comes from pip's ca
     /tmp/sb3-py312/bin/pip install stable-baselines3==2.0.0 gymnasium==0.28.1 "numpy<2"
     /tmp/sb3-py312/bin/python tests/data/sb3_old/make_sb3_pythons.py
 
-and for CPython 3.13, where numpy 1.x does not install, SB3 2.3.2 with gymnasium 0.29.1 and
-numpy 2 (gymnasium 0.29's environment checker predates numpy 2, so it is switched off).
+and the same for CPython 3.13, where numpy 1.x does not install, with ``"numpy>=2.1,<2.3"``
+(numpy 2.2.6) instead of ``"numpy<2"`` (gymnasium 0.29's and 0.28's environment checker
+predates numpy 2, so it is switched off). ``python3.12`` is pyenv's 3.12.1 and ``python3.13``
+its 3.13.0 here; the venvs took torch from the suite's venvs of those Pythons (a ``.pth`` file
+naming their site-packages) rather than installing it again.
 """
 
 from __future__ import annotations
