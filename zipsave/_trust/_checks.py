@@ -94,11 +94,14 @@ def check_dtype(numpy: Any, dtype: Any) -> str | None:
 _BIT_GENERATOR_INDEX_LIMITS = {"MT19937": (("state", "pos"), 624), "Philox": (("buffer_pos",), 4)}
 
 
-def check_bit_generator_state(state: Any) -> str | None:
+def check_bit_generator_state(obj: Any, state: Any) -> str | None:
     """The out-of-range buffer index in a bit generator's state dict (or numpy 2's
     ``(state, seed sequence)`` pair) about to be set, checked before numpy sees it: numpy 1.x
     stores it unchecked, newer numpy raises its own ``ValueError``; either way the user gets
-    zipsave's message. ``None`` when in range or not a state this check knows."""
+    zipsave's message. ``None`` when in range, or ``obj`` is no bit generator."""
+    bg_module = sys.modules.get("numpy.random.bit_generator")
+    if bg_module is None or not isinstance(obj, bg_module.BitGenerator):
+        return None
     if type(state) is tuple and len(state) == 2:
         state = state[0]
     if type(state) is not dict:

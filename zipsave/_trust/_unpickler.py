@@ -270,12 +270,8 @@ class _RestrictedUnpickler(_PurePythonUnpickler):
             stack[-1] = state[0]
         if type(state) is dict and cls.__module__.startswith("gymnasium.spaces"):
             stack[-1] = legacy_space_state(state)
-        if numpy is not None and isinstance(inst, numpy.random.BitGenerator):
-            problem = check_bit_generator_state(stack[-1])  # before numpy, which may raise its own
-            if problem:
-                raise self._error(f"random generator state is out of range: {problem}.")
-        super().load_build()
-        problem = check_bit_generator(inst)
+        # a bit generator's state is checked before numpy sees it (numpy 2 raises its own error)
+        problem = check_bit_generator_state(inst, stack[-1]) or super().load_build() or check_bit_generator(inst)
         if problem:
             raise self._error(f"random generator state is out of range: {problem}.")
 
