@@ -8,6 +8,7 @@ import warnings
 import zlib
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -125,3 +126,29 @@ def test_fresh_loads_checksum_inline_and_restores_on_the_helper(tmp_path, monkey
     live = {"net": torch.nn.Linear(1024, 1024)}
     zipsave.restore(live, tmp_path / "a.zip")
     assert torch.equal(live["net"].weight, net.weight) and submitted
+
+
+@pytest.mark.parametrize("starts", [0, 1], ids=["no_thread", "one_of_two"])
+def test_where_no_thread_can_start_the_callers_thread_checksums(monkeypatch, starts):
+    """CPython 3.12+ refuses new threads once the interpreter begins to exit, where a pending
+    background save is still writing: the pool's tasks then run on the caller's thread."""
+    real_start = threading.Thread.start
+    started = []
+
+    def start(self):
+        if len(started) >= starts:
+            raise RuntimeError("can't create new thread at interpreter shutdown")
+        started.append(self)
+        real_start(self)
+
+    monkeypatch.setattr(_crc, "_pool", None)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    data = os.urandom(_crc.PARALLEL_MIN * 3 + 5)
+    assert _crc.crc32_many([data, data]) == [zlib.crc32(data)] * 2
+    crc = _crc.OrderedCrc()
+    crc.feed(data)
+    assert crc.value() == zlib.crc32(data)
+    assert isinstance(_crc.pool(), _crc._Inline)
+    for thread in started:
+        thread.join(10)  # the one helper that started ends: nothing waits on it
+        assert not thread.is_alive()

@@ -41,12 +41,18 @@ def test_every_floor_is_the_pinned_lowest_version():
         assert pins.get(name) == floor, f"setup.cfg says {name}>={floor}; constraints-lowest pins {pins.get(name)}"
 
 
-def test_classifiers_name_only_the_python_the_suite_runs_on():
+def test_classifiers_name_only_the_pythons_ci_tests():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     versions = re.findall(r"Programming Language :: Python :: (3\.\d+)", cfg["metadata"]["classifiers"])
-    assert versions == ["3.11"]
+    assert versions == ["3.11", "3.12", "3.13"]
     assert cfg["options"]["python_requires"] == ">=3.11"
+    pythons = (ROOT / ".ci" / "pythons").read_text()
+    assert f'PYTHONS="{" ".join(versions)}"' in pythons  # each gets the release check
+    assert ".ci/pythons ci" in (ROOT / ".ci" / "run").read_text()
+    tox = configparser.ConfigParser()
+    tox.read(ROOT / "tox.ini")
+    assert [e.strip() for e in tox["tox"]["envlist"].split(",")][:3] == [f"py{v.replace('.', '')}" for v in versions]
 
 
 def test_ci_runs_the_suite_on_every_stack_the_readme_names():

@@ -154,7 +154,9 @@ def test_old_zoo_schedule_closures_are_rebuilt_without_running_them(tmp_path, so
 
 
 def test_a_closure_with_other_code_is_not_rebuilt(tmp_path):
-    other = ZOO_2_6.replace("progress_remaining * initial_value_", "progress_remaining + initial_value_")
+    # Another constant than the Zoo's: the code's shape differs on every Python (its bytecode is
+    # never compared, it differs between Python versions anyway).
+    other = ZOO_2_6.replace("progress_remaining * initial_value_", "progress_remaining * initial_value_ / 2")
     path = old_zoo_archive(tmp_path / "other.zip", other)
     report = zipsave.LoadReport()
     with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("could not be decoded")):

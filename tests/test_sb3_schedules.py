@@ -121,3 +121,43 @@ def test_a_forged_closure_with_other_code_is_not_recognised():
     forged.__qualname__ = "constant_fn.<locals>.func"
     with pytest.raises(NotASchedule, match=re.escape("other")):
         recognise_schedule(_entry(forged))
+
+
+# -- closures pickled by every CPython 3.8-3.13 (tests/data/sb3_old/make_closures.py) ----------
+CLOSURES = json.loads((DATA / "closures.json").read_text())
+
+
+def _pickled(python, name):
+    return {":type:": "<class 'function'>", ":serialized:": CLOSURES[python][name]}
+
+
+def test_closures_of_every_python_are_at_hand():
+    assert sorted(CLOSURES) == ["3.10", "3.11", "3.12", "3.13", "3.8", "3.9"]
+
+
+@pytest.mark.parametrize("python", sorted(CLOSURES))
+def test_sb3_closures_of_any_python_are_rebuilt(python):
+    constant = recognise_schedule(_pickled(python, "constant_fn"))
+    linear = recognise_schedule(_pickled(python, "get_linear_fn"))
+    wrapped = recognise_schedule(_pickled(python, "get_schedule_fn"))
+    assert constant(0.3) == 0.25
+    assert [linear(p) for p in (1.0, 0.75, 0.0)] == pytest.approx([1e-3, 5.5e-4, 1e-4])
+    assert isinstance(wrapped, utils.FloatSchedule) and wrapped(0.7) == 0.2
+
+
+@pytest.mark.parametrize("python", sorted(CLOSURES))
+@pytest.mark.parametrize("module", ["rl_zoo3.utils", "utils.utils"])
+def test_zoo_closures_of_any_python_are_rebuilt(python, module):
+    pytest.importorskip("rl_zoo3")
+    from zipsave.sb3._zoo import schedules_in
+
+    found = schedules_in({"learning_rate": _pickled(python, f"zoo:{module}")})
+    assert found["learning_rate"](0.5) == pytest.approx(0.0005)
+    clip = recognise_schedule(_pickled(python, f"sb3_of_zoo:{module}"))
+    assert isinstance(clip, utils.FloatSchedule) and clip(0.5) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("python", sorted(CLOSURES))
+def test_a_lambda_of_any_python_is_refused(python):
+    with pytest.raises(NotASchedule, match=re.escape("`__main__.<lambda>` is not one of SB3's schedule closures")):
+        recognise_schedule(_pickled(python, "lambda"))

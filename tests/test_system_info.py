@@ -48,7 +48,7 @@ SB3_INFO = {
 CURRENT = {
     "OS": "Linux-6.18.44-x86_64-with-glibc2.36 # 1 SMP PREEMPT_DYNAMIC @0",
     "Python": "3.11.7",
-    "zipsave": "0.1.0",
+    "zipsave": "0.2.0",
     "PyTorch": "2.13.0+cpu",
     "GPU Enabled": "False",
     "Numpy": "2.4.6",
@@ -218,7 +218,7 @@ def fixed_current(monkeypatch):
 CURRENT_TEXT = (
     "- OS: Linux-6.18.44-x86_64-with-glibc2.36 # 1 SMP PREEMPT_DYNAMIC @0\n"
     "- Python: 3.11.7\n"
-    "- zipsave: 0.1.0\n"
+    "- zipsave: 0.2.0\n"
     "- PyTorch: 2.13.0+cpu\n"
     "- GPU Enabled: False\n"
     "- Numpy: 2.4.6\n"

@@ -1,3 +1,3 @@
 """The zipsave version literal; ``setup.cfg`` reads it with ``attr:``."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

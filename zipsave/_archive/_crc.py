@@ -23,7 +23,7 @@ try:  # a dependency where it has wheels; anywhere else zlib gives the same valu
 except ImportError:  # pragma: no cover - no wheel for this platform
     _fast_crc32 = None
 
-__all__ = ["BACKEND", "OrderedCrc", "crc32", "crc32_combine", "crc32_many", "pool"]
+__all__ = ["BACKEND", "OrderedCrc", "crc32", "crc32_combine", "crc32_many", "pool", "submit"]
 
 #: ``ZIPSAVE_CRC=zlib`` forces the fallback (tests, and benchmarks comparing the two).
 _FORCE_ZLIB = os.environ.get("ZIPSAVE_CRC", "") == "zlib"
@@ -92,20 +92,62 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
 
 
 # -- the shared pool -------------------------------------------------------------------------
-_pool: ThreadPoolExecutor | None = None
+HELPERS = 2
+_pool: Any = None
 _pool_pid = -1
 _pool_lock = threading.Lock()
 
 
-def pool() -> ThreadPoolExecutor:
+class _Inline:
+    """Runs each task on the caller's thread. The pool where no thread can be started:
+    CPython 3.12+ refuses new threads once the interpreter begins to exit, where a pending
+    background save is still writing (and must finish, only without helpers)."""
+
+    def submit(self, fn: Any, *args: Any) -> Future:
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as err:  # noqa: BLE001 - the caller's result() raises it
+            done.set_exception(err)
+        return done
+
+
+def _started(executor: ThreadPoolExecutor) -> bool:
+    """Start all the executor's threads now: it starts them lazily, in ``submit``, which at
+    interpreter exit (CPython 3.12+) fails after queueing the task. Each blocking task below
+    occupies a thread, so the next ``submit`` must start another."""
+    go = threading.Event()
+    try:
+        for _ in range(HELPERS):
+            executor.submit(go.wait)
+        return True
+    except RuntimeError:
+        executor.shutdown(wait=False, cancel_futures=True)
+        return False
+    finally:
+        go.set()
+
+
+def pool() -> ThreadPoolExecutor | _Inline:
     """Two helper threads shared by every save and load in the process (re-made after fork,
-    whose child inherits the executor but not its threads)."""
+    whose child inherits the executor but not its threads), all started when it is made, or
+    the caller's own thread where none can start (at interpreter exit)."""
     global _pool, _pool_pid
     with _pool_lock:
         if _pool is None or _pool_pid != os.getpid():
-            _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zipsave-crc")
+            executor = ThreadPoolExecutor(max_workers=HELPERS, thread_name_prefix="zipsave-crc")
+            _pool = executor if _started(executor) else _Inline()
             _pool_pid = os.getpid()
         return _pool
+
+
+def submit(fn: Any, *args: Any) -> Future:
+    """``pool().submit(fn, *args)``, run on the caller's thread once the pool is shut down
+    (``concurrent.futures`` refuses work at interpreter exit before queueing it)."""
+    try:
+        return pool().submit(fn, *args)
+    except RuntimeError:
+        return _Inline().submit(fn, *args)
 
 
 def _as_bytes(buf: Any) -> memoryview:
@@ -132,7 +174,7 @@ def crc32_many(buffers: Sequence[Any]) -> list[int]:
             found[i] = crc32(pieces[i][1])
 
     total = sum(view.nbytes for view in views)
-    helper = pool().submit(work) if total >= PARALLEL_MIN and len(pieces) > 1 else None
+    helper = submit(work) if total >= PARALLEL_MIN and len(pieces) > 1 else None
     try:
         work()
     finally:
@@ -194,7 +236,7 @@ class OrderedCrc:
             start_helper = not self._helping
             self._helping = True
         if start_helper:
-            self._helper = pool().submit(self._drain, True)
+            self._helper = submit(self._drain, True)
 
     def _drain(self, helper: bool = False) -> None:
         while True:

@@ -86,7 +86,7 @@ class _Hasher:
         try:
             ordered.feed(buf)
             if self._sha is not None:
-                sha_job = _crc.pool().submit(self._sha.update, buf)
+                sha_job = _crc.submit(self._sha.update, buf)
             write(buf)
         except BaseException:
             ordered.cancel()

@@ -8,7 +8,10 @@ from typing import Any
 
 from ._names import is_dunder
 
-__all__ = ["Memo", "check_bit_generator", "check_dtype", "check_seed_sequence", "dtype_state_problem", "instance_dunders", "rebuild_dtype"]
+__all__ = [
+    "Memo", "check_bit_generator", "check_bit_generator_state", "check_dtype", "check_seed_sequence",
+    "dtype_state_problem", "instance_dunders", "rebuild_dtype",
+]
 
 # -- the unpickler ---------------------------------------------------------------------------
 class Memo(dict):
@@ -90,6 +93,35 @@ def check_dtype(numpy: Any, dtype: Any) -> str | None:
 
 # Buffer indices in bit-generator state that numpy's setters store without a bounds check.
 _BIT_GENERATOR_INDEX_LIMITS = {"MT19937": (("state", "pos"), 624), "Philox": (("buffer_pos",), 4)}
+
+
+def check_bit_generator_state(obj: Any, state: Any) -> str | None:
+    """The out-of-range buffer index in a bit generator's state dict (or numpy 2's
+    ``(state, seed sequence)`` pair) about to be set, checked before numpy sees it: numpy 1.x
+    stores it unchecked, newer numpy raises its own ``ValueError``; either way the user gets
+    zipsave's message. ``None`` when in range, or ``obj`` is no bit generator."""
+    bg_module = sys.modules.get("numpy.random.bit_generator")
+    if bg_module is None or not isinstance(obj, bg_module.BitGenerator):
+        return None
+    if type(state) is tuple and len(state) == 2:
+        state = state[0]
+    if type(state) is not dict:
+        return None
+    limit = _BIT_GENERATOR_INDEX_LIMITS.get(state.get("bit_generator"))  # type: ignore[arg-type]
+    if limit is None:
+        return None
+    path, top = limit
+    value: Any = state
+    for step in path:
+        if type(value) is not dict or step not in value:
+            return None  # numpy names the missing key itself
+        value = value[step]
+    numpy = sys.modules.get("numpy")
+    if isinstance(value, bool) or not isinstance(value, (int,) if numpy is None else (int, numpy.integer)):
+        return None  # numpy refuses other types with its own TypeError
+    if not 0 <= int(value) <= top:
+        return f"{state['bit_generator']} {'/'.join(path)} is {value}, outside 0..{top}"
+    return None
 
 
 def check_bit_generator(obj: Any) -> str | None:

@@ -15,7 +15,7 @@ import cloudpickle
 from .._bounds import check_int
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
-from ._checks import Memo, check_dtype, check_seed_sequence, dtype_state_problem
+from ._checks import Memo, check_bit_generator_state, check_dtype, check_seed_sequence, dtype_state_problem
 from ._guards import build_state_problem, call_problem, check_keys, new_problem, numpy_random_kind, size_problem
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
@@ -269,6 +269,9 @@ class _RestrictedUnpickler(BoundedUnpickler):
             stack[-1] = state[0]
         if type(state) is dict and cls.__module__.startswith("gymnasium.spaces"):
             stack[-1] = legacy_space_state(state)
+        early = check_bit_generator_state(inst, stack[-1])  # before numpy sees it (numpy 2 raises its own error)
+        if early:
+            raise self._error(f"random generator state is out of range: {early}.")
         super().load_build()
         problem = built_problem(inst) or check_seed_sequence(inst, self._budget)  # positions, arrays, pools
         if problem:

@@ -5,13 +5,13 @@ schedule objects; nothing the archive holds is imported, called or executed."""
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 import math
 import pickle
 from typing import Any
 
 from .._codec import SERIALIZED_KEY, TYPE_KEY
+from ._codeshape import CodeShape, shape_problem
 from ._zoo import rebuild_described
 
 __all__ = ["NotASchedule", "closures_in", "recognise_schedule"]
@@ -19,21 +19,18 @@ __all__ = ["NotASchedule", "closures_in", "recognise_schedule"]
 _MODULE = "stable_baselines3.common.utils"
 _CLOUDPICKLE = ("cloudpickle.cloudpickle", "cloudpickle.cloudpickle_fast")
 
-#: qualname -> (free variables, ``co_consts``, ``co_names``) of SB3's own closures.
-_KNOWN: dict[str, tuple[tuple[str, ...], tuple, tuple[str, ...]]] = {
-    "constant_fn.<locals>.func": (("val",), (None,), ()),
-    "get_linear_fn.<locals>.func": (("end", "end_fraction", "start"), (None, 1), ()),
-    "get_schedule_fn.<locals>.<lambda>": (("value_schedule",), (None,), ("float",)),
+#: qualname -> the shape of SB3's own closures' code on every CPython 3.8-3.13 (SB3 1.x-2.6 wrote
+#: them from the same source; ``get_schedule_fn``'s lambda exists since SB3 2.3, before which
+#: it returned the ``constant_fn`` closure itself).
+_KNOWN: dict[str, CodeShape] = {
+    "constant_fn.<locals>.func": CodeShape("func", ("_",), (("val",),), (), (None,)),
+    "get_linear_fn.<locals>.func": CodeShape(
+        "func", ("progress_remaining",), (("end", "end_fraction", "start"),), (), (None, 1)
+    ),
+    "get_schedule_fn.<locals>.<lambda>": CodeShape(
+        "<lambda>", ("progress_remaining",), (("value_schedule",),), ("float",), (None,)
+    ),
 }
-
-#: SHA-256 of their bytecode as CPython 3.11 compiles SB3 2.0-2.9 (the same source throughout).
-#: The installed SB3's own code objects are added at run time, so an archive saved under the
-#: loading Python's version is recognised whatever that version is.
-_DIGESTS_311 = frozenset({
-    "49dda3aa22248053d1bc41f6861bdb01054edfaa5cfad3d332b336c1edeca68e",
-    "721022b5e325278d1d5dbeca15c1c72c4b70e2dec8f5912cfa10fe6ca95700e3",
-    "1ecfb4452096110d4fde8e65611c1e7e40d532667855904816a4a081cc21f034",
-})
 
 
 class NotASchedule(Exception):
@@ -117,20 +114,6 @@ class _DescribingUnpickler(pickle.Unpickler):
         raise NotASchedule("the pickle uses persistent ids")
 
 
-def _reference_digests() -> set[str]:
-    digests = set(_DIGESTS_311)
-    try:
-        from stable_baselines3.common import utils
-    except ImportError:
-        return digests
-    for outer in ("constant_fn", "get_linear_fn", "get_schedule_fn"):
-        code = getattr(getattr(utils, outer, None), "__code__", None)
-        for const in code.co_consts if code is not None else ():
-            if hasattr(const, "co_code"):  # the nested closure's code, compiled by this Python
-                digests.add(hashlib.sha256(const.co_code).hexdigest())
-    return digests
-
-
 def _attributes(func: _Function) -> dict[str, Any]:
     state = func.state if isinstance(func.state, dict) else {}
     slots = func.slots if isinstance(func.slots, dict) else {}
@@ -152,18 +135,12 @@ def _closure_values(func: _Function) -> tuple[str, list[Any]]:
     module, qualname = slots.get("__module__"), slots.get("__qualname__")
     if module != _MODULE or qualname not in _KNOWN:
         raise NotASchedule(f"`{module}.{qualname}` is not one of SB3's schedule closures")
-    freevars, consts, names = _KNOWN[qualname]
-    code = func.code.args if isinstance(func.code, _Code) else ()
-    # CodeType's arguments end with (..., freevars, cellvars) on every CPython 3.8+; the
-    # bytecode, constants and names are arguments 6, 7 and 8.
-    if len(code) < 16 or tuple(code[-2]) != freevars or code[-1] != () or code[0] != 1:
-        raise NotASchedule(f"`{qualname}` has another signature than SB3's")
-    if code[7] != consts or tuple(code[8]) != names or not isinstance(code[6], bytes):
-        raise NotASchedule(f"`{qualname}` has other constants than SB3's")
-    if hashlib.sha256(code[6]).hexdigest() not in _reference_digests():
-        raise NotASchedule(f"`{qualname}` has other bytecode than SB3's (or another Python compiled it)")
+    code = func.code.args if isinstance(func.code, _Code) else None
+    problem = shape_problem(code, qualname, _KNOWN[qualname])
+    if problem is not None:
+        raise NotASchedule(problem)
     cells = slots.get("__closure__")
-    if not isinstance(cells, tuple) or len(cells) != len(freevars) or not all(
+    if not isinstance(cells, tuple) or len(cells) != len(_KNOWN[qualname].freevars[0]) or not all(
         isinstance(c, _Cell) and len(c.value) == 1 for c in cells
     ):
         raise NotASchedule(f"`{qualname}` has an unexpected closure")
@@ -221,7 +198,8 @@ def recognise_schedule(value: Any) -> Any:
     closures (``constant_fn``, ``get_linear_fn``, ``get_schedule_fn`` of a constant), as SB3 < 2.7
     pickled them, alone or inside SB3's schedule objects (``FloatSchedule(get_linear_fn(...))``,
     what SB3 >= 2.7 stores for a closure passed as ``learning_rate`` or ``clip_range``); matched
-    on module, qualname, bytecode, constants and free variables.
+    on module, qualname and the shape of the code (names, constants, free variables), so a
+    closure pickled by any CPython 3.8-3.13 is recognised; nothing of it runs.
 
     Raises
     ------

@@ -6,22 +6,22 @@ The Zoo turned ``learning_rate: lin_0.001`` into ``linear_schedule(0.001)``, a c
 cloudpickle stores by value (its code object and the closure cell). A safe load refuses it
 (it needs ``cloudpickle._make_function``), and the model would train at SB3's default rate.
 Here the pickle is read symbolically: its opcodes build a tree of names, calls and plain
-values, nothing is imported or called. The tree is accepted only when it is exactly the
-Zoo's function: module and qualified name, every field of the code object but its file name
-and line numbers equal to the Zoo's source compiled by this Python, and one number in the
-closure cell. A closure pickled by another Python version has other bytecode and is not
-recognised (SB3 cannot load it either); it is skipped with the usual warning.
+values, nothing is imported or called. The tree is accepted only when it is the Zoo's
+function: module and qualified name, the shape of its code object (names, constants, free
+variables: the same on every CPython 3.8-3.13, unlike its bytecode) and one number in the
+closure cell.
 """
 
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import pickletools
 import warnings
 import zipfile
 from typing import Any
+
+from ._codeshape import CodeShape, shape_problem
 
 __all__ = ["read_data", "recognise", "rebuild_described", "schedules_in", "with_zoo_schedules"]
 
@@ -32,26 +32,10 @@ _DOC = """
         :param progress_remaining: (float)
         :return: (float)
         """
-# The two bodies the Zoo's history holds (rl-zoo3 1.x-2.6 and the older utils/utils.py).
-_SOURCES = (
-    f'''
-def linear_schedule(initial_value):
-    initial_value_ = float(initial_value)
-    def func(progress_remaining: float) -> float:
-        """{_DOC}"""
-        return progress_remaining * initial_value_
-    return func
-''',
-    f'''
-def linear_schedule(initial_value):
-    if isinstance(initial_value, str):
-        initial_value = float(initial_value)
-    def func(progress_remaining: float) -> float:
-        """{_DOC}"""
-        return progress_remaining * initial_value
-    return func
-''',
-)
+#: The closure's code on every CPython 3.8-3.13, in both bodies the Zoo's history holds
+#: (rl-zoo3 1.x-2.6 closes over ``initial_value_``, the older ``utils/utils.py`` over
+#: ``initial_value``): ``return progress_remaining * initial_value_`` under the docstring above.
+_SHAPE = CodeShape("func", ("progress_remaining",), (("initial_value_",), ("initial_value",)), (), (_DOC,))
 
 
 class _Node:
@@ -170,52 +154,13 @@ def _code_fields(node: Any) -> tuple | None:
     return node.args
 
 
-def _comparable(fields: tuple) -> tuple:
-    """Drop what two copies of one function may differ in: file name, line numbers, positions."""
-    out = []
-    for value in fields:
-        if isinstance(value, str) and value.endswith(".py"):
-            continue  # co_filename
-        out.append(value)
-    return tuple(out)
-
-
-@functools.lru_cache(maxsize=1)
-def _references() -> tuple[tuple, ...]:
-    """The Zoo's closures compiled by this Python, as cloudpickle would store their code."""
-    import cloudpickle
-
-    out = []
-    for module in _MODULES:
-        for source in _SOURCES:
-            namespace: dict[str, Any] = {"__name__": module}
-            exec(compile(source, f"{module}.py", "exec", dont_inherit=True), namespace)  # our own source, not the archive's
-            root, _ = _evaluate(cloudpickle.dumps(namespace["linear_schedule"](1.0)))
-            fields = _code_fields(root.args[0]) if isinstance(root, _Call) else None
-            if fields is not None:
-                out.append(_without_lines(fields))
-    return tuple(out)
-
-
-def _without_lines(fields: tuple) -> tuple:
-    """Drop co_firstlineno and the line table (after co_name, and co_qualname on Python >=
-    3.11): they depend only on where the function sits in its file."""
-    kept = list(_comparable(fields))
-    if "func" in kept:
-        at = kept.index("func")
-        if at + 1 < len(kept) and kept[at + 1] == _QUALNAME:
-            at += 1
-        del kept[at + 1 : at + 3]
-    return tuple(kept)
-
-
 def _closure_value(root: _Call, calls: list[_Call]) -> float | None:
     """The number in the closure cell, if ``root`` is exactly the Zoo's function."""
     if not (isinstance(root.func, _Global) and root.func.name == "_make_function"
             and root.func.module.startswith("cloudpickle")):
         return None
     fields = _code_fields(root.args[0]) if isinstance(root.args, tuple) and root.args else None
-    if fields is None or _without_lines(fields) not in _references():
+    if fields is None or shape_problem(fields, _QUALNAME, _SHAPE) is not None:
         return None
     setters = [c for c in calls if isinstance(c.func, _Global) and c.func.name == "_function_setstate"
                and isinstance(c.args, tuple) and len(c.args) == 2 and c.args[0] is root]
@@ -279,7 +224,7 @@ def rebuild_described(code_fields: tuple, attrs: dict, cells: list[Any]) -> Any:
     its closure cells' values. ``None`` when it is not exactly the Zoo's function."""
     if attrs.get("__qualname__") != _QUALNAME or attrs.get("__module__") not in _MODULES:
         return None
-    if _without_lines(tuple(code_fields)) not in _references() or len(cells) != 1:
+    if shape_problem(code_fields, _QUALNAME, _SHAPE) is not None or len(cells) != 1:
         return None
     value = cells[0]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
