@@ -22,7 +22,7 @@ from ..exceptions import DecodeError, ZipsaveWarning, caller_stacklevel, describ
 from ._extras import apply_vec_normalize, build_vec_normalize, restore_extra
 from ._state import current_options, original
 
-__all__ = ["holds_extra", "load_replay_buffer", "restore_replay_buffer_after_load", "vec_normalize_from_model",
+__all__ = ["holds_extra", "is_zip", "load_replay_buffer", "restore_replay_buffer_after_load", "vec_normalize_from_model",
            "wrap_env_for_load"]
 
 
@@ -49,7 +49,8 @@ def _session(path: Any, *, strict: bool) -> Iterator[LoadSession]:
             path.seek(at)
 
 
-def _is_zip(path: Any) -> bool:
+def is_zip(path: Any) -> bool:
+    """Whether ``path`` (a path or an open binary file, left where it was) is a zip file."""
     import zipfile
 
     try:
@@ -68,9 +69,9 @@ def holds_extra(path: Any, name: str) -> bool:
     """Whether ``path`` is a zipsave model archive with the extra ``name`` (``"replay_buffer"``,
     ``"vec_normalize"``) in its own folder. Never raises: the door's own read reports problems."""
     if not hasattr(path, "read") and not (isinstance(path, str) and "://" in path):
-        if not os.path.isfile(path) or not _is_zip(path):
+        if not os.path.isfile(path) or not is_zip(path):
             return False
-    elif hasattr(path, "read") and not _is_zip(path):
+    elif hasattr(path, "read") and not is_zip(path):
         return False
     try:
         with warnings.catch_warnings():

@@ -7,7 +7,6 @@ import contextvars
 import dataclasses
 import os
 import pathlib
-import zipfile
 from typing import Any
 
 import zipsave
@@ -21,7 +20,7 @@ from ._state import current_options as _current
 from ._build import ARS_WEIGHTS, is_ars, sync_ars_weights
 from ._checks import check_data, check_names, drop_saved_env
 from ._schedules import closures_in
-from ._doors import holds_extra, restore_replay_buffer_after_load, vec_normalize_from_model, wrap_env_for_load
+from ._doors import holds_extra, is_zip, restore_replay_buffer_after_load, vec_normalize_from_model, wrap_env_for_load
 from ._keys import blame_given, check_custom_objects, given_values, warn_unknown_keys, warn_unmatched_custom_objects
 from ._zoo import read_data, schedules_in
 
@@ -322,16 +321,7 @@ def save_object(path: Any, obj: Any) -> None:
 
 
 def is_zipsave_archive(path: Any) -> bool:
-    try:
-        if hasattr(path, "read"):
-            at = path.tell()
-            try:
-                return zipfile.is_zipfile(path)
-            finally:
-                path.seek(at)
-        return zipfile.is_zipfile(os.fspath(path))
-    except OSError:
-        return False
+    return is_zip(path)
 
 
 def load_object(path: Any, expected: type, what: str) -> Any:
