@@ -27,6 +27,7 @@ import torch
 from models import Algo, same_state
 
 import zipsave
+import zipsave._registry
 from zipsave._codec import _decode as _codec
 from zipsave._trust import _unpickler as _unpickle
 
@@ -71,7 +72,7 @@ def payloads(marker: pathlib.Path) -> dict[str, tuple[object, str]]:
         "exec": (_Reduce(exec, f"import os; os.system({cmd!r})"), "builtins.exec"),
         # builtins.getattr is answered by a guarded stand-in: the chain stops at __import__.
         "getattr-chain": (_nested_call(getattr, (_Reduce(__import__, "os"), "system"), cmd), "builtins.__import__"),
-        "file-write": (_Reduce(pathlib.Path.write_text, marker, "pwned"), "pathlib.Path.write_text"),
+        "file-write": (_Reduce(pathlib.Path.write_text, marker, "pwned"), f"{pathlib.Path.__module__}.Path.write_text"),
         "inside-a-list": ([1, 2, _Reduce(os.system, cmd)], "posix.system"),
     }
 
@@ -94,6 +95,7 @@ def pickle_impossible(monkeypatch):
         raise AssertionError("something tried to unpickle")
 
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # torch imports its lazy modules now
+    zipsave._registry.handlers()  # and zipsave its integrations, whose classes subclass pickle's
     monkeypatch.setattr(pickle, "loads", refuse)
     monkeypatch.setattr(pickle, "load", refuse)
     monkeypatch.setattr(pickle, "Unpickler", refuse)

@@ -101,10 +101,13 @@ class _CountingWriter(io.RawIOBase):
         return self._pos
 
     def flush(self) -> None:
-        self._fp.flush()
+        if not getattr(self._fp, "closed", False):
+            self._fp.flush()
 
-    def close(self) -> None:  # the wrapped file belongs to the caller
-        self.flush()
+    def close(self) -> None:  # the wrapped file belongs to the caller: flushed, left open
+        if not self.closed:
+            self.flush()
+            super().close()  # so the finalizer (CPython 3.13 reports its errors) has nothing left to do
 
 
 class _CountingReader(io.RawIOBase):

@@ -108,9 +108,25 @@ def _range_length(value: range) -> int:
     return max(0, (value.start - value.stop - value.step - 1) // -value.step)
 
 
+def _python_constructor(cls: type) -> bool:
+    """Whether calling ``cls`` runs Python code of its own: an ``__init__``/``__new__`` written
+    in Python somewhere in its MRO, or a metaclass ``__call__``. A heap type without one is a
+    C type (CPython 3.12+ makes ``deque`` and ``defaultdict`` heap types, constructors in C)."""
+    if type(cls).__call__ is not type.__call__:
+        return True
+    for klass in cls.__mro__:
+        for name in ("__init__", "__new__"):
+            member = vars(klass).get(name)
+            if isinstance(member, (staticmethod, classmethod)):
+                member = member.__func__
+            if isinstance(member, (types.FunctionType, types.MethodType)):
+                return True
+    return False
+
+
 def call_problem(name: str | None, func: Any, opname: str) -> str | None:
     """Why the pickle may not call ``func`` (imported as ``name``), or None."""
-    if not isinstance(func, type) or not func.__flags__ & _HEAPTYPE:
+    if not isinstance(func, type) or not func.__flags__ & _HEAPTYPE or not _python_constructor(func):
         return None  # functions on the allowlist, and C types whose constructors validate
     if issubclass(func, enum.Enum) or name in _CALLABLE_PY_CLASSES:
         return None

@@ -38,6 +38,7 @@ _ALLOWED = {
     "torch.serialization": {"_get_layout"},
     "torch": {"Size"},
     "pathlib": {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path"},
+    "pathlib._local": {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path"},  # CPython 3.13
     "collections": {"OrderedDict"},
 }
 
