@@ -46,15 +46,6 @@ def trained(tmp_path_factory):
     return sac, path, checkpoint.path
 
 
-@pytest.fixture
-def installed():
-    zipsave.sb3.install()
-    try:
-        yield
-    finally:
-        zipsave.sb3.uninstall()
-
-
 def same_buffer(loaded, saved):
     assert (loaded.pos, loaded.full) == (saved.pos, saved.full)
     for name in ("observations", "actions", "rewards", "dones", "timeouts", "next_observations"):

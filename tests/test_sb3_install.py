@@ -44,15 +44,6 @@ class NotAllowlisted:
         self.x = x
 
 
-@pytest.fixture
-def installed():
-    zipsave.sb3.install()
-    try:
-        yield
-    finally:
-        zipsave.sb3.uninstall()
-
-
 def ppo(**kwargs):
     return PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu", **kwargs)
 

@@ -38,15 +38,6 @@ def saved(tmp_path_factory):
 
 
 @pytest.fixture
-def installed():
-    zipsave.sb3.install()
-    try:
-        yield
-    finally:
-        zipsave.sb3.uninstall()
-
-
-@pytest.fixture
 def marker(tmp_path, monkeypatch):
     """A module whose import writes a marker file (what `gymnasium.make("mod:Env-v0")` would import)."""
     name = f"zs_env_marker_{tmp_path.name.replace('-', '_')}"
