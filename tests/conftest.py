@@ -1,9 +1,17 @@
 """Shared test configuration: deterministic torch, hypothesis kept out of the repo."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "zipsave-hypothesis"))
+# SB3's `learn()` makes a `SB3-<date>` folder in the temp dir for its logger unless SB3_LOGDIR
+# names one: thousands per run of the suite. One folder for the run (its subprocesses too),
+# removed at the end.
+if "SB3_LOGDIR" not in os.environ:
+    os.environ["SB3_LOGDIR"] = tempfile.mkdtemp(prefix="zipsave-test-sb3-logs-")
+    atexit.register(shutil.rmtree, os.environ["SB3_LOGDIR"], ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

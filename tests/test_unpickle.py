@@ -397,6 +397,14 @@ def test_builtin_dtype_singleton_is_not_mutated():
     assert np.dtype("f8").byteorder == "="
 
 
+@pytest.mark.parametrize("flags", [("f8", 2, True), ("f8", False, [1]), ("f8", "yes", False)])
+def test_dtype_flags_that_are_not_bools_are_refused(flags):
+    # numpy only warns (VisibleDeprecationWarning) about a non-bool `align`; its pickles pass bools
+    payload = _p4(_global("numpy", "dtype"), _body(flags), pickle.REDUCE)
+    with pytest.raises(ZipsaveError, match="non-bool `align`/`copy`"):
+        restricted_loads(payload, DEFAULT)
+
+
 @pytest.mark.parametrize(
     "name, edit, expected",
     [

@@ -13,7 +13,7 @@ import types
 from typing import Any, Callable
 
 from .._bounds import KeyGuard, check_size
-from ..exceptions import ArchiveLimitError
+from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._names import is_dunder
 
 __all__ = ["build_state_problem", "call_problem", "new_problem", "size_problem"]
@@ -70,6 +70,11 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
     if name == "numpy.dtype" and args and type(args[0]) is str and not _DTYPE_TEXT.fullmatch(args[0]):
         raise ArchiveLimitError(
             f"`numpy.dtype({args[0][:40]!r})`: a pickled dtype names its kind and size only (like 'f8' or 'V16')."
+        )
+    if name == "numpy.dtype" and any(type(flag) is not bool for flag in (*args[1:], *kwargs.values())):
+        # numpy's pickles pass `align` and `copy` as bools; numpy only warns about other objects
+        raise ArchiveFormatError(
+            "`numpy.dtype(...)` is given a non-bool `align`/`copy`: a dtype numpy pickled passes two bools."
         )
     values = (*args, *kwargs.values())
     for value in values:
