@@ -189,3 +189,28 @@ def test_a_truncated_member_is_found_before_the_live_buffer_changes(tmp_path_fac
     assert (live.replay_buffer.pos, live.replay_buffer.full) == (3, False)  # its headers were checked first
     for name, arr in _arrays(live.replay_buffer).items():
         assert np.array_equal(arr, kept[name]), name
+
+
+def test_a_member_is_read_only_into_an_array_that_can_hold_it(tmp_path_factory):
+    from zipsave._archive import ArchiveSource
+    from zipsave._tensors import read_array_header, read_array_member_into
+
+    saved, path = _saved_model("replay", tmp_path_factory)
+    member = _member_of(path, "actions")
+    source = ArchiveSource(path)
+    try:
+        header = read_array_header(source.reader, member)
+        assert (header.shape, header.dtype) == (saved.replay_buffer.actions.shape, saved.replay_buffer.actions.dtype)
+        dest = np.zeros(header.shape, header.dtype)
+        read_array_member_into(source.reader, member, dest)
+        assert np.array_equal(dest, saved.replay_buffer.actions)
+        for wrong in (np.zeros(header.shape, np.float64), np.zeros((*header.shape, 2), header.dtype)[..., 0]):
+            with pytest.raises(zipsave.DecodeError, match=re.escape(f"array member `{member}` holds {header.dtype}")):
+                read_array_member_into(source.reader, member, wrong)
+        with pytest.raises(zipsave.DecodeError, match=re.escape("array (not C-contiguous).")):
+            read_array_member_into(source.reader, member, np.zeros((*header.shape, 2), header.dtype)[..., 0])
+        dest.flags.writeable = False
+        with pytest.raises(zipsave.DecodeError, match=re.escape("array (read-only).")):
+            read_array_member_into(source.reader, member, dest)
+    finally:
+        source.close()

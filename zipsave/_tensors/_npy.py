@@ -282,9 +282,12 @@ def read_array_member_into(reader: Any, member: str, dest: np.ndarray, *, verify
         shape, fortran, dtype, header_end, nbytes = _header(view, member)
         if tuple(shape) != dest.shape or dtype != dest.dtype or (fortran and dest.ndim > 1) \
                 or not dest.flags.c_contiguous or not dest.flags.writeable:
+            kind = ", ".join(k for k, bad in (("read-only", not dest.flags.writeable),
+                                              ("not C-contiguous", not dest.flags.c_contiguous)) if bad)
             raise DecodeError(
-                f"array member `{member}` holds {dtype}{list(shape)}, which cannot be read into a "
-                f"{'writeable ' if dest.flags.writeable else 'read-only '}{dest.dtype}{list(dest.shape)} array."
+                f"array member `{member}` holds {dtype}{list(shape)}{' in Fortran order' if fortran else ''}; it is "
+                f"read in place only into a C-contiguous, writeable array of that shape and dtype, not into a "
+                f"{dest.dtype}{list(dest.shape)} array{f' ({kind})' if kind else ''}."
             )
         expected_crc = reader.info(member).CRC if verify else None
         crc = _head_crc(view, header_end) if expected_crc is not None else 0
