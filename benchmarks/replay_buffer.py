@@ -8,8 +8,9 @@ same repetition:
 
 * loads: ``raw_readinto_fresh`` (the floor: one ``readinto`` of the buffer's bytes into a
   fresh ``np.empty``), SB3's ``DQN.load`` + ``load_replay_buffer``, ``zipsave.load(cls=DQN)``;
-  restores into a live model: SB3's ``set_parameters`` + ``load_replay_buffer`` and
-  ``zipsave.restore``;
+  restores into a live model whose buffer training has filled (resident, other transitions):
+  SB3's ``set_parameters`` + ``load_replay_buffer`` and ``zipsave.restore`` (which reads the
+  buffer into the live arrays, so ``dRSS x`` near 0 where SB3's is about 1);
 * mapped: ``zipsave.load(mmap=True)`` checked, lazy (``verify=False``) and checked plus 64
   sampled batches (resident memory follows what is sampled); ``zipsave_load_model_only``
   (``exclude=["replay_buffer"]``) is the part of every resume that is not the buffer;

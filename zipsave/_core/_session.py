@@ -12,7 +12,7 @@ import numpy as np
 from .. import _format
 from .._archive import ArchiveSource
 from .._codec import TYPE_KEY, Decoder
-from .._tensors import get_device, load_member, read_array_member
+from .._tensors import NpyHeader, get_device, load_member, read_array_header, read_array_member, read_array_member_into
 from .._trust import TrustPolicy
 from ..exceptions import (
     caller_stacklevel,
@@ -227,6 +227,24 @@ class LoadSession:
                 raise
             raise self._integrity_error(member, err) from err
 
+    def array_header(self, member: str) -> NpyHeader:
+        """The checked header of an array member, its data left unread (a ``deferred`` decode)."""
+        try:
+            return read_array_header(self.reader, member, verify=self.verify)
+        except (ArchiveFormatError, DecodeError) as err:
+            if self.options.skip_broken_tensors:
+                raise
+            raise self._integrity_error(member, err) from err
+
+    def read_array_into(self, member: str, dest: np.ndarray, *, leave_out: str | None = None) -> None:
+        """Read an array member straight into ``dest`` (same shape and dtype, C-contiguous,
+        writeable), CRC-checked; a member that fails is an :class:`IntegrityError` naming it,
+        and ``dest`` may then hold part of its data."""
+        try:
+            read_array_member_into(self.reader, member, dest, verify=self.verify)
+        except (ArchiveFormatError, DecodeError, OSError) as err:
+            raise self._integrity_error(member, err, leave_out=leave_out) from err
+
     def _check_member(self, member: str) -> None:
         if self.verify:
             self.reader.check_recorded(member)
@@ -246,6 +264,7 @@ class LoadSession:
         exclude: Iterable[str] = (),
         quiet: Iterable[str] = (),
         recover: Callable[[str, Any], Any] | None = None,
+        deferred: Iterable[str] = (),
     ) -> dict[str, Any] | None:
         member = _format.join(folder, _format.DATA)
         if not self.has(member):
@@ -256,14 +275,15 @@ class LoadSession:
                 f"must hold a JSON object, found {type(raw).__name__}.", archive=self.name, member=member
             )
         return self.decode_entries(
-            raw, member, custom_objects=custom_objects, exclude=exclude, quiet=quiet, recover=recover
+            raw, member, custom_objects=custom_objects, exclude=exclude, quiet=quiet, recover=recover, deferred=deferred
         )
 
-    def decoder(self, member: str) -> Decoder:
-        """A decoder for one JSON member, under this load's trust policy, device and limits."""
+    def decoder(self, member: str, *, deferred: bool = False) -> Decoder:
+        """A decoder for one JSON member, under this load's trust policy, device and limits
+        (``deferred``: each array member decodes to its checked :class:`NpyHeader`, unread)."""
         return Decoder(
             self.policy,
-            load_array=self.load_array,
+            load_array=self.array_header if deferred else self.load_array,  # type: ignore[arg-type]
             device=self.device,
             max_depth=self.limits.max_json_depth,
             archive=self.name,
@@ -292,12 +312,17 @@ class LoadSession:
         exclude: Iterable[str] = (),
         quiet: Iterable[str] = (),
         recover: Callable[[str, Any], Any] | None = None,
+        deferred: Iterable[str] = (),
     ) -> dict[str, Any]:
         """Decode every key of a ``data`` object under the skip rule. A key in ``custom_objects``
         is taken as given, never decoded; a key in ``quiet`` that fails is recorded in the report
         without a warning (the caller says it once, itself). ``recover(key, raw_value)`` may
-        rebuild a key that failed (an integration recognising its own data); it raises if not."""
+        rebuild a key that failed (an integration recognising its own data); it raises if not.
+        The array members of a key in ``deferred`` are left unread: each decodes to its checked
+        header (:class:`NpyHeader`), for a caller that reads them into memory of its choosing."""
         decoder = self.decoder(member)
+        deferred = set(deferred)
+        headers = self.decoder(member, deferred=True) if deferred else decoder
         quiet = set(quiet)
         out: dict[str, Any] = {}
         exclude = list(exclude)
@@ -308,7 +333,7 @@ class LoadSession:
             if exclude and matches(key, exclude):
                 continue
             try:
-                out[key] = decoder.decode_entry(key, value)
+                out[key] = (headers if key in deferred else decoder).decode_entry(key, value)
             except Exception as err:  # noqa: BLE001 - the skip rule covers every failure
                 if recover is not None and not isinstance(err, IntegrityError):
                     try:

@@ -1,7 +1,8 @@
 """Tensors: state dicts <-> ``.pth`` members and numpy arrays <-> ``.npy`` members, straight
 between the archive file and tensor memory, and the device every tensor goes to."""
 
-from ._npy import fresh_copy, read_array_member, read_npy
+from ._arena import AnonymousMap
+from ._npy import NpyHeader, fresh_copy, read_array_header, read_array_member, read_array_member_into, read_npy
 from ._pth_meta import Damaged, PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_read import load_member, load_pth
 from ._pth_records import check_member, read_record, record_table
@@ -9,6 +10,10 @@ from ._pth_write import get_device, save_pth
 from ._tree import dotted, walk_refs
 
 __all__ = [
+    "AnonymousMap",
+    "NpyHeader",
+    "read_array_header",
+    "read_array_member_into",
     "PthMeta",
     "check_member",
     "TensorRef",

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["ARENA_MIN", "fresh_map", "host_arena"]
+__all__ = ["ARENA_MIN", "AnonymousMap", "fresh_map", "host_arena"]
 
 #: Members whose fresh storages total less than this read into plain ``torch.empty`` buffers.
 ARENA_MIN = 32 << 20
@@ -30,6 +30,12 @@ ARENA_MIN = 32 << 20
 _HUGE = 2 << 20
 _ALIGN = 64  # each storage starts on a cache line, as torch's allocator aligns them
 _HUGE_ORDER = 9  # 2 MiB = 2**9 pages of 4 KiB
+
+
+class AnonymousMap(mmap.mmap):
+    """An anonymous private mapping zipsave made: plain host memory of this process, backed by
+    no file, so a later restore may read into arrays over it in place (a file mapping, such
+    as ``mmap=True`` gives, is never written through)."""
 
 
 def _thp_mode(text: str) -> str | None:
@@ -66,7 +72,7 @@ def _huge_pages_free(nbytes: int) -> bool:
     return free * _HUGE >= 2 * nbytes
 
 
-def fresh_map(nbytes: int, *, huge: bool | None = None) -> tuple[mmap.mmap, bool] | None:
+def fresh_map(nbytes: int, *, huge: bool | None = None) -> tuple[AnonymousMap, bool] | None:
     """One anonymous private mapping of ``nbytes`` (``None`` if the OS refuses) and whether it
     is advised for huge pages: so when ``huge`` is true, or (``huge=None``) when free huge
     pages cover twice ``nbytes`` now (:func:`_huge_pages_free`). Otherwise it is plain 4 KiB
@@ -76,7 +82,7 @@ def fresh_map(nbytes: int, *, huge: bool | None = None) -> tuple[mmap.mmap, bool
         huge = nbytes >= ARENA_MIN and _huge_pages_free(nbytes)
     size = (nbytes + _HUGE - 1) // _HUGE * _HUGE if huge else max(nbytes, 1)
     try:
-        arena = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        arena = AnonymousMap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         if huge:
             arena.madvise(mmap.MADV_HUGEPAGE)
             tail = nbytes // _HUGE * _HUGE

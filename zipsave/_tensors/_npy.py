@@ -18,6 +18,7 @@ With ``mmap=True`` the array is instead a private (copy-on-write) map of the mem
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import mmap as _mmap
 from typing import Any
@@ -29,7 +30,7 @@ from ..exceptions import DecodeError, IntegrityError
 from ._arena import fresh_map
 from ._prefault import PREFAULT_MIN, Prefaulter, populate_read
 
-__all__ = ["fresh_copy", "read_array_member", "read_npy"]
+__all__ = ["NpyHeader", "fresh_copy", "read_array_header", "read_array_member", "read_array_member_into", "read_npy"]
 
 #: Pieces of a large array read with one call each, then checksummed from the cache.
 _PIECE = 4 << 20
@@ -112,11 +113,7 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
         mapped = _mapped(view, member, dtype, header_end, nbytes, expected_crc)
         if mapped is not None:
             return mapped.reshape(shape, order=order)
-    crc = 0
-    if expected_crc is not None:
-        head = bytearray(header_end)
-        view.read_at(0, head)
-        crc = crc32(head)
+    crc = _head_crc(view, header_end) if expected_crc is not None else 0
     count = nbytes // dtype.itemsize if dtype.itemsize else math.prod(shape)
     fresh = fresh_map(nbytes, huge=False) if nbytes >= _OWN_MAP_MIN else None
     if fresh is None:
@@ -125,9 +122,19 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
     else:
         flat = np.frombuffer(fresh[0], dtype=dtype, count=count)
         buf = memoryview(fresh[0])[:nbytes]
+    _fill(view, buf, member, header_end, crc, expected_crc, prefault=fresh is not None)
+    return flat.reshape(shape, order=order)
+
+
+def _fill(view: Any, buf: memoryview, member: str, header_end: int, crc: int, expected_crc: int | None, *,
+          prefault: bool) -> None:
+    """Read the member's data into ``buf`` a piece at a time (each made resident ahead of its
+    read when ``prefault``), checksumming each piece right after it is read."""
+    nbytes = buf.nbytes
     pieces = range(0, nbytes, _PIECE)
-    prefaulter = Prefaulter([] if fresh is None or nbytes < PREFAULT_MIN else [
-        (flat.ctypes.data + done, min(_PIECE, nbytes - done)) for done in pieces
+    address = np.frombuffer(buf, dtype=np.uint8).ctypes.data if nbytes else 0
+    prefaulter = Prefaulter([] if not prefault or nbytes < PREFAULT_MIN else [
+        (address + done, min(_PIECE, nbytes - done)) for done in pieces
     ])
     try:
         for index, done in enumerate(pieces):
@@ -141,7 +148,12 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
         prefaulter.close()
     if expected_crc is not None:
         _check_crc(member, crc, expected_crc)
-    return flat.reshape(shape, order=order)
+
+
+def _head_crc(view: Any, header_end: int) -> int:
+    head = bytearray(header_end)
+    view.read_at(0, head)
+    return crc32(head)
 
 
 def fresh_copy(arr: np.ndarray) -> np.ndarray:
@@ -214,12 +226,72 @@ def _check_mapped(mapped: Any, member: str, offset: int, size: int, expected: in
 def read_array_member(reader: Any, member: str, *, verify: bool = True, mmap: bool = False) -> np.ndarray:
     """The ``arrays/<n>.npy`` member ``member`` of an open ``ArchiveReader``, CRC-checked
     (``mmap``: mapped copy-on-write where it can be, see :func:`read_npy`)."""
+    view = _open_member(reader, member, verify)
+    try:
+        return read_npy(view, member=member, expected_crc=reader.info(member).CRC if verify else None, mmap=mmap)
+    finally:
+        view.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class NpyHeader:
+    """What an ``arrays/<n>.npy`` member's checked header declares, its data not yet read: a
+    stand-in for the array while a restore decides where the data goes (``shape`` and ``dtype``
+    as an array has them)."""
+
+    member: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran_order: bool
+
+
+def _open_member(reader: Any, member: str, verify: bool) -> Any:
     if not member.endswith(".npy") or member not in reader:
         raise DecodeError(f"refers to array member `{member}`, which the archive does not hold.")
     if verify:
         reader.check_recorded(member)
-    view = reader.open_view(member)
+    return reader.open_view(member)
+
+
+def read_array_header(reader: Any, member: str, *, verify: bool = True) -> NpyHeader:
+    """The checked header of the ``.npy`` member ``member`` (its declared size is the bytes it
+    holds; see :func:`read_npy`), reading none of its data."""
+    view = _open_member(reader, member, verify)
     try:
-        return read_npy(view, member=member, expected_crc=reader.info(member).CRC if verify else None, mmap=mmap)
+        shape, fortran, dtype, _, _ = _header(view, member)
+    finally:
+        view.close()
+    return NpyHeader(member, tuple(shape), dtype, fortran)
+
+
+def read_array_member_into(reader: Any, member: str, dest: np.ndarray, *, verify: bool = True) -> None:
+    """Read the ``.npy`` member ``member`` straight into ``dest`` (C-contiguous and writeable,
+    of the member's shape and dtype in C order), made resident ahead of each read and
+    CRC-checked as :func:`read_npy` reads into memory of its own. On an error ``dest`` may
+    hold part of the member's data: the caller decides what that leaves behind.
+
+    Raises
+    ------
+    DecodeError
+        The member is not a ``.npy`` file of ``dest``'s shape and dtype, or ends early.
+    IntegrityError
+        The member's bytes do not match the CRC-32 the zip directory records.
+    """
+    view = _open_member(reader, member, verify)
+    try:
+        shape, fortran, dtype, header_end, nbytes = _header(view, member)
+        if tuple(shape) != dest.shape or dtype != dest.dtype or (fortran and dest.ndim > 1) \
+                or not dest.flags.c_contiguous or not dest.flags.writeable:
+            kind = ", ".join(k for k, bad in (("read-only", not dest.flags.writeable),
+                                              ("not C-contiguous", not dest.flags.c_contiguous)) if bad)
+            raise DecodeError(
+                f"array member `{member}` holds {dtype}{list(shape)}{' in Fortran order' if fortran else ''}; it is "
+                f"read in place only into a C-contiguous, writeable array of that shape and dtype, not into a "
+                f"{dest.dtype}{list(dest.shape)} array{f' ({kind})' if kind else ''}."
+            )
+        expected_crc = reader.info(member).CRC if verify else None
+        crc = _head_crc(view, header_end) if expected_crc is not None else 0
+        buf = dest.reshape(-1).view(np.uint8).data if nbytes else memoryview(bytearray(0))
+        _fill(view, buf, member, header_end, crc, expected_crc, prefault=True)
     finally:
         view.close()

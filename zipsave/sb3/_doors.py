@@ -102,13 +102,13 @@ def load_replay_buffer(self: Any, path: Any, truncate_last_traj: bool = True) ->
     if not holds_extra(archive, "replay_buffer"):
         return original(_owner(), "load_replay_buffer")(self, path, truncate_last_traj)
     with _session(archive, strict=True) as src:
-        _fit_buffer(src, self)
+        live = not _fit_buffer(src, self)  # a buffer built for the saved size holds untouched zeros
         before = getattr(self, "_last_obs", None)
         # the restore ends HER's episode under way when there is no last observation (a reset
         # comes): what truncate_last_traj asks for, and only then
         self._last_obs = None if truncate_last_traj else _KEEP_EPISODE
         try:
-            restore_extra(src, self, "replay_buffer")  # strict: a buffer that does not fit raises
+            restore_extra(src, self, "replay_buffer", in_place=live)  # strict: a buffer that does not fit raises
         finally:
             self._last_obs = before
     return None
@@ -120,10 +120,10 @@ def _owner() -> type:
     return OffPolicyAlgorithm
 
 
-def _fit_buffer(src: LoadSession, model: Any) -> None:
+def _fit_buffer(src: LoadSession, model: Any) -> bool:
     """SB3's door replaces the model's buffer with the saved one, whatever its size: a model
     built with another ``buffer_size`` (or ``n_envs``) gets a fresh buffer of its own class
-    with the saved ones, which the restore then fills."""
+    with the saved ones, which the restore then fills. Returns whether it built one."""
     buffer = getattr(model, "replay_buffer", None)
     if buffer is None:
         raise DecodeError(
@@ -136,12 +136,12 @@ def _fit_buffer(src: LoadSession, model: Any) -> None:
         warnings.simplefilter("ignore")  # the restore reads it again and reports
         raw = src.read_json(_format.join("replay_buffer", _format.DATA))
     if not isinstance(raw, dict):
-        return  # the restore names what is wrong with it
+        return False  # the restore names what is wrong with it
     size, n_envs = raw.get("buffer_size"), raw.get("n_envs")
     if type(size) is not int or type(n_envs) is not int or size <= 0 or n_envs <= 0:
-        return
+        return False
     if (size, n_envs) == (buffer.buffer_size, buffer.n_envs):
-        return
+        return False
     kwargs = dict(getattr(model, "replay_buffer_kwargs", None) or {})
     if "env" in kwargs or hasattr(buffer, "env"):  # HerReplayBuffer samples through the env
         kwargs["env"] = model.env
@@ -154,6 +154,7 @@ def _fit_buffer(src: LoadSession, model: Any) -> None:
         optimize_memory_usage=getattr(buffer, "optimize_memory_usage", False),
         **kwargs,
     )
+    return True
 
 
 def restore_replay_buffer_after_load(model: Any, path: Any) -> None:

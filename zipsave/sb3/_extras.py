@@ -10,7 +10,9 @@ import numpy as np
 
 from .. import _format
 from .._core import LoadSession, Parts, check_data_key, matches
+from .._tensors import NpyHeader
 from ..exceptions import DecodeError, EncodeError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
+from ._buffer_fill import fill_buffer
 from ._her import check_her, end_unfinished_episodes, her_state, is_her, settings_note
 
 __all__ = ["EXTRAS", "apply_vec_normalize", "build_vec_normalize", "collect_extras", "has_extra", "matches_any", "restore_extra", "sb3_stand_in",
@@ -145,13 +147,16 @@ def has_extra(src: LoadSession, name: str, exclude: list[str]) -> bool:
 
 
 # -- extras --------------------------------------------------------------------------------
-def restore_extra(src: LoadSession, model: Any, name: str) -> None:
+def restore_extra(src: LoadSession, model: Any, name: str, *, in_place: bool = False) -> None:
     """Load one extra (``"replay_buffer"``/``"vec_normalize"``) into ``model``, skipping it with
-    a warning when it does not fit."""
+    a warning when it does not fit. ``in_place``: the model is a live one, whose buffer arrays
+    the saved ones are read straight into where they can hold them (``_buffer_fill``); a model
+    just built keeps its untouched zeros out of it (they are replaced, never made resident)."""
     member = _format.join(name, _format.DATA)
     before = len(src.report.skipped)
+    deferred = ("arrays",) if in_place and name == "replay_buffer" and not src.mmap else ()
     try:
-        state = src.decode_data(name)
+        state = src.decode_data(name, deferred=deferred)
         if name == "replay_buffer":
             _restore_replay_buffer(src, model, state or {})
         else:
@@ -191,8 +196,8 @@ def _restore_replay_buffer(src: LoadSession, model: Any, state: dict[str, Any]) 
         raise DecodeError(f"holds pos={pos!r}, full={full!r}; expected 0 <= pos < {buffer.buffer_size} and a bool.")
     her = is_her(buffer)
     infos = check_her(buffer, state, arrays) if her else None  # checked before anything changes
-    for n, value in arrays.items():
-        setattr(buffer, n, value)  # replace, not copy: the fresh zeros were never touched
+    if not fill_buffer(src, buffer, arrays):
+        return  # emptied, and said so (skip_broken_tensors=True)
     buffer.pos, buffer.full = pos, full
     if "handle_timeout_termination" in state:
         buffer.handle_timeout_termination = bool(state["handle_timeout_termination"])
@@ -228,8 +233,9 @@ def _check_like(name: str, saved: Any, current: Any) -> None:
         return
     if not isinstance(current, np.ndarray):
         raise DecodeError(f"holds array `{name}`, which the model's replay buffer does not have.")
-    if not isinstance(saved, np.ndarray) or saved.shape != current.shape or saved.dtype != current.dtype:
-        found = f"{saved.dtype}{list(saved.shape)}" if isinstance(saved, np.ndarray) else type(saved).__name__
+    array = isinstance(saved, (np.ndarray, NpyHeader))  # a header: the member is read later, into its place
+    if not array or saved.shape != current.shape or saved.dtype != current.dtype:
+        found = f"{saved.dtype}{list(saved.shape)}" if array else type(saved).__name__
         raise DecodeError(f"array `{name}` is {found}, expected {current.dtype}{list(current.shape)}.")
 
 

@@ -110,5 +110,5 @@ class SB3Handler(Handler):
     def restore_component(self, session: LoadSession, obj: Any, name: str) -> bool:
         if name not in EXTRAS or not hasattr(obj, "_setup_model"):
             return False
-        restore_extra(session, obj, name)  # fills the SB3 model's own buffer / wrapper
+        restore_extra(session, obj, name, in_place=True)  # fills the live model's own buffer / wrapper
         return True
