@@ -48,6 +48,41 @@ def test_populate_makes_fresh_memory_resident():
     assert _rss_kib() - before > 60 << 10  # 64 MiB became resident without being touched
 
 
+
+def _vm_flags(address: int) -> set[str]:
+    """The ``VmFlags`` of the mapping holding ``address`` (/proc/self/smaps)."""
+    flags, inside = set(), False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(x, 16) for x in head.split("-"))
+                inside = start <= address < end
+            elif inside and head == "VmFlags:":
+                flags = set(line.split()[1:])
+    return flags
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc/self/smaps are Linux's")
+def test_reading_into_a_live_array_advises_it_against_huge_pages(tmp_path):
+    # numpy advises large arrays for huge pages; faulting one in compacts memory on a fragmented
+    # host, so an in-place read (restore into a live replay buffer) turns the advice off first
+    import numpy as np
+
+    from zipsave._archive import ArchiveReader
+    from zipsave._tensors import read_array_member_into
+
+    saved = np.arange(16 << 20, dtype=np.uint8).reshape(16, -1)
+    zipsave.save({"buffer": saved}, tmp_path / "a.zip")
+    live = np.zeros_like(saved)
+    middle = live.ctypes.data + live.nbytes // 2
+    with open(tmp_path / "a.zip", "rb") as f:
+        reader = ArchiveReader(f)
+        member = next(n for n in reader.names() if n.endswith(".npy"))
+        read_array_member_into(reader, member, live)
+    assert np.array_equal(live, saved)
+    assert "nh" in _vm_flags(middle)
+
 def test_prefaulter_populates_every_piece_in_order(monkeypatch):
     seen: list[tuple[int, int]] = []
     monkeypatch.setattr(_prefault, "populate", lambda address, length: seen.append((address, length)) or True)

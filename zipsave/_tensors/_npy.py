@@ -28,7 +28,7 @@ import numpy as np
 from .._archive import crc32, crc32_combine, crc32_many
 from ..exceptions import DecodeError, IntegrityError
 from ._arena import fresh_map
-from ._prefault import PREFAULT_MIN, Prefaulter, populate_read
+from ._prefault import PREFAULT_MIN, Prefaulter, no_huge_pages, populate_read
 
 __all__ = ["NpyHeader", "fresh_copy", "read_array_header", "read_array_member", "read_array_member_into", "read_npy"]
 
@@ -292,6 +292,8 @@ def read_array_member_into(reader: Any, member: str, dest: np.ndarray, *, verify
         expected_crc = reader.info(member).CRC if verify else None
         crc = _head_crc(view, header_end) if expected_crc is not None else 0
         buf = dest.reshape(-1).view(np.uint8).data if nbytes else memoryview(bytearray(0))
+        if nbytes >= PREFAULT_MIN:
+            no_huge_pages(dest.ctypes.data, nbytes)  # a live buffer never trained is numpy's untouched zeros
         _fill(view, buf, member, header_end, crc, expected_crc, prefault=True)
     finally:
         view.close()

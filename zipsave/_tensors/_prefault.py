@@ -25,18 +25,35 @@ from typing import Any
 
 from .._archive import libc_function
 
-__all__ = ["PREFAULT_MIN", "Prefaulter", "populate", "populate_read"]
+__all__ = ["PREFAULT_MIN", "Prefaulter", "no_huge_pages", "populate", "populate_read"]
 
 #: Buffers (all of one member together) smaller than this are left to fault as they are read.
 PREFAULT_MIN = 8 << 20
 
 _MADV_POPULATE_READ = 22  # linux/mman.h, since 5.14
 _MADV_POPULATE_WRITE = 23
+_MADV_NOHUGEPAGE = 15
 _PAGE = 4096
 
 
 def _madvise() -> Any:
     return libc_function("madvise", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int))
+
+
+def no_huge_pages(address: int, length: int) -> None:
+    """Advise the whole pages inside ``[address, address + length)`` against transparent huge
+    pages (``MADV_NOHUGEPAGE``), so faulting them in never compacts memory. For memory zipsave
+    did not map itself (a live array it reads into): numpy advises large arrays for huge pages,
+    and with THP ``defrag=madvise`` on a fragmented host each huge-page fault compacts memory
+    synchronously. Pages already resident stay as they are. Does nothing where ``madvise`` is
+    not available."""
+    madvise = _madvise()
+    if madvise is None:
+        return
+    start = (address + _PAGE - 1) & ~(_PAGE - 1)
+    end = (address + length) & ~(_PAGE - 1)
+    if end > start:
+        madvise(start, end - start, _MADV_NOHUGEPAGE)
 
 
 def populate(address: int, length: int) -> bool:
