@@ -59,10 +59,8 @@ class CheckpointManager(CheckpointReading):
         Write archives on a worker thread (:func:`zipsave.save` with ``background=True``):
         ``save`` returns once the state is copied, and the index is updated when the archive
         is durable. Errors surface at the next ``save``, ``wait`` or ``close``. An SB3 replay
-        buffer is snapshotted incrementally (``incremental=True`` of :func:`zipsave.save`): a
-        shadow copy of it stays between saves, and each save copies only the rows written
-        since the last one; ``save(..., incremental=False)`` or
-        :func:`zipsave.release_snapshots` give that memory back.
+        buffer is copied incrementally (:func:`zipsave.save`'s ``incremental``; ``save(...,
+        incremental=False)`` or :func:`zipsave.release_snapshots` give its shadow back).
     storage_options
         Options for the fsspec filesystem of a URL ``directory``.
     break_lock
@@ -240,7 +238,6 @@ class CheckpointManager(CheckpointReading):
         if self.storage_options is not None:
             options["storage_options"] = self.storage_options
         if self.background if background is None else background:
-            # Saved again and again: keep a replay buffer's shadow, so each copies only new rows.
             handle = api.save(obj, target, background=True, **{"incremental": True, **options})
             self._saved(step)
             with self._mutex:
