@@ -202,12 +202,12 @@ def _snapshot(enc: Any, memo: dict, held: list[Callable[[], None]] | None) -> An
     """A copy of an encoded object whose tensors and arrays no longer share memory with the
     live model. Everything else in it (rendered JSON bytes) is immutable already. ``held``
     (``None``: no shadows) collects the release of each shadow used for the arrays."""
-    taken = take(enc.snapshot, enc.arrays) if held is not None and enc.snapshot is not None and enc.arrays else None
-    if taken is None:
-        arrays = [(name, fresh_copy(arr)) for name, arr in enc.arrays]
-    else:
-        arrays, release = taken
-        held.append(release)
+    taken = None
+    if held is not None and enc.snapshot is not None and enc.arrays:
+        taken = take(enc.snapshot, enc.arrays)
+        if taken is not None:
+            held.append(taken[1])
+    arrays = [(name, fresh_copy(arr)) for name, arr in enc.arrays] if taken is None else taken[0]
     return dataclasses.replace(
         enc,
         state=[(name, _copy_tree(sd, memo)) for name, sd in enc.state],

@@ -61,7 +61,8 @@ class _Shadow:
         """Bring the shadow up to the live arrays; returns the shadow arrays."""
         state = source.state()
         live = [arr for _, arr in arrays]
-        ranges, reason = None, "first snapshot"
+        ranges: list[tuple[int, int]] | None = None
+        reason: str | None = "first snapshot"
         if self.state is not None:
             reason = self._arrays_changed(arrays)
             if reason is None:
