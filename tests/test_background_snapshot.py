@@ -135,6 +135,21 @@ def test_successive_background_saves_are_plain_saves_byte_for_byte(kind, tmp_pat
     assert kinds == ["full", "incremental", "incremental", "incremental", "incremental"]
 
 
+def test_an_episode_ended_without_a_new_row_is_saved(tmp_path, caplog, every_array_by_rows):
+    model = make("her")
+    model.learn(23)  # inside an episode of 5 steps
+    background(model, tmp_path / "a.zip").wait()
+    buffer = model.replay_buffer
+    assert not buffer.dones[buffer.pos - 1].any()
+    with pytest.warns(UserWarning, match="last trajectory"):
+        buffer.truncate_last_trajectory()  # what SB3's load_replay_buffer does
+    assert buffer.dones[buffer.pos - 1].all()
+    snapshots(caplog)
+    background(model, tmp_path / "b.zip").wait()
+    assert snapshots(caplog) == ["incremental"]
+    assert (tmp_path / "b.zip").read_bytes() == plain_bytes(model, tmp_path)
+
+
 def test_a_real_sized_buffer_copies_only_its_new_rows(tmp_path, caplog):
     model = make("replay", buffer_size=600, width=512)  # 1.2 MB of observations: tracked by rows
     assert model.replay_buffer.observations.nbytes >= _snapshot._ROW_MIN_BYTES

@@ -68,7 +68,10 @@ class ReplaySnapshot:
         if full != (old_full or old_pos + added >= size):
             return None, f"full is {full} after {added} rows from pos {old_pos} (full was {old_full})"
         if not added:
-            return [], "nothing added"
+            # HER's `truncate_last_trajectory` ends the last episode without adding a row: it
+            # writes `dones`/`timeouts` of the row before `pos` (which `added` rows would cover).
+            last = (pos - 1) % size
+            return ([(last, last + 1)] if pos or full else []), "no rows added"
         ranges = [(old_pos, min(old_pos + added, size))]
         if old_pos + added > size:
             ranges.append((0, old_pos + added - size))
