@@ -16,7 +16,11 @@ same repetition:
   (``exclude=["replay_buffer"]``) is the part of every resume that is not the buffer;
 * saves: raw ``write`` + ``fsync`` of the buffer's bytes (the floor), SB3's ``save`` +
   ``save_replay_buffer`` (no ``fsync``), ``zipsave.save(include=["replay_buffer"])``, and
-  the blocked part of ``save(background=True)``.
+  the blocked part of ``save(background=True)`` (a full copy of the buffer);
+  ``zipsave_save_background_incremental``: the blocked part of a second
+  ``save(background=True, incremental=True)`` after 2% of the buffer was written anew (its
+  ``x bg`` column divides it by the full snapshot's row; the first, shadow-filling save's
+  blocked time is ``first_s`` in the JSON records).
 
 ``dRSS x`` is the peak resident memory above the baseline (``VmHWM`` reset through
 ``clear_refs``), as a multiple of the buffer's bytes.
@@ -58,6 +62,7 @@ PEERS = {  # row -> the rows it is divided by in the same repetition
     "zipsave_restore_mmap": ("raw_readinto_fresh", "sb3_restore"),
     "zipsave_save": ("raw_write_fsync", "sb3_save"),
     "zipsave_save_background": ("raw_write_fsync", "sb3_save"),
+    "zipsave_save_background_incremental": ("zipsave_save_background", "raw_write_fsync", "sb3_save"),
     "sb3_save": ("raw_write_fsync",),
 }
 
@@ -98,6 +103,7 @@ def work(spec: dict) -> dict:
     gc.enable()
     hwm = _status("VmHWM") if peak_ok else None
     record = {"seconds": seconds, "delta_rss": hwm - base if hwm is not None and base is not None else None}
+    record.update(ctx.extra.get("record", {}))  # what the op's setup measured besides
     after = _rb_ops.AFTER.get(op.name)
     if after is not None:
         t0 = time.perf_counter()
@@ -157,15 +163,18 @@ def _summary(records: list[dict], sizes: dict[float, int]) -> list[dict]:
 
 
 def _table(rows: list[dict]) -> str:
-    head = f"{'n':>8} {'GB':>5} {'operation':<26} {'median s':>9} {'min-max s':>15} {'x floor':>8} {'x SB3':>6} {'dRSS x':>7}"
+    head = (f"{'n':>8} {'GB':>5} {'operation':<36} {'median s':>9} {'min-max s':>15} {'x floor':>8} {'x SB3':>6} "
+            f"{'x bg':>6} {'dRSS x':>7}")
     lines = [head, "-" * len(head)]
     for row in rows:
         floor = row.get("x_raw_readinto_fresh", row.get("x_raw_write_fsync"))
         sb3 = row.get("x_sb3_load", row.get("x_sb3_restore", row.get("x_sb3_save")))
+        full_copy = row.get("x_zipsave_save_background")  # an incremental snapshot against a full one
         fmt = (lambda v: f"{v:.2f}" if v is not None else "-")
         lines.append(
-            f"{row['n']:>8.3g} {row['gb']:>5.2f} {row['op']:<26} {row['seconds']:>9.3f} "
-            f"{row['min_s']:>7.3f}-{row['max_s']:<7.3f} {fmt(floor):>8} {fmt(sb3):>6} {row['drss_x']:>7.3f}"
+            f"{row['n']:>8.3g} {row['gb']:>5.2f} {row['op']:<36} {row['seconds']:>9.3f} "
+            f"{row['min_s']:>7.3f}-{row['max_s']:<7.3f} {fmt(floor):>8} {fmt(sb3):>6} {fmt(full_copy):>6} "
+            f"{row['drss_x']:>7.3f}"
         )
     return "\n".join(lines)
 

@@ -1,7 +1,18 @@
 """zipsave: save reinforcement-learning models to one readable zip archive, and load them
 back without running pickled code."""
 
-from ._api import EnvState, RNGState, SaveHandle, Saveable, load, load_archive, restore, save, save_archive
+from ._api import (
+    EnvState,
+    RNGState,
+    SaveHandle,
+    Saveable,
+    load,
+    load_archive,
+    release_snapshots,
+    restore,
+    save,
+    save_archive,
+)
 from ._archive import Limits
 from ._core import LoadReport
 from ._manager import Checkpoint, CheckpointManager
@@ -63,6 +74,7 @@ __all__ = [
     "load",
     "load_archive",
     "read",
+    "release_snapshots",
     "restore",
     "save",
     "save_archive",

@@ -6,6 +6,7 @@ from ._env_state import EnvState
 from ._load import load, load_archive, restore, set_parameters_from_archive
 from ._rng import RNGState
 from ._save import save, save_archive
+from ._shadow import release_snapshots
 from ._saveable import Saveable
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "Saveable",
     "load",
     "load_archive",
+    "release_snapshots",
     "restore",
     "save",
     "save_archive",

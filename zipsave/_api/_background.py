@@ -3,6 +3,8 @@
 The calling thread collects and encodes the object as for a plain save, then copies every
 tensor storage and array (one ``memcpy`` each, on the tensor's own device), so the archive
 shows the state at the moment of the call however training changes the model afterwards.
+With ``incremental=True`` a component that offers it (an SB3 replay buffer) is copied into a
+shadow kept between saves instead, only its rows written since the last save (``_shadow.py``).
 A daemon thread writes the archive; saves to the same destination run one after another
 in call order, and the interpreter waits for pending saves before it exits.
 """
@@ -23,6 +25,7 @@ import torch
 
 from .._archive import describe, destination_key
 from .._tensors import fresh_copy
+from ._shadow import take
 
 __all__ = ["SaveHandle", "start_background_save", "wait_for_pending"]
 
@@ -114,30 +117,36 @@ def wait_for_pending(path: Any) -> None:
         handle._finished.wait()
 
 
-def start_background_save(enc: Any, path: Any, save: Callable[[Any, Any], None]) -> SaveHandle:
-    """Snapshot the encoded object ``enc`` now and run ``save(snapshot, path)`` on a thread."""
+def start_background_save(
+    enc: Any, path: Any, save: Callable[[Any, Any], None], *, incremental: bool = False
+) -> SaveHandle:
+    """Snapshot the encoded object ``enc`` now and run ``save(snapshot, path)`` on a thread.
+    With ``incremental``, components that offer a shadow (``Encoded.snapshot``) use it."""
     key = destination_key(path)
     _slots.acquire()
+    held: list[Callable[[], None]] = []  # shadows this save's writer holds until it has written
     try:
-        snapshot = _snapshot(enc, {})
+        snapshot = _snapshot(enc, {}, held if incremental else None)
     except BaseException:
+        _let_go(held)
         _slots.release()
         raise
     with _lock:
         handle = SaveHandle(path, _latest.get(key))
         _latest[key] = handle
     worker = threading.Thread(
-        target=_run, args=(handle, key, snapshot, save), name=f"{_THREAD_PREFIX} {describe(path)}", daemon=True
+        target=_run, args=(handle, key, snapshot, save, held), name=f"{_THREAD_PREFIX} {describe(path)}", daemon=True
     )
     try:
         worker.start()
     except BaseException:
-        _finish(handle, key)
+        _finish(handle, key, held)
         raise
     return handle
 
 
-def _run(handle: SaveHandle, key: Any, snapshot: Any, save: Callable[[Any, Any], None]) -> None:
+def _run(handle: SaveHandle, key: Any, snapshot: Any, save: Callable[[Any, Any], None],
+         held: list[Callable[[], None]]) -> None:
     try:
         previous = handle._previous
         if previous is not None:
@@ -146,11 +155,17 @@ def _run(handle: SaveHandle, key: Any, snapshot: Any, save: Callable[[Any, Any],
     except BaseException as err:  # noqa: BLE001 - surfaced by SaveHandle.wait()
         handle._error = err
     finally:
-        _finish(handle, key)
+        _finish(handle, key, held)
 
 
-def _finish(handle: SaveHandle, key: Any) -> None:
+def _let_go(held: list[Callable[[], None]]) -> None:
+    while held:
+        held.pop()()
+
+
+def _finish(handle: SaveHandle, key: Any, held: list[Callable[[], None]]) -> None:
     handle._previous = None  # let the chain of finished handles be freed
+    _let_go(held)  # before `done()`: a save after `wait()` finds the shadow free
     with _lock:
         if _latest.get(key) is handle:
             del _latest[key]
@@ -183,15 +198,23 @@ except AttributeError:  # pragma: no cover - CPython < 3.9 or another implementa
 
 
 # -- the snapshot ------------------------------------------------------------------------------
-def _snapshot(enc: Any, memo: dict) -> Any:
+def _snapshot(enc: Any, memo: dict, held: list[Callable[[], None]] | None) -> Any:
     """A copy of an encoded object whose tensors and arrays no longer share memory with the
-    live model. Everything else in it (rendered JSON bytes) is immutable already."""
+    live model. Everything else in it (rendered JSON bytes) is immutable already. ``held``
+    (``None``: no shadows) collects the release of each shadow used for the arrays."""
+    taken = None
+    if held is not None and enc.snapshot is not None and enc.arrays:
+        taken = take(enc.snapshot, enc.arrays)
+        if taken is not None:
+            held.append(taken[1])
+    arrays = [(name, fresh_copy(arr)) for name, arr in enc.arrays] if taken is None else taken[0]
     return dataclasses.replace(
         enc,
         state=[(name, _copy_tree(sd, memo)) for name, sd in enc.state],
         variables=None if enc.variables is None else _copy_tree(enc.variables, memo),
-        arrays=[(name, fresh_copy(arr)) for name, arr in enc.arrays],
-        components=[_snapshot(comp, memo) for comp in enc.components],
+        arrays=arrays,
+        components=[_snapshot(comp, memo, held) for comp in enc.components],
+        snapshot=None,  # the live model is not needed by the writer
     )
 
 

@@ -26,6 +26,7 @@ def save(
     progress: bool = False,
     sha256: bool = False,
     durable: bool = True,
+    incremental: bool = False,
 ) -> Any:
     """Save a model, a :class:`~zipsave.Saveable`, an SB3 algorithm or an app-state dict.
 
@@ -67,6 +68,14 @@ def save(
         after a power cut the path may hold the previous archive, or on some file systems
         an empty file. A file object is written as it is either way (flushing and syncing
         it is the caller's), and URLs are as durable as their store.
+    incremental
+        With ``background=True``: keep a copy of an SB3 replay buffer (``include=
+        ["replay_buffer"]``) after the save has written, so that the next incremental
+        background save of the same buffer copies only the rows written since (a few
+        milliseconds instead of a copy of the whole buffer). The copy stays, as much memory
+        again as the buffer, until the buffer is freed or :func:`zipsave.release_snapshots`
+        is called; :class:`~zipsave.CheckpointManager` and :class:`zipsave.sb3.CheckpointCallback`
+        turn it on. The archive is the same either way. Ignored without ``background``.
 
     Returns
     -------
@@ -89,7 +98,7 @@ def save(
     if background:
         save_fn = functools.partial(write, storage_options=storage_options, progress=progress, sha256=sha256,
                                     durable=durable)
-        return start_background_save(enc, path, save_fn)
+        return start_background_save(enc, path, save_fn, incremental=incremental)
     wait_for_pending(path)  # an earlier background save to the same place must not land last
     write(enc, path, storage_options=storage_options, progress=progress, sha256=sha256, durable=durable)
     return None

@@ -111,6 +111,9 @@ class Parts:
     components: list[tuple[str, Any]]
     init: dict[str, Any] | None = None
     encoder_options: dict[str, Any] = dataclasses.field(default_factory=dict)  # keyword arguments of Encoder
+    # An integration's incremental snapshot of this component's arrays for background saves
+    # (the protocol is in `_api/_shadow.py`); None copies them whole.
+    snapshot: Any = None
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:

@@ -36,6 +36,7 @@ class Encoded:
     variables: dict[str, torch.Tensor] | None
     arrays: list[tuple[str, np.ndarray]]
     components: list[Encoded]
+    snapshot: Any = None  # ``Parts.snapshot``: how a background save may copy ``arrays``
 
 
 def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include: Iterable[str] | None) -> Encoded:
@@ -99,7 +100,8 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
     for name, comp in parts.components:
         sub = _format.join(folder, name)
         components.append(encode(collect(comp, nested(exclude, name), nested(include, name)), sub, exclude=None, include=None))
-    return Encoded(folder, _dump_entries(data, folder), init, state, parts.variables, arrays, components)
+    return Encoded(folder, _dump_entries(data, folder), init, state, parts.variables, arrays, components,
+                   parts.snapshot)
 
 
 #: What ``torch.load(weights_only=True)`` reads back, by exact type (a subclass of a container,

@@ -58,7 +58,9 @@ class CheckpointManager(CheckpointReading):
     background
         Write archives on a worker thread (:func:`zipsave.save` with ``background=True``):
         ``save`` returns once the state is copied, and the index is updated when the archive
-        is durable. Errors surface at the next ``save``, ``wait`` or ``close``.
+        is durable. Errors surface at the next ``save``, ``wait`` or ``close``. An SB3 replay
+        buffer is copied incrementally (:func:`zipsave.save`'s ``incremental``; ``save(...,
+        incremental=False)`` or :func:`zipsave.release_snapshots` give its shadow back).
     storage_options
         Options for the fsspec filesystem of a URL ``directory``.
     break_lock
@@ -236,7 +238,7 @@ class CheckpointManager(CheckpointReading):
         if self.storage_options is not None:
             options["storage_options"] = self.storage_options
         if self.background if background is None else background:
-            handle = api.save(obj, target, background=True, **options)
+            handle = api.save(obj, target, background=True, **{"incremental": True, **options})
             self._saved(step)
             with self._mutex:
                 self._queue.append((handle, step, when, recorded))

@@ -14,6 +14,7 @@ from .._tensors import NpyHeader
 from ..exceptions import DecodeError, EncodeError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._buffer_fill import fill_buffer
 from ._her import check_her, end_unfinished_episodes, her_state, is_her, settings_note
+from ._snapshot import replay_snapshot
 
 __all__ = ["EXTRAS", "apply_vec_normalize", "build_vec_normalize", "collect_extras", "has_extra", "matches_any", "restore_extra", "sb3_stand_in",
            "warn_unused_vec_normalize"]
@@ -56,7 +57,8 @@ def collect_extras(model: Any, include: set[str]) -> list[tuple[str, Parts]]:
                 key="replay_buffer",
                 hint="Only off-policy algorithms (DQN, SAC, TD3, DDPG, ...) have one; drop it from `include`.",
             )
-        out.append(("replay_buffer", Parts(_replay_buffer_state(buffer), [], None, [], encoder_options=_ALL_ARRAYS_EXTERNAL)))
+        out.append(("replay_buffer", Parts(_replay_buffer_state(buffer), [], None, [], encoder_options=_ALL_ARRAYS_EXTERNAL,
+                                           snapshot=replay_snapshot(model, buffer))))
     if "vec_normalize" in include:
         vec_normalize = model.get_vec_normalize_env()
         if vec_normalize is None:
