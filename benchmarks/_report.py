@@ -84,6 +84,7 @@ def summarize(records: list[dict]) -> dict[str, Any]:
             }
             if any("imported" in r for r in reps.values()):  # a first-load row: what it imported
                 entry["imported"] = sorted({m for r in reps.values() for m in r.get("imported", ())})
+                entry["import_s"] = _median(r.get("import_s") for r in reps.values())
             peers = {"raw": FLOOR[op.group], **PEERS.get(name, {})}
             for key, peer in peers.items():
                 same_run = by_run.get((n, regime, peer, run))
@@ -156,7 +157,8 @@ def render_text(summary: dict) -> str:
     for size, regimes in summary.items():
         for regime, stats in regimes.items():
             parts.append(text_table(f"\n{size} parameters, {regime}", rows(stats)))
-            parts += [f"  {name} imported: {', '.join(s['imported']) or 'no integration'}"
+            parts += [f"  {name}: imported {', '.join(s['imported']) or 'no integration'}"
+                      + (f"; imports took {_seconds(s['import_s'])} of {_seconds(s['seconds'])}" if s.get("import_s") else "")
                       for name, s in stats.items() if "imported" in s]
     targets = target_rows(summary)
     if targets:

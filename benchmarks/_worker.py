@@ -97,6 +97,7 @@ def run_op(spec: dict, name: str) -> dict:
 
         record["imported"] = [m for m in _ops_first.INTEGRATIONS if m in sys.modules]
         record["new_modules"] = len(sys.modules) - modules
+        record["import_s"] = ctx.extra.get("import_s")
         if set(op.forbids) & set(record["imported"]):
             raise AssertionError(f"{name}: the first load of a plain torch archive imported {record['imported']}; "
                                  "an integration is imported only when the archive names it")

@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                     if args.smoke:  # a fresh op is the first call of its interpreter: never in the batch
                         batch = [op for op in order if not _catalog.BY_NAME[op].fresh]
                         specs.append(common | {"op": "(all)", "batch": True, "ops": batch, "inputs": names})
-                        fresh += [common | {"op": op} for op in order if _catalog.BY_NAME[op].fresh]
+                        if n == sizes[0]:  # each is a fresh interpreter importing SB3 or zipsave: the smallest size only
+                            fresh += [common | {"op": op} for op in order if _catalog.BY_NAME[op].fresh]
                     else:
                         specs += [common | {"op": op} for op in order]
             if args.smoke:  # one worker per size, all at once
