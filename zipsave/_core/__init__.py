@@ -7,16 +7,8 @@ The core knows nothing of SB3, RLlib or any other library an integration support
 from ._address import check_data_key, check_name, check_path, resolve, set_variable
 from ._apply import check_app_state, expected_state_names, load_state_into, restore_parts
 from ._apply import set_parameters_from_dict
-from ._build import (
-    build,
-    check_component,
-    data_bytes,
-    handler_for,
-    load_app_state,
-    member_names,
-    restore_target,
-    restore_tree,
-)
+from ._build import build, check_component, handler_for, load_app_state, member_names, restore_target, restore_tree
+from ._build import data_bytes
 from ._collect import collect
 from ._component import Component
 from ._options import OPTION_DOCS, LoadOptions
@@ -52,8 +44,8 @@ __all__ = [
     "check_app_state",
     "check_component",
     "collect",
-    "member_names",
     "data_bytes",
+    "member_names",
     "encode",
     "encoded_size",
     "expected_state_names",
