@@ -103,10 +103,14 @@ def _sb3_ppo(ctx: Ctx) -> None:
 
 # -- checks (untimed, after the row) ---------------------------------------------------------
 def _check_inspect(ctx: Ctx) -> None:
-    names = {entry.name for entry in ctx.result.entries} if hasattr(ctx.result, "entries") else None
-    text = str(ctx.result)
-    if "policy" not in text or (names is not None and not names):
-        raise AssertionError(f"inspect does not list the policy: {text[:200]!r}")
+    """inspect found the layout, the data keys and every tensor of the archive."""
+    import _ops
+
+    info = ctx.result
+    want = len(_ops.state_tensors(*_ops.build_model(ctx.n, _ops.SEED_SAVED)))
+    if info.layout != "zipsave" or "learning_rate" not in str(info.data) or len(info.tensors) != want:
+        raise AssertionError(f"inspect: layout {info.layout!r}, {len(info.tensors)} tensors (want {want}), data "
+                             f"{str(info.data)[:120]}")
 
 
 def _same_ppo(mine: Any, theirs: Any) -> None:
