@@ -30,6 +30,8 @@ FILES = {
     "torch": "model.pt",
     "safetensors": "policy.safetensors",
     "raw": "raw.bin",
+    "zipsave_ppo": "ppo.zip",  # the first-load rows' PPO (``_ops_first.prepare`` writes these two)
+    "sb3_ppo": "sb3_ppo.zip",
 }
 
 
@@ -110,7 +112,7 @@ def prepare(folder: str, n_params: float) -> dict[str, int]:
     save_file(policy.state_dict(), path["safetensors"])
     with open(path["raw"], "wb") as f:
         f.writelines(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().data for t in state_tensors(policy, optimizer))
-    return {k: os.path.getsize(p) for k, p in path.items()}
+    return {k: os.path.getsize(p) for k, p in path.items() if os.path.exists(p)}
 
 
 # -- checks (untimed; on with --check, always in --smoke) -------------------------------------
@@ -168,7 +170,9 @@ class Op:
     ``group`` is "save" or "load" (which raw floor it is compared with); ``moves`` is
     "all" (policy + Adam) or "policy" (a third of the bytes); ``model`` says whether setup
     builds a live model (seed 1) for the op to write from or restore into; ``reads`` names the
-    input file the op reads (warmed into the page cache before timing).
+    input file the op reads (warmed into the page cache before timing); ``fresh`` ops are timed
+    as the first call of a fresh interpreter (no warm-up call, nothing of zipsave imported
+    before), and fail when one of the modules ``forbids`` names was imported by them.
     """
 
     name: str
@@ -180,6 +184,8 @@ class Op:
     reads: str | None = None
     check: Callable[[Ctx], None] | None = None
     needs: str | None = None  # an attribute of zipsave that must exist
+    fresh: bool = False
+    forbids: tuple[str, ...] = ()
 
 
 def _zipsave() -> Any:

@@ -29,6 +29,11 @@ PEERS: dict[str, dict[str, str]] = {
     "zipsave_load_mmap_apply": {"torch": "torch_load_mmap_apply", "sb3": "sb3_load_apply"},
     "zipsave_read_weight": {"torch": "torch_load", "sb3": "sb3_load"},
     "zipsave_read_bias": {"torch": "torch_load", "sb3": "sb3_load"},
+    # first loads (issue 31): each the first call of a fresh interpreter, imports included
+    "zipsave_load_archive_first": {"torch": "torch_load_first"},
+    "zipsave_load_first": {"torch": "torch_load_first"},
+    "zipsave_inspect_first": {"torch": "torch_load_first"},
+    "zipsave_load_ppo_first": {"sb3": "sb3_load_ppo_first"},
 }
 FLOOR = {"save": "raw_write", "load": "raw_readinto"}
 
@@ -77,6 +82,9 @@ def summarize(records: list[dict]) -> dict[str, Any]:
                 "gb_per_s": nbytes / secs / 1e9 if secs else None,
                 "delta_rss_x": mem,
             }
+            if any("imported" in r for r in reps.values()):  # a first-load row: what it imported
+                entry["imported"] = sorted({m for r in reps.values() for m in r.get("imported", ())})
+                entry["import_s"] = _median(r.get("import_s") for r in reps.values())
             peers = {"raw": FLOOR[op.group], **PEERS.get(name, {})}
             for key, peer in peers.items():
                 same_run = by_run.get((n, regime, peer, run))
@@ -149,6 +157,9 @@ def render_text(summary: dict) -> str:
     for size, regimes in summary.items():
         for regime, stats in regimes.items():
             parts.append(text_table(f"\n{size} parameters, {regime}", rows(stats)))
+            parts += [f"  {name}: imported {', '.join(s['imported']) or 'no integration'}"
+                      + (f"; imports took {_seconds(s['import_s'])} of {_seconds(s['seconds'])}" if s.get("import_s") else "")
+                      for name, s in stats.items() if "imported" in s]
     targets = target_rows(summary)
     if targets:
         parts.append(text_table("\nTargets", targets, TARGET_COLUMNS, left=2))

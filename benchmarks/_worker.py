@@ -4,62 +4,23 @@ Usage (the driver does this): ``python benchmarks/_worker.py '{"op": ..., "n": .
 or ``{"prepare": true, ...}`` to write a size's input files.
 
 Memory: after setup the heap is trimmed and the kernel's peak-RSS counter is reset through
-``/proc/self/clear_refs``; the op's extra memory is ``VmHWM`` after it minus ``VmRSS`` before.
-Regimes: ``prefault`` touches and frees 1.25x the op's bytes just before the op, so freed
-pages the op allocates are already backed by the host; ``asis`` waits until freed memory has
-been handed back to the host (free page reporting), so the op pays for first touch.
+``/proc/self/clear_refs``; the op's extra memory is ``VmHWM`` after it minus ``VmRSS`` before
+(``_proc.measure``). Regimes: ``prefault`` touches and frees 1.25x the op's bytes just before
+the op, so freed pages the op allocates are already backed by the host; ``asis`` waits until
+freed memory has been handed back to the host (free page reporting), so the op pays for first
+touch. A ``fresh`` op (``_ops_first.py``) is its interpreter's first call: no warm-up, and it
+refuses to run where zipsave, SB3 or safetensors was imported before its timer.
 """
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import json
 import os
 import sys
 import time
 import traceback
 
-_LIBC = None
-
-
-def _malloc_trim() -> None:
-    global _LIBC
-    try:
-        if _LIBC is None:
-            _LIBC = ctypes.CDLL("libc.so.6")
-        _LIBC.malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _status(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _warm(path: str) -> None:
-    """Read ``path`` once (untimed) so the op reads from the page cache, as a user who just
-    saved or copied the file would."""
-    buf = bytearray(8 << 20)
-    with open(path, "rb", buffering=0) as f:
-        while f.readinto(buf):
-            pass
+from _proc import answer, measure, warm
 
 
 def _context(op, n: float, folder: str, out: str):
@@ -81,7 +42,7 @@ def _context(op, n: float, folder: str, out: str):
     if setup is not None:
         setup(ctx)
     if op.reads:
-        _warm(ctx.path(op.reads))
+        warm(ctx.path(op.reads))
     return ctx
 
 
@@ -97,7 +58,7 @@ def run_op(spec: dict, name: str) -> dict:
 
     op = _catalog.BY_NAME[name]
     n = spec["n"]
-    if op.needs:
+    if op.needs and not op.fresh:
         import zipsave
 
         if not hasattr(zipsave, op.needs):
@@ -105,41 +66,41 @@ def run_op(spec: dict, name: str) -> dict:
     ext = {"zipsave": ".zip", "sb3": ".zip", "torch": ".pt", "safetensors": ".safetensors"}.get(name.split("_")[0], ".bin")
     out = os.path.join(spec["scratch"], f"out-{name}-{spec['regime']}-{spec['rep']}{ext}")
     first_call = None
-    if spec.get("warm_folder"):
+    if spec.get("warm_folder") and not op.fresh:
         # One untimed call on a tiny model first: lazy imports and first-call initialisation
         # are one-time costs of a process, reported apart as `first_call_s`.
-        warm = _context(op, _ops.WARM_N, spec["warm_folder"], out)
+        warm_ctx = _context(op, _ops.WARM_N, spec["warm_folder"], out)
         t0 = time.perf_counter()
-        op.body(warm)
+        op.body(warm_ctx)
         first_call = time.perf_counter() - t0
-        _cleanup(warm)
-        del warm
+        _cleanup(warm_ctx)
+        del warm_ctx
     ctx = _context(op, n, spec["folder"], out)
     moved = _ops.moved_bytes(op, n)
     if not spec.get("batch"):
         os.sync()  # earlier saves' dirty pages are not written back during this op
 
-    gc.collect()
-    if spec["regime"] == "prefault":
+    def prefault() -> None:
         scratch = np.ones(int(1.25 * max(moved, 1 << 20)), dtype=np.uint8)
         del scratch
-    _malloc_trim()
-    if spec["regime"] == "asis":
-        time.sleep(float(spec.get("asis_wait", 3.0)))
-    peak_ok = _reset_peak()
-    base = _status("VmRSS")
-    gc.disable()
-    t0 = time.perf_counter()
-    op.body(ctx)
-    seconds = time.perf_counter() - t0
-    gc.enable()
-    hwm = _status("VmHWM") if peak_ok else None
-    record = {
-        "seconds": seconds,
-        "bytes": moved,
-        "delta_rss": (hwm - base) if (hwm is not None and base is not None) else None,
-        "first_call_s": first_call,
-    }
+
+    before = _not_fresh() if op.fresh else None
+    if before:
+        raise RuntimeError(f"{name} must be the first load of a fresh interpreter, but {before} were imported "
+                           "before its timer (run it in a worker of its own, not in a batch)")
+    modules = len(sys.modules)
+    record = measure(lambda: op.body(ctx), prefault=prefault if spec["regime"] == "prefault" else None,
+                     wait=float(spec.get("asis_wait", 3.0)) if spec["regime"] == "asis" else 0.0)
+    record |= {"bytes": moved, "first_call_s": first_call}
+    if op.fresh:
+        import _ops_first
+
+        record["imported"] = [m for m in _ops_first.INTEGRATIONS if m in sys.modules]
+        record["new_modules"] = len(sys.modules) - modules
+        record["import_s"] = ctx.extra.get("import_s")
+        if set(op.forbids) & set(record["imported"]):
+            raise AssertionError(f"{name}: the first load of a plain torch archive imported {record['imported']}; "
+                                 "an integration is imported only when the archive names it")
     if spec.get("check") and op.check is not None:
         op.check(ctx)
         record["checked"] = True
@@ -147,17 +108,24 @@ def run_op(spec: dict, name: str) -> dict:
     return record
 
 
+def _not_fresh() -> list[str]:
+    """Top-level packages of :data:`_ops_first.NOT_BEFORE` already imported in this interpreter."""
+    import _ops_first
+
+    return sorted({m.partition(".")[0] for m in sys.modules} & set(_ops_first.NOT_BEFORE))
+
+
 def run(spec: dict) -> dict:
-    import _ops
+    import _catalog
     import torch
 
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
     if spec.get("prepare"):
-        return {"prepared": _ops.prepare(spec["folder"], spec["n"])}
+        return {"prepared": _catalog.prepare(spec["folder"], spec["n"], spec.get("ops"))}
     if spec.get("batch"):
         # --smoke: the inputs and every op of one size in this process, one after the other.
-        _ops.prepare(spec["folder"], spec["n"])
+        _catalog.prepare(spec["folder"], spec["n"], spec.get("inputs", spec["ops"]))
         out = {}
         for name in spec["ops"]:
             try:
@@ -168,14 +136,5 @@ def run(spec: dict) -> dict:
     return run_op(spec, spec["op"])
 
 
-def main() -> None:
-    spec = json.loads(sys.argv[1])
-    try:
-        out = run(spec)
-    except Exception as err:  # noqa: BLE001 - reported; the driver decides what a failure means
-        out = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
-    sys.stdout.write("\n" + json.dumps(out) + "\n")
-
-
 if __name__ == "__main__":
-    main()
+    answer(run, json.loads(sys.argv[1]))

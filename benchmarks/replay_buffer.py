@@ -35,19 +35,19 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+import _proc
 
 PEERS = {  # row -> the rows it is divided by in the same repetition
     "zipsave_load": ("raw_readinto_fresh", "sb3_load"),
@@ -70,7 +70,7 @@ PEERS = {  # row -> the rows it is divided by in the same repetition
 # -- the worker --------------------------------------------------------------------------------
 def work(spec: dict) -> dict:
     import _rb_ops
-    from _worker import _malloc_trim, _reset_peak, _status, _warm
+    from _proc import measure, warm
 
     op = _rb_ops.BY_NAME[spec["op"]]
     import stable_baselines3  # noqa: F401 - both sides need it: imports are not what is measured
@@ -89,20 +89,10 @@ def work(spec: dict) -> dict:
         if os.path.join(ctx.folder, name) not in reads:
             _evict(os.path.join(ctx.folder, name))
     for path in reads * 2:
-        _warm(path)
+        warm(path)
     if op.group == "save":
         os.sync()
-    gc.collect()
-    _malloc_trim()
-    peak_ok = _reset_peak()
-    base = _status("VmRSS")
-    gc.disable()
-    t0 = time.perf_counter()
-    op.body(ctx)
-    seconds = time.perf_counter() - t0
-    gc.enable()
-    hwm = _status("VmHWM") if peak_ok else None
-    record = {"seconds": seconds, "delta_rss": hwm - base if hwm is not None and base is not None else None}
+    record = measure(lambda: op.body(ctx))
     record.update(ctx.extra.get("record", {}))  # what the op's setup measured besides
     after = _rb_ops.AFTER.get(op.name)
     if after is not None:
@@ -128,18 +118,7 @@ def _evict(path: str) -> None:
 
 # -- the driver --------------------------------------------------------------------------------
 def _run(spec: dict, timeout: float) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
-    try:
-        proc = subprocess.run(
-            [sys.executable, __file__, "--worker", json.dumps(spec)],
-            capture_output=True, text=True, timeout=timeout, env=env, check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout} s"}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        return {"error": f"exit {proc.returncode}: {proc.stderr[-2000:]}"}
-    return json.loads(lines[-1])
+    return _proc.spawn([__file__, "--worker"], spec, timeout, [os.path.dirname(HERE), HERE])
 
 
 def _summary(records: list[dict], sizes: dict[float, int]) -> list[dict]:
@@ -223,13 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        try:
-            out = work(json.loads(args.worker))
-        except Exception as err:  # noqa: BLE001 - reported to the driver
-            import traceback
-
-            out = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
-        sys.stdout.write("\n" + json.dumps(out) + "\n")
+        _proc.answer(work, json.loads(args.worker))
         return
     import _rb_ops
 

@@ -9,7 +9,9 @@ Run from the repository root::
 Every (operation, size, regime, repetition) runs in a fresh interpreter. Within one
 repetition all operations of a size run back to back in a shuffled order, and ratios are
 taken per repetition against the raw floor and the peers measured in it, then the median is
-reported. Writes ``results.json``, ``table.txt``, ``tables.rst`` and ``bench.png`` into
+reported. The first-load rows (``*_first``, ``_ops_first.py``) are the first call of their
+interpreter, ``import zipsave`` (or SB3) included, against ``torch.load``'s first call (or
+SB3's ``PPO.load``) in an equally fresh one; they list the integrations they imported. Writes ``results.json``, ``table.txt``, ``tables.rst`` and ``bench.png`` into
 ``--out``. Exits non-zero only when an operation fails (never because of timing).
 """
 
@@ -33,6 +35,7 @@ sys.path.insert(0, HERE)
 
 import _catalog
 import _ops
+import _proc
 import _report
 
 DEFAULT_SIZES = "1e4,1e6,1e7,1e8"
@@ -72,21 +75,7 @@ def _machine() -> dict:
 
 
 def _worker(spec: dict, timeout: float) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([ROOT, HERE] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env.setdefault("PYTHONHASHSEED", "0")
-    try:
-        proc = subprocess.run(
-            [sys.executable, os.path.join(HERE, "_worker.py"), json.dumps(spec)],
-            capture_output=True, text=True, timeout=timeout, env=env, check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        return {"error": f"worker exited with {proc.returncode}: " + " | ".join(tail)}
-    return json.loads(lines[-1])
+    return _proc.spawn([os.path.join(HERE, "_worker.py")], spec, timeout, [ROOT, HERE])
 
 
 def _reps_for(n: float, reps: int | None) -> int:
@@ -116,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-warmup", action="store_true",
                         help="measure each op's first call in the process (lazy imports included)")
     parser.add_argument("--smoke", action="store_true",
-                        help=f"CI mode: sizes {SMOKE_SIZES}, 1 rep, prefault, --check, all ops of a size in one process")
+                        help=f"CI mode: sizes {SMOKE_SIZES}, 1 rep, prefault, --check, all ops of a size in one "
+                             "process (the first-load rows each in their own)")
     parser.add_argument("--list", action="store_true", help="list the operations and exit")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="cuda: the CUDA rows (cuda_*) against the host-to-device floor (needs a GPU)")
@@ -187,11 +177,12 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
                 return 1
         deferred: list[dict] = []
+        fresh: list[dict] = []  # --smoke: the first-load rows, each in its worker once the batch wrote the inputs
         for n in sizes:
             folder = os.path.join(work, _report.size_label(n))
             t0 = time.perf_counter()
             if not args.smoke:  # a smoke run writes its inputs in its single worker
-                prepared = _worker({"prepare": True, "n": n, "folder": folder}, args.timeout)
+                prepared = _worker({"prepare": True, "n": n, "folder": folder, "ops": names}, args.timeout)
                 if "error" in prepared:
                     print(f"prepare {_report.size_label(n)} failed: {prepared['error']}", file=sys.stderr)
                     print(prepared.get("traceback", ""), file=sys.stderr)
@@ -206,8 +197,11 @@ def main(argv: list[str] | None = None) -> int:
                     rng.shuffle(order)
                     common = {"run": run_id, "n": n, "regime": regime, "rep": rep, "folder": folder, "scratch": scratch,
                               "check": args.check, "asis_wait": args.asis_wait, "warm_folder": warm_folder}
-                    if args.smoke:
-                        specs.append(common | {"op": "(all)", "batch": True, "ops": order})
+                    if args.smoke:  # a fresh op is the first call of its interpreter: never in the batch
+                        batch = [op for op in order if not _catalog.BY_NAME[op].fresh]
+                        specs.append(common | {"op": "(all)", "batch": True, "ops": batch, "inputs": names})
+                        if n == sizes[0]:  # each is a fresh interpreter importing SB3 or zipsave: the smallest size only
+                            fresh += [common | {"op": op} for op in order if _catalog.BY_NAME[op].fresh]
                     else:
                         specs += [common | {"op": op} for op in order]
             if args.smoke:  # one worker per size, all at once
@@ -218,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(folder, ignore_errors=True)
         if deferred:
             failures += _run_specs(deferred, records, args)
+            failures += _run_specs(fresh, records, args)
             if not args.keep_inputs:
                 for spec in deferred:
                     shutil.rmtree(spec["folder"], ignore_errors=True)

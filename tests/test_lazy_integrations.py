@@ -21,12 +21,14 @@ def _fresh(code: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_first_save_load_and_inspect_of_a_plain_torch_archive_import_no_integration(tmp_path):
+@pytest.mark.parametrize("key", ["model", "policy"])  # `policy.pth` is also what SB3's archives hold
+def test_first_save_load_and_inspect_of_a_plain_torch_archive_import_no_integration(tmp_path, key):
     path = str(tmp_path / "net.zip")
     code = (
         "import json, sys, torch, zipsave\n"
         "seen = {}\n"
-        f"zipsave.save({{'model': torch.nn.Linear(3, 2), 'step': 3}}, {path!r})\n"
+        f"net = torch.nn.Linear(3, 2); opt = torch.optim.Adam(net.parameters())\n"
+        f"zipsave.save({{{key!r}: net, {key + '.optimizer'!r}: opt, 'step': 3}}, {path!r})\n"
         "seen['save'] = [m for m in %r if m in sys.modules]\n"
         f"zipsave.load_archive({path!r})\n"
         "seen['load_archive'] = [m for m in %r if m in sys.modules]\n"
@@ -76,4 +78,4 @@ def test_an_sb3_archive_without_cls_imports_the_sb3_handler_by_its_members(tmp_p
 def test_entry_hints_match_what_the_handler_classes_declare(name):
     handler = _registry.by_name(name)
     assert handler is not None, f"the `{name}` entry point is declared in setup.cfg"
-    assert _registry.ENTRY_HINTS[name] == (handler.libraries, handler.markers)
+    assert _registry.ENTRY_HINTS[name] == (handler.libraries, handler.markers, handler.data_keys)

@@ -8,11 +8,13 @@ A handler module must import its library (SB3, Ray, ...) only inside its methods
 
 Entry points are listed on the first question, and each is imported only when a question may
 concern it (:func:`handlers` with ``members=`` or ``live=``): a folder holding one of its
-:attr:`Handler.markers`, an object of a library in its :attr:`Handler.libraries` (none can
-exist before that library is imported), or the archive naming it (:func:`by_name`). So a
-first load of a plain torch archive imports no integration. Zipsave's own entry points
-declare both in :data:`ENTRY_HINTS`, since reading them off the class would import it; any
-other entry point is imported on the first question, as before.
+:attr:`Handler.markers` or whose ``data`` names one of its :attr:`Handler.data_keys`, an
+object of a library in its :attr:`Handler.libraries` (none can exist before that library is
+imported), or the archive naming it (:func:`by_name`). So a first load of a plain torch
+archive imports no integration, even one whose state dicts are called ``policy`` as SB3's
+are. Zipsave's own entry points declare all three in :data:`ENTRY_HINTS`, since reading them
+off the class would import it; any other entry point is imported on the first question, as
+before.
 
 The core asks, in this order: which handler claims an object being saved (:meth:`claims`);
 which one builds a class named by ``load(cls=...)`` (:meth:`builds`) or an archive folder whose
@@ -27,7 +29,7 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from typing import Any, ClassVar
 
@@ -35,11 +37,12 @@ __all__ = ["ENTRY_HINTS", "ENTRY_POINT_GROUP", "Handler", "by_name", "generation
 
 ENTRY_POINT_GROUP = "zipsave.handlers"
 
-#: ``{entry point name: (libraries, markers)}`` of zipsave's own integrations: what their
-#: handler classes declare (a test keeps the two equal), known here without importing them.
-ENTRY_HINTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "sb3": (("stable_baselines3", "sb3_contrib", "rl_zoo3", "zipsave.sb3"), ("_stable_baselines3_version", "policy.pth")),
-    "rllib": (("ray", "zipsave.rllib"), ()),
+#: ``{entry point name: (libraries, markers, data_keys)}`` of zipsave's own integrations: what
+#: their handler classes declare (a test keeps the two equal), known here without importing them.
+ENTRY_HINTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "sb3": (("stable_baselines3", "sb3_contrib", "rl_zoo3", "zipsave.sb3"), ("_stable_baselines3_version",),
+            ("policy_class",)),
+    "rllib": (("ray", "zipsave.rllib"), (), ()),
 }
 
 
@@ -60,6 +63,10 @@ class Handler:
     #: folder it :meth:`recognises` holds. Empty: it recognises no folder by itself (it writes
     #: ``init.json``'s ``"handler"``, or recognises nothing).
     markers: ClassVar[tuple[str, ...]] = ()
+    #: Keys of the folder's ``data`` one of which a folder it :meth:`recognises` without a
+    #: marker holds (SB3's ``policy_class``). Looked for in ``data``'s bytes before the handler
+    #: is imported, so a match only means it is asked.
+    data_keys: ClassVar[tuple[str, ...]] = ()
     #: ``"module.qualname"`` globals, reviewed as data-only, that the restricted unpickler may
     #: import for every load (e.g. SB3's policy and schedule classes).
     allowlist: ClassVar[frozenset[str]] = frozenset()
@@ -176,29 +183,47 @@ def _load(name: str) -> None:
     _generation += 1
 
 
-def _wanted(name: str, members: frozenset[str] | None, live: bool) -> bool:
+def _wanted(name: str, members: frozenset[str] | None, live: bool, data: Callable[[], bytes | None]) -> bool:
     hint = ENTRY_HINTS.get(name)
     if hint is None or (members is None and not live):
         return True
-    libraries, markers = hint
+    libraries, markers, data_keys = hint
     if live and any(lib in sys.modules for lib in libraries):
         return True
-    return members is not None and any(marker in members for marker in markers)
+    if members is None:
+        return False
+    if any(marker in members for marker in markers):
+        return True
+    if not data_keys:
+        return False
+    raw = data()
+    return raw is None or any(f'"{key}"'.encode() in raw for key in data_keys)
 
 
-def handlers(*, members: Iterable[str] | None = None, live: bool = False) -> tuple[Handler, ...]:
+def handlers(
+    *, members: Iterable[str] | None = None, live: bool = False, data: Callable[[], bytes | None] | None = None,
+) -> tuple[Handler, ...]:
     """Registered handlers, the most recently registered first.
 
     Without arguments, every one (each entry point imported). With ``live=True``, only those
     that may concern a live object or class (their library is imported); with ``members``
     (member names of the folder asked about and of the archive's root), also those that may
-    recognise such a folder. Handlers already imported are always included.
+    recognise such a folder: one of their markers is among ``members``, or ``data()`` (the
+    folder's raw ``data`` bytes, ``b""`` when it has none, ``None`` when they cannot be read)
+    holds one of their data keys. Handlers already imported are always included.
     """
+    seen: list[bytes | None] = []
+
+    def data_once() -> bytes | None:
+        if not seen:
+            seen.append(data() if data is not None else None)
+        return seen[0]
+
     with _lock:
         _list_entry_points()
         wanted = None if members is None else frozenset(members)
         for name in list(_pending):
-            if _wanted(name, wanted, live):
+            if _wanted(name, wanted, live, data_once):
                 _load(name)
         return tuple(_handlers)
 

@@ -20,6 +20,7 @@ from .._core import (
     build,
     check_app_state,
     check_component,
+    data_bytes,
     handler_for,
     load_app_state,
     member_names,
@@ -79,7 +80,8 @@ def load_archive(
 
 def _known_values(src: LoadSession) -> dict[str, Any]:
     try:
-        owner = next((h for h in _registry.handlers(members=member_names(src, "")) if h.recognises(src, "")), None)
+        asked = _registry.handlers(members=member_names(src, ""), data=lambda: data_bytes(src, ""))
+        owner = next((h for h in asked if h.recognises(src, "")), None)
         return owner.known_values(src, None, "") if owner is not None else {}
     except Exception:  # noqa: BLE001 - an unreadable `data` is reported by the decode that follows
         return {}

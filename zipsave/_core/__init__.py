@@ -8,6 +8,7 @@ from ._address import check_data_key, check_name, check_path, resolve, set_varia
 from ._apply import check_app_state, expected_state_names, load_state_into, restore_parts
 from ._apply import set_parameters_from_dict
 from ._build import build, check_component, handler_for, load_app_state, member_names, restore_target, restore_tree
+from ._build import data_bytes
 from ._collect import collect
 from ._component import Component
 from ._options import OPTION_DOCS, LoadOptions
@@ -43,6 +44,7 @@ __all__ = [
     "check_app_state",
     "check_component",
     "collect",
+    "data_bytes",
     "member_names",
     "encode",
     "encoded_size",

@@ -25,7 +25,7 @@ from ._modes import apply_modes
 from ._parts import Parts, matches, nested
 from ._session import LoadSession
 
-__all__ = ["build", "check_component", "handler_for", "load_app_state", "restore_target", "restore_tree"]
+__all__ = ["build", "check_component", "data_bytes", "handler_for", "load_app_state", "restore_target", "restore_tree"]
 
 
 def build(
@@ -174,7 +174,8 @@ def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) 
         return handler
     if cls is not None:
         return next((h for h in _registry.handlers(live=True) if h.builds(cls)), None)
-    return next((h for h in _registry.handlers(members=member_names(src, folder)) if h.recognises(src, folder)), None)
+    asked = _registry.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
+    return next((h for h in asked if h.recognises(src, folder)), None)
 
 
 def member_names(src: LoadSession, folder: str) -> set[str]:
@@ -184,6 +185,19 @@ def member_names(src: LoadSession, folder: str) -> set[str]:
     names = set(src.names())
     prefix = folder.strip("/") + "/" if folder.strip("/") else ""
     return names | {n[len(prefix):] for n in names if prefix and n.startswith(prefix)}
+
+
+def data_bytes(src: LoadSession, folder: str) -> bytes | None:
+    """The folder's ``data`` as stored (at most the JSON limit; neither checked nor parsed):
+    where a handler's ``data_keys`` are looked for. ``b""`` without one, ``None`` when it
+    cannot be read (every such handler is then asked, and the decode reports the damage)."""
+    member = _format.join(folder, _format.DATA)
+    if not src.has(member):
+        return b""
+    try:
+        return src.reader.read(member, limit=src.limits.max_json_bytes, verify=False)
+    except ZipsaveError:
+        return None
 
 
 def check_component(src: LoadSession, folder: str) -> None:

@@ -42,7 +42,8 @@ class SB3Handler(Handler):
 
     name = "sb3"
     libraries = ("stable_baselines3", "sb3_contrib", "rl_zoo3", "zipsave.sb3")
-    markers = (_format.SB3_VERSION, "policy.pth")
+    markers = (_format.SB3_VERSION,)
+    data_keys = ("policy_class",)  # zipsave's own SB3 archives have no version member; their data names the policy
     allowlist = SB3_ALLOWLIST | SB3_CONTRIB_ALLOWLIST
 
     def claims(self, obj: Any) -> bool:
