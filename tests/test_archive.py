@@ -488,6 +488,28 @@ def test_atomic_output_cleans_up_on_error(tmp_path):
     assert os.listdir(tmp_path) == ["a.zip"]
 
 
+def test_durable_output_starts_the_disk_on_each_piece_of_a_large_write(tmp_path, monkeypatch):
+    # a replay buffer's array arrives as one multi-gigabyte write: it is passed on in pieces,
+    # each followed by a write-out of just the bytes not yet started, so the disk works while
+    # the rest is still being copied into the page cache
+    from zipsave._archive import _files
+
+    kicks: list[tuple[int, int]] = []
+    monkeypatch.setattr(_files, "_PIECE", 1 << 20)
+    monkeypatch.setattr(_files, "_KICK_EVERY", 1 << 20)
+    monkeypatch.setattr(_files, "_sync_file_range", lambda: lambda fd, start, length, flags: kicks.append((start, length)))
+    data = os.urandom(5 << 20) + b"tail"
+    target = tmp_path / "a.bin"
+    with atomic_output(str(target)) as f:
+        f.write(b"head")
+        assert f.write(memoryview(data)) == len(data)
+        f.seek(0)
+        f.write(b"HEAD")  # a header patched behind the written range: nothing kicked again
+        f.seek(0, os.SEEK_END)
+    assert target.read_bytes() == b"HEAD" + data
+    assert len(kicks) == 5
+    assert kicks[0][0] == 0 and all(a + n == b for (a, n), (b, _) in zip(kicks, kicks[1:]))  # back to back
+
 def test_member_view_over_a_plain_file(tmp_path):
     (tmp_path / "f").write_bytes(bytes(range(100)))
     import threading
