@@ -1,13 +1,48 @@
 """The verbs users call: save, load, restore, save_archive, load_archive, background saves,
 the ``Saveable`` mixin, ``RNGState`` and ``EnvState``; each a thin front of the core."""
 
-from ._background import SaveHandle, wait_for_pending
-from ._env_state import EnvState
-from ._load import load, load_archive, restore, set_parameters_from_archive
-from ._rng import RNGState
-from ._save import save, save_archive
-from ._shadow import release_snapshots
-from ._saveable import Saveable
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._background import SaveHandle, wait_for_pending
+    from ._env_state import EnvState
+    from ._load import load, load_archive, restore, set_parameters_from_archive
+    from ._rng import RNGState
+    from ._save import save, save_archive
+    from ._saveable import Saveable
+    from ._shadow import release_snapshots
+
+# Each name's module, imported on first use (PEP 562): a load needs ``_load``, not the
+# background saver, its snapshots or the save path.
+_LAZY: dict[str, str] = {
+    "SaveHandle": "._background",
+    "wait_for_pending": "._background",
+    "EnvState": "._env_state",
+    "load": "._load",
+    "load_archive": "._load",
+    "restore": "._load",
+    "set_parameters_from_archive": "._load",
+    "RNGState": "._rng",
+    "save": "._save",
+    "save_archive": "._save",
+    "release_snapshots": "._shadow",
+    "Saveable": "._saveable",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY} - {"importlib", "TYPE_CHECKING", "Any"})
+
 
 __all__ = [
     "EnvState",
