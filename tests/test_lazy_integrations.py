@@ -126,6 +126,15 @@ def test_load_with_sb3_cls_imports_no_other_integration(tmp_path):
         f"print(json.dumps([type(m).__name__, [x for x in {INTEGRATIONS!r} if x in sys.modules]]))"
     )
     assert _fresh(code) == ["PPO", ["zipsave.sb3", "stable_baselines3"]]
+    # inspect judges the pickled values under the names a load of the archive would trust
+    code = (
+        "import json, sys, zipsave\n"
+        f"info = zipsave.inspect({str(path)!r})\n"
+        "untrusted = sorted(g for e in info.data for g in e.untrusted)\n"
+        "globals_ = sorted(g for e in info.data for g in e.globals)\n"
+        f"print(json.dumps([untrusted, len(globals_) > 0, [x for x in {INTEGRATIONS!r} if x in sys.modules]]))"
+    )
+    assert _fresh(code) == [[], True, ["zipsave.sb3"]]
 
 
 def test_an_integration_nothing_selected_adds_no_names_and_is_not_imported():
