@@ -31,7 +31,13 @@ _LAZY: dict[str, str] = {
 }
 
 
+# Its modules, found as attributes as when this file imported them all (``zipsave._api._env_state``).
+_SUBMODULES = frozenset({"_background", "_env_state", "_load", "_rng", "_save", "_saveable", "_shadow"})
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -41,7 +47,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY} - {"importlib", "TYPE_CHECKING", "Any"})
+    return sorted({*globals(), *_LAZY, *_SUBMODULES} - {"importlib", "TYPE_CHECKING", "Any", "_LAZY", "_SUBMODULES"})
 
 
 __all__ = [
