@@ -71,7 +71,7 @@ class Handler:
     #: is imported, so a match only means it is asked.
     data_keys: ClassVar[tuple[str, ...]] = ()
     #: ``"module.qualname"`` globals, reviewed as data-only, that the restricted unpickler may
-    #: import for every load that involves this handler (:func:`selected`; e.g. SB3's policy
+    #: import for every load that involves this handler (``selected()``; e.g. SB3's policy
     #: and schedule classes). Not imported to look a name up: until then the names are refused.
     allowlist: ClassVar[frozenset[str]] = frozenset()
 
