@@ -6,8 +6,9 @@ timer only ``torch`` (which both sides need), the standard library and this fold
 are. So ``zipsave_*_first`` times ``import zipsave`` and its first ``load_archive`` / ``load`` /
 ``inspect``, against ``torch_load_first``, the first ``torch.load`` in an equally fresh
 interpreter. The worker records which integrations ended up imported (``imported``) and the
-part of the time the imports took (``import_s``), and an op that names ``forbids`` fails
-when one of those integrations was imported.
+part of the time ``import zipsave`` (and SB3) took (``import_s``; zipsave's modules load on
+first use, so most of its import cost falls in the first call), and an op that names
+``forbids`` fails when one of those integrations was imported (the PPO row: any but SB3's).
 
 The SB3 pair loads a PPO (``MlpPolicy``, ``net_arch=[w, w, w]`` for the policy and the value
 network: as many parameters as the main model, Adam state after one step) saved by
@@ -150,5 +151,5 @@ FIRST_OPS: list[Op] = [
     Op("sb3_load_ppo_first", "load", "import SB3 + first PPO.load, fresh process", _sb3_ppo, reads="sb3_ppo",
        check=_check_sb3_ppo, fresh=True),
     Op("zipsave_load_ppo_first", "load", "import zipsave, SB3 + first load(cls=PPO), fresh process", _zipsave_ppo,
-       reads="zipsave_ppo", check=_check_zipsave_ppo, fresh=True),
+       reads="zipsave_ppo", check=_check_zipsave_ppo, fresh=True, forbids=("zipsave.rllib", "zipsave.dcp")),
 ]

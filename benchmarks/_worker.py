@@ -99,8 +99,9 @@ def run_op(spec: dict, name: str) -> dict:
         record["new_modules"] = len(sys.modules) - modules
         record["import_s"] = ctx.extra.get("import_s")
         if set(op.forbids) & set(record["imported"]):
-            raise AssertionError(f"{name}: the first load of a plain torch archive imported {record['imported']}; "
-                                 "an integration is imported only when the archive names it")
+            raise AssertionError(f"{name}: the first load imported {record['imported']}, of which it forbids "
+                                 f"{sorted(set(op.forbids) & set(record['imported']))}; an integration is imported "
+                                 "only when the archive names it or the caller passes one of its classes")
     if spec.get("check") and op.check is not None:
         op.check(ctx)
         record["checked"] = True

@@ -79,3 +79,104 @@ def test_entry_hints_match_what_the_handler_classes_declare(name):
     handler = _registry.by_name(name)
     assert handler is not None, f"the `{name}` entry point is declared in setup.cfg"
     assert _registry.ENTRY_HINTS[name] == (handler.libraries, handler.markers, handler.data_keys)
+
+
+# -- what `import zipsave` and the allowlist import ----------------------------------------------
+LAZY_MODULES = (
+    "zipsave._api._load", "zipsave._api._background", "zipsave._core", "zipsave._manager", "zipsave._tools",
+    "zipsave._trust", "cloudpickle",
+)
+
+
+def test_import_zipsave_imports_its_parts_on_first_use():
+    code = (
+        "import json, sys, torch, zipsave\n"
+        f"seen = {{'import': [m for m in {LAZY_MODULES!r} if m in sys.modules]}}\n"
+        "from zipsave import load_archive, CheckpointManager, inspect, Limits\n"
+        "seen['names'] = [load_archive.__module__, CheckpointManager.__module__, inspect.__module__, Limits.__name__]\n"
+        "seen['dir'] = set(zipsave.__all__) <= set(dir(zipsave)) and '_registry' in dir(zipsave)\n"
+        "seen['private'] = [zipsave._registry.__name__, zipsave._api._shadow.__name__]\n"
+        "seen['load'] = [m for m in ('zipsave._api._background', 'cloudpickle') if m in sys.modules]\n"
+        "print(json.dumps(seen))"
+    )
+    assert _fresh(code) == {
+        "import": [],
+        "names": ["zipsave._api._load", "zipsave._manager._checkpoints", "zipsave._tools._inspect", "Limits"],
+        "dir": True,
+        "private": ["zipsave._registry", "zipsave._api._shadow"],
+        "load": [],
+    }
+
+
+def test_a_missing_attribute_is_still_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        zipsave.no_such_name  # noqa: B018
+
+
+def test_load_with_sb3_cls_imports_no_other_integration(tmp_path):
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3 import PPO
+
+    path = tmp_path / "ppo.zip"
+    zipsave.save(PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, seed=0, device="cpu"), path)
+    code = (
+        "import json, sys, zipsave\n"
+        "from stable_baselines3 import PPO\n"
+        f"m = zipsave.load({str(path)!r}, cls=PPO, device='cpu')\n"
+        f"print(json.dumps([type(m).__name__, [x for x in {INTEGRATIONS!r} if x in sys.modules]]))"
+    )
+    assert _fresh(code) == ["PPO", ["zipsave.sb3", "stable_baselines3"]]
+    # inspect judges the pickled values under the names a load of the archive would trust
+    code = (
+        "import json, sys, zipsave\n"
+        f"info = zipsave.inspect({str(path)!r})\n"
+        "untrusted = sorted(g for e in info.data for g in e.untrusted)\n"
+        "globals_ = sorted(g for e in info.data for g in e.globals)\n"
+        f"print(json.dumps([untrusted, len(globals_) > 0, [x for x in {INTEGRATIONS!r} if x in sys.modules]]))"
+    )
+    assert _fresh(code) == [[], True, ["zipsave.sb3"]]
+
+
+def test_an_integration_nothing_selected_adds_no_names_and_is_not_imported():
+    """Attacker's view: a pickle naming SB3's reviewed class in a process that involved no SB3
+    is refused, as without SB3's handler, and imports neither SB3 nor its handler; once the
+    handler is imported (as an SB3 load does first), the same name is allowed."""
+    pytest.importorskip("stable_baselines3")
+    from zipsave.sb3 import SB3_ALLOWLIST
+
+    name = "stable_baselines3.common.policies.ActorCriticPolicy"
+    assert name in SB3_ALLOWLIST
+    payload = ("c%s\n%s\n." % tuple(name.rsplit(".", 1))).encode()
+    code = (
+        "import json, sys, zipsave\n"
+        "from zipsave._trust import TrustPolicy, default_allowlist, restricted_loads\n"
+        "seen = {}\n"
+        f"try:\n    restricted_loads({payload!r}, TrustPolicy())\nexcept zipsave.UnsafeGlobalError as err:\n"
+        "    seen['before'] = type(err).__name__\n"
+        f"seen['allowed before'] = {name!r} in default_allowlist()\n"
+        "seen['imported'] = [m for m in ('zipsave.sb3', 'stable_baselines3') if m in sys.modules]\n"
+        "import zipsave.sb3\n"
+        f"seen['allowed after'] = {name!r} in default_allowlist()\n"
+        f"seen['after'] = restricted_loads({payload!r}, TrustPolicy()).__name__\n"
+        "print(json.dumps(seen))"
+    )
+    assert _fresh(code) == {
+        "before": "UnsafeGlobalError", "allowed before": False, "imported": [], "allowed after": True,
+        "after": "ActorCriticPolicy",
+    }
+
+
+def test_a_registered_handler_widens_the_cached_allowlist_and_unregistering_narrows_it():
+    from zipsave._trust import default_allowlist
+
+    class _Extra(_registry.Handler):
+        name = "test-extra-allowlist"
+        allowlist = frozenset({"collections.ChainMap"})
+
+    assert "collections.ChainMap" not in default_allowlist()
+    _registry.register(_Extra())
+    try:
+        assert "collections.ChainMap" in default_allowlist()
+    finally:
+        _registry.unregister(_Extra.name)
+    assert "collections.ChainMap" not in default_allowlist()

@@ -26,6 +26,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from zipsave import _registry
+from zipsave._trust import CORE_ALLOWLIST
 from zipsave._trust import GROUPS as _GROUPS
 from zipsave._trust import TrustPolicy, default_allowlist, pickle_globals, restricted_loads
 from zipsave._trust._names import import_spelling as _import_spelling
@@ -776,7 +778,9 @@ def test_trusted_but_missing_globals_are_decode_errors():
 
 
 # -- the allowlist ----------------------------------------------------------------------------
-_OTHER_VERSIONS = {name for name in default_allowlist() if name.startswith("pathlib._local.")} if sys.version_info < (3, 13) else set()
+# Every handler's names, not only those of the integrations this process happened to import.
+_EVERY_NAME = CORE_ALLOWLIST.union(*(handler.allowlist for handler in _registry.handlers()))
+_OTHER_VERSIONS = {name for name in _EVERY_NAME if name.startswith("pathlib._local.")} if sys.version_info < (3, 13) else set()
 
 
 # Names that an archive written on a newer stack may hold, by the releases that lack them
@@ -820,7 +824,7 @@ def _resolves(name: str) -> bool:
     return False
 
 
-@pytest.mark.parametrize("name", sorted(default_allowlist() - _OTHER_VERSIONS))
+@pytest.mark.parametrize("name", sorted(_EVERY_NAME - _OTHER_VERSIONS))
 def test_every_allowlisted_name_resolves(name):
     older = _newer_than_installed(name)
     if older is None:
@@ -839,6 +843,7 @@ def test_every_allowlisted_name_resolves(name):
 )
 def test_dangerous_names_are_not_allowlisted(name):
     assert name not in default_allowlist()
+    assert name not in _EVERY_NAME
     assert not DEFAULT.is_trusted(*name.rsplit(".", 1))
 
 

@@ -1,22 +1,9 @@
 """zipsave: save reinforcement-learning models to one readable zip archive, and load them
 back without running pickled code."""
 
-from ._api import (
-    EnvState,
-    RNGState,
-    SaveHandle,
-    Saveable,
-    load,
-    load_archive,
-    release_snapshots,
-    restore,
-    save,
-    save_archive,
-)
-from ._archive import Limits
-from ._core import LoadReport
-from ._manager import Checkpoint, CheckpointManager
-from ._tools import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo, inspect, read
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
 from .exceptions import (
     ArchiveFormatError,
@@ -37,6 +24,64 @@ from .exceptions import (
     ZipsaveError,
     ZipsaveWarning,
 )
+
+if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
+    from ._api import (
+        EnvState,
+        RNGState,
+        SaveHandle,
+        Saveable,
+        load,
+        load_archive,
+        release_snapshots,
+        restore,
+        save,
+        save_archive,
+    )
+    from ._archive import Limits
+    from ._core import LoadReport
+    from ._manager import Checkpoint, CheckpointManager
+    from ._tools import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo, inspect, read
+
+# The public names whose modules load on first use (PEP 562), so that ``import zipsave`` costs
+# little and a load imports what it uses: not the checkpoint manager, the inspection tools or
+# the background saver unless it uses them. ``{name: module}``.
+_LAZY: dict[str, str] = {
+    "EnvState": "._api._env_state",
+    "RNGState": "._api._rng",
+    "SaveHandle": "._api._background",
+    "Saveable": "._api._saveable",
+    "release_snapshots": "._api._shadow",
+    **dict.fromkeys(("load", "load_archive", "restore"), "._api._load"),
+    **dict.fromkeys(("save", "save_archive"), "._api._save"),
+    "Limits": "._archive",
+    "LoadReport": "._core",
+    **dict.fromkeys(("Checkpoint", "CheckpointManager"), "._manager"),
+    **dict.fromkeys(("ArchiveInfo", "ArchiveMember", "ComponentInfo", "DataEntry", "TensorInfo"), "._tools"),
+    **dict.fromkeys(("inspect", "read"), "._tools"),
+}
+# The private submodules ``import zipsave`` used to import as a side effect, found as attributes
+# of the package as before (``zipsave._registry`` after a bare ``import zipsave``).
+_SUBMODULES = frozenset({
+    "_api", "_archive", "_bounds", "_codec", "_core", "_format", "_json", "_manager", "_optional", "_registry",
+    "_system_info", "_tensors", "_tools", "_trust",
+})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")  # binds itself as an attribute
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *_SUBMODULES} - {"importlib", "TYPE_CHECKING", "Any", "_LAZY", "_SUBMODULES"})
+
 
 __all__ = [
     "ArchiveFormatError",

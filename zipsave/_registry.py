@@ -20,8 +20,9 @@ The core asks, in this order: which handler claims an object being saved (:meth:
 which one builds a class named by ``load(cls=...)`` (:meth:`builds`) or an archive folder whose
 ``init.json`` names it (``"handler"``) or that it recognises (:meth:`recognises`); which one
 restores into a live object (:meth:`restores`), and what values it recognises there
-(:meth:`known_values`); and which reviewed globals every handler adds to
-the restricted unpickler's allowlist (:attr:`allowlist`).
+(:meth:`known_values`); and which reviewed globals each handler adds to the restricted
+unpickler's allowlist (:attr:`allowlist`): those of the handlers the load selected by the rules
+above (:func:`selected`), so a load imports no integration for its allowlist either.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from collections.abc import Callable, Iterable
 from importlib import metadata
 from typing import Any, ClassVar
 
-__all__ = ["ENTRY_HINTS", "ENTRY_POINT_GROUP", "Handler", "by_name", "generation", "handlers", "register", "unregister"]
+__all__ = [
+    "ENTRY_HINTS", "ENTRY_POINT_GROUP", "Handler", "by_name", "generation", "handlers", "register", "selected", "unregister",
+]
 
 ENTRY_POINT_GROUP = "zipsave.handlers"
 
@@ -68,7 +71,8 @@ class Handler:
     #: is imported, so a match only means it is asked.
     data_keys: ClassVar[tuple[str, ...]] = ()
     #: ``"module.qualname"`` globals, reviewed as data-only, that the restricted unpickler may
-    #: import for every load (e.g. SB3's policy and schedule classes).
+    #: import for every load that involves this handler (``selected()``; e.g. SB3's policy
+    #: and schedule classes). Not imported to look a name up: until then the names are refused.
     allowlist: ClassVar[frozenset[str]] = frozenset()
 
     # -- saving -------------------------------------------------------------------------------
@@ -238,6 +242,20 @@ def by_name(name: str) -> Handler | None:
 
 
 def generation() -> int:
-    """A counter that changes whenever the set of handlers does (for caches built from it)."""
-    handlers()
-    return _generation
+    """A counter that changes whenever the set of imported handlers does (for caches built from
+    it). Imports no entry point: a handler imported later changes it."""
+    with _lock:
+        return _generation
+
+
+def selected() -> tuple[int, tuple[Handler, ...]]:
+    """``(generation(), handlers(live=True))`` taken together: the handlers a load involves so far.
+
+    Those already imported (the archive named them, their markers or data keys were found, a
+    class of theirs was passed), those whose library the process imported, and any entry point
+    without :data:`ENTRY_HINTS`; never one of zipsave's integrations that nothing selected, so
+    what only that integration would add (its allowlist) is absent, not imported on demand.
+    """
+    with _lock:
+        found = handlers(live=True)
+        return _generation, found

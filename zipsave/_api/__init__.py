@@ -1,13 +1,54 @@
 """The verbs users call: save, load, restore, save_archive, load_archive, background saves,
 the ``Saveable`` mixin, ``RNGState`` and ``EnvState``; each a thin front of the core."""
 
-from ._background import SaveHandle, wait_for_pending
-from ._env_state import EnvState
-from ._load import load, load_archive, restore, set_parameters_from_archive
-from ._rng import RNGState
-from ._save import save, save_archive
-from ._shadow import release_snapshots
-from ._saveable import Saveable
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._background import SaveHandle, wait_for_pending
+    from ._env_state import EnvState
+    from ._load import load, load_archive, restore, set_parameters_from_archive
+    from ._rng import RNGState
+    from ._save import save, save_archive
+    from ._saveable import Saveable
+    from ._shadow import release_snapshots
+
+# Each name's module, imported on first use (PEP 562): a load needs ``_load``, not the
+# background saver, its snapshots or the save path.
+_LAZY: dict[str, str] = {
+    "SaveHandle": "._background",
+    "wait_for_pending": "._background",
+    "EnvState": "._env_state",
+    "load": "._load",
+    "load_archive": "._load",
+    "restore": "._load",
+    "set_parameters_from_archive": "._load",
+    "RNGState": "._rng",
+    "save": "._save",
+    "save_archive": "._save",
+    "release_snapshots": "._shadow",
+    "Saveable": "._saveable",
+}
+
+
+# Its modules, found as attributes as when this file imported them all (``zipsave._api._env_state``).
+_SUBMODULES = frozenset({"_background", "_env_state", "_load", "_rng", "_save", "_saveable", "_shadow"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *_SUBMODULES} - {"importlib", "TYPE_CHECKING", "Any", "_LAZY", "_SUBMODULES"})
+
 
 __all__ = [
     "EnvState",

@@ -8,6 +8,7 @@ This layer knows zip files and bytes; it knows nothing about models, JSON values
 from ._crc import BACKEND as CRC_BACKEND
 from ._crc import OrderedCrc, crc32, crc32_combine, crc32_many
 from ._destination import destination_key, is_url, open_output, open_source
+from ._handlers import data_bytes, involve_handlers, member_names
 from ._files import atomic_output, open_input, seekable, with_suffix
 from ._libc import libc_function
 from ._limits import DEFAULT_LIMITS, Limits
@@ -34,12 +35,15 @@ __all__ = [
     "crc32",
     "crc32_combine",
     "crc32_many",
+    "data_bytes",
     "describe",
     "destination_key",
+    "involve_handlers",
     "is_url",
     "libc_function",
     "make_bar",
     "manifest_digest",
+    "member_names",
     "open_input",
     "open_output",
     "open_source",

@@ -6,11 +6,10 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import functools
 import io
 import pickle
 from typing import Any
-
-import cloudpickle
 
 from ..exceptions import DecodeError
 from . import _spaces
@@ -58,6 +57,8 @@ def _canonical_reduce(obj: Any) -> Any:
     if stacked is not None:
         changes["stacked_feature_space"] = stacked
     if changes:
+        import cloudpickle  # imported already: this runs inside its pickler
+
         rv = obj.__reduce_ex__(cloudpickle.DEFAULT_PROTOCOL)
         if isinstance(rv, tuple) and len(rv) >= 3 and isinstance(rv[2], dict) and changes.keys() <= rv[2].keys():
             return (*rv[:2], {**rv[2], **changes}, *rv[3:])
@@ -86,6 +87,8 @@ def _unused_stacked_copy(space: Any) -> Any:
 def _make_pickler() -> type:
     """cloudpickle's reducers on Python's pure pickler: the C pickler never asks
     ``reducer_override`` about sets, so their order could not be fixed there."""
+    import cloudpickle
+
     base = cloudpickle.CloudPickler
     borrowed = ("_function_reduce", "_dynamic_function_reduce", "_function_getnewargs")
     if not all(hasattr(base, name) for name in (*borrowed, "reducer_override", "dispatch_table")):
@@ -113,12 +116,16 @@ def _make_pickler() -> type:
     return _PyPickler
 
 
-_Pickler = _make_pickler()
+@functools.cache
+def _pickler() -> type:
+    return _make_pickler()  # on the first value pickled: importing cloudpickle is for that fallback only
 
 
 def _pickle_bytes(value: Any) -> bytes:
+    import cloudpickle
+
     buf = io.BytesIO()
-    _Pickler(buf, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(value)
+    _pickler()(buf, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(value)
     return buf.getvalue()
 
 
@@ -128,4 +135,6 @@ def pickle_value(value: Any) -> str:
         return b64(_pickle_bytes(value))
     except RecursionError:
         # A set reached again through one of its own items: sorting it first recursed.
+        import cloudpickle
+
         return b64(cloudpickle.dumps(value))

@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import _format, _registry
 from .._codec import NATIVE_KEY
+from .._archive import data_bytes, member_names
 from ..exceptions import (
     ArchiveFormatError,
     DecodeError,
@@ -176,28 +177,6 @@ def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) 
         return next((h for h in _registry.handlers(live=True) if h.builds(cls)), None)
     asked = _registry.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
     return next((h for h in asked if h.recognises(src, folder)), None)
-
-
-def member_names(src: LoadSession, folder: str) -> set[str]:
-    """The names of the archive's members relative to ``folder`` and to the root: what a
-    handler's ``markers`` are looked up in, so integrations that cannot recognise the folder
-    are not imported to be asked."""
-    names = set(src.names())
-    prefix = folder.strip("/") + "/" if folder.strip("/") else ""
-    return names | {n[len(prefix):] for n in names if prefix and n.startswith(prefix)}
-
-
-def data_bytes(src: LoadSession, folder: str) -> bytes | None:
-    """The folder's ``data`` as stored (at most the JSON limit; neither checked nor parsed):
-    where a handler's ``data_keys`` are looked for. ``b""`` without one, ``None`` when it
-    cannot be read (every such handler is then asked, and the decode reports the damage)."""
-    member = _format.join(folder, _format.DATA)
-    if not src.has(member):
-        return b""
-    try:
-        return src.reader.read(member, limit=src.limits.max_json_bytes, verify=False)
-    except ZipsaveError:
-        return None
 
 
 def check_component(src: LoadSession, folder: str) -> None:

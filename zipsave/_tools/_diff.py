@@ -25,7 +25,7 @@ import orjson
 import torch
 
 from .. import _format
-from .._archive import ArchiveSource
+from .._archive import ArchiveSource, involve_handlers
 from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Decoder
 from .._tensors import load_member, read_array_member
 from .._trust import TrustPolicy
@@ -188,6 +188,7 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
 
 def _decoded(src: ArchiveSource, key: str, value: Any) -> Any:
     folder, _, name = key.rpartition("/")
+    involve_handlers(src, folder)  # their reviewed names, as a load of the folder has them
     decoder = Decoder(
         TrustPolicy(),
         load_array=lambda member: read_array_member(src.reader, member),

@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 
 from .. import _format, _system_info
-from .._archive import ArchiveSource, Limits, MemberView, manifest_digest, parse_version
+from .._archive import ArchiveSource, Limits, MemberView, involve_handlers, manifest_digest, parse_version
 from .._codec import NATIVE_KEY as _N
 from .._codec import SERIALIZED_KEY as _S
 from .._codec import TYPE_KEY as _T
@@ -232,6 +232,7 @@ def inspect(
             member = _format.join(folder, _format.DATA)
             raw = _read_json(src, member, notes, check_digest=True)
             if isinstance(raw, dict):
+                involve_handlers(src, folder)  # judged by their reviewed names, as a load of the folder is
                 data += [_describe_entry(folder, key, value, policy) for key, value in raw.items()]
             elif raw is not None:
                 notes.append(f"`{member}`: holds a JSON {type(raw).__name__}, expected an object")

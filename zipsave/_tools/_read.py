@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from .. import _format
-from .._archive import ArchiveSource, Limits, MemberView
+from .._archive import ArchiveSource, Limits, MemberView, involve_handlers
 from .._codec import Decoder
 from .._tensors import PthMeta, TensorRef, dotted, get_device, read_array_member, read_record, record_table, walk_refs
 from .._trust import TrustPolicy
@@ -113,6 +113,7 @@ def read(
                 member = _format.join(prefix, _format.DATA)
                 raw = src.read_json(member)
                 if isinstance(raw, dict) and rest in raw:
+                    involve_handlers(src, prefix)  # their reviewed names, as a load of the folder has them
                     return _decode_key(src, policy, target, member, rest, raw[rest])
         raise ArchiveFormatError(
             f"`{name}` names no tensor and no `data` key.",

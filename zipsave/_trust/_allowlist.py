@@ -291,12 +291,14 @@ _cache: tuple[int, frozenset[str]] = (-1, CORE_ALLOWLIST)
 
 def default_allowlist() -> frozenset[str]:
     """Every global the restricted unpickler imports without being told to: the core allowlist
-    and the reviewed allowlist of every registered handler."""
+    and the reviewed allowlist of every handler the load involves so far
+    (:func:`zipsave._registry.selected`: imported, or its library is). An integration nothing
+    selected adds nothing and is not imported: its names are refused as they would be were it
+    not installed, until something imports it (which changes the registry's generation)."""
     global _cache
-    generation = _registry.generation()
+    generation, found = _registry.selected()
     if _cache[0] != generation:
-        extra = [h.allowlist for h in _registry.handlers()]
-        _cache = (generation, CORE_ALLOWLIST.union(*extra))
+        _cache = (generation, CORE_ALLOWLIST.union(*(h.allowlist for h in found)))
     return _cache[1]
 
 

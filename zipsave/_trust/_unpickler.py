@@ -10,8 +10,6 @@ import sys
 import types
 from typing import Any, ClassVar
 
-import cloudpickle
-
 from .._bounds import check_int
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
@@ -378,6 +376,8 @@ def restricted_loads(
     where: dict[str, Any] = {"key": key, "member": member, "archive": archive}
     try:
         if policy.allow_pickle:
+            import cloudpickle  # only here: a load that never unpickles freely need not import it
+
             return cloudpickle.loads(payload)
         unpickler = _RestrictedUnpickler(bytes(payload), policy, where, storages)
         return unpickler.owners.checked(unpickler.load())
