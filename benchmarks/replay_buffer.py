@@ -3,7 +3,7 @@ the raw floor, every operation in a fresh interpreter, page cache warm.
 
 The model is a DQN ``CnnPolicy`` on 4 x 84 x 84 uint8 frames; the buffer is full, of random
 frames (``observations`` and ``next_observations``: 56 KB a transition, so 1e4 transitions are
-0.56 GB, 3e4 the issue's 1.6 GB and 1.1e5 the 6 GB case). Rows, each against its peer in the
+0.56 GB, 3e4 the issue's 1.6 GB and 1.07e5 the 6 GB case). Rows, each against its peer in the
 same repetition:
 
 * loads: ``raw_readinto_fresh`` (the floor: one ``readinto`` of the buffer's bytes into a
@@ -28,7 +28,7 @@ same repetition:
 Usage::
 
     python benchmarks/replay_buffer.py                          # 1e4 and 3e4, 3 repetitions
-    python benchmarks/replay_buffer.py --sizes 1.1e5 --reps 1   # the 6 GB case
+    python benchmarks/replay_buffer.py --sizes 1.07e5 --reps 1  # the 6 GB case
     python benchmarks/replay_buffer.py --smoke                  # a few MB, what CI runs
 """
 
