@@ -29,6 +29,7 @@ from test_replay_buffer_io import (  # noqa: E402
     _random_fill,
     _same_buffer,
     _saved_model,
+    _truncated_copy,
 )
 
 
@@ -177,11 +178,7 @@ def test_a_corrupt_her_member_empties_the_episodes_too(tmp_path_factory, tmp_pat
 def test_a_truncated_member_is_found_before_the_live_buffer_changes(tmp_path_factory, tmp_path):
     _, saved = _saved_model("replay", tmp_path_factory)
     member = _observations_member(saved)
-    path = tmp_path / "short.zip"
-    with zipfile.ZipFile(saved) as src, zipfile.ZipFile(path, "w") as dst:
-        for info in src.infolist():
-            data = src.read(info)
-            dst.writestr(info, data[:-64] if info.filename == member else data)
+    path = _truncated_copy(saved, member, tmp_path / "short.zip")
     live = _live("replay")
     kept = {name: arr.copy() for name, arr in _arrays(live.replay_buffer).items()}
     with pytest.raises(zipsave.ZipsaveError, match=re.escape(member)):

@@ -214,6 +214,15 @@ def _observations_member(path):
                    key=lambda i: i.file_size).filename
 
 
+def _truncated_copy(saved, member, path):
+    """``saved`` re-zipped at ``path`` with the last 64 bytes of ``member`` cut off."""
+    with zipfile.ZipFile(saved) as src, zipfile.ZipFile(path, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info, data[:-64] if info.filename == member else data)
+    return path
+
+
 @pytest.mark.parametrize("mapped", [False, True], ids=["copy", "mmap"])
 def test_a_corrupt_buffer_member_is_an_integrity_error(mapped, tmp_path_factory, tmp_path):
     _, saved = _saved_model("replay", tmp_path_factory)
@@ -236,11 +245,7 @@ def test_a_corrupt_buffer_member_is_an_integrity_error(mapped, tmp_path_factory,
 def test_a_truncated_buffer_member_is_a_zipsave_error(mapped, tmp_path_factory, tmp_path):
     _, saved = _saved_model("replay", tmp_path_factory)
     member = _observations_member(saved)
-    path = tmp_path / "short.zip"
-    with zipfile.ZipFile(saved) as src, zipfile.ZipFile(path, "w") as dst:
-        for info in src.infolist():
-            data = src.read(info)
-            dst.writestr(info, data[:-64] if info.filename == member else data)
+    path = _truncated_copy(saved, member, tmp_path / "short.zip")
     with pytest.raises(zipsave.ZipsaveError) as caught:
         zipsave.load(path, cls=DQN, mmap=mapped, device="cpu")
     assert member in str(caught.value)
