@@ -90,7 +90,8 @@ def every_array_by_rows(monkeypatch):
 
 
 def snapshots(caplog):
-    """The kind of each snapshot logged since the last call: "full", "incremental", "afresh"."""
+    """The kind of each snapshot logged since the last call: "full", "incremental", "afresh",
+    and "waiting" where a save waited for an earlier writer to let the shadow go."""
     out = []
     for record in caplog.records:
         message = record.getMessage()
@@ -100,6 +101,8 @@ def snapshots(caplog):
             out.append("incremental")
         elif "copying afresh" in message:
             out.append("afresh")
+        elif message.startswith("background save: waiting for the save still writing"):
+            out.append("waiting")
     caplog.clear()
     return out
 
@@ -230,7 +233,7 @@ class GatedFile(io.BytesIO):
         return super().write(b)
 
 
-def test_a_shadow_held_by_a_writer_is_left_alone(tmp_path, caplog, every_array_by_rows):
+def test_a_save_waits_for_the_writer_that_holds_the_shadow(tmp_path, caplog, every_array_by_rows):
     model = make("replay")
     model.learn(20)
     background(model, tmp_path / "a.zip").wait()
@@ -239,19 +242,41 @@ def test_a_shadow_held_by_a_writer_is_left_alone(tmp_path, caplog, every_array_b
     slow = background(model, gated)  # holds the shadow until it has written
     first = plain_bytes(model, tmp_path, "first.zip")
     model.learn(15, reset_num_timesteps=False)
+    second_bytes = plain_bytes(model, tmp_path, "second.zip")
     snapshots(caplog)
-    second = background(model, tmp_path / "b.zip")
-    assert snapshots(caplog) == ["afresh"]
-    second.wait()
-    assert (tmp_path / "b.zip").read_bytes() == plain_bytes(model, tmp_path)
+    started = []
+    saver = threading.Thread(target=lambda: started.append(background(model, tmp_path / "b.zip")))
+    saver.start()
+    saver.join(0.5)
+    assert saver.is_alive() and not started, "the second save did not wait for the shadow"
     assert not slow.done()
     gated.gate.set()
     slow.wait(30)
-    assert gated.getvalue() == first  # the shadow was not touched by the second save
+    saver.join(30)
+    started[0].wait(30)
+    assert gated.getvalue() == first  # the shadow was not touched while the first save wrote
+    assert snapshots(caplog) == ["waiting", "incremental"]  # 15 rows, not a copy of the buffer
+    assert (tmp_path / "b.zip").read_bytes() == second_bytes
     model.learn(12, reset_num_timesteps=False)
-    background(model, tmp_path / "c.zip").wait()  # 27 rows since the shadow's state
+    background(model, tmp_path / "c.zip").wait()
     assert snapshots(caplog) == ["incremental"]
     assert (tmp_path / "c.zip").read_bytes() == plain_bytes(model, tmp_path)
+
+
+def test_a_buffer_reached_twice_in_one_save_is_copied_afresh_the_second_time(caplog, every_array_by_rows):
+    model = make("replay")
+    model.learn(20)
+    source = _snapshot.replay_snapshot(model, model.replay_buffer)
+    arrays = [("observations", model.replay_buffer.observations)]
+    mine = set()
+    first = _shadow.take(source, arrays, mine)
+    assert first is not None and len(mine) == 1
+    second = _shadow.take(source, arrays, mine)  # would wait on itself for ever
+    assert second is None and snapshots(caplog) == ["full", "afresh"]
+    first[1]()  # let go: another save takes it again
+    third = _shadow.take(source, arrays, set())
+    assert third is not None and snapshots(caplog) == ["incremental"]
+    third[1]()
 
 
 def test_the_shadow_is_let_go_when_a_save_fails(tmp_path, caplog, monkeypatch, every_array_by_rows):

@@ -4,7 +4,8 @@ The calling thread collects and encodes the object as for a plain save, then cop
 tensor storage and array (one ``memcpy`` each, on the tensor's own device), so the archive
 shows the state at the moment of the call however training changes the model afterwards.
 With ``incremental=True`` a component that offers it (an SB3 replay buffer) is copied into a
-shadow kept between saves instead, only its rows written since the last save (``_shadow.py``).
+shadow kept between saves instead, only its rows written since the last save (``_shadow.py``);
+a save that arrives while an earlier one still writes from that shadow waits for it.
 A daemon thread writes the archive; saves to the same destination run one after another
 in call order, and the interpreter waits for pending saves before it exits.
 """
@@ -204,7 +205,7 @@ def _snapshot(enc: Any, memo: dict, held: list[Callable[[], None]] | None) -> An
     (``None``: no shadows) collects the release of each shadow used for the arrays."""
     taken = None
     if held is not None and enc.snapshot is not None and enc.arrays:
-        taken = take(enc.snapshot, enc.arrays)
+        taken = take(enc.snapshot, enc.arrays, memo.setdefault(("shadows",), set()))
         if taken is not None:
             held.append(taken[1])
     arrays = [(name, fresh_copy(arr)) for name, arr in enc.arrays] if taken is None else taken[0]

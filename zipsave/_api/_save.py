@@ -75,7 +75,9 @@ def save(
         milliseconds instead of a copy of the whole buffer). The copy stays, as much memory
         again as the buffer, until the buffer is freed or :func:`zipsave.release_snapshots`
         is called; :class:`~zipsave.CheckpointManager` and :class:`zipsave.sb3.CheckpointCallback`
-        turn it on. The archive is the same either way. Ignored without ``background``.
+        turn it on. A save that arrives while an earlier one is still writing from that copy
+        waits for it, so there is never a second copy of the buffer. The archive is the same
+        either way. Ignored without ``background``.
 
     Returns
     -------

@@ -13,7 +13,9 @@ buffers: ``zipsave/sb3/_snapshot.py``). A source has
 
 Whatever does not add up falls back to a full copy: an array replaced, moved or reshaped, no
 known dirty rows, or a sample of rows outside them that differs between the live arrays and the
-shadow. A writer holds the shadow until it has written; a save that finds it held copies afresh.
+shadow. A writer holds the shadow until it has written; a save that finds it held waits for
+that writer, so there is never more than the one shadow (the fresh copy it would make instead
+is as large as the buffer, once per save that arrives while the disk is behind).
 """
 
 from __future__ import annotations
@@ -137,10 +139,14 @@ def _key(arr: np.ndarray) -> tuple[Any, ...]:
     return (arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.dtype.str)
 
 
-def take(source: Any, arrays: list[tuple[str, np.ndarray]]) -> tuple[list[tuple[str, np.ndarray]], Callable[[], None]] | None:
+def take(
+    source: Any, arrays: list[tuple[str, np.ndarray]], mine: set[int]
+) -> tuple[list[tuple[str, np.ndarray]], Callable[[], None]] | None:
     """The shadow of ``source.owner`` brought up to ``arrays`` and held for one writer, with the
-    function that lets it go; ``None`` when there is none to use (the owner cannot be weakly
-    referenced, or an earlier writer still holds its shadow): the caller copies afresh."""
+    function that lets it go. An earlier save still writing from the shadow is waited for.
+    ``mine`` holds the ids of the shadows this save holds already (the same buffer reached
+    twice): ``None`` then, as when the owner cannot be weakly referenced; the caller copies
+    afresh."""
     try:
         with _lock:
             shadow = _shadows.get(source.owner)
@@ -148,16 +154,21 @@ def take(source: Any, arrays: list[tuple[str, np.ndarray]]) -> tuple[list[tuple[
                 shadow = _shadows[source.owner] = _Shadow()
     except TypeError:  # not weakly referenceable
         return None
-    if not shadow.busy.acquire(blocking=False):
-        _log.debug("background save: the shadow of %s is still being written; copying afresh",
+    if id(shadow) in mine:
+        _log.debug("background save: the shadow of %s is taken by this save already; copying afresh",
                    type(source.owner).__name__)
         return None
+    if not shadow.busy.acquire(blocking=False):
+        _log.debug("background save: waiting for the save still writing from the shadow of %s",
+                   type(source.owner).__name__)
+        shadow.busy.acquire()
     try:
         copies = shadow.update(source, arrays)
     except BaseException:
         shadow.forget()
         shadow.busy.release()
         raise
+    mine.add(id(shadow))
     return [(name, copy) for (name, _), copy in zip(arrays, copies)], shadow.busy.release
 
 
