@@ -12,6 +12,7 @@ import socket
 import multiprocessing
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -63,12 +64,19 @@ def test_steps_that_jump_over_a_multiple_still_save(tmp_path):
     assert saved == [144, 240, 336, 432, 528, 624, 720, 816, 912]
 
 
-def test_every_seconds(tmp_path):
+def test_every_seconds(tmp_path, monkeypatch):
+    from zipsave._manager import _checkpoints
+
+    now = [1000.0]  # a clock of the test's own: a slow fsync on a busy machine moves no deadline
+    monkeypatch.setattr(_checkpoints, "time", types.SimpleNamespace(monotonic=lambda: now[0], time=time.time))
     with zipsave.CheckpointManager(tmp_path, every_seconds=0.3, background=False) as manager:
         assert manager.save(1, state()) is None  # the clock starts when the manager opens
-        time.sleep(0.35)
+        now[0] += 0.35
         assert manager.save(2, state()) is not None
+        now[0] += 0.29
         assert manager.save(3, state()) is None
+        now[0] += 0.02
+        assert manager.save(4, state()) is not None
 
 
 def test_without_a_schedule_every_call_saves(tmp_path):
