@@ -21,6 +21,17 @@ def _fresh(code: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _ppo_archive(tmp_path):
+    """A small PPO saved to ``tmp_path / "ppo.zip"``: the model and the path."""
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3 import PPO
+
+    path = tmp_path / "ppo.zip"
+    model = PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, seed=0, device="cpu")
+    zipsave.save(model, path)
+    return model, path
+
+
 @pytest.mark.parametrize("key", ["model", "policy"])  # `policy.pth` is also what SB3's archives hold
 def test_first_save_load_and_inspect_of_a_plain_torch_archive_import_no_integration(tmp_path, key):
     path = str(tmp_path / "net.zip")
@@ -40,12 +51,7 @@ def test_first_save_load_and_inspect_of_a_plain_torch_archive_import_no_integrat
 
 
 def test_an_sb3_archive_still_loads_with_cls_and_through_install(tmp_path):
-    pytest.importorskip("stable_baselines3")
-    from stable_baselines3 import PPO
-
-    path = tmp_path / "ppo.zip"
-    model = PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, seed=0, device="cpu")
-    zipsave.save(model, path)
+    model, path = _ppo_archive(tmp_path)
     obs = [[0.1, 0.2, 0.3, 0.4]]
     want = model.predict(obs, deterministic=True)[0].tolist()
     for call in (
@@ -60,11 +66,7 @@ def test_an_sb3_archive_still_loads_with_cls_and_through_install(tmp_path):
 
 
 def test_an_sb3_archive_without_cls_imports_the_sb3_handler_by_its_members(tmp_path):
-    pytest.importorskip("stable_baselines3")
-    from stable_baselines3 import PPO
-
-    path = tmp_path / "ppo.zip"
-    zipsave.save(PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, seed=0, device="cpu"), path)
+    _, path = _ppo_archive(tmp_path)
     code = (
         "import json, sys, zipsave\n"
         f"data, params, _ = zipsave.load_archive({str(path)!r})\n"
@@ -114,11 +116,7 @@ def test_a_missing_attribute_is_still_an_attribute_error():
 
 
 def test_load_with_sb3_cls_imports_no_other_integration(tmp_path):
-    pytest.importorskip("stable_baselines3")
-    from stable_baselines3 import PPO
-
-    path = tmp_path / "ppo.zip"
-    zipsave.save(PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, seed=0, device="cpu"), path)
+    _, path = _ppo_archive(tmp_path)
     code = (
         "import json, sys, zipsave\n"
         "from stable_baselines3 import PPO\n"
