@@ -36,5 +36,8 @@ def data_bytes(src: Any, folder: str) -> bytes | None:
 
 
 def involve_handlers(src: Any, folder: str) -> None:
-    """Import the handlers a load of ``folder`` would ask about it (and so add their allowlists)."""
-    _registry.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
+    """Import the handlers a load of ``folder`` would ask about it (and so add their allowlists).
+    ``src``: an ``ArchiveSource``; once a folder (each call reads the folder's ``data`` again)."""
+    if folder not in src.involved:
+        _registry.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
+        src.involved.add(folder)

@@ -53,6 +53,7 @@ class ArchiveSource:
         progress: bool = False, check_version: bool = True,
     ) -> None:
         self.limits = limits or DEFAULT_LIMITS
+        self.involved: set[str] = set()  # folders whose handlers `involve_handlers` imported
         _progress.check(progress)
         self._stack = contextlib.ExitStack()
         try:

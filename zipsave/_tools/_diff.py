@@ -140,11 +140,10 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
         old_data, new_data = _data(left, notes), _data(right, notes)
         changed: list[Change] = []
         stored_differently: list[str] = []
-        involved: set[tuple[int, str]] = set()  # (source, folder) whose handlers are imported
         for key in old_data:
             if key not in new_data or _comparable(left, old_data[key]) == _comparable(right, new_data[key]):
                 continue
-            decoded = _decoded_pair(left, right, key, old_data[key], new_data[key], involved) if decode else None
+            decoded = _decoded_pair(left, right, key, old_data[key], new_data[key]) if decode else None
             if decoded is not None and same_value(*decoded):
                 stored_differently.append(key)
             elif decoded is None and decode and _same_pickles(old_data[key], new_data[key]):
@@ -187,11 +186,9 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
     )
 
 
-def _decoded(src: ArchiveSource, key: str, value: Any, involved: set[tuple[int, str]]) -> Any:
+def _decoded(src: ArchiveSource, key: str, value: Any) -> Any:
     folder, _, name = key.rpartition("/")
-    if (id(src), folder) not in involved:  # once a folder: it reads the folder's `data` again
-        involve_handlers(src, folder)  # their reviewed names, as a load of the folder has them
-        involved.add((id(src), folder))
+    involve_handlers(src, folder)  # their reviewed names, as a load of the folder has them
     decoder = Decoder(
         TrustPolicy(),
         load_array=lambda member: read_array_member(src.reader, member),
@@ -203,11 +200,10 @@ def _decoded(src: ArchiveSource, key: str, value: Any, involved: set[tuple[int, 
     return decoder.decode_entry(name, value)
 
 
-def _decoded_pair(left: ArchiveSource, right: ArchiveSource, key: str, old: Any, new: Any,
-                  involved: set[tuple[int, str]]) -> tuple[Any, Any] | None:
+def _decoded_pair(left: ArchiveSource, right: ArchiveSource, key: str, old: Any, new: Any) -> tuple[Any, Any] | None:
     """Both stored forms decoded (safely); ``None`` when either cannot be."""
     try:
-        return _decoded(left, key, old, involved), _decoded(right, key, new, involved)
+        return _decoded(left, key, old), _decoded(right, key, new)
     except Exception:  # noqa: BLE001 - undecodable here means "cannot tell": reported as a change
         return None
 
