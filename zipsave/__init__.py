@@ -1,9 +1,9 @@
 """zipsave: save reinforcement-learning models to one readable zip archive, and load them
 back without running pickled code."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._lazy import lazy_attributes
 from ._version import __version__
 from .exceptions import (
     ArchiveFormatError,
@@ -68,19 +68,7 @@ _SUBMODULES = frozenset({
 })
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")  # binds itself as an attribute
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later lookups do not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, *_SUBMODULES} - {"importlib", "TYPE_CHECKING", "Any", "_LAZY", "_SUBMODULES"})
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 
 __all__ = [

@@ -1,8 +1,9 @@
 """The verbs users call: save, load, restore, save_archive, load_archive, background saves,
 the ``Saveable`` mixin, ``RNGState`` and ``EnvState``; each a thin front of the core."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from ._background import SaveHandle, wait_for_pending
@@ -35,19 +36,7 @@ _LAZY: dict[str, str] = {
 _SUBMODULES = frozenset({"_background", "_env_state", "_load", "_rng", "_save", "_saveable", "_shadow"})
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, *_SUBMODULES} - {"importlib", "TYPE_CHECKING", "Any", "_LAZY", "_SUBMODULES"})
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 
 __all__ = [
