@@ -268,13 +268,14 @@ def test_a_buffer_reached_twice_in_one_save_is_copied_afresh_the_second_time(cap
     model.learn(20)
     source = _snapshot.replay_snapshot(model, model.replay_buffer)
     arrays = [("observations", model.replay_buffer.observations)]
-    mine = set()
-    first = _shadow.take(source, arrays, mine)
-    assert first is not None and len(mine) == 1
-    second = _shadow.take(source, arrays, mine)  # would wait on itself for ever
+    held = []
+    first = _shadow.take(source, arrays, held)
+    assert first is not None
+    held.append(first[1])  # as the save does
+    second = _shadow.take(source, arrays, held)  # would wait on itself for ever
     assert second is None and snapshots(caplog) == ["full", "afresh"]
     first[1]()  # let go: another save takes it again
-    third = _shadow.take(source, arrays, set())
+    third = _shadow.take(source, arrays, [])
     assert third is not None and snapshots(caplog) == ["incremental"]
     third[1]()
 

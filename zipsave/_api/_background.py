@@ -205,7 +205,7 @@ def _snapshot(enc: Any, memo: dict, held: list[Callable[[], None]] | None) -> An
     (``None``: no shadows) collects the release of each shadow used for the arrays."""
     taken = None
     if held is not None and enc.snapshot is not None and enc.arrays:
-        taken = take(enc.snapshot, enc.arrays, memo.setdefault(("shadows",), set()))
+        taken = take(enc.snapshot, enc.arrays, held)
         if taken is not None:
             held.append(taken[1])
     arrays = [(name, fresh_copy(arr)) for name, arr in enc.arrays] if taken is None else taken[0]

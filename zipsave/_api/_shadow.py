@@ -140,13 +140,13 @@ def _key(arr: np.ndarray) -> tuple[Any, ...]:
 
 
 def take(
-    source: Any, arrays: list[tuple[str, np.ndarray]], mine: set[int]
+    source: Any, arrays: list[tuple[str, np.ndarray]], held: list[Callable[[], None]]
 ) -> tuple[list[tuple[str, np.ndarray]], Callable[[], None]] | None:
     """The shadow of ``source.owner`` brought up to ``arrays`` and held for one writer, with the
     function that lets it go. An earlier save still writing from the shadow is waited for.
-    ``mine`` holds the ids of the shadows this save holds already (the same buffer reached
-    twice): ``None`` then, as when the owner cannot be weakly referenced; the caller copies
-    afresh."""
+    ``held``: the functions that let go the shadows this save holds already; a shadow among
+    them (the same buffer reached twice) gives ``None``, as when the owner cannot be weakly
+    referenced: the caller copies afresh."""
     try:
         with _lock:
             shadow = _shadows.get(source.owner)
@@ -154,7 +154,7 @@ def take(
                 shadow = _shadows[source.owner] = _Shadow()
     except TypeError:  # not weakly referenceable
         return None
-    if id(shadow) in mine:
+    if shadow.busy.release in held:
         _log.debug("background save: the shadow of %s is taken by this save already; copying afresh",
                    type(source.owner).__name__)
         return None
@@ -168,7 +168,6 @@ def take(
         shadow.forget()
         shadow.busy.release()
         raise
-    mine.add(id(shadow))
     return [(name, copy) for (name, _), copy in zip(arrays, copies)], shadow.busy.release
 
 
