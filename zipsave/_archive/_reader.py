@@ -20,7 +20,7 @@ from ..exceptions import (
     ZipsaveError,
 )
 from ._limits import DEFAULT_LIMITS, Limits
-from ._structure import read_structure
+from ._structure import check_one_end, read_structure
 from ._views import MemberView
 from ._zipfmt import (
     READ_CHUNK,
@@ -58,6 +58,7 @@ class ArchiveReader:
             known = describe_non_zip(fp)
             if known is not None:
                 raise ArchiveFormatError(known[0], archive=archive, hint=known[1]) from err
+            check_one_end(fp, archive=archive)
             if isinstance(err, zipfile.BadZipFile):
                 raise ArchiveFormatError(
                     f"not a zip archive, or truncated ({err}).",

@@ -12,7 +12,7 @@ from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._limits import Limits
 from ._zipfmt import CENTRAL, EOCD, EOCD64, FLAG_DESCRIPTOR, FLAG_UTF8, LOCAL, LOCATOR64, ZIP64_ID, check_name
 
-__all__ = ["Entry", "Structure", "read_structure"]
+__all__ = ["Entry", "Structure", "check_one_end", "read_structure"]
 
 SIG_EOCD = b"PK\x05\x06"
 SIG_EOCD64 = b"PK\x06\x06"
@@ -47,8 +47,6 @@ class Entry:
 class Structure:
     entries: list[Entry]
     cd_start: int
-    #: What was accepted although zipsave's writer would not write it (``verify`` notes).
-    tolerated: list[str]
 
 
 def _refuse(detail: str, archive: Any, member: str | None = None) -> ArchiveFormatError:
@@ -75,19 +73,29 @@ def _extras(raw: bytes, archive: Any, member: str, where: str) -> dict[int, byte
     return fields
 
 
-def _find_end(fp: IO[bytes], size: int, archive: Any) -> tuple[int, bytes]:
-    """The end record's offset and the bytes from there to the end of the file: the record
-    whose comment runs exactly to the end. Any other end signature after the central
-    directory starts (in the comment, say) is a second end record, refused by the caller."""
+def _find_end(fp: IO[bytes], size: int, archive: Any) -> tuple[int, bytes] | None:
+    """The end record's offset and the bytes from there to the end of the file (``None`` if
+    there is none): the record whose comment runs exactly to the end. A second such record
+    (a whole end record closing the comment of another) is refused here; another signature
+    in the comment or the directory is refused by the caller."""
     start = max(0, size - EOCD.size - _U16)
     fp.seek(start)
     tail = fp.read(size - start)
+    found = None
     pos = tail.rfind(SIG_EOCD)
     while pos >= 0:
         if pos + EOCD.size <= len(tail) and pos + EOCD.size + struct.unpack_from("<H", tail, pos + 20)[0] == len(tail):
-            return start + pos, tail[pos:]
+            if found is not None:  # a whole end record at the end of the comment of another
+                raise _second_end(archive)
+            found = pos
         pos = tail.rfind(SIG_EOCD, 0, pos)
-    raise ArchiveFormatError(
+    if found is not None:
+        return start + found, tail[found:]
+    return None
+
+
+def _no_end(size: int, archive: Any) -> ArchiveFormatError:
+    return ArchiveFormatError(
         f"does not end with its end-of-central-directory record ({size} bytes): the archive is "
         "truncated (cut off before its end) or has data appended after it.",
         archive=archive,
@@ -134,7 +142,10 @@ def read_structure(fp: IO[bytes], *, archive: Any, limits: Limits) -> Structure:
     a zip"). Raises :class:`ArchiveFormatError` or :class:`ArchiveLimitError`."""
     try:
         size = fp.seek(0, 2)
-        end, record = _find_end(fp, size, archive)
+        found = _find_end(fp, size, archive)
+        if found is None:
+            raise _no_end(size, archive)
+        end, record = found
         total, cd_size, cd_start, cd_end = _directory_extent(fp, end, record, archive)
         if total > limits.max_members:
             raise ArchiveLimitError(f"holds {total} members; the limit is {limits.max_members}.", archive=archive)
@@ -150,18 +161,36 @@ def read_structure(fp: IO[bytes], *, archive: Any, limits: Limits) -> Structure:
         if len(directory) != end - cd_start:
             raise _refuse("central directory is cut short.", archive)
         if directory.find(SIG_EOCD) >= 0 or record.find(SIG_EOCD, 4) >= 0:
-            raise _refuse(
-                "holds a second end-of-central-directory record (in the directory or the archive comment); "
-                "zip readers would disagree on which one is the archive's.",
-                archive,
-            )
+            raise _second_end(archive)
         entries = _central_entries(directory[:cd_size], total, cd_start, archive, limits)
         _check_layout(fp, entries, cd_start, archive)
     except (OSError, ValueError, struct.error, OverflowError) as err:
         if isinstance(err, ArchiveFormatError):
             raise
         raise ArchiveFormatError(f"unreadable zip structure ({type(err).__name__}: {err}).", archive=archive) from err
-    return Structure(entries, cd_start, [])
+    return Structure(entries, cd_start)
+
+
+def _second_end(archive: Any) -> ArchiveFormatError:
+    return _refuse(
+        "holds a second end-of-central-directory record (in the directory or the archive comment); "
+        "zip readers would disagree on which one is the archive's.",
+        archive,
+    )
+
+
+def check_one_end(fp: IO[bytes], *, archive: Any) -> None:
+    """Refuse an archive whose comment holds a second end record. zipfile takes the last one
+    it finds, so it cannot open such an archive at all, and would otherwise call it
+    truncated."""
+    try:
+        found = _find_end(fp, fp.seek(0, 2), archive)
+    except (OSError, ValueError) as err:
+        if isinstance(err, ArchiveFormatError):
+            raise
+        return
+    if found is not None and found[1].find(SIG_EOCD, 4) >= 0:
+        raise _second_end(archive)
 
 
 def _central_entries(directory: bytes, total: int, cd_start: int, archive: Any, limits: Limits) -> list[Entry]:
