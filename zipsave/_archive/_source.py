@@ -36,7 +36,7 @@ class _Layout(NamedTuple):
     components: list[str]  # every folder with its own `data`, in member order
     members: dict[str, list[str]]  # folder -> the members directly inside it
     children: dict[str, list[str]]  # folder -> its child components (see `child_components`)
-    subfolders: dict[str, set[str]]  # folder -> the names of the folders directly inside it
+    folders: dict[str, dict]  # the folder tree: name -> the folders directly inside it
 
 
 class ArchiveSource:
@@ -155,17 +155,12 @@ class ArchiveSource:
                 if parent and _format.join(parent, _format.DATA) not in present:
                     # a dict of components (`x/key`, where `x` has no data of its own)
                     children.setdefault(parent.rpartition("/")[0], []).append(sub)
-            subfolders: dict[str, set[str]] = {}
+            folders: dict[str, dict] = {}  # a tree of folder names: each name split once
             for name in names:
-                folder = name.rpartition("/")[0]
-                while folder:  # each folder is walked up from once: linear in the names
-                    parent, _, last = folder.rpartition("/")
-                    known = subfolders.setdefault(parent, set())
-                    if last in known:
-                        break
-                    known.add(last)
-                    folder = parent
-            self._layout_cache = _Layout(components, members, children, subfolders)
+                node = folders
+                for part in name.split("/")[:-1]:
+                    node = node.setdefault(part, {})
+            self._layout_cache = _Layout(components, members, children, folders)
         return self._layout_cache
 
     def components(self) -> list[str]:
@@ -179,7 +174,12 @@ class ArchiveSource:
 
     def subfolders(self, folder: str) -> list[str]:
         """The names of the folders directly inside ``folder`` that hold members."""
-        return sorted(self._layout().subfolders.get(folder, ()))
+        node = self._layout().folders
+        for part in folder.split("/") if folder else ():
+            node = node.get(part)
+            if node is None:
+                return []
+        return sorted(node)
 
     def members_in(self, folder: str) -> list[str]:
         """The members directly inside ``folder`` (not in its sub-folders)."""
