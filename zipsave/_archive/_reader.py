@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import struct
 import tempfile
 import threading

@@ -36,7 +36,6 @@ class _Layout(NamedTuple):
     components: list[str]  # every folder with its own `data`, in member order
     members: dict[str, list[str]]  # folder -> the members directly inside it
     children: dict[str, list[str]]  # folder -> its child components (see `child_components`)
-    folders: dict[str, dict]  # the folder tree: name -> the folders directly inside it
 
 
 class ArchiveSource:
@@ -64,6 +63,7 @@ class ArchiveSource:
         self.limits = limits or DEFAULT_LIMITS
         self.involved: set[str] = set()  # folders whose handlers `involve_handlers` imported
         self._layout_cache: _Layout | None = None
+        self._folder_tree: dict[str, dict] | None = None
         _progress.check(progress)
         self._stack = contextlib.ExitStack()
         try:
@@ -141,7 +141,6 @@ class ArchiveSource:
     def _layout(self) -> _Layout:
         if self._layout_cache is None:
             names = self.names()
-            present = set(names)
             suffix = "/" + _format.DATA
             components = [n[: -len(suffix)] for n in names if n.endswith(suffix)]
             members: dict[str, list[str]] = {}
@@ -152,15 +151,10 @@ class ArchiveSource:
                 parent, _, last = sub.rpartition("/")
                 if last:
                     children.setdefault(parent, []).append(sub)
-                if parent and _format.join(parent, _format.DATA) not in present:
+                if parent and not self.has(_format.join(parent, _format.DATA)):
                     # a dict of components (`x/key`, where `x` has no data of its own)
                     children.setdefault(parent.rpartition("/")[0], []).append(sub)
-            folders: dict[str, dict] = {}  # a tree of folder names: each name split once
-            for name in names:
-                node = folders
-                for part in name.split("/")[:-1]:
-                    node = node.setdefault(part, {})
-            self._layout_cache = _Layout(components, members, children, folders)
+            self._layout_cache = _Layout(components, members, children)
         return self._layout_cache
 
     def components(self) -> list[str]:
@@ -174,12 +168,16 @@ class ArchiveSource:
 
     def subfolders(self, folder: str) -> list[str]:
         """The names of the folders directly inside ``folder`` that hold members."""
-        node = self._layout().folders
+        if self._folder_tree is None:
+            self._folder_tree = {}  # each name split once, not walked up folder by folder
+            for name in self.names():
+                tree = self._folder_tree
+                for part in name.split("/")[:-1]:
+                    tree = tree.setdefault(part, {})
+        node: dict[str, dict] | None = self._folder_tree
         for part in folder.split("/") if folder else ():
-            node = node.get(part)
-            if node is None:
-                return []
-        return sorted(node)
+            node = node.get(part) if node is not None else None
+        return sorted(node or ())
 
     def members_in(self, folder: str) -> list[str]:
         """The members directly inside ``folder`` (not in its sub-folders)."""
