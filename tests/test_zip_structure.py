@@ -4,11 +4,13 @@ and every structure two zip readers could read differently is refused, by load a
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
 import struct
 import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -294,3 +296,19 @@ def test_verify_reports_the_structure(tmp_path):
     raw = _mutated(_local_crc)
     problems = verify(io.BytesIO(raw))
     assert len(problems) == 1 and "local header says crc32" in problems[0]
+
+
+@pytest.mark.parametrize("how", ["prepended", "comment"])
+def test_the_verify_command_says_not_ok(tmp_path, how):
+    zipsave.save({"a": 1}, tmp_path / "one.zip")
+    raw = (tmp_path / "one.zip").read_bytes()
+    path = tmp_path / "bad.zip"
+    if how == "prepended":
+        path.write_bytes(zipfile_archive() + raw)
+    else:
+        path.write_bytes(zipfile_archive(comment=raw[raw.rindex(b"PK\x05\x06") :]))
+    result = subprocess.run(
+        [sys.executable, "-m", "zipsave", "verify", "--json", str(path)], capture_output=True, text=True, check=False
+    )
+    report = json.loads(result.stdout)
+    assert result.returncode != 0 and report["ok"] is False and len(report["problems"]) == 1
