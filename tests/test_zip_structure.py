@@ -147,14 +147,15 @@ def test_local_header_method_must_match_the_directory():
         read_all(bytes(raw))
 
 
-def test_a_second_end_record_in_the_comment_is_refused(tmp_path):
+@pytest.mark.parametrize("after", [b"", b" and more comment"], ids=["closing", "inside"])
+def test_a_second_end_record_in_the_comment_is_refused(tmp_path, after):
     inner = zipfile_archive()
     fake = inner[inner.rindex(b"PK\x05\x06") :]
     path = tmp_path / "comment.zip"
-    path.write_bytes(zipfile_archive(comment=b"x" * 10 + fake))
+    path.write_bytes(zipfile_archive(comment=b"x" * 10 + fake + after))
     message = (
-        f"archive `{path}`: holds a second end-of-central-directory record (in the directory or the archive "
-        "comment); zip readers would disagree on which one is the archive's. " + HINT
+        f"archive `{path}`: holds a second end-of-central-directory record (in the archive comment); zip "
+        "readers would disagree on which one is the archive's. " + HINT
     )
     with pytest.raises(ArchiveFormatError, match=re.escape(message)):
         with open(path, "rb") as fp:

@@ -160,7 +160,7 @@ def read_structure(fp: IO[bytes], *, archive: Any, limits: Limits) -> Structure:
         directory = fp.read(end - cd_start)
         if len(directory) != end - cd_start:
             raise _refuse("central directory is cut short.", archive)
-        if directory.find(SIG_EOCD) >= 0 or record.find(SIG_EOCD, 4) >= 0:
+        if record.find(SIG_EOCD, 4) >= 0:  # zipfile takes the last end record it finds
             raise _second_end(archive)
         entries = _central_entries(directory[:cd_size], total, cd_start, archive, limits)
         _check_layout(fp, entries, cd_start, archive)
@@ -173,7 +173,7 @@ def read_structure(fp: IO[bytes], *, archive: Any, limits: Limits) -> Structure:
 
 def _second_end(archive: Any) -> ArchiveFormatError:
     return _refuse(
-        "holds a second end-of-central-directory record (in the directory or the archive comment); "
+        "holds a second end-of-central-directory record (in the archive comment); "
         "zip readers would disagree on which one is the archive's.",
         archive,
     )
