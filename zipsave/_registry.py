@@ -31,6 +31,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from importlib import metadata
 from typing import Any, ClassVar
 
@@ -187,7 +188,7 @@ def _load(name: str) -> None:
     _generation += 1
 
 
-def _wanted(name: str, members: frozenset[str] | None, live: bool, data: Callable[[], bytes | None]) -> bool:
+def _wanted(name: str, members: AbstractSet[str] | None, live: bool, data: Callable[[], bytes | None]) -> bool:
     hint = ENTRY_HINTS.get(name)
     if hint is None or (members is None and not live):
         return True
@@ -225,7 +226,7 @@ def handlers(
 
     with _lock:
         _list_entry_points()
-        wanted = None if members is None else frozenset(members)
+        wanted = None if members is None else members if isinstance(members, AbstractSet) else frozenset(members)
         for name in list(_pending):
             if _wanted(name, wanted, live, data_once):
                 _load(name)

@@ -5,7 +5,7 @@ manifest."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import _format, _json
 from .._version import __version__
@@ -28,6 +28,14 @@ def parse_version(text: str) -> tuple[str | None, int | None]:
         elif word == "format" and value.strip().isdigit():
             fmt = int(value)
     return version, fmt
+
+
+class _Layout(NamedTuple):
+    """The folders of an archive, from one pass over its member names."""
+
+    components: list[str]  # every folder with its own `data`, in member order
+    members: dict[str, list[str]]  # folder -> the members directly inside it
+    children: dict[str, list[str]]  # folder -> its child components (see `child_components`)
 
 
 class ArchiveSource:
@@ -54,6 +62,8 @@ class ArchiveSource:
     ) -> None:
         self.limits = limits or DEFAULT_LIMITS
         self.involved: set[str] = set()  # folders whose handlers `involve_handlers` imported
+        self._layout_cache: _Layout | None = None
+        self._folder_tree: dict[str, dict] | None = None
         _progress.check(progress)
         self._stack = contextlib.ExitStack()
         try:
@@ -126,28 +136,52 @@ class ArchiveSource:
             raise
 
     # -- layout -------------------------------------------------------------------------------
+    # One pass over the member names per archive, however many folders a load asks about:
+    # a scan per folder made a load quadratic in the component folders (16 000 took 52 s).
+    def _layout(self) -> _Layout:
+        if self._layout_cache is None:
+            names = self.names()
+            suffix = "/" + _format.DATA
+            components = [n[: -len(suffix)] for n in names if n.endswith(suffix)]
+            members: dict[str, list[str]] = {}
+            for name in names:
+                members.setdefault(name.rpartition("/")[0], []).append(name)
+            children: dict[str, list[str]] = {}
+            for sub in components:
+                parent, _, last = sub.rpartition("/")
+                if last:
+                    children.setdefault(parent, []).append(sub)
+                if parent and not self.has(_format.join(parent, _format.DATA)):
+                    # a dict of components (`x/key`, where `x` has no data of its own)
+                    children.setdefault(parent.rpartition("/")[0], []).append(sub)
+            self._layout_cache = _Layout(components, members, children)
+        return self._layout_cache
+
     def components(self) -> list[str]:
         """Every component folder (a folder with its own ``data``)."""
-        suffix = "/" + _format.DATA
-        return [n[: -len(suffix)] for n in self.names() if n.endswith(suffix)]
+        return list(self._layout().components)
 
     def child_components(self, folder: str) -> list[str]:
         """Component folders directly below ``folder``: ``x``, or ``x/key`` where ``x`` has no
         ``data`` of its own (a dict of components)."""
-        prefix = f"{folder}/" if folder else ""
-        found = []
-        for sub in self.components():
-            if not sub.startswith(prefix) or not sub[len(prefix):]:
-                continue
-            parts = sub[len(prefix):].split("/")
-            if len(parts) == 1 or (len(parts) == 2 and not self.has(_format.join(prefix + parts[0], _format.DATA))):
-                found.append(sub)
-        return found
+        return list(self._layout().children.get(folder, ()))
+
+    def subfolders(self, folder: str) -> list[str]:
+        """The names of the folders directly inside ``folder`` that hold members."""
+        if self._folder_tree is None:
+            self._folder_tree = {}  # each name split once, not walked up folder by folder
+            for name in self.names():
+                tree = self._folder_tree
+                for part in name.split("/")[:-1]:
+                    tree = tree.setdefault(part, {})
+        node: dict[str, dict] | None = self._folder_tree
+        for part in folder.split("/") if folder else ():
+            node = node.get(part) if node is not None else None
+        return sorted(node or ())
 
     def members_in(self, folder: str) -> list[str]:
         """The members directly inside ``folder`` (not in its sub-folders)."""
-        prefix = f"{folder}/" if folder else ""
-        return [n for n in self.names() if n.startswith(prefix) and "/" not in n[len(prefix):]]
+        return list(self._layout().members.get(folder, ()))
 
     # -- format version ---------------------------------------------------------------------
     def _read_version(self) -> tuple[str | None, int | None]:

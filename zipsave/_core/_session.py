@@ -63,6 +63,7 @@ class LoadSession:
         self.limits = self.source.limits
         self.report = options.report if options.report is not None else LoadReport()
         self.report.archive = self.name
+        self._noted = set(self.report.notes)
         try:
             if self.reader.manifest_error and self.verify:
                 self._integrity(self.reader.manifest_error, None)
@@ -182,7 +183,8 @@ class LoadSession:
         if self.strict:
             raise IntegrityError(message, archive=self.name, member=member)
         note = f"{member}: {message}" if member else message
-        if note not in self.report.notes:  # a member read twice (a handler's look, then the decode) is one note
+        if note not in self._noted:  # a member read twice (a handler's look, then the decode) is one note
+            self._noted.add(note)  # a set: a list scan per note made 100 000 missing members take 41 s
             self.report.notes.append(note)
         where = f"member `{member}` " if member else ""
         warnings.warn(ZipsaveWarning(f"archive `{self.name}`: {where}{message}"), stacklevel=caller_stacklevel())
