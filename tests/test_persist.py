@@ -207,7 +207,8 @@ def test_custom_objects_replace_without_decoding(tmp_path, edited_ok):
         warnings.simplefilter("error", zipsave.SkippedEntryWarning)  # nothing may be skipped
         loaded = zipsave.load(tmp_path / "a.zip", custom_objects={"learning_rate": 0.5})
     assert loaded.learning_rate == 0.5
-    with pytest.raises(TypeError, match=re.escape("custom_objects must be a dict or None, found list.")):
+    with pytest.raises(TypeError, match=re.escape("custom_objects must be a dict of `data` keys to the values used "
+                                                  "instead of the saved ones, found a list: [1].")):
         zipsave.load(tmp_path / "a.zip", custom_objects=[1])
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from .. import _format
@@ -23,12 +22,10 @@ __all__ = ["SB3Handler"]
 
 def _suggested(session: LoadSession, folder: str) -> str | None:
     """The algorithm the archive's ``data`` names by its policy class, if it can tell."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # integrity notes come again when the data is decoded
-        try:
-            return suggest_algorithm(session.read_json(_format.join(folder, _format.DATA)))
-        except Exception:  # noqa: BLE001 - only a suggestion
-            return None
+    try:  # the session's one read of `data`: an edited member is reported once, whoever reads first
+        return suggest_algorithm(session.read_json(_format.join(folder, _format.DATA)))
+    except Exception:  # noqa: BLE001 - only a suggestion
+        return None
 
 
 def _is_sb3_like(obj: Any) -> bool:
@@ -74,9 +71,7 @@ class SB3Handler(Handler):
         member = _format.join(folder, _format.DATA)
         if not session.has(member):
             return False
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # integrity notes come again when the data is decoded
-            raw = session.read_json(member)
+        raw = session.read_json(member)  # read once per load: the decode reuses it
         return isinstance(raw, dict) and "policy_class" in raw and session.has(_format.join(folder, "policy.pth"))
 
     def build(
@@ -100,12 +95,10 @@ class SB3Handler(Handler):
         member = _format.join(folder, _format.DATA)
         if session.policy.allow_pickle or not session.has(member):
             return {}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # integrity notes come again when `data` is decoded
-            try:
-                raw = session.read_json(member)
-            except Exception:  # noqa: BLE001 - the decode that follows reports the cause
-                return {}
+        try:
+            raw = session.read_json(member)  # read once per load: the decode reuses it
+        except Exception:  # noqa: BLE001 - the decode that follows reports the cause
+            return {}
         return {**closures_in(raw), **schedules_in(raw)}
 
     def restore_component(self, session: LoadSession, obj: Any, name: str) -> bool:
