@@ -15,7 +15,7 @@ from .. import _format
 from .._core import LoadSession, check_data_key
 from .._codec import SERIALIZED_KEY
 from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveWarning, caller_stacklevel
-from ._checks import check_data, check_names, drop_saved_env
+from ._checks import check_data, check_names, drop_her_wrapper_class, drop_saved_env
 from ._extras import apply_vec_normalize, has_extra, restore_extra, warn_unused_vec_normalize
 from ._keys import blame_given, given_values, warn_near_options, warn_unknown_keys, warn_unmatched_custom_objects
 from ._params import load_parameters, load_variables
@@ -86,6 +86,7 @@ def build_sb3(
     warn_near_options(kwargs, data, cls, src.name, door=door)
     check_required(src, cls, data, given)
     drop_saved_env(data, src.report.notes)
+    drop_her_wrapper_class(data, src.report.notes)
     check_data(data, archive=src.name, references=src.policy.references)
     check_names(cls, data=data, params=(), variables=(), archive=src.name)
     _fix_policy_kwargs(src, data, kwargs)
@@ -100,8 +101,6 @@ def build_sb3(
         if force_reset:
             data["_last_obs"] = None  # SB3 #597: reset before training
         data["n_envs"] = env.num_envs
-    elif has_extra(src, "vec_normalize", exclude):
-        warn_unused_vec_normalize(src)
 
     try:
         model = cls(policy=data["policy_class"], env=env, device=src.device, _init_setup_model=False)
@@ -129,6 +128,8 @@ def build_sb3(
             hint=policy_hint(cls, data["policy_class"]),
         ) from err
 
+    if env is None and has_extra(src, "vec_normalize", exclude):  # said once the model is built, not before an error
+        warn_unused_vec_normalize(src)
     warn_unmatched_custom_objects(custom_objects, raw or data, src.name)
     warn_unknown_keys(model, data, src.name, given=set(given))
     _warn_lost_schedules(src, model, recovery.why)
