@@ -12,6 +12,7 @@ Tensors are read with zipsave's own loader (``torch.load`` only with ``weights_o
 from __future__ import annotations
 
 import base64
+import hashlib
 import dataclasses
 import math
 import pickletools
@@ -145,7 +146,11 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
                 continue
             decoded = _decoded_pair(left, right, key, old_data[key], new_data[key]) if decode else None
             if decoded is not None and same_value(*decoded):
-                stored_differently.append(key)
+                rng = _rng_change(*decoded)  # equal spaces whose generators differ: not the same value
+                if rng is None:
+                    stored_differently.append(key)
+                else:
+                    changed.append(Change(key, *rng))
             elif decoded is None and decode and _same_pickles(old_data[key], new_data[key]):
                 stored_differently.append(key)
             else:
@@ -272,6 +277,33 @@ def _rng_state(value: Any) -> Any:
     if isinstance(value, np.random.RandomState):
         return value.get_state(legacy=False)
     return None
+
+
+def _rng_states(value: Any, depth: int = 0) -> list[Any]:
+    """The states of the random generators inside ``value`` (a space's ``np_random``, those of a
+    ``Dict`` space's members...), in order."""
+    state = _rng_state(value)
+    if state is not None or depth > 20:
+        return [] if state is None else [state]
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, (list, tuple)):
+        items = value
+    elif isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, (type, torch.Tensor, np.ndarray)):
+        items = vars(value).values()
+    else:
+        return []
+    return [found for item in items for found in _rng_states(item, depth + 1)]
+
+
+def _rng_change(a: Any, b: Any) -> tuple[str, str] | None:
+    """``("RNG state <digest>", "RNG state <digest>")`` when two values equal by ``==`` (gymnasium
+    spaces compare their bounds only) hold random generators in different states, else ``None``."""
+    states = _rng_states(a), _rng_states(b)
+    if same_value(*states):
+        return None
+    digests = (hashlib.sha256(repr(s).encode()).hexdigest()[:12] if s else "none" for s in states)
+    return tuple(f"RNG state {d}" for d in digests)  # type: ignore[return-value]
 
 
 def same_value(a: Any, b: Any, depth: int = 0) -> bool:
