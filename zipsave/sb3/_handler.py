@@ -14,7 +14,7 @@ from ._allowlist_contrib import SB3_CONTRIB_ALLOWLIST
 from ._build import build_sb3
 from ._extras import EXTRAS, collect_extras, restore_extra, sb3_stand_in
 from ._guess import import_line, suggest_algorithm
-from ._schedules import closures_in
+from ._schedules import closures_in, rebuilt_on_load
 from ._zoo import schedules_in
 
 __all__ = ["SB3Handler"]
@@ -60,7 +60,8 @@ class SB3Handler(Handler):
         }
         state = [(name, unwrap(recursive_getattr(obj, name))) for name in state_names]
         variables = {name: recursive_getattr(obj, name) for name in var_names}
-        return Parts(data, state, variables, list(extras), encoder_options={"stand_in": sb3_stand_in})
+        return Parts(data, state, variables, list(extras), encoder_options={"stand_in": sb3_stand_in},
+                     rebuilt_on_load=rebuilt_on_load)
 
     def builds(self, cls: type) -> bool:
         return isinstance(cls, type) and not issubclass(cls, Component) and hasattr(cls, "_setup_model")

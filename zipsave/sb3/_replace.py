@@ -10,7 +10,7 @@ from typing import Any
 
 import zipsave
 from zipsave._archive import atomic_output
-from zipsave._core import LoadOptions, LoadSession, check_name
+from zipsave._core import LoadOptions, LoadSession, Parts, check_name, encode, write
 from zipsave._trust import TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError
 
@@ -21,6 +21,7 @@ from ._extras import EXTRAS
 from ._keys import check_custom_objects
 from ._params import load_parameters
 from ._required import OBJECT_CLASS, OBJECT_VALUE
+from ._schedules import rebuilt_on_load
 from ._state import Options, original
 from ._state import current_options as _current
 
@@ -69,7 +70,10 @@ def save_to_zip_file(
     """SB3's ``save_to_zip_file``: an atomic zipsave archive (``.zip`` added to a path
     without a suffix, parent folders created, file objects written and left open)."""
     del verbose
-    zipsave.save_archive(save_path, data=data, params=params, pytorch_variables=pytorch_variables)
+    # zipsave.save_archive, knowing that SB3's schedule closures are rebuilt on load (no warning)
+    parts = Parts(dict(data or {}), list((params or {}).items()), dict(pytorch_variables or {}), [],
+                  rebuilt_on_load=rebuilt_on_load)
+    write(encode(parts, "", exclude=None, include=None), save_path)
 
 
 def load_from_zip_file(

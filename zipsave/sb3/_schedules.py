@@ -12,9 +12,9 @@ from typing import Any
 
 from .._codec import SERIALIZED_KEY, TYPE_KEY
 from ._codeshape import CodeShape, shape_problem
-from ._zoo import rebuild_described
+from ._zoo import rebuild_described, schedules_in
 
-__all__ = ["NotASchedule", "closures_in", "recognise_schedule"]
+__all__ = ["NotASchedule", "closures_in", "rebuilt_on_load", "recognise_schedule"]
 
 _MODULE = "stable_baselines3.common.utils"
 _CLOUDPICKLE = ("cloudpickle.cloudpickle", "cloudpickle.cloudpickle_fast")
@@ -264,3 +264,13 @@ def closures_in(raw: Any, skip: Any = ()) -> dict[str, Any]:
         except NotASchedule:
             continue
     return out
+
+
+def rebuilt_on_load(key: str, entry: dict[str, Any]) -> bool:
+    """Whether a load rebuilds this pickled code without running it (SB3's and the Zoo's
+    schedule closures, alone or in SB3's schedule objects): what a save need not warn about."""
+    try:
+        recognise_schedule(entry)
+    except NotASchedule:
+        return bool(schedules_in({key: entry}))
+    return True
