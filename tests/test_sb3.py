@@ -590,7 +590,12 @@ def _saved(model, path):
 @pytest.mark.parametrize("name", CASES)
 def test_sb3_loads_what_zipsave_saves(trained, tmp_path, name):
     cls, path, original = trained[name]
-    zipsave.save(original, tmp_path / "ours.zip")
+    if name in BY_VALUE:  # said when saving: a safe load will skip it
+        with pytest.warns(zipsave.ZipsaveWarning, match=re.escape(
+                f"{', '.join(f'`{k}`' for k in BY_VALUE[name])} hold code that cloudpickle stores by value")):
+            zipsave.save(original, tmp_path / "ours.zip")
+    else:
+        zipsave.save(original, tmp_path / "ours.zip")
     names = zipfile.ZipFile(tmp_path / "ours.zip").namelist()
     assert "manifest.json" in names
     reference = load_from_zip_file(path)
