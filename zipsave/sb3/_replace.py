@@ -128,15 +128,9 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
     check_custom_objects(custom_objects)
     _check_exists(path, "zip")
     options = _load_options(device=device, print_system_info=print_system_info)
-    at = path.tell() if hasattr(path, "read") else None
-    try:
-        with LoadSession(_existing(path, "zip"), options) as src:
-            return build_sb3(src, cls, custom_objects=dict(custom_objects) if custom_objects is not None else None,
-                             exclude=[], overrides=kwargs, door=f"{cls.__name__}.load")
-    except zipsave.ZipsaveError:
-        if at is not None:
-            path.seek(at)
-        raise
+    with LoadSession(_existing(path, "zip"), options) as src:
+        return build_sb3(src, cls, custom_objects=dict(custom_objects) if custom_objects is not None else None,
+                         exclude=[], overrides=kwargs, door=f"{cls.__name__}.load")
 
 
 def set_parameters(self: Any, load_path_or_dict: Any, exact_match: bool = True, device: Any = "auto") -> None:
