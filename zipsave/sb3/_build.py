@@ -13,7 +13,7 @@ import torch
 
 from .. import _format
 from .._core import LoadSession, check_data_key
-from .._codec import SERIALIZED_KEY
+from .._codec import SERIALIZED_KEY, TYPE_KEY
 from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveWarning, caller_stacklevel
 from ._checks import check_data, check_names, drop_her_wrapper_class, drop_saved_env
 from ._extras import apply_vec_normalize, has_extra, restore_extra, warn_unused_vec_normalize
@@ -164,6 +164,9 @@ class _ScheduleRecovery:
         self.why: dict[str, str] = {}
 
     def __call__(self, key: str, value: Any) -> Any:
+        hint = str(value.get(TYPE_KEY, "")) if isinstance(value, dict) else ""
+        if key not in SCHEDULE_KEYS and "function" not in hint and "Schedule" not in hint:
+            raise NotASchedule(key)  # a schedule is stored as one, or under a schedule's key
         try:
             return recognise_schedule(value)
         except NotASchedule as err:

@@ -5,13 +5,14 @@ SB3 is silent on the first two and blames the archive for the third."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import types
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from .._core import check_custom_objects
+from .._core import LoadOptions, check_custom_objects
 from ..exceptions import DecodeError, ZipsaveWarning, caller_stacklevel, describe_path
 
 __all__ = [
@@ -92,10 +93,6 @@ def warn_unknown_keys(model: Any, data: Mapping[str, Any], archive: Any, *, give
 
 def _zipsave_options() -> tuple[str, ...]:
     """The options of ``zipsave.load`` (its own and the shared load options)."""
-    import dataclasses
-
-    from .._core import LoadOptions
-
     return ("cls", "component", "exclude", "exact_match", *(f.name for f in dataclasses.fields(LoadOptions)))
 
 

@@ -11,6 +11,7 @@ import pickle
 from typing import Any
 
 from .._codec import SERIALIZED_KEY, TYPE_KEY
+from .._trust import prescan_pickle
 from ._codeshape import CodeShape, shape_problem
 from ._zoo import rebuild_described, schedules_in
 
@@ -243,6 +244,7 @@ def recognise_schedule(value: Any) -> Any:
         raise NotASchedule("the entry holds no pickle")
     try:
         payload = base64.b64decode(value[SERIALIZED_KEY], validate=True)
+        prescan_pickle(payload)  # no hash flood, no length past the end: linear in the payload
         func = _DescribingUnpickler(io.BytesIO(payload)).load()
     except NotASchedule:
         raise

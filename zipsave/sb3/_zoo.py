@@ -18,6 +18,8 @@ import base64
 import pickletools
 from typing import Any
 
+from .._trust import prescan_pickle
+from ..exceptions import ZipsaveError
 from ._codeshape import CodeShape, shape_problem
 
 __all__ = ["recognise", "rebuild_described", "schedules_in"]
@@ -188,8 +190,9 @@ def recognise(payload: bytes) -> Any:
     rl-zoo3 2.7 its ``linear_schedule``); ``None`` when the pickle is anything else or rl-zoo3
     is not installed."""
     try:
+        prescan_pickle(payload)  # no hash flood, no length past the end: linear in the payload
         root, calls = _evaluate(payload)
-    except (_Unsupported, ValueError, IndexError, KeyError, TypeError, AttributeError):
+    except (_Unsupported, ZipsaveError, ValueError, IndexError, KeyError, TypeError, AttributeError):
         return None
     wrapped = False
     if isinstance(root, _Built) and isinstance(root.obj, _Call) and isinstance(root.obj.func, _Global):
