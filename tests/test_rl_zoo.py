@@ -235,3 +235,17 @@ def test_a_lost_zoo_schedule_names_the_custom_objects_fix(tmp_path):
         model = zipsave.load(path, cls=ARS, device="cpu")
     assert any("custom_objects={'delta_std_schedule': ...}" in str(w.message) for w in caught)
     assert model.delta_std_schedule(0.5) == 0.05  # ARS's default, as the warning says
+
+
+def test_a_damaged_legacy_torch_stream_is_refused_by_name(tmp_path):
+    from stable_baselines3 import SAC
+
+    # the SAC agent's policy.pth (torch's pre-zip stream) claiming more elements than follow
+    path = tmp_path / "sac.zip"
+    with zipfile.ZipFile(ZOO_AGENTS / "sac_Pendulum-v1.zip") as src, zipfile.ZipFile(path, "w") as out:
+        for item in src.infolist():
+            payload = src.read(item)
+            out.writestr(item, payload[: len(payload) - 4096] if item.filename == "policy.pth" else payload)
+    with pytest.raises(zipsave.IntegrityError, match=re.escape("member `policy.pth`")) as raised:
+        zipsave.load(path, cls=SAC, device="cpu")
+    assert "a legacy torch storage" in str(raised.value)
