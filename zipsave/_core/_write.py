@@ -112,17 +112,8 @@ def _warn_code_by_value(data: dict[str, Any], rebuilt_on_load: Any) -> None:
     """Say at save time what a safe load will skip: values cloudpickle stored as code (a lambda,
     a function or class defined inside a function or in ``__main__``), with the fix; one warning
     per save. Read off the pickles' globals; nothing is unpickled."""
-    keys = []
-    for key, entry in data.items():
-        if not isinstance(entry, dict) or NATIVE_KEY in entry or not isinstance(entry.get(SERIALIZED_KEY), str):
-            continue
-        try:
-            names = pickle_globals(base64.b64decode(entry[SERIALIZED_KEY]))
-        except Exception:  # noqa: BLE001 - not a readable pickle: the load says what it is
-            continue
-        if any(name.startswith("cloudpickle.") for name in names) and not (
-                rebuilt_on_load is not None and rebuilt_on_load(key, entry)):
-            keys.append(key)
+    keys = [key for key, entry in data.items() if any(_stored_as_code(found) for found in _pickled(entry))
+            and not (rebuilt_on_load is not None and rebuilt_on_load(key, entry))]
     if keys:
         listed = ", ".join(f"`{key}`" for key in keys)
         warnings.warn(
@@ -135,6 +126,30 @@ def _warn_code_by_value(data: dict[str, Any], rebuilt_on_load: Any) -> None:
             ),
             stacklevel=caller_stacklevel(),
         )
+
+
+def _pickled(entry: Any, depth: int = 0) -> Iterable[str]:
+    """The pickles an encoded entry holds: its own (when it has no native form), or those of the
+    items inside a native container (a tuple holding one lambda)."""
+    if depth > 20:
+        return
+    if isinstance(entry, dict):
+        if isinstance(entry.get(SERIALIZED_KEY), str) and NATIVE_KEY not in entry:
+            yield entry[SERIALIZED_KEY]
+            return
+        for value in entry.values():
+            yield from _pickled(value, depth + 1)
+    elif isinstance(entry, list):
+        for value in entry:
+            yield from _pickled(value, depth + 1)
+
+
+def _stored_as_code(serialized: str) -> bool:
+    """Whether a pickle holds code cloudpickle stored by value (it then names cloudpickle)."""
+    try:
+        return any(name.startswith("cloudpickle.") for name in pickle_globals(base64.b64decode(serialized)))
+    except Exception:  # noqa: BLE001 - not a readable pickle: the load says what it is
+        return False
 
 
 #: What ``torch.load(weights_only=True)`` reads back, by exact type (a subclass of a container,
