@@ -52,7 +52,7 @@ def data_bytes(src: Any, folder: str) -> bytes | None:
     if not src.has(member):
         return b""
     try:
-        return src.reader.read(member, limit=src.limits.max_json_bytes, verify=False)
+        return src.json_bytes(member)
     except ZipsaveError:
         return None
 

@@ -64,6 +64,7 @@ class ArchiveSource:
         self.involved: set[str] = set()  # folders whose handlers `involve_handlers` imported
         self._layout_cache: _Layout | None = None
         self._folder_tree: dict[str, dict] | None = None
+        self._json_bytes: dict[str, bytes] = {}  # JSON members a handler looked at, until parsed
         _progress.check(progress)
         self._stack = contextlib.ExitStack()
         try:
@@ -100,11 +101,21 @@ class ArchiveSource:
         """A small text member, unverified (``system_info.txt``, the version file)."""
         return self.reader.read(member, limit=limit, verify=False).decode("utf-8", "replace")
 
+    def json_bytes(self, member: str) -> bytes:
+        """A JSON member's bytes as stored (at most the JSON limit, unchecked), kept until
+        :meth:`read_json` parses them: a handler's look at ``data`` and its decode share one read."""
+        raw = self._json_bytes.get(member)
+        if raw is None:
+            raw = self._json_bytes[member] = self.reader.read(member, limit=self.limits.max_json_bytes, verify=False)
+        return raw
+
     def read_json(self, member: str, *, verify: bool = True, on_edited: Any = None) -> Any:
         """Read and parse a JSON member. With ``verify`` it must match its manifest entry;
         a mismatch of a member a person may edit (``data``, ``init.json``) is passed to
         ``on_edited(error)`` instead of raised, when given."""
-        raw = self.reader.read(member, limit=self.limits.max_json_bytes, verify=False)
+        raw = self._json_bytes.pop(member, None)
+        if raw is None:
+            raw = self.reader.read(member, limit=self.limits.max_json_bytes, verify=False)
         edited = None
         if verify:
             try:

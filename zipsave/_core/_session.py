@@ -55,6 +55,7 @@ class LoadSession:
         self.mmap = options.mmap
         self.built_components: set[str] = set()
         self._saved_versions: dict[str, str] | None = None
+        self._json: dict[str, Any] = {}  # parsed JSON members: each is read and parsed once per load
         self.source = ArchiveSource(
             path, limits=options.limits, storage_options=options.storage_options, progress=options.progress
         )
@@ -203,9 +204,16 @@ class LoadSession:
     def has(self, member: str) -> bool:
         return member in self.reader
 
+    def json_bytes(self, member: str) -> bytes:
+        """A JSON member's bytes as stored, unchecked (:meth:`ArchiveSource.json_bytes`)."""
+        return self.source.json_bytes(member)
+
     def read_json(self, member: str) -> Any:
-        """Read and parse a JSON member. An edited ``data``/``init.json`` (hash mismatch) is
-        reported and still decoded; any other member must match its manifest entry."""
+        """Read and parse a JSON member, once per load: every later call returns the same
+        object, which callers must not change. An edited ``data``/``init.json`` (hash mismatch)
+        is reported (once) and still decoded; any other member must match its manifest entry."""
+        if member in self._json:
+            return self._json[member]
 
         def edited(err: IntegrityError) -> None:
             if self.strict:
@@ -219,7 +227,8 @@ class LoadSession:
                 ) from err
             self._integrity(f"{err.detail} It was edited after saving; decoding it key by key.", member)
 
-        return self.source.read_json(member, verify=self.verify, on_edited=edited)
+        value = self._json[member] = self.source.read_json(member, verify=self.verify, on_edited=edited)
+        return value
 
     def load_array(self, member: str) -> np.ndarray:
         try:

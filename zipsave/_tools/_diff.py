@@ -15,9 +15,7 @@ import base64
 import dataclasses
 import math
 import pickletools
-import random
 import re
-import types
 from typing import Any
 
 import numpy as np
@@ -31,6 +29,7 @@ from .._tensors import load_member, read_array_member
 from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, nesting_as_error
 from ._inspect import data_folders, stored_type
+from ._values import rng_change, same_value
 
 __all__ = ["ArchiveDiff", "Change", "diff"]
 
@@ -145,7 +144,11 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
                 continue
             decoded = _decoded_pair(left, right, key, old_data[key], new_data[key]) if decode else None
             if decoded is not None and same_value(*decoded):
-                stored_differently.append(key)
+                rng = rng_change(*decoded)  # equal spaces whose generators differ: not the same value
+                if rng is None:
+                    stored_differently.append(key)
+                else:
+                    changed.append(Change(key, *rng))
             elif decoded is None and decode and _same_pickles(old_data[key], new_data[key]):
                 stored_differently.append(key)
             else:
@@ -259,48 +262,6 @@ def _describe_decoded(value: Any, fallback: str) -> str:
     except Exception:  # noqa: BLE001 - a repr may raise anything
         return fallback
     return fallback if len(text) > 60 or " object at 0x" in text or "..." in text else text
-
-
-def _rng_state(value: Any) -> Any:
-    """The state of a random generator (they compare by identity, or not at all), else ``None``."""
-    if isinstance(value, torch.Generator):
-        return value.get_state()
-    if isinstance(value, random.Random):
-        return value.getstate()
-    if isinstance(value, np.random.Generator):
-        return value.bit_generator.state
-    if isinstance(value, np.random.RandomState):
-        return value.get_state(legacy=False)
-    return None
-
-
-def same_value(a: Any, b: Any, depth: int = 0) -> bool:
-    """Equal in type and value, all the way down (classes and functions by identity)."""
-    if depth > 50 or type(a) is not type(b):
-        return False
-    if isinstance(a, (type, types.FunctionType, types.BuiltinFunctionType)) or a is None:
-        return a is b
-    if isinstance(a, torch.Tensor):
-        return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
-    if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same_value(a[k], b[k], depth + 1) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same_value(x, y, depth + 1) for x, y in zip(a, b))
-    state = _rng_state(a)
-    if state is not None:
-        return same_value(state, _rng_state(b), depth + 1)
-    try:
-        equal = a == b
-        if isinstance(equal, np.bool_):  # e.g. gymnasium 0.29's spaces compare numpy integers
-            equal = bool(equal)
-        if isinstance(equal, bool) and (equal or type(a).__eq__ is not object.__eq__):
-            return equal
-    except Exception:  # noqa: BLE001 - a type whose == fails is compared by its state
-        pass
-    state_a, state_b = getattr(a, "__dict__", None), getattr(b, "__dict__", None)
-    return isinstance(state_a, dict) and isinstance(state_b, dict) and same_value(state_a, state_b, depth + 1)
 
 
 def _data(src: ArchiveSource, notes: list[str]) -> dict[str, Any]:
