@@ -1,0 +1,56 @@
+"""The one printer for people: every string read from an archive or a checkpoint directory is
+made visible by :func:`visible` before it reaches a terminal, a log, a warning or a message."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+__all__ = ["visible", "visible_html"]
+
+#: Shorter spellings of the common controls, as ``repr`` writes them.
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(ch: str) -> str:
+    named = _NAMED.get(ch)
+    if named is not None:
+        return named
+    code = ord(ch)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def visible(text: Any, *, lines: bool = False) -> str:
+    """``text`` with every character a terminal would act on or hide shown as an escape.
+
+    A character is kept as it is when :meth:`str.isprintable` says so (what ``repr`` keeps);
+    everything else is written ``\\x1b``, ``\\u202e``, ``\\udcff``: C0 and C1 controls and DEL
+    (so no escape sequence reaches a terminal), bidi overrides and isolates, zero-width,
+    line and paragraph separators, lone surrogates (which ``print`` cannot even encode) and
+    unassigned code points. Backslashes are kept, so ``visible(visible(s)) == visible(s)``.
+
+    Parameters
+    ----------
+    text
+        Any object; it is made a ``str`` first.
+    lines
+        Keep line feeds and tabs: for a whole report whose layout zipsave made, where each
+        field has been made visible already (a field's own line feed is escaped there).
+
+    Examples
+    --------
+    >>> visible("policy\\x1b[2J.pth")
+    'policy\\\\x1b[2J.pth'
+    """
+    text = text if isinstance(text, str) else str(text)
+    if text.isprintable():
+        return text
+    keep = "\n\t" if lines else ""
+    return "".join(ch if ch.isprintable() or ch in keep else _escape(ch) for ch in text)
+
+
+def visible_html(text: Any) -> str:
+    """``text`` made visible, then escaped for HTML (a notebook's view)."""
+    return html.escape(visible(text))
