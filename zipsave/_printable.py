@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-__all__ = ["visible", "visible_html"]
+__all__ = ["visible", "visible_html", "visible_json"]
 
 #: Shorter spellings of the common controls, as ``repr`` writes them.
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
@@ -47,10 +47,33 @@ def visible(text: Any, *, lines: bool = False) -> str:
     text = text if isinstance(text, str) else str(text)
     if text.isprintable():
         return text
-    keep = "\n\t" if lines else ""
-    return "".join(ch if ch.isprintable() or ch in keep else _escape(ch) for ch in text)
+    if lines:
+        return "\n".join(_visible_line(line, _escape) for line in text.split("\n"))
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+
+
+def _visible_line(line: str, escape: Any) -> str:
+    if line.isprintable():
+        return line
+    return "".join(ch if ch.isprintable() or ch == "\t" else escape(ch) for ch in line)
 
 
 def visible_html(text: Any) -> str:
     """``text`` made visible, then escaped for HTML (a notebook's view)."""
     return html.escape(visible(text))
+
+
+def _json_escape(ch: str) -> str:
+    code = ord(ch)
+    if code > 0xFFFF:  # a surrogate pair, as JSON spells a code point past the BMP
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def visible_json(text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``) with every character
+    :func:`visible` would escape written as a JSON ``\\uXXXX`` escape: the same JSON value,
+    and nothing raw reaches a terminal. Only the layout's line feeds stay (JSON escapes a
+    line feed inside a string itself)."""
+    return "\n".join(_visible_line(line, _json_escape) for line in text.split("\n"))

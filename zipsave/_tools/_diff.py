@@ -29,6 +29,7 @@ from .._archive import ArchiveSource, involve_handlers
 from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Decoder
 from .._tensors import load_member, read_array_member
 from .._trust import TrustPolicy
+from .._printable import visible
 from ..exceptions import ArchiveFormatError, nesting_as_error
 from ._inspect import data_folders, stored_type
 
@@ -85,22 +86,23 @@ class ArchiveDiff:
         return out
 
     def __str__(self) -> str:
-        lines = [f"--- {self.a}", f"+++ {self.b}"]
+        v = visible
+        lines = [f"--- {v(self.a)}", f"+++ {v(self.b)}"]
         for change in self.data_changed:
-            lines.append(f"~ data    {change.name}: {change.old} -> {change.new}")
-        lines += [f"+ data    {name}" for name in self.data_added]
-        lines += [f"- data    {name}" for name in self.data_removed]
-        lines += [f"= data    {name}: same value, stored differently" for name in self.data_stored_differently]
+            lines.append(f"~ data    {v(change.name)}: {v(change.old)} -> {v(change.new)}")
+        lines += [f"+ data    {v(name)}" for name in self.data_added]
+        lines += [f"- data    {v(name)}" for name in self.data_removed]
+        lines += [f"= data    {v(name)}: same value, stored differently" for name in self.data_stored_differently]
         for change in self.tensors_changed:
             if change.max_abs_diff is not None:
                 detail = f"max |a-b| = {change.max_abs_diff:.6g}"
                 if change.old != change.new:
-                    detail = f"{change.old} -> {change.new}, {detail}"
+                    detail = f"{v(change.old)} -> {v(change.new)}, {detail}"
             else:
-                detail = f"{change.old} -> {change.new}"
-            lines.append(f"~ tensor  {change.name}: {detail}")
-        lines += [f"+ tensor  {name}" for name in self.tensors_added]
-        lines += [f"- tensor  {name}" for name in self.tensors_removed]
+                detail = f"{v(change.old)} -> {v(change.new)}"
+            lines.append(f"~ tensor  {v(change.name)}: {detail}")
+        lines += [f"+ tensor  {v(name)}" for name in self.tensors_added]
+        lines += [f"- tensor  {v(name)}" for name in self.tensors_removed]
         if self.identical and self.data_stored_differently:
             lines.append(
                 f"same values: {len(self.data_stored_differently)} data keys stored differently, "
@@ -112,7 +114,7 @@ class ArchiveDiff:
             data = len(self.data_changed) + len(self.data_added) + len(self.data_removed)
             tensors = len(self.tensors_changed) + len(self.tensors_added) + len(self.tensors_removed)
             lines.append(f"{data} data keys and {tensors} tensor entries differ; {self.tensors_same} tensors equal")
-        lines += [f"  note: {note}" for note in self.notes]
+        lines += [f"  note: {v(note)}" for note in self.notes]
         return "\n".join(lines)
 
 
