@@ -18,12 +18,20 @@ from typing import Any
 
 from .. import _format
 from .._core import LoadOptions, LoadSession
-from ..exceptions import DecodeError, ZipsaveWarning, caller_stacklevel, describe_path
+from ..exceptions import (
+    ArchiveNotFoundError,
+    DecodeError,
+    ZipsaveError,
+    ZipsaveWarning,
+    as_zipsave_error,
+    caller_stacklevel,
+    describe_path,
+)
 from ._extras import apply_vec_normalize, build_vec_normalize, restore_extra
 from ._state import current_options, original
 
-__all__ = ["holds_extra", "is_zip", "load_replay_buffer", "restore_replay_buffer_after_load", "vec_normalize_from_model",
-           "wrap_env_for_load"]
+__all__ = ["door", "holds_extra", "is_zip", "load_replay_buffer", "restore_replay_buffer_after_load",
+           "vec_normalize_from_model", "wrap_env_for_load"]
 
 
 #: A stand-in last observation: the episode under way goes on (``truncate_last_traj=False``).
@@ -47,6 +55,39 @@ def _session(path: Any, *, strict: bool) -> Iterator[LoadSession]:
     finally:
         if at is not None:
             path.seek(at)
+
+
+@contextlib.contextmanager
+def door(path: Any, what: str, *, member: str | None = None) -> Iterator[None]:
+    """The error boundary of one of SB3's doors under ``install()`` (``Algo.load``,
+    ``set_parameters``, ``load_replay_buffer``, ``VecNormalize.load``, ``Policy.load``): SB3's
+    own code runs on the file's values inside, so whatever it raises (an ``AssertionError``, a
+    torch ``RuntimeError`` for a tensor of another shape, an ``OverflowError``) leaves as a
+    :class:`DecodeError` naming the file, with the original as ``__cause__``; a missing file
+    stays a ``FileNotFoundError`` (:class:`ArchiveNotFoundError`), as SB3 raises it."""
+    try:
+        yield
+    except ZipsaveError as err:
+        as_zipsave_error(err, _name(path), member=member)  # names the file where it was not
+        raise
+    except FileNotFoundError as err:
+        raise ArchiveNotFoundError(f"no such file ({err}).", archive=_name(path), errno=err.errno) from err
+    except Exception as err:
+        new = as_zipsave_error(err, _name(path), member=member)
+        if new is None:  # MemoryError
+            raise
+        if isinstance(err, (OSError, RecursionError, OverflowError)):
+            raise new from err
+        raise DecodeError(
+            f"{what} failed on this file's values ({type(err).__name__}: {err}).",
+            archive=_name(path), member=member,
+            hint="It was not written for this object by SB3 or zipsave as it is (damaged, another model or "
+            "environment, or made to break readers).",
+        ) from err
+
+
+def _name(path: Any) -> Any:
+    return path if isinstance(path, (str, os.PathLike)) or hasattr(path, "read") else None
 
 
 def is_zip(path: Any) -> bool:
@@ -100,8 +141,9 @@ def load_replay_buffer(self: Any, path: Any, truncate_last_traj: bool = True) ->
     method (a buffer file ``save_replay_buffer`` wrote, zipsave's or SB3's pickle)."""
     archive = _archive_path(path, "pkl", "zip")
     if not holds_extra(archive, "replay_buffer"):
-        return original(_owner(), "load_replay_buffer")(self, path, truncate_last_traj)
-    with _session(archive, strict=True) as src:
+        with door(archive, f"{type(self).__name__}.load_replay_buffer"):
+            return original(_owner(), "load_replay_buffer")(self, path, truncate_last_traj)
+    with door(archive, f"{type(self).__name__}.load_replay_buffer"), _session(archive, strict=True) as src:
         live = not _fit_buffer(src, self)  # a buffer built for the saved size holds untouched zeros
         before = getattr(self, "_last_obs", None)
         # the restore ends HER's episode under way when there is no last observation (a reset
