@@ -12,6 +12,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
+from ..exceptions import reading
 from ._errors import raise_zipsave_error
 from ._reader import ZipReader
 from ._writer import ZipWriter
@@ -81,9 +82,10 @@ def load(state_dict: dict[str, Any], path: str | os.PathLike, *, allow_pickle: b
     **kwargs
         Passed to ``dcp.load`` (``planner``, ``process_group``, ``no_dist``).
     """
-    reader = ZipReader(path, allow_pickle=allow_pickle)
-    try:
-        with _single_process_quiet(kwargs):
-            dcp.load(state_dict, storage_reader=reader, **kwargs)
-    except CheckpointException as err:
-        raise_zipsave_error(err, path, reader.metadata_error)
+    with reading(path):  # the error boundary: what reading the checkpoint raises names it
+        reader = ZipReader(path, allow_pickle=allow_pickle)
+        try:
+            with _single_process_quiet(kwargs):
+                dcp.load(state_dict, storage_reader=reader, **kwargs)
+        except CheckpointException as err:
+            raise_zipsave_error(err, path, reader.metadata_error)
