@@ -36,8 +36,9 @@ def visible(text: Any, *, lines: bool = False) -> str:
     text
         Any object; it is made a ``str`` first.
     lines
-        Keep line feeds and tabs: for a whole report whose layout zipsave made, where each
-        field has been made visible already (a field's own line feed is escaped there).
+        Keep line feeds: for a whole report whose layout zipsave made, where each field has
+        been made visible already (a field's own line feed is escaped there), or for a text
+        whose lines are shown as lines (``system_info.txt``).
 
     Examples
     --------
@@ -55,7 +56,7 @@ def visible(text: Any, *, lines: bool = False) -> str:
 def _visible_line(line: str, escape: Any) -> str:
     if line.isprintable():
         return line
-    return "".join(ch if ch.isprintable() or ch == "\t" else escape(ch) for ch in line)
+    return "".join(ch if ch.isprintable() else escape(ch) for ch in line)
 
 
 def visible_html(text: Any) -> str:
@@ -74,6 +75,6 @@ def _json_escape(ch: str) -> str:
 def visible_json(text: str) -> str:
     """JSON text (``json.dumps(..., ensure_ascii=False)``) with every character
     :func:`visible` would escape written as a JSON ``\\uXXXX`` escape: the same JSON value,
-    and nothing raw reaches a terminal. Only the layout's line feeds stay (JSON escapes a
-    line feed inside a string itself)."""
+    and nothing raw reaches a terminal. Only the layout's line feeds stay (JSON escapes line
+    feeds and tabs inside a string itself)."""
     return "\n".join(_visible_line(line, _json_escape) for line in text.split("\n"))

@@ -30,7 +30,7 @@ from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Decoder
 from .._tensors import load_member, read_array_member
 from .._trust import TrustPolicy
 from .._printable import visible
-from ..exceptions import ArchiveFormatError, nesting_as_error
+from ..exceptions import ArchiveFormatError, nesting_as_error, reading
 from ._inspect import data_folders, stored_type
 
 __all__ = ["ArchiveDiff", "Change", "diff"]
@@ -139,25 +139,24 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
     """
     with ArchiveSource(a, limits=limits) as left, ArchiveSource(b, limits=limits) as right:
         notes: list[str] = []
-        old_data, new_data = _data(left, notes), _data(right, notes)
+        # The error boundary names the archive a failure came from (each side read alone), or
+        # both where a comparison of their values failed; ArchiveSource's would name only `b`.
+        both = f"{left.name}` and `{right.name}"
+        with reading(left.name):
+            old_data = _data(left, notes)
+        with reading(right.name):
+            new_data = _data(right, notes)
         changed: list[Change] = []
         stored_differently: list[str] = []
         for key in old_data:
-            if key not in new_data or _comparable(left, old_data[key]) == _comparable(right, new_data[key]):
+            if key not in new_data:
                 continue
-            decoded = _decoded_pair(left, right, key, old_data[key], new_data[key]) if decode else None
-            if decoded is not None and same_value(*decoded):
+            with reading(both, key=key):
+                found = _data_change(left, right, key, old_data[key], new_data[key], decode)
+            if found == "stored differently":
                 stored_differently.append(key)
-            elif decoded is None and decode and _same_pickles(old_data[key], new_data[key]):
-                stored_differently.append(key)
-            else:
-                old_text, new_text = _describe(old_data[key]), _describe(new_data[key])
-                if decoded is not None:  # a tag (`<float>` for NaN, `<fractions.Fraction>`) names only the type
-                    if _is_tagged(old_data[key]):
-                        old_text = _describe_decoded(decoded[0], old_text)
-                    if _is_tagged(new_data[key]):
-                        new_text = _describe_decoded(decoded[1], new_text)
-                changed.append(Change(key, old_text, new_text))
+            elif found is not None:
+                changed.append(found)
         data_added = tuple(k for k in new_data if k not in old_data)
         data_removed = tuple(k for k in old_data if k not in new_data)
 
@@ -169,14 +168,17 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
         same = 0
         for member in members:
             stem = member[: -len(_format.PTH_SUFFIX)]
-            old = _leaves(left, member)
-            new = _leaves(right, member)
+            with reading(left.name, member=member):
+                old = _leaves(left, member)
+            with reading(right.name, member=member):
+                new = _leaves(right, member)
             for key, value in old.items():
                 name = f"{stem}/{key}"
                 if key not in new:
                     removed.append(name)
                     continue
-                change = _compare(name, value, new[key])
+                with reading(both, member=member, key=key):
+                    change = _compare(name, value, new[key])
                 if change is None:
                     same += isinstance(value, torch.Tensor)
                 else:
@@ -186,6 +188,25 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
         left.name, right.name, tuple(changed), data_added, data_removed,
         tuple(tensor_changes), tuple(added), tuple(removed), same, tuple(stored_differently), tuple(notes),
     )
+
+
+def _data_change(left: ArchiveSource, right: ArchiveSource, key: str, old: Any, new: Any, decode: bool) -> Any:
+    """How ``data`` key ``key`` differs: ``None`` (stored alike), ``"stored differently"`` (same
+    value) or a :class:`Change`."""
+    if _comparable(left, old) == _comparable(right, new):
+        return None
+    decoded = _decoded_pair(left, right, key, old, new) if decode else None
+    if decoded is not None and same_value(*decoded):
+        return "stored differently"
+    if decoded is None and decode and _same_pickles(old, new):
+        return "stored differently"
+    old_text, new_text = _describe(old), _describe(new)
+    if decoded is not None:  # a tag (`<float>` for NaN, `<fractions.Fraction>`) names only the type
+        if _is_tagged(old):
+            old_text = _describe_decoded(decoded[0], old_text)
+        if _is_tagged(new):
+            new_text = _describe_decoded(decoded[1], new_text)
+    return Change(key, old_text, new_text)
 
 
 def _decoded(src: ArchiveSource, key: str, value: Any) -> Any:
