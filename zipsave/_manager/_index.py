@@ -168,8 +168,8 @@ def decode_index(raw: bytes, *, location: str, target: Any) -> list[Checkpoint]:
     for i, entry in enumerate(doc.get("checkpoints") or []):
         try:
             step = entry["step"]
-            if type(step) is not int or step < 0 or entry["file"] != checkpoint_name(step):
-                raise ValueError(f"step {step!r} and file {entry['file']!r} do not match")
+            if type(step) is not int or not 0 <= step < 1 << 63 or entry["file"] != checkpoint_name(step):
+                raise ValueError(f"step {_short(step)} and file {_short(entry['file'])} do not match")
             out.append(Checkpoint(step, _time(entry["time"]), _metrics(entry["metrics"]), _count(entry["size"]),
                                   target(entry["file"])))
         except (KeyError, TypeError, ValueError, OverflowError) as err:
@@ -190,9 +190,14 @@ def _time(value: Any) -> float:
 
 
 def _count(value: Any) -> int:
-    if type(value) is not int or value < 0:
-        raise ValueError(f"size {value!r} is not a byte count")
+    if type(value) is not int or not 0 <= value < 1 << 63:  # a file's size: what os.stat can say
+        raise ValueError(f"size {_short(value)} is not a byte count")
     return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
 
 
 def _metrics(value: Any) -> dict[str, Any]:
