@@ -17,6 +17,7 @@ import re
 import pathlib
 import sys
 import warnings
+import zipfile
 
 import pytest
 import torch
@@ -199,3 +200,187 @@ def test_extract_names_the_member_a_file_system_refuses(tmp_path, monkeypatch):
         extract(archive, tmp_path / "out")
     assert excinfo.value.errno == 28
 
+
+
+# -- SB3's doors under install() -----------------------------------------------------------------
+sb3 = pytest.importorskip("stable_baselines3")
+
+
+@pytest.fixture(scope="module")
+def sb3_files(tmp_path_factory) -> dict[str, str]:
+    import zipsave.sb3
+
+    root = tmp_path_factory.mktemp("sb3-boundary")
+    with zipsave.sb3.installed():
+        small = sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu", policy_kwargs={"net_arch": [8]})
+        model = sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu")
+        model.save(root / "ppo.zip")
+        small.save(root / "small.zip")
+    data, params, variables = zipsave.load_archive(root / "ppo.zip", load_data=False)
+    _, small_params, _ = zipsave.load_archive(root / "small.zip", load_data=False)
+    with zipfile.ZipFile(root / "ppo.zip") as zf:
+        raw_data = zf.read("data")
+    out = {"ppo": str(root / "ppo.zip"), "root": str(root)}
+    policy = params["policy"]
+    first = next(iter(policy))
+    shapes = {
+        "wrong_shape": {**params, "policy": small_params["policy"]},
+        "extra_tensor": {**params, "policy": {**policy, "extra.weight": torch.zeros(3)}},
+        "missing_tensor": {**params, "policy": {k: v for k, v in policy.items() if k != first}},
+    }
+    for name, changed in shapes.items():
+        path = root / f"{name}.zip"
+        zipsave.save_archive(path, data={}, params=changed, pytorch_variables=variables)
+        with zipfile.ZipFile(path) as zf:  # the model's own `data` back, so Algo.load can build it
+            members = {n: zf.read(n) for n in zf.namelist() if n not in ("data", "manifest.json")}
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("data", raw_data)
+            for n, raw in members.items():
+                zf.writestr(n, raw)
+        out[name] = str(path)
+    return out
+
+
+@pytest.mark.parametrize("case", ["wrong_shape", "extra_tensor", "missing_tensor"])
+def test_set_parameters_and_load_agree_on_a_tensor_that_does_not_fit(case, sb3_files):
+    import zipsave.sb3
+
+    path = sb3_files[case]
+    with zipsave.sb3.installed(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu")
+        with pytest.raises(zipsave.DecodeError) as by_set:
+            model.set_parameters(path, device="cpu")
+        with pytest.raises(zipsave.DecodeError) as by_load:
+            sb3.PPO.load(path, device="cpu")
+    for excinfo in (by_set, by_load):
+        _assert_refused(excinfo, path)
+        assert isinstance(excinfo.value.__cause__, (RuntimeError, ValueError)), repr(excinfo.value.__cause__)
+
+
+def test_set_parameters_from_a_dict_stays_sb3s(sb3_files):
+    import zipsave.sb3
+
+    with zipsave.sb3.installed():
+        model = sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu")
+        with pytest.raises(RuntimeError, match="Missing key") as excinfo:  # torch's, as SB3 raises it
+            model.set_parameters({"policy": {}}, exact_match=True)
+        assert not isinstance(excinfo.value, zipsave.ZipsaveError)
+        model.set_parameters(sb3_files["ppo"], device="cpu")  # the file it wrote still loads
+
+
+@pytest.mark.parametrize("payload", list(boundaries.BUFFER_PICKLES))
+def test_load_replay_buffer_refuses_a_pickle_that_is_no_buffer(payload, tmp_path):
+    import zipsave.sb3
+
+    path = tmp_path / "buffer.pkl"
+    path.write_bytes(boundaries.BUFFER_PICKLES[payload]())
+    with zipsave.sb3.installed():
+        model = sb3.DQN("MlpPolicy", "CartPole-v1", buffer_size=64, learning_starts=0, device="cpu")
+        with pytest.raises(zipsave.ZipsaveError) as excinfo:
+            model.load_replay_buffer(path)
+    _assert_refused(excinfo, str(path))
+
+
+@pytest.mark.parametrize("payload", list(boundaries.POLICY_FILES))
+def test_policy_load_refuses_a_file_that_is_no_policy(payload, tmp_path):
+    import zipsave.sb3
+    from stable_baselines3.common.policies import ActorCriticPolicy
+
+    path = tmp_path / "policy.pth"
+    path.write_bytes(boundaries.POLICY_FILES[payload]())
+    with zipsave.sb3.installed():
+        with pytest.raises(zipsave.ZipsaveError) as excinfo:
+            ActorCriticPolicy.load(path, device="cpu")
+    _assert_refused(excinfo, str(path))
+
+
+@pytest.mark.parametrize("count", [10**400, float("nan"), float("inf"), -1.0, "many"], ids=repr)
+def test_vec_normalize_load_refuses_a_count_that_is_no_count(count, tmp_path):
+    import base64
+    import pickle
+
+    import zipsave.sb3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.running_mean_std import RunningMeanStd
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    path = tmp_path / "vec_normalize.pkl"
+    with zipsave.sb3.installed():
+        VecNormalize(make_vec_env("CartPole-v1", n_envs=1)).save(path)
+        with zipfile.ZipFile(path) as zf:
+            members = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+        data = json.loads(members["data"])
+        stats = RunningMeanStd(shape=(4,))
+        stats.count = count
+        data["obs_rms"][":serialized:"] = base64.b64encode(pickle.dumps(stats)).decode()
+        data["obs_rms"].pop(":zipsave:", None)
+        members["data"] = json.dumps(data).encode()
+        with zipfile.ZipFile(path, "w") as zf:
+            for name, raw in members.items():
+                zf.writestr(name, raw)
+        with pytest.raises(zipsave.DecodeError, match=re.escape("`obs_rms.count` is")) as excinfo:
+            VecNormalize.load(str(path), make_vec_env("CartPole-v1", n_envs=1))
+    _assert_refused(excinfo, str(path))
+
+
+# -- RLlib's doors, without Ray: the checks that run before RLlib sees the values ---------------
+class _Catalog:
+    pass
+
+
+class _OwnCatalog(_Catalog):
+    pass
+
+
+class _Module:
+    """A stand-in with RLModule's constructor signature."""
+
+    def __init__(self, config=None, *, observation_space=None, action_space=None, inference_only=None,
+                 learner_only=False, model_config=None, catalog_class=None, **kwargs):
+        pass
+
+
+#: Constructor arguments RLlib never writes, each with the words the refusal names.
+CTOR_ARGS = {
+    "extra_positional": ((None, 1, 2), {}, "does not take"),
+    "unknown_catalog": ((), {"catalog_class": int}, "catalog_class"),
+    "catalog_instance": ((), {"catalog_class": _OwnCatalog()}, "catalog_class"),
+    "negative_hidden": ((), {"model_config": {"fcnet_hiddens": [64, -1]}}, "fcnet_hiddens"),
+    "float_hidden": ((), {"model_config": {"head_fcnet_hiddens": [1.5]}}, "head_fcnet_hiddens"),
+    "zero_cell_size": ((), {"model_config": {"lstm_cell_size": 0}}, "lstm_cell_size"),
+    "model_config_list": ((), {"model_config": [1, 2]}, "model_config"),
+    "space_not_space": ((), {"observation_space": 3}, "observation_space"),
+    "flag_not_bool": ((), {"inference_only": "yes"}, "inference_only"),
+}
+
+
+@pytest.mark.parametrize("case", list(CTOR_ARGS))
+def test_rllib_constructor_arguments_are_checked_before_rllib_sees_them(case, monkeypatch):
+    from zipsave.rllib import _ctor_check
+
+    monkeypatch.setattr(_ctor_check, "_catalog_base", lambda: _Catalog)
+    args, kwargs, words = CTOR_ARGS[case]
+    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape(words)) as excinfo:
+        _ctor_check.check_ctor_args(_Module, args, kwargs, archive="m.zip", member="init.json")
+    assert excinfo.value.member == "init.json" and "m.zip" in str(excinfo.value)
+    # What RLlib writes passes; what the caller overrides is the caller's.
+    _ctor_check.check_ctor_args(_Module, (), {"catalog_class": _OwnCatalog, "model_config": {"fcnet_hiddens": [64, 64]},
+                                              "inference_only": False}, archive="m.zip", member="init.json")
+    _ctor_check.check_ctor_args(_Module, (), kwargs, archive="m.zip", member="init.json", skip=frozenset(kwargs))
+
+
+@pytest.mark.parametrize("name", ["metadata.json", "module_state.pkl", "class_and_ctor_args.pkl", "module_state.msgpack",
+                                  "rllib_checkpoint.json", "..", ".", "a/b", ""])
+def test_to_rllib_refuses_a_component_named_as_a_file_before_writing(name, tmp_path):
+    from zipsave.rllib._rllib_dir import check_dir_names
+    from zipsave.rllib._tree import Node
+
+    class Module:
+        STATE_FILE_NAME = "module_state"
+
+    tree = Node(cls=Module, children={"learner": Node(cls=Module, children={name: Node(cls=Module)})})
+    with pytest.raises(zipsave.ArchiveFormatError, match="nothing was written") as excinfo:
+        check_dir_names(tree, archive="m.zip")
+    assert "m.zip" in str(excinfo.value)
+    check_dir_names(Node(cls=Module, children={"learner": Node(cls=Module, children={"default_policy": Node(cls=Module)})}))
