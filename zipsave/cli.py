@@ -36,7 +36,7 @@ from ._tools import (
     verify_sharded,
 )
 from ._version import __version__
-from .exceptions import CheckpointDirectoryError, ZipsaveError, ZipsaveWarning, reading
+from .exceptions import CheckpointDirectoryError, ZipsaveError, ZipsaveWarning
 
 __all__ = ["build_parser", "main"]
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..exceptions import ArchiveFormatError
-from ._allowlist import _ALGOS
+from ._allowlist import paired_catalog
 
 __all__ = ["check_ctor_args"]
 
@@ -35,11 +35,11 @@ def _expected_catalog(klass: type) -> type | None:
     parts = getattr(klass, "__module__", "").split(".")
     if parts[:3] != ["ray", "rllib", "algorithms"] or len(parts) < 4:
         return None
-    entry = _ALGOS.get(parts[3])
-    if entry is None or entry[3] is None:
+    path = paired_catalog(parts[3])
+    if path is None:
         return None
-    module = importlib.import_module(f"ray.rllib.algorithms.{parts[3]}.{entry[3]}")
-    return getattr(module, entry[4], None)
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name, None)
 
 
 def _catalog(value: Any, klass: type) -> str | None:

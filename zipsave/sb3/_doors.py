@@ -18,19 +18,12 @@ from typing import Any
 
 from .. import _format
 from .._core import LoadOptions, LoadSession
-from ..exceptions import (
-    ArchiveNotFoundError,
-    DecodeError,
-    ZipsaveError,
-    ZipsaveWarning,
-    as_zipsave_error,
-    caller_stacklevel,
-    describe_path,
-)
+from ..exceptions import DecodeError, ZipsaveWarning, caller_stacklevel, describe_path
+from ._boundary import door
 from ._extras import apply_vec_normalize, build_vec_normalize, restore_extra
 from ._state import current_options, original
 
-__all__ = ["door", "holds_extra", "is_zip", "load_replay_buffer", "restore_replay_buffer_after_load",
+__all__ = ["holds_extra", "is_zip", "load_replay_buffer", "restore_replay_buffer_after_load",
            "vec_normalize_from_model", "wrap_env_for_load"]
 
 
@@ -55,39 +48,6 @@ def _session(path: Any, *, strict: bool) -> Iterator[LoadSession]:
     finally:
         if at is not None:
             path.seek(at)
-
-
-@contextlib.contextmanager
-def door(path: Any, what: str, *, member: str | None = None) -> Iterator[None]:
-    """The error boundary of one of SB3's doors under ``install()`` (``Algo.load``,
-    ``set_parameters``, ``load_replay_buffer``, ``VecNormalize.load``, ``Policy.load``): SB3's
-    own code runs on the file's values inside, so whatever it raises (an ``AssertionError``, a
-    torch ``RuntimeError`` for a tensor of another shape, an ``OverflowError``) leaves as a
-    :class:`DecodeError` naming the file, with the original as ``__cause__``; a missing file
-    stays a ``FileNotFoundError`` (:class:`ArchiveNotFoundError`), as SB3 raises it."""
-    try:
-        yield
-    except ZipsaveError as err:
-        as_zipsave_error(err, _name(path), member=member)  # names the file where it was not
-        raise
-    except FileNotFoundError as err:
-        raise ArchiveNotFoundError(f"no such file ({err}).", archive=_name(path), errno=err.errno) from err
-    except Exception as err:
-        new = as_zipsave_error(err, _name(path), member=member)
-        if new is None:  # MemoryError
-            raise
-        if isinstance(err, (OSError, RecursionError, OverflowError)):
-            raise new from err
-        raise DecodeError(
-            f"{what} failed on this file's values ({type(err).__name__}: {err}).",
-            archive=_name(path), member=member,
-            hint="It was not written for this object by SB3 or zipsave as it is (damaged, another model or "
-            "environment, or made to break readers).",
-        ) from err
-
-
-def _name(path: Any) -> Any:
-    return path if isinstance(path, (str, os.PathLike)) or hasattr(path, "read") else None
 
 
 def is_zip(path: Any) -> bool:

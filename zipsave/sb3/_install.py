@@ -15,7 +15,7 @@ from typing import Any
 
 from zipsave._trust import TrustPolicy
 
-from . import _doors, _policies, _replace, _state
+from . import _boundary, _doors, _policies, _replace, _state
 from ._state import Options
 
 __all__ = ["Options", "current_options", "install", "installed", "is_installed", "uninstall"]
@@ -133,7 +133,7 @@ def _targets() -> list[tuple[type, str, Any]]:
 
     return [
         (BaseAlgorithm, "load", classmethod(_replace.algorithm_load)),
-        (BaseAlgorithm, "set_parameters", _replace.set_parameters),
+        (BaseAlgorithm, "set_parameters", _boundary.set_parameters),
         (OffPolicyAlgorithm, "load_replay_buffer", _doors.load_replay_buffer),
         (BaseModel, "save", _policies.policy_save),
         (BaseModel, "load", classmethod(_policies.policy_load)),

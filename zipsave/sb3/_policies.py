@@ -14,7 +14,7 @@ from zipsave._bounds import check_zip_infos
 from zipsave._trust import StorageType, TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError, ParameterMismatchError
 
-from ._doors import door
+from ._boundary import door
 from ._checks import check_policy_arguments
 from ._replace import current_options, is_zipsave_archive, trusted_names, write_exact
 from ._state import original

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import math
 import os
 import pathlib
 from typing import Any
@@ -21,7 +20,8 @@ from ._state import current_options as _current
 from ._build import ARS_WEIGHTS, is_ars, sync_ars_weights
 from ._checks import check_data, check_names, drop_saved_env
 from ._schedules import closures_in
-from ._doors import door, holds_extra, is_zip, restore_replay_buffer_after_load, vec_normalize_from_model, wrap_env_for_load
+from ._boundary import check_statistics, door
+from ._doors import holds_extra, is_zip, restore_replay_buffer_after_load, vec_normalize_from_model, wrap_env_for_load
 from ._keys import blame_given, check_custom_objects, given_values, warn_unknown_keys, warn_unmatched_custom_objects
 from ._zoo import read_data, schedules_in
 
@@ -403,39 +403,3 @@ def vec_normalize_load(load_path: Any, venv: Any) -> Any:
         check_statistics(vec_normalize, load_path)
         vec_normalize.set_venv(venv)
     return vec_normalize
-
-
-def set_parameters(self: Any, load_path_or_dict: Any, exact_match: bool = True, device: Any = "auto") -> None:
-    """``BaseAlgorithm.set_parameters``: SB3's own; from a file, what goes wrong loading its
-    tensors into the model (a tensor of another shape, an extra or a missing one) is a
-    :class:`DecodeError` naming the file, as ``Algo.load`` of the same file says. A dict the
-    caller built is the caller's: its errors are SB3's as they are."""
-    from stable_baselines3.common.base_class import BaseAlgorithm
-
-    method = original(BaseAlgorithm, "set_parameters")
-    if isinstance(load_path_or_dict, dict):
-        return method(self, load_path_or_dict, exact_match=exact_match, device=device)
-    with door(load_path_or_dict, f"{type(self).__name__}.set_parameters"):
-        return method(self, load_path_or_dict, exact_match=exact_match, device=device)
-
-
-def check_statistics(vec_normalize: Any, path: Any) -> None:
-    """The running statistics of a loaded ``VecNormalize`` are arrays of floats and a finite
-    count (a count of 10**400, an int past float's range, would fail at the first step)."""
-    import numpy as np
-
-    for name in ("obs_rms", "ret_rms"):
-        rms = getattr(vec_normalize, name, None)
-        parts = rms.values() if isinstance(rms, dict) else [rms]
-        for part in parts:
-            if part is None:
-                continue
-            count = getattr(part, "count", None)
-            try:
-                fine = not isinstance(count, bool) and isinstance(count, (int, float, np.floating, np.integer)) \
-                    and math.isfinite(float(count)) and count >= 0
-            except OverflowError:
-                fine = False
-            if not fine:
-                shown = repr(count) if len(repr(count)) <= 40 else f"{repr(count)[:20]}... ({len(repr(count))} characters)"
-                raise DecodeError(f"`{name}.count` is {shown}, not a finite count.", archive=path, key=name)
