@@ -189,7 +189,7 @@ class MissingDependencyError(ZipsaveError, ImportError):
 class ZipsaveWarning(UserWarning):
     """Warnings zipsave issues (skipped entries, hash mismatches of editable members).
 
-    The message is made visible (:func:`~zipsave._printable.visible`) when the warning is
+    The message is made visible (``zipsave._printable.visible``) when the warning is
     made, so ``warnings.warn(text, ZipsaveWarning)`` never carries a raw control character
     from an archive to a terminal or a log."""
 
