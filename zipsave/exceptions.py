@@ -243,10 +243,9 @@ class CheckpointLockedError(ZipsaveError, RuntimeError):
     """Another :class:`~zipsave.CheckpointManager` holds the checkpoint directory."""
 
 
-#: Read from untrusted bytes, these mean the bytes were hostile or damaged, never the caller's
-#: mistake; they are not turned into a ZipsaveError: the process's state (MemoryError: the
-#: allocation that Limits should have prevented stays visible as what it is) and the
-#: interpreter's signals (KeyboardInterrupt, SystemExit: not Exceptions).
+#: Left as they are even inside the boundary: the process's state, not the archive's (an
+#: allocation that Limits should have prevented stays visible as what it is). KeyboardInterrupt
+#: and SystemExit pass too: they are not Exceptions.
 _PASS_THROUGH = (MemoryError,)
 _FOREIGN_HINT = "No archive written by zipsave or SB3 holds this; it is damaged or was made to break readers."
 
