@@ -35,6 +35,8 @@ from collections.abc import Set as AbstractSet
 from importlib import metadata
 from typing import Any, ClassVar
 
+from .exceptions import ZipsaveWarning
+
 __all__ = [
     "ENTRY_HINTS", "ENTRY_POINT_GROUP", "Handler", "by_name", "generation", "handlers", "register", "selected", "unregister",
 ]
@@ -184,7 +186,8 @@ def _load(name: str) -> None:
         if not any(h.name == handler.name for h in _handlers):
             _handlers.append(handler)
     except Exception as err:  # noqa: BLE001 - one broken plug-in must not break every load
-        warnings.warn(f"zipsave: the handler entry point `{entry.value}` failed to load: {err!r}", stacklevel=4)
+        warnings.warn(f"zipsave: the handler entry point `{entry.value}` failed to load: {err!r}", ZipsaveWarning,
+                      stacklevel=4)
     _generation += 1
 
 

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from .. import _format, _json
 from .._version import __version__
-from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError
+from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError, as_zipsave_error
 from . import _progress
 from ._destination import open_source
 from ._limits import DEFAULT_LIMITS, Limits
@@ -71,15 +71,22 @@ class ArchiveSource:
             fp, name = self._stack.enter_context(
                 open_source(path, storage_options=storage_options, progress=progress)
             )
+        except BaseException:  # the caller's path (a wrong type, a missing file): theirs to see
+            self._stack.close()
+            raise
+        try:
             fp = _progress.counting_reader(fp, progress, desc=f"zipsave load {name}", stack=self._stack)
             self.name: str = name
             self.reader = ArchiveReader(fp, archive=name, limits=self.limits)
             self.zipsave_version, self.format_version = self._read_version()
             if check_version:
                 self._check_format_version()
-        except BaseException:
+        except BaseException as err:
             self._stack.close()
-            raise
+            new = as_zipsave_error(err, name)
+            if new is None:
+                raise
+            raise new from err
 
     def close(self) -> None:
         self._stack.close()
@@ -87,8 +94,14 @@ class ArchiveSource:
     def __enter__(self) -> ArchiveSource:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        # The error boundary: from here on every byte read is the archive's, so whatever the
+        # reading raises leaves as a ZipsaveError naming it, with the original as its cause.
         self.close()
+        if exc is not None:
+            new = as_zipsave_error(exc, self.name)
+            if new is not None:
+                raise new from exc
 
     # -- members -------------------------------------------------------------------------------
     def has(self, member: str) -> bool:

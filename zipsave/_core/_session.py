@@ -25,6 +25,7 @@ from ..exceptions import (
     UnsafeGlobalError,
     ZipsaveError,
     ZipsaveWarning,
+    as_zipsave_error,
 )
 from .. import _system_info
 from ._parts import matches
@@ -77,9 +78,12 @@ class LoadSession:
                         "is not a member zipsave writes (renamed, damaged, or added by another tool); ignored."))
             if options.print_system_info:
                 self.print_system_info()
-        except BaseException:
+        except BaseException as err:
             self.close()
-            raise
+            new = as_zipsave_error(err, self.name)
+            if new is None:
+                raise
+            raise new from err
 
     def close(self) -> None:
         self.source.close()
@@ -87,8 +91,13 @@ class LoadSession:
     def __enter__(self) -> LoadSession:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        # The error boundary of every load verb (ArchiveSource's, for a session).
         self.close()
+        if exc is not None:
+            new = as_zipsave_error(exc, self.name)
+            if new is not None:
+                raise new from exc
 
     def names(self) -> list[str]:
         return self.source.names()

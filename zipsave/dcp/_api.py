@@ -8,6 +8,7 @@ from typing import Any
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
+from ..exceptions import reading
 from ._errors import raise_zipsave_error
 from ._reader import ZipReader
 from ._writer import ZipWriter
@@ -66,8 +67,9 @@ def load(state_dict: dict[str, Any], path: str | os.PathLike, *, allow_pickle: b
     **kwargs
         Passed to ``dcp.load`` (``planner``, ``process_group``, ``no_dist``).
     """
-    reader = ZipReader(path, allow_pickle=allow_pickle)
-    try:
-        dcp.load(state_dict, storage_reader=reader, **kwargs)
-    except CheckpointException as err:
-        raise_zipsave_error(err, path, reader.metadata_error)
+    with reading(path):  # the error boundary: what reading the checkpoint raises names it
+        reader = ZipReader(path, allow_pickle=allow_pickle)
+        try:
+            dcp.load(state_dict, storage_reader=reader, **kwargs)
+        except CheckpointException as err:
+            raise_zipsave_error(err, path, reader.metadata_error)

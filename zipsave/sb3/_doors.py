@@ -20,6 +20,7 @@ from .. import _format
 from .._archive import ArchiveSource
 from .._core import LoadOptions, LoadSession
 from ..exceptions import DecodeError
+from ._boundary import door
 from ._extras import build_vec_normalize, restore_extra
 from ._state import current_options, original
 
@@ -103,8 +104,9 @@ def load_replay_buffer(self: Any, path: Any, truncate_last_traj: bool = True) ->
     method (a buffer file ``save_replay_buffer`` wrote, zipsave's or SB3's pickle)."""
     archive = _archive_path(path, "pkl", "zip")
     if not holds_extra(archive, "replay_buffer"):
-        return original(_owner(), "load_replay_buffer")(self, path, truncate_last_traj)
-    with _session(archive, strict=True) as src:
+        with door(archive, f"{type(self).__name__}.load_replay_buffer"):
+            return original(_owner(), "load_replay_buffer")(self, path, truncate_last_traj)
+    with door(archive, f"{type(self).__name__}.load_replay_buffer"), _session(archive, strict=True) as src:
         live = not _fit_buffer(src, self)  # a buffer built for the saved size holds untouched zeros
         before = getattr(self, "_last_obs", None)
         # the restore ends HER's episode under way when there is no last observation (a reset

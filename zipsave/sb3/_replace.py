@@ -14,6 +14,7 @@ from zipsave._core import LoadOptions, LoadSession, Parts, check_name, encode, w
 from zipsave._trust import TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError
 
+from ._boundary import check_statistics, door
 from ._build import build_sb3
 from ._checks import check_data, check_names, drop_saved_env
 from ._doors import holds_extra, is_zip, vec_normalize_from_model
@@ -128,7 +129,7 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
     check_custom_objects(custom_objects)
     _check_exists(path, "zip")
     options = _load_options(device=device, print_system_info=print_system_info)
-    with LoadSession(_existing(path, "zip"), options) as src:
+    with door(path, f"{cls.__name__}.load"), LoadSession(_existing(path, "zip"), options) as src:
         return build_sb3(src, cls, custom_objects=dict(custom_objects) if custom_objects is not None else None,
                          exclude=[], overrides=kwargs, door=f"{cls.__name__}.load")
 
@@ -143,7 +144,8 @@ def set_parameters(self: Any, load_path_or_dict: Any, exact_match: bool = True, 
     if isinstance(load_path_or_dict, dict):
         return original(BaseAlgorithm, "set_parameters")(self, load_path_or_dict, exact_match, device)
     _check_exists(load_path_or_dict, "zip")
-    with LoadSession(_existing(load_path_or_dict, "zip"), _load_options(device=device)) as src:
+    with door(load_path_or_dict, f"{type(self).__name__}.set_parameters"), \
+            LoadSession(_existing(load_path_or_dict, "zip"), _load_options(device=device)) as src:
         load_parameters(src, self, [], exact_match=exact_match)
     return None
 
@@ -280,6 +282,8 @@ def vec_normalize_load(load_path: Any, venv: Any) -> Any:
 
     if holds_extra(load_path, "vec_normalize"):  # a model archive (or checkpoint) that holds one
         return vec_normalize_from_model(load_path, venv)
-    vec_normalize = load_object(load_path, VecNormalize, "VecNormalize")
-    vec_normalize.set_venv(venv)
+    with door(load_path, "VecNormalize.load"):
+        vec_normalize = load_object(load_path, VecNormalize, "VecNormalize")
+        check_statistics(vec_normalize, load_path)
+        vec_normalize.set_venv(venv)
     return vec_normalize
