@@ -12,7 +12,7 @@ import sys
 import types
 from typing import Any, Callable
 
-from .._bounds import KeyGuard, check_size
+from .._bounds import AllocBudget, KeyGuard
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._names import is_dunder
 
@@ -65,8 +65,9 @@ def new_problem(cls: type) -> str | None:
 _DTYPE_TEXT = re.compile(r"[<>|=]?[A-Za-z]{1,2}[0-9]{0,12}(\[[0-9]{0,12}[A-Za-z]{1,3}\])?")
 
 
-def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: dict, budget: int) -> None:
-    """Refuse (raising) a call that would allocate or iterate over more than ``budget``."""
+def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: dict, budget: AllocBudget) -> None:
+    """Charge ``budget`` with what a call would allocate or iterate over, refusing (raising)
+    past it, before the call runs."""
     if name == "numpy.dtype" and args and type(args[0]) is str and not _DTYPE_TEXT.fullmatch(args[0]):
         raise ArchiveLimitError(
             f"`numpy.dtype({args[0][:40]!r})`: a pickled dtype names its kind and size only (like 'f8' or 'V16')."
@@ -80,11 +81,11 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
     for value in values:
         for item in (value, *(value if type(value) in (tuple, list) and len(value) < 64 else ())):
             if type(item) is range:
-                check_size(_range_length(item), budget, f"`{name}` given a range")
+                budget.charge(_range_length(item), f"`{name}` given a range")
             elif numpy is not None and isinstance(item, numpy.dtype):
-                check_size(item.itemsize, budget, f"`{name}` given a dtype")
+                budget.charge(item.itemsize, f"`{name}` given a dtype")
     if name in _SIZED_BY_INT and args and type(args[0]) is int:
-        check_size(args[0], budget, f"`{name}({args[0]})`")
+        budget.charge(args[0], f"`{name}({args[0]})`")
     shape: Any = None
     dtype: Any = None
     if name == "numpy._core.multiarray._reconstruct" and len(args) >= 3:
@@ -100,11 +101,11 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
             itemsize = numpy.dtype(dtype).itemsize
         except (TypeError, ValueError):
             return
-        check_size(math.prod(dims) * max(itemsize, 1), budget, f"`{name}` with shape {tuple(dims)}")
+        budget.charge(math.prod(dims) * max(itemsize, 1), f"`{name}` with shape {tuple(dims)}")
     if name == "numpy.random.bit_generator.SeedSequence":
         pool = kwargs.get("pool_size", args[3] if len(args) > 3 else 4)
         if type(pool) is int:
-            check_size(pool * 4, budget, "a SeedSequence pool")
+            budget.charge(pool * 4, "a SeedSequence pool")
 
 
 def _range_length(value: range) -> int:

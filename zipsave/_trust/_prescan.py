@@ -11,37 +11,73 @@ import struct
 import zipfile
 from typing import Any
 
-from .._bounds import KeyGuard, alloc_budget, check_int, check_zip_infos, key_budget
+from .._bounds import AllocBudget, KeyGuard, check_int, check_zip_infos, key_budget
 from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
 
-__all__ = ["BoundedUnpickler", "check_legacy_torch", "check_torch_zip", "prescan_pickle"]
+__all__ = ["BoundedUnpickler", "check_legacy_torch", "check_torch_zip", "prescan_pickle", "tensor_span"]
 
 _PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
 
 
-class _Exact(io.BytesIO):
+class _Exact:
     """Input that refuses a read past its end instead of returning fewer bytes: a length in
-    the pickle larger than what follows it is an error, never an allocation."""
+    the pickle larger than what follows it is an error, never an allocation. It reads from
+    bytes or from an open binary file (a side pickle streams: each large bytes or bytearray
+    is read straight into the object the pickle builds, never copied from a whole-file copy)."""
 
-    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
-        data = super().read(n)
+    def __init__(self, source: Any) -> None:
+        self._fp = io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else source
+
+    def read(self, n: int | None = -1) -> bytes:
+        data = self._fp.read(n)
         if n is not None and n >= 0 and len(data) != n:
             raise pickle.UnpicklingError(f"the pickle asks for {n} bytes where {len(data)} remain")
         return data
 
+    def readinto(self, buf: Any) -> int:
+        view = memoryview(buf).cast("B")
+        done = 0
+        while done < len(view):
+            n = self._fp.readinto(view[done:])
+            if not n:
+                raise pickle.UnpicklingError(f"the pickle asks for {len(view)} bytes where {done} remain")
+            done += n
+        return done
+
+    def readline(self) -> bytes:
+        return self._fp.readline()
+
+    def tell(self) -> int:
+        return self._fp.tell()
+
+
+def source_size(source: Any) -> int:
+    """Bytes of a pickle given as bytes, or as an open binary file from its current position."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return memoryview(source).nbytes
+    at = source.tell()
+    end = source.seek(0, io.SEEK_END)
+    source.seek(at)
+    return end - at
+
 
 class BoundedUnpickler(_PurePythonUnpickler):
     """pickle's pure-Python unpickler whose containers are built in linear time: keys are
-    checked by a :class:`~zipsave._bounds.KeyGuard`, integers by size, reads by what remains."""
+    checked by a :class:`~zipsave._bounds.KeyGuard`, integers by size, reads by what remains,
+    and what constructors allocate by the :class:`~zipsave._bounds.AllocBudget` of the
+    pickle's size under ``limits`` (a :class:`~zipsave.Limits`, the defaults when ``None``).
+    ``payload`` is bytes or an open binary file, read from its current position."""
 
     dispatch: dict[int, Any] = dict(_PurePythonUnpickler.dispatch)
 
-    def __init__(self, payload: bytes, **where: Any) -> None:
-        super().__init__(_Exact(payload))
+    def __init__(self, payload: Any, *, limits: Any = None, **where: Any) -> None:
+        size = source_size(payload)
+        self._source = _Exact(payload)
+        super().__init__(self._source)
         self.where = where
-        self.keys = KeyGuard(key_budget(len(payload)), **where)
-        self.budget = alloc_budget(len(payload))
-        self.size = len(payload)
+        self.keys = KeyGuard(key_budget(size), **where)
+        self.budget = AllocBudget(size, limits, **where)
+        self.size = size
 
     def _check_target(self, target: Any, opname: str) -> None:
         """Refuse changing ``target`` in place (a subclass's hook)."""
@@ -104,7 +140,16 @@ class BoundedUnpickler(_PurePythonUnpickler):
         (size,) = struct.unpack("<Q", self.read(8))
         if size > self.size:
             raise pickle.UnpicklingError(f"BYTEARRAY8 claims {size} bytes in a pickle of {self.size}")
-        self.append(bytearray(self.read(size)))
+        out = bytearray(size)
+        frame = self._unframer.current_frame
+        if frame is not None and frame.tell() < len(frame.getbuffer()):
+            self.readinto(out)  # a small one, inside a frame
+        else:
+            # pickle writes large ones after the frame; its own readinto would copy them from a
+            # temporary bytes (twice an array's size at peak): read straight into the bytearray
+            self._unframer.current_frame = None
+            self._source.readinto(out)
+        self.append(out)
 
     dispatch[pickle.BYTEARRAY8[0]] = load_bytearray8
 
@@ -160,22 +205,105 @@ class _Named(_Stub):
         self.name = name
 
 
+class _Storage(_Stub):
+    """A storage reference in a pre-scan: the bytes torch will give it (its record's size, or
+    what the reference claims when the records are not known)."""
+
+    def __init__(self, key: Any, nbytes: int, itemsize: int) -> None:
+        self.key, self.nbytes, self.itemsize = key, nbytes, itemsize
+
+
+def tensor_span(offset: int, size: tuple, stride: tuple) -> int:
+    """Elements of its storage a tensor reaches, from the storage's start: 0 when it is empty."""
+    if any(n == 0 for n in size):
+        return 0
+    return offset + 1 + sum((n - 1) * s for n, s in zip(size, stride))
+
+
+#: torch's rebuild functions that lay a tensor over a storage with ``set_()``, which grows the
+#: storage to whatever offset, size and stride reach: ``(storage, offset, size, stride, ...)``.
+_OVER_STORAGE = frozenset({
+    "torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor_v3",
+    "torch._utils._rebuild_qtensor",
+})
+
+
+def _itemsize(dtype: Any) -> int | None:
+    """Bytes per element of a pickled ``torch.<dtype>`` name, where torch is already imported."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    found = getattr(torch, dtype.name.partition(".")[2], None) if torch is not None and isinstance(dtype, _Named) else None
+    return found.itemsize if found is not None and type(found).__name__ == "dtype" else None
+
+
 class _Prescan(BoundedUnpickler):
     dispatch = dict(BoundedUnpickler.dispatch)
 
-    def __init__(self, payload: bytes, **where: Any) -> None:
+    def __init__(self, payload: bytes, records: dict[str, int] | None = None, **where: Any) -> None:
         super().__init__(payload, **where)
         self.pids: list[Any] = []
+        self.records = records
 
     def find_class(self, module: str, name: str) -> Any:
         return _Named(f"{module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
         self.pids.append(pid)
-        return _Stub()
+        if not (type(pid) is tuple and len(pid) in (5, 6) and pid[0] == "storage" and type(pid[4]) is int):
+            return _Stub()
+        kind = pid[1].name if isinstance(pid[1], _Named) else ""
+        itemsize = 1 if kind.endswith("UntypedStorage") else _LEGACY_ITEMSIZE.get(
+            kind.rpartition(".")[2].removesuffix("Storage"), 1
+        )
+        claimed = pid[4] * itemsize
+        if self.records is not None:
+            held = self.records.get(str(pid[2]))
+            if held is None or claimed > held:
+                raise ArchiveLimitError(
+                    f"a storage reference `{pid[2]}` claims {claimed} bytes; its record holds "
+                    f"{'none' if held is None else held}.",
+                    **self.where,
+                )
+            claimed = held
+        return _Storage(pid[2], claimed, itemsize)
+
+    def _check_torch_call(self, func: Any, args: Any) -> None:
+        """Refuse a call torch's loader would make that allocates past the pickle's own bytes:
+        a tensor reaching past its storage (``set_()`` grows it), or a storage, tensor or
+        bytearray constructed from a size."""
+        name = func.name if isinstance(func, _Named) else ""
+        if type(args) is not tuple or not name:
+            return
+        if name == "torch._tensor._rebuild_from_type_v2" and len(args) > 2:
+            self._check_torch_call(args[0], args[2])
+        elif name in _OVER_STORAGE and len(args) >= 4:
+            storage, offset, size, stride = args[:4]
+            ints = (offset, *size, *stride) if type(size) is tuple and type(stride) is tuple else ("?",)
+            if not isinstance(storage, _Storage) or not all(type(v) is int and v >= 0 for v in ints):
+                return  # torch refuses these itself
+            itemsize = _itemsize(args[6]) if name.endswith("_v3") and len(args) > 6 else storage.itemsize
+            span = tensor_span(offset, size, stride) * (itemsize or 1)
+            if span > storage.nbytes:
+                raise ArchiveLimitError(
+                    f"a tensor of size {size[:8]} reaches {span} bytes into storage `{storage.key}` of "
+                    f"{storage.nbytes} bytes (torch would grow the storage); a saved tensor lies inside its storage.",
+                    **self.where,
+                )
+        elif name in ("builtins.bytearray", "builtins.bytes") or (
+            name.startswith("torch.") and name.endswith(("Storage", "Tensor"))
+        ):
+            sizes = [a for a in args if type(a) is int] or [
+                d for a in args if type(a) in (tuple, list) for d in a if type(d) is int
+            ][:1]
+            count = 1
+            for n in sizes:
+                count *= max(n, 0)
+            if sizes:
+                self.budget.charge(count * 16, f"`{name}` of {count} elements")
 
     def load_newobj(self) -> None:
-        self.stack.pop()
+        self._check_torch_call(self.stack[-2], self.stack.pop())
         self.stack[-1] = _Stub()
 
     dispatch[pickle.NEWOBJ[0]] = load_newobj
@@ -192,6 +320,7 @@ class _Prescan(BoundedUnpickler):
             for arg in args:
                 if type(arg) in (list, tuple, set, frozenset) and len(arg) > 1:
                     self.keys.items_of(arg)
+        self._check_torch_call(self.stack[-1], args)
         self.stack[-1] = _Stub()
 
     dispatch[pickle.REDUCE[0]] = load_reduce
@@ -208,12 +337,15 @@ class _Prescan(BoundedUnpickler):
         self.append(_Stub())
 
 
-def prescan_pickle(payload: bytes, **where: Any) -> None:
+def prescan_pickle(payload: bytes, records: dict[str, int] | None = None, **where: Any) -> None:
     """Read ``payload`` once with every global and call made inert, refusing what would make
     a real unpickler take time or memory beyond the pickle's size (hash floods, huge integers,
-    lengths past the end). Raises :class:`ArchiveLimitError` or :class:`DecodeError`."""
+    lengths past the end) and what torch's loader would allocate past the file's bytes: a
+    tensor reaching past its storage, whose size is its record's in ``records`` (storage key
+    -> bytes; a reference claiming more than its record is refused), and storages, tensors or
+    bytearrays constructed from a size. Raises :class:`ArchiveLimitError` or :class:`DecodeError`."""
     try:
-        scan = _Prescan(bytes(payload), **where)
+        scan = _Prescan(bytes(payload), records, **where)
         scan.load()
     except ZipsaveError:
         raise
@@ -278,6 +410,8 @@ def check_torch_zip(fileobj: Any, *, size: int, max_bytes: int, max_ratio: float
             with inner.open(pickles[0]) as member:
                 member._expected_crc = None  # type: ignore[attr-defined]  # torch may write none; the outer CRC covers it
                 payload = member.read()
+            data = pickles[0].filename[: -len("data.pkl")] + "data/"
+            records = {i.filename[len(data):]: i.file_size for i in infos if i.filename.startswith(data)}
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, OverflowError) as err:
         if isinstance(err, ZipsaveError):
             raise
@@ -289,4 +423,4 @@ def check_torch_zip(fileobj: Any, *, size: int, max_bytes: int, max_ratio: float
             fileobj.seek(start)
     if len(payload) > max_bytes:
         raise ArchiveLimitError(f"data.pkl holds {len(payload)} bytes; the limit is {max_bytes}.", **where)
-    prescan_pickle(payload, **where)
+    prescan_pickle(payload, records, **where)

@@ -36,9 +36,11 @@ class _RestrictedUnpickler(BoundedUnpickler):
 
     dispatch: ClassVar[dict[int, Any]] = dict(BoundedUnpickler.dispatch)
 
-    def __init__(self, payload: bytes, policy: TrustPolicy, where: dict[str, Any], storages: Any = None) -> None:
-        # Sets and dicts, integers and reads bounded by the payload's size (BoundedUnpickler).
-        super().__init__(payload, **where)
+    def __init__(
+        self, payload: Any, policy: TrustPolicy, where: dict[str, Any], storages: Any = None, limits: Any = None
+    ) -> None:
+        # Sets and dicts, integers, reads and allocations bounded by the payload's size (BoundedUnpickler).
+        super().__init__(payload, limits=limits, **where)
         self._budget, self._keys = self.budget, self.keys
         self._storages, self.owners = storages, Owners()
         self.memo = Memo()
@@ -271,7 +273,7 @@ class _RestrictedUnpickler(BoundedUnpickler):
         if early:
             raise self._error(f"random generator state is out of range: {early}.")
         super().load_build()
-        problem = built_problem(inst) or check_seed_sequence(inst, self._budget)  # positions, arrays, pools
+        problem = built_problem(inst) or check_seed_sequence(inst, self._budget.left)  # positions, arrays, pools
         if problem:
             raise self._error(f"{problem}.")
 
@@ -291,12 +293,45 @@ class _RestrictedUnpickler(BoundedUnpickler):
             if problem:
                 raise self._error(f"numpy dtype state is not self-consistent: {problem}.")
         else:
+            self._charge_array_state(numpy, state)
             fresh = numpy.ndarray.__new__(type(old), (0,), numpy.dtype("b"))
             fresh.__setstate__(state)
         self.stack[-1] = fresh
         for memo_key in self.memo.where.pop(id(old), ()):
             if self.memo.get(memo_key) is old:
                 self.memo[memo_key] = fresh
+
+    def _charge_array_state(self, numpy: Any, state: Any) -> None:
+        """Charge the array an ndarray state asks numpy to allocate, before numpy does: its
+        shape times its itemsize. numpy allocates an object array's pointers before it reads
+        the list that fills them, so the list must also hold exactly one item per element."""
+        parts = state if type(state) is tuple else ()
+        if len(parts) == 5:
+            parts = parts[1:]  # (version, shape, dtype, fortran, data)
+        if len(parts) != 4:
+            return  # numpy refuses it itself, allocating nothing
+        shape, dtype, _, data = parts
+        if type(shape) not in (tuple, list) or not all(type(d) is int and d >= 0 for d in shape) or not isinstance(
+            dtype, numpy.dtype
+        ):
+            return
+        count = 1
+        for dim in shape:
+            count *= dim
+            if count > self._budget.total:
+                break
+        self._budget.charge(count * max(dtype.itemsize, 1), f"an ndarray state of shape {tuple(shape)[:8]} and dtype {dtype}")
+        if dtype.hasobject and (type(data) is not list or len(data) != count):
+            raise self._error(
+                f"an object array's state of {count} elements holds {len(data) if type(data) is list else type(data).__name__}"
+                " items; numpy's pickles hold one per element."
+            )
+        if not dtype.hasobject and not (isinstance(data, (bytes, bytearray, str)) and len(data) == count * dtype.itemsize):
+            raise self._error(
+                f"an array's state of {count * dtype.itemsize} bytes holds "
+                f"{len(data) if isinstance(data, (bytes, bytearray, str)) else type(data).__name__}; numpy's pickles hold "
+                "its bytes."
+            )
 
     def load_append(self) -> None:
         item = self.stack.pop()
@@ -326,26 +361,33 @@ class _RestrictedUnpickler(BoundedUnpickler):
 
 
 def restricted_loads(
-    payload: bytes,
+    payload: Any,
     policy: TrustPolicy,
     *,
     key: str | None = None,
     member: str | None = None,
     archive: Any = None,
     storages: Any = None,
+    limits: Any = None,
 ) -> object:
     """Unpickle ``payload`` under ``policy``.
 
     Parameters
     ----------
-    payload : bytes
-        A pickle (protocol 0-5), typically the base64-decoded ``":serialized:"`` of an entry.
+    payload : bytes or binary file
+        A pickle (protocol 0-5), typically the base64-decoded ``":serialized:"`` of an entry,
+        or an open binary file read from its position (a side pickle, streamed: large bytes
+        and arrays are read straight into what the pickle builds).
     policy : TrustPolicy
         With ``allow_pickle=True`` this is ``cloudpickle.loads(payload)``, exactly what SB3
         does. Otherwise every global goes through :meth:`TrustPolicy.resolve`, and calls,
         state and in-place changes are checked (see the module docstring).
     key, member, archive, storages : optional
         Where it came from, for the errors; ``storages(pid)`` answers ``torch.save``'s storage references.
+    limits : Limits, optional
+        The load's :class:`~zipsave.Limits`: what the value may allocate in all
+        (``alloc_floor`` plus ``alloc_ratio`` times the pickle's size), counted before each
+        array, bytes or tensor is built. The defaults when ``None``.
 
     Returns
     -------
@@ -371,18 +413,22 @@ def restricted_loads(
     ...
     zipsave.exceptions.UnsafeGlobalError: refusing to import untrusted global `builtins.print`. ...
     """
-    if not isinstance(payload, (bytes, bytearray, memoryview)):
-        raise TypeError(f"payload must be bytes, got {type(payload).__name__}.")
+    stream = not isinstance(payload, (bytes, bytearray, memoryview))
+    if stream and not (hasattr(payload, "read") and hasattr(payload, "seek")):
+        raise TypeError(f"payload must be bytes or a binary file, got {type(payload).__name__}.")
+    start = payload.tell() if stream else 0
     where: dict[str, Any] = {"key": key, "member": member, "archive": archive}
     try:
         if policy.allow_pickle:
             import cloudpickle  # only here: a load that never unpickles freely need not import it
 
-            return cloudpickle.loads(payload)
-        unpickler = _RestrictedUnpickler(bytes(payload), policy, where, storages)
+            return cloudpickle.load(payload) if stream else cloudpickle.loads(payload)
+        unpickler = _RestrictedUnpickler(payload if stream else bytes(payload), policy, where, storages, limits)
         return unpickler.owners.checked(unpickler.load())
     except UnsafeGlobalError as err:
-        explain_by_value(err, bytes(payload))  # name the class: cloudpickle's function says nothing
+        if stream:
+            payload.seek(start)
+        explain_by_value(err, payload.read() if stream else bytes(payload))  # name the class: cloudpickle's function says nothing
         raise
     except ZipsaveError:
         raise

@@ -3,6 +3,7 @@ and documented behaviour, with zipsave's archives and load rules underneath."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import os
@@ -130,6 +131,7 @@ def load_from_zip_file(
         trusted=trusted_names(_named_classes(cls)),
         strict=options.strict,
         report=report,
+        limits=options.limits,
     )
     if loading is not None and load_data:
         if loaded[0] is None:  # a plain torch.save file, or an archive without `data`: no model
@@ -330,12 +332,13 @@ def load_object(path: Any, expected: type, what: str) -> Any:
     ``expected``; a value that does not decode is an error, never a partial object."""
     options = current_options()
     if not is_zipsave_archive(path):
-        payload = path.read() if hasattr(path, "read") else pathlib.Path(path).read_bytes()
+        # streamed from the file: each array is read straight into the array the pickle builds
         policy = TrustPolicy.make(allow_pickle=options.allow_pickle, trusted=trusted_names())
-        obj = restricted_loads(payload, policy, archive=path)
+        with contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb") as fp:
+            obj = restricted_loads(fp, policy, archive=path, limits=options.limits)
     else:
         data, _, _ = zipsave.load_archive(
-            path, allow_pickle=options.allow_pickle, trusted=trusted_names(), strict=True
+            path, allow_pickle=options.allow_pickle, trusted=trusted_names(), strict=True, limits=options.limits
         )
         data = dict(data or {})
         if OBJECT_VALUE in data:
