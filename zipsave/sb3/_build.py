@@ -15,6 +15,7 @@ from .._core import LoadSession, check_data_key, load_state_into, recursive_geta
 from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._schedules import NotASchedule, recognise_schedule
 from ._checks import check_data, check_names, drop_saved_env
+from ._estimate import check_model_size
 from ._extras import apply_vec_normalize, matches_any, has_extra, restore_extra, warn_unused_vec_normalize
 from ._keys import blame_given, given_values, warn_unknown_keys, warn_unmatched_custom_objects
 from ._zoo import with_zoo_schedules
@@ -110,6 +111,7 @@ def build_sb3(
         ) from err
     for key in data:  # what `__dict__.update` writes must not replace the model's code
         check_data_key(model, key, archive=src.name, member=_format.DATA, key=key)
+    check_model_size(cls, {**vars(model), **data, **kwargs}, src, limits=src.limits)  # before SB3 allocates it
     try:
         model.__dict__.update(data)
         model.__dict__.update(kwargs)

@@ -15,6 +15,7 @@ from zipsave._trust import StorageType, TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError, ParameterMismatchError
 
 from ._checks import check_policy_arguments
+from ._estimate import check_model_size
 from ._replace import current_options, is_zipsave_archive, trusted_names, write_exact
 from ._state import original
 
@@ -182,6 +183,7 @@ def policy_load(cls: Any, path: Any, device: Any = "auto") -> Any:
             f"holds no policy (`data` and `{POLICY}.pth`); was it written by `policy.save`?", archive=path
         )
     check_policy_arguments(data, archive=path, member="data")
+    check_model_size(cls, {"policy_class": cls, "policy_kwargs": data, **data}, path, limits=options.limits)
     try:
         model = cls(**{key: _rebuild_extractor(value) for key, value in data.items()})
     except Exception as err:

@@ -21,6 +21,7 @@ from ._state import current_options as _current
 from ._build import ARS_WEIGHTS, is_ars, sync_ars_weights
 from ._checks import check_data, check_names, drop_saved_env
 from ._schedules import closures_in
+from ._estimate import check_model_size, load_overrides
 from ._doors import holds_extra, is_zip, restore_replay_buffer_after_load, vec_normalize_from_model, wrap_env_for_load
 from ._keys import blame_given, check_custom_objects, given_values, warn_unknown_keys, warn_unmatched_custom_objects
 from ._zoo import read_data, schedules_in
@@ -54,6 +55,8 @@ class _Call:
     given: frozenset[str]
     data: dict[str, Any] | None = None
     raw: dict[str, Any] | None = None
+    #: The ``data`` values the call replaces (what the model is built with), for the size estimate.
+    values: dict[str, Any] = dataclasses.field(default_factory=dict)
 #: ``data`` keys without which ``BaseAlgorithm.load`` cannot build the model it saved.
 _REQUIRED = ("policy_class", "observation_space", "action_space", "policy_kwargs")
 #: Keywords of ``BaseAlgorithm.load`` that are not ``data`` keys.
@@ -144,6 +147,7 @@ def load_from_zip_file(
         _check_required(load_path, loading.cls, report, given | set(custom_objects or ()))
         _check_is_model(load_path, loading.cls, loaded[0], given | set(custom_objects or ()))
         loading.data, loading.raw = loaded[0], raw if isinstance(raw, dict) else None
+        check_model_size(loading.cls, {**loaded[0], **loading.values}, _existing(load_path, "zip"), limits=options.limits)
     data, params, variables = loaded
     # SB3's own `load`/`set_parameters` follow these names with getattr/setattr and call the
     # classes in `data`: checked here, before they reach SB3's code.
@@ -249,7 +253,7 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
     archive = _existing(path, "zip")
     if holds_extra(archive, "vec_normalize"):
         kwargs["env"] = wrap_env_for_load(cls, archive, kwargs.get("env"))
-    call = _Call(cls, asked, frozenset(kwargs) - _LOAD_KEYWORDS)
+    call = _Call(cls, asked, frozenset(kwargs) - _LOAD_KEYWORDS, values=load_overrides(kwargs, _LOAD_KEYWORDS))
     token = _loading.set(call)
     try:
         model = original(BaseAlgorithm, "load").__func__(cls, path, **kwargs)
