@@ -78,7 +78,8 @@ class Decoder:
             return self._native(value[N], depth + 1)
         if S in value:
             return restricted_loads(
-                unb64(value[S]), self.policy, key=self._key, member=self._member, archive=self._archive, limits=self._limits
+                unb64(value[S]), self.policy, key=self._key, member=self._member, archive=self._archive,
+                limits=self._limits,
             )
         return {k: self.decode(v, depth + 1) for k, v in value.items()}
 

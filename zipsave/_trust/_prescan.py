@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import pickle
 import struct
+import sys
 import zipfile
 from typing import Any
 
@@ -230,10 +231,10 @@ _OVER_STORAGE = frozenset({
 
 def _itemsize(dtype: Any) -> int | None:
     """Bytes per element of a pickled ``torch.<dtype>`` name, where torch is already imported."""
-    import sys
-
     torch = sys.modules.get("torch")
-    found = getattr(torch, dtype.name.partition(".")[2], None) if torch is not None and isinstance(dtype, _Named) else None
+    if torch is None or not isinstance(dtype, _Named):
+        return None
+    found = getattr(torch, dtype.name.partition(".")[2], None)
     return found.itemsize if found is not None and type(found).__name__ == "dtype" else None
 
 

@@ -311,26 +311,26 @@ class _RestrictedUnpickler(BoundedUnpickler):
         if len(parts) != 4:
             return  # numpy refuses it itself, allocating nothing
         shape, dtype, _, data = parts
-        if type(shape) not in (tuple, list) or not all(type(d) is int and d >= 0 for d in shape) or not isinstance(
-            dtype, numpy.dtype
-        ):
+        if type(shape) not in (tuple, list) or not all(type(d) is int and d >= 0 for d in shape):
+            return
+        if not isinstance(dtype, numpy.dtype):
             return
         count = 1
         for dim in shape:
             count *= dim
             if count > self._budget.total:
                 break
-        self._budget.charge(count * max(dtype.itemsize, 1), f"an ndarray state of shape {tuple(shape)[:8]} and dtype {dtype}")
+        what = f"an ndarray state of shape {tuple(shape)[:8]} and dtype {dtype}"
+        self._budget.charge(count * max(dtype.itemsize, 1), what)
+        sized = isinstance(data, (bytes, bytearray, str))
+        held = len(data) if sized or type(data) is list else type(data).__name__
         if dtype.hasobject and (type(data) is not list or len(data) != count):
             raise self._error(
-                f"an object array's state of {count} elements holds {len(data) if type(data) is list else type(data).__name__}"
-                " items; numpy's pickles hold one per element."
+                f"an object array's state of {count} elements holds {held} items; numpy's pickles hold one per element."
             )
-        if not dtype.hasobject and not (isinstance(data, (bytes, bytearray, str)) and len(data) == count * dtype.itemsize):
+        if not dtype.hasobject and not (sized and len(data) == count * dtype.itemsize):
             raise self._error(
-                f"an array's state of {count * dtype.itemsize} bytes holds "
-                f"{len(data) if isinstance(data, (bytes, bytearray, str)) else type(data).__name__}; numpy's pickles hold "
-                "its bytes."
+                f"an array's state of {count * dtype.itemsize} bytes holds {held}; numpy's pickles hold its bytes."
             )
 
     def load_append(self) -> None:
@@ -428,7 +428,8 @@ def restricted_loads(
     except UnsafeGlobalError as err:
         if stream:
             payload.seek(start)
-        explain_by_value(err, payload.read() if stream else bytes(payload))  # name the class: cloudpickle's function says nothing
+        # name the class: cloudpickle's function says nothing
+        explain_by_value(err, payload.read() if stream else bytes(payload))
         raise
     except ZipsaveError:
         raise

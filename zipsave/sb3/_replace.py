@@ -147,7 +147,8 @@ def load_from_zip_file(
         _check_required(load_path, loading.cls, report, given | set(custom_objects or ()))
         _check_is_model(load_path, loading.cls, loaded[0], given | set(custom_objects or ()))
         loading.data, loading.raw = loaded[0], raw if isinstance(raw, dict) else None
-        check_model_size(loading.cls, {**loaded[0], **loading.values}, _existing(load_path, "zip"), limits=options.limits)
+        check_model_size(loading.cls, {**loaded[0], **loading.values}, _existing(load_path, "zip"),
+                         limits=options.limits)
     data, params, variables = loaded
     # SB3's own `load`/`set_parameters` follow these names with getattr/setattr and call the
     # classes in `data`: checked here, before they reach SB3's code.
