@@ -185,8 +185,8 @@ def estimate_model(params: Mapping[str, Any]) -> Estimate:
         n_steps, size = params.get("n_steps"), params.get("buffer_size")
         if type(n_steps) is int and n_steps > 0 and "buffer_size" not in params:  # off-policy: n-step returns
             rows = n_steps * n_envs
-            observations = rows * _features_stored(obs) * 4  # RolloutBuffer keeps float32
-            nbytes = observations + rows * 4 * (_action_dim_stored(act) + 6)
+            observations = rows * _stored(obs)  # at their dtype (older SB3 kept float32: more)
+            nbytes = observations + rows * (_stored_action(act) + 4 * 6)
             out.parts.append(("n_steps", f"a rollout buffer of {n_steps} steps x {n_envs} envs", nbytes, observations))
         if type(size) is int and size > 0:
             rows = max(size // n_envs, 1) * n_envs
@@ -199,26 +199,19 @@ def estimate_model(params: Mapping[str, Any]) -> Estimate:
     return out
 
 
-def _features_stored(space: Any) -> int:
-    """Elements of one observation in a rollout buffer (SB3's ``get_obs_shape``)."""
-    kind = _kind(space)
-    if kind == "Dict":
-        return sum(_features_stored(s) for s in space.spaces.values())
-    if kind == "Discrete":
-        return 1
-    if kind == "MultiDiscrete":
-        return int(space.nvec.size)
-    return math.prod(int(d) for d in (getattr(space, "shape", None) or ()))
-
-
-def _action_dim_stored(space: Any) -> int:
-    return 1 if _kind(space) == "Discrete" else _features_stored(space)
-
-
 def _stored_action(space: Any) -> int:
-    """Bytes of one action in a replay buffer (float64 is kept as float32)."""
+    """Bytes of one action in a buffer: its elements (one for ``Discrete``) at their dtype's
+    size, at most 4 (SB3 keeps float64 actions as float32; older versions kept every action
+    as float32)."""
+    kind = _kind(space)
+    if kind == "Discrete":
+        elements = 1
+    elif kind == "MultiDiscrete":
+        elements = int(space.nvec.size)
+    else:
+        elements = math.prod(int(d) for d in (getattr(space, "shape", None) or ()))
     itemsize = getattr(getattr(space, "dtype", None), "itemsize", 4) or 4
-    return _action_dim_stored(space) * min(itemsize, 8 if _kind(space) != "Box" else 4)
+    return elements * min(itemsize, 4)
 
 
 def archive_size(path: Any) -> int | None:
