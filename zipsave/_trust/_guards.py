@@ -16,7 +16,7 @@ from .._bounds import AllocBudget, KeyGuard
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._names import is_dunder
 
-__all__ = ["build_state_problem", "call_problem", "new_problem", "size_problem"]
+__all__ = ["array_state_problem", "build_state_problem", "call_problem", "new_problem", "size_problem"]
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a `class` statement
 
@@ -106,6 +106,36 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
         pool = kwargs.get("pool_size", args[3] if len(args) > 3 else 4)
         if type(pool) is int:
             budget.charge(pool * 4, "a SeedSequence pool")
+
+
+def array_state_problem(numpy: Any, state: Any, budget: AllocBudget) -> str | None:
+    """Charge ``budget`` with the array an ndarray BUILD state asks numpy to allocate, before
+    numpy does (shape times itemsize), and say why the state is not one numpy writes, or None.
+    numpy allocates an object array's pointers before it reads the list that fills them, so
+    that list must hold exactly one item per element, and a numeric array's data its bytes."""
+    parts = state if type(state) is tuple else ()
+    if len(parts) == 5:
+        parts = parts[1:]  # (version, shape, dtype, fortran, data)
+    if len(parts) != 4:
+        return None  # numpy refuses it itself, allocating nothing
+    shape, dtype, _, data = parts
+    if type(shape) not in (tuple, list) or not all(type(d) is int and d >= 0 for d in shape):
+        return None
+    if not isinstance(dtype, numpy.dtype):
+        return None
+    count = 1
+    for dim in shape:
+        count *= dim
+        if count > budget.total:
+            break
+    budget.charge(count * max(dtype.itemsize, 1), f"an ndarray state of shape {tuple(shape)[:8]} and dtype {dtype}")
+    sized = isinstance(data, (bytes, bytearray, str))
+    held = len(data) if sized or type(data) is list else type(data).__name__
+    if dtype.hasobject and (type(data) is not list or len(data) != count):
+        return f"an object array's state of {count} elements holds {held} items; numpy's pickles hold one per element"
+    if not dtype.hasobject and not (sized and len(data) == count * dtype.itemsize):
+        return f"an array's state of {count * dtype.itemsize} bytes holds {held}; numpy's pickles hold its bytes"
+    return None
 
 
 def _range_length(value: range) -> int:

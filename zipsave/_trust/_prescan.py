@@ -8,14 +8,14 @@ from __future__ import annotations
 import io
 import pickle
 import struct
-import sys
 import zipfile
 from typing import Any
 
 from .._bounds import AllocBudget, KeyGuard, check_int, check_zip_infos, key_budget
 from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
+from ._torch_calls import LEGACY_ITEMSIZE, check_torch_call, storage_reference
 
-__all__ = ["BoundedUnpickler", "check_legacy_torch", "check_torch_zip", "prescan_pickle", "tensor_span"]
+__all__ = ["BoundedUnpickler", "check_legacy_torch", "check_torch_zip", "prescan_pickle"]
 
 _PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
 
@@ -206,38 +206,6 @@ class _Named(_Stub):
         self.name = name
 
 
-class _Storage(_Stub):
-    """A storage reference in a pre-scan: the bytes torch will give it (its record's size, or
-    what the reference claims when the records are not known)."""
-
-    def __init__(self, key: Any, nbytes: int, itemsize: int) -> None:
-        self.key, self.nbytes, self.itemsize = key, nbytes, itemsize
-
-
-def tensor_span(offset: int, size: tuple, stride: tuple) -> int:
-    """Elements of its storage a tensor reaches, from the storage's start: 0 when it is empty."""
-    if any(n == 0 for n in size):
-        return 0
-    return offset + 1 + sum((n - 1) * s for n, s in zip(size, stride))
-
-
-#: torch's rebuild functions that lay a tensor over a storage with ``set_()``, which grows the
-#: storage to whatever offset, size and stride reach: ``(storage, offset, size, stride, ...)``.
-_OVER_STORAGE = frozenset({
-    "torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor_v3",
-    "torch._utils._rebuild_qtensor",
-})
-
-
-def _itemsize(dtype: Any) -> int | None:
-    """Bytes per element of a pickled ``torch.<dtype>`` name, where torch is already imported."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(dtype, _Named):
-        return None
-    found = getattr(torch, dtype.name.partition(".")[2], None)
-    return found.itemsize if found is not None and type(found).__name__ == "dtype" else None
-
-
 class _Prescan(BoundedUnpickler):
     dispatch = dict(BoundedUnpickler.dispatch)
 
@@ -251,60 +219,10 @@ class _Prescan(BoundedUnpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         self.pids.append(pid)
-        if not (type(pid) is tuple and len(pid) in (5, 6) and pid[0] == "storage" and type(pid[4]) is int):
-            return _Stub()
-        kind = pid[1].name if isinstance(pid[1], _Named) else ""
-        itemsize = 1 if kind.endswith("UntypedStorage") else _LEGACY_ITEMSIZE.get(
-            kind.rpartition(".")[2].removesuffix("Storage"), 1
-        )
-        claimed = pid[4] * itemsize
-        if self.records is not None:
-            held = self.records.get(str(pid[2]))
-            if held is None or claimed > held:
-                raise ArchiveLimitError(
-                    f"a storage reference `{pid[2]}` claims {claimed} bytes; its record holds "
-                    f"{'none' if held is None else held}.",
-                    **self.where,
-                )
-            claimed = held
-        return _Storage(pid[2], claimed, itemsize)
-
-    def _check_torch_call(self, func: Any, args: Any) -> None:
-        """Refuse a call torch's loader would make that allocates past the pickle's own bytes:
-        a tensor reaching past its storage (``set_()`` grows it), or a storage, tensor or
-        bytearray constructed from a size."""
-        name = func.name if isinstance(func, _Named) else ""
-        if type(args) is not tuple or not name:
-            return
-        if name == "torch._tensor._rebuild_from_type_v2" and len(args) > 2:
-            self._check_torch_call(args[0], args[2])
-        elif name in _OVER_STORAGE and len(args) >= 4:
-            storage, offset, size, stride = args[:4]
-            ints = (offset, *size, *stride) if type(size) is tuple and type(stride) is tuple else ("?",)
-            if not isinstance(storage, _Storage) or not all(type(v) is int and v >= 0 for v in ints):
-                return  # torch refuses these itself
-            itemsize = _itemsize(args[6]) if name.endswith("_v3") and len(args) > 6 else storage.itemsize
-            span = tensor_span(offset, size, stride) * (itemsize or 1)
-            if span > storage.nbytes:
-                raise ArchiveLimitError(
-                    f"a tensor of size {size[:8]} reaches {span} bytes into storage `{storage.key}` of "
-                    f"{storage.nbytes} bytes (torch would grow the storage); a saved tensor lies inside its storage.",
-                    **self.where,
-                )
-        elif name in ("builtins.bytearray", "builtins.bytes") or (
-            name.startswith("torch.") and name.endswith(("Storage", "Tensor"))
-        ):
-            sizes = [a for a in args if type(a) is int] or [
-                d for a in args if type(a) in (tuple, list) for d in a if type(d) is int
-            ][:1]
-            count = 1
-            for n in sizes:
-                count *= max(n, 0)
-            if sizes:
-                self.budget.charge(count * 16, f"`{name}` of {count} elements")
+        return storage_reference(pid, self.records, **self.where) or _Stub()
 
     def load_newobj(self) -> None:
-        self._check_torch_call(self.stack[-2], self.stack.pop())
+        check_torch_call(self.stack[-2], self.stack.pop(), self.budget, **self.where)
         self.stack[-1] = _Stub()
 
     dispatch[pickle.NEWOBJ[0]] = load_newobj
@@ -321,7 +239,7 @@ class _Prescan(BoundedUnpickler):
             for arg in args:
                 if type(arg) in (list, tuple, set, frozenset) and len(arg) > 1:
                     self.keys.items_of(arg)
-        self._check_torch_call(self.stack[-1], args)
+        check_torch_call(self.stack[-1], args, self.budget, **self.where)
         self.stack[-1] = _Stub()
 
     dispatch[pickle.REDUCE[0]] = load_reduce
@@ -356,13 +274,6 @@ def prescan_pickle(payload: bytes, records: dict[str, int] | None = None, **wher
         raise DecodeError(f"the pickle is malformed ({type(err).__name__}: {err}).", **where) from err
 
 
-#: Bytes per element of torch's legacy storage classes (``torch.FloatStorage``...).
-_LEGACY_ITEMSIZE = {
-    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
-    "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
-}
-
-
 def check_legacy_torch(payload: bytes, **where: Any) -> None:
     """Check a legacy (pre-zip) ``torch.save`` stream, as torch pickles a storage: five pickles
     (magic, protocol, system info, the object, the storage keys), then for each key an element
@@ -376,7 +287,7 @@ def check_legacy_torch(payload: bytes, **where: Any) -> None:
         itemsize: dict[Any, int] = {}
         for pid in scan.pids:
             kind = getattr(pid[1], "name", "") if type(pid) is tuple and len(pid) > 2 else ""
-            size = _LEGACY_ITEMSIZE.get(kind.rpartition(".")[2].removesuffix("Storage")) if kind.startswith("torch.") else None
+            size = LEGACY_ITEMSIZE.get(kind.rpartition(".")[2].removesuffix("Storage")) if kind.startswith("torch.") else None
             if size is None:
                 raise DecodeError(f"a legacy torch storage reference names {kind or pid!r}.", **where)
             itemsize[pid[2]] = size

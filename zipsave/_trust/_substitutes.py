@@ -14,7 +14,8 @@ from .._bounds import alloc_budget
 from ..exceptions import UnsafeGlobalError
 from ._allowlist import default_allowlist
 from ._names import CODE_HINT
-from ._prescan import check_legacy_torch, check_torch_zip, tensor_span
+from ._prescan import check_legacy_torch, check_torch_zip
+from ._torch_calls import tensor_span
 
 __all__ = ["SUBSTITUTED", "Owner", "Owners", "StorageType", "attribute_getter", "legacy_space_state", "owns_trusted", "substitutes"]
 

@@ -14,7 +14,9 @@ from .._bounds import check_int
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
 from ._checks import Memo, check_bit_generator_state, check_dtype, check_seed_sequence, dtype_state_problem
-from ._guards import build_state_problem, call_problem, check_keys, new_problem, numpy_random_kind, size_problem
+from ._guards import (
+    array_state_problem, build_state_problem, call_problem, check_keys, new_problem, numpy_random_kind, size_problem,
+)
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
 from ._prescan import BoundedUnpickler
@@ -293,45 +295,15 @@ class _RestrictedUnpickler(BoundedUnpickler):
             if problem:
                 raise self._error(f"numpy dtype state is not self-consistent: {problem}.")
         else:
-            self._charge_array_state(numpy, state)
+            problem = array_state_problem(numpy, state, self._budget)  # charged before numpy allocates
+            if problem:
+                raise self._error(f"{problem}.")
             fresh = numpy.ndarray.__new__(type(old), (0,), numpy.dtype("b"))
             fresh.__setstate__(state)
         self.stack[-1] = fresh
         for memo_key in self.memo.where.pop(id(old), ()):
             if self.memo.get(memo_key) is old:
                 self.memo[memo_key] = fresh
-
-    def _charge_array_state(self, numpy: Any, state: Any) -> None:
-        """Charge the array an ndarray state asks numpy to allocate, before numpy does: its
-        shape times its itemsize. numpy allocates an object array's pointers before it reads
-        the list that fills them, so the list must also hold exactly one item per element."""
-        parts = state if type(state) is tuple else ()
-        if len(parts) == 5:
-            parts = parts[1:]  # (version, shape, dtype, fortran, data)
-        if len(parts) != 4:
-            return  # numpy refuses it itself, allocating nothing
-        shape, dtype, _, data = parts
-        if type(shape) not in (tuple, list) or not all(type(d) is int and d >= 0 for d in shape):
-            return
-        if not isinstance(dtype, numpy.dtype):
-            return
-        count = 1
-        for dim in shape:
-            count *= dim
-            if count > self._budget.total:
-                break
-        what = f"an ndarray state of shape {tuple(shape)[:8]} and dtype {dtype}"
-        self._budget.charge(count * max(dtype.itemsize, 1), what)
-        sized = isinstance(data, (bytes, bytearray, str))
-        held = len(data) if sized or type(data) is list else type(data).__name__
-        if dtype.hasobject and (type(data) is not list or len(data) != count):
-            raise self._error(
-                f"an object array's state of {count} elements holds {held} items; numpy's pickles hold one per element."
-            )
-        if not dtype.hasobject and not (sized and len(data) == count * dtype.itemsize):
-            raise self._error(
-                f"an array's state of {count * dtype.itemsize} bytes holds {held}; numpy's pickles hold its bytes."
-            )
 
     def load_append(self) -> None:
         item = self.stack.pop()
