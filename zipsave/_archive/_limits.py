@@ -38,10 +38,10 @@ class Limits:
         Most bytes a model rebuilt from an archive may construct before its saved state is
         read into it: SB3's parameters and rollout/replay buffer, estimated from the saved
         hyper-parameters and spaces before SB3 is asked to build them. ``None`` (the default)
-        admits whatever this process can allocate (physical memory plus swap, and the
-        address-space limit, ``RLIMIT_AS``, when one is set), and parameters up to
-        ``alloc_floor + alloc_ratio`` times the archive's size (a real archive holds its
-        parameters). A number replaces both bounds.
+        admits what this process can be given (each array within physical memory plus swap,
+        everything within the address-space limit ``RLIMIT_AS`` when one is set) and
+        parameters up to ``alloc_floor + alloc_ratio`` times the archive's size (a real
+        archive holds its parameters). A number replaces both bounds.
     """
 
     max_members: int = 100_000

@@ -242,26 +242,28 @@ def load_overrides(kwargs: Mapping[str, Any], not_data: Any) -> dict[str, Any]:
 
 
 def _allocatable() -> tuple[int | None, int | None]:
-    """(physical memory plus swap, address space left under ``RLIMIT_AS``); None where unknown."""
+    """(physical memory plus swap, the address-space limit ``RLIMIT_AS``); None where unknown.
+    The limit bounds everything the process maps, so a model larger than it cannot be built
+    (the address space already used is not read: that would open ``/proc/self``)."""
     memory = None
     try:
         with open("/proc/meminfo") as fp:
             fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in fp if line.split()[1:2]}
         memory = fields["MemTotal"] + fields.get("SwapTotal", 0)
     except (OSError, KeyError, ValueError, IndexError):
-        pass
-    left = None
+        try:
+            memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            pass
+    limit = None
     try:
         import resource
 
         soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-        if soft != resource.RLIM_INFINITY:
-            with open("/proc/self/status") as fp:
-                used = next(int(line.split()[1]) * 1024 for line in fp if line.startswith("VmSize:"))
-            left = soft - used
-    except (ImportError, OSError, StopIteration, ValueError):
+        limit = None if soft == resource.RLIM_INFINITY else soft
+    except (ImportError, OSError, ValueError):
         pass
-    return memory, left
+    return memory, limit
 
 
 def check_model_size(cls: Any, params: Mapping[str, Any], source: Any, *, limits: Any = None) -> None:
@@ -284,13 +286,13 @@ def check_model_size(cls: Any, params: Mapping[str, Any], source: Any, *, limits
         _refuse(name, est, params_part, f"the {budget} bytes of parameters an archive of {archive_bytes} bytes may "
                 "build (`Limits.alloc_floor` plus `Limits.alloc_ratio` times its size; a real archive holds its "
                 "parameters)", archive)
-    memory, left = _allocatable()
+    memory, limit = _allocatable()
     for part in est.parts:
         if memory is not None and part[3] > memory:
             _refuse(name, est, part, f"the {memory} bytes of memory and swap of this machine", archive)
-    if left is not None and est.total > left:
+    if limit is not None and est.total > limit:
         _refuse(name, est, max(est.parts, key=lambda p: p[2]),
-                f"the {left} bytes of address space this process has left (`RLIMIT_AS`)", archive)
+                f"the {limit} bytes of address space this process may map (`RLIMIT_AS`)", archive)
 
 
 def _refuse(name: str, est: Estimate, part: tuple[str, str, int, int], bound: str, archive: Any) -> None:
