@@ -207,11 +207,11 @@ def test_every_door_refuses_before_allocating(outcomes, case):
 
 # -- the budget, in process (small sizes) -------------------------------------------------------
 def test_the_budget_follows_the_callers_limits():
-    raw = pickle.dumps(np.arange(1000, dtype=np.float64), protocol=2)
+    raw = pickle.dumps(np.arange(1000, dtype=np.float64), protocol=4)
     assert restricted_loads(raw, TrustPolicy()).sum() == 499500.0  # the default budget admits it
     tight = zipsave.Limits(alloc_floor=0, alloc_ratio=0.5)
     with pytest.raises(ArchiveLimitError, match=re.escape(
-        f"asks for 8000 bytes, and this value may allocate {len(raw) // 2} in all (0 already): `Limits.alloc_floor` "
+        f"asks for 8000 bytes, and this value may allocate {len(raw) // 2} in all (11 already): `Limits.alloc_floor` "
         f"(0) plus `Limits.alloc_ratio` (0.5) times the {len(raw)} bytes it is decoded from."
     )):
         restricted_loads(raw, TrustPolicy(), limits=tight)
@@ -280,3 +280,14 @@ def test_real_torch_files_pass_the_fallback_check():
     buf = io.BytesIO()
     torch.save(obj, buf)
     check_torch_zip(io.BytesIO(buf.getvalue()), size=len(buf.getvalue()), max_bytes=1 << 30, max_ratio=200.0)
+
+
+@pytest.mark.parametrize("func", [("builtins", "bytearray"), ("_codecs", "encode")])
+def test_one_memoized_value_copied_by_many_calls_is_charged_each_time(func):
+    # 1 MB once in the pickle, handed to 200 calls by memo references: 200 MB of copies
+    big: object = {"bytearray": b"x" * (1 << 20), "encode": "x" * (1 << 20)}[func[1]]
+    extra = body("latin1") if func[0] == "_codecs" else b""
+    one = G(*func).data + pickle.MARK + pickle.BINGET + b"\x00" + extra + pickle.TUPLE + pickle.REDUCE + pickle.POP
+    raw = b"\x80\x04" + body(big) + pickle.MEMOIZE + pickle.POP + one * 200 + pickle.NONE + pickle.STOP
+    with pytest.raises(ArchiveLimitError, match="this value may allocate"):
+        restricted_loads(raw, TrustPolicy())

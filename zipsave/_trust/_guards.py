@@ -79,6 +79,12 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
         )
     values = (*args, *kwargs.values())
     for value in values:
+        # A call may copy what it is given (`bytearray(b)`, `tuple(items)`): the memo lets a
+        # pickle hand one large value to many calls for a few bytes each, so each is charged.
+        if isinstance(value, (bytes, bytearray, str)):
+            budget.charge(len(value), f"`{name}` given {len(value)} bytes or characters")
+        elif type(value) in (list, tuple, set, frozenset, dict):
+            budget.charge(8 * len(value), f"`{name}` given {len(value)} items")
         for item in (value, *(value if type(value) in (tuple, list) and len(value) < 64 else ())):
             if type(item) is range:
                 budget.charge(_range_length(item), f"`{name}` given a range")
