@@ -28,12 +28,14 @@ class Limits:
         Deepest nesting of JSON arrays/objects accepted while decoding.
     max_compression_ratio
         Largest uncompressed/compressed ratio of a deflated member above 1 MiB.
-    alloc_floor, alloc_ratio
-        What one decoded value (a pickled ``data`` entry, a side pickle such as SB3's
-        replay-buffer file, a ``.pth``'s ``data.pkl``) may allocate in all: ``alloc_floor``
-        bytes plus ``alloc_ratio`` times the bytes it is decoded from. Arrays, bytes and
-        tensors are counted before they are built. Real pickles need about 1x (an array's
-        bytes are in the pickle); the default 64 MiB + 16x leaves room to spare.
+    alloc_floor
+        Bytes any one decoded value (a pickled ``data`` entry, a side pickle such as SB3's
+        replay-buffer file, a ``.pth``'s ``data.pkl``) may allocate whatever its size; arrays,
+        bytes and tensors are counted, in all, before they are built.
+    alloc_ratio
+        What it may allocate on top of ``alloc_floor``, per byte it is decoded from. Real
+        pickles need about 1 (an array's bytes are in the pickle); the default 64 MiB + 16x
+        leaves room to spare.
     max_model_bytes
         Most bytes a model rebuilt from an archive may construct before its saved state is
         read into it: SB3's parameters and rollout/replay buffer, estimated from the saved
