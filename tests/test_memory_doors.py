@@ -38,6 +38,7 @@ from adversarial.asm import Emit, G, body, build, call, program  # noqa: E402
 from adversarial.corpus import pth_with_pickle  # noqa: E402
 
 sb3 = pytest.importorskip("stable_baselines3")
+import zipsave.sb3  # noqa: E402
 
 HUGE = 8 << 30
 
@@ -291,3 +292,19 @@ def test_one_memoized_value_copied_by_many_calls_is_charged_each_time(func):
     raw = b"\x80\x04" + body(big) + pickle.MEMOIZE + pickle.POP + one * 200 + pickle.NONE + pickle.STOP
     with pytest.raises(ArchiveLimitError, match="this value may allocate"):
         restricted_loads(raw, TrustPolicy())
+
+
+def test_install_limits_reach_sb3s_side_pickles(tmp_path):
+    model = sb3.DQN("MlpPolicy", "CartPole-v1", buffer_size=2000, learning_starts=0, device="cpu")
+    model.replay_buffer.observations[:] = 1.5
+    model.replay_buffer.full = True
+    path = tmp_path / "buffer.pkl"
+    model.save_replay_buffer(path)  # SB3's own pickle
+    tight = zipsave.Limits(alloc_floor=0, alloc_ratio=0.5)
+    with zipsave.sb3.installed(limits=tight), pytest.raises(ArchiveLimitError, match=re.escape(
+        "`Limits.alloc_floor` (0) plus `Limits.alloc_ratio` (0.5) times the"
+    )):
+        model.load_replay_buffer(path)
+    with zipsave.sb3.installed():
+        model.load_replay_buffer(path)
+    assert model.replay_buffer.observations.sum() == 1.5 * model.replay_buffer.observations.size
