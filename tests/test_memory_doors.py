@@ -308,3 +308,13 @@ def test_install_limits_reach_sb3s_side_pickles(tmp_path):
     with zipsave.sb3.installed():
         model.load_replay_buffer(path)
     assert model.replay_buffer.observations.sum() == 1.5 * model.replay_buffer.observations.size
+
+
+def test_dcp_reads_under_the_callers_limits(tmp_path):
+    import zipsave.dcp
+
+    path = tmp_path / "state.zip"
+    zipsave.save({"x": torch.arange(4.0)}, path)
+    with pytest.raises(ArchiveLimitError, match=re.escape("holds 5 members; the limit is 1.")):
+        zipsave.dcp.ZipReader(path, limits=zipsave.Limits(max_members=1)).read_metadata()
+    assert zipsave.dcp.ZipReader(path, limits=zipsave.Limits(max_members=10)).read_metadata().state_dict_metadata

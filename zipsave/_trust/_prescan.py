@@ -209,8 +209,8 @@ class _Named(_Stub):
 class _Prescan(BoundedUnpickler):
     dispatch = dict(BoundedUnpickler.dispatch)
 
-    def __init__(self, payload: bytes, records: dict[str, int] | None = None, **where: Any) -> None:
-        super().__init__(payload, **where)
+    def __init__(self, payload: bytes, records: dict[str, int] | None = None, *, limits: Any = None, **where: Any) -> None:
+        super().__init__(payload, limits=limits, **where)
         self.pids: list[Any] = []
         self.records = records
 
@@ -256,15 +256,17 @@ class _Prescan(BoundedUnpickler):
         self.append(_Stub())
 
 
-def prescan_pickle(payload: bytes, records: dict[str, int] | None = None, **where: Any) -> None:
+def prescan_pickle(payload: bytes, records: dict[str, int] | None = None, *, limits: Any = None, **where: Any) -> None:
     """Read ``payload`` once with every global and call made inert, refusing what would make
     a real unpickler take time or memory beyond the pickle's size (hash floods, huge integers,
     lengths past the end) and what torch's loader would allocate past the file's bytes: a
     tensor reaching past its storage, whose size is its record's in ``records`` (storage key
     -> bytes; a reference claiming more than its record is refused), and storages, tensors or
-    bytearrays constructed from a size. Raises :class:`ArchiveLimitError` or :class:`DecodeError`."""
+    bytearrays constructed from a size, charged to ``limits``' allocation budget (a
+    :class:`~zipsave.Limits`; the defaults when ``None``). Raises :class:`ArchiveLimitError`
+    or :class:`DecodeError`."""
     try:
-        scan = _Prescan(bytes(payload), records, **where)
+        scan = _Prescan(bytes(payload), records, limits=limits, **where)
         scan.load()
     except ZipsaveError:
         raise
