@@ -317,4 +317,5 @@ def test_dcp_reads_under_the_callers_limits(tmp_path):
     zipsave.save({"x": torch.arange(4.0)}, path)
     with pytest.raises(ArchiveLimitError, match=re.escape("holds 5 members; the limit is 1.")):
         zipsave.dcp.ZipReader(path, limits=zipsave.Limits(max_members=1)).read_metadata()
-    assert zipsave.dcp.ZipReader(path, limits=zipsave.Limits(max_members=10)).read_metadata().state_dict_metadata
+    metadata = zipsave.dcp.ZipReader(path, limits=zipsave.Limits(max_members=10)).read_metadata()
+    assert metadata.storage_data.limits.max_members == 10  # the reads that follow use them too
