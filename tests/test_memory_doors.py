@@ -23,6 +23,7 @@ import sys
 import textwrap
 import tracemalloc
 import zipfile
+from typing import Any
 
 import numpy as np
 import pytest
@@ -319,3 +320,18 @@ def test_dcp_reads_under_the_callers_limits(tmp_path):
         zipsave.dcp.ZipReader(path, limits=zipsave.Limits(max_members=1)).read_metadata()
     metadata = zipsave.dcp.ZipReader(path, limits=zipsave.Limits(max_members=10)).read_metadata()
     assert metadata.storage_data.limits.max_members == 10  # the reads that follow use them too
+
+
+def test_an_unseekable_stream_is_read_whole_first():
+    class Pipe(io.RawIOBase):
+        def __init__(self, raw: bytes) -> None:
+            self._inner = io.BytesIO(raw)
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buf: Any) -> int:
+            return self._inner.readinto(buf)
+
+    out = restricted_loads(io.BufferedReader(Pipe(pickle.dumps({"a": np.arange(3)}, protocol=5))), TrustPolicy())
+    assert out["a"].tolist() == [0, 1, 2]

@@ -386,8 +386,10 @@ def restricted_loads(
     zipsave.exceptions.UnsafeGlobalError: refusing to import untrusted global `builtins.print`. ...
     """
     stream = not isinstance(payload, (bytes, bytearray, memoryview))
-    if stream and not (hasattr(payload, "read") and hasattr(payload, "seek")):
+    if stream and not hasattr(payload, "read"):
         raise TypeError(f"payload must be bytes or a binary file, got {type(payload).__name__}.")
+    if stream and not (hasattr(payload, "seekable") and payload.seekable()):
+        payload, stream = payload.read(), False  # a pipe: its size is known only once read
     start = payload.tell() if stream else 0
     where: dict[str, Any] = {"key": key, "member": member, "archive": archive}
     try:
