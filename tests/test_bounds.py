@@ -7,7 +7,10 @@ import zipfile
 
 import pytest
 
-from zipsave._bounds import MAX_INT_BITS, MAX_SAME_HASH, KeyGuard, check_int, check_size, check_zip_infos
+import zipsave
+from zipsave._bounds import (
+    MAX_INT_BITS, MAX_SAME_HASH, AllocBudget, KeyGuard, alloc_budget, check_int, check_size, check_zip_infos,
+)
 from zipsave.exceptions import ArchiveLimitError
 
 MODULUS = (1 << 61) - 1
@@ -55,3 +58,21 @@ def test_a_nested_member_declaring_more_than_its_ratio_is_a_bomb():
     check_zip_infos([info], size=2000, max_bytes=1 << 40, max_ratio=2000.0)
     with pytest.raises(ArchiveLimitError, match="members total 1048576 bytes; the limit is 1000"):
         check_zip_infos([info], size=2000, max_bytes=1000, max_ratio=2000.0)
+
+
+def test_the_allocation_budget_adds_every_request_up():
+    budget = AllocBudget(1000, key="k")
+    assert budget.total == (64 << 20) + 16 * 1000
+    budget.charge(40 << 20, "`bytes(41943040)`")
+    with pytest.raises(ArchiveLimitError, match=re.escape(
+        "`bytes(41943040)` asks for 41943040 bytes, and this value may allocate 67124864 in all (41943040 already)"
+    )) as info:
+        budget.charge(40 << 20, "`bytes(41943040)`")  # each alone is within the budget; together they are not
+    assert info.value.key == "k" and "`limits=zipsave.Limits(alloc_ratio=...)`" in str(info.value)
+
+
+def test_the_allocation_budget_follows_limits():
+    limits = zipsave.Limits(alloc_floor=10, alloc_ratio=2.5)
+    assert alloc_budget(100, limits) == 260
+    assert AllocBudget(100, limits).total == 260
+    assert alloc_budget(100) == (64 << 20) + 1600

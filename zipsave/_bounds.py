@@ -13,8 +13,8 @@ from typing import Any
 from .exceptions import ArchiveLimitError
 
 __all__ = [
-    "ALLOC_FLOOR", "ALLOC_RATIO", "KEY_WORK_FLOOR", "KEY_WORK_RATIO", "MAX_INT_BITS", "MAX_SAME_HASH", "KeyGuard",
-    "alloc_budget", "check_int", "check_size", "check_zip_infos", "key_budget",
+    "ALLOC_FLOOR", "ALLOC_RATIO", "KEY_WORK_FLOOR", "KEY_WORK_RATIO", "MAX_INT_BITS", "MAX_SAME_HASH", "AllocBudget",
+    "KeyGuard", "alloc_budget", "check_int", "check_size", "check_zip_infos", "key_budget",
 ]
 
 #: Largest integer (in bits) a decoder builds: about 39 500 decimal digits, room for any seed,
@@ -41,9 +41,49 @@ def key_budget(nbytes: int) -> int:
     return KEY_WORK_FLOOR + KEY_WORK_RATIO * max(0, int(nbytes))
 
 
-def alloc_budget(nbytes: int) -> int:
-    """The most bytes (or elements) a value decoded from ``nbytes`` of input may ask for."""
-    return ALLOC_FLOOR + ALLOC_RATIO * max(0, int(nbytes))
+def alloc_budget(nbytes: int, limits: Any = None) -> int:
+    """The most bytes (or elements) a value decoded from ``nbytes`` of input may ask for:
+    ``limits.alloc_floor + limits.alloc_ratio * nbytes`` (a :class:`~zipsave.Limits`; the
+    defaults :data:`ALLOC_FLOOR` and :data:`ALLOC_RATIO` without one)."""
+    floor = getattr(limits, "alloc_floor", ALLOC_FLOOR)
+    ratio = getattr(limits, "alloc_ratio", ALLOC_RATIO)
+    return int(floor + ratio * max(0, int(nbytes)))
+
+
+class AllocBudget:
+    """What one decoded value (a pickle, a ``.pth``'s ``data.pkl``) may still allocate.
+
+    Every constructor that allocates by a size it is given (an array of a shape, ``bytes(n)``,
+    a tensor over a storage) is charged *before* it runs, and all of them together may not pass
+    :func:`alloc_budget` of the value's bytes: a thousand calls asking for 60 MiB each are
+    refused at the one that passes, not allowed one by one.
+    """
+
+    def __init__(self, nbytes: int, limits: Any = None, **where: Any) -> None:
+        self.nbytes = max(0, int(nbytes))
+        self.total = alloc_budget(self.nbytes, limits)
+        self.spent = 0
+        self.where = where
+        self._floor = getattr(limits, "alloc_floor", ALLOC_FLOOR)
+        self._ratio = getattr(limits, "alloc_ratio", ALLOC_RATIO)
+
+    @property
+    def left(self) -> int:
+        return self.total - self.spent
+
+    def charge(self, requested: int, what: str) -> None:
+        """Count ``requested`` bytes for ``what``; an :class:`ArchiveLimitError` past the budget."""
+        requested = max(0, int(requested))
+        if requested > self.left:
+            raise ArchiveLimitError(
+                f"{what} asks for {requested} bytes, and this value may allocate {self.total} in all "
+                f"({self.spent} already): `Limits.alloc_floor` ({self._floor}) plus `Limits.alloc_ratio` "
+                f"({self._ratio:g}) times the {self.nbytes} bytes it is decoded from.",
+                hint="If you trust the archive, raise them: `limits=zipsave.Limits(alloc_ratio=...)` "
+                "(`zipsave.sb3.install(limits=...)` for SB3's own load functions).",
+                **self.where,
+            )
+        self.spent += requested
 
 
 def check_int(value: int, what: str = "an integer", **where: Any) -> int:

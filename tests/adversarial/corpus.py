@@ -183,8 +183,20 @@ def memory() -> list[Payload]:
         "bytearray8_claim": _claim(pickle.BYTEARRAY8, "<Q", 40 << 30),
         "long4_claim": _claim(pickle.LONG4, "<i", 2**31 - 1),
         "frame_claim": _claim(pickle.FRAME, "<Q", 40 << 30),
+        # issue 35: what a BUILD state asks numpy for, sizes added up, a tensor over its storage
+        "ndarray_state_object_8gib": _array_state((1 << 30,), "O8", []),
+        "ndarray_state_float_8gib": _array_state((1 << 30,), "f8", b""),
+        "bytes_each_within_budget": program([call(G("builtins", "bytes"), 60 << 20) for _ in range(100)]),
+        "tensor_past_storage_8gib": _persistent_pickle(collections.OrderedDict(weight=_TensorRef(2 << 30))),
     }
     return [Payload(name, "memory", pickle=raw) for name, raw in out.items()]
+
+
+def _array_state(shape: tuple, dtype: str, data: Any) -> bytes:
+    """numpy's own pickle of an array (``_reconstruct``, then BUILD) with any state."""
+    empty = call(G("numpy.core.multiarray", "_reconstruct"), G("numpy", "ndarray"), (0,), b"b")
+    return program(build(empty, (1, shape, Emit(G("numpy", "dtype").data + body((dtype, False, True)) + pickle.REDUCE),
+                                 False, data)), 2)
 
 
 def build_states() -> list[Payload]:
@@ -278,12 +290,15 @@ def member_payloads() -> list[Payload]:
 
 
 class _TensorRef:
-    """Pickles as torch's tensor rebuild of storage ``0`` (16 float32 elements)."""
+    """Pickles as torch's tensor rebuild of ``size`` float32 elements over storage ``0`` (16 of them)."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
 
     def __reduce__(self) -> Any:
         import torch
 
-        return torch._utils._rebuild_tensor_v2, (_StorageRef(), 0, (16,), (1,), False, collections.OrderedDict())
+        return torch._utils._rebuild_tensor_v2, (_StorageRef(), 0, (self.size,), (1,), False, collections.OrderedDict())
 
 
 class _StorageRef:

@@ -28,6 +28,22 @@ class Limits:
         Deepest nesting of JSON arrays/objects accepted while decoding.
     max_compression_ratio
         Largest uncompressed/compressed ratio of a deflated member above 1 MiB.
+    alloc_floor
+        Bytes any one decoded value (a pickled ``data`` entry, a side pickle such as SB3's
+        replay-buffer file, a ``.pth``'s ``data.pkl``) may allocate whatever its size; arrays,
+        bytes and tensors are counted, in all, before they are built.
+    alloc_ratio
+        What it may allocate on top of ``alloc_floor``, per byte it is decoded from. Real
+        pickles need about 1 (an array's bytes are in the pickle); the default 64 MiB + 16x
+        leaves room to spare.
+    max_model_bytes
+        Most bytes a model rebuilt from an archive may construct before its saved state is
+        read into it: SB3's parameters and rollout/replay buffer, estimated from the saved
+        hyper-parameters and spaces before SB3 is asked to build them. ``None`` (the default)
+        admits what this process can be given (each array within physical memory plus swap,
+        everything within the address-space limit ``RLIMIT_AS`` when one is set) and
+        parameters up to ``alloc_floor + alloc_ratio`` times the archive's size (a real
+        archive holds its parameters). A number replaces both bounds.
     """
 
     max_members: int = 100_000
@@ -36,6 +52,9 @@ class Limits:
     max_json_bytes: int = 512 << 20
     max_json_depth: int = 500
     max_compression_ratio: float = 200.0
+    alloc_floor: int = 64 << 20
+    alloc_ratio: float = 16.0
+    max_model_bytes: int | None = None
 
 
 DEFAULT_LIMITS = Limits()

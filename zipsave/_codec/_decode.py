@@ -43,8 +43,10 @@ class Decoder:
         archive: Any = None,
         member: str | None = None,
         saved_versions: Callable[[], Mapping[str, str]] | None = None,
+        limits: Any = None,
     ) -> None:
         self.policy = policy
+        self._limits = limits  # what a pickled value may allocate (Limits.alloc_floor/alloc_ratio)
         # The archive's system info (versions that wrote it), read only when an error names one.
         self._saved_versions = saved_versions
         self._load_array = load_array
@@ -75,7 +77,10 @@ class Decoder:
         if N in value:
             return self._native(value[N], depth + 1)
         if S in value:
-            return restricted_loads(unb64(value[S]), self.policy, key=self._key, member=self._member, archive=self._archive)
+            return restricted_loads(
+                unb64(value[S]), self.policy, key=self._key, member=self._member, archive=self._archive,
+                limits=self._limits,
+            )
         return {k: self.decode(v, depth + 1) for k, v in value.items()}
 
     def _written_gymnasium(self) -> str | None:

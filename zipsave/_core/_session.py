@@ -309,6 +309,7 @@ class LoadSession:
             archive=self.name,
             member=member,
             saved_versions=self.saved_versions,
+            limits=self.limits,
         )
 
     def saved_versions(self) -> dict[str, str]:

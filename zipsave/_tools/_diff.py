@@ -136,6 +136,7 @@ def _decoded(src: ArchiveSource, key: str, value: Any) -> Any:
         load_array=lambda member: read_array_member(src.reader, member),
         device=torch.device("cpu"),
         max_depth=src.limits.max_json_depth,
+        limits=src.limits,
         archive=src.name,
         member=_format.join(folder, _format.DATA),
     )

@@ -190,6 +190,7 @@ def _decode_key(
         load_array=lambda name: read_array_member(src.reader, name),
         device=device,
         max_depth=src.limits.max_json_depth,
+        limits=src.limits,
         archive=src.name,
         member=member,
     )

@@ -12,11 +12,11 @@ import sys
 import types
 from typing import Any, Callable
 
-from .._bounds import KeyGuard, check_size
+from .._bounds import AllocBudget, KeyGuard
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._names import is_dunder
 
-__all__ = ["build_state_problem", "call_problem", "new_problem", "size_problem"]
+__all__ = ["array_state_problem", "build_state_problem", "call_problem", "new_problem", "size_problem"]
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a `class` statement
 
@@ -73,8 +73,9 @@ def _numpy_dtype_flags(flags: tuple, kwargs: dict) -> bool:
     return not kwargs and len(flags) <= 2 and all(type(f) in (bool, int) and f in (0, 1) for f in flags)
 
 
-def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: dict, budget: int) -> None:
-    """Refuse (raising) a call that would allocate or iterate over more than ``budget``."""
+def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: dict, budget: AllocBudget) -> None:
+    """Charge ``budget`` with what a call would allocate or iterate over, refusing (raising)
+    past it, before the call runs."""
     if name == "numpy.dtype" and args and type(args[0]) is str and not _DTYPE_TEXT.fullmatch(args[0]):
         raise ArchiveLimitError(
             f"`numpy.dtype({args[0][:40]!r})`: a pickled dtype names its kind and size only (like 'f8' or 'V16')."
@@ -86,13 +87,19 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
         )
     values = (*args, *kwargs.values())
     for value in values:
+        # A call may copy what it is given (`bytearray(b)`, `tuple(items)`): the memo lets a
+        # pickle hand one large value to many calls for a few bytes each, so each is charged.
+        if isinstance(value, (bytes, bytearray, str)):
+            budget.charge(len(value), f"`{name}` given {len(value)} bytes or characters")
+        elif type(value) in (list, tuple, set, frozenset, dict):
+            budget.charge(8 * len(value), f"`{name}` given {len(value)} items")
         for item in (value, *(value if type(value) in (tuple, list) and len(value) < 64 else ())):
             if type(item) is range:
-                check_size(_range_length(item), budget, f"`{name}` given a range")
+                budget.charge(_range_length(item), f"`{name}` given a range")
             elif numpy is not None and isinstance(item, numpy.dtype):
-                check_size(item.itemsize, budget, f"`{name}` given a dtype")
+                budget.charge(item.itemsize, f"`{name}` given a dtype")
     if name in _SIZED_BY_INT and args and type(args[0]) is int:
-        check_size(args[0], budget, f"`{name}({args[0]})`")
+        budget.charge(args[0], f"`{name}({args[0]})`")
     shape: Any = None
     dtype: Any = None
     if name == "numpy._core.multiarray._reconstruct" and len(args) >= 3:
@@ -108,11 +115,41 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
             itemsize = numpy.dtype(dtype).itemsize
         except (TypeError, ValueError):
             return
-        check_size(math.prod(dims) * max(itemsize, 1), budget, f"`{name}` with shape {tuple(dims)}")
+        budget.charge(math.prod(dims) * max(itemsize, 1), f"`{name}` with shape {tuple(dims)}")
     if name == "numpy.random.bit_generator.SeedSequence":
         pool = kwargs.get("pool_size", args[3] if len(args) > 3 else 4)
         if type(pool) is int:
-            check_size(pool * 4, budget, "a SeedSequence pool")
+            budget.charge(pool * 4, "a SeedSequence pool")
+
+
+def array_state_problem(numpy: Any, state: Any, budget: AllocBudget) -> str | None:
+    """Charge ``budget`` with the array an ndarray BUILD state asks numpy to allocate, before
+    numpy does (shape times itemsize), and say why the state is not one numpy writes, or None.
+    numpy allocates an object array's pointers before it reads the list that fills them, so
+    that list must hold exactly one item per element, and a numeric array's data its bytes."""
+    parts = state if type(state) is tuple else ()
+    if len(parts) == 5:
+        parts = parts[1:]  # (version, shape, dtype, fortran, data)
+    if len(parts) != 4:
+        return None  # numpy refuses it itself, allocating nothing
+    shape, dtype, _, data = parts
+    if type(shape) not in (tuple, list) or not all(type(d) is int and d >= 0 for d in shape):
+        return None
+    if not isinstance(dtype, numpy.dtype):
+        return None
+    count = 1
+    for dim in shape:
+        count *= dim
+        if count > budget.total:
+            break
+    budget.charge(count * max(dtype.itemsize, 1), f"an ndarray state of shape {tuple(shape)[:8]} and dtype {dtype}")
+    sized = isinstance(data, (bytes, bytearray, str))
+    held = len(data) if sized or type(data) is list else type(data).__name__
+    if dtype.hasobject and (type(data) is not list or len(data) != count):
+        return f"an object array's state of {count} elements holds {held} items; numpy's pickles hold one per element"
+    if not dtype.hasobject and not (sized and len(data) == count * dtype.itemsize):
+        return f"an array's state of {count * dtype.itemsize} bytes holds {held}; numpy's pickles hold its bytes"
+    return None
 
 
 def _range_length(value: range) -> int:

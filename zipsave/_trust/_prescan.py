@@ -11,37 +11,74 @@ import struct
 import zipfile
 from typing import Any
 
-from .._bounds import KeyGuard, alloc_budget, check_int, check_zip_infos, key_budget
+from .._bounds import AllocBudget, KeyGuard, check_int, check_zip_infos, key_budget
 from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
+from ._torch_calls import LEGACY_ITEMSIZE, check_torch_call, storage_reference
 
 __all__ = ["BoundedUnpickler", "check_legacy_torch", "check_torch_zip", "prescan_pickle"]
 
 _PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
 
 
-class _Exact(io.BytesIO):
+class _Exact:
     """Input that refuses a read past its end instead of returning fewer bytes: a length in
-    the pickle larger than what follows it is an error, never an allocation."""
+    the pickle larger than what follows it is an error, never an allocation. It reads from
+    bytes or from an open binary file (a side pickle streams: each large bytes or bytearray
+    is read straight into the object the pickle builds, never copied from a whole-file copy)."""
 
-    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
-        data = super().read(n)
+    def __init__(self, source: Any) -> None:
+        self._fp = io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else source
+
+    def read(self, n: int | None = -1) -> bytes:
+        data = self._fp.read(n)
         if n is not None and n >= 0 and len(data) != n:
             raise pickle.UnpicklingError(f"the pickle asks for {n} bytes where {len(data)} remain")
         return data
 
+    def readinto(self, buf: Any) -> int:
+        view = memoryview(buf).cast("B")
+        done = 0
+        while done < len(view):
+            n = self._fp.readinto(view[done:])
+            if not n:
+                raise pickle.UnpicklingError(f"the pickle asks for {len(view)} bytes where {done} remain")
+            done += n
+        return done
+
+    def readline(self) -> bytes:
+        return self._fp.readline()
+
+    def tell(self) -> int:
+        return self._fp.tell()
+
+
+def source_size(source: Any) -> int:
+    """Bytes of a pickle given as bytes, or as an open binary file from its current position."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return memoryview(source).nbytes
+    at = source.tell()
+    end = source.seek(0, io.SEEK_END)
+    source.seek(at)
+    return end - at
+
 
 class BoundedUnpickler(_PurePythonUnpickler):
     """pickle's pure-Python unpickler whose containers are built in linear time: keys are
-    checked by a :class:`~zipsave._bounds.KeyGuard`, integers by size, reads by what remains."""
+    checked by a :class:`~zipsave._bounds.KeyGuard`, integers by size, reads by what remains,
+    and what constructors allocate by the :class:`~zipsave._bounds.AllocBudget` of the
+    pickle's size under ``limits`` (a :class:`~zipsave.Limits`, the defaults when ``None``).
+    ``payload`` is bytes or an open binary file, read from its current position."""
 
     dispatch: dict[int, Any] = dict(_PurePythonUnpickler.dispatch)
 
-    def __init__(self, payload: bytes, **where: Any) -> None:
-        super().__init__(_Exact(payload))
+    def __init__(self, payload: Any, *, limits: Any = None, **where: Any) -> None:
+        size = source_size(payload)
+        self._source = _Exact(payload)
+        super().__init__(self._source)
         self.where = where
-        self.keys = KeyGuard(key_budget(len(payload)), **where)
-        self.budget = alloc_budget(len(payload))
-        self.size = len(payload)
+        self.keys = KeyGuard(key_budget(size), **where)
+        self.budget = AllocBudget(size, limits, **where)
+        self.size = size
 
     def _check_target(self, target: Any, opname: str) -> None:
         """Refuse changing ``target`` in place (a subclass's hook)."""
@@ -104,7 +141,16 @@ class BoundedUnpickler(_PurePythonUnpickler):
         (size,) = struct.unpack("<Q", self.read(8))
         if size > self.size:
             raise pickle.UnpicklingError(f"BYTEARRAY8 claims {size} bytes in a pickle of {self.size}")
-        self.append(bytearray(self.read(size)))
+        out = bytearray(size)
+        frame = self._unframer.current_frame
+        if frame is not None and frame.tell() < len(frame.getbuffer()):
+            self.readinto(out)  # a small one, inside a frame
+        else:
+            # pickle writes large ones after the frame; its own readinto would copy them from a
+            # temporary bytes (twice an array's size at peak): read straight into the bytearray
+            self._unframer.current_frame = None
+            self._source.readinto(out)
+        self.append(out)
 
     dispatch[pickle.BYTEARRAY8[0]] = load_bytearray8
 
@@ -163,19 +209,20 @@ class _Named(_Stub):
 class _Prescan(BoundedUnpickler):
     dispatch = dict(BoundedUnpickler.dispatch)
 
-    def __init__(self, payload: bytes, **where: Any) -> None:
-        super().__init__(payload, **where)
+    def __init__(self, payload: bytes, records: dict[str, int] | None = None, *, limits: Any = None, **where: Any) -> None:
+        super().__init__(payload, limits=limits, **where)
         self.pids: list[Any] = []
+        self.records = records
 
     def find_class(self, module: str, name: str) -> Any:
         return _Named(f"{module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
         self.pids.append(pid)
-        return _Stub()
+        return storage_reference(pid, self.records, **self.where) or _Stub()
 
     def load_newobj(self) -> None:
-        self.stack.pop()
+        check_torch_call(self.stack[-2], self.stack.pop(), self.budget, **self.where)
         self.stack[-1] = _Stub()
 
     dispatch[pickle.NEWOBJ[0]] = load_newobj
@@ -192,6 +239,7 @@ class _Prescan(BoundedUnpickler):
             for arg in args:
                 if type(arg) in (list, tuple, set, frozenset) and len(arg) > 1:
                     self.keys.items_of(arg)
+        check_torch_call(self.stack[-1], args, self.budget, **self.where)
         self.stack[-1] = _Stub()
 
     dispatch[pickle.REDUCE[0]] = load_reduce
@@ -208,12 +256,17 @@ class _Prescan(BoundedUnpickler):
         self.append(_Stub())
 
 
-def prescan_pickle(payload: bytes, **where: Any) -> None:
+def prescan_pickle(payload: bytes, records: dict[str, int] | None = None, *, limits: Any = None, **where: Any) -> None:
     """Read ``payload`` once with every global and call made inert, refusing what would make
     a real unpickler take time or memory beyond the pickle's size (hash floods, huge integers,
-    lengths past the end). Raises :class:`ArchiveLimitError` or :class:`DecodeError`."""
+    lengths past the end) and what torch's loader would allocate past the file's bytes: a
+    tensor reaching past its storage, whose size is its record's in ``records`` (storage key
+    -> bytes; a reference claiming more than its record is refused), and storages, tensors or
+    bytearrays constructed from a size, charged to ``limits``' allocation budget (a
+    :class:`~zipsave.Limits`; the defaults when ``None``). Raises :class:`ArchiveLimitError`
+    or :class:`DecodeError`."""
     try:
-        scan = _Prescan(bytes(payload), **where)
+        scan = _Prescan(bytes(payload), records, limits=limits, **where)
         scan.load()
     except ZipsaveError:
         raise
@@ -221,13 +274,6 @@ def prescan_pickle(payload: bytes, **where: Any) -> None:
         raise DecodeError("the pickle nests too deeply to read.", **where) from None
     except Exception as err:
         raise DecodeError(f"the pickle is malformed ({type(err).__name__}: {err}).", **where) from err
-
-
-#: Bytes per element of torch's legacy storage classes (``torch.FloatStorage``...).
-_LEGACY_ITEMSIZE = {
-    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
-    "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
-}
 
 
 def check_legacy_torch(payload: bytes, **where: Any) -> None:
@@ -243,7 +289,7 @@ def check_legacy_torch(payload: bytes, **where: Any) -> None:
         itemsize: dict[Any, int] = {}
         for pid in scan.pids:
             kind = getattr(pid[1], "name", "") if type(pid) is tuple and len(pid) > 2 else ""
-            size = _LEGACY_ITEMSIZE.get(kind.rpartition(".")[2].removesuffix("Storage")) if kind.startswith("torch.") else None
+            size = LEGACY_ITEMSIZE.get(kind.rpartition(".")[2].removesuffix("Storage")) if kind.startswith("torch.") else None
             if size is None:
                 raise DecodeError(f"a legacy torch storage reference names {kind or pid!r}.", **where)
             itemsize[pid[2]] = size
@@ -278,6 +324,8 @@ def check_torch_zip(fileobj: Any, *, size: int, max_bytes: int, max_ratio: float
             with inner.open(pickles[0]) as member:
                 member._expected_crc = None  # type: ignore[attr-defined]  # torch may write none; the outer CRC covers it
                 payload = member.read()
+            data = pickles[0].filename[: -len("data.pkl")] + "data/"
+            records = {i.filename[len(data):]: i.file_size for i in infos if i.filename.startswith(data)}
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, OverflowError) as err:
         if isinstance(err, ZipsaveError):
             raise
@@ -289,4 +337,4 @@ def check_torch_zip(fileobj: Any, *, size: int, max_bytes: int, max_ratio: float
             fileobj.seek(start)
     if len(payload) > max_bytes:
         raise ArchiveLimitError(f"data.pkl holds {len(payload)} bytes; the limit is {max_bytes}.", **where)
-    prescan_pickle(payload, **where)
+    prescan_pickle(payload, records, **where)

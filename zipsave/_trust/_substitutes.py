@@ -14,6 +14,7 @@ from ..exceptions import UnsafeGlobalError
 from ._allowlist import default_allowlist
 from ._names import CODE_HINT
 from ._prescan import check_legacy_torch, check_torch_zip
+from ._torch_calls import tensor_span
 
 __all__ = ["SUBSTITUTED", "Owner", "Owners", "StorageType", "attribute_getter", "legacy_space_state", "owns_trusted", "substitutes"]
 
@@ -152,7 +153,14 @@ def substitutes(
             and not backward_hooks and not metadata  # hooks are callables; metadata sets internals
         ):
             raise error("torch._utils._rebuild_tensor_v2 got arguments a saved tensor never has.")
-        # set_() checks that offset, size and stride stay inside the storage.
+        # set_() grows a storage to whatever offset, size and stride reach (an 8 GiB tensor over
+        # a 64-byte record); a saved tensor lies inside its storage.
+        span = tensor_span(offset, size, stride) * storage.dtype.itemsize
+        if span > storage._untyped_storage.nbytes():
+            raise error(
+                f"a tensor of size {tuple(size)[:8]} reaches {span} bytes into a storage of "
+                f"{storage._untyped_storage.nbytes()}; a saved tensor lies inside its storage."
+            )
         return _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, collections.OrderedDict())
 
     def rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any = None) -> Any:

@@ -14,7 +14,9 @@ from .._bounds import check_int
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
 from ._checks import Memo, check_bit_generator_state, check_dtype, check_seed_sequence, dtype_state_problem
-from ._guards import build_state_problem, call_problem, check_keys, new_problem, numpy_random_kind, size_problem
+from ._guards import (
+    array_state_problem, build_state_problem, call_problem, check_keys, new_problem, numpy_random_kind, size_problem,
+)
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
 from ._prescan import BoundedUnpickler
@@ -36,9 +38,11 @@ class _RestrictedUnpickler(BoundedUnpickler):
 
     dispatch: ClassVar[dict[int, Any]] = dict(BoundedUnpickler.dispatch)
 
-    def __init__(self, payload: bytes, policy: TrustPolicy, where: dict[str, Any], storages: Any = None) -> None:
-        # Sets and dicts, integers and reads bounded by the payload's size (BoundedUnpickler).
-        super().__init__(payload, **where)
+    def __init__(
+        self, payload: Any, policy: TrustPolicy, where: dict[str, Any], storages: Any = None, limits: Any = None
+    ) -> None:
+        # Sets and dicts, integers, reads and allocations bounded by the payload's size (BoundedUnpickler).
+        super().__init__(payload, limits=limits, **where)
         self._budget, self._keys = self.budget, self.keys
         self._storages, self.owners = storages, Owners()
         self.memo = Memo()
@@ -271,7 +275,7 @@ class _RestrictedUnpickler(BoundedUnpickler):
         if early:
             raise self._error(f"random generator state is out of range: {early}.")
         super().load_build()
-        problem = built_problem(inst) or check_seed_sequence(inst, self._budget)  # positions, arrays, pools
+        problem = built_problem(inst) or check_seed_sequence(inst, self._budget.left)  # positions, arrays, pools
         if problem:
             raise self._error(f"{problem}.")
 
@@ -291,6 +295,9 @@ class _RestrictedUnpickler(BoundedUnpickler):
             if problem:
                 raise self._error(f"numpy dtype state is not self-consistent: {problem}.")
         else:
+            problem = array_state_problem(numpy, state, self._budget)  # charged before numpy allocates
+            if problem:
+                raise self._error(f"{problem}.")
             fresh = numpy.ndarray.__new__(type(old), (0,), numpy.dtype("b"))
             fresh.__setstate__(state)
         self.stack[-1] = fresh
@@ -326,26 +333,33 @@ class _RestrictedUnpickler(BoundedUnpickler):
 
 
 def restricted_loads(
-    payload: bytes,
+    payload: Any,
     policy: TrustPolicy,
     *,
     key: str | None = None,
     member: str | None = None,
     archive: Any = None,
     storages: Any = None,
+    limits: Any = None,
 ) -> object:
     """Unpickle ``payload`` under ``policy``.
 
     Parameters
     ----------
-    payload : bytes
-        A pickle (protocol 0-5), typically the base64-decoded ``":serialized:"`` of an entry.
+    payload : bytes or binary file
+        A pickle (protocol 0-5), typically the base64-decoded ``":serialized:"`` of an entry,
+        or an open binary file read from its position (a side pickle, streamed: large bytes
+        and arrays are read straight into what the pickle builds).
     policy : TrustPolicy
         With ``allow_pickle=True`` this is ``cloudpickle.loads(payload)``, exactly what SB3
         does. Otherwise every global goes through :meth:`TrustPolicy.resolve`, and calls,
         state and in-place changes are checked (see the module docstring).
     key, member, archive, storages : optional
         Where it came from, for the errors; ``storages(pid)`` answers ``torch.save``'s storage references.
+    limits : Limits, optional
+        The load's :class:`~zipsave.Limits`: what the value may allocate in all
+        (``alloc_floor`` plus ``alloc_ratio`` times the pickle's size), counted before each
+        array, bytes or tensor is built. The defaults when ``None``.
 
     Returns
     -------
@@ -371,18 +385,25 @@ def restricted_loads(
     ...
     zipsave.exceptions.UnsafeGlobalError: refusing to import untrusted global `builtins.print`. ...
     """
-    if not isinstance(payload, (bytes, bytearray, memoryview)):
-        raise TypeError(f"payload must be bytes, got {type(payload).__name__}.")
+    stream = not isinstance(payload, (bytes, bytearray, memoryview))
+    if stream and not hasattr(payload, "read"):
+        raise TypeError(f"payload must be bytes or a binary file, got {type(payload).__name__}.")
+    if stream and not (hasattr(payload, "seekable") and payload.seekable()):
+        payload, stream = payload.read(), False  # a pipe: its size is known only once read
+    start = payload.tell() if stream else 0
     where: dict[str, Any] = {"key": key, "member": member, "archive": archive}
     try:
         if policy.allow_pickle:
             import cloudpickle  # only here: a load that never unpickles freely need not import it
 
-            return cloudpickle.loads(payload)
-        unpickler = _RestrictedUnpickler(bytes(payload), policy, where, storages)
+            return cloudpickle.load(payload) if stream else cloudpickle.loads(payload)
+        unpickler = _RestrictedUnpickler(payload if stream else bytes(payload), policy, where, storages, limits)
         return unpickler.owners.checked(unpickler.load())
     except UnsafeGlobalError as err:
-        explain_by_value(err, bytes(payload))  # name the class: cloudpickle's function says nothing
+        if stream:
+            payload.seek(start)
+        # name the class: cloudpickle's function says nothing
+        explain_by_value(err, payload.read() if stream else bytes(payload))
         raise
     except ZipsaveError:
         raise

@@ -9,6 +9,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
 from ..exceptions import reading
+from .._archive import Limits
 from ._errors import raise_zipsave_error
 from ._reader import ZipReader
 from ._writer import ZipWriter
@@ -48,7 +49,10 @@ def save(state_dict: dict[str, Any], path: str | os.PathLike, *, sync_files: boo
         raise_zipsave_error(err, path, what="the DCP save")
 
 
-def load(state_dict: dict[str, Any], path: str | os.PathLike, *, allow_pickle: bool = False, **kwargs: Any) -> None:
+def load(
+    state_dict: dict[str, Any], path: str | os.PathLike, *, allow_pickle: bool = False, limits: Limits | None = None,
+    **kwargs: Any,
+) -> None:
     """``torch.distributed.checkpoint.load(state_dict, storage_reader=ZipReader(path))``, in place.
 
     ``path`` is a checkpoint directory of :class:`ZipWriter` or one ordinary zipsave
@@ -62,13 +66,13 @@ def load(state_dict: dict[str, Any], path: str | os.PathLike, *, allow_pickle: b
         The live state dict to fill (DTensors, sharded or plain tensors).
     path
         Checkpoint directory or archive.
-    allow_pickle
+    allow_pickle, limits
         As for :class:`ZipReader`.
     **kwargs
         Passed to ``dcp.load`` (``planner``, ``process_group``, ``no_dist``).
     """
     with reading(path):  # the error boundary: what reading the checkpoint raises names it
-        reader = ZipReader(path, allow_pickle=allow_pickle)
+        reader = ZipReader(path, allow_pickle=allow_pickle, limits=limits)
         try:
             dcp.load(state_dict, storage_reader=reader, **kwargs)
         except CheckpointException as err:

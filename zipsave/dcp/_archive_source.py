@@ -20,7 +20,7 @@ from torch.distributed.checkpoint.metadata import (
 )
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlanner, ReadItem
 
-from .._archive import ArchiveReader, open_input
+from .._archive import DEFAULT_LIMITS, ArchiveReader, Limits, open_input
 from .._tensors import TensorRef, read_pth_meta
 from ..exceptions import ArchiveFormatError, ZipsaveError
 from . import _region
@@ -43,10 +43,11 @@ class ArchiveSource:
 
     path: str
     entries: dict[MetadataIndex, _TensorEntry | Any]
+    limits: Limits = DEFAULT_LIMITS
 
     def read(self, items: list[ReadItem], planner: LoadPlanner) -> None:
         with open_input(self.path) as fp:
-            reader = ArchiveReader(fp, archive=self.path)
+            reader = ArchiveReader(fp, archive=self.path, limits=self.limits)
             views: dict[str, Any] = {}
             try:
                 for item in items:
@@ -105,7 +106,7 @@ def _tree_with_meta_tensors(tree: Any, found: dict[int, TensorRef]) -> Any:
     return tree
 
 
-def archive_metadata(path: str) -> Metadata:
+def archive_metadata(path: str, limits: Limits = DEFAULT_LIMITS) -> Metadata:
     """DCP ``Metadata`` for an ordinary zipsave archive: key ``<member>.<state-dict key>`` for
     each value in each ``.pth`` member (``model.pth`` -> ``model.0.weight``), one chunk per tensor."""
     path = os.fspath(path)
@@ -113,7 +114,7 @@ def archive_metadata(path: str) -> Metadata:
     refs: dict[int, tuple[str, TensorRef]] = {}
     starts: dict[tuple[str, str], int] = {}
     with open_input(path) as fp:
-        reader = ArchiveReader(fp, archive=path)
+        reader = ArchiveReader(fp, archive=path, limits=limits)
         for name in reader.names():
             if not name.endswith(_PTH):
                 continue
@@ -149,4 +150,4 @@ def archive_metadata(path: str) -> Metadata:
         else:
             md[fqn] = BytesStorageMetadata()
             entries[MetadataIndex(fqn)] = value
-    return Metadata(state_dict_metadata=md, planner_data=mappings, storage_data=ArchiveSource(path, entries))
+    return Metadata(state_dict_metadata=md, planner_data=mappings, storage_data=ArchiveSource(path, entries, limits))

@@ -17,6 +17,7 @@ from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from .._api import save_archive
+from .._archive import Limits
 from .._trust import prescan_pickle
 from ..exceptions import ArchiveFormatError, IntegrityError, UnsafeGlobalError, ZipsaveError, reading
 from . import _layout
@@ -65,6 +66,8 @@ class SafeFileSystemReader(FileSystemReader):
 
     #: Why the last read_metadata failed: DCP replaces that error by its own.
     metadata_error: ZipsaveError | None = None
+    #: The :class:`~zipsave.Limits` the ``.metadata`` pickle is read under.
+    limits: Limits | None = None
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         try:
@@ -79,7 +82,7 @@ class SafeFileSystemReader(FileSystemReader):
             try:
                 raw = fp.read()
                 # C's unpickler preallocates claimed lengths and builds sets/dicts unchecked.
-                prescan_pickle(raw, archive=os.fspath(self.path), member=_DCP_METADATA)
+                prescan_pickle(raw, limits=self.limits, archive=os.fspath(self.path), member=_DCP_METADATA)
                 metadata = _MetadataUnpickler(io.BytesIO(raw), os.fspath(self.path)).load()
             except ZipsaveError:
                 raise
@@ -130,17 +133,18 @@ def _check_storage(root: str, metadata: Metadata) -> None:
 class _ConsolidatePlanner(_EmptyStateDictLoadPlanner):
     """Rebuilds the whole state dict from the metadata; values load with ``weights_only``."""
 
-    def __init__(self, allow_pickle: bool, source: str) -> None:
+    def __init__(self, allow_pickle: bool, source: str, limits: Limits | None = None) -> None:
         super().__init__()
         self._allow_pickle = allow_pickle
         self._source = source
+        self._limits = limits
 
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
         if self._allow_pickle:
             super().load_bytes(read_item, value)
             return
         raw = value.getvalue()
-        check_pickle(raw, self._source, read_item.storage_index.fqn)
+        check_pickle(raw, self._source, read_item.storage_index.fqn, self._limits)
         loaded = torch.load(io.BytesIO(raw), weights_only=True)
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
@@ -148,11 +152,13 @@ class _ConsolidatePlanner(_EmptyStateDictLoadPlanner):
             self.state_dict[read_item.dest_index.fqn] = loaded
 
 
-def _reader_for(src: str, allow_pickle: bool) -> Any:
+def _reader_for(src: str, allow_pickle: bool, limits: Limits | None = None) -> Any:
     if _layout.is_checkpoint_dir(src):
-        return ZipReader(src, allow_pickle=allow_pickle)
+        return ZipReader(src, allow_pickle=allow_pickle, limits=limits)
     if os.path.isfile(os.path.join(src, _DCP_METADATA)):
-        return SafeFileSystemReader(src)
+        reader = SafeFileSystemReader(src)
+        reader.limits = limits
+        return reader
     raise ZipsaveError(
         f"is neither a zipsave DCP checkpoint (no `{_layout.INDEX}`) nor a DCP FileSystemWriter "
         f"directory (no `{_DCP_METADATA}`).",
@@ -160,7 +166,9 @@ def _reader_for(src: str, allow_pickle: bool) -> Any:
     )
 
 
-def consolidate(src: str | os.PathLike, dst: Any, *, allow_pickle: bool = False) -> dict[str, Any]:
+def consolidate(
+    src: str | os.PathLike, dst: Any, *, allow_pickle: bool = False, limits: Limits | None = None
+) -> dict[str, Any]:
     """Turn a sharded checkpoint into one ordinary zipsave archive.
 
     Every shard is read in this one process (no process group needed) and each top-level
@@ -180,6 +188,8 @@ def consolidate(src: str | os.PathLike, dst: Any, *, allow_pickle: bool = False)
         The archive to write (path or writable binary file); replaced atomically.
     allow_pickle
         Let non-tensor values through that torch's ``weights_only`` loader refuses.
+    limits
+        The :class:`~zipsave.Limits` the checkpoint is read under (the defaults when ``None``).
 
     Returns
     -------
@@ -193,11 +203,11 @@ def consolidate(src: str | os.PathLike, dst: Any, *, allow_pickle: bool = False)
     src = os.fspath(src)
     state: dict[str, Any] = {}
     with reading(src):  # the error boundary: what reading the checkpoint raises names it
-        reader = _reader_for(src, allow_pickle)
+        reader = _reader_for(src, allow_pickle, limits)
         # dcp.load copies the dict it is given; the empty-state planner fills this one (as
         # torch's own dcp_to_torch_save does).
         try:
-            _load_state_dict(state, storage_reader=reader, planner=_ConsolidatePlanner(allow_pickle, src), no_dist=True)
+            _load_state_dict(state, storage_reader=reader, planner=_ConsolidatePlanner(allow_pickle, src, limits), no_dist=True)
         except CheckpointException as err:  # a BaseException: a damaged rank archive raises zipsave's error
             raise_zipsave_error(err, src, getattr(reader, "metadata_error", None), what="consolidating the checkpoint")
     data: dict[str, Any] = {}

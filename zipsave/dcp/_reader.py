@@ -18,7 +18,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
-from .._archive import DEFAULT_LIMITS, ArchiveReader, open_input
+from .._archive import DEFAULT_LIMITS, ArchiveReader, Limits, open_input
 from .._bounds import alloc_budget
 from .._json import loads as json_loads
 from .._trust import check_torch_zip
@@ -40,7 +40,7 @@ class _Sharded:
     ranks: dict[int, RankFile]
 
 
-def check_pickle(raw: bytes, archive: Any, member: str) -> None:
+def check_pickle(raw: bytes, archive: Any, member: str, limits: Limits | None = None) -> None:
     """Refuse a pickled value that needs more than torch's ``weights_only`` loader allows.
 
     DCP's default planner unpickles non-tensor values with ``weights_only=False``, which would
@@ -48,8 +48,9 @@ def check_pickle(raw: bytes, archive: Any, member: str) -> None:
     """
     # torch's unpickler builds sets and dicts without a hash-flood check and trusts the zip's
     # sizes: the value's zip and pickle are checked first, bounded by the value's own size.
+    limits = limits or DEFAULT_LIMITS
     check_torch_zip(
-        io.BytesIO(raw), size=len(raw), max_bytes=alloc_budget(len(raw)), max_ratio=DEFAULT_LIMITS.max_compression_ratio,
+        io.BytesIO(raw), size=len(raw), max_bytes=alloc_budget(len(raw), limits), max_ratio=limits.max_compression_ratio,
         archive=archive, member=member,
     )
     try:
@@ -83,6 +84,9 @@ class ZipReader(StorageReader):
     allow_pickle
         Let non-tensor values that torch's restricted loader refuses through to the planner
         (which unpickles them with ``weights_only=False``). Only for checkpoints you trust.
+    limits
+        The :class:`~zipsave.Limits` every archive and value is read under (the defaults when
+        ``None``): member sizes, and what a pickled value may allocate.
 
     Notes
     -----
@@ -91,10 +95,11 @@ class ZipReader(StorageReader):
     against the manifest's size and CRC entry only -- ``zipsave verify`` reads every byte.
     """
 
-    def __init__(self, path: str | os.PathLike, *, allow_pickle: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike, *, allow_pickle: bool = False, limits: Limits | None = None) -> None:
         super().__init__()
         self.path = os.fspath(path)
         self.allow_pickle = allow_pickle
+        self.limits = limits or DEFAULT_LIMITS
         self.load_id = uuid.uuid4().hex
         self._storage: _Sharded | ArchiveSource | None = None
         #: Why the last read_metadata failed: DCP replaces that error by its own AssertionError.
@@ -112,7 +117,7 @@ class ZipReader(StorageReader):
             if os.path.isdir(self.path):
                 metadata = self._read_index()
             else:
-                metadata = archive_metadata(self.path)
+                metadata = archive_metadata(self.path, self.limits)
                 metadata.version = CURRENT_DCP_VERSION
         except Exception as err:  # the error boundary: DCP would only gather it as a rank's failure
             new = as_zipsave_error(err, self.path)
@@ -137,7 +142,7 @@ class ZipReader(StorageReader):
                 "loads with FileSystemReader, or turns into one archive with zipsave.dcp.consolidate.",
             )
         with open_input(index) as fp:
-            reader = ArchiveReader(fp, archive=index)
+            reader = ArchiveReader(fp, archive=index, limits=self.limits)
             raw = reader.read(_layout.METADATA)
         where = f"{_layout.INDEX}/{_layout.METADATA}"
         doc = json_loads(raw, max_depth=64)
@@ -194,7 +199,7 @@ class ZipReader(StorageReader):
             ) from None
         with fp:
             try:
-                reader = ArchiveReader(fp, archive=path)
+                reader = ArchiveReader(fp, archive=path, limits=self.limits)
             except ZipsaveError as err:
                 raise type(err)(f"rank {rank}'s archive: {err.detail}", archive=path, member=err.member,
                                 hint=err.hint) from err
@@ -223,7 +228,7 @@ class ZipReader(StorageReader):
             except ZipsaveError as err:
                 raise type(err)(f"rank {rank}: {err.detail}", archive=path, member=loc.member) from err
             if not self.allow_pickle:
-                check_pickle(raw, path, loc.member)
+                check_pickle(raw, path, loc.member, self.limits)
             planner.load_bytes(item, io.BytesIO(raw))
             return
         if loc.dtype is None or loc.shape is None:

@@ -16,6 +16,7 @@ from .._core import LoadSession, check_data_key
 from .._codec import SERIALIZED_KEY, TYPE_KEY
 from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveWarning, caller_stacklevel
 from ._checks import check_data, check_names, drop_her_wrapper_class, drop_saved_env
+from ._estimate import check_model_size
 from ._extras import apply_vec_normalize, has_extra, restore_extra, warn_unused_vec_normalize
 from ._keys import blame_given, given_values, warn_near_options, warn_unknown_keys, warn_unmatched_custom_objects
 from ._params import load_parameters, load_variables
@@ -113,6 +114,7 @@ def build_sb3(
         ) from err
     for key in data:  # what `__dict__.update` writes must not replace the model's code
         check_data_key(model, key, archive=src.name, member=_format.DATA, key=key)
+    check_model_size(cls, {**vars(model), **data, **kwargs}, src, limits=src.limits)  # before SB3 allocates it
     try:
         model.__dict__.update(data)
         model.__dict__.update(kwargs)

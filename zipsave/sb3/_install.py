@@ -13,6 +13,7 @@ import types
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from zipsave._archive import Limits
 from zipsave._trust import TrustPolicy
 
 from . import _doors, _policies, _replace, _state
@@ -39,7 +40,9 @@ def is_installed() -> bool:
     return _state.current_options() is not None
 
 
-def install(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: bool = False) -> None:
+def install(
+    *, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: bool = False, limits: Limits | None = None
+) -> None:
     """Make every SB3 save and load in this process go through zipsave.
 
     SB3's algorithms (``model.save``, ``Algo.load``, ``model.set_parameters``), sb3-contrib's
@@ -59,6 +62,10 @@ def install(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: 
         of zipsave's reviewed allowlist, for every load. Default none.
     strict
         Raise instead of skipping a broken entry. Default False.
+    limits
+        The :class:`~zipsave.Limits` of every load through SB3's functions (archives, side
+        pickles such as replay-buffer files, policy files), including what a model rebuilt
+        from hyper-parameters may take (``max_model_bytes``). Default: ``zipsave.Limits()``.
 
     Examples
     --------
@@ -72,7 +79,9 @@ def install(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: 
     policy = TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted)
     if not isinstance(strict, bool):
         raise TypeError(f"`strict` must be True or False, got {strict!r}.")
-    options = Options(allow_pickle=policy.allow_pickle, trusted=policy.trusted, strict=strict)
+    if limits is not None and not isinstance(limits, Limits):
+        raise TypeError(f"`limits` must be a zipsave.Limits or None, got {type(limits).__name__}.")
+    options = Options(allow_pickle=policy.allow_pickle, trusted=policy.trusted, strict=strict, limits=limits)
     with _lock:
         if _state.current_options() is None:
             _patch()
@@ -94,7 +103,9 @@ def uninstall() -> None:
 
 
 @contextlib.contextmanager
-def installed(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: bool = False) -> Iterator[None]:
+def installed(
+    *, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: bool = False, limits: Limits | None = None
+) -> Iterator[None]:
     """Install zipsave for a ``with`` block; on leaving, the previous state comes back
     (SB3's functions, or the options of an installation made before the block).
 
@@ -111,7 +122,7 @@ def installed(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict
     """
     with _lock:
         before = _state.current_options()
-        install(allow_pickle=allow_pickle, trusted=trusted, strict=strict)
+        install(allow_pickle=allow_pickle, trusted=trusted, strict=strict, limits=limits)
     try:
         yield
     finally:
@@ -119,7 +130,8 @@ def installed(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict
             if before is None:
                 uninstall()
             else:
-                install(allow_pickle=before.allow_pickle, trusted=before.trusted, strict=before.strict)
+                install(allow_pickle=before.allow_pickle, trusted=before.trusted, strict=before.strict,
+                        limits=before.limits)
 
 
 # -- patching --------------------------------------------------------------------------------

@@ -9,13 +9,14 @@ import zipfile
 from typing import Any
 
 import zipsave
-from zipsave._archive import DEFAULT_LIMITS
+from zipsave._archive import DEFAULT_LIMITS, Limits
 from zipsave._bounds import check_zip_infos
 from zipsave._trust import StorageType, TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError, ParameterMismatchError
 
 from ._boundary import door
 from ._checks import check_policy_arguments
+from ._estimate import check_model_size
 from ._replace import current_options, is_zipsave_archive, trusted_names, write_exact
 from ._state import original
 
@@ -111,7 +112,7 @@ def _file_size(path: Any) -> int:
     return os.path.getsize(path)
 
 
-def read_sb3_policy_file(path: Any, policy: TrustPolicy) -> tuple[dict, dict]:
+def read_sb3_policy_file(path: Any, policy: TrustPolicy, limits: Limits | None = None) -> tuple[dict, dict]:
     """``(data, state_dict)`` of a file SB3's own ``policy.save`` wrote (``torch.save`` of
     ``{"state_dict": ..., "data": constructor parameters}``) without ``torch.load``'s pickle:
     its ``data.pkl`` goes through the restricted unpickler under ``policy``, and each storage
@@ -120,9 +121,10 @@ def read_sb3_policy_file(path: Any, policy: TrustPolicy) -> tuple[dict, dict]:
 
     with zipfile.ZipFile(path) as archive:
         # A plain zip from outside zipsave's reader: the same limits, so no deflate bomb.
+        limits = limits or DEFAULT_LIMITS
         check_zip_infos(
-            archive.infolist(), size=_file_size(path), max_bytes=DEFAULT_LIMITS.max_total_bytes,
-            max_ratio=DEFAULT_LIMITS.max_compression_ratio, max_members=DEFAULT_LIMITS.max_members, archive=path,
+            archive.infolist(), size=_file_size(path), max_bytes=limits.max_total_bytes,
+            max_ratio=limits.max_compression_ratio, max_members=limits.max_members, archive=path,
         )
         pickle_name = next((n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
         if pickle_name is None:
@@ -150,7 +152,9 @@ def read_sb3_policy_file(path: Any, policy: TrustPolicy) -> tuple[dict, dict]:
                 storages[key] = torch.storage.TypedStorage(wrap_storage=untyped, dtype=storage_type.dtype, _internal=True)
             return storages[key]
 
-        saved = restricted_loads(archive.read(pickle_name), policy, archive=path, member=pickle_name, storages=storage)
+        saved = restricted_loads(
+            archive.read(pickle_name), policy, archive=path, member=pickle_name, storages=storage, limits=limits
+        )
     if not (isinstance(saved, dict) and isinstance(saved.get("data"), dict) and isinstance(saved.get("state_dict"), dict)):
         raise zipsave.ArchiveFormatError("is a torch.save file, but not one of SB3's `policy.save`.", archive=path)
     return saved["data"], saved["state_dict"]
@@ -175,18 +179,19 @@ def _policy_load(cls: Any, path: Any, device: Any) -> Any:
     if _is_torch_file(path):
         if options.allow_pickle:
             return original(BaseModel, "load").__func__(cls, path, device)
-        data, state_dict = read_sb3_policy_file(path, TrustPolicy.make(trusted=trusted_names((cls,))))
+        data, state_dict = read_sb3_policy_file(path, TrustPolicy.make(trusted=trusted_names((cls,))), options.limits)
         params = {POLICY: {k: v.to(device) for k, v in state_dict.items()}}
     else:
         data, params, _ = zipsave.load_archive(
             path, device=device, allow_pickle=options.allow_pickle, trusted=trusted_names((cls,)),
-            strict=options.strict, report=report,
+            strict=options.strict, report=report, limits=options.limits,
         )
     if data is None or POLICY not in params:
         raise zipsave.ArchiveFormatError(
             f"holds no policy (`data` and `{POLICY}.pth`); was it written by `policy.save`?", archive=path
         )
     check_policy_arguments(data, archive=path, member="data")
+    check_model_size(cls, {"policy_class": cls, "policy_kwargs": data, **data}, path, limits=options.limits)
     try:
         model = cls(**{key: _rebuild_extractor(value) for key, value in data.items()})
     except Exception as err:

@@ -4,6 +4,7 @@ and documented behaviour, with zipsave's archives and load rules underneath. ``A
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 from typing import Any
@@ -57,7 +58,9 @@ def _load_options(**call: Any) -> LoadOptions:
     """The options of a load through one of SB3's doors: the installation's trust and strictness
     with the call's own ``device``, ``custom_objects`` and ``print_system_info``."""
     options = current_options()
-    return LoadOptions(allow_pickle=options.allow_pickle, trusted=options.trusted, strict=options.strict, **call)
+    return LoadOptions(
+        allow_pickle=options.allow_pickle, trusted=options.trusted, strict=options.strict, limits=options.limits, **call
+    )
 
 
 # -- BaseAlgorithm (save_util functions) -----------------------------------------------------
@@ -100,6 +103,7 @@ def load_from_zip_file(
         allow_pickle=options.allow_pickle,
         trusted=trusted_names(),
         strict=options.strict,
+        limits=options.limits,
     )
     data, params, variables = loaded
     # Code calling this follows these names with getattr/setattr and calls the classes in
@@ -218,12 +222,13 @@ def load_object(path: Any, expected: type, what: str) -> Any:
     ``expected``; a value that does not decode is an error, never a partial object."""
     options = current_options()
     if not is_zipsave_archive(path):
-        payload = path.read() if hasattr(path, "read") else pathlib.Path(path).read_bytes()
+        # streamed from the file: each array is read straight into the array the pickle builds
         policy = TrustPolicy.make(allow_pickle=options.allow_pickle, trusted=trusted_names())
-        obj = restricted_loads(payload, policy, archive=path)
+        with contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb") as fp:
+            obj = restricted_loads(fp, policy, archive=path, limits=options.limits)
     else:
         data, _, _ = zipsave.load_archive(
-            path, allow_pickle=options.allow_pickle, trusted=trusted_names(), strict=True
+            path, allow_pickle=options.allow_pickle, trusted=trusted_names(), strict=True, limits=options.limits
         )
         data = dict(data or {})
         if OBJECT_VALUE in data:

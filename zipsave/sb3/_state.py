@@ -15,6 +15,8 @@ class Options:
     allow_pickle: bool = False
     trusted: tuple[str, ...] = ()
     strict: bool = False
+    #: The :class:`~zipsave.Limits` of every load (``None``: the defaults).
+    limits: Any = None
 
 
 #: (class, attribute) -> SB3's own object, for each class attribute install() replaced.
