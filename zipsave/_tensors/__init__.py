@@ -9,7 +9,7 @@ from ._pth_meta import Damaged, PthMeta, RefusedRef, SparseRef, TensorRef, Unsup
 from ._pth_read import load_member, load_pth
 from ._pth_records import check_member, read_record, record_table
 from ._pth_write import get_device, save_pth
-from ._tree import dotted, walk_refs
+from ._tree import dotted, lookup, walk_leaves, walk_refs
 
 __all__ = [
     "AnonymousMap",
@@ -37,5 +37,7 @@ __all__ = [
     "read_record",
     "record_table",
     "save_pth",
+    "lookup",
+    "walk_leaves",
     "walk_refs",
 ]

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ..exceptions import ArchiveFormatError
-from ._pth_meta import RefusedRef, SparseRef
+from ._pth_meta import RefusedRef, SparseRef, StorageRef
 
 __all__ = ["assemble_sparse", "keyed", "check_tensor", "check_tree", "refuse_refused", "validating_sparse"]
 
@@ -56,6 +56,8 @@ def refuse_refused(tree: Any) -> None:
     for path, value in _walk(tree):
         if isinstance(value, RefusedRef):
             raise _refuse(path, value.what)
+        if isinstance(value, StorageRef):
+            raise _refuse(path, "a bare storage, not a tensor")
 
 
 def check_tree(tree: Any) -> Any:

@@ -15,7 +15,7 @@ from torch.autograd.graph import increment_version
 
 from .. import _format
 from .._archive import OrderedCrc, crc32
-from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, ZipsaveError
+from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, UnsafeGlobalError, ZipsaveError
 from ._invariants import check_tree
 from ._pth_fallback import check_views, torch_load
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
@@ -351,6 +351,8 @@ def load_member(
             limits=reader.limits,
             **checks,
         )
+    except UnsafeGlobalError as err:  # a tensor member that is not a state dict: no key to skip alone
+        raise ArchiveFormatError(err.detail, archive=reader.archive, member=member, hint=err.hint) from err
     except ZipsaveError as err:
         err.archive, err.member = reader.archive, member
         err.args = (err._compose(),)
