@@ -13,12 +13,12 @@ import torch
 
 from .._archive import DEFAULT_LIMITS, crc32
 from .._trust import check_torch_zip
-from ..exceptions import ArchiveFormatError, IntegrityError
+from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError
 from ._invariants import check_tree, keyed, refuse_refused, validating_sparse
 from ._pth_meta import _MetaUnpickler
-from ._tree import dotted, walk_refs
+from ._tree import BufferView, dotted, walk_refs
 
-__all__ = ["check_views", "torch_load"]
+__all__ = ["check_views", "load_torch_bytes", "torch_load"]
 
 _PIECE = 4 << 20
 
@@ -66,7 +66,7 @@ def _census(view: Any) -> None:
         view.seek(0)
     try:
         tree = _MetaUnpickler(payload).load()
-    except ArchiveFormatError:
+    except ZipsaveError:
         raise
     except Exception as err:  # noqa: BLE001 - torch.save never writes a pickle this reader cannot follow
         raise ArchiveFormatError(f"`data.pkl` is not a pickle torch.save writes ({type(err).__name__}: {err}).") from err
@@ -106,3 +106,18 @@ def torch_load(view: Any, device: torch.device, verify_crc: int | None, limits: 
     with validating_sparse():
         tree = torch.load(view, map_location=device, weights_only=True)
     return check_tree(tree)
+
+
+def load_torch_bytes(raw: bytes, *, archive: Any = None, member: str | None = None) -> Any:
+    """The value ``torch.save`` wrote into ``raw`` (a DCP value or chunk), read as a ``.pth``
+    member is: pickle checked first, every tensor returned checked; errors name ``archive``
+    and ``member``."""
+    try:
+        return torch_load(BufferView(bytearray(raw)), torch.device("cpu"), None)
+    except ZipsaveError as err:
+        err.archive, err.member = err.archive or (str(archive) if archive is not None else None), err.member or member
+        err.args = (err._compose(),)
+        raise
+    except Exception as err:  # noqa: BLE001 - torch's own refusal of these bytes
+        raise ArchiveFormatError(f"is not a loadable torch value ({type(err).__name__}: {err}).", archive=archive,
+                                 member=member) from err

@@ -6,12 +6,9 @@ import dataclasses
 import hashlib
 import io
 import os
-import pickle
-import re
 import uuid
 from typing import Any
 
-import torch
 from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
@@ -21,8 +18,9 @@ from torch.futures import Future
 from .._archive import DEFAULT_LIMITS, ArchiveReader, open_input
 from .._bounds import alloc_budget
 from .._json import loads as json_loads
+from .._tensors import load_torch_bytes
 from .._trust import check_torch_zip
-from ..exceptions import ArchiveFormatError, IntegrityError, UnsafeGlobalError, ZipsaveError
+from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError
 from . import _layout, _metadata, _region
 from ._archive_source import ArchiveSource, archive_metadata
 from ._metadata import ItemLocation, RankFile
@@ -53,16 +51,7 @@ def check_pickle(raw: bytes, archive: Any, member: str) -> None:
         io.BytesIO(raw), size=len(raw), max_bytes=alloc_budget(len(raw)), max_ratio=DEFAULT_LIMITS.max_compression_ratio,
         archive=archive, member=member,
     )
-    try:
-        torch.load(io.BytesIO(raw), weights_only=True)
-    except pickle.UnpicklingError as err:
-        found = re.search(r"GLOBAL ([\w.]+)", str(err))
-        raise UnsafeGlobalError(
-            found.group(1) if found else "<unknown>",
-            archive=archive,
-            member=member,
-            hint="Pass `allow_pickle=True` to ZipReader/consolidate only if you trust the checkpoint completely.",
-        ) from None
+    load_torch_bytes(raw, archive=archive, member=member)
 
 
 def _check_locations(metadata: Metadata, locations: dict, where: str, root: str) -> None:
