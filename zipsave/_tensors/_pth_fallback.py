@@ -35,9 +35,10 @@ def check_views(tree: Any, lengths: dict[str, int] | None = None) -> None:
         name = dotted(path)
         if length is None:
             raise keyed(ArchiveFormatError(f"`{name}`: data.pkl names storage record `{key}`, which is missing."), name)
-        if lengths is None and ref.storage.nbytes != length:
+        if ref.storage.nbytes != length:  # torch.load refuses a record of another size too
             raise keyed(ArchiveFormatError(
-                f"`{name}`: data.pkl gives storage `{key}` both {length} and {ref.storage.nbytes} bytes."
+                f"`{name}`: data.pkl declares storage `{key}` of {ref.storage.nbytes} bytes; "
+                + (f"its record holds {length}." if lengths is not None else f"elsewhere of {length}.")
             ), name)
         if ref.offset * ref.dtype.itemsize + ref.extent > length:
             raise keyed(ArchiveFormatError(
@@ -103,8 +104,12 @@ def torch_load(view: Any, device: torch.device, verify_crc: int | None, limits: 
     if census:
         _census(view)
     view.seek(0)
-    with validating_sparse():
-        tree = torch.load(view, map_location=device, weights_only=True)
+    try:
+        with validating_sparse():
+            tree = torch.load(view, map_location=device, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - torch's refusal (a sparse invariant, a size) of these bytes
+        text = str(err).rpartition("WeightsUnpickler error: ")[2].strip() or type(err).__name__
+        raise ArchiveFormatError(f"is not a loadable torch state (torch.load: {text.splitlines()[0][:300]}).") from err
     return check_tree(tree)
 
 

@@ -75,6 +75,8 @@ def _get_layout(name):
 def _rebuild_sparse(layout, data):
     """A sparse tensor's parts, checked for shape here and assembled (invariants checked)
     by :func:`~zipsave._tensors._invariants.assemble_sparse`."""
+    if isinstance(layout, RefusedRef):
+        return layout
     if layout not in _SPARSE_LAYOUTS.values() or not isinstance(data, tuple):
         return RefusedRef(f"a sparse tensor of layout {short(layout)}")
     if layout == torch.sparse_coo and len(data) in (3, 4):
@@ -85,6 +87,9 @@ def _rebuild_sparse(layout, data):
         return RefusedRef(f"a {layout} tensor of {len(data)} parts")
     if not (ints(size) and all(isinstance(p, TensorRef) and not p.extras for p in parts) and coalesced in (None, True, False)):
         return RefusedRef(f"a {layout} tensor whose parts are not plain tensors and sizes")
+    index_dtypes = {p.dtype for p in parts[:-1]}
+    if index_dtypes != {torch.int64} and (layout == torch.sparse_coo or index_dtypes != {torch.int32}):
+        return RefusedRef(f"a {layout} tensor with {'/'.join(sorted(map(str, index_dtypes)))} indices")
     return SparseRef(layout, tuple(parts), tuple(size), coalesced)
 
 

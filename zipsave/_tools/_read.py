@@ -15,6 +15,7 @@ from .._tensors import (
     read_record, record_table, walk_leaves,
 )
 from .._tensors._invariants import refuse_refused
+from .._tensors._pth_fallback import check_views
 from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, DecodeError, ZipsaveError, nesting_as_error
 from ._inspect import data_folders, pth_meta
@@ -139,6 +140,7 @@ def _read_value(src: ArchiveSource, member: str, view: MemberView, meta: PthMeta
     path, ref = found
     try:
         refuse_refused({dotted(path): ref} if isinstance(ref, RefusedRef) else None)
+        check_views(meta.tree, {key: length for key, (_, length) in meta.records.items()})  # as a load checks
         if isinstance(ref, SparseRef):  # assembled and validated with its parts, as a load does
             tree, _ = load_member(src.reader, member, device=device)
             return lookup(tree, path)
