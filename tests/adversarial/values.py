@@ -120,6 +120,13 @@ def dense(values: Any, dtype: str = "float32", *, size: tuple | None = None, str
                 Call("collections.OrderedDict"))
 
 
+def raw_tensor(data: bytes, dtype: str, size: tuple, stride: tuple, offset: int = 0) -> Call:
+    """``_rebuild_tensor_v3`` of an untyped storage holding ``data`` (any torch dtype, by name)."""
+    storage = Storage(str(next(_serial)), "UntypedStorage", len(data), data)
+    return Call("torch._utils._rebuild_tensor_v3", storage, offset, tuple(size), tuple(stride), False,
+                Call("collections.OrderedDict"), G("torch", dtype))
+
+
 def dense_bytes(t: Any) -> bytes:
     """A tensor's values as bytes, densified (what the worker reports for what it loaded)."""
     import torch

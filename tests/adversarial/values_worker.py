@@ -102,13 +102,17 @@ def doors() -> dict:
         zipsave.dcp.load(state, f["archive"])
         return state
 
+    models: list = []
+
     def sb3_model() -> object:
         import stable_baselines3 as sb3
 
         import zipsave.sb3
 
         zipsave.sb3.install()
-        return sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu")
+        if not models:  # one model for every set_parameters: a refused load leaves it as it was
+            models.append(sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu"))
+        return models[0]
 
     def set_parameters(f: dict, key: str) -> object:
         model = sb3_model()
