@@ -239,3 +239,30 @@ def test_genuine_np_save_outputs_load_at_every_door(worker, base):
             if result["outcome"] != "loaded" or bytes.fromhex(got or "") != arr.tobytes():
                 problems.append(f"{arr.dtype} {door}: {result.get('outcome')} {result.get('error', '')[:200]}")
     assert not problems, "\n".join(problems)
+
+
+# -- tensors pickled into `data` (sb3-contrib's ARS stores its weights so) ----------------------
+def _pickled_tensor(size: tuple, stride: tuple, offset: int = 0) -> dict:
+    import base64
+
+    from adversarial.asm import G, call, program
+
+    buf = io.BytesIO()
+    torch.save(torch.arange(4.0).untyped_storage(), buf, _use_new_zipfile_serialization=False)
+    raw = program(call(G("torch._utils", "_rebuild_tensor_v2"), call(G("torch.storage", "_load_from_bytes"), buf.getvalue()),
+                       offset, size, stride, False, call(G("collections", "OrderedDict"))), 2)
+    return {":type:": "<class 'torch.Tensor'>", ":serialized:": base64.b64encode(raw).decode()}
+
+
+@pytest.mark.parametrize("view", [((100_000,), (1,), 0), ((2,), (1,), 3), ((2, 2), (1 << 40, 1), 0)],
+                         ids=["size", "offset", "stride"])
+def test_a_pickled_tensor_past_its_storage_never_loads(view, worker, base):
+    # torch's set_() grows a storage too small for the view, with memory it never fills
+    archive = _rebuild(base["bytes"], {}, data={"lr": 0.1, "evil": _pickled_tensor(*view)})
+    results = _deliver(worker, base, f"pickled-{view[2]}-{len(view[0])}", archive, ("load", "load_archive", "read"), key="evil")
+    problems = _problems({"read": results.pop("read")}, ("read",))
+    for door, result in results.items():
+        if result["outcome"] == "loaded" and any(k.split(".")[-1] == "evil" for k in result["values"]):
+            problems.append(f"{door} returned `evil`")
+        problems += _problems({door: result}, ())
+    assert not problems, "\n".join(problems)
