@@ -79,7 +79,7 @@ def check_tensor(t: Any, *, key: str = "") -> None:
 
     if type(t) not in (torch.Tensor, torch.nn.Parameter):
         raise refusal(key, f"a tensor of type {type(t).__qualname__}")
-    if t.is_meta or t.device.type == "meta":
+    if t.is_meta:
         raise refusal(key, "a meta tensor (it has no data)")
     if t.is_quantized:
         raise refusal(key, "a quantized tensor")

@@ -26,7 +26,9 @@ __all__ = [
 ]
 
 class Unsupported(Exception):
-    """The metadata reader met something only ``torch.load`` understands."""
+    """The member's *format* is one only ``torch.load`` reads (deflated or big-endian records,
+    no zip at all): its pickle is still read by this reader first (``_pth_fallback.py``).
+    What the pickle *holds* is never left to torch: it is built, or refused by key."""
 
 
 class Damaged(Unsupported):
