@@ -3,6 +3,7 @@ tensor references (storage record, dtype, shape, strides), no tensor bytes, no f
 
 from __future__ import annotations
 
+import _compat_pickle
 import dataclasses
 import sys
 import zipfile
@@ -41,6 +42,11 @@ class _MetaUnpickler(BoundedUnpickler):
     with linear-time containers, resolving only torch's tensor-rebuilding names."""
 
     def find_class(self, module: str, name: str) -> Any:
+        if self.proto < 3:  # torch pickles with protocol 2: Python 2's names (`__builtin__.set`)
+            if (module, name) in _compat_pickle.NAME_MAPPING:
+                module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+            else:
+                module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         found = META_GLOBALS.get((module, name))
         if found is not None:
             return found

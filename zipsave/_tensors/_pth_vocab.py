@@ -153,7 +153,8 @@ _QUANTIZED = frozenset(
 
 def _legacy_storage_dtypes() -> dict[str, torch.dtype]:
     """``"FloatStorage"`` -> ``torch.float32`` etc., without touching the deprecated classes
-    (reading ``torch.FloatStorage.dtype`` warns). Quantized storages are left to torch.load."""
+    (reading ``torch.FloatStorage.dtype`` warns). Quantized ones are :data:`QUANTIZED_STORAGES`:
+    named, so that the quantized tensor using one is refused by its key."""
     try:
         table = torch.storage._dtype_to_storage_type_map()
     except AttributeError:  # pragma: no cover - torch moved it; everything falls back
