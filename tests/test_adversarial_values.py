@@ -199,7 +199,9 @@ MISMATCHES = values.dtype_mismatches()
 @pytest.mark.parametrize("case", MISMATCHES, ids=[c[0] for c in MISMATCHES])
 def test_npy_header_that_disagrees_is_refused(case, worker, base):
     name, member, dtype, shape = case
-    results = _deliver(worker, base, f"npy-{name}", _array_archive(base, member, dtype, shape), ARRAY_DOORS, key="evil")
+    # a size lie is refused from the header alone, alike at every door: two doors suffice there
+    doors = ARRAY_DOORS if "-as-" in name else ("load", "read")
+    results = _deliver(worker, base, f"npy-{name}", _array_archive(base, member, dtype, shape), doors, key="evil")
     problems = _problems({"read": results.pop("read")}, ("read",))
     for door, result in results.items():
         # a whole load skips a broken data key with a warning (its documented rule) or refuses it
