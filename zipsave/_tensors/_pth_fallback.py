@@ -15,7 +15,7 @@ from .._archive import DEFAULT_LIMITS, crc32
 from .._trust import check_torch_zip
 from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError
 from ._invariants import check_tree, keyed, refuse_refused, validating_sparse
-from ._pth_meta import _MetaUnpickler
+from ._pth_meta import parse_pickle
 from ._tree import BufferView, dotted, walk_refs
 
 __all__ = ["check_views", "load_torch_bytes", "torch_load"]
@@ -65,13 +65,7 @@ def _census(view: Any) -> None:
         raise ArchiveFormatError(f"is not a torch.save zip ({type(err).__name__}: {err}).") from err
     finally:
         view.seek(0)
-    try:
-        tree = _MetaUnpickler(payload).load()
-    except ZipsaveError:
-        raise
-    except Exception as err:  # noqa: BLE001 - torch.save never writes a pickle this reader cannot follow
-        raise ArchiveFormatError(f"`data.pkl` is not a pickle torch.save writes ({type(err).__name__}: {err}).") from err
-    check_views(tree)
+    check_views(parse_pickle(payload))
 
 
 def torch_load(view: Any, device: torch.device, verify_crc: int | None, limits: Any = None, *,

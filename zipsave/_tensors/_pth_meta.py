@@ -23,7 +23,7 @@ from ._pth_vocab import (
 
 __all__ = [
     "Damaged", "PthMeta", "RefusedRef", "SparseRef", "StorageRef", "TensorRef", "Unsupported", "check_inner_zip",
-    "raw_record", "read_pth_meta", "record_start",
+    "parse_pickle", "raw_record", "read_pth_meta", "record_start",
 ]
 
 class Unsupported(Exception):
@@ -96,6 +96,17 @@ class _MetaUnpickler(BoundedUnpickler):
         return StorageRef(str(key), stype.dtype, numel * stype.dtype.itemsize)
 
 
+def parse_pickle(payload: bytes) -> Any:
+    """The tree ``data.pkl`` describes: references for tensors, refusals for what zipsave does
+    not build, plain values bounded; a pickle torch.save never writes is an error."""
+    try:
+        return _MetaUnpickler(payload).load()
+    except (Unsupported, ZipsaveError):
+        raise
+    except Exception as err:  # torch.save never writes a pickle this reader cannot follow
+        raise ArchiveFormatError(f"`data.pkl` is not a pickle torch.save writes ({type(err).__name__}: {err}).") from err
+
+
 @dataclasses.dataclass
 class PthMeta:
     """The structure of one ``.pth`` member: the object tree with :class:`TensorRef` leaves
@@ -133,12 +144,7 @@ def read_pth_meta(view: Any, limits: Any = None) -> PthMeta:
         if order is None and sys.byteorder != "little":
             raise Unsupported("no byteorder record on a big-endian machine")
         pickle_span = (record_start(view, pkl[0]), pkl[0].file_size)
-        try:
-            tree = _MetaUnpickler(raw_record(view, pkl[0])).load()
-        except (Unsupported, ZipsaveError):
-            raise
-        except Exception as err:  # torch.save never writes a pickle this reader cannot follow
-            raise ArchiveFormatError(f"`data.pkl` is not a pickle torch.save writes ({type(err).__name__}: {err}).") from err
+        tree = parse_pickle(raw_record(view, pkl[0]))
         data_prefix = prefix + "data/"
         records = {
             info.filename[len(data_prefix) :]: (record_start(view, info), info.file_size)
