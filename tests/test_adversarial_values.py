@@ -11,7 +11,6 @@ outputs go through the same doors and must come back byte for byte.
 from __future__ import annotations
 
 import io
-import json
 import pathlib
 import re
 import sys
@@ -26,8 +25,6 @@ import zipsave
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from adversarial import values  # noqa: E402
 
-HOSTILE = pathlib.Path(__file__).resolve().parent / "data" / "hostile"
-
 #: Doors that read a .pth member and build its tensors: each must refuse a hostile one.
 BUILDING = ("load", "load_mmap", "load_archive", "read", "restore", "dcp_load", "cli_diff")
 #: Doors that read without building (may succeed, must not crash or blame zipsave).
@@ -36,23 +33,7 @@ LISTING = ("cli_inspect", "cli_verify")
 FALLBACK = ("load", "load_archive", "read", "dcp_load", "cli_diff")
 
 
-def _rebuild(base: bytes, replace: dict[str, bytes], data: dict | None = None) -> bytes:
-    """``base`` with members replaced or added (and ``data`` replaced); manifest redone."""
-    sys.path.insert(0, str(HOSTILE))
-    try:
-        import make_hostile as mh
-    finally:
-        sys.path.remove(str(HOSTILE))
-    replace = dict(replace)
-    if data is not None:
-        replace["data"] = json.dumps(data).encode()
-    members = []
-    with zipfile.ZipFile(io.BytesIO(base)) as zf:
-        for name in zf.namelist():
-            if name != "manifest.json":
-                members.append(mh.Member(name, replace.pop(name) if name in replace else zf.read(name)))
-    members += [mh.Member(name, raw) for name, raw in replace.items()]
-    return mh.build_zip(members)
+_rebuild = values.rebuild_archive
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ import zipsave
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from adversarial import values  # noqa: E402
-from test_adversarial_values import _rebuild  # noqa: E402
 
 PATTERN = (0xA5, 0x5A)
 ALLOWED = frozenset(PATTERN) | {0}
@@ -144,7 +143,7 @@ def test_every_value_a_load_returns_is_usable_and_made_of_archive_bytes(worker, 
         data[f"a{i}"] = {":type:": "<class 'numpy.ndarray'>", ":zipsave:": {
             "kind": "ndarray", "dtype": _arrays.dtype_descr(declared), "shape": shape, "member": f"arrays/{i}.npy"}}
     path = base["root"] / "example.zip"
-    path.write_bytes(_rebuild(base["bytes"], members, data=data))
+    path.write_bytes(values.rebuild_archive(base["bytes"], members, data=data))
     result = worker.run(door, {"archive": str(path)})
     assert result["outcome"] in ("loaded", "refused"), result
     if result["outcome"] == "refused":

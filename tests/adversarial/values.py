@@ -244,6 +244,31 @@ def dtype_mismatches() -> list[tuple[str, bytes, Any, list[int]]]:
     return out
 
 
+def rebuild_archive(base: bytes, replace: dict[str, bytes], data: dict | None = None) -> bytes:
+    """``base`` (an archive's bytes) with members replaced or added, and ``data`` replaced;
+    its manifest redone so that the archive is intact apart from what was put in."""
+    import json
+    import pathlib
+    import sys
+
+    hostile = pathlib.Path(__file__).resolve().parents[1] / "data" / "hostile"
+    sys.path.insert(0, str(hostile))
+    try:
+        import make_hostile as mh
+    finally:
+        sys.path.remove(str(hostile))
+    replace = dict(replace)
+    if data is not None:
+        replace["data"] = json.dumps(data).encode()
+    members = []
+    with zipfile.ZipFile(io.BytesIO(base)) as zf:
+        for name in zf.namelist():
+            if name != "manifest.json":
+                members.append(mh.Member(name, replace.pop(name) if name in replace else zf.read(name)))
+    members += [mh.Member(name, raw) for name, raw in replace.items()]
+    return mh.build_zip(members)
+
+
 # -- running loads in a worker process ----------------------------------------------------
 class ValueWorker:
     """``values_worker.py`` in a process of its own: :meth:`run` sends one job and returns its
