@@ -10,11 +10,11 @@ import io
 from typing import Any, Callable
 
 from .._bounds import alloc_budget
+from .._invariants import check_tensor, view_fits
 from ..exceptions import UnsafeGlobalError
 from ._allowlist import default_allowlist
 from ._names import CODE_HINT
 from ._prescan import check_legacy_torch, check_torch_zip
-from ._torch_calls import tensor_span
 
 __all__ = ["SUBSTITUTED", "Owner", "Owners", "StorageType", "attribute_getter", "legacy_space_state", "owns_trusted", "substitutes"]
 
@@ -147,21 +147,21 @@ def substitutes(
         ints = (offset, *size, *stride) if isinstance(size, tuple) and isinstance(stride, tuple) else (None,)
         if not (
             isinstance(storage, torch.storage.TypedStorage)
-            and all(type(v) is int and v >= 0 for v in ints)
+            and all(type(v) is int and 0 <= v < 1 << 63 for v in ints)
             and len(size) == len(stride)
             and type(requires_grad) is bool
             and not backward_hooks and not metadata  # hooks are callables; metadata sets internals
         ):
             raise error("torch._utils._rebuild_tensor_v2 got arguments a saved tensor never has.")
-        # set_() grows a storage to whatever offset, size and stride reach (an 8 GiB tensor over
-        # a 64-byte record); a saved tensor lies inside its storage.
-        span = tensor_span(offset, size, stride) * storage.dtype.itemsize
-        if span > storage._untyped_storage.nbytes():
-            raise error(
-                f"a tensor of size {tuple(size)[:8]} reaches {span} bytes into a storage of "
-                f"{storage._untyped_storage.nbytes()}; a saved tensor lies inside its storage."
-            )
-        return _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, collections.OrderedDict())
+        # set_() would grow a storage too small for the view with memory it never fills (an 8 GiB
+        # tensor over a 64-byte record); a saved tensor lies inside its storage.
+        nbytes = storage._untyped_storage.nbytes()
+        if not view_fits(offset, size, stride, storage.dtype.itemsize, nbytes):
+            raise error(f"a pickled tensor (size {tuple(size)[:8]}, stride {tuple(stride)[:8]}, offset {offset}) "
+                        f"reaches past its {nbytes}-byte storage; a saved tensor lies inside its storage.")
+        tensor = _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, collections.OrderedDict())
+        check_tensor(tensor)
+        return tensor
 
     def rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any = None) -> Any:
         import torch
