@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import html
 from typing import Any
 
 from ..exceptions import SkippedEntry
@@ -40,6 +39,8 @@ class LoadReport:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
+        import html  # only notebooks ask: not imported by every load
+
         cell = "<td style='text-align:left'>{}</td>"
         rows = "".join(
             "<tr>" + "".join(cell.format(html.escape(v)) for v in (e.member, e.key or "", e.type_hint or "", e.cause))

@@ -1,13 +1,44 @@
 """Tensors: state dicts <-> ``.pth`` members and numpy arrays <-> ``.npy`` members, straight
 between the archive file and tensor memory, and the device every tensor goes to."""
 
-from ._arena import AnonymousMap
-from ._npy import NpyHeader, fresh_copy, read_array_header, read_array_member, read_array_member_into, read_npy
-from ._pth_meta import Damaged, PthMeta, TensorRef, Unsupported, read_pth_meta
-from ._pth_read import load_member, load_pth
-from ._pth_records import check_member, read_record, record_table
-from ._pth_write import get_device, save_pth
-from ._tree import dotted, walk_refs
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_attributes
+
+if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
+    from ._arena import AnonymousMap
+    from ._npy import NpyHeader, fresh_copy, read_array_header, read_array_member, read_array_member_into, read_npy
+    from ._pth_meta import Damaged, PthMeta, TensorRef, Unsupported, read_pth_meta
+    from ._pth_read import load_member, load_pth
+    from ._pth_records import check_member, read_record, record_table
+    from ._pth_write import get_device, save_pth
+    from ._tree import dotted, walk_refs
+
+# Each name's module, imported on first use (PEP 562), so that a load imports the modules it
+# uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
+_LAZY: dict[str, str] = {
+    "AnonymousMap": "._arena",
+    **dict.fromkeys((
+        "NpyHeader",
+        "fresh_copy",
+        "read_array_header",
+        "read_array_member",
+        "read_array_member_into",
+        "read_npy",
+    ), "._npy"),
+    **dict.fromkeys(("Damaged", "PthMeta", "TensorRef", "Unsupported", "read_pth_meta"), "._pth_meta"),
+    **dict.fromkeys(("load_member", "load_pth"), "._pth_read"),
+    **dict.fromkeys(("check_member", "read_record", "record_table"), "._pth_records"),
+    **dict.fromkeys(("get_device", "save_pth"), "._pth_write"),
+    **dict.fromkeys(("dotted", "walk_refs"), "._tree"),
+}
+# Its modules, found as attributes as when this file imported them all.
+_SUBMODULES = frozenset({
+    "_arena", "_npy", "_prefault", "_pth_meta", "_pth_mmap", "_pth_read", "_pth_records", "_pth_write", "_staging",
+    "_tree"
+})
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 __all__ = [
     "AnonymousMap",
