@@ -4,7 +4,6 @@ and components, with text and notebook (HTML) forms."""
 from __future__ import annotations
 
 import dataclasses
-import html
 from collections.abc import Sequence
 from typing import Any
 
@@ -256,6 +255,8 @@ class ArchiveInfo:
 
     # -- HTML ------------------------------------------------------------------------------
     def _repr_html_(self) -> str:
+        import html  # only notebooks ask: not imported by every inspect
+
         esc = html.escape
         parts = [f"<div class='zipsave-archive-info'><p><b>{esc(self._headline())}</b>"]
         if self.manifest_digest:
@@ -315,6 +316,8 @@ def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _html_table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    import html
+
     esc = html.escape
     cells = "".join(
         "<tr>" + "".join(f"<td style='text-align:left'>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows
