@@ -2,8 +2,9 @@
 memory state, then times the first call of one operation and the same call again.
 
 Usage: ``python _cold_worker.py OP STATE FOLDER N`` prints one JSON object: ``first`` and
-``second`` (seconds), ``loop`` (seconds of each load in the loop state), and ``modules`` (how many
-modules the first call imported). Nothing of zipsave is imported before the first call.
+``second`` (seconds), ``loop`` (seconds of each load in the loop state), ``modules`` (how many
+modules the first call imported) and ``vmstat`` (the kernel's huge-page, compaction and fault
+counters over the first call, machine-wide). Nothing of zipsave is imported before the first call.
 
 States: ``quiet`` (nothing but the setup), ``freed`` (a model and Adam state of the same size
 were built and freed just before), ``loop`` (five loads one after another, each result freed).
@@ -45,6 +46,18 @@ def _torch_save_fsync(path: str, obj: object) -> None:
         torch.save(obj, f)
         f.flush()
         os.fsync(f.fileno())
+
+
+_VMSTAT = ("thp_fault_alloc", "thp_fault_fallback", "compact_stall", "compact_fail", "compact_success", "pgfault")
+
+
+def _vmstat() -> dict[str, int]:
+    """The kernel's counters of huge-page faults, compaction stalls and page faults."""
+    try:
+        with open("/proc/vmstat") as f:
+            return {k: int(v) for k, v in (line.split() for line in f) if k in _VMSTAT}
+    except OSError:
+        return {}
 
 
 def prepare(folder: str, n: float) -> None:
@@ -106,9 +119,11 @@ def main() -> None:
 
     before = len(sys.modules)
     loop: list[float] = []
+    counters = _vmstat()
     t0 = time.perf_counter()
     result = call()
     first = time.perf_counter() - t0
+    vmstat = {k: v - counters[k] for k, v in _vmstat().items() if k in counters}  # machine-wide, during the call
     modules = len(sys.modules) - before
     del result
     gc.collect()
@@ -126,7 +141,8 @@ def main() -> None:
     for suffix in (".zip", ".pt", ".bin"):
         if os.path.exists(scratch + suffix):
             os.remove(scratch + suffix)
-    print(json.dumps({"first": first, "second": second, "loop": loop, "modules": modules}))
+    print(json.dumps({"first": first, "second": second, "loop": loop, "modules": modules, "vmstat": vmstat,
+                      "huge_pages": os.environ.get("ZIPSAVE_HUGE_PAGES", "")}))
 
 
 if __name__ == "__main__":

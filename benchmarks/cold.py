@@ -34,6 +34,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -78,20 +79,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=float, default=1e7, help="parameters of the model (default 1e7)")
     parser.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "cold-1e7"), help="output folder")
+    parser.add_argument("--cases", default=None,
+                        help="comma-separated op:state pairs to run (default all; ratios need both sides)")
+    parser.add_argument("--work", default=None, help="folder for the input files (default: a temporary folder)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
     compileall.compile_dir(os.path.join(ROOT, "zipsave"), quiet=1)  # as a wheel install writes them
     os.makedirs(args.out, exist_ok=True)
-    folder = os.path.join(args.out, "inputs")
+    folder = args.work or tempfile.mkdtemp(prefix="zipsave-cold-")
     env = _env()
     subprocess.run([sys.executable, os.path.join(HERE, "_cold_worker.py"), "prepare", "-", folder, str(args.n)],
                    env=env, check=True)
     rng = random.Random(args.seed)
     records: list[dict] = []
     started = time.perf_counter()
+    cases = CASES if not args.cases else [tuple(c.split(":")) for c in args.cases.split(",")]
     for rep in range(args.reps):
-        order = list(CASES)
+        order = list(cases)
         rng.shuffle(order)
         for op, state in order:
             out = subprocess.run([sys.executable, os.path.join(HERE, "_cold_worker.py"), op, state, folder, str(args.n)],
@@ -106,19 +111,24 @@ def main(argv: list[str] | None = None) -> int:
                   f"second {record['second'] * 1e3:8.1f} ms", flush=True)
     for name in os.listdir(folder):
         os.remove(os.path.join(folder, name))
-    os.rmdir(folder)
+    if not args.work:
+        os.rmdir(folder)
 
     by = {(r["op"], r["state"], r["rep"]): r for r in records}
-    summary: dict = {"first_minus_second_ms": {}, "first_ms": {}, "ratios": {}, "modules": {}}
-    for op, state in CASES:
+    summary: dict = {"first_minus_second_ms": {}, "first_ms": {}, "ratios": {}, "modules": {}, "vmstat": {}}
+    for op, state in cases:
         rows = [by[(op, state, rep)] for rep in range(args.reps)]
         key = f"{op} ({state})"
         summary["first_ms"][key] = round(statistics.median(r["first"] for r in rows) * 1e3, 1)
         summary["first_minus_second_ms"][key] = round(statistics.median(r["first"] - r["second"] for r in rows) * 1e3, 1)
         summary["modules"][key] = statistics.median(r["modules"] for r in rows)
+        summary["vmstat"][key] = {k: statistics.median(r.get("vmstat", {}).get(k, 0) for r in rows)
+                                  for k in ("thp_fault_alloc", "compact_stall", "pgfault")}
         if state == "loop":
             summary["first_ms"][key + " loads 2-5"] = round(statistics.median(_figure(r, "loop") for r in rows) * 1e3, 1)
     for label, num, den, figure in RATIOS:
+        if num not in cases or den not in cases:
+            continue
         pairs = [_figure(by[(*num, rep)], figure) / _figure(by[(*den, rep)], figure) for rep in range(args.reps)]
         summary["ratios"][label] = {"median": round(statistics.median(pairs), 2), "min": round(min(pairs), 2),
                                     "max": round(max(pairs), 2)}
