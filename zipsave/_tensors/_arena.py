@@ -141,7 +141,7 @@ def host_arena(lengths: Sequence[int]) -> list[tuple[torch.Tensor, memoryview]] 
     for length in lengths:
         offsets.append(total)
         total += (length + _ALIGN - 1) // _ALIGN * _ALIGN
-    if total < ARENA_MIN or allocator_free_bytes() >= total or not _huge_pages_free(total):
+    if total < ARENA_MIN or not _huge_pages_free(total) or allocator_free_bytes() >= total:
         return None
     mapped = fresh_map(total, huge=True)  # a whole number of huge pages keeps it aligned
     if mapped is None:
