@@ -178,7 +178,9 @@ def _scan_entry_points() -> list[metadata.EntryPoint] | None:
     seen: set[str] = set()
     found: list[metadata.EntryPoint] = []
     for entry in sys.path:
-        root = os.fspath(entry) or "."
+        if not isinstance(entry, str):  # bytes or other path entries: importlib.metadata's rules
+            return None
+        root = entry or "."
         try:
             children = os.listdir(root)
         except NotADirectoryError:
