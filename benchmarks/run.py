@@ -11,7 +11,9 @@ repetition all operations of a size run back to back in a shuffled order, and ra
 taken per repetition against the raw floor and the peers measured in it, then the median is
 reported. The first-load rows (``*_first``, ``_ops_first.py``) are the first call of their
 interpreter, ``import zipsave`` (or SB3) included, against ``torch.load``'s first call (or
-SB3's ``PPO.load``) in an equally fresh one; they list the integrations they imported. Writes ``results.json``, ``table.txt``, ``tables.rst`` and ``bench.png`` into
+SB3's ``PPO.load``) in an equally fresh one; they list the integrations they imported.
+``--cold`` runs ``cold.py`` instead: each verb's first and second call in fresh processes and a
+copying load in three memory states, with their peers (issue 37). Writes ``results.json``, ``table.txt``, ``tables.rst`` and ``bench.png`` into
 ``--out``. Exits non-zero only when an operation fails (never because of timing).
 """
 
@@ -108,10 +110,20 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"CI mode: sizes {SMOKE_SIZES}, 1 rep, prefault, --check, all ops of a size in one "
                              "process (the first-load rows each in their own)")
     parser.add_argument("--list", action="store_true", help="list the operations and exit")
+    parser.add_argument("--cold", action="store_true",
+                        help="the cold-start rows of cold.py instead (issue 37): first and second calls in fresh "
+                             "processes, a copying load in three memory states; one size (default 1e7), "
+                             "--reps (default 5), --out (default benchmarks/results/cold-1e7)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="cuda: the CUDA rows (cuda_*) against the host-to-device floor (needs a GPU)")
     args = parser.parse_args(argv)
 
+    if args.cold:
+        import cold
+
+        n = _parse_sizes(args.sizes or "1e7")[0]
+        out = args.out if args.out != os.path.join(HERE, "results") else os.path.join(HERE, "results", "cold-1e7")
+        return cold.main(["--n", str(n), "--reps", str(args.reps or 5), "--out", out, "--seed", str(args.seed)])
     if args.list:
         for op in _catalog.OPS:
             print(f"{op.name:28s} {op.group:5s} {op.label}")

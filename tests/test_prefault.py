@@ -114,6 +114,7 @@ def test_small_members_start_no_thread():
 @pytest.mark.parametrize("path", ["arena", "prefaulted", "plain"])
 def test_large_copying_loads_are_exact_and_independent(tmp_path, monkeypatch, path):
     monkeypatch.setattr(_arena, "_huge_pages_free", lambda nbytes: path == "arena")
+    monkeypatch.setattr(_arena, "allocator_free_bytes", lambda: 0)
     if path == "plain":
         monkeypatch.setattr(_prefault, "_madvise", lambda: None)
     model = _model(24)
@@ -157,16 +158,41 @@ def test_free_huge_blocks_counts_every_block_of_2_mib_or_more():
     assert free_huge_blocks("") == 0
 
 
-def test_no_arena_for_small_members_or_without_free_huge_pages(monkeypatch):
+@pytest.fixture
+def huge_pages_free(monkeypatch):
+    """Huge pages free, and the C allocator holding no free memory a load could reuse."""
     monkeypatch.setattr(_arena, "_huge_pages_free", lambda nbytes: True)
+    monkeypatch.setattr(_arena, "allocator_free_bytes", lambda: 0)
+
+
+def test_no_arena_for_small_members_or_without_free_huge_pages(monkeypatch, huge_pages_free):
     assert host_arena([ARENA_MIN // 2]) is None
     assert host_arena([ARENA_MIN]) is not None
     monkeypatch.setattr(_arena, "_huge_pages_free", lambda nbytes: False)
     assert host_arena([ARENA_MIN]) is None
 
 
-def test_arena_tensors_are_separate_storages_and_free_the_arena_with_the_last(monkeypatch, tmp_path):
-    monkeypatch.setattr(_arena, "_huge_pages_free", lambda nbytes: True)
+def test_no_arena_where_the_allocator_holds_enough_free_memory(monkeypatch, huge_pages_free):
+    monkeypatch.setattr(_arena, "allocator_free_bytes", lambda: ARENA_MIN + 64)
+    assert host_arena([ARENA_MIN]) is None  # torch.empty reuses those resident pages
+    monkeypatch.setattr(_arena, "allocator_free_bytes", lambda: ARENA_MIN - 1)
+    assert host_arena([ARENA_MIN]) is not None
+
+
+def test_huge_pages_are_off_unless_asked_for(monkeypatch):
+    monkeypatch.setattr(_arena, "HUGE_PAGES", False)
+    assert not _arena._huge_pages_free(1)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or _arena._mallinfo2() is None, reason="glibc's mallinfo2")
+def test_allocator_free_bytes_sees_freed_heap_memory():
+    chunks = [bytearray(64 << 10) for _ in range(256)]  # 16 MiB below the mmap threshold: heap memory
+    before = _arena.allocator_free_bytes()
+    del chunks[::2]
+    assert _arena.allocator_free_bytes() >= before + (4 << 20)
+
+
+def test_arena_tensors_are_separate_storages_and_free_the_arena_with_the_last(huge_pages_free, tmp_path):
     parts = host_arena([40 << 20, 1000, 0])
     assert parts is not None
     tensors = [tensor for tensor, _ in parts]
@@ -203,8 +229,7 @@ def _mapped_rss_kib(start: int, end: int) -> int:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
-def test_arena_holds_no_more_than_its_tensors_bytes(monkeypatch):
-    monkeypatch.setattr(_arena, "_huge_pages_free", lambda nbytes: True)
+def test_arena_holds_no_more_than_its_tensors_bytes(huge_pages_free):
     lengths = [(32 << 20) + 12345, 100_000]  # ends 112 KiB into the 17th huge page
     parts = host_arena(lengths)
     assert parts is not None

@@ -19,7 +19,8 @@ def lazy_attributes(
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of ``package``: each of ``names`` (``{name: module
     relative to the package}``) is imported on first use and bound in the package, and each of
-    ``submodules`` is found as an attribute as if the package had imported it."""
+    ``submodules`` is found as an attribute as if the package had imported it. A module written
+    ``"module:attribute"`` binds that attribute under the name (``from module import a as b``)."""
     namespace = vars(sys.modules[package])
 
     def __getattr__(name: str) -> Any:
@@ -28,7 +29,8 @@ def lazy_attributes(
         module = names.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module, package), name)
+        module, _, attribute = module.partition(":")
+        value = getattr(importlib.import_module(module, package), attribute or name)
         namespace[name] = value  # later lookups do not come here
         return value
 

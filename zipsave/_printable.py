@@ -3,7 +3,6 @@ made visible by :func:`visible` before it reaches a terminal, a log, a warning o
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 __all__ = ["visible", "visible_html", "visible_json"]
@@ -61,6 +60,8 @@ def _visible_line(line: str, escape: Any) -> str:
 
 def visible_html(text: Any) -> str:
     """``text`` made visible, then escaped for HTML (a notebook's view)."""
+    import html  # only HTML views ask: not imported by every load
+
     return html.escape(visible(text))
 
 

@@ -27,6 +27,7 @@ above (:func:`selected`), so a load imports no integration for its allowlist eit
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import warnings
@@ -163,12 +164,86 @@ def unregister(name: str) -> Handler | None:
         return found
 
 
+def _normalized(name: str) -> str:
+    return "_".join(part for part in name.replace("-", "_").replace(".", "_").lower().split("_") if part)
+
+
+def _scan_entry_points() -> list[metadata.EntryPoint] | None:
+    """The group's entry points as ``metadata.entry_points(group=...)`` lists them (the first
+    distribution of a name along ``sys.path`` wins), reading only the ``entry_points.txt`` of
+    each distribution instead of parsing every distribution's metadata (11 ms of a first load
+    with 190 installed). ``None`` where distributions may also come from elsewhere (a zip on
+    ``sys.path``, a finder that lists its own): the caller then asks importlib.metadata."""
+    from importlib.machinery import PathFinder
+
+    if any(getattr(f, "find_distributions", None) is not None and f is not PathFinder for f in sys.meta_path):
+        return None
+    seen: set[str] = set()
+    found: list[metadata.EntryPoint] = []
+    for entry in sys.path:
+        if not isinstance(entry, str):  # bytes or other path entries: importlib.metadata's rules
+            return None
+        root = entry or "."
+        try:
+            children = os.listdir(root)
+        except NotADirectoryError:
+            return None
+        except OSError:
+            continue
+        for child in children:
+            low = child.lower()
+            if not low.endswith((".dist-info", ".egg-info")):
+                continue
+            name = _normalized(low.rpartition(".")[0].partition("-")[0])
+            if name in seen:
+                continue
+            seen.add(name)
+            text = _read_file(os.path.join(root, child, "entry_points.txt"))
+            if text is not None and ENTRY_POINT_GROUP.encode() in text:
+                found.extend(_group_entries(text.decode("utf-8", "replace")))
+    return found
+
+
+def _read_file(path: str) -> bytes | None:
+    """The file's bytes, ``None`` when it cannot be read (most distributions have no entry
+    points: a bare ``os.open`` fails fastest)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _group_entries(text: str) -> list[metadata.EntryPoint]:
+    """The entry points of ``ENTRY_POINT_GROUP`` in one ``entry_points.txt`` (an ini file)."""
+    section, entries = None, []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+        elif section == ENTRY_POINT_GROUP and "=" in line:
+            name, _, value = line.partition("=")
+            entries.append(metadata.EntryPoint(name=name.strip(), value=value.strip(), group=ENTRY_POINT_GROUP))
+    return entries
+
+
 def _list_entry_points() -> None:
     global _entry_points_listed
     if _entry_points_listed:
         return
     _entry_points_listed = True
-    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    scanned = _scan_entry_points()
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP) if scanned is None else scanned:
         if entry.name not in _pending and not any(h.name == entry.name for h in _handlers):
             _pending[entry.name] = entry
 

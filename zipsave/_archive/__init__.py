@@ -5,19 +5,49 @@ destinations (paths with atomic replacement, fsspec URLs, file objects).
 This layer knows zip files and bytes; it knows nothing about models, JSON values or torch.
 """
 
-from ._crc import BACKEND as CRC_BACKEND
-from ._crc import OrderedCrc, crc32, crc32_combine, crc32_many
-from ._destination import destination_key, is_url, open_output, open_source
-from ._handlers import data_bytes, involve_handlers, member_names
-from ._files import atomic_output, open_input, seekable, with_suffix
-from ._libc import libc_function
-from ._limits import DEFAULT_LIMITS, Limits
-from ._progress import check as check_progress
-from ._progress import counting_writer, describe, make_bar
-from ._reader import ArchiveReader, manifest_digest
-from ._source import ArchiveSource, parse_version
-from ._views import MemberView
-from ._writer import ArchiveWriter, MemberInfo
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_attributes
+
+if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
+    from ._crc import BACKEND as CRC_BACKEND
+    from ._crc import OrderedCrc, crc32, crc32_combine, crc32_many
+    from ._destination import destination_key, is_url, open_output, open_source
+    from ._handlers import data_bytes, involve_handlers, member_names
+    from ._files import atomic_output, open_input, seekable, with_suffix
+    from ._libc import libc_function
+    from ._limits import DEFAULT_LIMITS, Limits
+    from ._progress import check as check_progress
+    from ._progress import counting_writer, describe, make_bar
+    from ._reader import ArchiveReader, manifest_digest
+    from ._source import ArchiveSource, parse_version
+    from ._views import MemberView
+    from ._writer import ArchiveWriter, MemberInfo
+
+# Each name's module, imported on first use (PEP 562), so that a load imports the modules it
+# uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
+_LAZY: dict[str, str] = {
+    "CRC_BACKEND": "._crc:BACKEND",
+    **dict.fromkeys(("OrderedCrc", "crc32", "crc32_combine", "crc32_many"), "._crc"),
+    **dict.fromkeys(("destination_key", "is_url", "open_output", "open_source"), "._destination"),
+    **dict.fromkeys(("data_bytes", "involve_handlers", "member_names"), "._handlers"),
+    **dict.fromkeys(("atomic_output", "open_input", "seekable", "with_suffix"), "._files"),
+    "libc_function": "._libc",
+    **dict.fromkeys(("DEFAULT_LIMITS", "Limits"), "._limits"),
+    "check_progress": "._progress:check",
+    **dict.fromkeys(("counting_writer", "describe", "make_bar"), "._progress"),
+    **dict.fromkeys(("ArchiveReader", "manifest_digest"), "._reader"),
+    **dict.fromkeys(("ArchiveSource", "parse_version"), "._source"),
+    "MemberView": "._views",
+    **dict.fromkeys(("ArchiveWriter", "MemberInfo"), "._writer"),
+}
+# Its modules, found as attributes as when this file imported them all.
+_SUBMODULES = frozenset({
+    "_crc", "_destination", "_files", "_handlers", "_libc", "_limits", "_progress", "_reader", "_remote", "_source",
+    "_views", "_writer", "_zipfmt"
+})
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 __all__ = [
     "CRC_BACKEND",

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import sys
 from typing import Any
@@ -18,10 +17,15 @@ def libc_function(name: str, argtypes: tuple[Any, ...]) -> Any:
     or where the C library lacks it. ctypes releases the GIL for the call."""
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        func = getattr(ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True), name)
+    try:  # the process's own symbols include the C library's: no ldconfig run (find_library)
+        func = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
-        return None
+        try:
+            from ctypes.util import find_library
+
+            func = getattr(ctypes.CDLL(find_library("c") or None, use_errno=True), name)
+        except (OSError, AttributeError):
+            return None
     func.argtypes = list(argtypes)
     func.restype = ctypes.c_int
     return func

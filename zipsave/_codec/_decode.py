@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import collections
 import datetime as _dt
-import decimal
 import enum
-import fractions
 import math
 import pathlib
 import random
@@ -19,9 +17,8 @@ import numpy as np
 import torch
 
 from .._bounds import MAX_INT_BITS, KeyGuard, check_int
-from .._trust import TrustPolicy, restricted_loads
+from .. import _codec, _trust  # packages whose parts load on first use: spaces, the unpickler
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
-from . import _spaces
 from ._arrays import descr_dtype
 from ._pickling import unb64
 from ._tags import NATIVE_KEY as N
@@ -29,13 +26,19 @@ from ._tags import SERIALIZED_KEY as S
 
 __all__ = ["Decoder"]
 
+
+def restricted_loads(data: bytes, policy: _trust.TrustPolicy, **where: Any) -> Any:
+    """:func:`zipsave._trust.restricted_loads`, whose modules load on the first ``":serialized:"``
+    value rather than with every ``data`` member."""
+    return _trust.restricted_loads(data, policy, **where)
+
 # -- decoding --------------------------------------------------------------------------------
 class Decoder:
     """Decodes ``data`` values under a :class:`~zipsave._trust.TrustPolicy`."""
 
     def __init__(
         self,
-        policy: TrustPolicy,
+        policy: _trust.TrustPolicy,
         *,
         load_array: Callable[[str], np.ndarray] | None = None,
         device: torch.device | None = None,
@@ -241,7 +244,7 @@ class Decoder:
         if kind in ("fraction", "decimal", "random", "torch_generator"):
             return self._numeric_state(kind, body, depth)
         if kind == "space":
-            return _spaces.decode_space(
+            return _codec._spaces.decode_space(
                 {k: v for k, v in body.items() if k != "kind"},
                 lambda j: self.decode(j, depth),
                 key=self._key,
@@ -254,6 +257,8 @@ class Decoder:
     def _numeric_state(self, kind: str, body: dict, depth: int) -> Any:
         """Fractions, decimals and random generators: checked values, no class from the archive."""
         if kind == "fraction":
+            import fractions  # a rare value kind: not imported by every load
+
             numerator, denominator = self.decode(body.get("numerator"), depth), self.decode(body.get("denominator"), depth)
             if type(numerator) is not int or type(denominator) is not int or denominator == 0:
                 raise DecodeError("expected an integer `numerator` and a non-zero integer `denominator`.")
@@ -261,6 +266,8 @@ class Decoder:
                 check_int(part, "a fraction's part", key=self._key, member=self._member, archive=self._archive)
             return fractions.Fraction(numerator, denominator)
         if kind == "decimal":
+            import decimal
+
             text = _field(body, "value", str)
             if len(text) > 10_000:
                 raise DecodeError(f"decimal literal of {len(text)} characters is longer than 10000.")

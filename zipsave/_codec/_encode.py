@@ -20,8 +20,9 @@ import numpy as np
 import orjson
 import torch
 
+from .. import _codec  # its space encoder loads with the first space
 from ..exceptions import EncodeError
-from . import _spaces
+from ._space_kinds import is_space
 from ._arrays import INT64, canonical_array, dtype_descr, tz_fields
 from ._pickling import NoNative, b64, pickle_value, type_hint
 from ._tags import NATIVE_KEY as N
@@ -314,9 +315,9 @@ class Encoder:
         if kind is torch.Generator:
             state = value.get_state().numpy()
             return {"kind": "torch_generator", "device": str(value.device), "state": self._array(state)}
-        if _spaces.is_space(value):
+        if is_space(value):  # its encoder loads with the first space
             try:
-                return {"kind": "space", **_spaces.encode_space(value, self.encode)}
+                return {"kind": "space", **_codec._spaces.encode_space(value, self.encode)}
             except EncodeError:
                 raise NoNative from None
         if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):

@@ -11,8 +11,8 @@ import io
 import pickle
 from typing import Any
 
+from .. import _codec  # its spaces load on first use: decoding needs only unb64
 from ..exceptions import DecodeError
-from . import _spaces
 
 __all__ = ["NoNative", "b64", "pickle_value", "type_hint", "unb64"]
 
@@ -50,10 +50,10 @@ def _canonical_reduce(obj: Any) -> Any:
         return kind, (sorted(obj, key=_pickle_bytes),)
     if kind.__module__ == "torch.storage" and kind.__name__ in ("TypedStorage", "UntypedStorage"):
         return _storage_reduce(obj)
-    if not _spaces.is_space(obj):
+    if not _codec._spaces.is_space(obj):
         return NotImplemented
     changes: dict[str, Any] = {}
-    if obj._np_random is not None and _spaces.is_unused_generator(obj._np_random):
+    if obj._np_random is not None and _codec._spaces.is_unused_generator(obj._np_random):
         changes["_np_random"] = None
     stacked = _unused_stacked_copy(obj)
     if stacked is not None:
@@ -103,12 +103,12 @@ def _unused_stacked_copy(space: Any) -> Any:
     feature-space generator. Returns that sub-space without its generator, else ``None``."""
     stacked: Any = vars(space).get("stacked_feature_space")
     feature: Any = getattr(space, "feature_space", None)
-    if stacked is None or not _spaces.is_space(stacked) or not _spaces.is_space(feature):
+    if stacked is None or not _codec._spaces.is_space(stacked) or not _codec._spaces.is_space(feature):
         return None
     copied, original = stacked._np_random, feature._np_random
-    if copied is None or original is None or not _spaces.is_unused_generator(original):
+    if copied is None or original is None or not _codec._spaces.is_unused_generator(original):
         return None
-    if not _spaces.same_state(copied.bit_generator.state, original.bit_generator.state):
+    if not _codec._spaces.same_state(copied.bit_generator.state, original.bit_generator.state):
         return None
     bare = copy.copy(stacked)
     bare._np_random = None

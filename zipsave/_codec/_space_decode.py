@@ -14,7 +14,7 @@ from ..exceptions import DecodeError
 from ._space_kinds import (
     ADDED_FIELDS,
     ANY_VALUE,
-    BIT_GENERATORS,
+    bit_generators,
     DECIMAL,
     FIELDS,
     SPACE_KINDS,
@@ -334,12 +334,12 @@ class SpaceDecoder:
 
     def rng(self, raw: Any, path: str) -> np.random.Generator:
         name = raw.get("bit_generator") if isinstance(raw, dict) else None
-        factory = BIT_GENERATORS.get(name) if isinstance(name, str) else None
+        factory = bit_generators().get(name) if isinstance(name, str) else None
         if factory is None:
             raise self.error(
                 path,
                 "field `rng` must be an object whose `bit_generator` is one of "
-                f"{', '.join(BIT_GENERATORS)}, got {describe(raw)}.",
+                f"{', '.join(bit_generators())}, got {describe(raw)}.",
             )
         bit_generator = factory(0)
         state = self.rng_state(raw, bit_generator.state, "rng", path)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..exceptions import EncodeError
 from ._space_kinds import (
-    BIT_GENERATORS,
+    bit_generators,
     SPACE_KINDS,
     describe,
     dtype_name,
@@ -150,12 +150,12 @@ class SpaceEncoder:
             return None
         bit_generator: Any = getattr(generator, "bit_generator", None)
         if not isinstance(generator, np.random.Generator) or not any(
-            type(bit_generator) is cls for cls in BIT_GENERATORS.values()
+            type(bit_generator) is cls for cls in bit_generators().values()
         ):
             raise self.error(
                 path,
                 f"its random generator `{describe(generator)}` is not a numpy Generator over "
-                f"one of the bit generators {', '.join(BIT_GENERATORS)}.",
+                f"one of the bit generators {', '.join(bit_generators())}.",
             )
         return self.rng_state(bit_generator.state, path)
 

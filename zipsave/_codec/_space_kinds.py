@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "ADDED_FIELDS", "ANY_VALUE", "BIT_GENERATORS", "DECIMAL", "FIELDS", "SPACE_KINDS", "describe", "dtype_name",
+    "ADDED_FIELDS", "ANY_VALUE", "DECIMAL", "FIELDS", "SPACE_KINDS", "bit_generators", "describe", "dtype_name",
     "gymnasium_version", "is_space", "is_unused_generator", "join", "kinds", "parameters", "same_state", "where",
 ]
 
@@ -61,15 +61,18 @@ ADDED_FIELDS: dict[tuple[str, str], Any] = {
 
 DECIMAL = re.compile(r"-?[0-9]+")
 
-# An explicit table rather than getattr(np.random, name): a stored name must never reach an
-# arbitrary attribute lookup.
-BIT_GENERATORS: dict[str, Callable[[int], np.random.BitGenerator]] = {
-    "MT19937": np.random.MT19937,
-    "PCG64": np.random.PCG64,
-    "PCG64DXSM": np.random.PCG64DXSM,
-    "Philox": np.random.Philox,
-    "SFC64": np.random.SFC64,
-}
+@functools.cache
+def bit_generators() -> dict[str, Callable[[int], np.random.BitGenerator]]:
+    """numpy's bit generators by name: an explicit table rather than ``getattr(np.random,
+    name)``, so a stored name never reaches an arbitrary attribute lookup. Built on first use:
+    ``numpy.random`` costs a first save or load 5 ms to import when no space needs it."""
+    return {
+        "MT19937": np.random.MT19937,
+        "PCG64": np.random.PCG64,
+        "PCG64DXSM": np.random.PCG64DXSM,
+        "Philox": np.random.Philox,
+        "SFC64": np.random.SFC64,
+    }
 
 
 def is_space(obj: Any) -> bool:

@@ -11,6 +11,7 @@ import logging
 import queue
 import socket
 import subprocess
+import sys
 import threading
 import types
 from typing import Any, Iterable
@@ -51,13 +52,9 @@ def is_live_handle(value: Any) -> bool:
 
 def is_environment(value: Any) -> bool:
     """A gymnasium ``Env`` or ``VectorEnv`` (wrappers too), or an SB3 ``VecEnv``."""
-    try:
-        import gymnasium
-
-        if isinstance(value, (gymnasium.Env, gymnasium.vector.VectorEnv)):
-            return True
-    except ImportError:  # pragma: no cover - gymnasium is a dependency
-        pass
+    gymnasium = sys.modules.get("gymnasium")  # not imported yet: no value can be one of its envs
+    if gymnasium is not None and isinstance(value, (gymnasium.Env, gymnasium.vector.VectorEnv)):
+        return True
     # SB3's VecEnv and its wrappers, without importing SB3.
     return callable(getattr(value, "step_async", None)) and callable(getattr(value, "step_wait", None))
 

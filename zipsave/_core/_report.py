@@ -40,6 +40,8 @@ class LoadReport:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
+        import html  # only notebooks ask: not imported by every load
+
         cell = "<td style='text-align:left'>{}</td>"
         rows = "".join(
             "<tr>" + "".join(cell.format(visible_html(v)) for v in (e.member, e.key or "", e.type_hint or "", e.cause))

@@ -11,9 +11,7 @@ import numpy as np
 
 from .. import _format
 from .._archive import ArchiveSource
-from .._codec import TYPE_KEY, Decoder
-from .._tensors import NpyHeader, get_device, load_member, read_array_header, read_array_member, read_array_member_into
-from .._trust import TrustPolicy
+from .. import _codec, _tensors, _trust  # packages whose parts load on first use (PEP 562)
 from ..exceptions import (
     caller_stacklevel,
     ArchiveFormatError,
@@ -49,8 +47,8 @@ class LoadSession:
     def __init__(self, path: Any, options: LoadOptions | None = None) -> None:
         options = options or LoadOptions()
         self.options = options
-        self.policy: TrustPolicy = options.policy
-        self.device = get_device(options.device, mmap=options.mmap)
+        self.policy: _trust.TrustPolicy = options.policy
+        self.device = _tensors.get_device(options.device, mmap=options.mmap)
         self.strict = options.strict
         self.verify = options.verify
         self.mmap = options.mmap
@@ -241,16 +239,16 @@ class LoadSession:
 
     def load_array(self, member: str) -> np.ndarray:
         try:
-            return read_array_member(self.reader, member, verify=self.verify, mmap=self.mmap)
+            return _tensors.read_array_member(self.reader, member, verify=self.verify, mmap=self.mmap)
         except (ArchiveFormatError, DecodeError) as err:
             if self.options.skip_broken_tensors:
                 raise
             raise self._integrity_error(member, err) from err
 
-    def array_header(self, member: str) -> NpyHeader:
+    def array_header(self, member: str) -> _tensors.NpyHeader:
         """The checked header of an array member, its data left unread (a ``deferred`` decode)."""
         try:
-            return read_array_header(self.reader, member, verify=self.verify)
+            return _tensors.read_array_header(self.reader, member, verify=self.verify)
         except (ArchiveFormatError, DecodeError) as err:
             if self.options.skip_broken_tensors:
                 raise
@@ -261,7 +259,7 @@ class LoadSession:
         writeable), CRC-checked; a member that fails is an :class:`IntegrityError` naming it,
         and ``dest`` may then hold part of its data."""
         try:
-            read_array_member_into(self.reader, member, dest, verify=self.verify)
+            _tensors.read_array_member_into(self.reader, member, dest, verify=self.verify)
         except (ArchiveFormatError, DecodeError, OSError) as err:
             raise self._integrity_error(member, err, leave_out=leave_out) from err
 
@@ -272,7 +270,7 @@ class LoadSession:
     def load_tensors(self, member: str, targets: Any = None, **checks: Any) -> tuple[Any, set]:
         """Load a ``.pth`` member (into ``targets`` in place where shapes match); ``checks``
         are ``load_pth``'s ``check_shapes`` / ``check_dtypes`` / ``validate``."""
-        return load_member(
+        return _tensors.load_member(
             self.reader, member, device=self.device, targets=targets, verify=self.verify, mmap=self.mmap, **checks
         )
 
@@ -298,10 +296,10 @@ class LoadSession:
             raw, member, custom_objects=custom_objects, exclude=exclude, quiet=quiet, recover=recover, deferred=deferred
         )
 
-    def decoder(self, member: str, *, deferred: bool = False) -> Decoder:
+    def decoder(self, member: str, *, deferred: bool = False) -> _codec.Decoder:
         """A decoder for one JSON member, under this load's trust policy, device and limits
         (``deferred``: each array member decodes to its checked :class:`NpyHeader`, unread)."""
-        return Decoder(
+        return _codec.Decoder(
             self.policy,
             load_array=self.array_header if deferred else self.load_array,  # type: ignore[arg-type]
             device=self.device,
@@ -362,7 +360,7 @@ class LoadSession:
                         continue
                     except Exception:  # noqa: BLE001, S112 - not recognised: the skip rule applies
                         pass
-                hint = value.get(TYPE_KEY) if isinstance(value, dict) else None
+                hint = value.get(_codec.TYPE_KEY) if isinstance(value, dict) else None
                 self.skip(member, key, hint if isinstance(hint, str) else None, err, warn=key not in quiet)
         return out
 

@@ -1,5 +1,5 @@
-"""One huge-page arena for the fresh storages of a copying load, where the OS has huge pages
-free right now.
+"""One huge-page arena for the fresh storages of a copying load, where ``ZIPSAVE_HUGE_PAGES=1``
+asks for one and the OS has huge pages free right now.
 
 Reading into memory backed by 2 MiB pages takes a fraction of the page faults of 4 KiB ones
 (the raw read floor of ``docs/benchmarks.rst``). Asking for them is only safe when they are
@@ -7,7 +7,13 @@ free: with ``defrag=madvise`` a fault in an advised region otherwise compacts me
 synchronously, and a load stalls for longer than it saves. So :func:`host_arena` first reads
 ``/proc/buddyinfo`` and builds an arena only when free blocks of 2 MiB or more cover twice
 what it needs; anywhere else (other OS, THP off, memory fragmented) it returns ``None`` and
-the load uses one ``torch.empty`` per storage, as before.
+the load uses one ``torch.empty`` per storage, as it does by default (:data:`HUGE_PAGES`).
+
+Fresh pages, huge or not, are the slow case: memory the process already holds is faster
+still. When the C allocator holds free memory that covers the load (a model of the same size
+was just freed, or a loop loads one checkpoint after another), ``torch.empty`` reuses those
+resident pages, as ``torch.load`` does, and :func:`host_arena` returns ``None`` to let it:
+glibc's ``mallinfo2`` says how much is free (``fordblks``), in one call that walks its bins.
 
 Each storage is its own tensor over a slice of the arena (``torch.frombuffer``): saving,
 sharing or optimising one touches no other, and it cannot be grown in place, as the tensors
@@ -16,13 +22,23 @@ of ``torch.load`` cannot. The arena is unmapped when the last tensor over it is 
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import mmap
+import os
 import sys
 from collections.abc import Sequence
 
 import torch
 
 __all__ = ["ARENA_MIN", "AnonymousMap", "fresh_map", "host_arena"]
+
+#: Whether fresh storages may come from huge pages at all (``ZIPSAVE_HUGE_PAGES=1``). Off by
+#: default: on the benchmark machine (a VM whose free memory goes back to the host) a fresh
+#: huge page took 16-20 ms to fault in, 4x the cost per byte of 4 KiB pages, and a first load
+#: through the arena took 0.9-1.2 s where ``torch.empty`` took 0.28-0.36 s and ``torch.load``
+#: 0.23-0.36 s (``docs/benchmarks.rst``). Where huge pages pay, the variable turns them on.
+HUGE_PAGES = os.environ.get("ZIPSAVE_HUGE_PAGES", "") == "1"
 
 #: Members whose fresh storages total less than this read into plain ``torch.empty`` buffers.
 ARENA_MIN = 32 << 20
@@ -58,8 +74,32 @@ def free_huge_blocks(buddyinfo: str) -> int:
     return total
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+    )]
+
+
+@functools.cache
+def _mallinfo2() -> object | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        func = ctypes.CDLL(None).mallinfo2  # glibc 2.33 and later; absent from musl
+    except (OSError, AttributeError):
+        return None
+    func.argtypes, func.restype = [], _MallInfo2
+    return func
+
+
+def allocator_free_bytes() -> int:
+    """Bytes the C allocator holds free for reuse (glibc's ``fordblks``), 0 where unknown."""
+    func = _mallinfo2()
+    return int(func().fordblks) if func is not None else 0  # type: ignore[operator]
+
+
 def _huge_pages_free(nbytes: int) -> bool:
-    if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_HUGEPAGE"):
+    if not HUGE_PAGES or not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_HUGEPAGE"):
         return False
     try:
         with open("/sys/kernel/mm/transparent_hugepage/enabled", encoding="ascii") as f:
@@ -95,13 +135,13 @@ def fresh_map(nbytes: int, *, huge: bool | None = None) -> tuple[AnonymousMap, b
 
 def host_arena(lengths: Sequence[int]) -> list[tuple[torch.Tensor, memoryview]] | None:
     """``(uint8 tensor, writable view of its bytes)`` for each length, all in one anonymous
-    mapping advised for huge pages; ``None`` when the lengths are small or huge pages are not
-    free now."""
+    mapping advised for huge pages; ``None`` when the lengths are small, the C allocator holds
+    enough free (resident) memory for them, or huge pages are not free now."""
     offsets, total = [], 0
     for length in lengths:
         offsets.append(total)
         total += (length + _ALIGN - 1) // _ALIGN * _ALIGN
-    if total < ARENA_MIN or not _huge_pages_free(total):
+    if total < ARENA_MIN or not _huge_pages_free(total) or allocator_free_bytes() >= total:
         return None
     mapped = fresh_map(total, huge=True)  # a whole number of huge pages keeps it aligned
     if mapped is None:

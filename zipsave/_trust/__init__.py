@@ -22,14 +22,41 @@ the archive chooses. Loading is safe here because of three layers:
    (torch's ``weights_only``, DCP's metadata) read a pickle only after :func:`prescan_pickle`.
 """
 
-from ._allowlist import CORE_ALLOWLIST, GROUPS, default_allowlist
-from ._audit import pickle_globals
-from ._names import BY_VALUE_MARK
-from ._policy import TrustPolicy
-from ._prescan import BoundedUnpickler, check_legacy_torch, check_torch_zip, prescan_pickle
-from ._space_check import space_problem
-from ._substitutes import SUBSTITUTED, StorageType
-from ._unpickler import restricted_loads
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_attributes
+
+if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
+    from ._allowlist import CORE_ALLOWLIST, GROUPS, default_allowlist
+    from ._audit import pickle_globals
+    from ._names import BY_VALUE_MARK
+    from ._policy import TrustPolicy
+    from ._prescan import BoundedUnpickler, check_torch_zip, prescan_pickle
+    from ._space_check import space_problem
+    from ._substitutes import SUBSTITUTED, StorageType
+    from ._unpickler import restricted_loads
+    from ._prescan import check_legacy_torch
+
+# Each name's module, imported on first use (PEP 562), so that a load imports the modules it
+# uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("CORE_ALLOWLIST", "GROUPS", "default_allowlist"), "._allowlist"),
+    "pickle_globals": "._audit",
+    "BY_VALUE_MARK": "._names",
+    "TrustPolicy": "._policy",
+    **dict.fromkeys(("BoundedUnpickler", "check_torch_zip", "prescan_pickle"), "._prescan"),
+    "space_problem": "._space_check",
+    **dict.fromkeys(("SUBSTITUTED", "StorageType"), "._substitutes"),
+    "restricted_loads": "._unpickler",
+    "check_legacy_torch": "._prescan",
+}
+# Its modules, found as attributes as when this file imported them all.
+_SUBMODULES = frozenset({
+    "_allowlist", "_audit", "_checks", "_guards", "_names", "_policy", "_prescan", "_random", "_sealed",
+    "_space_check", "_substitutes", "_torch_calls", "_unpickler"
+})
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 __all__ = [
     "BY_VALUE_MARK", "CORE_ALLOWLIST", "GROUPS", "SUBSTITUTED", "BoundedUnpickler", "StorageType", "TrustPolicy",

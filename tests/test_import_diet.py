@@ -1,0 +1,94 @@
+"""A first call imports only what it uses: the modules a first save, load, restore and inspect
+of a plain torch archive import in a fresh interpreter stay inside a known set, so the import
+diet of issue 37 does not rot. A module that joins the set must be one the call needs; the
+set is the place to say so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+# zipsave's own modules that a first restore, load, load_archive or inspect may import.
+LOAD_MODULES = frozenset({
+    "zipsave._lazy", "zipsave._version", "zipsave.exceptions", "zipsave._api", "zipsave._api._load",
+    "zipsave._archive", "zipsave._archive._crc", "zipsave._archive._destination", "zipsave._archive._files",
+    "zipsave._archive._handlers", "zipsave._archive._libc", "zipsave._archive._limits", "zipsave._archive._progress",
+    "zipsave._archive._reader", "zipsave._archive._remote", "zipsave._archive._source", "zipsave._archive._views",
+    "zipsave._archive._zipfmt",
+    "zipsave._bounds",
+    "zipsave._codec", "zipsave._codec._arrays", "zipsave._codec._decode", "zipsave._codec._pickling",
+    "zipsave._codec._tags",
+    "zipsave._core", "zipsave._core._address", "zipsave._core._apply", "zipsave._core._build",
+    "zipsave._core._classes", "zipsave._core._collect", "zipsave._core._component", "zipsave._core._inplace",
+    "zipsave._core._modes", "zipsave._core._options", "zipsave._core._parts", "zipsave._core._report",
+    "zipsave._core._session",
+    "zipsave._format", "zipsave._json", "zipsave._optional", "zipsave._registry", "zipsave._system_info",
+    "zipsave._tensors", "zipsave._tensors._arena", "zipsave._tensors._prefault", "zipsave._tensors._pth_meta",
+    "zipsave._tensors._pth_mmap", "zipsave._tensors._pth_read", "zipsave._tensors._pth_records",
+    "zipsave._tensors._pth_write", "zipsave._tensors._staging", "zipsave._tensors._tree",
+    "zipsave._tools", "zipsave._tools._check", "zipsave._tools._inspect", "zipsave._tools._records",
+    "zipsave._trust", "zipsave._trust._allowlist", "zipsave._trust._audit", "zipsave._trust._names",
+    "zipsave._trust._policy", "zipsave._trust._prescan", "zipsave._trust._sealed", "zipsave._trust._substitutes",
+})
+# Other modules (not imported by ``import torch``) that such a call may import: orjson for the
+# JSON members (it imports zoneinfo), ISA-L's CRC-32, and the codec of zip names.
+OTHER_MODULES = ("orjson", "zoneinfo", "_zoneinfo", "isal", "encodings.")
+# What none of them may import: the unpickler and the space codec (only for values that need
+# them), the integrations, gymnasium, the HTML and number modules of rare values, the
+# background saver, and what ``ctypes.util`` and ``importlib.metadata``'s scan would bring.
+NEVER = (
+    "zipsave._trust._unpickler", "zipsave._codec._spaces", "zipsave._codec._space_decode", "zipsave.sb3",
+    "zipsave.rllib", "zipsave.dcp", "zipsave._api._background", "zipsave._tools._diff", "gymnasium",
+    "stable_baselines3", "cloudpickle", "html", "decimal", "fractions", "numpy.random", "ctypes.util", "sysconfig",
+)
+
+_SCRIPT = r"""
+import json, sys, torch
+model = torch.nn.Linear(3, 3)
+optimizer = torch.optim.Adam(model.parameters())
+model(torch.ones(1, 3)).sum().backward()
+optimizer.step()
+path, verb = sys.argv[1], sys.argv[2]
+before = set(sys.modules)
+import zipsave
+if verb == "save":
+    zipsave.save({"model": model, "optimizer": optimizer}, path)
+elif verb == "restore":
+    zipsave.restore({"model": model, "optimizer": optimizer}, path)
+else:
+    getattr(zipsave, verb)(path)
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def _first_call(path: str, verb: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", _SCRIPT, path, verb], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("diet") / "plain.zip")
+    _first_call(path, "save")
+    return path
+
+
+@pytest.mark.parametrize("verb", ["restore", "load", "load_archive", "inspect"])
+def test_a_first_load_imports_only_what_it_uses(archive, verb):
+    imported = _first_call(archive, verb)
+    ours = {m for m in imported if m.startswith("zipsave.")}
+    assert sorted(ours - LOAD_MODULES) == []
+    others = [m for m in imported if not m.startswith("zipsave") and not m.startswith(OTHER_MODULES)]
+    assert others == []
+    assert [m for m in imported if m.startswith(NEVER)] == []
+    assert "zipsave._tensors._pth_read" in ours or verb == "inspect"  # the call did read tensors
+
+
+def test_a_first_save_imports_no_space_codec_gymnasium_or_unpickler(tmp_path):
+    imported = _first_call(str(tmp_path / "fresh.zip"), "save")
+    assert "zipsave._archive._writer" in imported
+    never = tuple(name for name in NEVER if name != "zipsave._api._background")  # save's own module
+    assert [m for m in imported if m.startswith(never)] == []
