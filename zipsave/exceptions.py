@@ -22,6 +22,7 @@ __all__ = [
     "IntegrityError",
     "MissingDependencyError",
     "ParameterMismatchError",
+    "SignatureError",
     "SkippedEntry",
     "SkippedEntryWarning",
     "StorageError",
@@ -171,6 +172,21 @@ class UnsafeNameError(ZipsaveError, ValueError):
 
 class ParameterMismatchError(ZipsaveError, ValueError):
     """Saved parameters do not fit the object they are loaded into."""
+
+
+class SignatureError(ZipsaveError, ValueError):
+    """An archive's signature is missing where one is required, or it does not hold: an
+    unknown signer, a member whose digest does not match, a signature over another file, or a
+    signature that cannot be read. ``reason`` says which, as one of :data:`SIGNATURE_REASONS`;
+    nothing of the model is returned."""
+
+    def __init__(self, message: str, *, reason: str, **kwargs: Any) -> None:
+        self.reason = reason
+        super().__init__(message, **kwargs)
+
+
+#: The values of :attr:`SignatureError.reason`.
+SIGNATURE_REASONS = ("no-signature", "unknown-signer", "digest-mismatch", "other-file", "invalid", "malformed")
 
 
 class MissingDependencyError(ZipsaveError, ImportError):
