@@ -26,9 +26,10 @@ from ._parts import (
 )
 from ._report import LoadReport
 from ._session import LoadSession
-from ._write import Encoded, encode, encoded_size, write
+from ._write import Encoded, check_signable, encode, encoded_size, write
 
 __all__ = [
+    "check_signable",
     "ALWAYS_EXCLUDED_PREFIXES",
     "OPTION_DOCS",
     "Component",

@@ -32,8 +32,14 @@ class LoadOptions:
     storage_options: dict[str, Any] | None = None
     progress: bool = False
     skip_broken_tensors: bool = False
+    trust: Any = None
 
     def __post_init__(self) -> None:
+        if self.trust is not None:
+            from .._sign import Trust
+
+            if not isinstance(self.trust, Trust):
+                raise TypeError(f"trust must be a zipsave.Trust or None, found {type(self.trust).__name__}.")
         if self.custom_objects is not None and not isinstance(self.custom_objects, dict):
             raise TypeError(f"custom_objects must be a dict or None, found {type(self.custom_objects).__name__}.")
         # Built (and checked) once, so a bad `trusted=` fails before the archive is opened.
@@ -69,4 +75,6 @@ OPTION_DOCS: dict[str, str] = {
     "progress": "Show a tqdm progress bar (the ``progress`` extra); silent by default.",
     "skip_broken_tensors": "Skip a corrupt or unreadable tensor member (``.pth``/``.npy``) with a warning instead of "
     "raising :class:`~zipsave.IntegrityError` (the object keeps its fresh values there); see :doc:`security`.",
+    "trust": "A :class:`~zipsave.Trust`: check the archive's signature (the ``sign`` extra) before anything of it "
+    "is decoded, and raise :class:`~zipsave.SignatureError` if it does not hold; see :doc:`signing`.",
 }

@@ -25,7 +25,7 @@ from ._directory import open_directory
 from ._index import INDEX_NAME, Checkpoint, best_metric_problem, checkpoint_name, encode_index, plain_metrics, to_keep
 from ._lock import DirectoryLock
 from ._resume import newest_intact
-from ._settings import as_step, check_count, check_keep_best
+from ._settings import as_step, check_count, check_keep_best, check_signing
 from ._reading import CheckpointReading
 from ._waiting import register, take_over
 from ._store import LocalStore, open_store
@@ -72,6 +72,13 @@ class CheckpointManager(CheckpointReading):
         reading methods and :meth:`wait_for_new`, reading the index afresh each time; it
         never writes, deletes or locks, and ``save`` raises. The writer's options are ignored
         (``keep_best`` still names the default metric of :meth:`best`).
+    sign
+        Sign every checkpoint as it is written (the ``sign`` extra): a :class:`~zipsave.Signer`
+        with ``embed=True``, or a private key path; see :doc:`signing`.
+    trust
+        A :class:`~zipsave.Trust` every load and restore of a checkpoint checks first (the
+        view's too); a checkpoint it refuses raises :class:`~zipsave.SignatureError`, and is
+        never replaced by an older one.
 
     Raises
     ------
@@ -109,8 +116,11 @@ class CheckpointManager(CheckpointReading):
         storage_options: dict[str, Any] | None = None,
         break_lock: bool = False,
         read_only: bool = False,
+        sign: Any = None,
+        trust: Any = None,
     ) -> None:
         check_count("keep_last", keep_last)
+        self.sign, self.trust = check_signing(sign, trust)
         check_count("every_steps", every_steps)
         if every_seconds is not None and not (isinstance(every_seconds, (int, float)) and every_seconds > 0):
             raise ValueError(f"`every_seconds` must be a positive number or None, got {every_seconds!r}.")
@@ -235,6 +245,8 @@ class CheckpointManager(CheckpointReading):
         when = time.time()
         target = self._store.target(checkpoint_name(step))
         options = dict(save_options)
+        if self.sign is not None:
+            options.setdefault("sign", self.sign)
         if self.storage_options is not None:
             options["storage_options"] = self.storage_options
         if self.background if background is None else background:

@@ -140,4 +140,6 @@ class CheckpointReading:
         if self.storage_options is not None:
             options.setdefault("storage_options", self.storage_options)
         options.setdefault("strict", True)
+        if self.trust is not None:
+            options.setdefault("trust", self.trust)
 

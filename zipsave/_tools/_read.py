@@ -31,6 +31,7 @@ def read(
     limits: Limits | None = None,
     storage_options: dict[str, Any] | None = None,
     mmap: bool = False,
+    trust: Any = None,
 ) -> Any:
     """Read one tensor, or one ``data`` key, without reading the rest of the archive.
 
@@ -72,6 +73,10 @@ def read(
         Back the tensor by the archive's own pages (a private, copy-on-write map of a local
         file) instead of copying it; checked the same way, once, when read. See
         :ref:`mmap-loads` for what a later save or a truncation of the file does.
+    trust
+        A :class:`~zipsave.Trust`: check the archive's signature before reading (the ``sign``
+        extra). A signature covers the whole archive, so every member is hashed first; see
+        :doc:`signing`.
 
     Returns
     -------
@@ -86,6 +91,8 @@ def read(
         The ``data`` key needs a global the trust policy refuses.
     IntegrityError
         The member holding the tensor (or the ``data`` key's array) does not match its checksum.
+    SignatureError
+        With ``trust``: the signature is missing, unknown, or does not match.
 
     Examples
     --------
@@ -98,6 +105,10 @@ def read(
     policy = TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted)
     target = get_device(device, mmap=mmap)
     with ArchiveSource(path, limits=limits, storage_options=storage_options) as src:
+        if trust is not None:
+            from .._sign import check_source
+
+            check_source(src, trust)
         for prefix, is_tensor in _candidates(src.reader.names()):
             if prefix and not name.startswith(prefix + "/"):
                 continue

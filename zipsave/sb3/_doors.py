@@ -34,7 +34,8 @@ def _options(*, strict: bool) -> LoadOptions:
     options = current_options()
     if options is None:
         return LoadOptions(strict=strict)
-    return LoadOptions(allow_pickle=options.allow_pickle, trusted=options.trusted, strict=strict or options.strict)
+    return LoadOptions(allow_pickle=options.allow_pickle, trusted=options.trusted, strict=strict or options.strict,
+                       trust=options.trust)
 
 
 @contextlib.contextmanager

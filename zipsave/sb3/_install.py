@@ -39,7 +39,7 @@ def is_installed() -> bool:
     return _state.current_options() is not None
 
 
-def install(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: bool = False) -> None:
+def install(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: bool = False, trust: Any = None) -> None:
     """Make every SB3 save and load in this process go through zipsave.
 
     SB3's algorithms (``model.save``, ``Algo.load``, ``model.set_parameters``), sb3-contrib's
@@ -59,6 +59,9 @@ def install(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: 
         of zipsave's reviewed allowlist, for every load. Default none.
     strict
         Raise instead of skipping a broken entry. Default False.
+    trust
+        A :class:`~zipsave.Trust`: every archive SB3 loads must carry a signature it accepts
+        (checked before anything is decoded; the ``sign`` extra). Default ``None``: no check.
 
     Examples
     --------
@@ -72,7 +75,12 @@ def install(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: 
     policy = TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted)
     if not isinstance(strict, bool):
         raise TypeError(f"`strict` must be True or False, got {strict!r}.")
-    options = Options(allow_pickle=policy.allow_pickle, trusted=policy.trusted, strict=strict)
+    if trust is not None:
+        from zipsave._sign import Trust
+
+        if not isinstance(trust, Trust):
+            raise TypeError(f"`trust` must be a zipsave.Trust or None, got {type(trust).__name__}.")
+    options = Options(allow_pickle=policy.allow_pickle, trusted=policy.trusted, strict=strict, trust=trust)
     with _lock:
         if _state.current_options() is None:
             _patch()
@@ -94,7 +102,9 @@ def uninstall() -> None:
 
 
 @contextlib.contextmanager
-def installed(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: bool = False) -> Iterator[None]:
+def installed(
+    *, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: bool = False, trust: Any = None
+) -> Iterator[None]:
     """Install zipsave for a ``with`` block; on leaving, the previous state comes back
     (SB3's functions, or the options of an installation made before the block).
 
@@ -111,7 +121,7 @@ def installed(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict
     """
     with _lock:
         before = _state.current_options()
-        install(allow_pickle=allow_pickle, trusted=trusted, strict=strict)
+        install(allow_pickle=allow_pickle, trusted=trusted, strict=strict, trust=trust)
     try:
         yield
     finally:
@@ -119,7 +129,7 @@ def installed(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict
             if before is None:
                 uninstall()
             else:
-                install(allow_pickle=before.allow_pickle, trusted=before.trusted, strict=before.strict)
+                install(allow_pickle=before.allow_pickle, trusted=before.trusted, strict=before.strict, trust=before.trust)
 
 
 # -- patching --------------------------------------------------------------------------------

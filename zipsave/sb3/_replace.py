@@ -109,6 +109,8 @@ def load_from_zip_file(
     model = None if loading is not None else _calling_model()
     options = current_options()
     _check_exists(load_path, "zip")
+    if options.trust is not None:  # before `data` is read for schedule closures below
+        zipsave.verify_signature(_existing(load_path, "zip"), options.trust)
     check_custom_objects(custom_objects)
     raw = read_data(_existing(load_path, "zip")) if load_data and loading is not None else None
     if load_data and not options.allow_pickle:
@@ -130,6 +132,7 @@ def load_from_zip_file(
         trusted=trusted_names(_named_classes(cls)),
         strict=options.strict,
         report=report,
+        trust=options.trust,
     )
     if loading is not None and load_data:
         if loaded[0] is None:  # a plain torch.save file, or an archive without `data`: no model
@@ -324,18 +327,29 @@ def is_zipsave_archive(path: Any) -> bool:
     return is_zip(path)
 
 
+def _unsigned_pickle(path: Any, options: Any) -> None:
+    """A pickle SB3 wrote cannot carry a signature: refused when a signature is required."""
+    if options.trust is not None and options.trust.required:
+        raise zipsave.SignatureError(
+            "is a plain pickle, not a zipsave archive, so it cannot be signed, and the trust setting requires a "
+            "signature.", reason="no-signature", archive=path,
+            hint="Save it again with zipsave installed (an archive), then sign it with `zipsave sign`.",
+        )
+
+
 def load_object(path: Any, expected: type, what: str) -> Any:
     """Rebuild an object written by :func:`save_object`, or read a pickle SB3 wrote under the
     same trust rules as a ``data`` value. The object's class must be trusted and be an
     ``expected``; a value that does not decode is an error, never a partial object."""
     options = current_options()
     if not is_zipsave_archive(path):
+        _unsigned_pickle(path, options)
         payload = path.read() if hasattr(path, "read") else pathlib.Path(path).read_bytes()
         policy = TrustPolicy.make(allow_pickle=options.allow_pickle, trusted=trusted_names())
         obj = restricted_loads(payload, policy, archive=path)
     else:
         data, _, _ = zipsave.load_archive(
-            path, allow_pickle=options.allow_pickle, trusted=trusted_names(), strict=True
+            path, allow_pickle=options.allow_pickle, trusted=trusted_names(), strict=True, trust=options.trust
         )
         data = dict(data or {})
         if OBJECT_VALUE in data:

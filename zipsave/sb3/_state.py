@@ -15,6 +15,7 @@ class Options:
     allow_pickle: bool = False
     trusted: tuple[str, ...] = ()
     strict: bool = False
+    trust: Any = None  # a zipsave.Trust: every archive's signature is checked first
 
 
 #: (class, attribute) -> SB3's own object, for each class attribute install() replaced.
