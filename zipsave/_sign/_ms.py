@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._optional import require
+from ..exceptions import ZipsaveError
 from ._bundle import Bundle
 from ._settings import Signer, Trust
 
@@ -26,7 +27,23 @@ def _ms() -> Any:
 
 
 def _config(signer: Signer) -> Any:
+    """model_signing's signing configuration for ``signer``; a key or certificate it cannot use
+    is a :class:`ZipsaveError` naming the file."""
     ms = _ms()
+    try:
+        return _make_config(ms, signer)
+    except OSError:
+        raise
+    except Exception as err:  # noqa: BLE001 - cryptography's and model_signing's errors, as one
+        what = f"`{signer.signing_certificate}` and `{signer.private_key}`" if signer.signing_certificate else (
+            f"`{signer.private_key}`" if signer.private_key else "Sigstore")
+        raise ZipsaveError(
+            f"cannot sign with {what}: {_cause(err)}.",
+            hint="model-signing signs with elliptic-curve keys (P-256, P-384, P-521) in PEM form.",
+        ) from err
+
+
+def _make_config(ms: Any, signer: Signer) -> Any:
     config = ms.signing.Config()
     if signer.sigstore:
         return config.use_sigstore_signer(identity_token=signer.identity_token, use_staging=signer.use_staging)
