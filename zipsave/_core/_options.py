@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._archive import Limits
+from .._sign import Trust
 from .._trust import TrustPolicy
 from ._report import LoadReport
 
@@ -32,14 +33,11 @@ class LoadOptions:
     storage_options: dict[str, Any] | None = None
     progress: bool = False
     skip_broken_tensors: bool = False
-    trust: Any = None
+    trust: Trust | None = None
 
     def __post_init__(self) -> None:
-        if self.trust is not None:
-            from .._sign import Trust
-
-            if not isinstance(self.trust, Trust):
-                raise TypeError(f"trust must be a zipsave.Trust or None, found {type(self.trust).__name__}.")
+        if self.trust is not None and not isinstance(self.trust, Trust):
+            raise TypeError(f"trust must be a zipsave.Trust or None, found {type(self.trust).__name__}.")
         if self.custom_objects is not None and not isinstance(self.custom_objects, dict):
             raise TypeError(f"custom_objects must be a dict or None, found {type(self.custom_objects).__name__}.")
         # Built (and checked) once, so a bad `trusted=` fails before the archive is opened.

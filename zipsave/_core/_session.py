@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import _format
 from .._archive import ArchiveSource
+from .._sign import check_source
 from .._codec import TYPE_KEY, Decoder
 from .._tensors import NpyHeader, get_device, load_member, read_array_header, read_array_member, read_array_member_into
 from .._trust import TrustPolicy
@@ -66,8 +67,6 @@ class LoadSession:
         self.signature = None
         try:
             if options.trust is not None:  # before any member but the version line is read
-                from .._sign import check_source
-
                 self.signature = check_source(self.source, options.trust)
             if self.reader.manifest_error and self.verify:
                 self._integrity(self.reader.manifest_error, None)

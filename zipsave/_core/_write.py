@@ -16,6 +16,7 @@ from .. import _format
 from .._archive import ArchiveWriter, counting_writer, describe, is_url, open_output, with_suffix
 from .._codec import NATIVE_KEY, TYPE_KEY, Encoder
 from .._json import dump_json
+from .._sign import embedded_signature, sign_detached
 from .._tensors import save_pth
 from .._version import __version__
 from ..exceptions import EncodeError, StorageError, ZipsaveError
@@ -235,8 +236,6 @@ def write(
                 try:
                     write_encoded(writer, enc, root=True)
                     if embed:
-                        from .._sign import embedded_signature
-
                         name = os.path.basename(with_suffix(describe(path)))
                         writer.write_bytes(_format.SIGNATURE, embedded_signature(writer.members, sign, name))
                     writer.close()
@@ -257,8 +256,6 @@ def write(
             errno=cause.errno,
         ) from err
     if sign is not None and not sign.embed:
-        from .._sign import sign_detached
-
         sign_detached(with_suffix(os.fspath(path).removeprefix("file://")), sign)
 
 

@@ -72,13 +72,8 @@ class CheckpointManager(CheckpointReading):
         reading methods and :meth:`wait_for_new`, reading the index afresh each time; it
         never writes, deletes or locks, and ``save`` raises. The writer's options are ignored
         (``keep_best`` still names the default metric of :meth:`best`).
-    sign
-        Sign every checkpoint as it is written (the ``sign`` extra): a :class:`~zipsave.Signer`
-        with ``embed=True``, or a private key path; see :doc:`signing`.
-    trust
-        A :class:`~zipsave.Trust` every load and restore of a checkpoint checks first (the
-        view's too); a checkpoint it refuses raises :class:`~zipsave.SignatureError`, and is
-        never replaced by an older one.
+    sign, trust
+        Sign each checkpoint written (:class:`~zipsave.Signer`), check each one read (:class:`~zipsave.Trust`).
 
     Raises
     ------
@@ -116,18 +111,15 @@ class CheckpointManager(CheckpointReading):
         storage_options: dict[str, Any] | None = None,
         break_lock: bool = False,
         read_only: bool = False,
-        sign: Any = None,
-        trust: Any = None,
+        sign: Any = None, trust: Any = None,
     ) -> None:
-        check_count("keep_last", keep_last)
-        self.sign, self.trust = check_signing(sign, trust)
-        check_count("every_steps", every_steps)
+        self.sign, self.trust = check_signing(sign, trust)  # see docs/signing.rst
+        check_count("keep_last", keep_last), check_count("every_steps", every_steps)
         if every_seconds is not None and not (isinstance(every_seconds, (int, float)) and every_seconds > 0):
             raise ValueError(f"`every_seconds` must be a positive number or None, got {every_seconds!r}.")
         self.keep_last = keep_last
         self.keep_best = check_keep_best(keep_best)
-        self.every_steps = every_steps
-        self.every_seconds = every_seconds
+        self.every_steps, self.every_seconds = every_steps, every_seconds
         self.background = background
         self.storage_options = storage_options
         self._store = open_store(directory, storage_options)
@@ -244,9 +236,7 @@ class CheckpointManager(CheckpointReading):
         self._check_best_metric(step, recorded)
         when = time.time()
         target = self._store.target(checkpoint_name(step))
-        options = dict(save_options)
-        if self.sign is not None:
-            options.setdefault("sign", self.sign)
+        options = {"sign": self.sign, **save_options} if self.sign is not None else dict(save_options)
         if self.storage_options is not None:
             options["storage_options"] = self.storage_options
         if self.background if background is None else background:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import operator
 from typing import Any
+from .._sign import Trust, as_signer
 
 __all__ = ["as_step", "check_count", "check_keep_best", "check_signing"]
 
@@ -49,8 +50,6 @@ def check_signing(sign: Any, trust: Any) -> tuple[Any, Any]:
     a detached ``.sig`` would outlive the checkpoint retention deletes."""
     if sign is None and trust is None:
         return None, None
-    from .._sign import Trust, as_signer
-
     signer = as_signer(sign)
     if signer is not None and not signer.embed:
         raise ValueError("a CheckpointManager signs its checkpoints with embedded signatures: use Signer(embed=True).")

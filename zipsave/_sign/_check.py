@@ -13,6 +13,7 @@ from .. import _format
 from .._archive import ArchiveSource, Limits
 from ..exceptions import SignatureError, ZipsaveError
 from ._bundle import MAX_BUNDLE_BYTES, Bundle, parse_bundle
+from . import _ms
 from ._settings import Trust
 
 __all__ = ["SignatureInfo", "check_source", "verify_signature"]
@@ -87,8 +88,6 @@ def check_source(source: ArchiveSource, trust: Trust) -> SignatureInfo | None:
         )
     raw, where, embedded = found
     bundle = parse_bundle(raw, archive=source.name, where=where)
-    from . import _ms  # model_signing, imported only now
-
     try:
         checked, why = _ms.verify_bundle(bundle, trust)
     except ZipsaveError:

@@ -12,6 +12,7 @@ from .. import _format
 from .._archive import ArchiveReader, ArchiveWriter, MemberInfo, atomic_output, open_source
 from ..exceptions import ArchiveFormatError
 from ._settings import Signer, as_signer
+from . import _ms
 
 __all__ = ["embedded_signature", "sign", "sign_detached"]
 
@@ -21,8 +22,6 @@ _SMALL = 1 << 20
 def embedded_signature(members: Iterable[MemberInfo], signer: Signer, model_name: str) -> bytes:
     """The ``zipsave.sig`` bundle for ``members`` (each with its SHA-256, as an
     :class:`~zipsave._archive.ArchiveWriter` with ``sha256=True`` records them)."""
-    from . import _ms
-
     digests = []
     for m in members:
         if m.sha256 is None:
@@ -34,8 +33,6 @@ def embedded_signature(members: Iterable[MemberInfo], signer: Signer, model_name
 
 def sign_detached(path: str, signer: Signer, signature: str | None = None) -> str:
     """Write ``path``'s detached signature (``path + ".sig"`` by default); return its path."""
-    from . import _ms
-
     out = signature or path + _format.SIGNATURE_SUFFIX
     _ms.sign_file(path, signer, out)
     return out

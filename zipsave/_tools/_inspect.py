@@ -16,6 +16,7 @@ import orjson
 
 from .. import _format, _system_info
 from .._archive import ArchiveSource, Limits, MemberView, involve_handlers, manifest_digest, parse_version
+from .._sign import check_source
 from .._codec import NATIVE_KEY as _N
 from .._codec import SERIALIZED_KEY as _S
 from .._codec import TYPE_KEY as _T
@@ -276,8 +277,6 @@ def inspect(
 def _signature(src: ArchiveSource, trust: Any) -> str | None:
     """The signature sentence of :attr:`ArchiveInfo.signature` (checked only with ``trust``)."""
     if trust is not None:
-        from .._sign import check_source
-
         checked = check_source(src, trust)
         return str(checked) if checked is not None else None
     if _format.SIGNATURE in src.reader:

@@ -9,6 +9,7 @@ import torch
 
 from .. import _format
 from .._archive import ArchiveSource, Limits, MemberView, involve_handlers
+from .._sign import check_source
 from .._codec import Decoder
 from .._tensors import PthMeta, TensorRef, dotted, get_device, read_array_member, read_record, record_table, walk_refs
 from .._trust import TrustPolicy
@@ -106,8 +107,6 @@ def read(
     target = get_device(device, mmap=mmap)
     with ArchiveSource(path, limits=limits, storage_options=storage_options) as src:
         if trust is not None:
-            from .._sign import check_source
-
             check_source(src, trust)
         for prefix, is_tensor in _candidates(src.reader.names()):
             if prefix and not name.startswith(prefix + "/"):

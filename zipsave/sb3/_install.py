@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from zipsave._trust import TrustPolicy
+from zipsave._sign import Trust
 
 from . import _doors, _policies, _replace, _state
 from ._state import Options
@@ -75,11 +76,8 @@ def install(*, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: 
     policy = TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted)
     if not isinstance(strict, bool):
         raise TypeError(f"`strict` must be True or False, got {strict!r}.")
-    if trust is not None:
-        from zipsave._sign import Trust
-
-        if not isinstance(trust, Trust):
-            raise TypeError(f"`trust` must be a zipsave.Trust or None, got {type(trust).__name__}.")
+    if trust is not None and not isinstance(trust, Trust):
+        raise TypeError(f"`trust` must be a zipsave.Trust or None, got {type(trust).__name__}.")
     options = Options(allow_pickle=policy.allow_pickle, trusted=policy.trusted, strict=strict, trust=trust)
     with _lock:
         if _state.current_options() is None:
