@@ -112,7 +112,8 @@ class Signer:
     signing_certificate
         PEM certificate of ``private_key``: sign with a certificate (``--signing_certificate``).
     certificate_chain
-        PEM certificates between it and the verifier's root (``--certificate_chain``).
+        PEM certificates from its issuer up to the root (``--certificate_chain``); needed with
+        ``signing_certificate``.
     sigstore
         Sign keyless with Sigstore instead (needs the network and an OIDC identity).
     identity_token
@@ -143,6 +144,9 @@ class Signer:
             raise ValueError("Signer needs a private_key= or sigstore=True (one of the two).")
         if self.signing_certificate is not None and self.private_key is None:
             raise ValueError("signing_certificate= needs the private_key= it certifies.")
+        if self.signing_certificate is not None and not self.certificate_chain:
+            # model_signing 1.1 cannot load an empty chain, and a verifier needs the issuer
+            raise ValueError("signing_certificate= needs certificate_chain=: the certificates up to the root.")
 
     @property
     def kind(self) -> str:
