@@ -177,8 +177,9 @@ class ParameterMismatchError(ZipsaveError, ValueError):
 class SignatureError(ZipsaveError, ValueError):
     """An archive's signature is missing where one is required, or it does not hold: an
     unknown signer, a member whose digest does not match, a signature over another file, or a
-    signature that cannot be read. ``reason`` says which, as one of :data:`SIGNATURE_REASONS`;
-    nothing of the model is returned."""
+    signature that cannot be read. ``reason`` says which: ``"no-signature"``,
+    ``"unknown-signer"``, ``"digest-mismatch"``, ``"other-file"``, ``"invalid"`` or
+    ``"malformed"`` (:doc:`signing`). Nothing of the model is returned."""
 
     def __init__(self, message: str, *, reason: str, **kwargs: Any) -> None:
         self.reason = reason
