@@ -68,7 +68,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         summary = describe_sharded(args.archive)
         _print_json(summary) if args.json else print(render_sharded(summary))
         return EXIT_OK
-    info = inspect(args.archive, verify=args.verify)
+    info = inspect(args.archive, verify=args.verify, trust=_trust_of(args))
     if args.json:
         _print_json(info.to_dict())
     else:
@@ -220,6 +220,26 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 # -- parser ------------------------------------------------------------------------------------
+def _add_signer_options(command: argparse.ArgumentParser, outcome: str) -> None:
+    """The options of the signers a command accepts (``verify``, ``inspect``)."""
+    signer = command.add_argument_group(
+        "signature (the sign extra)",
+        f"With any of these, the archive must also carry a signature by an accepted signer over every member "
+        f"{outcome}: the embedded zipsave.sig, else ARCHIVE.sig, else --signature. Options are spelled as "
+        "model_signing spells them; the dashed forms work too.",
+    )
+    signer.add_argument("--public_key", "--public-key", action="append", metavar="KEY.pem",
+                        help="accept signatures by this PEM public key (repeatable)")
+    signer.add_argument("--certificate_chain", "--certificate-chain", action="append", metavar="CERT.pem",
+                        help="accept certificates chaining to these PEM certificates (repeatable)")
+    signer.add_argument("--identity", action="append", help="accept this Sigstore identity (needs the network)")
+    signer.add_argument("--identity_provider", "--identity-provider", action="append",
+                        help="the OIDC issuer of each --identity")
+    signer.add_argument("--use_staging", "--use-staging", action="store_true", help="Sigstore's staging instance")
+    signer.add_argument("--trust_config", "--trust-config", metavar="FILE", help="a Sigstore client trust configuration")
+    signer.add_argument("--signature", metavar="SIG", help="check this detached signature")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zipsave",
@@ -245,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--verify", action="store_true",
         help="also check every member's bytes and every tensor's own checksum (exit 1 on a problem)",
     )
+    _add_signer_options(inspect, "(an error if not), and its signer is shown")
     inspect.set_defaults(func=_cmd_inspect)
 
     verify = add(
@@ -260,22 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--require-manifest", action="store_true", help="count a missing manifest.json as a problem (exit 1)"
     )
-    signer = verify.add_argument_group(
-        "signature (the sign extra)",
-        "With any of these, the archive must also carry a signature by an accepted signer over every member "
-        "(exit 1 if not): the embedded zipsave.sig, else ARCHIVE.sig, else --signature. Options are spelled as "
-        "model_signing spells them; the dashed forms work too.",
-    )
-    signer.add_argument("--public_key", "--public-key", action="append", metavar="KEY.pem",
-                        help="accept signatures by this PEM public key (repeatable)")
-    signer.add_argument("--certificate_chain", "--certificate-chain", action="append", metavar="CERT.pem",
-                        help="accept certificates chaining to these PEM certificates (repeatable)")
-    signer.add_argument("--identity", action="append", help="accept this Sigstore identity (needs the network)")
-    signer.add_argument("--identity_provider", "--identity-provider", action="append",
-                        help="the OIDC issuer of each --identity")
-    signer.add_argument("--use_staging", "--use-staging", action="store_true", help="Sigstore's staging instance")
-    signer.add_argument("--trust_config", "--trust-config", metavar="FILE", help="a Sigstore client trust configuration")
-    signer.add_argument("--signature", metavar="SIG", help="check this detached signature")
+    _add_signer_options(verify, "(exit 1 if not)")
     verify.set_defaults(func=_cmd_verify)
 
     signing = add(
