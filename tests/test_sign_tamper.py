@@ -248,3 +248,72 @@ def test_sigstore_bundles_offline(world, tmp_path):
     # a key signature under a trust setting of identities only: unknown signer, no network needed
     with pytest.raises(zipsave.SignatureError, match=re.escape("signed with a key, and the trust setting names no public_keys")):
         zipsave.load(world["signed"], trust=keyless)
+
+
+@pytest.fixture(scope="module")
+def plain_bundle(world) -> dict:
+    with zipfile.ZipFile(world["signed"]) as zf:
+        return json.loads(zf.read("zipsave.sig"))
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+                        max_leaves=20)
+
+
+def test_any_bytes_as_a_signature_are_refused_with_a_signature_error(world):
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    from zipsave._sign._bundle import parse_bundle
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.binary(max_size=2000))
+    def check(raw: bytes) -> None:
+        with pytest.raises(zipsave.SignatureError) as err:
+            parse_bundle(raw, archive="a.zip", where="zipsave.sig")
+        assert err.value.reason == "malformed"
+
+    check()
+
+
+def test_any_misshapen_bundle_is_refused_without_a_stray_exception(world, plain_bundle, tmp_path_factory):
+    """Random values in every field of a real bundle: a SignatureError, never another exception
+    from model_signing or its protobuf models."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    trust = zipsave.Trust(public_keys=[world["pub"]])
+    paths = [("mediaType",), ("verificationMaterial",), ("verificationMaterial", "publicKey"),
+             ("verificationMaterial", "publicKey", "hint"), ("dsseEnvelope",), ("dsseEnvelope", "payload"),
+             ("dsseEnvelope", "payloadType"), ("dsseEnvelope", "signatures")]
+    folder = tmp_path_factory.mktemp("fuzz")
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.sampled_from(paths), _json_values())
+    def check(path: tuple[str, ...], value: object) -> None:
+        bundle = json.loads(json.dumps(plain_bundle))
+        node = bundle
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = value
+        out = rewrite(world["signed"], folder / "fuzz.zip", replace_signature(json.dumps(bundle).encode()))
+        try:
+            info = zipsave.verify_signature(out, trust)
+        except zipsave.SignatureError:
+            return
+        # only what the signature does not cover may change and pass: the key's hint, which
+        # merely says which key to try (an older bundle has none)
+        unsigned = path in {("verificationMaterial", "publicKey"), ("verificationMaterial", "publicKey", "hint")}
+        assert unsigned or node[path[-1]] == plain_bundle_value(plain_bundle, path)
+        assert str(world["pub"]) in info.signer
+
+    check()
+
+
+def plain_bundle_value(bundle: dict, path: tuple[str, ...]) -> object:
+    node: object = bundle
+    for part in path:
+        node = node[part]  # type: ignore[index]
+    return node

@@ -69,13 +69,17 @@ def parse_bundle(raw: bytes, *, archive: Any, where: str) -> Bundle:
     if not isinstance(material, dict) or not isinstance(envelope, dict):
         raise _malformed("it has no verificationMaterial or no dsseEnvelope.", archive=archive, where=where)
     if "publicKey" in material:
-        kind = "key"
+        kind, field = "key", "publicKey"
     elif "x509CertificateChain" in material:
-        kind = "certificate"
+        kind, field = "certificate", "x509CertificateChain"
     elif "certificate" in material:
-        kind = "sigstore"
+        kind, field = "sigstore", "certificate"
     else:
         raise _malformed("its verificationMaterial names no public key and no certificate.", archive=archive, where=where)
+    if not isinstance(material[field], dict):
+        raise _malformed(f"its verificationMaterial's {field} is not an object.", archive=archive, where=where)
+    if not isinstance(material[field].get("hint"), (str, type(None))):
+        raise _malformed("its public key hint is not a string.", archive=archive, where=where)
     sigs = envelope.get("signatures")
     if not isinstance(sigs, list) or len(sigs) != 1 or not isinstance(sigs[0], dict):
         raise _malformed("its DSSE envelope must hold exactly one signature.", archive=archive, where=where)

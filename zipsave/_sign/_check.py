@@ -92,7 +92,7 @@ def check_source(source: ArchiveSource, trust: Trust) -> SignatureInfo | None:
         checked, why = _ms.verify_bundle(bundle, trust)
     except ZipsaveError:
         raise
-    except ValueError as err:
+    except Exception as err:  # noqa: BLE001 - whatever a hostile bundle makes model_signing raise
         raise _error("invalid", f"the signature `{where}` cannot be checked: {err}.", source) from err
     if checked is None:
         reason, _, detail = why.partition(": ")

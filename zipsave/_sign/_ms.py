@@ -99,9 +99,11 @@ class Checked:
         self.kind = kind
 
 
-def _pb_signature(bundle: Bundle) -> Any:
+def _pb_signature(bundle: Bundle, hint: str | None = None) -> Any:
     """The bundle as model_signing's protobuf-based signature (key and certificate signers),
-    with the same adjustments its ``Signature.read`` makes."""
+    with the same adjustments its ``Signature.read`` makes. ``hint`` fills a missing key hint
+    (older bundles), which model_signing would otherwise warn about on standard output; the
+    hint is not signed, only the key that verifies counts."""
     from model_signing._signing import sign_sigstore_pb
     from sigstore_models.bundle import v1 as bundle_pb
 
@@ -109,7 +111,8 @@ def _pb_signature(bundle: Bundle) -> Any:
     material = data["verificationMaterial"]
     material.setdefault("tlogEntries", [])
     if "publicKey" in material and isinstance(material["publicKey"], dict):
-        material["publicKey"].setdefault("hint", None)
+        if not material["publicKey"].get("hint"):
+            material["publicKey"]["hint"] = hint
         for k in ("rawBytes", "keyDetails"):
             material["publicKey"].pop(k, None)
     return sign_sigstore_pb.Signature(bundle_pb.Bundle.from_dict(data))
@@ -159,7 +162,7 @@ def _verify_key(bundle: Bundle, trust: Trust) -> tuple[Checked | None, str]:
     why = ""
     for path in candidates:
         try:
-            manifest = sign_ec_key.Verifier(pathlib.Path(path)).verify(_pb_signature(bundle))
+            manifest = sign_ec_key.Verifier(pathlib.Path(path)).verify(_pb_signature(bundle, key_hint(path)))
         except Exception as err:  # noqa: BLE001 - any failure of a hostile bundle is a refusal
             why = f"invalid: the signature does not verify with the public key `{path}` ({_cause(err)})."
             continue
