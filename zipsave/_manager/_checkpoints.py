@@ -110,11 +110,11 @@ class CheckpointManager(CheckpointReading):
         background: bool = True,
         storage_options: dict[str, Any] | None = None,
         break_lock: bool = False,
-        read_only: bool = False,
-        sign: Any = None, trust: Any = None,
+        read_only: bool = False, sign: Any = None, trust: Any = None,
     ) -> None:
         self.sign, self.trust = check_signing(sign, trust)  # see docs/signing.rst
-        check_count("keep_last", keep_last), check_count("every_steps", every_steps)
+        check_count("keep_last", keep_last)
+        check_count("every_steps", every_steps)
         if every_seconds is not None and not (isinstance(every_seconds, (int, float)) and every_seconds > 0):
             raise ValueError(f"`every_seconds` must be a positive number or None, got {every_seconds!r}.")
         self.keep_last = keep_last

@@ -22,6 +22,7 @@ class CheckpointReading:
     keep_best: Any
     directory: str
     storage_options: dict[str, Any] | None
+    trust: Any  # a zipsave.Trust every load and restore checks first, or None
 
     def wait(self) -> None:
         raise NotImplementedError

@@ -154,7 +154,7 @@ def _verify_key(bundle: Bundle, trust: Trust) -> tuple[Checked | None, str]:
     if not known:
         return None, "unknown-signer: it is signed with a key, and the trust setting names no public_keys."
     candidates = [known[hint]] if hint in known else ([] if hint else list(known.values()))
-    if not candidates:
+    if not candidates and hint:
         return None, (
             f"unknown-signer: it is signed by the key sha256:{hint[:16]}..., which is not among the trusted "
             f"public keys ({', '.join(f'`{p}` sha256:{h[:16]}...' for h, p in sorted(known.items()))})."
