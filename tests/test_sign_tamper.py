@@ -317,3 +317,18 @@ def plain_bundle_value(bundle: dict, path: tuple[str, ...]) -> object:
     for part in path:
         node = node[part]  # type: ignore[index]
     return node
+
+
+def test_names_from_a_signature_are_escaped_in_messages(world, tmp_path):
+    evil = tmp_path / "evil\x1b[2J.zip"
+    shutil.copy(world["detached"], evil)
+    with open(evil, "ab") as f:
+        f.write(b"\0")  # another file's bytes
+    zipsave.sign(evil, world["key"])
+    target = tmp_path / "m.zip"
+    shutil.copy(world["detached"], target)
+    shutil.copy(f"{evil}.sig", f"{target}.sig")
+    with pytest.raises(zipsave.SignatureError) as err:
+        zipsave.load(target, trust=zipsave.Trust(public_keys=[world["pub"]]))
+    assert err.value.reason == "other-file"
+    assert "covers `evil\\x1b[2J.zip` with SHA-256" in str(err.value) and "\x1b" not in str(err.value)

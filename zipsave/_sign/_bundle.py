@@ -11,7 +11,7 @@ from typing import Any
 from .. import _json
 from ..exceptions import SignatureError, ZipsaveError
 
-__all__ = ["Bundle", "MAX_BUNDLE_BYTES", "parse_bundle"]
+__all__ = ["Bundle", "MAX_BUNDLE_BYTES", "parse_bundle", "shown"]
 
 #: The largest signature read. A bundle holds one line per signed member (about 150 bytes), so
 #: this admits archives of some 100 000 members; anything larger is refused before parsing.
@@ -40,6 +40,15 @@ class Bundle:
     def key_hint(self) -> str | None:
         hint = self.data["verificationMaterial"].get("publicKey", {}).get("hint")
         return hint if isinstance(hint, str) else None
+
+
+def shown(text: Any, limit: int = 200) -> str:
+    """A name read from a signature or an archive, safe for a terminal or a log: non-printable
+    characters escaped, and cut to ``limit`` characters."""
+    text = str(text)
+    if not text.isprintable():
+        text = text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _malformed(detail: str, *, archive: Any, where: str) -> SignatureError:

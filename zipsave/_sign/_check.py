@@ -12,7 +12,7 @@ from typing import Any
 from .. import _format
 from .._archive import ArchiveSource, Limits
 from ..exceptions import SignatureError, ZipsaveError
-from ._bundle import MAX_BUNDLE_BYTES, Bundle, parse_bundle
+from ._bundle import MAX_BUNDLE_BYTES, Bundle, parse_bundle, shown
 from . import _ms
 from ._settings import Trust
 
@@ -129,7 +129,7 @@ def _compare_file(source: ArchiveSource, checked: Any, where: str) -> None:
             digest.update(chunk)
     mine = digest.hexdigest()
     if set(checked.resources) != {"."}:
-        raise _error("other-file", f"the signature `{where}` covers `{checked.model_name}`, a folder of "
+        raise _error("other-file", f"the signature `{where}` covers `{shown(checked.model_name)}`, a folder of "
                      f"{len(checked.resources)} files, not this archive file.", source)
     theirs = checked.resources["."][1]
     if theirs == mine:
@@ -137,7 +137,7 @@ def _compare_file(source: ArchiveSource, checked: Any, where: str) -> None:
     same_name = checked.model_name == os.path.basename(source.name)
     raise _error(
         "digest-mismatch" if same_name else "other-file",
-        f"the signature `{where}` covers `{checked.model_name}` with SHA-256 {theirs}, but this file's SHA-256 is {mine}"
+        f"the signature `{where}` covers `{shown(checked.model_name)}` with SHA-256 {theirs}, but this file's SHA-256 is {mine}"
         + (": the archive changed after it was signed." if same_name else ": it is the signature of another file."),
         source,
     )
@@ -149,7 +149,7 @@ def _compare_members(source: ArchiveSource, bundle: Bundle, checked: Any, where:
     names = [n for n in source.names() if n != _format.SIGNATURE and not (n.endswith("/") and source.reader.info(n).file_size == 0)]
     if set(signed) == {"."}:
         raise _error("other-file", f"the signature `{where}` is a detached signature of the file "
-                     f"`{checked.model_name}`, not of this archive's members.", source)
+                     f"`{shown(checked.model_name)}`, not of this archive's members.", source)
     added = sorted(set(names) - set(signed))
     missing = sorted(set(signed) - set(names))
     differ = []
@@ -194,8 +194,8 @@ def _member_sha256(source: ArchiveSource, name: str, buffer: memoryview) -> str:
 
 
 def _names(names: list[str]) -> str:
-    shown = ", ".join(f"`{n}`" for n in names[:10])
-    return shown + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    listed = ", ".join(f"`{shown(n)}`" for n in names[:10])
+    return listed + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
 def verify_signature(path: Any, trust: Trust, *, limits: Limits | None = None, storage_options: dict[str, Any] | None = None) -> SignatureInfo | None:

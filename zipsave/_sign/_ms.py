@@ -13,7 +13,7 @@ from typing import Any
 
 from .._optional import require
 from ..exceptions import ZipsaveError
-from ._bundle import Bundle
+from ._bundle import Bundle, shown
 from ._settings import Signer, Trust
 
 __all__ = ["Checked", "manifest_of", "sign_file", "sign_manifest", "verify_bundle"]
@@ -156,7 +156,7 @@ def _verify_key(bundle: Bundle, trust: Trust) -> tuple[Checked | None, str]:
     candidates = [known[hint]] if hint in known else ([] if hint else list(known.values()))
     if not candidates and hint:
         return None, (
-            f"unknown-signer: it is signed by the key sha256:{hint[:16]}..., which is not among the trusted "
+            f"unknown-signer: it is signed by the key sha256:{shown(hint, 16)}..., which is not among the trusted "
             f"public keys ({', '.join(f'`{p}` sha256:{h[:16]}...' for h, p in sorted(known.items()))})."
         )
     why = ""
@@ -258,5 +258,5 @@ def _verify_sigstore(bundle: Bundle, trust: Trust) -> tuple[Checked | None, str]
 
 
 def _cause(err: BaseException) -> str:
-    text = " ".join(str(err).split())[:300]
+    text = shown(" ".join(str(err).split()), 300)
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
