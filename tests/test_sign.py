@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -77,7 +78,9 @@ def test_model_signing_key_signature_is_accepted(tmp_path, keys):
     assert done.returncode == 0, done.stderr
     trust = zipsave.Trust(public_keys=[keys["other_pub"], keys["pub"]])
     restored = {"net": torch.nn.Linear(4, 3), "step": 0}
-    zipsave.restore(restored, path, trust=trust)
+    report = zipsave.LoadReport()
+    zipsave.restore(restored, path, trust=trust, report=report)
+    assert report.signature.kind == "key" and str(keys["pub"]) in report.signature.signer
     assert torch.equal(restored["net"].weight, state()["net"].weight) and restored["step"] == 7
     assert zipsave.load_archive(path, trust=trust)[0]["step"] == 7
 
@@ -230,6 +233,11 @@ def test_sb3_callback_and_install_take_the_settings(tmp_path, keys):
     with pytest.raises(TypeError, match=re.escape("`trust` must be a zipsave.Trust or None, got str.")):
         zipsave.sb3.install(trust="ci.pub")
     assert not zipsave.sb3.is_installed()
+    # an archive SB3 itself wrote (deflated, no manifest), signed afterwards: SB3 still reads it
+    shutil.copy(tmp_path / "unsigned.zip", tmp_path / "sb3-signed.zip")
+    zipsave.sign(tmp_path / "sb3-signed.zip", keys["key"], embed=True)
+    assert PPO.load(tmp_path / "sb3-signed.zip", device="cpu").n_steps == 64
+    assert zipsave.load_archive(tmp_path / "sb3-signed.zip", trust=trust)[0]["n_steps"] == 64
 
 
 def test_settings_are_checked_when_made(keys):
@@ -241,6 +249,11 @@ def test_settings_are_checked_when_made(keys):
         zipsave.Trust(public_keys=[b"-----BEGIN PUBLIC KEY-----"])
     with pytest.raises(ValueError, match=re.escape("Signer needs a private_key= or sigstore=True")):
         zipsave.Signer()
+    with pytest.raises(ValueError, match=re.escape("signing_certificate= needs certificate_chain=")):
+        zipsave.Signer(private_key="k.pem", signing_certificate="c.crt")
+    assert [zipsave.Signer(private_key="k.pem").kind, zipsave.Signer(sigstore=True).kind,
+            zipsave.Signer(private_key="k.pem", signing_certificate="c.crt", certificate_chain="ca.crt").kind] == [
+        "key", "sigstore", "certificate"]
     with pytest.raises(TypeError, match=re.escape("trust must be a zipsave.Trust or None, found str.")):
         zipsave.load_archive("missing.zip", trust="ci.pub")
     with pytest.raises(TypeError, match=re.escape("sign= takes a zipsave.Signer or the path of a private key")):

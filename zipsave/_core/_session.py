@@ -67,7 +67,7 @@ class LoadSession:
         self.signature = None
         try:
             if options.trust is not None:  # before any member but the version line is read
-                self.signature = check_source(self.source, options.trust)
+                self.signature = self.report.signature = check_source(self.source, options.trust)
             if self.reader.manifest_error and self.verify:
                 self._integrity(self.reader.manifest_error, None)
             if self.verify and self.reader.manifest is not None:
