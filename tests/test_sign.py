@@ -277,3 +277,20 @@ def test_a_default_load_never_imports_model_signing(tmp_path, keys):
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_sb3_replay_buffer_door_checks_the_signature(tmp_path, keys):
+    import zipsave.sb3
+    from stable_baselines3 import DQN
+
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=200, learning_starts=10, device="cpu")
+    model.learn(30)
+    zipsave.save(model, tmp_path / "dqn.zip", include=["replay_buffer"], sign=keys["key"])
+    rewrite = tmp_path / "dqn-other.zip"
+    zipsave.save(model, rewrite, include=["replay_buffer"], sign=keys["other_key"])
+    with zipsave.sb3.installed(trust=zipsave.Trust(public_keys=[keys["pub"]])):
+        fresh = DQN("MlpPolicy", "CartPole-v1", buffer_size=200, device="cpu")
+        fresh.load_replay_buffer(tmp_path / "dqn.zip")
+        assert fresh.replay_buffer.size() == model.replay_buffer.size()
+        with pytest.raises(zipsave.SignatureError, match=re.escape("is not among the trusted public keys")):
+            fresh.load_replay_buffer(rewrite)
