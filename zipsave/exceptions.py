@@ -181,13 +181,9 @@ class SignatureError(ZipsaveError, ValueError):
     ``"unknown-signer"``, ``"digest-mismatch"``, ``"other-file"``, ``"invalid"`` or
     ``"malformed"`` (:doc:`signing`). Nothing of the model is returned."""
 
-    def __init__(self, message: str, *, reason: str, **kwargs: Any) -> None:
+    def __init__(self, message: str, *, reason: str = "invalid", **kwargs: Any) -> None:
         self.reason = reason
         super().__init__(message, **kwargs)
-
-
-#: The values of :attr:`SignatureError.reason`.
-SIGNATURE_REASONS = ("no-signature", "unknown-signer", "digest-mismatch", "other-file", "invalid", "malformed")
 
 
 class MissingDependencyError(ZipsaveError, ImportError):
