@@ -164,6 +164,7 @@ def test_error_classes_derive_from_the_builtins_api_rst_names():
         "IntegrityError": "ValueError",
         "MissingDependencyError": "ImportError",
         "ParameterMismatchError": "ValueError",
+        "SignatureError": "ValueError",
         "StorageError": "OSError",
         "UnsafeGlobalError": "Exception",
         "UnsafeNameError": "ValueError",

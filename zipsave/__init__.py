@@ -16,6 +16,7 @@ from .exceptions import (
     IntegrityError,
     MissingDependencyError,
     ParameterMismatchError,
+    SignatureError,
     SkippedEntry,
     SkippedEntryWarning,
     StorageError,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._archive import Limits
     from ._core import LoadReport
     from ._manager import Checkpoint, CheckpointManager
+    from ._sign import SignatureInfo, Signer, Trust, sign, verify_signature
     from ._tools import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo, inspect, read
 
 # The public names whose modules load on first use (PEP 562), so that ``import zipsave`` costs
@@ -59,6 +61,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("Checkpoint", "CheckpointManager"), "._manager"),
     **dict.fromkeys(("ArchiveInfo", "ArchiveMember", "ComponentInfo", "DataEntry", "TensorInfo"), "._tools"),
     **dict.fromkeys(("inspect", "read"), "._tools"),
+    # the `sign` extra: model_signing itself is imported only when something is signed or checked
+    **dict.fromkeys(("SignatureInfo", "Signer", "Trust", "sign", "verify_signature"), "._sign"),
 }
 # The private submodules ``import zipsave`` used to import as a side effect, found as attributes
 # of the package as before (``zipsave._registry`` after a bare ``import zipsave``).
@@ -92,12 +96,16 @@ __all__ = [
     "LoadReport",
     "ParameterMismatchError",
     "RNGState",
+    "SignatureError",
+    "SignatureInfo",
+    "Signer",
     "SaveHandle",
     "Saveable",
     "SkippedEntry",
     "SkippedEntryWarning",
     "StorageError",
     "TensorInfo",
+    "Trust",
     "UnsafeGlobalError",
     "UnsafeNameError",
     "ZipsaveError",
@@ -111,4 +119,6 @@ __all__ = [
     "restore",
     "save",
     "save_archive",
+    "sign",
+    "verify_signature",
 ]

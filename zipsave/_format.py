@@ -23,6 +23,12 @@ ARRAYS_DIR = "arrays/"
 PTH_SUFFIX = ".pth"
 NPY_SUFFIX = ".npy"
 
+#: The embedded signature (the ``sign`` extra): a model-signing bundle over every other member,
+#: never listed in ``manifest.json`` and never model data.
+SIGNATURE = "zipsave.sig"
+#: A detached signature sits beside the archive, named after it with this suffix.
+SIGNATURE_SUFFIX = ".sig"
+
 #: Members whose bytes a person may legitimately edit in a zip explorer: a hash mismatch
 #: there is reported and tolerated instead of skipping the member.
 EDITABLE = frozenset({DATA, INIT, SYSTEM_INFO})

@@ -26,6 +26,7 @@ __all__ = [
     "IntegrityError",
     "MissingDependencyError",
     "ParameterMismatchError",
+    "SignatureError",
     "SkippedEntry",
     "SkippedEntryWarning",
     "StorageError",
@@ -180,6 +181,18 @@ class UnsafeNameError(ZipsaveError, ValueError):
 
 class ParameterMismatchError(ZipsaveError, ValueError):
     """Saved parameters do not fit the object they are loaded into."""
+
+
+class SignatureError(ZipsaveError, ValueError):
+    """An archive's signature is missing where one is required, or it does not hold: an
+    unknown signer, a member whose digest does not match, a signature over another file, or a
+    signature that cannot be read. ``reason`` says which: ``"no-signature"``,
+    ``"unknown-signer"``, ``"digest-mismatch"``, ``"other-file"``, ``"invalid"`` or
+    ``"malformed"`` (:doc:`signing`). Nothing of the model is returned."""
+
+    def __init__(self, message: str, *, reason: str = "invalid", **kwargs: Any) -> None:
+        self.reason = reason
+        super().__init__(message, **kwargs)
 
 
 class MissingDependencyError(ZipsaveError, ImportError):

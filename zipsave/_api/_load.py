@@ -55,6 +55,7 @@ def load_archive(
     storage_options: dict[str, Any] | None = None,
     progress: bool = False,
     skip_broken_tensors: bool = False,
+    trust: Any = None,
 ) -> tuple[dict[str, Any] | None, dict[str, Any], dict[str, torch.Tensor] | None]:
     with LoadSession(path, LoadOptions.of(locals())) as src:
         if load_data:  # values an integration recognises without decoding (SB3's schedule closures)
@@ -126,6 +127,7 @@ def load(
     storage_options: dict[str, Any] | None = None,
     progress: bool = False,
     skip_broken_tensors: bool = False,
+    trust: Any = None,
     **overrides: Any,
 ) -> Any:
     options = LoadOptions.of(locals())
@@ -214,6 +216,7 @@ def restore(
     storage_options: dict[str, Any] | None = None,
     progress: bool = False,
     skip_broken_tensors: bool = False,
+    trust: Any = None,
 ) -> None:
     options = LoadOptions.of(locals())
     exclude = list(exclude or ())

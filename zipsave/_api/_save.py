@@ -9,7 +9,8 @@ from typing import Any, Iterable
 import torch
 
 from .._archive import check_progress
-from .._core import Parts, collect, encode, write
+from .._core import Parts, check_signable, collect, encode, write
+from .._sign import as_signer
 from ._background import start_background_save, wait_for_pending
 
 __all__ = ["save", "save_archive"]
@@ -27,6 +28,7 @@ def save(
     sha256: bool = False,
     durable: bool = True,
     incremental: bool = False,
+    sign: Any = None,
 ) -> Any:
     """Save a model, a :class:`~zipsave.Saveable`, an SB3 algorithm or an app-state dict.
 
@@ -78,6 +80,9 @@ def save(
         turn it on. A save that arrives while an earlier one is still writing from that copy
         waits for it, so there is never a second copy of the buffer. The archive is the same
         either way. Ignored without ``background``.
+    sign
+        Sign the archive as it is written (the ``sign`` extra): a :class:`~zipsave.Signer`, or
+        the path of a PEM private key (an embedded ``zipsave.sig``). See :doc:`signing`.
 
     Returns
     -------
@@ -93,16 +98,19 @@ def save(
     >>> zipsave.save(model, "model.zip")  # doctest: +SKIP
     """
     check_progress(progress)
+    signer = as_signer(sign)
+    if signer is not None:
+        check_signable(path, signer)
     exclude = list(exclude or ())
     include = list(include or ())
     parts = collect(obj, exclude, include)
     enc = encode(parts, "", exclude=exclude, include=include)
     if background:
         save_fn = functools.partial(write, storage_options=storage_options, progress=progress, sha256=sha256,
-                                    durable=durable)
+                                    durable=durable, sign=signer)
         return start_background_save(enc, path, save_fn, incremental=incremental)
     wait_for_pending(path)  # an earlier background save to the same place must not land last
-    write(enc, path, storage_options=storage_options, progress=progress, sha256=sha256, durable=durable)
+    write(enc, path, storage_options=storage_options, progress=progress, sha256=sha256, durable=durable, sign=signer)
     return None
 
 

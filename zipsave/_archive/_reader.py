@@ -136,7 +136,7 @@ class ArchiveReader:
         entry = self.expected(name)
         if entry is None and name.endswith("/") and self._infos[name].file_size == 0:
             return  # a folder entry, which `zip -r` and zip explorers add when re-zipping
-        if self.manifest is not None and entry is None and name != _format.MANIFEST:
+        if self.manifest is not None and entry is None and name not in (_format.MANIFEST, _format.SIGNATURE):
             raise IntegrityError("is not listed in manifest.json (added after saving?).", archive=self.archive, member=name)
         if entry is None:
             return

@@ -11,7 +11,7 @@ from .. import _format, _json
 from .._version import __version__
 from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError, as_zipsave_error
 from . import _progress
-from ._destination import open_source
+from ._destination import is_url, open_source
 from ._limits import DEFAULT_LIMITS, Limits
 from ._reader import ArchiveReader
 
@@ -77,6 +77,8 @@ class ArchiveSource:
         try:
             fp = _progress.counting_reader(fp, progress, desc=f"zipsave load {name}", stack=self._stack)
             self.name: str = name
+            self.file = fp  # the whole file, for a detached signature's digest (zipsave._sign)
+            self.local_path: str | None = name if not hasattr(path, "read") and not is_url(path) else None
             self.reader = ArchiveReader(fp, archive=name, limits=self.limits)
             self.zipsave_version, self.format_version = self._read_version()
             if check_version:

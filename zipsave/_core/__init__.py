@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     )
     from ._report import LoadReport
     from ._session import LoadSession
-    from ._write import Encoded, encode, encoded_size, write
+    from ._write import Encoded, check_signable, encode, encoded_size, write
     from ._options import check_custom_objects
 
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
@@ -72,7 +72,7 @@ _LAZY: dict[str, str] = {
     ), "._parts"),
     "LoadReport": "._report",
     "LoadSession": "._session",
-    **dict.fromkeys(("Encoded", "encode", "encoded_size", "write"), "._write"),
+    **dict.fromkeys(("Encoded", "check_signable", "encode", "encoded_size", "write"), "._write"),
     "check_custom_objects": "._options",
 }
 # Its modules, found as attributes as when this file imported them all.
@@ -84,6 +84,7 @@ _SUBMODULES = frozenset({
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 __all__ = [
+    "check_signable",
     "ALWAYS_EXCLUDED_PREFIXES",
     "OPTION_DOCS",
     "Component",

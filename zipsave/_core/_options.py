@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._archive import Limits
+from .._sign import Trust
 from .._trust import TrustPolicy
 from ._report import LoadReport
 
@@ -53,9 +54,12 @@ class LoadOptions:
     storage_options: dict[str, Any] | None = None
     progress: bool = False
     skip_broken_tensors: bool = False
+    trust: Trust | None = None
 
     def __post_init__(self) -> None:
         check_custom_objects(self.custom_objects)
+        if self.trust is not None and not isinstance(self.trust, Trust):
+            raise TypeError(f"trust must be a zipsave.Trust or None, found {type(self.trust).__name__}.")
         # Built (and checked) once, so a bad `trusted=` fails before the archive is opened.
         object.__setattr__(self, "_policy", TrustPolicy.make(allow_pickle=self.allow_pickle, trusted=self.trusted))
 
@@ -89,4 +93,6 @@ OPTION_DOCS: dict[str, str] = {
     "progress": "Show a tqdm progress bar (the ``progress`` extra); silent by default.",
     "skip_broken_tensors": "Skip a corrupt or unreadable tensor member (``.pth``/``.npy``) with a warning instead of "
     "raising :class:`~zipsave.IntegrityError` (the object keeps its fresh values there); see :doc:`security`.",
+    "trust": "A :class:`~zipsave.Trust`: check the archive's signature (the ``sign`` extra) before anything of it "
+    "is decoded, and raise :class:`~zipsave.SignatureError` if it does not hold; see :doc:`signing`.",
 }

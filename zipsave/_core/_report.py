@@ -18,11 +18,14 @@ class LoadReport:
     ``archive`` names the archive; ``skipped`` holds a :class:`~zipsave.SkippedEntry` for each
     entry or member left out (``ok`` is true when there is none); ``notes`` holds what loaded
     but deserves a look, one sentence each (a hand-edited ``data`` member, an episode of a
-    replay buffer that the load truncated)."""
+    replay buffer that the load truncated); ``signature`` is the
+    :class:`~zipsave.SignatureInfo` of the signature a load with ``trust=`` checked (who signed),
+    ``None`` otherwise."""
 
     archive: str | None = None
     skipped: list[SkippedEntry] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    signature: Any = None
 
     @property
     def ok(self) -> bool:
@@ -40,7 +43,6 @@ class LoadReport:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        import html  # only notebooks ask: not imported by every load
 
         cell = "<td style='text-align:left'>{}</td>"
         rows = "".join(

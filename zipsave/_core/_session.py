@@ -64,7 +64,12 @@ class LoadSession:
         self.report = options.report if options.report is not None else LoadReport()
         self.report.archive = self.name
         self._noted = set(self.report.notes)
+        self.signature = None
         try:
+            if options.trust is not None:  # before any member but the version line is read
+                from .._sign import check_source  # the sign extra's checks: only when a trust is set
+
+                self.signature = self.report.signature = check_source(self.source, options.trust)
             if self.reader.manifest_error and self.verify:
                 self._integrity(self.reader.manifest_error, None)
             if self.verify and self.reader.manifest is not None:
@@ -367,6 +372,7 @@ class LoadSession:
 
 _KNOWN_MEMBERS = frozenset({
     _format.DATA, _format.INIT, _format.VERSION, _format.SB3_VERSION, _format.SYSTEM_INFO, _format.MANIFEST,
+    _format.SIGNATURE,
 })
 
 

@@ -7,6 +7,7 @@ import base64
 import collections
 import dataclasses
 import functools
+import os
 import warnings
 from typing import Any, Iterable
 
@@ -14,9 +15,10 @@ import numpy as np
 import torch
 
 from .. import _format
-from .._archive import ArchiveWriter, counting_writer, describe, open_output
+from .._archive import ArchiveWriter, counting_writer, describe, is_url, open_output, with_suffix
 from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Encoder
 from .._json import dump_json
+from .._sign import embedded_signature, sign_detached
 from .._tensors import save_pth
 from .._trust import pickle_globals
 from .._version import __version__
@@ -264,18 +266,26 @@ def _system_info_text(get_info: Any) -> bytes:
 
 def write(
     enc: Encoded, path: Any, *, storage_options: dict | None = None, progress: bool = False, sha256: bool = False,
-    durable: bool = True,
+    durable: bool = True, sign: Any = None,
 ) -> None:
     """Write ``enc`` as one archive at ``path`` (atomically for paths and URLs; a local path
-    is on disk before this returns unless ``durable`` is false)."""
+    is on disk before this returns unless ``durable`` is false), signed by ``sign`` (a
+    :class:`~zipsave.Signer`) when given: its ``zipsave.sig`` member is written last, or its
+    detached ``ARCHIVE.sig`` once the archive is in place."""
+    if sign is not None:
+        check_signable(path, sign)
     total = encoded_size(enc) if progress else None
     writer: ArchiveWriter | None = None
     try:
         with open_output(path, storage_options=storage_options, progress=progress, durable=durable) as fp:
             with counting_writer(fp, progress, total=total, desc=f"zipsave save {describe(path)}") as out:
-                writer = ArchiveWriter(out, sha256=True if sha256 else None)
+                embed = sign is not None and sign.embed
+                writer = ArchiveWriter(out, sha256=True if sha256 or embed else None)
                 try:
                     write_encoded(writer, enc, root=True)
+                    if embed:
+                        name = os.path.basename(with_suffix(describe(path)))
+                        writer.write_bytes(_format.SIGNATURE, embedded_signature(writer.members, sign, name))
                     writer.close()
                 except BaseException:
                     writer.abort()
@@ -293,6 +303,17 @@ def write(
             member=member,
             errno=cause.errno,
         ) from err
+    if sign is not None and not sign.embed:
+        sign_detached(with_suffix(os.fspath(path).removeprefix("file://")), sign)
+
+
+def check_signable(path: Any, sign: Any) -> None:
+    """Refuse, before writing, a detached signature where there is no local file to put it beside."""
+    if not sign.embed and (hasattr(path, "write") or is_url(path)):
+        raise ValueError(
+            "a detached signature (Signer(embed=False)) is written beside a local archive; this save goes to "
+            f"{'a file object' if hasattr(path, 'write') else 'a URL'}: use Signer(embed=True)."
+        )
 
 
 def storage_cause(err: BaseException) -> OSError | None:

@@ -26,7 +26,7 @@ from ._directory import open_directory
 from ._index import INDEX_NAME, Checkpoint, best_metric_problem, checkpoint_name, encode_index, plain_metrics, to_keep
 from ._lock import DirectoryLock
 from ._resume import newest_intact
-from ._settings import as_step, check_count, check_keep_best
+from ._settings import as_step, check_count, check_keep_best, check_signing
 from ._reading import CheckpointReading
 from ._waiting import register, take_over
 from ._store import LocalStore, open_store
@@ -73,6 +73,8 @@ class CheckpointManager(CheckpointReading):
         reading methods and :meth:`wait_for_new`, reading the index afresh each time; it
         never writes, deletes or locks, and ``save`` raises. The writer's options are ignored
         (``keep_best`` still names the default metric of :meth:`best`).
+    sign, trust
+        Sign each checkpoint written (:class:`~zipsave.Signer`), check each one read (:class:`~zipsave.Trust`).
 
     Raises
     ------
@@ -109,16 +111,16 @@ class CheckpointManager(CheckpointReading):
         background: bool = True,
         storage_options: dict[str, Any] | None = None,
         break_lock: bool = False,
-        read_only: bool = False,
+        read_only: bool = False, sign: Any = None, trust: Any = None,
     ) -> None:
+        self.sign, self.trust = check_signing(sign, trust)  # see docs/signing.rst
         check_count("keep_last", keep_last)
         check_count("every_steps", every_steps)
         if every_seconds is not None and not (isinstance(every_seconds, (int, float)) and every_seconds > 0):
             raise ValueError(f"`every_seconds` must be a positive number or None, got {every_seconds!r}.")
         self.keep_last = keep_last
         self.keep_best = check_keep_best(keep_best)
-        self.every_steps = every_steps
-        self.every_seconds = every_seconds
+        self.every_steps, self.every_seconds = every_steps, every_seconds
         self.background = background
         self.storage_options = storage_options
         self._store = open_store(directory, storage_options)
@@ -235,7 +237,7 @@ class CheckpointManager(CheckpointReading):
         self._check_best_metric(step, recorded)
         when = time.time()
         target = self._store.target(checkpoint_name(step))
-        options = dict(save_options)
+        options = {"sign": self.sign, **save_options} if self.sign is not None else dict(save_options)
         if self.storage_options is not None:
             options["storage_options"] = self.storage_options
         if self.background if background is None else background:

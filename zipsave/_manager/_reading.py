@@ -22,6 +22,7 @@ class CheckpointReading:
     keep_best: Any
     directory: str
     storage_options: dict[str, Any] | None
+    trust: Any  # a zipsave.Trust every load and restore checks first, or None
 
     def wait(self) -> None:
         raise NotImplementedError
@@ -140,4 +141,6 @@ class CheckpointReading:
         if self.storage_options is not None:
             options.setdefault("storage_options", self.storage_options)
         options.setdefault("strict", True)
+        if self.trust is not None:
+            options.setdefault("trust", self.trust)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import operator
 from typing import Any
+from .._sign import Trust, as_signer
 
-__all__ = ["as_step", "check_count", "check_keep_best"]
+__all__ = ["as_step", "check_count", "check_keep_best", "check_signing"]
 
 
 def check_count(name: str, value: Any, *, allow_none: bool = True) -> None:
@@ -42,3 +43,16 @@ def check_keep_best(keep_best: Any) -> tuple[str, str, int] | None:
         )
     check_count("keep_best count", items[2], allow_none=False)
     return items[0], items[1], items[2]
+
+
+def check_signing(sign: Any, trust: Any) -> tuple[Any, Any]:
+    """``(Signer or None, Trust or None)`` of a manager. Its checkpoints carry embedded signatures:
+    a detached ``.sig`` would outlive the checkpoint retention deletes."""
+    if sign is None and trust is None:
+        return None, None
+    signer = as_signer(sign)
+    if signer is not None and not signer.embed:
+        raise ValueError("a CheckpointManager signs its checkpoints with embedded signatures: use Signer(embed=True).")
+    if trust is not None and not isinstance(trust, Trust):
+        raise TypeError(f"`trust` must be a zipsave.Trust or None, got {type(trust).__name__}.")
+    return signer, trust

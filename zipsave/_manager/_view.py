@@ -20,7 +20,7 @@ from ._checkpoints import CheckpointManager
 from ._directory import check_folder, read_index
 from ._index import INDEX_NAME, Checkpoint
 from ._resume import newest_intact
-from ._settings import check_keep_best
+from ._settings import check_keep_best, check_signing
 from ._store import open_store
 
 __all__ = ["ReadOnlyCheckpointManager"]
@@ -44,9 +44,11 @@ class ReadOnlyCheckpointManager(CheckpointManager):
         keep_best: tuple[str, str] | tuple[str, str, int] | None = None,
         storage_options: dict[str, Any] | None = None,
         read_only: bool = True,
+        trust: Any = None,
         **ignored: Any,
     ) -> None:
-        del read_only, ignored  # the writer's policy (keep_last, every_steps...) is the writer's
+        del read_only, ignored  # the writer's policy (keep_last, every_steps, sign...) is the writer's
+        self.sign, self.trust = check_signing(None, trust)
         self.keep_last = self.every_steps = self.every_seconds = None
         self.keep_best = check_keep_best(keep_best)
         self.background = False

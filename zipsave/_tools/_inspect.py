@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import os
 import re
 from typing import Any
 
@@ -15,6 +16,7 @@ import orjson
 
 from .. import _format, _system_info
 from .._archive import ArchiveSource, Limits, MemberView, involve_handlers, manifest_digest, parse_version
+from .._sign import check_source
 from .._codec import NATIVE_KEY as _N
 from .._codec import SERIALIZED_KEY as _S
 from .._codec import TYPE_KEY as _T
@@ -147,7 +149,8 @@ def _json_dumpable(value: Any) -> bool:
 # -- inspect -----------------------------------------------------------------------------------
 @nesting_as_error
 def inspect(
-    path: Any, *, limits: Limits | None = None, storage_options: dict[str, Any] | None = None, verify: bool = False
+    path: Any, *, limits: Limits | None = None, storage_options: dict[str, Any] | None = None, verify: bool = False,
+    trust: Any = None,
 ) -> ArchiveInfo:
     """Describe an archive without loading it: nothing is unpickled or ``torch.load``-ed.
 
@@ -166,6 +169,9 @@ def inspect(
         adds one note per problem, naming the member and the tensor. Without it,
         ``verified`` is ``None``, or ``False`` when listing found a ``.pth`` member damaged
         (its note says so and points to ``zipsave verify``).
+    trust
+        A :class:`~zipsave.Trust`: check the archive's signature first (the ``sign`` extra)
+        and name the signer in ``ArchiveInfo.signature``; see :doc:`signing`.
 
     Returns
     -------
@@ -178,6 +184,8 @@ def inspect(
     ------
     ArchiveFormatError
         The file is not a readable zip archive, or breaks a safety limit.
+    SignatureError
+        With ``trust``: the signature is missing, unknown, or does not match.
 
     Examples
     --------
@@ -188,6 +196,7 @@ def inspect(
     policy = TrustPolicy()
     with ArchiveSource(path, limits=limits, storage_options=storage_options, check_version=False) as src:
         reader = src.reader
+        signature = _signature(src, trust)
         notes: list[str] = []
         if reader.manifest_error:
             notes.append(reader.manifest_error)
@@ -263,7 +272,21 @@ def inspect(
         manifest_digest=digest,
         notes=tuple(notes),
         verified=verified,
+        signature=signature,
     )
+
+
+def _signature(src: ArchiveSource, trust: Any) -> str | None:
+    """The signature sentence of :attr:`ArchiveInfo.signature` (checked only with ``trust``)."""
+    if trust is not None:
+        checked = check_source(src, trust)
+        return str(checked) if checked is not None else None
+    if _format.SIGNATURE in src.reader:
+        return f"embedded `{_format.SIGNATURE}`, not checked (inspect with trust= or run `zipsave verify` to check it)"
+    beside = src.local_path + _format.SIGNATURE_SUFFIX if src.local_path else None
+    if beside and os.path.isfile(beside):
+        return f"detached `{beside}`, not checked (inspect with trust= or run `zipsave verify` to check it)"
+    return None
 
 
 def data_folders(names: list[str]) -> list[str]:

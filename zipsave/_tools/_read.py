@@ -9,6 +9,7 @@ import torch
 
 from .. import _format
 from .._archive import ArchiveSource, Limits, MemberView, involve_handlers
+from .._sign import check_source
 from .._codec import Decoder
 from .._tensors import (
     PthMeta, RefusedRef, SparseRef, TensorRef, check_tensor, dotted, get_device, load_member, lookup, read_array_member,
@@ -36,6 +37,7 @@ def read(
     limits: Limits | None = None,
     storage_options: dict[str, Any] | None = None,
     mmap: bool = False,
+    trust: Any = None,
 ) -> Any:
     """Read one tensor, or one ``data`` key, without reading the rest of the archive.
 
@@ -77,6 +79,10 @@ def read(
         Back the tensor by the archive's own pages (a private, copy-on-write map of a local
         file) instead of copying it; checked the same way, once, when read. See
         :ref:`mmap-loads` for what a later save or a truncation of the file does.
+    trust
+        A :class:`~zipsave.Trust`: check the archive's signature before reading (the ``sign``
+        extra). A signature covers the whole archive, so every member is hashed first; see
+        :doc:`signing`.
 
     Returns
     -------
@@ -91,6 +97,8 @@ def read(
         The ``data`` key needs a global the trust policy refuses.
     IntegrityError
         The member holding the tensor (or the ``data`` key's array) does not match its checksum.
+    SignatureError
+        With ``trust``: the signature is missing, unknown, or does not match.
 
     Examples
     --------
@@ -103,6 +111,8 @@ def read(
     policy = TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted)
     target = get_device(device, mmap=mmap)
     with ArchiveSource(path, limits=limits, storage_options=storage_options) as src:
+        if trust is not None:
+            check_source(src, trust)
         for prefix, is_tensor in _candidates(src.reader.names()):
             if prefix and not name.startswith(prefix + "/"):
                 continue

@@ -172,6 +172,10 @@ class ArchiveInfo:
     verified
         ``None`` unless inspected with ``verify=True``; then whether every member's bytes
         and every tensor record matched its checksum (problems are listed in ``notes``).
+    signature
+        The archive's signature in one sentence: who signed it, when inspected with
+        ``trust=`` (see :doc:`signing`); else where a signature was found, not checked;
+        ``None`` when it has none.
     """
 
     archive: str
@@ -187,6 +191,7 @@ class ArchiveInfo:
     manifest_digest: str | None
     notes: tuple[str, ...]
     verified: bool | None = None
+    signature: str | None = None
 
     @property
     def total_size(self) -> int:
@@ -212,6 +217,8 @@ class ArchiveInfo:
         lines = [self._headline()]
         if self.manifest_digest:
             lines.append(f"manifest sha256: {self.manifest_digest}")
+        if self.signature:
+            lines.append(f"signature: {self.signature}")
         if self.system_info:
             lines.append("")
             lines.append("saved with")
@@ -260,6 +267,8 @@ class ArchiveInfo:
         parts = [f"<div class='zipsave-archive-info'><p><b>{esc(self._headline())}</b>"]
         if self.manifest_digest:
             parts.append(f"<br><small>manifest sha256 <code>{esc(self.manifest_digest)}</code></small>")
+        if self.signature:
+            parts.append(f"<br><small>signature: {esc(self.signature)}</small>")
         parts.append("</p>")
         if self.notes:
             parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in self.notes) + "</ul>")

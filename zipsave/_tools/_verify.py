@@ -94,7 +94,7 @@ def _check(reader: ArchiveReader, require_manifest: bool, notes: list[str]) -> l
             # `zip -r` and zip explorers add folder entries when an unpacked archive is re-zipped.
             notes.append(f"folder entry `{name}` (added by a zip tool) holds nothing; ignored.")
             continue
-        if manifest is not None and entry is None:
+        if manifest is not None and entry is None and name != _format.SIGNATURE:  # the signature comes after
             problems.append(f"member `{name}` is not listed in manifest.json (added after saving?).")
         crc, sha, size = 0, hashlib.sha256(), 0
         try:

@@ -46,7 +46,7 @@ class CheckpointCallback(BaseCallback):
     ----------
     directory
         A checkpoint directory (path or fsspec URL), or a :class:`zipsave.CheckpointManager`.
-    every_steps, every_seconds, keep_last, keep_best, background, storage_options
+    every_steps, every_seconds, keep_last, keep_best, background, storage_options, sign, trust
         As for :class:`zipsave.CheckpointManager` (ignored when ``directory`` is a manager);
         steps are ``model.num_timesteps``. The metrics are ``ep_rew_mean`` and
         ``ep_len_mean`` (as SB3 logs them) and what ``metrics`` returns, so
@@ -87,6 +87,8 @@ class CheckpointCallback(BaseCallback):
         final: bool = True,
         storage_options: dict[str, Any] | None = None,
         verbose: int = 0,
+        sign: Any = None,
+        trust: Any = None,
     ) -> None:
         super().__init__(verbose)
         if isinstance(directory, CheckpointManager):
@@ -100,6 +102,8 @@ class CheckpointCallback(BaseCallback):
                 keep_best=keep_best,
                 background=background,
                 storage_options=storage_options,
+                sign=sign,
+                trust=trust,
             )
         self.include = None if include is None else list(include)
         self.env_state = env_state

@@ -31,20 +31,21 @@ __all__ = ["holds_extra", "is_zip", "load_replay_buffer", "vec_normalize_from_mo
 _KEEP_EPISODE = object()
 
 
-def _options(*, strict: bool) -> LoadOptions:
+def _options(*, strict: bool, peek: bool = False) -> LoadOptions:
     options = current_options()
     if options is None:
         return LoadOptions(strict=strict)
+    # a peek at member names decodes nothing: the read that follows checks the signature
     return LoadOptions(allow_pickle=options.allow_pickle, trusted=options.trusted, strict=strict or options.strict,
-                       limits=options.limits)
+                       limits=options.limits, trust=None if peek else options.trust)
 
 
 @contextlib.contextmanager
-def _session(path: Any, *, strict: bool) -> Iterator[LoadSession]:
+def _session(path: Any, *, strict: bool, peek: bool = False) -> Iterator[LoadSession]:
     """A load session on ``path``; a file object is left where it was found, for the next reader."""
     at = path.tell() if hasattr(path, "read") else None
     try:
-        with LoadSession(path, _options(strict=strict)) as src:
+        with LoadSession(path, _options(strict=strict, peek=peek)) as src:
             yield src
     finally:
         if at is not None:

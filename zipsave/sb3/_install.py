@@ -15,6 +15,7 @@ from typing import Any
 
 from zipsave._archive import Limits
 from zipsave._trust import TrustPolicy
+from zipsave._sign import Trust
 
 from . import _doors, _policies, _replace, _state
 from ._state import Options
@@ -41,7 +42,12 @@ def is_installed() -> bool:
 
 
 def install(
-    *, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: bool = False, limits: Limits | None = None
+    *,
+    allow_pickle: bool = False,
+    trusted: Iterable[Any] = (),
+    strict: bool = False,
+    limits: Limits | None = None,
+    trust: Any = None,
 ) -> None:
     """Make every SB3 save and load in this process go through zipsave.
 
@@ -66,6 +72,9 @@ def install(
         The :class:`~zipsave.Limits` of every load through SB3's functions (archives, side
         pickles such as replay-buffer files, policy files), including what a model rebuilt
         from hyper-parameters may take (``max_model_bytes``). Default: ``zipsave.Limits()``.
+    trust
+        A :class:`~zipsave.Trust`: every archive SB3 loads must carry a signature it accepts
+        (checked before anything is decoded; the ``sign`` extra). Default ``None``: no check.
 
     Examples
     --------
@@ -81,7 +90,9 @@ def install(
         raise TypeError(f"`strict` must be True or False, got {strict!r}.")
     if limits is not None and not isinstance(limits, Limits):
         raise TypeError(f"`limits` must be a zipsave.Limits or None, got {type(limits).__name__}.")
-    options = Options(allow_pickle=policy.allow_pickle, trusted=policy.trusted, strict=strict, limits=limits)
+    if trust is not None and not isinstance(trust, Trust):
+        raise TypeError(f"`trust` must be a zipsave.Trust or None, got {type(trust).__name__}.")
+    options = Options(allow_pickle=policy.allow_pickle, trusted=policy.trusted, strict=strict, limits=limits, trust=trust)
     with _lock:
         if _state.current_options() is None:
             _patch()
@@ -104,7 +115,12 @@ def uninstall() -> None:
 
 @contextlib.contextmanager
 def installed(
-    *, allow_pickle: bool = False, trusted: Iterable[Any] = (), strict: bool = False, limits: Limits | None = None
+    *,
+    allow_pickle: bool = False,
+    trusted: Iterable[Any] = (),
+    strict: bool = False,
+    limits: Limits | None = None,
+    trust: Any = None,
 ) -> Iterator[None]:
     """Install zipsave for a ``with`` block; on leaving, the previous state comes back
     (SB3's functions, or the options of an installation made before the block).
@@ -122,7 +138,7 @@ def installed(
     """
     with _lock:
         before = _state.current_options()
-        install(allow_pickle=allow_pickle, trusted=trusted, strict=strict, limits=limits)
+        install(allow_pickle=allow_pickle, trusted=trusted, strict=strict, limits=limits, trust=trust)
     try:
         yield
     finally:
@@ -131,7 +147,7 @@ def installed(
                 uninstall()
             else:
                 install(allow_pickle=before.allow_pickle, trusted=before.trusted, strict=before.strict,
-                        limits=before.limits)
+                        limits=before.limits, trust=before.trust)
 
 
 # -- patching --------------------------------------------------------------------------------

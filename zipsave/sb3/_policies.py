@@ -177,6 +177,12 @@ def _policy_load(cls: Any, path: Any, device: Any) -> Any:
     report = zipsave.LoadReport()
     data: dict[str, Any] | None
     if _is_torch_file(path):
+        if options.trust is not None and options.trust.required:
+            raise zipsave.SignatureError(
+                "is a plain torch file, not a zipsave archive, so it cannot be signed, and the trust setting requires "
+                "a signature.", reason="no-signature", archive=path,
+                hint="Save the policy again with zipsave installed (an archive), then sign it with `zipsave sign`.",
+            )
         if options.allow_pickle:
             return original(BaseModel, "load").__func__(cls, path, device)
         data, state_dict = read_sb3_policy_file(path, TrustPolicy.make(trusted=trusted_names((cls,))), options.limits)
@@ -184,7 +190,7 @@ def _policy_load(cls: Any, path: Any, device: Any) -> Any:
     else:
         data, params, _ = zipsave.load_archive(
             path, device=device, allow_pickle=options.allow_pickle, trusted=trusted_names((cls,)),
-            strict=options.strict, report=report, limits=options.limits,
+            strict=options.strict, report=report, limits=options.limits, trust=options.trust,
         )
     if data is None or POLICY not in params:
         raise zipsave.ArchiveFormatError(

@@ -59,7 +59,8 @@ def _load_options(**call: Any) -> LoadOptions:
     with the call's own ``device``, ``custom_objects`` and ``print_system_info``."""
     options = current_options()
     return LoadOptions(
-        allow_pickle=options.allow_pickle, trusted=options.trusted, strict=options.strict, limits=options.limits, **call
+        allow_pickle=options.allow_pickle, trusted=options.trusted, strict=options.strict, limits=options.limits,
+        trust=options.trust, **call
     )
 
 
@@ -93,6 +94,8 @@ def load_from_zip_file(
     del verbose
     options = current_options()
     _check_exists(load_path, "zip")
+    if options.trust is not None:  # before `data` is read for schedule closures below
+        zipsave.verify_signature(_existing(load_path, "zip"), options.trust)
     check_custom_objects(custom_objects)
     loaded = zipsave.load_archive(
         load_path,
@@ -104,6 +107,7 @@ def load_from_zip_file(
         trusted=trusted_names(),
         strict=options.strict,
         limits=options.limits,
+        trust=options.trust,
     )
     data, params, variables = loaded
     # Code calling this follows these names with getattr/setattr and calls the classes in
@@ -216,19 +220,31 @@ def is_zipsave_archive(path: Any) -> bool:
     return is_zip(path)
 
 
+def _unsigned_pickle(path: Any, options: Any) -> None:
+    """A pickle SB3 wrote cannot carry a signature: refused when a signature is required."""
+    if options.trust is not None and options.trust.required:
+        raise zipsave.SignatureError(
+            "is a plain pickle, not a zipsave archive, so it cannot be signed, and the trust setting requires a "
+            "signature.", reason="no-signature", archive=path,
+            hint="Save it again with zipsave installed (an archive), then sign it with `zipsave sign`.",
+        )
+
+
 def load_object(path: Any, expected: type, what: str) -> Any:
     """Rebuild an object written by :func:`save_object`, or read a pickle SB3 wrote under the
     same trust rules as a ``data`` value. The object's class must be trusted and be an
     ``expected``; a value that does not decode is an error, never a partial object."""
     options = current_options()
     if not is_zipsave_archive(path):
+        _unsigned_pickle(path, options)
         # streamed from the file: each array is read straight into the array the pickle builds
         policy = TrustPolicy.make(allow_pickle=options.allow_pickle, trusted=trusted_names())
         with contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb") as fp:
             obj = restricted_loads(fp, policy, archive=path, limits=options.limits)
     else:
         data, _, _ = zipsave.load_archive(
-            path, allow_pickle=options.allow_pickle, trusted=trusted_names(), strict=True, limits=options.limits
+            path, allow_pickle=options.allow_pickle, trusted=trusted_names(), strict=True, limits=options.limits,
+            trust=options.trust,
         )
         data = dict(data or {})
         if OBJECT_VALUE in data:

@@ -17,6 +17,7 @@ class Options:
     strict: bool = False
     #: The :class:`~zipsave.Limits` of every load (``None``: the defaults).
     limits: Any = None
+    trust: Any = None  # a zipsave.Trust: every archive's signature is checked first
 
 
 #: (class, attribute) -> SB3's own object, for each class attribute install() replaced.
