@@ -32,6 +32,12 @@ LOAD_MODULES = frozenset({
     "zipsave._tools", "zipsave._tools._check", "zipsave._tools._inspect", "zipsave._tools._records",
     "zipsave._trust", "zipsave._trust._allowlist", "zipsave._trust._audit", "zipsave._trust._names",
     "zipsave._trust._policy", "zipsave._trust._prescan", "zipsave._trust._sealed", "zipsave._trust._substitutes",
+    # the strict zip reader, the one check of every value returned, the one printer
+    "zipsave._archive._structure", "zipsave._invariants", "zipsave._tensors._invariants", "zipsave._printable",
+    "zipsave._tensors._pth_fallback", "zipsave._tensors._pth_refs", "zipsave._tensors._pth_vocab",
+    "zipsave._trust._torch_calls",
+    # the trust setting's record; inspect looks for a signature to show (never model_signing itself)
+    "zipsave._sign", "zipsave._sign._settings", "zipsave._sign._check", "zipsave._sign._bundle", "zipsave._sign._ms",
 })
 # Other modules (not imported by ``import torch``) that such a call may import: orjson for the
 # JSON members (it imports zoneinfo), ISA-L's CRC-32, and the codec of zip names.
@@ -43,6 +49,7 @@ NEVER = (
     "zipsave._trust._unpickler", "zipsave._codec._spaces", "zipsave._codec._space_decode", "zipsave.sb3",
     "zipsave.rllib", "zipsave.dcp", "zipsave._api._background", "zipsave._tools._diff", "gymnasium",
     "stable_baselines3", "cloudpickle", "html", "decimal", "fractions", "numpy.random", "ctypes.util", "sysconfig",
+    "model_signing", "sigstore", "OpenSSL",
 )
 
 _SCRIPT = r"""
