@@ -9,21 +9,21 @@ import io
 import pickle
 import struct
 import zipfile
-from typing import Any
+from typing import Any, ClassVar
 
 from .._bounds import KeyGuard, alloc_budget, check_int, check_zip_infos, key_budget
 from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
 
 __all__ = ["BoundedUnpickler", "check_legacy_torch", "check_torch_zip", "prescan_pickle"]
 
-_PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
+_PurePythonUnpickler: Any = pickle._Unpickler
 
 
 class _Exact(io.BytesIO):
     """Input that refuses a read past its end instead of returning fewer bytes: a length in
     the pickle larger than what follows it is an error, never an allocation."""
 
-    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
+    def read(self, n: int | None = -1) -> bytes:
         data = super().read(n)
         if n is not None and n >= 0 and len(data) != n:
             raise pickle.UnpicklingError(f"the pickle asks for {n} bytes where {len(data)} remain")
@@ -34,7 +34,7 @@ class BoundedUnpickler(_PurePythonUnpickler):
     """pickle's pure-Python unpickler whose containers are built in linear time: keys are
     checked by a :class:`~zipsave._bounds.KeyGuard`, integers by size, reads by what remains."""
 
-    dispatch: dict[int, Any] = dict(_PurePythonUnpickler.dispatch)
+    dispatch: ClassVar[dict[int, Any]] = dict(_PurePythonUnpickler.dispatch)
 
     def __init__(self, payload: bytes, **where: Any) -> None:
         super().__init__(_Exact(payload))
