@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import cli_server
 import zipsave
 from zipsave import cli
 
@@ -22,9 +22,7 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PY
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [sys.executable, "-m", "zipsave", *map(str, args)], check=False, capture_output=True, text=True, env=ENV, cwd=cwd, timeout=300
-    )
+    done = cli_server.run(list(args), env=ENV, cwd=cwd)  # `python -m zipsave`, forked (cli_server.py)
     assert "Traceback" not in done.stderr, done.stderr
     return done
 
