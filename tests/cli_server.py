@@ -37,6 +37,9 @@ def run(args: list[str], *, env: dict[str, str], cwd: str | os.PathLike | None =
     text=True, env=env, cwd=cwd, timeout=timeout)``, the command forked from the server."""
     global _server, _server_env
     args = [str(a) for a in args]
+    if not hasattr(os, "fork"):  # Windows: a fresh interpreter each time
+        return subprocess.run([sys.executable, "-m", "zipsave", *args], capture_output=True, text=True, env=env,
+                              cwd=cwd, timeout=timeout, check=False)
     with _lock, tempfile.TemporaryDirectory(prefix="zipsave-cli-") as tmp:
         if _server is None or _server.poll() is not None or _server_env != env:
             _stop()
