@@ -9,11 +9,11 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import cli_server
 import numpy as np
 import pytest
 import torch
 
-import cli_server
 import zipsave
 from zipsave import cli
 

@@ -16,9 +16,8 @@ import shlex
 import textwrap
 from pathlib import Path
 
-import pytest
-
 import cli_server
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.rst", *sorted((ROOT / "docs").glob("*.rst"))]
