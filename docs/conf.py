@@ -31,7 +31,7 @@ autodoc_typehints = "description"
 autodoc_typehints_description_target = "documented_params"
 autodoc_typehints_format = "short"
 autodoc_default_options = {"show-inheritance": True}
-autodoc_class_signature = "separated"
+autodoc_class_signature = "mixed"
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_ivar = True
@@ -84,3 +84,19 @@ html_theme_options = {
 }
 html_title = f"zipsave {release}"
 html_static_path: list[str] = []
+
+
+def _init_signature(app, what, name, obj, options, signature, return_annotation):  # noqa: ARG001
+    """A class that defines ``__new__`` (CheckpointManager picks its read-only view there) is
+    shown with its ``__init__`` signature, so every default is on the API page."""
+    if what != "class" or "__new__" not in vars(obj) or "__init__" not in vars(obj):
+        return None
+    import inspect
+
+    sig = inspect.signature(obj.__init__)
+    params = [p.replace(annotation=p.empty) for p in list(sig.parameters.values())[1:]]
+    return str(sig.replace(parameters=params, return_annotation=sig.empty)), return_annotation
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", _init_signature)

@@ -329,7 +329,7 @@ class _NumpyEq:
 
 
 def test_same_value_takes_a_numpy_bool_from_eq():
-    from zipsave._tools._diff import same_value
+    from zipsave._tools._values import same_value
 
     assert same_value(_NumpyEq(2), _NumpyEq(2))
     assert not same_value(_NumpyEq(2), _NumpyEq(3))

@@ -42,3 +42,10 @@ def test_docs_build_without_warnings(tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr or done.stdout
     assert (tmp_path / "html" / "format.html").is_file()
+    # Every public class shows its constructor with its defaults, CheckpointManager (whose
+    # __new__ picks the read-only view) and Limits included.
+    api = re.sub(r"<[^>]+>", "", (tmp_path / "html" / "api.html").read_text(encoding="utf-8"))
+    api = api.replace("&#8217;", "'").replace("\u2019", "'")
+    assert "CheckpointManager(directory, *, keep_last=None" in api
+    assert "background=True" in api
+    assert f"Limits(max_members={zipsave.Limits().max_members}" in api

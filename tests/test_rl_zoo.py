@@ -4,6 +4,8 @@ defaults keeping their schedules (``lin_0.001`` learning rate, ``lin_0.2`` clip 
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import pathlib
@@ -12,6 +14,7 @@ import sys
 import warnings
 import zipfile
 
+import numpy as np
 import pytest
 
 import zipsave
@@ -163,3 +166,86 @@ def test_a_closure_with_other_code_is_not_rebuilt(tmp_path):
         model = zipsave.load(path, cls=PPO, device="cpu", report=report)
     assert {"learning_rate", "lr_schedule", "clip_range"} <= {entry.key for entry in report.skipped}
     assert model.lr_schedule(0.5) == 3e-4  # PPO's default, as the warning says; never the wrong schedule
+
+
+# -- the RL Zoo's published agents (rl-trained-agents), loaded safely ------------------------
+ZOO_AGENTS = ROOT / "tests" / "data" / "rl_zoo"
+EXPECTED = json.loads((ZOO_AGENTS / "expected.json").read_text())
+
+
+def zoo_class(name: str) -> type:
+    from sb3_contrib import ARS
+    from stable_baselines3 import SAC
+
+    return {"ARS": ARS, "PPO": PPO, "SAC": SAC}[name]
+
+
+def zipsave_sb3():
+    import zipsave.sb3 as module
+
+    return module
+
+
+def load_zoo_agent(name: str, door: str):
+    path, cls = ZOO_AGENTS / name, zoo_class(EXPECTED[name]["class"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if door == "install":
+            with zipsave_sb3().installed():
+                model = cls.load(path, device="cpu")
+        else:
+            model = zipsave.load(path, cls=cls, device="cpu")
+    assert [str(w.message) for w in caught] == []  # nothing skipped, nothing to say
+    return model
+
+
+@pytest.mark.parametrize("door", ["load", "install"])
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_published_zoo_agents_load_safely_and_act_as_with_sb3(name, door):
+    # SAC Pendulum-v1 (2020): numpy 1.x pickled dtypes as dtype('f4', 0, 1), its closures are
+    # cloudpickle's _make_skel_func/_fill_function, its .pth members torch's legacy stream. ARS
+    # and PPO (Python 3.7): closures as cloudpickle 1.x's _builtin_type('LambdaType').
+    model = load_zoo_agent(name, door)
+    expected = EXPECTED[name]
+    observations = np.asarray(expected["observations"], dtype=model.observation_space.dtype)
+    actions, _ = model.predict(observations, deterministic=True)
+    np.testing.assert_allclose(np.asarray(actions, dtype=np.float64), expected["actions"], rtol=1e-6, atol=1e-7)
+    for attr, schedule in expected["schedules"].items():
+        # SB3 itself cannot rebuild these Python 3.7 closures (it falls back to the defaults); the
+        # values are what the pickled closures compute, recognised without running them
+        assert [getattr(model, attr)(p) for p in (1.0, 0.5, 0.1)] == pytest.approx(schedule["values"]), attr
+
+
+def test_a_lost_zoo_schedule_names_the_custom_objects_fix(tmp_path):
+    from sb3_contrib import ARS
+
+    # the ARS agent's `delta_std_schedule` under another name: not SB3's closure, code never run
+    path = tmp_path / "ars.zip"
+    with zipfile.ZipFile(ZOO_AGENTS / "ars_Pendulum-v1.zip") as src, zipfile.ZipFile(path, "w") as out:
+        for item in src.infolist():
+            payload = src.read(item)
+            if item.filename == "data":
+                data = json.loads(payload)
+                pickled = base64.b64decode(data["delta_std_schedule"][":serialized:"])
+                renamed = pickled.replace(b"constant_fn.<locals>", b"constant_fx.<locals>")
+                data["delta_std_schedule"][":serialized:"] = base64.b64encode(renamed).decode()
+                payload = json.dumps(data).encode()
+            out.writestr(item, payload)
+    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("`delta_std_schedule` could not be decoded")) as caught:
+        model = zipsave.load(path, cls=ARS, device="cpu")
+    assert any("custom_objects={'delta_std_schedule': ...}" in str(w.message) for w in caught)
+    assert model.delta_std_schedule(0.5) == 0.05  # ARS's default, as the warning says
+
+
+def test_a_damaged_legacy_torch_stream_is_refused_by_name(tmp_path):
+    from stable_baselines3 import SAC
+
+    # the SAC agent's policy.pth (torch's pre-zip stream) claiming more elements than follow
+    path = tmp_path / "sac.zip"
+    with zipfile.ZipFile(ZOO_AGENTS / "sac_Pendulum-v1.zip") as src, zipfile.ZipFile(path, "w") as out:
+        for item in src.infolist():
+            payload = src.read(item)
+            out.writestr(item, payload[: len(payload) - 4096] if item.filename == "policy.pth" else payload)
+    with pytest.raises(zipsave.IntegrityError, match=re.escape("member `policy.pth`")) as raised:
+        zipsave.load(path, cls=SAC, device="cpu")
+    assert "a legacy torch storage" in str(raised.value)

@@ -203,3 +203,145 @@ def test_load_replay_buffer_of_a_her_archive_follows_truncate_last_traj(installe
     assert buffer.pos == saved.pos and (buffer.ep_start == saved.ep_start).all() and buffer.env is fresh.env
     ended = (buffer._current_ep_start == buffer.pos).all()
     assert ended == truncate  # as SB3's own load_replay_buffer does
+
+
+# -- one rebuild path ------------------------------------------------------------------------
+def test_another_algorithms_archive_gets_one_message_through_every_door(installed, trained):
+    from stable_baselines3 import PPO
+
+    _, path, _ = trained
+    expected = re.escape("Its `policy_class` is SACPolicy, not a PPO policy; was it saved by another algorithm?")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the error, and nothing said before it (no VecNormalize note)
+        with pytest.raises(zipsave.DecodeError, match=expected) as sb3_door:
+            PPO.load(path)
+        with pytest.raises(zipsave.DecodeError, match=expected) as zipsave_door:
+            zipsave.load(path, cls=PPO)
+    assert str(sb3_door.value) == str(zipsave_door.value)
+
+
+def test_data_is_read_and_parsed_once_per_load(installed, trained, monkeypatch):
+    from zipsave._archive._reader import ArchiveReader
+
+    sac, path, _ = trained
+    reads = []
+    original = ArchiveReader.read
+
+    def read(self, name, **kwargs):
+        reads.append(name)
+        return original(self, name, **kwargs)
+
+    monkeypatch.setattr(ArchiveReader, "read", read)
+    for load in (lambda: zipsave.load(path, cls=SAC, env=venv(), device="cpu"),
+                 lambda: SAC.load(path, env=venv(), device="cpu")):
+        reads.clear()
+        model = load()
+        assert reads.count("data") == 1, reads
+        same_buffer(model.replay_buffer, sac.replay_buffer)
+
+
+def test_no_door_touches_the_warning_filters(installed, trained, monkeypatch):
+    # the filters are process-wide: a load beside a training thread must not change them
+    sac, path, checkpoint = trained
+    envs = [venv() for _ in range(3)]
+    fresh = SAC("MlpPolicy", envs[0], buffer_size=200, device="cpu", policy_kwargs={"net_arch": [8]})
+
+    def touched(*args, **kwargs):
+        raise AssertionError("a load changed the warning filters")
+
+    for name in ("catch_warnings", "simplefilter", "filterwarnings", "resetwarnings"):
+        monkeypatch.setattr(warnings, name, touched)
+    zipsave.load(path, cls=SAC, env=envs[1], device="cpu")
+    SAC.load(checkpoint, env=envs[2], device="cpu")
+    fresh.load_replay_buffer(path)
+    VecNormalize.load(path, envs[0])
+    fresh.set_parameters(path)
+    monkeypatch.undo()
+    same_buffer(fresh.replay_buffer, sac.replay_buffer)
+
+
+def test_set_parameters_reads_the_archive_into_the_live_model(installed, trained):
+    sac, path, _ = trained
+    fresh = SAC("MlpPolicy", venv(), buffer_size=200, device="cpu", policy_kwargs={"net_arch": [8]})
+    weight = fresh.policy.actor.mu.weight
+    fresh.set_parameters(path)
+    assert fresh.policy.actor.mu.weight is weight  # filled in place, not replaced
+    torch.testing.assert_close(weight, sac.policy.actor.mu.weight)
+    other = SAC("MlpPolicy", venv(), device="cpu", policy_kwargs={"net_arch": [16]})
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(
+            "member `policy.pth`, key `actor.latent_pi.0.weight`: 16 saved tensor(s) do not fit the object: "
+            "`actor.latent_pi.0.weight`: saved shape (8, 3), expected (16, 3)")):
+        other.set_parameters(path)
+
+
+def test_a_her_wrapper_class_of_sb3_1_0_is_left_out(trained, tmp_path):
+    import cloudpickle
+
+    # SB3 1.0's HER saved the model class it wrapped (the RL Zoo's HER FetchReach-v1 agent)
+    _, path, _ = trained
+    edited = tmp_path / "her_1_0.zip"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(edited, "w") as out:
+        for name in src.namelist():
+            payload = src.read(name)
+            if name == "data":
+                data = json.loads(payload)
+                data["model_class"] = {":type:": "<class 'abc.ABCMeta'>",
+                                       ":serialized:": base64.b64encode(cloudpickle.dumps(SAC)).decode()}
+                payload = json.dumps(data).encode()
+            out.writestr(name, payload)
+    report = zipsave.LoadReport()
+    with pytest.warns(zipsave.ZipsaveWarning, match="edited after saving"):
+        model = zipsave.load(edited, cls=SAC, env=venv(), device="cpu", report=report)
+    assert "model_class" not in vars(model)
+    assert any("`model_class` (SAC) is what SB3 1.0's HER wrapper saved" in note for note in report.notes)
+
+
+# -- keywords --------------------------------------------------------------------------------
+def test_a_misspelt_option_warns_with_the_option(installed, trained):
+    _, path, _ = trained
+    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape(
+            "`mmpa=` is not an option of zipsave.load (did you mean `mmap`?); it was set as the attribute "
+            "`model.mmpa`, as SB3 does with every keyword it does not know.")):
+        model = zipsave.load(path, cls=SAC, env=venv(), device="cpu", mmpa=True)
+    assert model.mmpa is True  # SB3's keywords-to-attributes behaviour stays
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = SAC.load(path, device="cpu", enviroment=venv())
+    said = [str(w.message) for w in caught]
+    assert any("`enviroment=` is not an option of SAC.load (did you mean `env`?)" in text for text in said), said
+    assert model.env is None
+
+
+def test_keywords_that_are_attributes_do_not_warn(installed, trained):
+    _, path, _ = trained
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = zipsave.load(path, cls=SAC, env=venv(), device="cpu", gamma=0.9, verbose=0, seed=3)
+        again = SAC.load(path, env=venv(), device="cpu", gamma=0.9, verbose=0)
+    assert model.gamma == again.gamma == 0.9
+
+
+def test_custom_objects_as_a_list_through_zipsave_load(trained):
+    _, path, _ = trained
+    with pytest.raises(TypeError, match=re.escape("found a list: ['learning_rate']. Pass e.g. "
+                                                  "custom_objects={'learning_rate': ...}")):
+        zipsave.load(path, cls=SAC, custom_objects=["learning_rate"])
+
+
+# -- the best form through any door ----------------------------------------------------------
+def test_model_save_with_the_replay_buffer_writes_zipsaves_members(trained, tmp_path):
+    sac, _, _ = trained
+    path = tmp_path / "sac_buffer.zip"
+    with zipsave.sb3.installed():
+        sac.save(path, include=["replay_buffer"])
+        again = SAC.load(path, env=venv(), device="cpu")
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+        data = json.loads(archive.read("data"))
+    assert "replay_buffer/data" in names and any(n.startswith("replay_buffer/arrays/") for n in names)
+    assert "replay_buffer" not in data  # no base64 pickle of the whole buffer
+    same_buffer(again.replay_buffer, sac.replay_buffer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # SB3's own, e.g. about the saved env wrapper
+        plain = SAC.load(path, env=venv(), device="cpu")  # SB3 alone: the model, without its buffer
+    assert plain.replay_buffer.pos == 0 and not plain.replay_buffer.full

@@ -161,3 +161,19 @@ def test_zoo_closures_of_any_python_are_rebuilt(python, module):
 def test_a_lambda_of_any_python_is_refused(python):
     with pytest.raises(NotASchedule, match=re.escape("`__main__.<lambda>` is not one of SB3's schedule closures")):
         recognise_schedule(_pickled(python, "lambda"))
+
+
+def test_a_lambda_schedule_is_warned_about_when_saving_and_sb3s_closures_are_not(tmp_path):
+    ppo = PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, policy_kwargs={"net_arch": [8]}, device="cpu",
+              learning_rate=lambda progress: 1e-3 * progress)
+    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape(
+            "`learning_rate`, `lr_schedule` hold code that cloudpickle stores by value")) as caught:
+        zipsave.save(ppo, tmp_path / "lambda.zip")
+    assert "custom_objects={'learning_rate': ..., 'lr_schedule': ...}" in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # SB3's deprecation of get_linear_fn
+        ppo.learning_rate = utils.get_linear_fn(1e-3, 1e-4, 0.5)  # SB3's own closure: a load rebuilds it
+    ppo._setup_lr_schedule()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        zipsave.save(ppo, tmp_path / "closure.zip")

@@ -399,12 +399,22 @@ def test_builtin_dtype_singleton_is_not_mutated():
     assert np.dtype("f8").byteorder == "="
 
 
-@pytest.mark.parametrize("flags", [("f8", 2, True), ("f8", False, [1]), ("f8", "yes", False)])
-def test_dtype_flags_that_are_not_bools_are_refused(flags):
-    # numpy only warns (VisibleDeprecationWarning) about a non-bool `align`; its pickles pass bools
+@pytest.mark.parametrize("flags", [("f8", 2, True), ("f8", False, [1]), ("f8", "yes", False), ("f8", 0.0, 1),
+                                   ("f8", 0, 1, 0)])
+def test_dtype_flags_numpy_never_pickles_are_refused(flags):
+    # numpy asks for the truth of any other object; its pickles pass two bools, or two C ints
     payload = _p4(_global("numpy", "dtype"), _body(flags), pickle.REDUCE)
-    with pytest.raises(ZipsaveError, match="non-bool `align`/`copy`"):
+    with pytest.raises(ZipsaveError, match=re.escape("other `align`/`copy` flags than numpy pickles")):
         restricted_loads(payload, DEFAULT)
+
+
+@pytest.mark.parametrize("flags", [("f4", False, True), ("f4", 0, 1), ("<i8", 0, 1)])
+def test_dtype_flags_of_every_numpy_are_accepted(flags):
+    # (spec, 0, 1): numpy 1.x's `dtype.__reduce__` (the RL Zoo's SAC Pendulum-v1 and HER FetchReach-v1
+    # agents); (spec, False, True): what numpy pickles today
+    payload = _p4(_global("numpy", "dtype"), _body(flags), pickle.REDUCE)
+    assert restricted_loads(payload, DEFAULT) == np.dtype(flags[0])
+    assert pickle.loads(pickle.dumps(np.dtype(flags[0]))) == np.dtype(flags[0])
 
 
 @pytest.mark.parametrize(

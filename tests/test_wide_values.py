@@ -555,3 +555,22 @@ def test_diff_compares_generators_by_state_and_shows_short_values(tmp_path):
         ("rate", "Fraction(1, 3)", "Fraction(1, 4)"),
     ]
     assert diff(tmp_path / "a.zip", tmp_path / "a.zip").identical
+
+
+def test_diff_names_a_space_whose_generator_state_differs(tmp_path):
+    import gymnasium as gym
+
+    one, other = gym.spaces.Box(-1, 1, (2,)), gym.spaces.Box(-1, 1, (2,))
+    one.seed(1)
+    other.seed(2)
+    assert one == other  # gymnasium compares the bounds only
+    zipsave.save({"space": one}, tmp_path / "a.zip")
+    zipsave.save({"space": other}, tmp_path / "b.zip")
+    result = diff(tmp_path / "a.zip", tmp_path / "b.zip")
+    assert result.data_stored_differently == ()
+    [change] = result.data_changed
+    assert change.name == "space" and change.old.startswith("RNG state ") and change.new.startswith("RNG state ")
+    assert change.old != change.new
+    other.seed(1)
+    zipsave.save({"space": other}, tmp_path / "c.zip")
+    assert diff(tmp_path / "a.zip", tmp_path / "c.zip").identical

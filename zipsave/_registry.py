@@ -31,8 +31,11 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from importlib import metadata
 from typing import Any, ClassVar
+
+from .exceptions import ZipsaveWarning
 
 __all__ = [
     "ENTRY_HINTS", "ENTRY_POINT_GROUP", "Handler", "by_name", "generation", "handlers", "register", "selected", "unregister",
@@ -183,11 +186,12 @@ def _load(name: str) -> None:
         if not any(h.name == handler.name for h in _handlers):
             _handlers.append(handler)
     except Exception as err:  # noqa: BLE001 - one broken plug-in must not break every load
-        warnings.warn(f"zipsave: the handler entry point `{entry.value}` failed to load: {err!r}", stacklevel=4)
+        warnings.warn(f"zipsave: the handler entry point `{entry.value}` failed to load: {err!r}", ZipsaveWarning,
+                      stacklevel=4)
     _generation += 1
 
 
-def _wanted(name: str, members: frozenset[str] | None, live: bool, data: Callable[[], bytes | None]) -> bool:
+def _wanted(name: str, members: AbstractSet[str] | None, live: bool, data: Callable[[], bytes | None]) -> bool:
     hint = ENTRY_HINTS.get(name)
     if hint is None or (members is None and not live):
         return True
@@ -225,7 +229,7 @@ def handlers(
 
     with _lock:
         _list_entry_points()
-        wanted = None if members is None else frozenset(members)
+        wanted = None if members is None else members if isinstance(members, AbstractSet) else frozenset(members)
         for name in list(_pending):
             if _wanted(name, wanted, live, data_once):
                 _load(name)

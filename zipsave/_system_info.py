@@ -9,6 +9,7 @@ import sys
 from importlib import metadata
 from typing import TextIO
 
+from ._printable import visible
 from ._version import __version__
 
 __all__ = [
@@ -209,13 +210,14 @@ def print_system_info(saved_text: str | None, file: TextIO | None = None) -> Non
         print("(the archive has no system_info.txt)", file=out)
         differences = []
     else:
-        print(saved_text.rstrip("\n") or "(system_info.txt is empty)", file=out)
+        # The archive's own text: its lines stay lines, every other control is made visible.
+        print(visible(saved_text.rstrip("\n"), lines=True) or "(system_info.txt is empty)", file=out)
         differences = compare_system_info(parse_system_info(saved_text), current)
     print("== CURRENT SYSTEM INFO ==", file=out)
     print(format_system_info(current), end="", file=out)
     print("== DIFFERENCES THAT MATTER ==", file=out)
     for sentence in differences:
-        print(f"- {sentence}", file=out)
+        print(f"- {visible(sentence)}", file=out)
     if not differences:
         print("none", file=out)
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._demo import run_demo
+from ._printable import visible, visible_json
 from ._manager import (
     is_manager_directory,
     list_checkpoints,
@@ -43,7 +44,15 @@ EXIT_OK, EXIT_FOUND, EXIT_ERROR = 0, 1, 2
 
 
 def _print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, ensure_ascii=False))
+    # ensure_ascii=False keeps names readable; JSON escapes C0 controls itself, and the rest
+    # (DEL, C1, bidi overrides, separators) is written as \uXXXX, which is the same JSON value.
+    print(visible_json(json.dumps(obj, indent=2, ensure_ascii=False)))
+
+
+def _say(text: Any) -> None:
+    """Print a report zipsave laid out: each field in it is visible already; this is the net
+    under them (a line feed of the layout stays, every other control is escaped)."""
+    print(visible(text, lines=True))
 
 
 # -- subcommands -------------------------------------------------------------------------------
@@ -65,13 +74,13 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         raise _not_an_archive(args.archive)
     if is_checkpoint_dir(args.archive):  # a sharded (zipsave.dcp) checkpoint directory
         summary = describe_sharded(args.archive)
-        _print_json(summary) if args.json else print(render_sharded(summary))
+        _print_json(summary) if args.json else _say(render_sharded(summary))
         return EXIT_OK
     info = inspect(args.archive, verify=args.verify)
     if args.json:
         _print_json(info.to_dict())
     else:
-        print(info)
+        _say(info)
     return EXIT_FOUND if info.verified is False else EXIT_OK
 
 
@@ -87,14 +96,14 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"archive": args.archive, "ok": not problems, "problems": problems, "notes": notes})
     elif problems:
-        print(f"{args.archive}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
+        _say(f"{visible(args.archive)}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
         for problem in problems:
-            print(f"  - {problem}")
+            _say(f"  - {visible(problem)}")
     else:
-        print(f"{args.archive}: OK")
+        _say(f"{visible(args.archive)}: OK")
     if not args.json:
         for note in notes:
-            print(f"  note: {note}")
+            _say(f"  note: {visible(note)}")
     return EXIT_FOUND if problems else EXIT_OK
 
 
@@ -106,7 +115,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result.to_dict())
     else:
-        print(result)
+        _say(result)
     return EXIT_OK if result.identical else EXIT_FOUND
 
 
@@ -118,7 +127,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
         _print_json({"archive": args.archive, "folder": args.folder, "files": written})
     else:
         for path in written:
-            print(path)
+            _say(visible(path))
     return EXIT_OK
 
 
@@ -157,14 +166,14 @@ def _cmd_list(args: argparse.Namespace) -> int:
             ]
         )
         return EXIT_OK
-    print(f"{args.directory}: {len(checkpoints)} checkpoint{'s' if len(checkpoints) != 1 else ''}")
+    _say(f"{visible(args.directory)}: {len(checkpoints)} checkpoint{'s' if len(checkpoints) != 1 else ''}")
     if checkpoints:
-        rows = table(checkpoints)
+        rows = [[visible(cell) for cell in row] for row in table(checkpoints)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         for row in rows:
-            print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip())
+            _say("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip())
     for broken in set_aside_archives(args.directory):
-        print(f"  set aside as damaged by a resume: {broken}")
+        _say(f"  set aside as damaged by a resume: {visible(broken)}")
     return EXIT_OK
 
 
@@ -261,10 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
+    return visible(" ".join(str(text).split()))
 
 
 def _show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    # Every warning, zipsave's or a library's, may quote an archive: made visible here too.
     print(f"zipsave: warning: {_one_line(message)}", file=sys.stderr)
 
 
@@ -289,12 +299,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                 return EXIT_OK
             where = f"`{err.filename}`: " if err.filename else ""
-            message = f"{where}{err.strerror or err}"
+            message = _one_line(f"{where}{err.strerror or err}")
         except KeyboardInterrupt:
             message = "interrupted"
         except Exception as err:  # noqa: BLE001 - the command never shows a traceback
             message = f"unexpected {type(err).__name__}: {_one_line(err)} (please report this as a zipsave bug)"
-    print(f"zipsave: error: {message}", file=sys.stderr)
+    print(f"zipsave: error: {visible(message)}", file=sys.stderr)
     return EXIT_ERROR
 
 

@@ -3,11 +3,15 @@ the builtin a caller would catch."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
+
+from ._printable import visible
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -29,8 +33,11 @@ __all__ = [
     "UnsafeNameError",
     "ZipsaveError",
     "ZipsaveWarning",
+    "as_zipsave_error",
+    "boundary",
     "caller_stacklevel",
     "nesting_as_error",
+    "reading",
 ]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -95,7 +102,9 @@ class ZipsaveError(Exception):
             text = f"{', '.join(where)}: {text}"
         if self.hint:
             text = f"{text} {self.hint}"
-        return text
+        # Every field may hold a name from an archive (a member `../\x1b[2J`): the message is
+        # the one place they all pass, so it is made visible here, once.
+        return visible(text)
 
 
 class ArchiveFormatError(ZipsaveError, ValueError):
@@ -178,7 +187,14 @@ class MissingDependencyError(ZipsaveError, ImportError):
 
 
 class ZipsaveWarning(UserWarning):
-    """Warnings zipsave issues (skipped entries, hash mismatches of editable members)."""
+    """Warnings zipsave issues (skipped entries, hash mismatches of editable members).
+
+    The message is made visible (``zipsave._printable.visible``) when the warning is
+    made, so ``warnings.warn(text, ZipsaveWarning)`` never carries a raw control character
+    from an archive to a terminal or a log."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*(visible(a) if isinstance(a, str) else a for a in args))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,7 +221,7 @@ class SkippedEntry:
     def __str__(self) -> str:
         what = f"key `{self.key}` of member `{self.member}`" if self.key is not None else f"member `{self.member}`"
         hint = f" (type {self.type_hint})" if self.type_hint else ""
-        return f"{what}{hint}: {self.cause}"
+        return visible(f"{what}{hint}: {self.cause}")
 
 
 class SkippedEntryWarning(ZipsaveWarning):
@@ -227,24 +243,88 @@ class CheckpointLockedError(ZipsaveError, RuntimeError):
     """Another :class:`~zipsave.CheckpointManager` holds the checkpoint directory."""
 
 
-def nesting_as_error(func: _F) -> _F:
-    """Decorate a public door (``load``, ``inspect``, ...): a value nested past Python's recursion
-    limit in a hostile archive (a pickle of lists 100 000 deep) raises
-    :class:`ArchiveFormatError` naming the archive, not a bare ``RecursionError``."""
+#: Left as they are even inside the boundary: the process's state, not the archive's (an
+#: allocation that Limits should have prevented stays visible as what it is). KeyboardInterrupt
+#: and SystemExit pass too: they are not Exceptions.
+_PASS_THROUGH = (MemoryError,)
+_FOREIGN_HINT = "No archive written by zipsave or SB3 holds this; it is damaged or was made to break readers."
 
-    names = func.__code__.co_varnames[: func.__code__.co_argcount]
-    position = names.index("path") if "path" in names else 0
+
+def as_zipsave_error(err: BaseException, archive: Any, *, member: str | None = None, key: str | None = None,
+                     doing: str = "read") -> ZipsaveError | None:
+    """The :class:`ZipsaveError` that stands for ``err``, raised while zipsave was reading
+    ``archive``'s untrusted bytes; ``None`` when ``err`` passes as it is.
+
+    A ``ZipsaveError`` without an archive gets this one's name (in place; ``None`` is returned,
+    so it is re-raised as it is). ``MemoryError`` and what is not an ``Exception`` pass. Every
+    other exception becomes: ``RecursionError`` an :class:`ArchiveFormatError` (nested too
+    deep), ``OverflowError`` an :class:`ArchiveLimitError`, ``OSError`` a :class:`StorageError`
+    with its ``errno``, anything else an :class:`ArchiveFormatError` naming its type and text.
+    The caller raises the result ``from err``."""
+    if isinstance(err, ZipsaveError):
+        name = describe_path(archive) or None
+        if err.archive is None and name is not None:
+            err.archive = name
+            err.member = err.member if err.member is not None else member
+            err.key = err.key if err.key is not None else key
+            err.args = (err._compose(),)
+        return None
+    if not isinstance(err, Exception) or isinstance(err, _PASS_THROUGH):
+        return None
+    fields: dict[str, Any] = {"archive": archive, "member": member, "key": key}
+    if isinstance(err, RecursionError):
+        return ArchiveFormatError(
+            f"holds values nested too deeply to {doing} (past Python's recursion limit).", hint=_FOREIGN_HINT, **fields
+        )
+    cause = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    if isinstance(err, OSError):
+        return StorageError(f"could not be {doing} ({cause}).", errno=err.errno, **fields)
+    if isinstance(err, OverflowError):
+        return ArchiveLimitError(f"holds a number too large to {doing} ({cause}).", hint=_FOREIGN_HINT, **fields)
+    return ArchiveFormatError(f"could not be {doing} ({cause}).", hint=_FOREIGN_HINT, **fields)
+
+
+@contextlib.contextmanager
+def reading(archive: Any, *, member: str | None = None, key: str | None = None, doing: str = "read") -> Iterator[None]:
+    """The error boundary around code that reads ``archive``'s untrusted bytes: what it raises
+    leaves as a :class:`ZipsaveError` naming the archive (:func:`as_zipsave_error`), with the
+    original as ``__cause__``."""
+    try:
+        yield
+    except BaseException as err:
+        new = as_zipsave_error(err, archive, member=member, key=key, doing=doing)
+        if new is None:
+            raise
+        raise new from err
+
+
+def boundary(func: _F) -> _F:
+    """Decorate a public door that reads untrusted bytes (``load``, ``inspect``, ...): a value
+    nested past Python's recursion limit in a hostile archive (a pickle of lists 100 000 deep),
+    anywhere in the call, raises :class:`ArchiveFormatError` naming the archive, not a bare
+    ``RecursionError``; a ``ZipsaveError`` without an archive gets the door's ``path``.
+
+    Other exceptions are turned at the narrower boundary where the archive is open
+    (:class:`~zipsave._archive.ArchiveSource`, :func:`reading`), so a caller's own mistake
+    (a ``TypeError`` for a bad argument, raised before anything is read) reaches the caller
+    as it is."""
+
+    names = func.__code__.co_varnames[: func.__code__.co_argcount + func.__code__.co_kwonlyargcount]
+    position = names.index("path") if "path" in names[: func.__code__.co_argcount] else 0
 
     @functools.wraps(func)
     def door(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except RecursionError as err:
-            where = args[position] if len(args) > position else None
-            raise ArchiveFormatError(
-                "holds values nested too deeply to read (past Python's recursion limit).",
-                archive=kwargs.get("path", where),
-                hint="No archive written by zipsave or SB3 nests this deep; it was made to break readers.",
-            ) from err
+        except (RecursionError, ZipsaveError) as err:
+            where = kwargs.get("path", args[position] if len(args) > position else None)
+            new = as_zipsave_error(err, where)
+            if new is None:
+                raise
+            raise new from err
 
     return door  # type: ignore[return-value]
+
+
+#: The first name of :func:`boundary`, kept for the doors that still spell it so.
+nesting_as_error = boundary

@@ -232,7 +232,7 @@ def restore(
         if owner is not None:  # values the integration recognises without decoding them
             custom_objects = {**owner.known_values(src, target, folder), **(custom_objects or {})} or None
         if isinstance(target, dict) and strict:
-            check_app_state(src, target, folder)
+            check_app_state(src, target, folder, exclude)
         restore_tree(src, target, folder, custom_objects=custom_objects, exclude=exclude,
                      exact_match=exact_match, set_data=True)
 

@@ -5,6 +5,8 @@ their reviewed allowlists exactly as a load of that folder would, and imports no
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from .. import _format, _registry
@@ -13,13 +15,33 @@ from ..exceptions import ZipsaveError
 __all__ = ["data_bytes", "involve_handlers", "member_names"]
 
 
-def member_names(src: Any, folder: str) -> set[str]:
+class _FolderMembers(AbstractSet):
+    """Member names relative to a folder and to the root, looked up without listing them: a
+    set built per folder made a load quadratic in its component folders."""
+
+    def __init__(self, src: Any, prefix: str) -> None:
+        self._src = src
+        self._prefix = prefix
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        return self._src.has(name) or bool(self._prefix) and self._src.has(self._prefix + name)
+
+    def __iter__(self) -> Iterator[str]:
+        names = self._src.names()
+        below = {n[len(self._prefix) :] for n in names if self._prefix and n.startswith(self._prefix)}
+        return iter(set(names) | below)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def member_names(src: Any, folder: str) -> AbstractSet[str]:
     """The names of the archive's members relative to ``folder`` and to the root: what a
     handler's ``markers`` are looked up in, so integrations that cannot recognise the folder
     are not imported to be asked. ``src``: an ``ArchiveSource`` or a load session."""
-    names = set(src.names())
-    prefix = folder.strip("/") + "/" if folder.strip("/") else ""
-    return names | {n[len(prefix):] for n in names if prefix and n.startswith(prefix)}
+    return _FolderMembers(src, folder.strip("/") + "/" if folder.strip("/") else "")
 
 
 def data_bytes(src: Any, folder: str) -> bytes | None:
@@ -30,7 +52,7 @@ def data_bytes(src: Any, folder: str) -> bytes | None:
     if not src.has(member):
         return b""
     try:
-        return src.reader.read(member, limit=src.limits.max_json_bytes, verify=False)
+        return src.json_bytes(member)
     except ZipsaveError:
         return None
 

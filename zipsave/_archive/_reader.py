@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
-import itertools
-import shutil
 import struct
 import tempfile
 import threading
@@ -22,12 +19,10 @@ from ..exceptions import (
     ZipsaveError,
 )
 from ._limits import DEFAULT_LIMITS, Limits
+from ._structure import check_one_end, read_structure
 from ._views import MemberView
 from ._zipfmt import (
-    FLAG_UTF8,
-    LOCAL,
     READ_CHUNK,
-    check_name,
     describe_non_zip,
 )
 
@@ -62,6 +57,7 @@ class ArchiveReader:
             known = describe_non_zip(fp)
             if known is not None:
                 raise ArchiveFormatError(known[0], archive=archive, hint=known[1]) from err
+            check_one_end(fp, archive=archive)
             if isinstance(err, zipfile.BadZipFile):
                 raise ArchiveFormatError(
                     f"not a zip archive, or truncated ({err}).",
@@ -69,109 +65,37 @@ class ArchiveReader:
                     hint="Was the file fully written and copied? zipsave archives are zip files.",
                 ) from err
             raise ArchiveFormatError(f"unreadable zip structure ({type(err).__name__}: {err}).", archive=archive) from err
-        infos = self._zip.infolist()
-        if len(infos) > limits.max_members:
-            raise ArchiveLimitError(
-                f"holds {len(infos)} members; the limit is {limits.max_members}.", archive=archive
-            )
+        self.structure = read_structure(fp, archive=archive, limits=limits)
+        self._end = self.structure.cd_start
         self._infos: dict[str, zipfile.ZipInfo] = {}
-        total = 0
-        self._end = self._zip.start_dir
-        self._check_end_record(fp, archive)
-        for info in infos:
-            name = info.filename
-            check_name(name, archive)
-            if name in self._infos:
-                raise ArchiveFormatError(
-                    "appears twice in the archive; refusing to guess which copy is meant.",
-                    archive=archive,
-                    member=name,
-                )
-            if info.flag_bits & 0x41:
-                raise ArchiveFormatError("is encrypted; zipsave does not read encrypted members.", archive=archive, member=name)
-            if info.flag_bits & 0x20:
-                raise ArchiveFormatError("uses compressed patched data (flag bit 5), which zipsave does not read.",
-                                         archive=archive, member=name)
-            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-                raise ArchiveFormatError(
-                    f"uses compression method {info.compress_type}; expected stored (0) or deflated (8).",
-                    archive=archive,
-                    member=name,
-                )
-            if info.file_size > limits.max_member_bytes:
-                raise ArchiveLimitError(
-                    f"declares {info.file_size} bytes; the limit is {limits.max_member_bytes}.",
-                    archive=archive,
-                    member=name,
-                )
-            if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
-                raise ArchiveFormatError(
-                    f"is stored but declares {info.compress_size} compressed and {info.file_size} "
-                    "uncompressed bytes.",
-                    archive=archive,
-                    member=name,
-                )
-            if info.header_offset < 0 or info.header_offset + LOCAL.size + info.compress_size > self._end:
-                raise ArchiveFormatError("extends past the start of the central directory (truncated or forged).", archive=archive, member=name)
-            total += info.file_size
-            self._infos[name] = info
-        if total > limits.max_total_bytes:
-            raise ArchiveLimitError(
-                f"members total {total} bytes; the limit is {limits.max_total_bytes}.", archive=archive
-            )
-        self._check_overlaps(archive)
         self._offsets: dict[str, int] = {}
+        self._agree(self._zip.infolist())
         self.manifest: dict[str, dict] | None = None
         self.manifest_error: str | None = None
         self._load_manifest()
 
-    def _check_end_record(self, fp: IO[bytes], archive: Any) -> None:
-        """The end-of-central-directory record must close the file.
-
-        zipfile accepts the last end record it finds in the file's final 64 KiB. In a truncated
-        zipsave archive that can be the end record of a ``.pth`` member's inner zip, which would
-        silently open the wrong archive.
-        """
-        try:
-            endrec = zipfile._EndRecData(fp)  # type: ignore[attr-defined]
-            size = fp.seek(0, io.SEEK_END)
-        except (OSError, ValueError) as err:
-            raise ArchiveFormatError(f"unreadable zip structure ({err}).", archive=archive) from err
-        if endrec is None:
-            raise ArchiveFormatError("has no end-of-central-directory record (truncated).", archive=archive)
-        location = endrec[zipfile._ECD_LOCATION]  # type: ignore[attr-defined]
-        comment = endrec[zipfile._ECD_COMMENT_SIZE]  # type: ignore[attr-defined]
-        end_of_record = location + 22 + comment
-        # zipfile reads the directory by its byte size and never compares the entry count;
-        # a damaged name or comment length there silently hides the members after it.
-        listed = endrec[zipfile._ECD_ENTRIES_TOTAL]  # type: ignore[attr-defined]
-        if listed != len(self._zip.infolist()):
+    def _agree(self, infos: list[zipfile.ZipInfo]) -> None:
+        """zipfile's reading of the directory must be zipsave's, member for member: the archive
+        is read one way only (``docs/format.rst``, "Reading a zip")."""
+        entries = self.structure.entries
+        if len(infos) != len(entries):
             raise ArchiveFormatError(
-                f"central directory holds {len(self._zip.infolist())} entries, but its end record "
-                f"counts {listed} (corrupted or forged).",
-                archive=archive,
+                f"zip readers disagree on it: zipfile lists {len(infos)} members, zipsave's reader {len(entries)}.",
+                archive=self.archive,
             )
-        if location != size - 22 - comment and end_of_record != size:
-            # No byte count here: the end record found may be a nested `.pth` member's own,
-            # whose place says nothing about the archive's.
-            raise ArchiveFormatError(
-                f"does not end with its end-of-central-directory record ({size} bytes): the archive is "
-                "truncated (cut off before its end) or has data appended after it.",
-                archive=archive,
-                hint="Was the file fully written and copied?",
-            )
-
-    def _check_overlaps(self, archive: Any) -> None:
-        """Members must not share bytes: overlapping entries are how a 40 KB zip expands to
-        gigabytes (a "non-recursive" zip bomb), and zipsave never writes them."""
-        ordered = sorted(self._infos.values(), key=lambda i: i.header_offset)
-        for first, second in itertools.pairwise(ordered):
-            if first.header_offset + LOCAL.size + first.compress_size > second.header_offset:
+        for info, entry in zip(infos, entries, strict=True):
+            seen = (info.filename, info.flag_bits, info.compress_type, info.CRC, info.compress_size,
+                    info.file_size, info.header_offset)
+            wanted = (entry.name, entry.flags, entry.method, entry.crc, entry.compress_size, entry.file_size,
+                      entry.header_offset)
+            if seen != wanted:
                 raise ArchiveFormatError(
-                    f"overlaps member `{second.filename}` (a zip bomb, or a forged directory).",
-                    archive=archive,
-                    member=first.filename,
+                    f"zip readers disagree on it: zipfile reads {seen}, zipsave's reader {wanted}.",
+                    archive=self.archive,
+                    member=entry.name,
                 )
+            self._infos[entry.name] = info
+            self._offsets[entry.name] = entry.data_offset
 
     # -- listing ---------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -244,33 +168,7 @@ class ArchiveReader:
 
     # -- reading ---------------------------------------------------------------------------
     def _data_offset(self, name: str) -> int:
-        offset = self._offsets.get(name)
-        if offset is not None:
-            return offset
-        info = self._infos[name]
-        with self._lock:
-            self._fp.seek(info.header_offset)
-            head = self._fp.read(LOCAL.size)
-            ok = len(head) == LOCAL.size and head[:4] == b"PK\x03\x04"
-            fields = LOCAL.unpack(head) if ok else None
-            local_name = self._fp.read(fields[9]) if fields is not None else b""
-        if fields is None:
-            raise ArchiveFormatError("local header is missing or damaged.", archive=self.archive, member=name)
-        # The local header must name the same member: a directory entry renamed or pointed
-        # at another member's data would otherwise load under the wrong name.
-        encoding = "utf-8" if info.flag_bits & FLAG_UTF8 else "cp437"
-        if local_name != info.orig_filename.encode(encoding, "replace"):
-            raise ArchiveFormatError(
-                f"local header names {local_name[:80]!r}, the central directory "
-                f"{info.orig_filename.encode(encoding, 'replace')[:80]!r} (corrupted or forged).",
-                archive=self.archive,
-                member=name,
-            )
-        offset = info.header_offset + LOCAL.size + fields[9] + fields[10]
-        if offset + info.compress_size > self._end:
-            raise ArchiveFormatError("data extends past the central directory (truncated or forged).", archive=self.archive, member=name)
-        self._offsets[name] = offset
-        return offset
+        return self._offsets[name]
 
     def read(self, name: str, *, limit: int | None = None, verify: bool = True) -> bytes:
         """Read a whole (small) member with its CRC checked and limits enforced.
@@ -287,9 +185,13 @@ class ArchiveReader:
             )
         self._check_ratio(info)
         try:
-            with self._lock, self._zip.open(info) as f:
-                data = f.read(info.file_size + 1)
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as err:
+            if info.compress_type == zipfile.ZIP_STORED:
+                data = MemberView(self._fp, self._data_offset(name), info.file_size, self._lock).read()
+                if len(data) == info.file_size and zlib.crc32(data) != info.CRC:
+                    raise _Corrupt(f"Bad CRC-32 for file {info.filename!r}")
+            else:
+                data = b"".join(self._inflate(info, READ_CHUNK))
+        except (_Corrupt, zlib.error, OSError, ValueError) as err:
             raise ArchiveFormatError(f"cannot be read ({err}).", archive=self.archive, member=name) from err
         if len(data) != info.file_size:
             raise ArchiveFormatError(
@@ -332,17 +234,10 @@ class ArchiveReader:
         self._check_ratio(info)
         done = 0
         try:
-            with self._lock:
-                src = self._zip.open(info)
-            with src:
-                while True:
-                    with self._lock:
-                        piece = src.read(chunk)
-                    if not piece:
-                        break
-                    done += len(piece)
-                    yield piece
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as err:
+            for piece in self._inflate(info, chunk):
+                done += len(piece)
+                yield piece
+        except (_Corrupt, zlib.error, OSError, ValueError) as err:
             raise ArchiveFormatError(f"cannot be inflated ({err}).", archive=self.archive, member=name) from err
         if done != info.file_size:
             raise ArchiveFormatError(
@@ -358,11 +253,11 @@ class ArchiveReader:
         self._check_ratio(info)
         spool = tempfile.TemporaryFile()  # noqa: SIM115 - the view owns and closes it
         try:
-            with self._lock, self._zip.open(info) as src:
-                shutil.copyfileobj(src, spool, READ_CHUNK)
+            for piece in self._inflate(info, READ_CHUNK):
+                spool.write(piece)
             inflated = spool.tell()
             spool.flush()  # the view reads the descriptor directly (os.preadv)
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as err:
+        except (_Corrupt, zlib.error, OSError, ValueError) as err:
             spool.close()
             raise ArchiveFormatError(f"cannot be inflated ({err}).", archive=self.archive, member=name) from err
         if inflated != info.file_size:
@@ -372,8 +267,44 @@ class ArchiveReader:
             )
         return MemberView(spool, 0, info.file_size, threading.Lock(), owns=True)
 
+    def _inflate(self, info: zipfile.ZipInfo, chunk: int) -> Iterator[bytes]:
+        """Inflate a deflated member in pieces of at most ``chunk`` bytes. The deflate stream
+        must end exactly where its compressed bytes do, inflate to no more than the declared
+        size, and match the CRC-32: nothing is read past the member or left unread in it."""
+        view = MemberView(self._fp, self._data_offset(info.filename), info.compress_size, self._lock)
+        inflater = zlib.decompressobj(-15)
+        crc = out = taken = 0
+        pending = b""
+        while not inflater.eof:
+            if not pending:
+                if taken >= info.compress_size:
+                    raise _Corrupt("Compressed file ended before the end-of-stream marker was reached")
+                buf = bytearray(min(READ_CHUNK, info.compress_size - taken))
+                if view.read_at(taken, buf) != len(buf):
+                    raise _Corrupt("compressed data ends early (truncated)")
+                taken += len(buf)
+                pending = bytes(buf)
+            piece = inflater.decompress(pending, min(chunk, info.file_size - out + 1))
+            pending = inflater.unconsumed_tail
+            if piece:
+                out += len(piece)
+                if out > info.file_size:
+                    raise _Corrupt(f"inflates past its declared {info.file_size} bytes")
+                crc = zlib.crc32(piece, crc)
+                yield piece
+        if pending or inflater.unused_data or taken != info.compress_size:
+            raise _Corrupt(
+                f"its deflate stream ends before its {info.compress_size} compressed bytes do (bytes hidden after it)"
+            )
+        if out == info.file_size and crc != info.CRC:
+            raise _Corrupt(f"Bad CRC-32 for file {info.filename!r}")
+
     def close(self) -> None:
         self._zip.close()
+
+
+class _Corrupt(Exception):
+    """A member's bytes do not match what the directory says (turned into ArchiveFormatError)."""
 
 
 def manifest_digest(raw_manifest: bytes) -> str:

@@ -5,11 +5,11 @@ manifest."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import _format, _json
 from .._version import __version__
-from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError
+from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError, as_zipsave_error
 from . import _progress
 from ._destination import open_source
 from ._limits import DEFAULT_LIMITS, Limits
@@ -28,6 +28,14 @@ def parse_version(text: str) -> tuple[str | None, int | None]:
         elif word == "format" and value.strip().isdigit():
             fmt = int(value)
     return version, fmt
+
+
+class _Layout(NamedTuple):
+    """The folders of an archive, from one pass over its member names."""
+
+    components: list[str]  # every folder with its own `data`, in member order
+    members: dict[str, list[str]]  # folder -> the members directly inside it
+    children: dict[str, list[str]]  # folder -> its child components (see `child_components`)
 
 
 class ArchiveSource:
@@ -54,21 +62,31 @@ class ArchiveSource:
     ) -> None:
         self.limits = limits or DEFAULT_LIMITS
         self.involved: set[str] = set()  # folders whose handlers `involve_handlers` imported
+        self._layout_cache: _Layout | None = None
+        self._folder_tree: dict[str, dict] | None = None
+        self._json_bytes: dict[str, bytes] = {}  # JSON members a handler looked at, until parsed
         _progress.check(progress)
         self._stack = contextlib.ExitStack()
         try:
             fp, name = self._stack.enter_context(
                 open_source(path, storage_options=storage_options, progress=progress)
             )
+        except BaseException:  # the caller's path (a wrong type, a missing file): theirs to see
+            self._stack.close()
+            raise
+        try:
             fp = _progress.counting_reader(fp, progress, desc=f"zipsave load {name}", stack=self._stack)
             self.name: str = name
             self.reader = ArchiveReader(fp, archive=name, limits=self.limits)
             self.zipsave_version, self.format_version = self._read_version()
             if check_version:
                 self._check_format_version()
-        except BaseException:
+        except BaseException as err:
             self._stack.close()
-            raise
+            new = as_zipsave_error(err, name)
+            if new is None:
+                raise
+            raise new from err
 
     def close(self) -> None:
         self._stack.close()
@@ -76,8 +94,14 @@ class ArchiveSource:
     def __enter__(self) -> ArchiveSource:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        # The error boundary: from here on every byte read is the archive's, so whatever the
+        # reading raises leaves as a ZipsaveError naming it, with the original as its cause.
         self.close()
+        if exc is not None:
+            new = as_zipsave_error(exc, self.name)
+            if new is not None:
+                raise new from exc
 
     # -- members -------------------------------------------------------------------------------
     def has(self, member: str) -> bool:
@@ -90,11 +114,21 @@ class ArchiveSource:
         """A small text member, unverified (``system_info.txt``, the version file)."""
         return self.reader.read(member, limit=limit, verify=False).decode("utf-8", "replace")
 
+    def json_bytes(self, member: str) -> bytes:
+        """A JSON member's bytes as stored (at most the JSON limit, unchecked), kept until
+        :meth:`read_json` parses them: a handler's look at ``data`` and its decode share one read."""
+        raw = self._json_bytes.get(member)
+        if raw is None:
+            raw = self._json_bytes[member] = self.reader.read(member, limit=self.limits.max_json_bytes, verify=False)
+        return raw
+
     def read_json(self, member: str, *, verify: bool = True, on_edited: Any = None) -> Any:
         """Read and parse a JSON member. With ``verify`` it must match its manifest entry;
         a mismatch of a member a person may edit (``data``, ``init.json``) is passed to
         ``on_edited(error)`` instead of raised, when given."""
-        raw = self.reader.read(member, limit=self.limits.max_json_bytes, verify=False)
+        raw = self._json_bytes.pop(member, None)
+        if raw is None:
+            raw = self.reader.read(member, limit=self.limits.max_json_bytes, verify=False)
         edited = None
         if verify:
             try:
@@ -126,28 +160,52 @@ class ArchiveSource:
             raise
 
     # -- layout -------------------------------------------------------------------------------
+    # One pass over the member names per archive, however many folders a load asks about:
+    # a scan per folder made a load quadratic in the component folders (16 000 took 52 s).
+    def _layout(self) -> _Layout:
+        if self._layout_cache is None:
+            names = self.names()
+            suffix = "/" + _format.DATA
+            components = [n[: -len(suffix)] for n in names if n.endswith(suffix)]
+            members: dict[str, list[str]] = {}
+            for name in names:
+                members.setdefault(name.rpartition("/")[0], []).append(name)
+            children: dict[str, list[str]] = {}
+            for sub in components:
+                parent, _, last = sub.rpartition("/")
+                if last:
+                    children.setdefault(parent, []).append(sub)
+                if parent and not self.has(_format.join(parent, _format.DATA)):
+                    # a dict of components (`x/key`, where `x` has no data of its own)
+                    children.setdefault(parent.rpartition("/")[0], []).append(sub)
+            self._layout_cache = _Layout(components, members, children)
+        return self._layout_cache
+
     def components(self) -> list[str]:
         """Every component folder (a folder with its own ``data``)."""
-        suffix = "/" + _format.DATA
-        return [n[: -len(suffix)] for n in self.names() if n.endswith(suffix)]
+        return list(self._layout().components)
 
     def child_components(self, folder: str) -> list[str]:
         """Component folders directly below ``folder``: ``x``, or ``x/key`` where ``x`` has no
         ``data`` of its own (a dict of components)."""
-        prefix = f"{folder}/" if folder else ""
-        found = []
-        for sub in self.components():
-            if not sub.startswith(prefix) or not sub[len(prefix):]:
-                continue
-            parts = sub[len(prefix):].split("/")
-            if len(parts) == 1 or (len(parts) == 2 and not self.has(_format.join(prefix + parts[0], _format.DATA))):
-                found.append(sub)
-        return found
+        return list(self._layout().children.get(folder, ()))
+
+    def subfolders(self, folder: str) -> list[str]:
+        """The names of the folders directly inside ``folder`` that hold members."""
+        if self._folder_tree is None:
+            self._folder_tree = {}  # each name split once, not walked up folder by folder
+            for name in self.names():
+                tree = self._folder_tree
+                for part in name.split("/")[:-1]:
+                    tree = tree.setdefault(part, {})
+        node: dict[str, dict] | None = self._folder_tree
+        for part in folder.split("/") if folder else ():
+            node = node.get(part) if node is not None else None
+        return sorted(node or ())
 
     def members_in(self, folder: str) -> list[str]:
         """The members directly inside ``folder`` (not in its sub-folders)."""
-        prefix = f"{folder}/" if folder else ""
-        return [n for n in self.names() if n.startswith(prefix) and "/" not in n[len(prefix):]]
+        return list(self._layout().members.get(folder, ()))
 
     # -- format version ---------------------------------------------------------------------
     def _read_version(self) -> tuple[str | None, int | None]:

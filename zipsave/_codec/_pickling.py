@@ -48,6 +48,8 @@ def _canonical_reduce(obj: Any) -> Any:
     kind = type(obj)
     if (kind is set or kind is frozenset) and len(obj) > 1:
         return kind, (sorted(obj, key=_pickle_bytes),)
+    if kind.__module__ == "torch.storage" and kind.__name__ in ("TypedStorage", "UntypedStorage"):
+        return _storage_reduce(obj)
     if not _spaces.is_space(obj):
         return NotImplemented
     changes: dict[str, Any] = {}
@@ -63,6 +65,35 @@ def _canonical_reduce(obj: Any) -> Any:
         if isinstance(rv, tuple) and len(rv) >= 3 and isinstance(rv[2], dict) and changes.keys() <= rv[2].keys():
             return (*rv[:2], {**rv[2], **changes}, *rv[3:])
     return NotImplemented
+
+
+def _storage_reduce(storage: Any) -> Any:
+    """A torch storage as torch reduces it (``_load_from_bytes`` of a legacy ``torch.save``), but
+    with its key made ``"0"``: torch keys a legacy save by the storage's address, so the same
+    tensor pickled in two processes gave two different ``":serialized:"`` texts."""
+    import torch
+
+    rv = storage.__reduce__()
+    if not (isinstance(rv, tuple) and len(rv) == 2 and rv[0] is torch.storage._load_from_bytes):
+        return NotImplemented
+    return rv[0], (_canonical_legacy_save(rv[1][0], str(storage._cdata)),)
+
+
+def _canonical_legacy_save(raw: bytes, key: str) -> bytes:
+    """``raw``, a legacy ``torch.save`` of one storage (five protocol-2 pickles, then the bytes),
+    with every pickled string equal to ``key`` replaced by ``"0"``; the bytes are untouched."""
+    import pickletools
+    import struct
+
+    stream = io.BytesIO(raw)
+    out = bytearray()
+    start = 0
+    for _ in range(5):
+        for opcode, arg, pos in pickletools.genops(stream):
+            if opcode.code == "X" and arg == key and pos is not None:
+                out += raw[start:pos] + b"X" + struct.pack("<I", 1) + b"0"
+                start = pos + 5 + len(key.encode())
+    return bytes(out + raw[start:])
 
 
 def _unused_stacked_copy(space: Any) -> Any:

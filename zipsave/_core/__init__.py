@@ -11,7 +11,7 @@ from ._build import build, check_component, handler_for, load_app_state, member_
 from ._build import data_bytes
 from ._collect import collect
 from ._component import Component
-from ._options import OPTION_DOCS, LoadOptions
+from ._options import OPTION_DOCS, LoadOptions, check_custom_objects
 from ._parts import (
     ALWAYS_EXCLUDED_PREFIXES,
     Parts,
@@ -43,6 +43,7 @@ __all__ = [
     "check_path",
     "check_app_state",
     "check_component",
+    "check_custom_objects",
     "collect",
     "data_bytes",
     "member_names",

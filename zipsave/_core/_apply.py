@@ -75,7 +75,7 @@ def restore_parts(
                 if value is not live:
                     _set_attribute(obj, key, value)
     prefix = f"{folder}/" if folder else ""
-    members = [n for n in src.reader.names() if n.startswith(prefix) and "/" not in n[len(prefix) :]]
+    members = src.source.members_in(folder)
     names = [n[len(prefix) : -len(_format.PTH_SUFFIX)] for n in members if n.endswith(_format.PTH_SUFFIX)]
     variables_name = _format.PYTORCH_VARIABLES[: -len(_format.PTH_SUFFIX)]
     state_names = [n for n in names if n not in (variables_name, "tensors")]
@@ -164,7 +164,15 @@ def _fill_container(src: LoadSession, obj: Any, folder: str, key: str, saved: An
     live = getattr(obj, key, None)
     if type(live) is not type(saved) or not isinstance(live, (list, tuple, dict)):
         return False  # most data keys: no member list to scan
-    filled = _fill(src.reader.names(), live, saved, f"{folder}/{key}" if folder else key, top=True)
+    prefix = f"{folder}/{key}" if folder else key
+    # What is held below the container: `<key>/...` folders and members, and `<key>.<i>....pth`
+    # members beside it, found from the archive's folder index (no scan of every member name).
+    below = {n.rpartition("/")[2] for n in src.source.members_in(prefix)} | set(src.source.subfolders(prefix))
+    beside = [
+        n for n in src.source.members_in(prefix.rpartition("/")[0])
+        if n.startswith(prefix + ".") and n.endswith(_format.PTH_SUFFIX)
+    ]
+    filled = _fill(beside, live, saved, prefix, below=below)
     if filled is _NOT_FILLED:
         return False
     if filled is not live:
@@ -175,15 +183,15 @@ def _fill_container(src: LoadSession, obj: Any, folder: str, key: str, saved: An
 _NOT_FILLED = object()
 
 
-def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) -> Any:
+def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, below: set[str] | frozenset = frozenset()) -> Any:
+    """``names``: the ``<prefix>.<...>.pth`` members; ``below``: what ``<prefix>/`` holds.
+    Each level hands its items only their own members, so the work is linear in the names."""
     if type(live) is not type(saved) or not isinstance(live, (list, tuple, dict)):
         return _NOT_FILLED
-    held: set[str] = set()
+    groups: dict[str, list[str]] = {}
     for name in names:
-        if name.startswith(prefix + ".") and name.endswith(_format.PTH_SUFFIX) and "/" not in name[len(prefix) :]:
-            held.add(name[len(prefix) + 1 :].split(".")[0])
-        elif top and name.startswith(prefix + "/"):
-            held.add(name[len(prefix) + 1 :].split("/")[0])
+        groups.setdefault(name[len(prefix) + 1 :].split(".")[0], []).append(name)
+    held = set(groups) | below
     if not held:
         return _NOT_FILLED
     if isinstance(live, dict):
@@ -191,7 +199,7 @@ def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) ->
             if value is None and is_stateful(live.get(k)):
                 continue  # its place, left empty: the item was left out of the save (`exclude=`)
             if str(k) in held and k in live:
-                inner = _fill(names, live[k], value, f"{prefix}.{k}", top=False)
+                inner = _fill(groups.get(str(k), []), live[k], value, f"{prefix}.{k}")
                 if inner is not _NOT_FILLED:
                     live[k] = inner
             else:
@@ -204,7 +212,7 @@ def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, top: bool) ->
         if value is None and is_stateful(live[i]):
             merged.append(live[i])  # left out of the save (`exclude=`)
         elif str(i) in held:
-            inner = _fill(names, live[i], value, f"{prefix}.{i}", top=False)
+            inner = _fill(groups.get(str(i), []), live[i], value, f"{prefix}.{i}")
             merged.append(live[i] if inner is _NOT_FILLED else inner)
         else:
             merged.append(_adopt_live(live[i], value))
@@ -366,19 +374,27 @@ def load_state_into(src: LoadSession, member: str, target: Any, exact_match: boo
     )
 
 
-def check_app_state(src: LoadSession, app: dict, folder: str) -> None:
+def check_app_state(src: LoadSession, app: dict, folder: str, exclude: Any = None) -> None:
+    """A strict restore into a dict: the archive's stateful entries are the dict's, less what
+    ``exclude`` leaves out on purpose."""
     prefix = f"{folder}/" if folder else ""
     saved = {
         n[len(prefix) : -len(_format.PTH_SUFFIX)]
-        for n in src.reader.names()
-        if n.startswith(prefix) and "/" not in n[len(prefix) :] and n.endswith(_format.PTH_SUFFIX)
+        for n in src.source.members_in(folder)
+        if n.endswith(_format.PTH_SUFFIX)
     } - {_format.PYTORCH_VARIABLES[: -len(_format.PTH_SUFFIX)]}
     wanted = {k for k, v in app.items() if is_stateful(v)}
+    if exclude:
+        saved = {n for n in saved if not matches(n, exclude)}
+        wanted = {n for n in wanted if not matches(n, exclude)}
     if saved != wanted:
+        extra = sorted(saved - wanted)
         raise ParameterMismatchError(
             f"holds stateful entries {sorted(saved)}, but the app state has {sorted(wanted)}.",
             archive=src.name,
-            hint="Pass `strict=False` to restore the ones that match.",
+            hint=f"Pass `exclude={extra}` to leave out the entries the app state does not hold, or "
+            "`strict=False, exact_match=False` to restore the ones that match."
+            if extra else "Pass `strict=False, exact_match=False` to restore the ones that match.",
         )
 
 

@@ -215,8 +215,8 @@ def restore_target(src: LoadSession, obj: Any, folder: str, into: str | None) ->
 def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None, exclude: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = dict(src.decode_data(folder, custom_objects=custom_objects, exclude=exclude) or {})
     prefix = f"{folder}/" if folder else ""
-    for name in src.reader.names():
-        if not name.startswith(prefix) or "/" in name[len(prefix) :] or not name.endswith(_format.PTH_SUFFIX):
+    for name in src.source.members_in(folder):
+        if not name.endswith(_format.PTH_SUFFIX):
             continue
         key = name[len(prefix) : -len(_format.PTH_SUFFIX)]
         if name[len(prefix) :] == _format.PYTORCH_VARIABLES or (exclude and matches(key, exclude)):

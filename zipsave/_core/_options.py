@@ -4,14 +4,35 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._archive import Limits
 from .._trust import TrustPolicy
 from ._report import LoadReport
 
-__all__ = ["OPTION_DOCS", "LoadOptions"]
+__all__ = ["OPTION_DOCS", "LoadOptions", "check_custom_objects"]
+
+
+def check_custom_objects(custom_objects: Any) -> None:
+    """``custom_objects`` must be a dict of ``data`` keys to values: the one message every door
+    (``zipsave.load``, SB3's ``load`` under ``install()``) gives for anything else.
+
+    Raises
+    ------
+    TypeError
+        It is not a mapping; a list of key names is answered with the dict to write instead.
+    """
+    if custom_objects is None or isinstance(custom_objects, Mapping):
+        return
+    keys = ""
+    if isinstance(custom_objects, (list, tuple, set)) and all(isinstance(k, str) for k in custom_objects):
+        keys = ", ".join(f"{k!r}: ..." for k in custom_objects)
+    raise TypeError(
+        f"custom_objects must be a dict of `data` keys to the values used instead of the saved ones, "
+        f"found a {type(custom_objects).__name__}: {custom_objects!r}. Pass e.g. "
+        f"custom_objects={{{keys or repr('learning_rate') + ': 0.0'}}}."
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,8 +55,7 @@ class LoadOptions:
     skip_broken_tensors: bool = False
 
     def __post_init__(self) -> None:
-        if self.custom_objects is not None and not isinstance(self.custom_objects, dict):
-            raise TypeError(f"custom_objects must be a dict or None, found {type(self.custom_objects).__name__}.")
+        check_custom_objects(self.custom_objects)
         # Built (and checked) once, so a bad `trusted=` fails before the archive is opened.
         object.__setattr__(self, "_policy", TrustPolicy.make(allow_pickle=self.allow_pickle, trusted=self.trusted))
 

@@ -114,6 +114,9 @@ class Parts:
     # An integration's incremental snapshot of this component's arrays for background saves
     # (the protocol is in `_api/_shadow.py`); None copies them whole.
     snapshot: Any = None
+    # `(key, encoded entry) -> bool`: code stored by value that the integration's loads rebuild
+    # without running it (SB3's schedule closures), so saving it is not warned about.
+    rebuilt_on_load: Any = None
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:

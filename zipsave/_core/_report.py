@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import html
 from typing import Any
 
+from .._printable import visible, visible_html
 from ..exceptions import SkippedEntry
 
 __all__ = ["LoadReport"]
@@ -32,8 +32,8 @@ class LoadReport:
         if not self.skipped and not self.notes:
             return f"LoadReport({self.archive!r}): everything loaded"
         lines = [f"LoadReport({self.archive!r}): {len(self.skipped)} skipped"]
-        lines += [f"  - skipped {entry}" for entry in self.skipped]
-        lines += [f"  - note: {note}" for note in self.notes]
+        lines += [f"  - skipped {entry}" for entry in self.skipped]  # SkippedEntry is visible already
+        lines += [f"  - note: {visible(note)}" for note in self.notes]
         return "\n".join(lines)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython's text display
@@ -42,13 +42,13 @@ class LoadReport:
     def _repr_html_(self) -> str:
         cell = "<td style='text-align:left'>{}</td>"
         rows = "".join(
-            "<tr>" + "".join(cell.format(html.escape(v)) for v in (e.member, e.key or "", e.type_hint or "", e.cause))
+            "<tr>" + "".join(cell.format(visible_html(v)) for v in (e.member, e.key or "", e.type_hint or "", e.cause))
             + "</tr>"
             for e in self.skipped
         )
-        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
+        notes = "".join(f"<li>{visible_html(n)}</li>" for n in self.notes)
         status = f"{len(self.skipped)} skipped" if self.skipped else "everything loaded"
-        head = html.escape(f"{self.archive}: {status}")
+        head = visible_html(f"{self.archive}: {status}")
         header = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("member", "key", "type", "cause"))
         table = f"<table><tr>{header}</tr>{rows}</table>" if rows else ""
         return f"<div><b>{head}</b>{table}{f'<ul>{notes}</ul>' if notes else ''}</div>"

@@ -3,9 +3,11 @@ archive at its destination."""
 
 from __future__ import annotations
 
+import base64
 import collections
 import dataclasses
 import functools
+import warnings
 from typing import Any, Iterable
 
 import numpy as np
@@ -13,11 +15,12 @@ import torch
 
 from .. import _format
 from .._archive import ArchiveWriter, counting_writer, describe, open_output
-from .._codec import NATIVE_KEY, TYPE_KEY, Encoder
+from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Encoder
 from .._json import dump_json
 from .._tensors import save_pth
+from .._trust import pickle_globals
 from .._version import __version__
-from ..exceptions import EncodeError, StorageError, ZipsaveError
+from ..exceptions import EncodeError, StorageError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from .. import _system_info
 from ._collect import collect, holds_state
 from ._parts import Parts, is_live_handle, is_stateful, nested
@@ -49,6 +52,7 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
 
     encoder = Encoder(add_array=add_array, **parts.encoder_options)
     data = {key: encoder.encode_entry(key, value) for key, value in parts.data.items()}
+    _warn_code_by_value(data, parts.rebuilt_on_load)
     init = None
     if parts.init is not None:
         component_of = {id(comp): name for name, comp in parts.components}
@@ -102,6 +106,50 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
         components.append(encode(collect(comp, nested(exclude, name), nested(include, name)), sub, exclude=None, include=None))
     return Encoded(folder, _dump_entries(data, folder), init, state, parts.variables, arrays, components,
                    parts.snapshot)
+
+
+def _warn_code_by_value(data: dict[str, Any], rebuilt_on_load: Any) -> None:
+    """Say at save time what a safe load will skip: values cloudpickle stored as code (a lambda,
+    a function or class defined inside a function or in ``__main__``), with the fix; one warning
+    per save. Read off the pickles' globals; nothing is unpickled."""
+    keys = [key for key, entry in data.items() if any(_stored_as_code(found) for found in _pickled(entry))
+            and not (rebuilt_on_load is not None and rebuilt_on_load(key, entry))]
+    if keys:
+        listed = ", ".join(f"`{key}`" for key in keys)
+        warnings.warn(
+            ZipsaveWarning(
+                f"{listed} {'holds' if len(keys) == 1 else 'hold'} code that cloudpickle stores by value (a lambda, "
+                "or a function or class defined inside a function or in `__main__`): a safe load (the default) runs "
+                f"no code from an archive, so it will skip {'it' if len(keys) == 1 else 'them'}. Define it at module "
+                "level in an importable module (it is then saved by its import path), or pass it again when loading: "
+                "`custom_objects={" + ", ".join(f"{key!r}: ..." for key in keys) + "}`."
+            ),
+            stacklevel=caller_stacklevel(),
+        )
+
+
+def _pickled(entry: Any, depth: int = 0) -> Iterable[str]:
+    """The pickles an encoded entry holds: its own (when it has no native form), or those of the
+    items inside a native container (a tuple holding one lambda)."""
+    if depth > 20:
+        return
+    if isinstance(entry, dict):
+        if isinstance(entry.get(SERIALIZED_KEY), str) and NATIVE_KEY not in entry:
+            yield entry[SERIALIZED_KEY]
+            return
+        for value in entry.values():
+            yield from _pickled(value, depth + 1)
+    elif isinstance(entry, list):
+        for value in entry:
+            yield from _pickled(value, depth + 1)
+
+
+def _stored_as_code(serialized: str) -> bool:
+    """Whether a pickle holds code cloudpickle stored by value (it then names cloudpickle)."""
+    try:
+        return any(name.startswith("cloudpickle.") for name in pickle_globals(base64.b64decode(serialized)))
+    except Exception:  # noqa: BLE001 - not a readable pickle: the load says what it is
+        return False
 
 
 #: What ``torch.load(weights_only=True)`` reads back, by exact type (a subclass of a container,

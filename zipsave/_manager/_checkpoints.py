@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import _api as api
+from .._printable import visible
 from ..exceptions import CheckpointDirectoryError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._directory import open_directory
 from ._index import INDEX_NAME, Checkpoint, best_metric_problem, checkpoint_name, encode_index, plain_metrics, to_keep
@@ -383,7 +384,7 @@ class CheckpointManager(CheckpointReading):
             self.wait()
         except Exception as err:  # noqa: BLE001 - the newer manager must not fail for the older one's save
             _log.warning("zipsave: a pending save of the replaced CheckpointManager of `%s` failed: %s",
-                         self.directory, err)
+                         visible(self.directory), visible(err))
         self._superseded = True
         if self._lock is not None:
             lock, self._lock = self._lock, None
@@ -399,7 +400,7 @@ class CheckpointManager(CheckpointReading):
         try:
             self.close()
         except Exception:  # noqa: BLE001 - the exception already propagating matters more
-            _log.exception("zipsave: closing the CheckpointManager of `%s` failed", self.directory)
+            _log.exception("zipsave: closing the CheckpointManager of `%s` failed", visible(self.directory))
 
     # -- resuming ------------------------------------------------------------------------------
     def _resume(self, attempt: Any) -> tuple[Checkpoint | None, Any]:

@@ -8,6 +8,7 @@ import os
 import warnings
 from typing import Any
 
+from .._printable import visible
 from .._tools import verify
 from ..exceptions import CheckpointDirectoryError, ZipsaveWarning, caller_stacklevel
 from ._index import INDEX_NAME, Checkpoint, decode_index, encode_index, is_checkpoint_name, is_temporary
@@ -188,7 +189,7 @@ def open_directory(store: Store, *, break_lock: bool = False) -> tuple[Directory
             _log.log(
                 logging.WARNING if unlisted else logging.INFO,
                 "zipsave: removed %d leftover file(s) of an interrupted run from `%s`: %s%s",
-                len(leftovers), store.location, ", ".join(leftovers),
+                len(leftovers), visible(store.location), visible(", ".join(leftovers)),
                 " (archives the index does not list are never resumed from; to resume from an archive "
                 "of your own, use zipsave.restore or zipsave.load on it)" if unlisted else "",
             )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import html as _html
 import time
 from typing import Any
 
+from .._printable import visible, visible_html
 from ._index import Checkpoint, format_metric, format_size
 
 __all__ = ["html", "table", "text"]
@@ -34,7 +34,8 @@ def text(manager: Any) -> str:
 
 
 def table(checkpoints: list[Checkpoint]) -> list[list[str]]:
-    """Rows of step, time (UTC), size and metrics, with a header row."""
+    """Rows of step, time (UTC), size and metrics, with a header row; every cell visible
+    (metric names and string values come from the index, a file anyone may write)."""
     metric_names: list[str] = []
     for c in checkpoints:
         metric_names += [k for k in c.metrics if k not in metric_names]
@@ -43,7 +44,7 @@ def table(checkpoints: list[Checkpoint]) -> list[list[str]]:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(c.time))
         values = [format_metric(c.metrics[k]) if k in c.metrics else "" for k in metric_names]
         rows.append([str(c.step), when, format_size(c.size), *values])
-    return rows
+    return [[visible(cell) for cell in row] for row in rows]
 
 
 def html(manager: Any) -> str:
@@ -54,17 +55,17 @@ def html(manager: Any) -> str:
         best = found.step if found else None
     rows = table(checkpoints)
     marks = manager.keep_best is not None
-    head = "".join(f"<th>{_html.escape(h)}</th>" for h in rows[0]) + ("<th></th>" if marks else "")
+    head = "".join(f"<th>{visible_html(h)}</th>" for h in rows[0]) + ("<th></th>" if marks else "")
     body = "".join(
         "<tr>"
-        + "".join(f"<td>{_html.escape(v)}</td>" for v in row)
+        + "".join(f"<td>{visible_html(v)}</td>" for v in row)
         + (f"<td>{'best' if best == c.step else ''}</td>" if marks else "")
         + "</tr>"
         for c, row in zip(checkpoints, rows[1:])
     )
-    policy = _html.escape(_policy(manager))
+    policy = visible_html(_policy(manager))
     return (
-        f"<div><b>CheckpointManager</b> <code>{_html.escape(manager.directory)}</code>"
+        f"<div><b>CheckpointManager</b> <code>{visible_html(manager.directory)}</code>"
         f"{' (' + policy + ')' if policy else ''}<br>"
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
     )

@@ -36,6 +36,7 @@ INDEX_NAME = "zipsave-checkpoints.json"
 FORMAT = "zipsave-checkpoints"
 VERSION = 1
 _NAME = re.compile(r"^step-\d{10,}\.zip$")
+_LATEST = 253402300800.0  # 10000-01-01 UTC: past it, time.gmtime fails or strftime cannot show the year
 _DAMAGED_INDEX = (
     "zipsave replaces the index atomically, so it was edited or damaged on disk. Each "
     "`step-<step>.zip` is a whole archive that `zipsave.load` reads; to go on in this directory, "
@@ -153,8 +154,9 @@ def decode_index(raw: bytes, *, location: str, target: Any) -> list[Checkpoint]:
     where = f"checkpoint directory `{location}`: index `{INDEX_NAME}`"
     try:
         doc = json.loads(raw)
-    except ValueError as err:
-        raise CheckpointDirectoryError(f"{where} is not JSON ({err}).", hint=_DAMAGED_INDEX) from err
+    except (ValueError, RecursionError) as err:  # RecursionError: arrays nested 100 000 deep
+        what = "nested too deeply to read" if isinstance(err, RecursionError) else f"not JSON ({err})"
+        raise CheckpointDirectoryError(f"{where} is {what}.", hint=_DAMAGED_INDEX) from err
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CheckpointDirectoryError(f"{where} is not a zipsave checkpoint index (no `\"format\": \"{FORMAT}\"`).")
     if doc.get("version") != VERSION:
@@ -166,14 +168,47 @@ def decode_index(raw: bytes, *, location: str, target: Any) -> list[Checkpoint]:
     for i, entry in enumerate(doc.get("checkpoints") or []):
         try:
             step = entry["step"]
-            if type(step) is not int or step < 0 or entry["file"] != checkpoint_name(step):
-                raise ValueError(f"step {step!r} and file {entry['file']!r} do not match")
-            out.append(Checkpoint(step, float(entry["time"]), dict(entry["metrics"]), int(entry["size"]), target(entry["file"])))
-        except (KeyError, TypeError, ValueError) as err:
+            if type(step) is not int or not 0 <= step < 1 << 63 or entry["file"] != checkpoint_name(step):
+                raise ValueError(f"step {_short(step)} and file {_short(entry['file'])} do not match")
+            out.append(Checkpoint(step, _time(entry["time"]), _metrics(entry["metrics"]), _count(entry["size"]),
+                                  target(entry["file"])))
+        except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise CheckpointDirectoryError(
                 f"{where}: entry {i} is malformed ({type(err).__name__}: {err}).", hint=_DAMAGED_INDEX
             ) from err
     return sorted(out, key=lambda c: c.step)
+
+
+def _time(value: Any) -> float:
+    """A save time, checked to be one ``time.gmtime`` can show (1e308 and NaN cannot)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"time {value!r} is not a number")
+    seconds = float(value)
+    if not math.isfinite(seconds) or not 0 <= seconds < _LATEST:
+        raise ValueError(f"time {value!r} is not a time between 1970 and 9999")
+    return seconds
+
+
+def _count(value: Any) -> int:
+    if type(value) is not int or not 0 <= value < 1 << 63:  # a file's size: what os.stat can say
+        raise ValueError(f"size {_short(value)} is not a byte count")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+
+
+def _metrics(value: Any) -> dict[str, Any]:
+    """The metrics of one entry: names to numbers, strings, booleans or null (what
+    :func:`plain_metrics` writes), so nothing deeper is ever shown."""
+    if not isinstance(value, dict):
+        raise TypeError(f"metrics {type(value).__name__} is not an object")
+    for key, item in value.items():
+        if item is not None and not isinstance(item, (str, int, float)):  # bool is an int
+            raise TypeError(f"metric {key!r} is a {type(item).__name__}, not a number, string or bool")
+    return dict(value)
 
 
 def best_of(checkpoints: Iterable[Checkpoint], metric: str, mode: str, count: int = 1) -> list[Checkpoint]:

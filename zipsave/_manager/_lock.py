@@ -18,6 +18,7 @@ import time
 import uuid
 from typing import Any
 
+from .._printable import visible
 from ..exceptions import CheckpointLockedError
 from ._store import LocalStore, Store
 
@@ -67,14 +68,17 @@ def _describe(holder: dict[str, Any] | None) -> str:
     if not holder:
         return "another process"
     since = holder.get("since")
-    when = time.strftime(" since %Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if isinstance(since, (int, float)) else ""
-    return f"process {holder.get('pid')} on host `{holder.get('host')}`{when}"
+    try:  # the holder file is anyone's to write: a time of 1e308 or NaN is shown as no time
+        when = time.strftime(" since %Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if isinstance(since, (int, float)) else ""
+    except (OverflowError, ValueError, OSError):
+        when = ""
+    return visible(f"process {holder.get('pid')} on host `{holder.get('host')}`{when}")
 
 
 def _parse(raw: bytes | None) -> dict[str, Any] | None:
     try:
         value = json.loads(raw or b"")
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 

@@ -5,6 +5,7 @@ on helper threads; anything unusual falls back to ``torch.load(weights_only=True
 from __future__ import annotations
 
 import collections
+import io
 from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
@@ -14,8 +15,8 @@ from torch.autograd.graph import increment_version
 
 from .. import _format
 from .._archive import DEFAULT_LIMITS, OrderedCrc, crc32
-from .._trust import check_torch_zip
-from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, ZipsaveError
+from .._trust import check_legacy_torch, check_torch_zip
+from ..exceptions import ArchiveFormatError, ArchiveLimitError, IntegrityError, ParameterMismatchError, ZipsaveError
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_mmap import mmap_tree
 from ._arena import host_arena
@@ -348,10 +349,17 @@ def _torch_load(view: Any, device: torch.device, verify_crc: int | None, limits:
         _check_crc(crc, verify_crc, filled=False)
     view.seek(0)
     limits = limits or DEFAULT_LIMITS
-    check_torch_zip(
-        view, size=view.size, max_bytes=min(limits.max_member_bytes, limits.max_total_bytes),
-        max_ratio=limits.max_compression_ratio,
-    )
+    max_bytes = min(limits.max_member_bytes, limits.max_total_bytes)
+    if view.read(2) != b"PK":  # torch < 1.6 wrote its legacy stream (the RL Zoo's oldest agents)
+        if view.size > max_bytes:
+            raise ArchiveLimitError(f"a legacy torch.save stream of {view.size} bytes; the limit is {max_bytes}.")
+        payload = bytearray(view.size)
+        if view.read_at(0, payload) != view.size:
+            raise ArchiveFormatError("ends early (truncated).")
+        check_legacy_torch(payload)  # every storage's element count fits in the bytes that follow
+        return torch.load(io.BytesIO(bytes(payload)), map_location=device, weights_only=True)
+    view.seek(0)
+    check_torch_zip(view, size=view.size, max_bytes=max_bytes, max_ratio=limits.max_compression_ratio)
     view.seek(0)
     return torch.load(view, map_location=device, weights_only=True)
 

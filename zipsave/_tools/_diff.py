@@ -12,12 +12,9 @@ Tensors are read with zipsave's own loader (``torch.load`` only with ``weights_o
 from __future__ import annotations
 
 import base64
-import dataclasses
 import math
 import pickletools
-import random
 import re
-import types
 from typing import Any
 
 import numpy as np
@@ -29,91 +26,14 @@ from .._archive import ArchiveSource, involve_handlers
 from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Decoder
 from .._tensors import load_member, read_array_member
 from .._trust import TrustPolicy
-from ..exceptions import ArchiveFormatError, nesting_as_error
+from ..exceptions import ArchiveFormatError, nesting_as_error, reading
+from ._diff_records import ArchiveDiff, Change
 from ._inspect import data_folders, stored_type
+from ._values import rng_change, same_value
 
 __all__ = ["ArchiveDiff", "Change", "diff"]
 
 _CHUNK = 1 << 22  # elements compared at once, to bound the float64 temporaries
-
-
-@dataclasses.dataclass(frozen=True)
-class Change:
-    """One changed entry: a ``data`` key, a tensor or a plain state-dict value.
-
-    ``old``/``new`` describe the value on each side (text); ``max_abs_diff`` is set for
-    tensors of the same shape.
-    """
-
-    name: str
-    old: str
-    new: str
-    max_abs_diff: float | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class ArchiveDiff:
-    """What differs between archive ``a`` and archive ``b``."""
-
-    a: str
-    b: str
-    data_changed: tuple[Change, ...]
-    data_added: tuple[str, ...]
-    data_removed: tuple[str, ...]
-    tensors_changed: tuple[Change, ...]
-    tensors_added: tuple[str, ...]
-    tensors_removed: tuple[str, ...]
-    tensors_same: int
-    data_stored_differently: tuple[str, ...] = ()
-    #: What was noticed on the way: a ``data`` member edited after saving (compared as it is now).
-    notes: tuple[str, ...] = ()
-
-    @property
-    def identical(self) -> bool:
-        return not (
-            self.data_changed or self.data_added or self.data_removed
-            or self.tensors_changed or self.tensors_added or self.tensors_removed
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        for change in out["data_changed"] + out["tensors_changed"]:
-            value = change["max_abs_diff"]
-            if value is not None and not math.isfinite(value):
-                change["max_abs_diff"] = str(value)  # JSON has no NaN/Infinity
-        out["identical"] = self.identical
-        return out
-
-    def __str__(self) -> str:
-        lines = [f"--- {self.a}", f"+++ {self.b}"]
-        for change in self.data_changed:
-            lines.append(f"~ data    {change.name}: {change.old} -> {change.new}")
-        lines += [f"+ data    {name}" for name in self.data_added]
-        lines += [f"- data    {name}" for name in self.data_removed]
-        lines += [f"= data    {name}: same value, stored differently" for name in self.data_stored_differently]
-        for change in self.tensors_changed:
-            if change.max_abs_diff is not None:
-                detail = f"max |a-b| = {change.max_abs_diff:.6g}"
-                if change.old != change.new:
-                    detail = f"{change.old} -> {change.new}, {detail}"
-            else:
-                detail = f"{change.old} -> {change.new}"
-            lines.append(f"~ tensor  {change.name}: {detail}")
-        lines += [f"+ tensor  {name}" for name in self.tensors_added]
-        lines += [f"- tensor  {name}" for name in self.tensors_removed]
-        if self.identical and self.data_stored_differently:
-            lines.append(
-                f"same values: {len(self.data_stored_differently)} data keys stored differently, "
-                f"{self.tensors_same} equal tensors"
-            )
-        elif self.identical:
-            lines.append(f"identical: same data and {self.tensors_same} equal tensors")
-        else:
-            data = len(self.data_changed) + len(self.data_added) + len(self.data_removed)
-            tensors = len(self.tensors_changed) + len(self.tensors_added) + len(self.tensors_removed)
-            lines.append(f"{data} data keys and {tensors} tensor entries differ; {self.tensors_same} tensors equal")
-        lines += [f"  note: {note}" for note in self.notes]
-        return "\n".join(lines)
 
 
 @nesting_as_error
@@ -137,25 +57,24 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
     """
     with ArchiveSource(a, limits=limits) as left, ArchiveSource(b, limits=limits) as right:
         notes: list[str] = []
-        old_data, new_data = _data(left, notes), _data(right, notes)
+        # The error boundary names the archive a failure came from (each side read alone), or
+        # both where a comparison of their values failed; ArchiveSource's would name only `b`.
+        both = f"{left.name}` and `{right.name}"
+        with reading(left.name):
+            old_data = _data(left, notes)
+        with reading(right.name):
+            new_data = _data(right, notes)
         changed: list[Change] = []
         stored_differently: list[str] = []
         for key in old_data:
-            if key not in new_data or _comparable(left, old_data[key]) == _comparable(right, new_data[key]):
+            if key not in new_data:
                 continue
-            decoded = _decoded_pair(left, right, key, old_data[key], new_data[key]) if decode else None
-            if decoded is not None and same_value(*decoded):
+            with reading(both, key=key):
+                found = _data_change(left, right, key, old_data[key], new_data[key], decode)
+            if found == "stored differently":
                 stored_differently.append(key)
-            elif decoded is None and decode and _same_pickles(old_data[key], new_data[key]):
-                stored_differently.append(key)
-            else:
-                old_text, new_text = _describe(old_data[key]), _describe(new_data[key])
-                if decoded is not None:  # a tag (`<float>` for NaN, `<fractions.Fraction>`) names only the type
-                    if _is_tagged(old_data[key]):
-                        old_text = _describe_decoded(decoded[0], old_text)
-                    if _is_tagged(new_data[key]):
-                        new_text = _describe_decoded(decoded[1], new_text)
-                changed.append(Change(key, old_text, new_text))
+            elif found is not None:
+                changed.append(found)
         data_added = tuple(k for k in new_data if k not in old_data)
         data_removed = tuple(k for k in old_data if k not in new_data)
 
@@ -167,14 +86,17 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
         same = 0
         for member in members:
             stem = member[: -len(_format.PTH_SUFFIX)]
-            old = _leaves(left, member)
-            new = _leaves(right, member)
+            with reading(left.name, member=member):
+                old = _leaves(left, member)
+            with reading(right.name, member=member):
+                new = _leaves(right, member)
             for key, value in old.items():
                 name = f"{stem}/{key}"
                 if key not in new:
                     removed.append(name)
                     continue
-                change = _compare(name, value, new[key])
+                with reading(both, member=member, key=key):
+                    change = _compare(name, value, new[key])
                 if change is None:
                     same += isinstance(value, torch.Tensor)
                 else:
@@ -184,6 +106,26 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
         left.name, right.name, tuple(changed), data_added, data_removed,
         tuple(tensor_changes), tuple(added), tuple(removed), same, tuple(stored_differently), tuple(notes),
     )
+
+
+def _data_change(left: ArchiveSource, right: ArchiveSource, key: str, old: Any, new: Any, decode: bool) -> Any:
+    """How ``data`` key ``key`` differs: ``None`` (stored alike), ``"stored differently"`` (same
+    value) or a :class:`Change`."""
+    if _comparable(left, old) == _comparable(right, new):
+        return None
+    decoded = _decoded_pair(left, right, key, old, new) if decode else None
+    if decoded is not None and same_value(*decoded):
+        rng = rng_change(*decoded)  # equal spaces whose generators differ: not the same value
+        return "stored differently" if rng is None else Change(key, *rng)
+    if decoded is None and decode and _same_pickles(old, new):
+        return "stored differently"
+    old_text, new_text = _describe(old), _describe(new)
+    if decoded is not None:  # a tag (`<float>` for NaN, `<fractions.Fraction>`) names only the type
+        if _is_tagged(old):
+            old_text = _describe_decoded(decoded[0], old_text)
+        if _is_tagged(new):
+            new_text = _describe_decoded(decoded[1], new_text)
+    return Change(key, old_text, new_text)
 
 
 def _decoded(src: ArchiveSource, key: str, value: Any) -> Any:
@@ -259,48 +201,6 @@ def _describe_decoded(value: Any, fallback: str) -> str:
     except Exception:  # noqa: BLE001 - a repr may raise anything
         return fallback
     return fallback if len(text) > 60 or " object at 0x" in text or "..." in text else text
-
-
-def _rng_state(value: Any) -> Any:
-    """The state of a random generator (they compare by identity, or not at all), else ``None``."""
-    if isinstance(value, torch.Generator):
-        return value.get_state()
-    if isinstance(value, random.Random):
-        return value.getstate()
-    if isinstance(value, np.random.Generator):
-        return value.bit_generator.state
-    if isinstance(value, np.random.RandomState):
-        return value.get_state(legacy=False)
-    return None
-
-
-def same_value(a: Any, b: Any, depth: int = 0) -> bool:
-    """Equal in type and value, all the way down (classes and functions by identity)."""
-    if depth > 50 or type(a) is not type(b):
-        return False
-    if isinstance(a, (type, types.FunctionType, types.BuiltinFunctionType)) or a is None:
-        return a is b
-    if isinstance(a, torch.Tensor):
-        return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
-    if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same_value(a[k], b[k], depth + 1) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same_value(x, y, depth + 1) for x, y in zip(a, b))
-    state = _rng_state(a)
-    if state is not None:
-        return same_value(state, _rng_state(b), depth + 1)
-    try:
-        equal = a == b
-        if isinstance(equal, np.bool_):  # e.g. gymnasium 0.29's spaces compare numpy integers
-            equal = bool(equal)
-        if isinstance(equal, bool) and (equal or type(a).__eq__ is not object.__eq__):
-            return equal
-    except Exception:  # noqa: BLE001 - a type whose == fails is compared by its state
-        pass
-    state_a, state_b = getattr(a, "__dict__", None), getattr(b, "__dict__", None)
-    return isinstance(state_a, dict) and isinstance(state_b, dict) and same_value(state_a, state_b, depth + 1)
 
 
 def _data(src: ArchiveSource, notes: list[str]) -> dict[str, Any]:

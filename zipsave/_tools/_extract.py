@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import _format
 from .._archive import ArchiveSource
-from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
+from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel, reading
 
 __all__ = ["extract"]
 
@@ -42,6 +42,7 @@ def extract(path: Any, folder: str | os.PathLike, *, overwrite: bool = False, li
         reader = src.reader
         root = os.path.realpath(os.fspath(folder))
         plan: list[tuple[str, str, bool]] = []
+        name_max = _name_max(root)
         for name in reader.names():
             info = reader.info(name)
             kind = stat.S_IFMT(info.external_attr >> 16)
@@ -56,6 +57,12 @@ def extract(path: Any, folder: str | os.PathLike, *, overwrite: bool = False, li
                     archive=src.name,
                     member=name,
                 )
+            long = next((part for part in parts if len(os.fsencode(part)) > name_max), None)
+            if long is not None:
+                raise ArchiveFormatError(
+                    f"has a part of {len(os.fsencode(long))} bytes, past this file system's {name_max}; "
+                    "refusing to extract it.", archive=src.name, member=name,
+                )
             target = os.path.join(root, *parts)
             if not is_dir and os.path.islink(target):
                 raise ZipsaveError(
@@ -69,14 +76,43 @@ def extract(path: Any, folder: str | os.PathLike, *, overwrite: bool = False, li
                     f"`{target}` exists already.", archive=src.name, member=name, hint="Pass --overwrite to replace it."
                 )
             plan.append((name, target, is_dir))
+        _check_tree(plan, src.name)
 
         written = []
         for name, target, is_dir in plan:
-            _make_dirs(root, target if is_dir else os.path.dirname(target), src.name, name)
-            if not is_dir:
-                _copy_member(src, name, target, overwrite)
-                written.append(target)
+            # What the file system says now (a disk full, a name it refuses) is about this member.
+            with reading(src.name, member=name, doing="extracted"):
+                _make_dirs(root, target if is_dir else os.path.dirname(target), src.name, name)
+                if not is_dir:
+                    _copy_member(src, name, target, overwrite)
+                    written.append(target)
         return written
+
+
+def _name_max(root: str) -> int:
+    """The longest file name (bytes) the destination's file system takes."""
+    probe = root
+    while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    try:
+        return int(os.pathconf(probe, "PC_NAME_MAX"))
+    except (AttributeError, OSError, ValueError):
+        return 255
+
+
+def _check_tree(plan: list[tuple[str, str, bool]], archive: str) -> None:
+    """Refuse, before a byte is written, a member that is a file where another member needs a
+    folder (``a`` and ``a/b``): the second could only fail halfway."""
+    files = {target: name for name, target, is_dir in plan if not is_dir}
+    for name, target, _ in plan:
+        folder = os.path.dirname(target)
+        while folder not in files and len(folder) > 1 and os.path.dirname(folder) != folder:
+            folder = os.path.dirname(folder)
+        if folder in files:
+            raise ArchiveFormatError(
+                f"lies below `{files[folder]}`, which the archive also holds as a file; refusing to extract it.",
+                archive=archive, member=name,
+            )
 
 
 def _make_dirs(root: str, directory: str, archive: str, member: str) -> None:

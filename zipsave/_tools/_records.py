@@ -4,11 +4,11 @@ and components, with text and notebook (HTML) forms."""
 from __future__ import annotations
 
 import dataclasses
-import html
 from collections.abc import Sequence
 from typing import Any
 
 from .. import _format
+from .._printable import visible, visible_html
 
 __all__ = [
     "ArchiveInfo", "ArchiveMember", "ComponentInfo", "DataEntry", "TensorInfo", "format_shape", "shorten",
@@ -215,48 +215,48 @@ class ArchiveInfo:
         if self.system_info:
             lines.append("")
             lines.append("saved with")
-            lines += [f"  {key}: {value}" for key, value in self.system_info.items()]
+            lines += [f"  {visible(key)}: {visible(value)}" for key, value in self.system_info.items()]
         lines += ["", "members"]
         width = max((len(_size(m.size)) for m in self.members), default=1)
-        lines += [f"  {_size(m.size):>{width}}  {m.compression:<8}  {m.name}" for m in self.members]
+        lines += [f"  {_size(m.size):>{width}}  {m.compression:<8}  {visible(m.name)}" for m in self.members]
         if len(self.components) > 1 or (self.components and self.components[0].cls):
             lines += ["", "components"]
             for comp in self.components:
                 depth = comp.name.count("/") + 1 if comp.name else 0
-                label = comp.name or "(top level)"
-                lines.append(f"  {'  ' * depth}{label}" + (f"  [{comp.cls}]" if comp.cls else ""))
+                label = visible(comp.name) or "(top level)"
+                lines.append(f"  {'  ' * depth}{label}" + (f"  [{visible(comp.cls)}]" if comp.cls else ""))
         if self.data:
             pickled = len(self.pickled)
             lines += ["", f"data ({len(self.data)} keys, {pickled} need{'s' if pickled == 1 else ''} pickle)"]
-            rows = [(e.name, shorten(e.type, 40), e.form, _entry_detail(e)) for e in self.data]
+            rows = [(visible(e.name), visible(shorten(e.type, 40)), e.form, visible(_entry_detail(e))) for e in self.data]
             lines += _columns(rows)
         if self.tensors:
             total = sum(t.nbytes for t in self.tensors)
             lines += ["", f"tensors ({len(self.tensors)}, {_size(total)})"]
-            rows = [(t.name, t.dtype, format_shape(t.shape), _size(t.nbytes)) for t in self.tensors]
+            rows = [(visible(t.name), visible(t.dtype), format_shape(t.shape), _size(t.nbytes)) for t in self.tensors]
             lines += _columns(rows)
         if self.verified is not None:
             lines += ["", "verified: every member and tensor record matches its checksum" if self.verified
                       else "verification FAILED: see the notes"]
         if self.notes:
             lines += ["", "notes"]
-            lines += [f"  - {note}" for note in self.notes]
+            lines += [f"  - {visible(note)}" for note in self.notes]
         return "\n".join(lines)
 
     __repr__ = __str__
 
     def _headline(self) -> str:
         if self.layout == "zipsave":
-            kind = f"zipsave archive (format {self.format_version}, zipsave {self.zipsave_version})"
+            kind = f"zipsave archive (format {self.format_version}, zipsave {visible(self.zipsave_version)})"
         elif self.layout == "sb3":
-            kind = f"Stable-Baselines3 archive (SB3 {self.sb3_version})"
+            kind = f"Stable-Baselines3 archive (SB3 {visible(self.sb3_version)})"
         else:
             kind = "zip archive (no version member)"
-        return f"{self.archive}: {kind}, {len(self.members)} members, {_size(self.total_size)}"
+        return f"{visible(self.archive)}: {kind}, {len(self.members)} members, {_size(self.total_size)}"
 
     # -- HTML ------------------------------------------------------------------------------
     def _repr_html_(self) -> str:
-        esc = html.escape
+        esc = visible_html
         parts = [f"<div class='zipsave-archive-info'><p><b>{esc(self._headline())}</b>"]
         if self.manifest_digest:
             parts.append(f"<br><small>manifest sha256 <code>{esc(self.manifest_digest)}</code></small>")
@@ -315,7 +315,7 @@ def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _html_table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    esc = html.escape
+    esc = visible_html
     cells = "".join(
         "<tr>" + "".join(f"<td style='text-align:left'>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows
     )

@@ -11,7 +11,8 @@ from .._archive import ArchiveReader, open_input
 from .._format import DCP_INDEX as INDEX
 from .._format import DCP_METADATA as METADATA
 from .._json import loads as json_loads
-from ..exceptions import ZipsaveError
+from .._printable import visible
+from ..exceptions import ZipsaveError, reading
 from ._verify import verify as verify_archive
 
 __all__ = ["describe_sharded", "is_checkpoint_dir", "render_sharded", "verify_sharded"]
@@ -48,6 +49,11 @@ def verify_sharded(path: str | os.PathLike) -> list[str]:
         manifest hash the index recorded; every member the index names must exist.
     """
     path = os.fspath(path)
+    with reading(os.path.join(path, INDEX)):  # the index's values are untrusted input
+        return _verify_sharded(path)
+
+
+def _verify_sharded(path: str) -> list[str]:
     problems = [f"{INDEX}: {p}" for p in verify_archive(os.path.join(path, INDEX))]
     if problems:
         return problems
@@ -80,6 +86,11 @@ def verify_sharded(path: str | os.PathLike) -> list[str]:
 def describe_sharded(path: str | os.PathLike) -> dict[str, Any]:
     """A summary of a sharded checkpoint for ``zipsave inspect``: ranks, files and keys."""
     path = os.fspath(path)
+    with reading(os.path.join(path, INDEX)):
+        return _describe_sharded(path)
+
+
+def _describe_sharded(path: str) -> dict[str, Any]:
     doc = _index(path)
     keys = {}
     for fqn, entry in (doc.get("state_dict_metadata") or {}).items():
@@ -98,13 +109,14 @@ def describe_sharded(path: str | os.PathLike) -> dict[str, Any]:
 
 def render_sharded(info: dict[str, Any]) -> str:
     """``describe_sharded``'s summary as text."""
-    lines = [f"{info['checkpoint']}: zipsave DCP checkpoint, {len(info['ranks'])} rank archive(s)"]
+    v = visible
+    lines = [f"{v(info['checkpoint'])}: zipsave DCP checkpoint, {len(info['ranks'])} rank archive(s)"]
     for r in info["ranks"]:
-        lines.append(f"  rank {r['rank']}: {r['file']} ({r['size']} bytes)")
+        lines.append(f"  rank {v(r['rank'])}: {v(r['file'])} ({v(r['size'])} bytes)")
     lines.append(f"  {len(info['keys'])} keys:")
     for fqn, k in info["keys"].items():
         if "dtype" in k:
-            lines.append(f"    {fqn}: {k['dtype']} {k['shape']} in {k['chunks']} chunk(s)")
+            lines.append(f"    {v(fqn)}: {v(k['dtype'])} {v(k['shape'])} in {v(k['chunks'])} chunk(s)")
         else:
-            lines.append(f"    {fqn}: value")
+            lines.append(f"    {v(fqn)}: value")
     return "\n".join(lines)

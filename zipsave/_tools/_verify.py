@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import _format, _json
 from .._archive import DEFAULT_LIMITS, ArchiveReader, Limits, open_source
-from ..exceptions import ArchiveFormatError, nesting_as_error
+from ..exceptions import ArchiveFormatError, nesting_as_error, reading
 
 __all__ = ["verify"]
 
@@ -56,7 +56,7 @@ def verify(
     >>> problems  # doctest: +SKIP
     ['member `policy.pth`: SHA-256 3f1c... differs from manifest.json\\'s 9a0b....']
     """
-    with open_source(path) as (fp, name):
+    with open_source(path) as (fp, name), reading(name):  # the error boundary, as ArchiveSource's
         return _verify_file(fp, name, limits or DEFAULT_LIMITS, require_manifest, notes)
 
 

@@ -26,12 +26,12 @@ from ._allowlist import CORE_ALLOWLIST, GROUPS, default_allowlist
 from ._audit import pickle_globals
 from ._names import BY_VALUE_MARK
 from ._policy import TrustPolicy
-from ._prescan import BoundedUnpickler, check_torch_zip, prescan_pickle
+from ._prescan import BoundedUnpickler, check_legacy_torch, check_torch_zip, prescan_pickle
 from ._space_check import space_problem
 from ._substitutes import SUBSTITUTED, StorageType
 from ._unpickler import restricted_loads
 
 __all__ = [
     "BY_VALUE_MARK", "CORE_ALLOWLIST", "GROUPS", "SUBSTITUTED", "BoundedUnpickler", "StorageType", "TrustPolicy",
-    "check_torch_zip", "default_allowlist", "pickle_globals", "prescan_pickle", "restricted_loads", "space_problem",
+    "check_legacy_torch", "check_torch_zip", "default_allowlist", "pickle_globals", "prescan_pickle", "restricted_loads", "space_problem",
 ]

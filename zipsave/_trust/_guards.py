@@ -65,16 +65,24 @@ def new_problem(cls: type) -> str | None:
 _DTYPE_TEXT = re.compile(r"[<>|=]?[A-Za-z]{1,2}[0-9]{0,12}(\[[0-9]{0,12}[A-Za-z]{1,3}\])?")
 
 
+def _numpy_dtype_flags(flags: tuple, kwargs: dict) -> bool:
+    """Whether ``numpy.dtype(spec, *flags, **kwargs)`` passes ``align``/``copy`` as numpy's own
+    pickles do: ``dtype.__reduce__`` writes ``(spec, False, True)``, and older numpy 1.x wrote
+    ``(spec, 0, 1)`` (C ints; the RL Zoo's agents hold both). Anything else (another
+    object, whose truth numpy would ask for) is not a dtype numpy pickled."""
+    return not kwargs and len(flags) <= 2 and all(type(f) in (bool, int) and f in (0, 1) for f in flags)
+
+
 def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: dict, budget: int) -> None:
     """Refuse (raising) a call that would allocate or iterate over more than ``budget``."""
     if name == "numpy.dtype" and args and type(args[0]) is str and not _DTYPE_TEXT.fullmatch(args[0]):
         raise ArchiveLimitError(
             f"`numpy.dtype({args[0][:40]!r})`: a pickled dtype names its kind and size only (like 'f8' or 'V16')."
         )
-    if name == "numpy.dtype" and any(type(flag) is not bool for flag in (*args[1:], *kwargs.values())):
-        # numpy's pickles pass `align` and `copy` as bools; numpy only warns about other objects
+    if name == "numpy.dtype" and not _numpy_dtype_flags(args[1:], kwargs):
         raise ArchiveFormatError(
-            "`numpy.dtype(...)` is given a non-bool `align`/`copy`: a dtype numpy pickled passes two bools."
+            "`numpy.dtype(...)` is given other `align`/`copy` flags than numpy pickles: numpy passes "
+            "(False, True), and older numpy (0, 1)."
         )
     values = (*args, *kwargs.values())
     for value in values:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import io
-import warnings
 from typing import Any, Callable
 
 from .._bounds import alloc_budget
@@ -127,9 +126,8 @@ def substitutes(
         else:  # torch pickles a storage in its legacy format
             check_legacy_torch(data, **where)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # "TypedStorage is deprecated"
-                storage = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+            # torch >= 2.13 reads a pickled storage without its "TypedStorage is deprecated" warning
+            storage = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
         except Exception as err:  # noqa: BLE001 - any failure of the inner load is this value's
             raise error(
                 f"a pickled torch storage does not load with weights_only ({type(err).__name__}: {err})."
@@ -154,10 +152,8 @@ def substitutes(
             and not backward_hooks and not metadata  # hooks are callables; metadata sets internals
         ):
             raise error("torch._utils._rebuild_tensor_v2 got arguments a saved tensor never has.")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            # set_() checks that offset, size and stride stay inside the storage.
-            return _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, collections.OrderedDict())
+        # set_() checks that offset, size and stride stay inside the storage.
+        return _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, collections.OrderedDict())
 
     def rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any = None) -> Any:
         import torch

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import warnings
-from collections.abc import Iterator
 from typing import Any
 
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
+from ..exceptions import reading
 from ._errors import raise_zipsave_error
 from ._reader import ZipReader
 from ._writer import ZipWriter
@@ -19,23 +16,13 @@ from ._writer import ZipWriter
 __all__ = ["load", "raise_zipsave_error", "save"]
 
 
-@contextlib.contextmanager
-def _single_process_quiet(kwargs: dict[str, Any]) -> Iterator[None]:
-    """Without a process group DCP works in one process and warns that it assumes so; here
-    that is the documented use, so the warning is not repeated to the caller."""
-    if kwargs.get("no_dist") or not (dist.is_available() and dist.is_initialized()):
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-            yield
-    else:
-        yield
-
-
 def save(state_dict: dict[str, Any], path: str | os.PathLike, *, sync_files: bool = True, sha256: bool = False,
          **kwargs: Any) -> Any:
     """``torch.distributed.checkpoint.save(state_dict, storage_writer=ZipWriter(path))``.
 
-    Call it on every rank of the process group, or in one process without one. A failure
+    Call it on every rank of the process group, or in one process without one (DCP then says
+    that it assumes a single process, in its own warning: warning filters are process-wide, so
+    zipsave leaves them alone). A failure
     caused by the storage raises its :class:`~zipsave.ZipsaveError` on every rank instead of
     DCP's ``CheckpointException``; other failures raise that exception unchanged.
 
@@ -56,8 +43,7 @@ def save(state_dict: dict[str, Any], path: str | os.PathLike, *, sync_files: boo
         What ``dcp.save`` returns.
     """
     try:
-        with _single_process_quiet(kwargs):
-            return dcp.save(state_dict, storage_writer=ZipWriter(path, sync_files=sync_files, sha256=sha256), **kwargs)
+        return dcp.save(state_dict, storage_writer=ZipWriter(path, sync_files=sync_files, sha256=sha256), **kwargs)
     except CheckpointException as err:
         raise_zipsave_error(err, path, what="the DCP save")
 
@@ -81,9 +67,9 @@ def load(state_dict: dict[str, Any], path: str | os.PathLike, *, allow_pickle: b
     **kwargs
         Passed to ``dcp.load`` (``planner``, ``process_group``, ``no_dist``).
     """
-    reader = ZipReader(path, allow_pickle=allow_pickle)
-    try:
-        with _single_process_quiet(kwargs):
+    with reading(path):  # the error boundary: what reading the checkpoint raises names it
+        reader = ZipReader(path, allow_pickle=allow_pickle)
+        try:
             dcp.load(state_dict, storage_reader=reader, **kwargs)
-    except CheckpointException as err:
-        raise_zipsave_error(err, path, reader.metadata_error)
+        except CheckpointException as err:
+            raise_zipsave_error(err, path, reader.metadata_error)

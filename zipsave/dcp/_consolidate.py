@@ -18,7 +18,7 @@ from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from .._api import save_archive
 from .._trust import prescan_pickle
-from ..exceptions import ArchiveFormatError, IntegrityError, UnsafeGlobalError, ZipsaveError
+from ..exceptions import ArchiveFormatError, IntegrityError, UnsafeGlobalError, ZipsaveError, reading
 from . import _layout
 from ._errors import raise_zipsave_error
 from ._paths import confined
@@ -191,14 +191,15 @@ def consolidate(src: str | os.PathLike, dst: Any, *, allow_pickle: bool = False)
     The whole state is held in memory once: about the checkpoint's size.
     """
     src = os.fspath(src)
-    reader = _reader_for(src, allow_pickle)
     state: dict[str, Any] = {}
-    # dcp.load copies the dict it is given; the empty-state planner fills this one (as
-    # torch's own dcp_to_torch_save does).
-    try:
-        _load_state_dict(state, storage_reader=reader, planner=_ConsolidatePlanner(allow_pickle, src), no_dist=True)
-    except CheckpointException as err:  # a BaseException: a damaged rank archive raises zipsave's error
-        raise_zipsave_error(err, src, getattr(reader, "metadata_error", None), what="consolidating the checkpoint")
+    with reading(src):  # the error boundary: what reading the checkpoint raises names it
+        reader = _reader_for(src, allow_pickle)
+        # dcp.load copies the dict it is given; the empty-state planner fills this one (as
+        # torch's own dcp_to_torch_save does).
+        try:
+            _load_state_dict(state, storage_reader=reader, planner=_ConsolidatePlanner(allow_pickle, src), no_dist=True)
+        except CheckpointException as err:  # a BaseException: a damaged rank archive raises zipsave's error
+            raise_zipsave_error(err, src, getattr(reader, "metadata_error", None), what="consolidating the checkpoint")
     data: dict[str, Any] = {}
     params: dict[str, Any] = {}
     variables: dict[str, torch.Tensor] = {}

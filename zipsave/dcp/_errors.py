@@ -23,17 +23,27 @@ def raise_zipsave_error(
     for rank in sorted(failures):
         exc = failures[rank][0] if isinstance(failures[rank], tuple) else failures[rank]
         if isinstance(exc, ZipsaveError):
-            raise exc from err
+            _reraise(exc, err)
     if metadata_error is not None:
-        raise metadata_error from err
+        _reraise(metadata_error, err)
     causes = "; ".join(
         f"rank {rank}: {type(_first(f)).__name__}: {_first(f)}" for rank, f in sorted(failures.items())
     ) or str(err)
+    # The first rank's own exception is the cause (DCP's CheckpointException only gathers them).
+    first = _first(failures[min(failures)]) if failures else None
     raise ArchiveFormatError(
         f"{what} failed ({causes}).", archive=os.fspath(archive) if isinstance(archive, (str, os.PathLike)) else None,
         hint="The checkpoint's metadata or files are not what DCP wrote: `zipsave.dcp.verify(path)` checks every "
         "archive of a checkpoint; load an intact copy.",
-    ) from err
+    ) from (first if isinstance(first, BaseException) else err)
+
+
+def _reraise(exc: ZipsaveError, gathered: BaseException) -> NoReturn:
+    """Raise ``exc``, keeping the cause it was raised from (the rank's own exception); only
+    one without a cause gets DCP's gathering exception."""
+    if exc.__cause__ is None:
+        raise exc from gathered
+    raise exc
 
 
 def _first(failure: Any) -> Any:

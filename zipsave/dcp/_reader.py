@@ -22,7 +22,7 @@ from .._archive import DEFAULT_LIMITS, ArchiveReader, open_input
 from .._bounds import alloc_budget
 from .._json import loads as json_loads
 from .._trust import check_torch_zip
-from ..exceptions import ArchiveFormatError, IntegrityError, UnsafeGlobalError, ZipsaveError
+from ..exceptions import ArchiveFormatError, IntegrityError, UnsafeGlobalError, ZipsaveError, as_zipsave_error
 from . import _layout, _metadata, _region
 from ._archive_source import ArchiveSource, archive_metadata
 from ._metadata import ItemLocation, RankFile
@@ -114,9 +114,14 @@ class ZipReader(StorageReader):
             else:
                 metadata = archive_metadata(self.path)
                 metadata.version = CURRENT_DCP_VERSION
-        except ZipsaveError as err:
-            self.metadata_error = err
-            raise
+        except Exception as err:  # the error boundary: DCP would only gather it as a rank's failure
+            new = as_zipsave_error(err, self.path)
+            if new is None:
+                if isinstance(err, ZipsaveError):
+                    self.metadata_error = err
+                raise
+            self.metadata_error = new
+            raise new from err
         if metadata.storage_meta is None:
             metadata.storage_meta = StorageMeta(checkpoint_id=self.path)
         metadata.storage_meta.load_id = self.load_id

@@ -22,6 +22,15 @@ _ALGOS = {
 }
 
 
+def paired_catalog(package: str) -> str | None:
+    """The import path (``module:Name``) of the catalog RLlib pairs with the modules of the
+    algorithm package ``package`` (``"ppo"`` -> ``PPOCatalog``), or ``None``."""
+    entry = _ALGOS.get(package)
+    if entry is None or entry[3] is None:
+        return None
+    return f"ray.rllib.algorithms.{package}.{entry[3]}:{entry[4]}"
+
+
 def _algorithm_names() -> list[str]:
     names = []
     for package, (module, algo, config, catalog_module, catalog) in _ALGOS.items():

@@ -6,7 +6,8 @@ import os
 from typing import Any
 
 from .._api import load, save
-from ._rllib_dir import read_dir, write_dir
+from ..exceptions import describe_path, reading
+from ._rllib_dir import check_dir_names, read_dir, write_dir
 from ._tree import Node
 
 __all__ = ["from_rllib", "to_rllib"]
@@ -59,4 +60,6 @@ def to_rllib(archive: Any, directory: str | os.PathLike, **load_options: Any) ->
     >>> to_rllib("ppo.zip", "checkpoints/ppo")  # doctest: +SKIP
     """
     node = load(archive, cls=Node, **load_options)
-    return write_dir(node, directory)
+    check_dir_names(node, archive=describe_path(archive))
+    with reading(archive, doing="written as an RLlib directory"):
+        return write_dir(node, directory)

@@ -11,8 +11,9 @@ import sys
 from typing import Any
 
 from .._registry import Handler
-from ..exceptions import ArchiveFormatError, EncodeError, MissingDependencyError
+from ..exceptions import ArchiveFormatError, EncodeError, MissingDependencyError, reading
 from ._allowlist import RLLIB_ALLOWLIST
+from ._ctor_check import check_ctor_args
 from ._parts import HANDLER_NAME, node_from_archive, node_to_parts
 from ._tree import ComponentReadError, Node, apply, instantiate, walk
 
@@ -85,8 +86,18 @@ class RLlibHandler(Handler):
                 f"holds a {node.cls.__module__}.{node.cls.__qualname__}, not a {cls.__qualname__}.",
                 archive=session.name, member=f"{folder}/init.json" if folder else "init.json",
             )
-        return instantiate(node, cls=cls if cls is not None and issubclass(cls, node.cls) else None,
-                           overrides=dict(custom_objects or {}, **overrides))
+        member = f"{folder}/init.json" if folder else "init.json"
+
+        given = dict(custom_objects or {}, **overrides)
+
+        def check(klass: type, args: Any, kwargs: dict) -> None:  # the caller's own values are theirs
+            check_ctor_args(klass, args, kwargs, archive=session.name, member=member, skip=frozenset(given))
+
+        # RLlib's constructor and set_state run on the archive's values: what they raise is
+        # about this init.json (the session's boundary would name only the archive).
+        with reading(session.name, member=member, doing="built from its constructor arguments and state"):
+            return instantiate(node, cls=cls if cls is not None and issubclass(cls, node.cls) else None,
+                               overrides=given, check=check)
 
     def restores(self, obj: Any) -> bool:
         return _is_checkpointable(obj)

@@ -12,8 +12,11 @@ import json
 import os
 import pickle
 
+from typing import Any
+
 import cloudpickle
 
+from ..exceptions import ArchiveFormatError
 from ._tree import Node
 
 _CTOR = "class_and_ctor_args.pkl"
@@ -58,6 +61,33 @@ def read_dir(path: str | os.PathLike) -> Node:
     return Node(cls=cls, args=tuple(args), kwargs=dict(kwargs), metadata=metadata, state=state, children=children)
 
 
+def _files_of(cls: Any) -> set[str]:
+    """The file names RLlib keeps in a component's folder (and reads back by these names)."""
+    stem = getattr(cls, "STATE_FILE_NAME", "state")
+    names = {_CTOR, getattr(cls, "METADATA_FILE_NAME", "metadata.json"), *_METADATA_NAMES, f"{stem}.pkl", f"{stem}.msgpack"}
+    return {name for name in names if isinstance(name, str)}
+
+
+def check_dir_names(node: Node, where: str = "", archive: Any = None) -> None:
+    """Refuse, before anything is written, a component whose name is not one plain folder name,
+    or is the name of a file RLlib keeps beside it (a component `metadata.json/` would make
+    the folder where the metadata file goes)."""
+    taken = _files_of(node.cls)
+    for name in node.children:
+        path = f"{where}{name}"
+        if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+            raise ArchiveFormatError(f"holds a component named {name!r}, which is not a folder name; nothing was written.",
+                                     archive=archive, key=path)
+        if name in taken:
+            raise ArchiveFormatError(
+                f"holds a component `{path}/` named as a file RLlib keeps in its folder; nothing was written.",
+                archive=archive, key=path,
+                hint="RLlib never names a component so; the archive was edited or made to break readers.",
+            )
+    for name, child in node.children.items():
+        check_dir_names(child, f"{where}{name}/", archive)
+
+
 def _read_state(folder: str, stem: str) -> dict:
     packed = os.path.join(folder, stem + ".msgpack")
     if os.path.isfile(packed):
@@ -88,6 +118,7 @@ def write_dir(node: Node, path: str | os.PathLike) -> str:
     str
         ``path``.
     """
+    check_dir_names(node)
     folder = os.fspath(path)
     os.makedirs(folder, exist_ok=True)
     cls = node.cls

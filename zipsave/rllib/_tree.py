@@ -316,7 +316,7 @@ def _push_weights(algo: Any) -> None:
         algo.eval_env_runner_group.foreach_env_runner(lambda w, _s=ref: w.set_state(ray.get(_s)), local_env_runner=True)
 
 
-def instantiate(node: Node, *, cls: Any = None, overrides: dict | None = None) -> Any:
+def instantiate(node: Node, *, cls: Any = None, overrides: dict | None = None, check: Any = None) -> Any:
     """Construct ``node``'s class from its recorded arguments, then restore its state.
 
     Parameters
@@ -328,6 +328,9 @@ def instantiate(node: Node, *, cls: Any = None, overrides: dict | None = None) -
     overrides
         Constructor keyword arguments that replace the recorded ones (RLlib's
         ``from_checkpoint(**kwargs)`` rule: a positional parameter of that name is replaced).
+    check
+        ``check(klass, args, kwargs)``, called before the class is: refuses arguments it
+        does not take (:func:`~zipsave.rllib._ctor_check.check_ctor_args`).
     """
     import inspect as _inspect
 
@@ -340,6 +343,8 @@ def instantiate(node: Node, *, cls: Any = None, overrides: dict | None = None) -
                 args[i] = value
             else:
                 kwargs[pname] = value
+    if check is not None:
+        check(klass, args, kwargs)
     obj = klass(*args, **kwargs)
     apply(obj, node)
     return obj

@@ -12,6 +12,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from .._api import RNGState
 from .._manager import Checkpoint, CheckpointManager
+from .._printable import visible
 from ..exceptions import CheckpointDirectoryError
 from ._env_state import VecEnvState
 from ._her import end_unfinished_episodes
@@ -172,7 +173,7 @@ class CheckpointCallback(BaseCallback):
         finally:
             delattr(model, STATE_KEY)
         if self.verbose >= 1:
-            print(f"zipsave: checkpoint at step {step} in {self.manager.directory}")
+            print(f"zipsave: checkpoint at step {step} in {visible(self.manager.directory)}")
 
     # -- resuming ----------------------------------------------------------------------------
     def restore_latest(self, model: Any, **restore_options: Any) -> Checkpoint | None:

@@ -14,7 +14,7 @@ from .._core import check_name, check_path
 from .._trust import space_problem
 from ..exceptions import DecodeError, UnsafeGlobalError
 
-__all__ = ["check_data", "check_names", "check_policy_arguments", "drop_saved_env"]
+__all__ = ["check_data", "check_names", "check_policy_arguments", "drop_her_wrapper_class", "drop_saved_env"]
 
 #: ``policy_kwargs`` entries SB3 policies call, and the base class each must derive from.
 _POLICY_KWARG_BASES = {
@@ -53,6 +53,21 @@ def drop_saved_env(data: dict[str, Any], notes: list[str] | None = None) -> None
         notes.append(
             f"`env` in data ({type(saved).__name__} {str(saved)[:80]!r}) is information only: no environment "
             "is made from an archive. Pass `env=` to give the model one."
+        )
+
+
+def drop_her_wrapper_class(data: dict[str, Any], notes: list[str]) -> None:
+    """SB3 1.0's ``HER`` wrapped a model and saved its class as ``model_class`` (the RL Zoo's
+    HER agents hold ``SAC``); no SB3 since reads it. A model class is never set on a model
+    (SB3 would construct it from there), so it is left out, with a note."""
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    saved = data.get("model_class")
+    if isinstance(saved, type) and issubclass(saved, BaseAlgorithm):
+        del data["model_class"]
+        notes.append(
+            f"`model_class` ({saved.__name__}) is what SB3 1.0's HER wrapper saved; no SB3 since reads it, "
+            "so it was left out."
         )
 
 

@@ -1,5 +1,6 @@
 """SB3's own doors onto the extras of a model archive: ``model.load_replay_buffer(archive)``,
-``VecNormalize.load(archive, venv)`` and what ``Algo.load`` restores beside the model.
+``VecNormalize.load(archive, venv)`` (``Algo.load`` restores both beside the model through
+the one rebuild path, ``_build``).
 
 A model archive (``zipsave.save(model, include=[...])``, a ``CheckpointManager`` checkpoint)
 keeps the replay buffer and ``VecNormalize`` statistics in its ``replay_buffer/`` and
@@ -12,18 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 from .. import _format
+from .._archive import ArchiveSource
 from .._core import LoadOptions, LoadSession
-from ..exceptions import DecodeError, ZipsaveWarning, caller_stacklevel, describe_path
-from ._extras import apply_vec_normalize, build_vec_normalize, restore_extra
+from ..exceptions import DecodeError
+from ._boundary import door
+from ._extras import build_vec_normalize, restore_extra
 from ._state import current_options, original
 
-__all__ = ["holds_extra", "is_zip", "load_replay_buffer", "restore_replay_buffer_after_load", "vec_normalize_from_model",
-           "wrap_env_for_load"]
+__all__ = ["holds_extra", "is_zip", "load_replay_buffer", "vec_normalize_from_model"]
 
 
 #: A stand-in last observation: the episode under way goes on (``truncate_last_traj=False``).
@@ -73,13 +74,16 @@ def holds_extra(path: Any, name: str) -> bool:
             return False
     elif hasattr(path, "read") and not is_zip(path):
         return False
+    at = path.tell() if hasattr(path, "read") else None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the load that follows warns about what it finds
-            with _session(path, strict=False) as src:
-                return src.has(_format.join(name, _format.DATA))
+        # the zip's directory only: the load that follows reads and reports its contents
+        with ArchiveSource(path) as source:
+            return source.has(_format.join(name, _format.DATA))
     except Exception:  # noqa: BLE001 - not an archive zipsave can open: SB3's own path decides
         return False
+    finally:
+        if at is not None:
+            path.seek(at)
 
 
 def _archive_path(path: Any, *suffixes: str) -> Any:
@@ -100,8 +104,9 @@ def load_replay_buffer(self: Any, path: Any, truncate_last_traj: bool = True) ->
     method (a buffer file ``save_replay_buffer`` wrote, zipsave's or SB3's pickle)."""
     archive = _archive_path(path, "pkl", "zip")
     if not holds_extra(archive, "replay_buffer"):
-        return original(_owner(), "load_replay_buffer")(self, path, truncate_last_traj)
-    with _session(archive, strict=True) as src:
+        with door(archive, f"{type(self).__name__}.load_replay_buffer"):
+            return original(_owner(), "load_replay_buffer")(self, path, truncate_last_traj)
+    with door(archive, f"{type(self).__name__}.load_replay_buffer"), _session(archive, strict=True) as src:
         live = not _fit_buffer(src, self)  # a buffer built for the saved size holds untouched zeros
         before = getattr(self, "_last_obs", None)
         # the restore ends HER's episode under way when there is no last observation (a reset
@@ -132,9 +137,7 @@ def _fit_buffer(src: LoadSession, model: Any) -> bool:
             member=_format.join("replay_buffer", _format.DATA),
             hint="Call `model.learn(0)` or build the model with `_init_setup_model=True` first.",
         )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the restore reads it again and reports
-        raw = src.read_json(_format.join("replay_buffer", _format.DATA))
+    raw = src.read_json(_format.join("replay_buffer", _format.DATA))  # read once: the restore reuses it
     if not isinstance(raw, dict):
         return False  # the restore names what is wrong with it
     size, n_envs = raw.get("buffer_size"), raw.get("n_envs")
@@ -157,13 +160,6 @@ def _fit_buffer(src: LoadSession, model: Any) -> bool:
     return True
 
 
-def restore_replay_buffer_after_load(model: Any, path: Any) -> None:
-    """What ``Algo.load`` adds under ``install()``: the archive's replay buffer, restored as
-    ``zipsave.load`` restores it (a buffer that does not fit is skipped with a warning)."""
-    with _session(path, strict=False) as src:
-        restore_extra(src, model, "replay_buffer")
-
-
 # -- VecNormalize.load -----------------------------------------------------------------------
 def vec_normalize_from_model(path: Any, venv: Any) -> Any:
     """``VecNormalize.load(archive, venv)`` of a model archive: a new ``VecNormalize`` around
@@ -183,27 +179,3 @@ def vec_normalize_from_model(path: Any, venv: Any) -> Any:
                 archive=src.name,
                 member=_format.join("vec_normalize", _format.DATA),
             ) from err
-
-
-def wrap_env_for_load(cls: Any, path: Any, env: Any) -> Any:
-    """The env ``Algo.load(archive, env=env)`` builds the model with: wrapped in the archive's
-    ``VecNormalize`` (or a ``VecNormalize`` it has filled with the saved statistics), as
-    ``zipsave.load`` does; without ``env`` there is nothing to normalize, which is said."""
-    if env is None:
-        _warn_no_env(cls, path)
-        return None
-    with _session(path, strict=False) as src:
-        return apply_vec_normalize(src, cls._wrap_env(env, 0))
-
-
-def _warn_no_env(cls: Any, path: Any) -> None:
-    name = describe_path(path)
-    warnings.warn(
-        ZipsaveWarning(
-            f"archive `{name}` holds VecNormalize statistics (its `vec_normalize/` folder), but "
-            f"{cls.__name__}.load got no `env=` to wrap with them, so they were left in the archive. "
-            f"Restore them with `env = VecNormalize.load({name!r}, venv)` and pass `env=env`, or "
-            f"pass `{cls.__name__}.load(path, env=venv)`, which wraps `venv` for you."
-        ),
-        stacklevel=caller_stacklevel(),
-    )

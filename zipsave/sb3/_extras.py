@@ -301,9 +301,10 @@ def _checked_stats(label: str, saved: Any, shape: tuple[int, ...]) -> tuple[np.n
 
 def warn_unused_vec_normalize(src: LoadSession) -> None:
     message = (
-        "holds VecNormalize statistics, but the model has no environment with a VecNormalize "
-        "wrapper to receive them, so its observations are not normalized. Pass `env=` to "
-        "`zipsave.load`, or `exclude=['vec_normalize']` to leave them out."
+        "holds VecNormalize statistics (its `vec_normalize/` folder), but the load got no `env=` to wrap with "
+        "them, so the model's observations are not normalized. Pass `env=venv` to the load, which wraps `venv` "
+        f"for you, or restore them with `env = VecNormalize.load({src.name!r}, venv)` and pass `env=env`; "
+        "`zipsave.load(..., exclude=['vec_normalize'])` leaves them out."
     )
     src.report.notes.append(message)
     warnings.warn(ZipsaveWarning(f"archive `{src.name}`: {message}"), stacklevel=caller_stacklevel())

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from .. import _format
@@ -15,7 +14,7 @@ from ._allowlist_contrib import SB3_CONTRIB_ALLOWLIST
 from ._build import build_sb3
 from ._extras import EXTRAS, collect_extras, restore_extra, sb3_stand_in
 from ._guess import import_line, suggest_algorithm
-from ._schedules import closures_in
+from ._schedules import closures_in, rebuilt_on_load
 from ._zoo import schedules_in
 
 __all__ = ["SB3Handler"]
@@ -23,12 +22,10 @@ __all__ = ["SB3Handler"]
 
 def _suggested(session: LoadSession, folder: str) -> str | None:
     """The algorithm the archive's ``data`` names by its policy class, if it can tell."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # integrity notes come again when the data is decoded
-        try:
-            return suggest_algorithm(session.read_json(_format.join(folder, _format.DATA)))
-        except Exception:  # noqa: BLE001 - only a suggestion
-            return None
+    try:  # the session's one read of `data`: an edited member is reported once, whoever reads first
+        return suggest_algorithm(session.read_json(_format.join(folder, _format.DATA)))
+    except Exception:  # noqa: BLE001 - only a suggestion
+        return None
 
 
 def _is_sb3_like(obj: Any) -> bool:
@@ -63,7 +60,8 @@ class SB3Handler(Handler):
         }
         state = [(name, unwrap(recursive_getattr(obj, name))) for name in state_names]
         variables = {name: recursive_getattr(obj, name) for name in var_names}
-        return Parts(data, state, variables, list(extras), encoder_options={"stand_in": sb3_stand_in})
+        return Parts(data, state, variables, list(extras), encoder_options={"stand_in": sb3_stand_in},
+                     rebuilt_on_load=rebuilt_on_load)
 
     def builds(self, cls: type) -> bool:
         return isinstance(cls, type) and not issubclass(cls, Component) and hasattr(cls, "_setup_model")
@@ -74,9 +72,7 @@ class SB3Handler(Handler):
         member = _format.join(folder, _format.DATA)
         if not session.has(member):
             return False
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # integrity notes come again when the data is decoded
-            raw = session.read_json(member)
+        raw = session.read_json(member)  # read once per load: the decode reuses it
         return isinstance(raw, dict) and "policy_class" in raw and session.has(_format.join(folder, "policy.pth"))
 
     def build(
@@ -100,12 +96,10 @@ class SB3Handler(Handler):
         member = _format.join(folder, _format.DATA)
         if session.policy.allow_pickle or not session.has(member):
             return {}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # integrity notes come again when `data` is decoded
-            try:
-                raw = session.read_json(member)
-            except Exception:  # noqa: BLE001 - the decode that follows reports the cause
-                return {}
+        try:
+            raw = session.read_json(member)  # read once per load: the decode reuses it
+        except Exception:  # noqa: BLE001 - the decode that follows reports the cause
+            return {}
         return {**closures_in(raw), **schedules_in(raw)}
 
     def restore_component(self, session: LoadSession, obj: Any, name: str) -> bool:

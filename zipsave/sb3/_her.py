@@ -5,7 +5,6 @@ when a resumed run resets the environments."""
 from __future__ import annotations
 
 import collections
-import warnings
 from typing import Any
 
 import numpy as np
@@ -246,8 +245,11 @@ def end_unfinished_episodes(model: Any) -> bool:
     buffer = getattr(model, "replay_buffer", None)
     if buffer is None or not is_her(buffer) or not (buffer._current_ep_start != buffer.pos).any():
         return False
-    with warnings.catch_warnings():
-        # SB3's warning names its own `truncate_last_trajectory=False`; zipsave says it in the report
-        warnings.simplefilter("ignore", UserWarning)
-        buffer.truncate_last_trajectory()
+    # SB3's own `truncate_last_trajectory()`, without its warning (which names its own
+    # `truncate_last_trajectory=False`; zipsave says it in the report): no filter is touched
+    for env_idx in np.where(buffer._current_ep_start != buffer.pos)[0]:
+        buffer.dones[buffer.pos - 1, env_idx] = True  # the episode under way ends here
+        buffer._compute_episode_length(int(env_idx))  # sampleable, and the next one starts
+        if buffer.handle_timeout_termination:
+            buffer.timeouts[buffer.pos - 1, env_idx] = True  # not a real time-out: it still bootstraps
     return True

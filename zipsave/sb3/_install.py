@@ -133,6 +133,8 @@ def _targets() -> list[tuple[type, str, Any]]:
 
     return [
         (BaseAlgorithm, "load", classmethod(_replace.algorithm_load)),
+        (BaseAlgorithm, "save", _replace.algorithm_save),
+        (BaseAlgorithm, "set_parameters", _replace.set_parameters),
         (OffPolicyAlgorithm, "load_replay_buffer", _doors.load_replay_buffer),
         (BaseModel, "save", _policies.policy_save),
         (BaseModel, "load", classmethod(_policies.policy_load)),

@@ -5,34 +5,29 @@ SB3 is silent on the first two and blames the archive for the third."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import types
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from .._core import LoadOptions, check_custom_objects
 from ..exceptions import DecodeError, ZipsaveWarning, caller_stacklevel, describe_path
 
-__all__ = ["blame_given", "check_custom_objects", "given_values", "warn_unknown_keys", "warn_unmatched_custom_objects"]
+__all__ = [
+    "blame_given", "check_custom_objects", "given_values", "warn_near_options", "warn_unknown_keys",
+    "warn_unmatched_custom_objects",
+]
 
 #: ``data`` keys ``BaseAlgorithm.load`` itself reads (not attributes of a freshly built model).
 _READ_BY_LOAD = frozenset({"observation_space", "action_space", "n_envs", "policy_class", "env"})
+#: Attributes that older SB3 versions set and saved (SB3 1.x: ``_last_dones``): no misspelling.
+_SAVED_BY_OLDER_SB3 = frozenset({"_last_dones"})
 _ABSENT = object()
-
-
-def check_custom_objects(custom_objects: Any) -> None:
-    """``custom_objects`` must be a mapping of ``data`` keys to values (SB3's own check is a
-    ``TypeError`` from deep inside the load)."""
-    if custom_objects is None or isinstance(custom_objects, Mapping):
-        return
-    example = ""
-    if isinstance(custom_objects, (list, tuple, set)) and all(isinstance(k, str) for k in custom_objects):
-        example = " (" + ", ".join(f"{k!r}: ..." for k in custom_objects) + ")"
-    raise TypeError(
-        f"custom_objects must be a dict of `data` keys to the values used instead of the saved ones, "
-        f"found a {type(custom_objects).__name__}: {custom_objects!r}. Pass e.g. "
-        f"custom_objects={{{example.strip(' ()') or repr('learning_rate') + ': 0.0'}}}."
-    )
+#: The keywords of SB3's ``BaseAlgorithm.load``, and how else people spell them.
+SB3_LOAD_OPTIONS = ("env", "device", "custom_objects", "print_system_info", "force_reset")
+_SPELLED = {"environment": "env", "envs": "env", "venv": "env"}
 
 
 def _close(key: str, keys: Any, cutoff: float = 0.6) -> str:
@@ -65,7 +60,7 @@ def _code_names(code: types.CodeType, out: set[str]) -> None:
 def _known_names(cls: type) -> set[str]:
     """Every name the code of ``cls`` and its bases uses (``self.gamma = ...`` puts ``gamma``
     there): an attribute the class sets or reads, however it sets it."""
-    names = set(_READ_BY_LOAD)
+    names = set(_READ_BY_LOAD | _SAVED_BY_OLDER_SB3)
     for klass in cls.__mro__[:-1]:
         for value in vars(klass).values():
             function = getattr(value, "__func__", value)
@@ -91,6 +86,37 @@ def warn_unknown_keys(model: Any, data: Mapping[str, Any], archive: Any, *, give
                 f"archive `{describe_path(archive)}`: `data` holds `{key}`, which {type(model).__name__} neither "
                 f"takes nor sets{close}; it was set as an attribute that nothing in {type(model).__name__} reads "
                 "(edited by hand, or saved by another class or version?)."
+            ),
+            stacklevel=caller_stacklevel(),
+        )
+
+
+def _zipsave_options() -> tuple[str, ...]:
+    """The options of ``zipsave.load`` (its own and the shared load options)."""
+    return ("cls", "component", "exclude", "exact_match", *(f.name for f in dataclasses.fields(LoadOptions)))
+
+
+def warn_near_options(keywords: Mapping[str, Any], data: Mapping[str, Any], cls: type, archive: Any, *,
+                      door: str) -> None:
+    """One warning per keyword that looks like a misspelt option of the load (``mmpa=True`` for
+    ``mmap``, ``enviroment=`` for ``env``): SB3 sets every keyword it does not know as an
+    attribute of the model, silently; zipsave still does, and says so. A keyword that is a saved
+    ``data`` key or a name the algorithm's code uses (``verbose``, ``gamma``) is never one."""
+    options = SB3_LOAD_OPTIONS if door != "zipsave.load" else (*_zipsave_options(), "env", "force_reset")
+    spellings = {**{name: name for name in options}, **{k: v for k, v in _SPELLED.items() if v in options}}
+    known: set[str] | None = None
+    for key in sorted(k for k in keywords if k not in data and k not in spellings):
+        found = difflib.get_close_matches(key, sorted(spellings), n=1, cutoff=0.75)
+        if not found:
+            continue
+        known = _known_names(cls) if known is None else known
+        if key in known:
+            continue
+        option = spellings[found[0]]
+        warnings.warn(
+            ZipsaveWarning(
+                f"archive `{describe_path(archive)}`: `{key}=` is not an option of {door} (did you mean `{option}`?); "
+                f"it was set as the attribute `model.{key}`, as SB3 does with every keyword it does not know."
             ),
             stacklevel=caller_stacklevel(),
         )

@@ -14,6 +14,7 @@ from zipsave._bounds import check_zip_infos
 from zipsave._trust import StorageType, TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError, ParameterMismatchError
 
+from ._boundary import door
 from ._checks import check_policy_arguments
 from ._replace import current_options, is_zipsave_archive, trusted_names, write_exact
 from ._state import original
@@ -156,12 +157,19 @@ def read_sb3_policy_file(path: Any, policy: TrustPolicy) -> tuple[dict, dict]:
 
 
 def policy_load(cls: Any, path: Any, device: Any = "auto") -> Any:
-    """``Policy.load``: rebuild ``cls`` from its constructor parameters and load its weights."""
-    from stable_baselines3.common.policies import BaseModel
+    """``Policy.load``: rebuild ``cls`` from its constructor parameters and load its weights.
+    Whatever reading the file raises is a ZipsaveError naming it (:func:`~._doors.door`)."""
     from stable_baselines3.common.utils import get_device
 
-    options = current_options()
     device = get_device(device)
+    with door(path, f"{cls.__name__}.load"):
+        return _policy_load(cls, path, device)
+
+
+def _policy_load(cls: Any, path: Any, device: Any) -> Any:
+    from stable_baselines3.common.policies import BaseModel
+
+    options = current_options()
     report = zipsave.LoadReport()
     data: dict[str, Any] | None
     if _is_torch_file(path):

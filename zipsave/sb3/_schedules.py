@@ -11,10 +11,11 @@ import pickle
 from typing import Any
 
 from .._codec import SERIALIZED_KEY, TYPE_KEY
+from .._trust import prescan_pickle
 from ._codeshape import CodeShape, shape_problem
-from ._zoo import rebuild_described
+from ._zoo import rebuild_described, schedules_in
 
-__all__ = ["NotASchedule", "closures_in", "recognise_schedule"]
+__all__ = ["NotASchedule", "closures_in", "rebuilt_on_load", "recognise_schedule"]
 
 _MODULE = "stable_baselines3.common.utils"
 _CLOUDPICKLE = ("cloudpickle.cloudpickle", "cloudpickle.cloudpickle_fast")
@@ -62,7 +63,10 @@ class _Cell:
 
 
 class _Function:
-    """What cloudpickle's ``_make_function`` + ``_function_setstate`` describe, as inert data."""
+    """What cloudpickle's ``_make_function`` + ``_function_setstate`` (or, before cloudpickle
+    1.5, ``_make_skel_func`` + ``_fill_function``) describe, as inert data."""
+
+    cell_count: int | None = None
 
     def __init__(self, code: Any, globals_: Any, name: Any, argdefs: Any, closure: Any) -> None:
         self.code, self.globals, self.name, self.argdefs, self.closure = code, globals_, name, argdefs, closure
@@ -71,9 +75,12 @@ class _Function:
 
 
 def _builtin_type(name: Any) -> Any:
-    if name != "CodeType":
-        raise NotASchedule(f"cloudpickle._builtin_type({name!r})")
-    return _Code
+    if name == "CodeType":
+        return _Code
+    if name in ("LambdaType", "FunctionType"):
+        # cloudpickle 1.x (Python 3.7's): the function type itself, called as `_make_function` is later
+        return _make_function
+    raise NotASchedule(f"cloudpickle._builtin_type({name!r})")
 
 
 def _make_function(*args: Any) -> _Function:
@@ -88,10 +95,34 @@ def _function_setstate(func: Any, state: Any) -> None:
     func.state, func.slots = state[0], state[1]
 
 
+def _make_skel_func(code: Any, cell_count: Any, base_globals: Any = None) -> _Function:
+    """cloudpickle < 1.5: a function skeleton with ``cell_count`` empty cells, filled below."""
+    if type(cell_count) is not int or not -1 <= cell_count < 64:
+        raise NotASchedule("an unknown cloudpickle function skeleton")
+    func = _Function(code, base_globals, None, None, None)
+    func.cell_count = cell_count
+    return func
+
+
+def _fill_function(func: Any, state: Any, *rest: Any) -> _Function:
+    """cloudpickle < 1.5: the skeleton's attributes and closure values, as the slots
+    ``_function_setstate`` gives later versions."""
+    if rest or not (isinstance(func, _Function) and isinstance(state, dict)):
+        raise NotASchedule("an unknown cloudpickle function state")
+    values = state.get("closure_values")
+    if not isinstance(values, list) or len(values) != getattr(func, "cell_count", None):
+        raise NotASchedule("a cloudpickle closure that does not fit its skeleton")
+    func.slots = {"__qualname__": state.get("qualname"), "__module__": state.get("module"),
+                  "__closure__": tuple(_Cell(value) for value in values)}
+    return func
+
+
 _STUBS = {
     "_builtin_type": _builtin_type,
     "_make_function": _make_function,
     "_function_setstate": _function_setstate,
+    "_make_skel_func": _make_skel_func,
+    "_fill_function": _fill_function,
     "_make_empty_cell": lambda: _Cell(),
     "_make_cell": lambda *value: _Cell(*value),
 }
@@ -178,6 +209,9 @@ def _rebuild(func: Any) -> Any:
         return _rebuild_object(func)
     if not isinstance(func, _Function):
         raise NotASchedule("the pickle holds no function")
+    zoo = _zoo_schedule(func)  # the RL Zoo's own closure (rl-zoo3 < 2.7), in any cloudpickle layout
+    if zoo is not None:
+        return zoo
     qualname, values = _closure_values(func)
     if qualname == "constant_fn.<locals>.func":
         val = _number(values[0])
@@ -210,6 +244,7 @@ def recognise_schedule(value: Any) -> Any:
         raise NotASchedule("the entry holds no pickle")
     try:
         payload = base64.b64decode(value[SERIALIZED_KEY], validate=True)
+        prescan_pickle(payload)  # no hash flood, no length past the end: linear in the payload
         func = _DescribingUnpickler(io.BytesIO(payload)).load()
     except NotASchedule:
         raise
@@ -231,3 +266,13 @@ def closures_in(raw: Any, skip: Any = ()) -> dict[str, Any]:
         except NotASchedule:
             continue
     return out
+
+
+def rebuilt_on_load(key: str, entry: dict[str, Any]) -> bool:
+    """Whether a load rebuilds this pickled code without running it (SB3's and the Zoo's
+    schedule closures, alone or in SB3's schedule objects): what a save need not warn about."""
+    try:
+        recognise_schedule(entry)
+    except NotASchedule:
+        return bool(schedules_in({key: entry}))
+    return True

@@ -15,15 +15,14 @@ closure cell.
 from __future__ import annotations
 
 import base64
-import json
 import pickletools
-import warnings
-import zipfile
 from typing import Any
 
+from .._trust import prescan_pickle
+from ..exceptions import ZipsaveError
 from ._codeshape import CodeShape, shape_problem
 
-__all__ = ["read_data", "recognise", "rebuild_described", "schedules_in", "with_zoo_schedules"]
+__all__ = ["recognise", "rebuild_described", "schedules_in"]
 
 _MODULES = ("rl_zoo3.utils", "utils.utils")
 _QUALNAME = "linear_schedule.<locals>.func"
@@ -191,8 +190,9 @@ def recognise(payload: bytes) -> Any:
     rl-zoo3 2.7 its ``linear_schedule``); ``None`` when the pickle is anything else or rl-zoo3
     is not installed."""
     try:
+        prescan_pickle(payload)  # no hash flood, no length past the end: linear in the payload
         root, calls = _evaluate(payload)
-    except (_Unsupported, ValueError, IndexError, KeyError, TypeError, AttributeError):
+    except (_Unsupported, ZipsaveError, ValueError, IndexError, KeyError, TypeError, AttributeError):
         return None
     wrapped = False
     if isinstance(root, _Built) and isinstance(root.obj, _Call) and isinstance(root.obj.func, _Global):
@@ -245,36 +245,6 @@ def _installed_schedule(value: float) -> Any:
         return simple(value)
     closure = getattr(utils, "linear_schedule", None)
     return closure(value) if closure is not None else None
-
-
-def read_data(path: Any) -> Any:
-    """The parsed ``data`` member of the archive at ``path``, or ``None`` when there is none or it
-    cannot be read (the load that follows reports why). A file object is rewound."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            if "data" not in archive.namelist():
-                return None
-            return json.loads(archive.read("data"))
-    except (zipfile.BadZipFile, OSError, ValueError, KeyError):
-        return None
-    finally:
-        if hasattr(path, "seek"):
-            path.seek(0)
-
-
-def with_zoo_schedules(session: Any, custom_objects: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``custom_objects`` plus the Zoo's schedule closures of the session's ``data`` (for
-    ``zipsave.load(path, cls=PPO)``); unchanged when the load trusts pickles anyway."""
-    if session.policy.allow_pickle or not session.has("data"):
-        return custom_objects
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # integrity notes come again when `data` is decoded
-        try:
-            raw = session.read_json("data")
-        except Exception:  # noqa: BLE001 - the decode that follows reports the cause
-            return custom_objects
-    found = schedules_in(raw, custom_objects or {})
-    return {**found, **(custom_objects or {})} if found else custom_objects
 
 
 def schedules_in(raw: Any, skip: Any = ()) -> dict[str, Any]:

@@ -1,0 +1,71 @@
+"""The error boundary of SB3's doors under ``install()``: what SB3's own code raises on a file's
+values leaves as a zipsave error naming the file, and values SB3 would use unchecked (a
+``VecNormalize`` count) are checked first."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from ..exceptions import ArchiveNotFoundError, DecodeError, ZipsaveError, as_zipsave_error
+from ._state import original
+
+__all__ = ["check_statistics", "door"]
+
+
+@contextlib.contextmanager
+def door(path: Any, what: str, *, member: str | None = None) -> Iterator[None]:
+    """The error boundary of one of SB3's doors under ``install()`` (``Algo.load``,
+    ``set_parameters``, ``load_replay_buffer``, ``VecNormalize.load``, ``Policy.load``): SB3's
+    own code runs on the file's values inside, so whatever it raises (an ``AssertionError``, a
+    torch ``RuntimeError`` for a tensor of another shape, an ``OverflowError``) leaves as a
+    :class:`DecodeError` naming the file, with the original as ``__cause__``; a missing file
+    stays a ``FileNotFoundError`` (:class:`ArchiveNotFoundError`), as SB3 raises it."""
+    try:
+        yield
+    except ZipsaveError as err:
+        as_zipsave_error(err, _name(path), member=member)  # names the file where it was not
+        raise
+    except FileNotFoundError as err:
+        raise ArchiveNotFoundError(f"no such file ({err}).", archive=_name(path), errno=err.errno) from err
+    except Exception as err:
+        new = as_zipsave_error(err, _name(path), member=member)
+        if new is None:  # MemoryError
+            raise
+        if isinstance(err, (OSError, RecursionError, OverflowError)):
+            raise new from err
+        raise DecodeError(
+            f"{what} failed on this file's values ({type(err).__name__}: {err}).",
+            archive=_name(path), member=member,
+            hint="It was not written for this object by SB3 or zipsave as it is (damaged, another model or "
+            "environment, or made to break readers).",
+        ) from err
+
+
+def _name(path: Any) -> Any:
+    return path if isinstance(path, (str, os.PathLike)) or hasattr(path, "read") else None
+
+
+def check_statistics(vec_normalize: Any, path: Any) -> None:
+    """The running statistics of a loaded ``VecNormalize`` are arrays of floats and a finite
+    count (a count of 10**400, an int past float's range, would fail at the first step)."""
+    import numpy as np
+
+    for name in ("obs_rms", "ret_rms"):
+        rms = getattr(vec_normalize, name, None)
+        parts = rms.values() if isinstance(rms, dict) else [rms]
+        for part in parts:
+            if part is None:
+                continue
+            count = getattr(part, "count", None)
+            try:
+                fine = not isinstance(count, bool) and isinstance(count, (int, float, np.floating, np.integer)) \
+                    and math.isfinite(float(count)) and count >= 0
+            except OverflowError:
+                fine = False
+            if not fine:
+                shown = repr(count) if len(repr(count)) <= 40 else f"{repr(count)[:20]}... ({len(repr(count))} characters)"
+                raise DecodeError(f"`{name}.count` is {shown}, not a finite count.", archive=path, key=name)

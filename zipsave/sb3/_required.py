@@ -1,0 +1,153 @@
+"""What an SB3 algorithm needs from an archive's ``data`` to be rebuilt, in one table, and the one
+set of messages every door (``zipsave.load(cls=...)``, ``Algo.load`` under ``install()``) gives
+when it is not there."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+from .. import _format
+from .._core import LoadSession
+from .._trust import BY_VALUE_MARK
+from ..exceptions import ArchiveFormatError, DecodeError
+
+__all__ = [
+    "ARS_WEIGHTS", "OBJECT_CLASS", "OBJECT_VALUE", "REBUILT_FROM_SAVED", "SCHEDULE_GROUPS", "SCHEDULE_KEYS", "Needs",
+    "check_required", "is_ars", "named_classes", "needs", "policy_hint",
+]
+
+#: ``data`` keys without which no SB3 model can be built.
+_ALWAYS = ("policy_class", "observation_space", "action_space")
+#: Hyper-parameters stored as schedules, with the ``data`` keys that hold them; SB3 < 2.7 pickled
+#: them as closures. ``_setup_model`` rebuilds those in ``REBUILT_FROM_SAVED`` from saved numbers.
+SCHEDULE_GROUPS = {
+    "learning_rate": ("learning_rate", "lr_schedule"),
+    "clip_range": ("clip_range",),
+    "clip_range_vf": ("clip_range_vf",),
+    "exploration_schedule": ("exploration_schedule",),
+    "delta_std_schedule": ("delta_std_schedule",),  # sb3-contrib's ARS
+}
+SCHEDULE_KEYS = frozenset(k for keys in SCHEDULE_GROUPS.values() for k in keys)
+REBUILT_FROM_SAVED = frozenset({"lr_schedule", "exploration_schedule"})
+#: ARS's flat copy of its policy's parameters, taken from the loaded policy (``sync_ars_weights``).
+ARS_WEIGHTS = "weights"
+#: ``data`` key naming the class of an object archive (a replay buffer or ``VecNormalize`` that
+#: ``save_replay_buffer``/``VecNormalize.save`` wrote under ``install()``).
+OBJECT_CLASS = "_zipsave_object_class"
+#: ``data`` key of an object archive holding one plain value instead of attributes.
+OBJECT_VALUE = "_zipsave_object_value"
+
+
+@dataclasses.dataclass(frozen=True)
+class Needs:
+    """What building one algorithm class takes from ``data``.
+
+    ``required``: keys it cannot be built without. ``with_weights``: keys required when saved
+    (``policy_kwargs``: the saved weights fit only the saved architecture). ``replaced``: keys
+    the load takes from elsewhere once the model is built, never decoded (ARS's ``weights``).
+    """
+
+    required: tuple[str, ...] = _ALWAYS
+    with_weights: tuple[str, ...] = ("policy_kwargs",)
+    replaced: tuple[str, ...] = ()
+
+
+def is_ars(cls: type) -> bool:
+    """sb3-contrib's ARS (and subclasses), without importing sb3-contrib."""
+    return any(f"{k.__module__}.{k.__qualname__}" == "sb3_contrib.ars.ars.ARS" for k in getattr(cls, "__mro__", ()))
+
+
+def needs(cls: type) -> Needs:
+    """The one table: every SB3 and sb3-contrib algorithm needs the same keys; ARS also keeps a
+    flat copy of its policy's parameters that the load takes from the loaded policy."""
+    return Needs(replaced=(ARS_WEIGHTS,)) if is_ars(cls) else Needs()
+
+
+def named_classes(cls: type) -> list[Any]:
+    """The classes the caller named by naming ``cls`` (``zipsave.load(cls=SAC)`` or
+    ``SAC.load``): itself, its ``policy_aliases`` and the policy base class its ``policy``
+    attribute is annotated with. Trusted as references only."""
+    named: list[Any] = [cls, *(p for p in getattr(cls, "policy_aliases", {}).values() if isinstance(p, type))]
+    try:
+        base = typing.get_type_hints(cls).get("policy")
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve names nothing
+        base = None
+    if isinstance(base, type):
+        named.append(base)
+    return named
+
+
+def policy_hint(cls: type, policy_class: Any) -> str | None:
+    """Say so when the saved policy is not one of ``cls``'s: the usual reason a build fails."""
+    bases = tuple(p for p in getattr(cls, "policy_aliases", {}).values() if isinstance(p, type))
+    if bases and isinstance(policy_class, type) and not issubclass(policy_class, bases):
+        return (
+            f"Its `policy_class` is {policy_class.__name__}, not a {cls.__name__} policy; "
+            "was it saved by another algorithm?"
+        )
+    return None
+
+
+def _keys(keys: list[str]) -> str:
+    return ", ".join(f"`{k}`" for k in keys)
+
+
+def _provide(keys: list[str]) -> str:
+    return "Provide the value with `custom_objects={" + ", ".join(f"{k!r}: ..." for k in keys) + "}`"
+
+
+def check_required(src: LoadSession, cls: type, data: dict[str, Any], given: Any) -> None:
+    """Name the root cause when a key ``cls`` needs is missing, instead of SB3's ``KeyError``
+    later (SB3 #1682) or a policy built with default layers that the weights do not fit.
+
+    Raises
+    ------
+    DecodeError
+        A required key was skipped (its cause, and how to provide or trust it).
+    ArchiveFormatError
+        A required key is absent: the archive holds no SB3 model (or another kind of file).
+    """
+    table = needs(cls)
+    skipped = {e.key: e.cause for e in src.report.skipped if e.member == _format.DATA and e.key}
+    needed = [k for k in table.required if k not in given]
+    needed += [k for k in table.with_weights if k in skipped and k not in given]
+    lost = sorted(key for key in needed if key not in data and key in skipped)
+    absent = sorted(key for key in needed if key not in data and key not in skipped)
+    if lost:
+        causes = "; ".join(f"`{key}`: {skipped[key]}" for key in lost)
+        trust = not any(BY_VALUE_MARK in skipped[key] for key in lost)  # a class stored as code: no trust helps
+        raise DecodeError(
+            f"cannot build {cls.__name__}: {_keys(lost)} could not be decoded and {cls.__name__} needs "
+            f"{'it' if len(lost) == 1 else 'them'} ({causes})",
+            archive=src.name,
+            member=_format.DATA,
+            key=lost[0] if len(lost) == 1 else None,
+            hint=_provide(lost) + (
+                ", or trust the global named above with `trusted=[...]` (`zipsave.sb3.install(trusted=[...])` "
+                "for SB3's own `load`)." if trust else "."
+            ),
+        )
+    if absent:
+        if OBJECT_CLASS in data or OBJECT_VALUE in data:
+            raise ArchiveFormatError(
+                "holds a replay buffer or VecNormalize saved on its own (`save_replay_buffer`, `VecNormalize.save`): "
+                f"its `data` has no {_keys(absent)}.",
+                archive=src.name,
+                member=_format.DATA,
+                hint="Read it with `model.load_replay_buffer(path)` or `VecNormalize.load(path, venv)`.",
+            )
+        raise ArchiveFormatError(
+            f"holds no {_keys(absent)}, which {cls.__name__} needs; is this an SB3 model archive?",
+            archive=src.name,
+            member=_format.DATA,
+            key=absent[0] if len(absent) == 1 else None,
+            hint=_provide(absent) + ".",
+        )
+    defaults = sorted(set(skipped) - set(given) - set(needed))
+    if defaults:
+        src.report.notes.append(
+            f"{_keys(defaults)} could not be decoded; {cls.__name__} uses what its constructor and "
+            "`_setup_model` set instead. Pass them as keyword arguments to `load` to choose."
+        )
