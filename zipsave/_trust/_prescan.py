@@ -230,7 +230,7 @@ _LEGACY_ITEMSIZE = {
 }
 
 
-def check_legacy_torch(payload: bytes, **where: Any) -> None:
+def check_legacy_torch(payload: bytes | bytearray, **where: Any) -> None:
     """Check a legacy (pre-zip) ``torch.save`` stream, as torch pickles a storage: five pickles
     (magic, protocol, system info, the object, the storage keys), then for each key an element
     count and the elements. torch allocates each count before reading: every count must fit in
