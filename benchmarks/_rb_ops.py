@@ -50,7 +50,7 @@ def build(n: int, **kwargs: Any) -> Any:
 def buffer_arrays(buffer: Any) -> list[np.ndarray]:
     """The buffer's arrays in a fixed order (what ``raw.bin`` holds)."""
     out = []
-    for name, value in sorted(vars(buffer).items()):
+    for _name, value in sorted(vars(buffer).items()):
         if isinstance(value, np.ndarray):
             out.append(value)
         elif isinstance(value, dict) and value and all(isinstance(v, np.ndarray) for v in value.values()):

@@ -47,7 +47,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import _proc
+import _proc  # noqa: E402 - found through the sys.path entry above
 
 PEERS = {  # row -> the rows it is divided by in the same repetition
     "zipsave_load": ("raw_readinto_fresh", "sb3_load"),
@@ -141,6 +141,10 @@ def _summary(records: list[dict], sizes: dict[float, int]) -> list[dict]:
     return rows
 
 
+def _fmt(v: float | None) -> str:
+    return f"{v:.2f}" if v is not None else "-"
+
+
 def _table(rows: list[dict]) -> str:
     head = (f"{'n':>8} {'GB':>5} {'operation':<36} {'median s':>9} {'min-max s':>15} {'x floor':>8} {'x SB3':>6} "
             f"{'x bg':>6} {'dRSS x':>7}")
@@ -149,10 +153,9 @@ def _table(rows: list[dict]) -> str:
         floor = row.get("x_raw_readinto_fresh", row.get("x_raw_write_fsync"))
         sb3 = row.get("x_sb3_load", row.get("x_sb3_restore", row.get("x_sb3_save")))
         full_copy = row.get("x_zipsave_save_background")  # an incremental snapshot against a full one
-        fmt = (lambda v: f"{v:.2f}" if v is not None else "-")
         lines.append(
             f"{row['n']:>8.3g} {row['gb']:>5.2f} {row['op']:<36} {row['seconds']:>9.3f} "
-            f"{row['min_s']:>7.3f}-{row['max_s']:<7.3f} {fmt(floor):>8} {fmt(sb3):>6} {fmt(full_copy):>6} "
+            f"{row['min_s']:>7.3f}-{row['max_s']:<7.3f} {_fmt(floor):>8} {_fmt(sb3):>6} {_fmt(full_copy):>6} "
             f"{row['drss_x']:>7.3f}"
         )
     return "\n".join(lines)

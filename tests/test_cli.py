@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
 
+import cli_server
 import numpy as np
 import pytest
 import torch
@@ -22,9 +22,7 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PY
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [sys.executable, "-m", "zipsave", *map(str, args)], check=False, capture_output=True, text=True, env=ENV, cwd=cwd, timeout=300
-    )
+    done = cli_server.run(list(args), env=ENV, cwd=cwd)  # `python -m zipsave`, forked (cli_server.py)
     assert "Traceback" not in done.stderr, done.stderr
     return done
 

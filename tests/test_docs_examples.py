@@ -2,9 +2,10 @@
 
 Each page's ``.. code-block:: python`` blocks run in order in one fresh namespace, in a
 temporary working folder, as a reader would paste them into a notebook. ``$ zipsave ...``
-lines of ``.. code-block:: console`` blocks run through ``python -m zipsave`` in the same
-folder and must not fail (exit status 2). A block directly preceded by the comment
-``.. skip-example`` is not run; keep those rare (URLs of real remote storage and the like).
+lines of ``.. code-block:: console`` blocks run through ``python -m zipsave`` (forked from one
+server that imported it, tests/cli_server.py) in the same folder and must not fail (exit
+status 2). A block directly preceded by the comment ``.. skip-example`` is not run; keep those
+rare (URLs of real remote storage and the like).
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
+import cli_server
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,8 +118,6 @@ def _run_console(code: str, where: str, cwd: Path) -> None:
             continue
         argv = shlex.split(command[2:])
         assert argv[0] == "zipsave" and not {"|", ">", "&&"} & set(argv), f"{where}: run only plain `zipsave` commands"
-        done = subprocess.run(
-            [sys.executable, "-m", "zipsave", *argv[1:]], check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-        )
+        done = cli_server.run(argv[1:], env=env, cwd=cwd)  # `python -m zipsave`, forked (cli_server.py)
         assert done.returncode in (0, 1), f"{where}: `{command[2:]}` exited {done.returncode}: {done.stderr}"
         assert "Traceback" not in done.stderr, f"{where}: {done.stderr}"

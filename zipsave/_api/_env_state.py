@@ -303,7 +303,7 @@ class EnvState:
 
     def state_dict(self) -> dict[str, Any]:
         """The environments' current state: one entry per layer, tensors and plain values only."""
-        return _stored(self._capture())  # type: ignore[no-any-return]
+        return _stored(self._capture())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Set the environments to ``state`` (from :meth:`state_dict`, or from

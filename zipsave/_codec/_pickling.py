@@ -131,7 +131,7 @@ def _make_pickler() -> type:
 
         return _CPickler
 
-    class _PyPickler(pickle._Pickler):  # type: ignore[name-defined]
+    class _PyPickler(pickle._Pickler):
         dispatch_table = base.dispatch_table
 
         def __init__(self, file: Any, protocol: int) -> None:

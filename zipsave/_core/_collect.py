@@ -47,7 +47,7 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
     if not isinstance(obj, Component):
         for handler in _registry.handlers(live=True):
             if handler.claims(obj):
-                return handler.collect(obj, exclude=exclude, include=include)  # type: ignore[no-any-return]
+                return handler.collect(obj, exclude=exclude, include=include)
     attrs = instance_attributes(obj)
     if not hasattr(obj, "__dict__") and not attrs:
         raise EncodeError(

@@ -66,7 +66,7 @@ class LoadOptions:
     @property
     def policy(self) -> TrustPolicy:
         """The trust policy of ``allow_pickle`` and ``trusted``."""
-        return self._policy  # type: ignore[attr-defined, no-any-return]
+        return self._policy  # type: ignore[attr-defined]
 
     @classmethod
     def of(cls, call: dict[str, Any]) -> LoadOptions:

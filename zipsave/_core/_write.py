@@ -254,7 +254,7 @@ def write_npy(f: Any, arr: np.ndarray) -> None:
     except ValueError:  # a header over 64 KiB (a large structured dtype): version 2.0 or 3.0
         fmt.write_array(f, arr, allow_pickle=False)
         return
-    f.write(memoryview(arr.reshape(-1).view(np.uint8)))
+    f.write(arr.reshape(-1).view(np.uint8).data)
 
 
 @functools.lru_cache(maxsize=4)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import mmap as _mmap
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -115,7 +115,7 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
         The member's bytes do not match ``expected_crc``.
     """
     shape, fortran, dtype, header_end, nbytes = _header(view, member)
-    order = "F" if fortran else "C"
+    order: Literal["C", "F"] = "F" if fortran else "C"
     if mmap and nbytes:
         mapped = _mapped(view, member, dtype, header_end, nbytes, expected_crc)
         if mapped is not None and mapped.nbytes == nbytes:

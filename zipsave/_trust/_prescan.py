@@ -9,7 +9,7 @@ import io
 import pickle
 import struct
 import zipfile
-from typing import Any
+from typing import Any, ClassVar
 
 from .._bounds import AllocBudget, KeyGuard, check_int, check_zip_infos, key_budget
 from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
@@ -17,7 +17,7 @@ from ._torch_calls import LEGACY_ITEMSIZE, check_torch_call, storage_reference
 
 __all__ = ["BoundedUnpickler", "check_legacy_torch", "check_torch_zip", "prescan_pickle"]
 
-_PurePythonUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
+_PurePythonUnpickler: Any = pickle._Unpickler
 
 
 class _Exact:
@@ -69,7 +69,7 @@ class BoundedUnpickler(_PurePythonUnpickler):
     pickle's size under ``limits`` (a :class:`~zipsave.Limits`, the defaults when ``None``).
     ``payload`` is bytes or an open binary file, read from its current position."""
 
-    dispatch: dict[int, Any] = dict(_PurePythonUnpickler.dispatch)
+    dispatch: ClassVar[dict[int, Any]] = dict(_PurePythonUnpickler.dispatch)
 
     def __init__(self, payload: Any, *, limits: Any = None, **where: Any) -> None:
         size = source_size(payload)
@@ -276,7 +276,14 @@ def prescan_pickle(payload: bytes, records: dict[str, int] | None = None, *, lim
         raise DecodeError(f"the pickle is malformed ({type(err).__name__}: {err}).", **where) from err
 
 
-def check_legacy_torch(payload: bytes, **where: Any) -> None:
+#: Bytes per element of torch's legacy storage classes (``torch.FloatStorage``...).
+_LEGACY_ITEMSIZE = {
+    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
+    "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
+}
+
+
+def check_legacy_torch(payload: bytes | bytearray, **where: Any) -> None:
     """Check a legacy (pre-zip) ``torch.save`` stream, as torch pickles a storage: five pickles
     (magic, protocol, system info, the object, the storage keys), then for each key an element
     count and the elements. torch allocates each count before reading: every count must fit in

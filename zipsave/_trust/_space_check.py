@@ -62,7 +62,7 @@ def space_problem(space: Any, depth: int = 0) -> str | None:
 def _box_problem(box: Any) -> str | None:
     state = vars(box)
     shape, dtype = state.get("_shape", state.get("shape")), state.get("dtype")
-    if not (isinstance(shape, tuple) and all(isinstance(n, numbers.Integral) and n >= 0 for n in shape)):
+    if not (isinstance(shape, tuple) and all(isinstance(n, numbers.Integral) and int(n) >= 0 for n in shape)):
         return f"Box.shape must be a tuple of non-negative integers, found {shape!r}"
     for field in ("low", "high", "bounded_below", "bounded_above"):
         if field not in state:

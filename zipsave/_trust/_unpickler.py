@@ -141,13 +141,13 @@ class _RestrictedUnpickler(BoundedUnpickler):
                 f"{opname} calls `{self._describe(func)}` with a buffer, which can lay an array over "
                 "arbitrary memory; numpy's own pickles never do this."
             )
-        name = self._names.get(id(func))
+        imported = self._names.get(id(func))
         # The constructor rule is zipsave's review of its own allowlist; a class the caller
         # named in `trusted=` is trusted with its constructor too (security.rst says so).
-        problem = call_problem(name, func, opname) if calls_init and not self._vouched(name) else None
+        problem = call_problem(imported, func, opname) if calls_init and not self._vouched(imported) else None
         if problem:
             raise self._error(problem + ".")
-        size_problem(numpy, name, func, args, kwargs, self._budget)
+        size_problem(numpy, imported, func, args, kwargs, self._budget)
         check_keys(self._keys, args, kwargs)
 
     def _vouched(self, name: str | None) -> bool:

@@ -147,7 +147,7 @@ def walk(obj: Any, state: dict | None = None, path: str = "") -> Node:
             given = state.pop(name, None) if provided else None
             children[name] = _remote_node(comp, given, where)
         else:
-            comp_state = state.pop(name) if provided else _read(where, lambda: obj.get_state(components=name)[name])
+            comp_state = state.pop(name) if provided else _read(where, lambda name=name: obj.get_state(components=name)[name])
             children[name] = walk(comp, comp_state, where)
     return _describe(obj, state, children)
 

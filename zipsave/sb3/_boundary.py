@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..exceptions import ArchiveNotFoundError, DecodeError, ZipsaveError, as_zipsave_error
-from ._state import original
 
 __all__ = ["check_statistics", "door"]
 
