@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _format
 from .._archive import ArchiveSource
-from .. import _codec, _tensors, _trust  # packages whose parts load on first use (PEP 562)
+from .. import _codec, _sign, _tensors, _trust  # packages whose parts load on first use (PEP 562)
 from ..exceptions import (
     caller_stacklevel,
     ArchiveFormatError,
@@ -67,9 +67,7 @@ class LoadSession:
         self.signature = None
         try:
             if options.trust is not None:  # before any member but the version line is read
-                from .._sign import check_source  # the sign extra's checks: only when a trust is set
-
-                self.signature = self.report.signature = check_source(self.source, options.trust)
+                self.signature = self.report.signature = _sign.check_source(self.source, options.trust)
             if self.reader.manifest_error and self.verify:
                 self._integrity(self.reader.manifest_error, None)
             if self.verify and self.reader.manifest is not None:

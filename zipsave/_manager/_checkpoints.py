@@ -15,15 +15,14 @@ import collections
 import logging
 import threading
 import time
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from .. import _api as api
 from .._printable import visible
-from ..exceptions import CheckpointDirectoryError, ZipsaveError, ZipsaveWarning, caller_stacklevel
+from ..exceptions import CheckpointDirectoryError, ZipsaveError
 from ._directory import open_directory
-from ._index import INDEX_NAME, Checkpoint, best_metric_problem, checkpoint_name, encode_index, plain_metrics, to_keep
+from ._index import INDEX_NAME, Checkpoint, checkpoint_name, encode_index, plain_metrics, to_keep, warn_best_metric
 from ._lock import DirectoryLock
 from ._resume import newest_intact
 from ._settings import as_step, check_count, check_keep_best, check_signing
@@ -255,18 +254,8 @@ class CheckpointManager(CheckpointReading):
         return self._commit(step, when, recorded)
 
     def _check_best_metric(self, step: int, recorded: dict[str, Any]) -> None:
-        if self.keep_best is None or self._best_warned:
-            return
-        problem = best_metric_problem(self.keep_best, recorded, self.list())
-        if problem:  # warned once: a misspelt name would repeat at every save
-            self._best_warned = True
-            warnings.warn(
-                f"CheckpointManager of `{self.directory}`: keep_best ranks checkpoints by `{self.keep_best[0]}`, "
-                f"but the checkpoint of step {step} {problem}; a checkpoint without a number there is never "
-                "kept as best, and keep_last alone decides what is deleted.",
-                ZipsaveWarning,
-                stacklevel=caller_stacklevel(),
-            )
+        if self.keep_best is not None and not self._best_warned:  # once: a misspelt name would repeat
+            self._best_warned = warn_best_metric(self.directory, self.keep_best, step, recorded, self.list())
 
     def _saved(self, step: int) -> None:
         self._last_step = step

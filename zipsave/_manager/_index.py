@@ -9,10 +9,11 @@ import math
 import numbers
 import re
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..exceptions import CheckpointDirectoryError, EncodeError
+from ..exceptions import CheckpointDirectoryError, EncodeError, ZipsaveWarning, caller_stacklevel
 
 __all__ = [
     "FORMAT",
@@ -251,3 +252,19 @@ def to_keep(
     if keep_best is not None:
         kept |= {c.step for c in best_of(ordered, *keep_best)}
     return [c for c in ordered if c.step in kept]
+
+
+def warn_best_metric(
+    directory: Any, keep_best: tuple[str, str, int], step: int, recorded: Mapping[str, Any], checkpoints: Iterable[Checkpoint]
+) -> bool:
+    """Warn when the checkpoint of ``step`` cannot be ranked by ``keep_best``; whether it warned."""
+    problem = best_metric_problem(keep_best, recorded, checkpoints)
+    if problem:
+        warnings.warn(
+            f"CheckpointManager of `{directory}`: keep_best ranks checkpoints by `{keep_best[0]}`, "
+            f"but the checkpoint of step {step} {problem}; a checkpoint without a number there is never "
+            "kept as best, and keep_last alone decides what is deleted.",
+            ZipsaveWarning,
+            stacklevel=caller_stacklevel(),
+        )
+    return bool(problem)
