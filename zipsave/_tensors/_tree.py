@@ -53,7 +53,7 @@ class BufferView(io.RawIOBase):
 
 
 # -- trees ---------------------------------------------------------------------------------
-def walk_leaves(tree: Any, leaf: type, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+def walk_leaves(tree: Any, leaf: type | tuple[type, ...], path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
     if isinstance(tree, leaf):
         yield path, tree
     elif isinstance(tree, SparseRef):  # its index and value tensors, under the tensor's key
