@@ -17,7 +17,8 @@ from typing import Any
 
 from ._demo import run_demo
 from ._printable import visible, visible_json
-from ._sign import Signer, Trust, sign, verify_signature
+from ._cli_sign import add_signer_options, check_signature, trust_of
+from ._sign import Signer, sign
 from ._manager import (
     is_manager_directory,
     list_checkpoints,
@@ -37,7 +38,7 @@ from ._tools import (
     verify_sharded,
 )
 from ._version import __version__
-from .exceptions import CheckpointDirectoryError, SignatureError, ZipsaveError, ZipsaveWarning
+from .exceptions import CheckpointDirectoryError, ZipsaveError, ZipsaveWarning
 
 __all__ = ["build_parser", "main"]
 
@@ -77,7 +78,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         summary = describe_sharded(args.archive)
         _print_json(summary) if args.json else _say(render_sharded(summary))
         return EXIT_OK
-    info = inspect(args.archive, verify=args.verify, trust=_trust_of(args))
+    info = inspect(args.archive, verify=args.verify, trust=trust_of(args))
     if args.json:
         _print_json(info.to_dict())
     else:
@@ -94,7 +95,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         problems = verify_sharded(args.archive)
     else:
         problems = verify(args.archive, require_manifest=args.require_manifest, notes=notes)
-    signed = _check_signature(args, problems)
+    signed = check_signature(args, problems)
     if args.json:
         report = {"archive": args.archive, "ok": not problems, "problems": problems, "notes": notes}
         if signed is not None:
@@ -110,34 +111,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         for note in notes:
             _say(f"  note: {visible(note)}")
     return EXIT_FOUND if problems else EXIT_OK
-
-
-def _trust_of(args: argparse.Namespace) -> Trust | None:
-    """The ``Trust`` of ``verify``'s signer options; ``None`` when it was given none."""
-    identities = list(zip(args.identity or [], args.identity_provider or []))
-    if len(args.identity or []) != len(args.identity_provider or []):
-        raise ZipsaveError("give one --identity_provider for each --identity.")
-    if not (args.public_key or args.certificate_chain or identities):
-        if args.signature:
-            raise ZipsaveError("--signature needs the signer to accept: --public_key, --certificate_chain or --identity.")
-        return None
-    return Trust(public_keys=args.public_key or (), certificates=args.certificate_chain or (), identities=identities,
-                 signature=args.signature, use_staging=args.use_staging, trust_config=args.trust_config)
-
-
-def _check_signature(args: argparse.Namespace, problems: list[str]) -> Any:
-    """Check the archive's signature when ``verify`` was given signer options; a failure is one
-    more problem (exit 1), and the signer is returned when it held."""
-    trust = _trust_of(args)
-    if trust is None:
-        return None
-    if is_manager_directory(args.archive) or is_checkpoint_dir(args.archive):
-        raise ZipsaveError("signature options check one archive, not a directory.")
-    try:
-        return verify_signature(args.archive, trust)
-    except SignatureError as err:
-        problems.append(f"signature ({err.reason}): {err.detail}" + (f" {err.hint}" if err.hint else ""))
-        return None
 
 
 def _cmd_sign(args: argparse.Namespace) -> int:
@@ -229,26 +202,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 # -- parser ------------------------------------------------------------------------------------
-def _add_signer_options(command: argparse.ArgumentParser, outcome: str) -> None:
-    """The options of the signers a command accepts (``verify``, ``inspect``)."""
-    signer = command.add_argument_group(
-        "signature (the sign extra)",
-        f"With any of these, the archive must also carry a signature by an accepted signer over every member "
-        f"{outcome}: the embedded zipsave.sig, else ARCHIVE.sig, else --signature. Options are spelled as "
-        "model_signing spells them; the dashed forms work too.",
-    )
-    signer.add_argument("--public_key", "--public-key", action="append", metavar="KEY.pem",
-                        help="accept signatures by this PEM public key (repeatable)")
-    signer.add_argument("--certificate_chain", "--certificate-chain", action="append", metavar="CERT.pem",
-                        help="accept certificates chaining to these PEM certificates (repeatable)")
-    signer.add_argument("--identity", action="append", help="accept this Sigstore identity (needs the network)")
-    signer.add_argument("--identity_provider", "--identity-provider", action="append",
-                        help="the OIDC issuer of each --identity")
-    signer.add_argument("--use_staging", "--use-staging", action="store_true", help="Sigstore's staging instance")
-    signer.add_argument("--trust_config", "--trust-config", metavar="FILE", help="a Sigstore client trust configuration")
-    signer.add_argument("--signature", metavar="SIG", help="check this detached signature")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zipsave",
@@ -274,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--verify", action="store_true",
         help="also check every member's bytes and every tensor's own checksum (exit 1 on a problem)",
     )
-    _add_signer_options(inspect, "(an error if not), and its signer is shown")
+    add_signer_options(inspect, "(an error if not), and its signer is shown")
     inspect.set_defaults(func=_cmd_inspect)
 
     verify = add(
@@ -290,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--require-manifest", action="store_true", help="count a missing manifest.json as a problem (exit 1)"
     )
-    _add_signer_options(verify, "(exit 1 if not)")
+    add_signer_options(verify, "(exit 1 if not)")
     verify.set_defaults(func=_cmd_verify)
 
     signing = add(

@@ -44,7 +44,7 @@ _LAZY: dict[str, str] = {
 # Its modules, found as attributes as when this file imported them all.
 _SUBMODULES = frozenset({
     "_crc", "_destination", "_files", "_handlers", "_libc", "_limits", "_progress", "_reader", "_remote", "_source",
-    "_views", "_writer", "_zipfmt"
+    "_structure", "_views", "_writer", "_zipfields", "_zipfmt"
 })
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)

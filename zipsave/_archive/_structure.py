@@ -10,22 +10,15 @@ from typing import IO, Any
 
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._limits import Limits
-from ._zipfmt import CENTRAL, EOCD, EOCD64, FLAG_DESCRIPTOR, FLAG_UTF8, LOCAL, LOCATOR64, ZIP64_ID, check_name
+from ._zipfields import (
+    HINT, KNOWN_FLAGS, SIG_CENTRAL, SIG_DESCRIPTOR, SIG_EOCD, SIG_EOCD64, SIG_LOCAL, SIG_LOCATOR, decode_name, extras, refuse,
+)
+from ._zipfmt import CENTRAL, EOCD, EOCD64, FLAG_DESCRIPTOR, LOCAL, LOCATOR64, ZIP64_ID, check_name
 
 __all__ = ["Entry", "Structure", "check_one_end", "read_structure"]
 
-SIG_EOCD = b"PK\x05\x06"
-SIG_EOCD64 = b"PK\x06\x06"
-SIG_LOCATOR = b"PK\x06\x07"
-SIG_CENTRAL = b"PK\x01\x02"
-SIG_LOCAL = b"PK\x03\x04"
-SIG_DESCRIPTOR = b"PK\x07\x08"
-UNICODE_PATH_ID = 0x7075  # Info-ZIP's Unicode path: some readers take the name from it
-#: Flag bits a member may set: deflate's speed hints (1, 2), a data descriptor (3), UTF-8 (11).
-KNOWN_FLAGS = 0x0002 | 0x0004 | FLAG_DESCRIPTOR | FLAG_UTF8
 _U32 = 0xFFFFFFFF
 _U16 = 0xFFFF
-_HINT = "zipsave, zipfile, torch and SB3 never write this; the archive was damaged or built to fool a zip reader."
 
 
 @dataclasses.dataclass(slots=True)
@@ -47,30 +40,6 @@ class Entry:
 class Structure:
     entries: list[Entry]
     cd_start: int
-
-
-def _refuse(detail: str, archive: Any, member: str | None = None) -> ArchiveFormatError:
-    return ArchiveFormatError(detail, archive=archive, member=member, hint=_HINT)
-
-
-def _extras(raw: bytes, archive: Any, member: str, where: str) -> dict[int, bytes]:
-    """The extra fields, which must tile the extra area exactly, each id at most once."""
-    fields: dict[int, bytes] = {}
-    pos = 0
-    while pos < len(raw):
-        if pos + 4 > len(raw):
-            raise _refuse(f"{where} extra area ends in {len(raw) - pos} stray bytes.", archive, member)
-        kind, length = struct.unpack_from("<HH", raw, pos)
-        if pos + 4 + length > len(raw):
-            raise _refuse(f"{where} extra field {kind:#06x} claims {length} bytes past its area.", archive, member)
-        if kind in fields and kind in (ZIP64_ID, UNICODE_PATH_ID):
-            raise _refuse(f"{where} holds extra field {kind:#06x} twice.", archive, member)
-        fields.setdefault(kind, raw[pos + 4 : pos + 4 + length])
-        pos += 4 + length
-    unicode_path = fields.get(UNICODE_PATH_ID)
-    if unicode_path is not None and unicode_path[5:] != member.encode("utf-8"):
-        raise _refuse(f"{where} Unicode path extra field names another member than the header.", archive, member)
-    return fields
 
 
 def _find_end(fp: IO[bytes], size: int, archive: Any) -> tuple[int, bytes] | None:
@@ -112,12 +81,12 @@ def _directory_extent(fp: IO[bytes], end: int, record: bytes, archive: Any) -> t
     before = fp.read(end - first)
     if len(before) < LOCATOR64.size or before[-LOCATOR64.size :][:4] != SIG_LOCATOR:
         if disk or cd_disk or here != total:
-            raise _refuse("end record describes a multi-disk archive.", archive)
+            raise refuse("end record describes a multi-disk archive.", archive)
         return total, cd_size, cd_offset, end
     _s, eocd64_disk, eocd64_offset, disks = LOCATOR64.unpack_from(before, len(before) - LOCATOR64.size)
     where = end - LOCATOR64.size - EOCD64.size
     if len(before) < LOCATOR64.size + EOCD64.size or before[:4] != SIG_EOCD64 or eocd64_offset != where:
-        raise _refuse(
+        raise refuse(
             f"zip64 locator points at byte {eocd64_offset}, but no 56-byte zip64 end record sits right "
             "before it (zip readers would look in different places).",
             archive,
@@ -125,15 +94,15 @@ def _directory_extent(fp: IO[bytes], end: int, record: bytes, archive: Any) -> t
     fields = EOCD64.unpack_from(before)
     _s, record_size, _made, _needed, disk64, cd_disk64, here64, total64, cd_size64, cd_offset64 = fields
     if record_size != EOCD64.size - 12 or eocd64_disk or disks > 1 or disk64 or cd_disk64 or here64 != total64:
-        raise _refuse("zip64 end record has extensible data or describes a multi-disk archive.", archive)
+        raise refuse("zip64 end record has extensible data or describes a multi-disk archive.", archive)
     for name, small, big, sentinel in (
         ("entry count", total, total64, _U16), ("entry count on this disk", here, here64, _U16),
         ("directory size", cd_size, cd_size64, _U32), ("directory offset", cd_offset, cd_offset64, _U32),
     ):
         if small not in (big, sentinel):
-            raise _refuse(f"end record's {name} {small} differs from the zip64 end record's {big}.", archive)
+            raise refuse(f"end record's {name} {small} differs from the zip64 end record's {big}.", archive)
     if (disk, cd_disk) not in ((0, 0), (_U16, _U16)):
-        raise _refuse("end record describes a multi-disk archive.", archive)
+        raise refuse("end record describes a multi-disk archive.", archive)
     return total64, cd_size64, cd_offset64, where
 
 
@@ -150,7 +119,7 @@ def read_structure(fp: IO[bytes], *, archive: Any, limits: Limits) -> Structure:
         if total > limits.max_members:
             raise ArchiveLimitError(f"holds {total} members; the limit is {limits.max_members}.", archive=archive)
         if cd_start + cd_size != cd_end:
-            raise _refuse(
+            raise refuse(
                 f"central directory is declared at bytes {cd_start}-{cd_start + cd_size}, but it must end where "
                 f"the end records start ({cd_end}): data was prepended (another archive, a self-extracting stub) "
                 "or the directory is damaged.",
@@ -159,7 +128,7 @@ def read_structure(fp: IO[bytes], *, archive: Any, limits: Limits) -> Structure:
         fp.seek(cd_start)
         directory = fp.read(end - cd_start)
         if len(directory) != end - cd_start:
-            raise _refuse("central directory is cut short.", archive)
+            raise refuse("central directory is cut short.", archive)
         if record.find(SIG_EOCD, 4) >= 0:  # zipfile takes the last end record it finds
             raise _second_end(archive)
         entries = _central_entries(directory[:cd_size], total, cd_start, archive, limits)
@@ -172,7 +141,7 @@ def read_structure(fp: IO[bytes], *, archive: Any, limits: Limits) -> Structure:
 
 
 def _second_end(archive: Any) -> ArchiveFormatError:
-    return _refuse(
+    return refuse(
         "holds a second end-of-central-directory record (in the archive comment); "
         "zip readers would disagree on which one is the archive's.",
         archive,
@@ -200,7 +169,7 @@ def _central_entries(directory: bytes, total: int, cd_start: int, archive: Any, 
     declared = 0
     for _ in range(total):
         if directory[pos : pos + 4] != SIG_CENTRAL or pos + CENTRAL.size > len(directory):
-            raise _refuse(f"central directory entry {len(entries)} is missing or damaged.", archive)
+            raise refuse(f"central directory entry {len(entries)} is missing or damaged.", archive)
         fields = CENTRAL.unpack_from(directory, pos)
         flags, method, crc, csize, usize, nlen, xlen, clen, disk = (
             fields[3], fields[4], fields[7], fields[8], fields[9], fields[10], fields[11], fields[12], fields[13]
@@ -209,21 +178,21 @@ def _central_entries(directory: bytes, total: int, cd_start: int, archive: Any, 
         start = pos + CENTRAL.size
         pos = start + nlen + xlen + clen
         if pos > len(directory):
-            raise _refuse(f"central directory entry {len(entries)} runs past the directory.", archive)
+            raise refuse(f"central directory entry {len(entries)} runs past the directory.", archive)
         raw_name = directory[start : start + nlen]
-        name = _decode_name(raw_name, flags, archive)
+        name = decode_name(raw_name, flags, archive)
         check_name(name, archive)
         if name in seen:
             raise ArchiveFormatError(
                 "appears twice in the archive; refusing to guess which copy is meant.", archive=archive, member=name
             )
         seen.add(name)
-        extras = _extras(directory[start + nlen : start + nlen + xlen], archive, name, "central directory entry's")
-        zip64 = extras.get(ZIP64_ID)
+        fields = extras(directory[start + nlen : start + nlen + xlen], archive, name, "central directory entry's")
+        zip64 = fields.get(ZIP64_ID)
         wanted = [usize == _U32, csize == _U32, offset == _U32]
         needed = 8 * sum(wanted) + (4 if disk == _U16 else 0)
         if (zip64 is not None or needed) and len(zip64 or b"") != needed:
-            raise _refuse(
+            raise refuse(
                 f"zip64 extra field holds {len(zip64 or b'')} bytes where the entry's header calls for {needed}.",
                 archive, name,
             )
@@ -240,7 +209,7 @@ def _central_entries(directory: bytes, total: int, cd_start: int, archive: Any, 
         declared += usize
         entries.append(Entry(name, raw_name, flags, method, crc, csize, usize, offset))
     if pos != len(directory):
-        raise _refuse(
+        raise refuse(
             f"central directory holds {len(directory) - pos} bytes after its {total} entries (the end record "
             "counts fewer entries than it holds, or the directory is damaged).",
             archive,
@@ -248,25 +217,6 @@ def _central_entries(directory: bytes, total: int, cd_start: int, archive: Any, 
     if declared > limits.max_total_bytes:
         raise ArchiveLimitError(f"members total {declared} bytes; the limit is {limits.max_total_bytes}.", archive=archive)
     return entries
-
-
-def _decode_name(raw: bytes, flags: int, archive: Any) -> str:
-    try:
-        if flags & FLAG_UTF8:
-            return raw.decode("utf-8")
-        return raw.decode("ascii")
-    except UnicodeDecodeError:
-        shown = raw.decode("utf-8", "backslashreplace")
-        detail = (
-            "name is not valid UTF-8, though its UTF-8 flag is set." if flags & FLAG_UTF8 else
-            "name is not ASCII and its UTF-8 flag (bit 11) is not set: zip readers decode such names "
-            "differently (cp437, UTF-8, the system's code page)."
-        )
-        raise ArchiveFormatError(
-            detail, archive=archive, member=shown,
-            hint="Re-create the archive with a tool that sets the UTF-8 flag (Python's zipfile, zipsave), "
-            "or keep member names ASCII.",
-        ) from None
 
 
 def _check_entry(
@@ -284,7 +234,7 @@ def _check_entry(
             f"uses compression method {method}; expected stored (0) or deflated (8).", archive=archive, member=name
         )
     if flags & ~KNOWN_FLAGS:
-        raise _refuse(f"sets general-purpose flag bits {flags & ~KNOWN_FLAGS:#06x}, which zipsave does not read.",
+        raise refuse(f"sets general-purpose flag bits {flags & ~KNOWN_FLAGS:#06x}, which zipsave does not read.",
                       archive, name)
     if usize > limits.max_member_bytes:
         raise ArchiveLimitError(
@@ -295,7 +245,7 @@ def _check_entry(
             f"is stored but declares {csize} compressed and {usize} uncompressed bytes.", archive=archive, member=name
         )
     if disk:
-        raise _refuse(f"says it starts on disk {disk}; zipsave reads single-file archives.", archive, name)
+        raise refuse(f"says it starts on disk {disk}; zipsave reads single-file archives.", archive, name)
     if offset + LOCAL.size + csize > cd_start:
         raise ArchiveFormatError(
             "extends past the start of the central directory (truncated or forged).", archive=archive, member=name
@@ -315,7 +265,7 @@ def _check_layout(fp: IO[bytes], entries: list[Entry], cd_start: int, archive: A
             following = ordered[i + 1].header_offset if i + 1 < len(ordered) else cd_start
             expected = _check_descriptor(fp, entry, expected, following, archive)
     if expected != cd_start:
-        raise _refuse(
+        raise refuse(
             f"holds {cd_start - expected} bytes between its last member and the central directory "
             "(hidden data, or a member the directory does not list).",
             archive,
@@ -324,7 +274,7 @@ def _check_layout(fp: IO[bytes], entries: list[Entry], cd_start: int, archive: A
 
 def _gap(previous: Entry | None, entry: Entry, expected: int, archive: Any) -> None:
     if previous is None:
-        raise _refuse(
+        raise refuse(
             f"holds {entry.header_offset} bytes before its first member (another file or archive prepended, "
             "or a self-extracting stub).",
             archive,
@@ -333,7 +283,7 @@ def _gap(previous: Entry | None, entry: Entry, expected: int, archive: Any) -> N
         raise ArchiveFormatError(
             f"overlaps member `{entry.name}` (a zip bomb, or a forged directory).", archive=archive, member=previous.name
         )
-    raise _refuse(
+    raise refuse(
         f"is followed by {entry.header_offset - expected} bytes that belong to no member before `{entry.name}` "
         "(hidden data, or a member the directory does not list).",
         archive, previous.name,
@@ -355,10 +305,10 @@ def _check_local(fp: IO[bytes], entry: Entry, archive: Any) -> int:
         raise ArchiveFormatError(
             f"local header names {local_name[:80]!r}, the central directory {entry.raw_name[:80]!r} "
             "(corrupted or forged).",
-            archive=archive, member=name, hint=_HINT,
+            archive=archive, member=name, hint=HINT,
         )
     if flags != entry.flags or method != entry.method:
-        raise _refuse(
+        raise refuse(
             f"local header says flags {flags:#06x} and method {method}, the central directory flags "
             f"{entry.flags:#06x} and method {entry.method}.",
             archive, name,
@@ -366,14 +316,14 @@ def _check_local(fp: IO[bytes], entry: Entry, archive: Any) -> int:
     extra = fp.read(xlen)
     if len(extra) != xlen:
         raise ArchiveFormatError("local header is missing or damaged.", archive=archive, member=name)
-    zip64 = _extras(extra, archive, name, "local header's").get(ZIP64_ID)
+    zip64 = extras(extra, archive, name, "local header's").get(ZIP64_ID)
     if zip64 is not None:
         if len(zip64) != 16:
-            raise _refuse(f"local zip64 extra field holds {len(zip64)} bytes, not 16 (both sizes).", archive, name)
+            raise refuse(f"local zip64 extra field holds {len(zip64)} bytes, not 16 (both sizes).", archive, name)
         big_usize, big_csize = struct.unpack("<QQ", zip64)
         for small, big in ((usize, big_usize), (csize, big_csize)):
             if small not in (_U32, big):
-                raise _refuse(f"local header's sizes disagree: {small} in the header, {big} in its zip64 field.",
+                raise refuse(f"local header's sizes disagree: {small} in the header, {big} in its zip64 field.",
                               archive, name)
         usize, csize = big_usize, big_csize
     found = (crc, csize, usize)
@@ -381,7 +331,7 @@ def _check_local(fp: IO[bytes], entry: Entry, archive: Any) -> int:
     if found != wanted and not (
         entry.flags & FLAG_DESCRIPTOR and all(f in (0, w) for f, w in zip(found, wanted, strict=True))
     ):
-        raise _refuse(
+        raise refuse(
             f"local header says crc32 {crc:08x}, {csize} compressed and {usize} uncompressed bytes; the central "
             f"directory crc32 {entry.crc:08x}, {entry.compress_size} and {entry.file_size}.",
             archive, name,
@@ -405,7 +355,7 @@ def _check_descriptor(fp: IO[bytes], entry: Entry, at: int, following: int, arch
         if (not signed or raw[:4] == SIG_DESCRIPTOR) and len(raw) >= following - at:
             if struct.unpack_from(fmt, raw, 4 if signed else 0) == (entry.crc, entry.compress_size, entry.file_size):
                 return following
-    raise _refuse(
+    raise refuse(
         f"is followed by {following - at} bytes where its data descriptor should be: the descriptor is "
         "missing, disagrees with the central directory, or hides other data.",
         archive, entry.name,

@@ -10,7 +10,8 @@ from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._address import check_data_key, check_name, check_path, resolve, set_variable
-    from ._apply import check_app_state, expected_state_names, load_state_into, restore_parts
+    from ._app_state import check_app_state
+    from ._apply import expected_state_names, load_state_into, restore_parts
     from ._apply import set_parameters_from_dict
     from ._build import build, check_component, handler_for, load_app_state, member_names, restore_target, restore_tree
     from ._build import data_bytes
@@ -38,8 +39,8 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("check_data_key", "check_name", "check_path", "resolve", "set_variable"), "._address"),
+    "check_app_state": "._app_state",
     **dict.fromkeys((
-        "check_app_state",
         "expected_state_names",
         "load_state_into",
         "restore_parts",
@@ -77,7 +78,7 @@ _LAZY: dict[str, str] = {
 }
 # Its modules, found as attributes as when this file imported them all.
 _SUBMODULES = frozenset({
-    "_address", "_apply", "_build", "_classes", "_collect", "_component", "_inplace", "_modes", "_options",
+    "_address", "_app_state", "_apply", "_members", "_build", "_classes", "_collect", "_component", "_inplace", "_modes", "_options",
     "_parts", "_report", "_session", "_write"
 })
 

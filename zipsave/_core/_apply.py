@@ -20,7 +20,7 @@ from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, Parts, 
 from ._session import LoadSession
 
 __all__ = [
-    "check_app_state", "expected_state_names", "live_parts", "load_state_into", "restore_parts",
+    "expected_state_names", "live_parts", "load_state_into", "restore_parts",
     "set_parameters_from_dict",
 ]
 
@@ -372,30 +372,6 @@ def load_state_into(src: LoadSession, member: str, target: Any, exact_match: boo
         archive=src.name,
         member=member,
     )
-
-
-def check_app_state(src: LoadSession, app: dict, folder: str, exclude: Any = None) -> None:
-    """A strict restore into a dict: the archive's stateful entries are the dict's, less what
-    ``exclude`` leaves out on purpose."""
-    prefix = f"{folder}/" if folder else ""
-    saved = {
-        n[len(prefix) : -len(_format.PTH_SUFFIX)]
-        for n in src.source.members_in(folder)
-        if n.endswith(_format.PTH_SUFFIX)
-    } - {_format.PYTORCH_VARIABLES[: -len(_format.PTH_SUFFIX)]}
-    wanted = {k for k, v in app.items() if is_stateful(v)}
-    if exclude:
-        saved = {n for n in saved if not matches(n, exclude)}
-        wanted = {n for n in wanted if not matches(n, exclude)}
-    if saved != wanted:
-        extra = sorted(saved - wanted)
-        raise ParameterMismatchError(
-            f"holds stateful entries {sorted(saved)}, but the app state has {sorted(wanted)}.",
-            archive=src.name,
-            hint=f"Pass `exclude={extra}` to leave out the entries the app state does not hold, or "
-            "`strict=False, exact_match=False` to restore the ones that match."
-            if extra else "Pass `strict=False, exact_match=False` to restore the ones that match.",
-        )
 
 
 def set_parameters_from_dict(obj: Any, params: dict[str, Any], *, exact_match: bool = True) -> None:

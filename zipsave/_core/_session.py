@@ -17,7 +17,6 @@ from ..exceptions import (
     ArchiveFormatError,
     DecodeError,
     IntegrityError,
-    ParameterMismatchError,
     SkippedEntry,
     SkippedEntryWarning,
     UnsafeGlobalError,
@@ -28,6 +27,7 @@ from ..exceptions import (
 from .. import _system_info
 from ._parts import matches
 from ._options import LoadOptions
+from ._members import broken_tensor_member, leave_out, stem, unrecognised
 from ._report import LoadReport
 
 __all__ = ["LoadSession"]
@@ -74,7 +74,7 @@ class LoadSession:
                 for lost in sorted(set(self.reader.manifest) - set(self.reader.names())):
                     self._integrity("is listed in manifest.json but missing from the archive.", lost)
             if self.has(_format.VERSION) or self.reader.manifest is not None:
-                for name in _unrecognised(self.reader.names()):
+                for name in unrecognised(self.reader.names()):
                     self.record_skip(name, None, None, ArchiveFormatError(
                         "is not a member zipsave writes (renamed, damaged, or added by another tool); ignored."))
             if options.print_system_info:
@@ -119,9 +119,9 @@ class LoadSession:
         """Skip a broken entry with a warning (``strict``: raise). A corrupt or unreadable tensor
         member (``.pth``/``.npy``) is never skipped quietly: it raises :class:`IntegrityError`
         unless the caller opted in with ``skip_broken_tensors=True``."""
-        broken = _broken_tensor_member(member, err)
+        broken = broken_tensor_member(member, err)
         if broken is not None and not self.options.skip_broken_tensors:
-            raise self._integrity_error(broken, err, leave_out=_leave_out(member, key, broken)) from err
+            raise self._integrity_error(broken, err, leave_out=leave_out(member, key, broken)) from err
         self.record_skip(member, key, type_hint, err, warn=warn)
 
     def record_skip(
@@ -158,7 +158,7 @@ class LoadSession:
     def _integrity_error(self, member: str, err: BaseException, *, leave_out: str | None = None) -> IntegrityError:
         """The error for a broken tensor member, with the recorded and the actual checksum."""
         hint = (
-            f"The model would not be the one saved. Leave it out with `exclude=[{leave_out or _stem(member)!r}]`, "
+            f"The model would not be the one saved. Leave it out with `exclude=[{leave_out or stem(member)!r}]`, "
             "or pass `skip_broken_tensors=True` to keep the freshly built values there."
         )
         expected: str | None
@@ -366,49 +366,3 @@ class LoadSession:
                 hint = value.get(_codec.TYPE_KEY) if isinstance(value, dict) else None
                 self.skip(member, key, hint if isinstance(hint, str) else None, err, warn=key not in quiet)
         return out
-
-
-_KNOWN_MEMBERS = frozenset({
-    _format.DATA, _format.INIT, _format.VERSION, _format.SB3_VERSION, _format.SYSTEM_INFO, _format.MANIFEST,
-    _format.SIGNATURE,
-})
-
-
-def _broken_tensor_member(member: str, err: BaseException) -> str | None:
-    """The tensor member (``.pth``/``.npy``) that ``err`` found corrupt or unreadable, if any.
-    A state dict that does not fit the object (:class:`ParameterMismatchError`) is not broken."""
-    if isinstance(err, (ParameterMismatchError, UnsafeGlobalError)) or not isinstance(err, (ZipsaveError, OSError)):
-        return None
-    if isinstance(err, ZipsaveError) and not isinstance(err, (ArchiveFormatError, DecodeError)):
-        return None
-    for name in (getattr(err, "member", None), member):
-        if isinstance(name, str) and name.endswith((_format.PTH_SUFFIX, _format.NPY_SUFFIX)):
-            return name
-    return None
-
-
-def _leave_out(member: str, key: str | None, broken: str) -> str:
-    """The ``exclude=`` pattern that leaves a broken tensor member out of a load."""
-    if broken.endswith(_format.NPY_SUFFIX) and key is not None:
-        folder = member.rpartition("/")[0]
-        return folder or key  # a component's arrays go with the component
-    return _stem(broken)
-
-
-def _stem(member: str) -> str:
-    return member[: -len(_format.PTH_SUFFIX)] if member.endswith(_format.PTH_SUFFIX) else member
-
-
-def _unrecognised(names: Iterable[str]) -> list[str]:
-    """Members of a zipsave archive that no reader of the format looks at."""
-    out = []
-    for name in names:
-        folder, _, base = name.rpartition("/")
-        if not base:  # a directory entry added by a zip tool
-            continue
-        if base in _KNOWN_MEMBERS or base.endswith(_format.PTH_SUFFIX):
-            continue
-        if base.endswith(_format.NPY_SUFFIX) and (folder + "/").endswith(_format.ARRAYS_DIR):
-            continue
-        out.append(name)
-    return out
