@@ -342,7 +342,7 @@ def restricted_loads(
     storages: Any = None,
     limits: Any = None,
 ) -> object:
-    """Unpickle ``payload`` under ``policy``.
+    """Unpickle ``payload`` under ``policy`` and return the value.
 
     Parameters
     ----------
@@ -360,11 +360,6 @@ def restricted_loads(
         The load's :class:`~zipsave.Limits`: what the value may allocate in all
         (``alloc_floor`` plus ``alloc_ratio`` times the pickle's size), counted before each
         array, bytes or tensor is built. The defaults when ``None``.
-
-    Returns
-    -------
-    object
-        The unpickled value.
 
     Raises
     ------
