@@ -330,7 +330,9 @@ def test_checkpoint_callback_saves_incrementally(tmp_path, caplog, every_array_b
     callback = zipsave.sb3.CheckpointCallback(tmp_path / "ckpt", every_steps=20, include=RB)
     model.learn(70, callback=callback)
     callback.close()
-    kinds = snapshots(caplog)
+    # A save that finds the shadow still being written waits for that writer (logged "waiting"
+    # on a busy machine), then copies incrementally: never a second copy of the buffer.
+    kinds = [kind for kind in snapshots(caplog) if kind != "waiting"]
     assert len(kinds) >= 3 and kinds == ["full"] + ["incremental"] * (len(kinds) - 1), kinds
     latest = zipsave.load(callback.manager.latest().path, cls=DQN, device="cpu")
     assert latest.num_timesteps == model.num_timesteps and latest.replay_buffer.pos == model.replay_buffer.pos
