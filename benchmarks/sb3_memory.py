@@ -24,7 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-_MEASURE = """
+#: The script of one measurement (also run by tests/test_sb3.py): MODE WARM_UP PATH.
+MEASURE = """
 import gc, json, sys
 import torch
 torch.set_num_threads(1)
@@ -83,7 +84,7 @@ def main() -> None:
         for _ in range(runs):
             for mode in MODES:
                 done = subprocess.run(
-                    [sys.executable, "-c", _MEASURE, mode, str(small), str(big)], capture_output=True, text=True, check=True
+                    [sys.executable, "-c", MEASURE, mode, str(small), str(big)], capture_output=True, text=True, check=True
                 )
                 peaks[mode].append(json.loads(done.stdout)["peak"])
     rows = {mode: statistics.median(values) for mode, values in peaks.items()}

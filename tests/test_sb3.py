@@ -842,49 +842,23 @@ def test_committed_archive_without_sb3(name):
 
 
 # -- 6. memory: never two copies of a .pth member ------------------------------------------------
-_MEASURE = textwrap.dedent(
-    """
-    import gc, json, sys
-    import torch
-    torch.set_num_threads(1)
-    mode, warm_up, path = sys.argv[1:4]
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.save_util import load_from_zip_file
-    import zipsave
-
-    def status(field):
-        for line in open("/proc/self/status"):
-            if line.startswith(field):
-                return int(line.split()[1]) * 1024
-
-    def run(path):
-        if mode == "sb3_load":
-            return PPO.load(path, device="cpu")
-        if mode == "zipsave_load":
-            return zipsave.load(path, cls=PPO, device="cpu")
-        if mode == "sb3_load_from_zip_file":
-            return load_from_zip_file(path, device="cpu")
-        return zipsave.load_archive(path, device="cpu")
-
-    # The first optimizer built imports ~75 MB of torch modules: pay that before measuring.
-    run(warm_up)
-    gc.collect()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset the peak (VmHWM) to the current RSS
-    base = status("VmRSS:")
-    result = run(path)
-    print(json.dumps({"peak": status("VmHWM:") - base}))
-    """
-)
-
-MEASURE_MODES = ("sb3_load", "zipsave_load", "sb3_load_from_zip_file", "zipsave_load_archive")
+def _sb3_memory():
+    """``benchmarks/sb3_memory.py``, whose fresh-interpreter measurement the docs' memory table
+    comes from: the test checks the same figure."""
+    spec = importlib.util.spec_from_file_location(
+        "sb3_memory", pathlib.Path(__file__).parent.parent / "benchmarks" / "sb3_memory.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def measure_peak(mode, path, warm_up):
-    """Peak RSS growth (bytes) of one load in a fresh interpreter, after loading ``warm_up``
-    (a small archive of the same kind) once so that imports do not count."""
+    """Peak RSS growth (bytes) of one load (a mode of ``benchmarks/sb3_memory.py``) in a fresh
+    interpreter, after loading ``warm_up`` (a small archive of the same kind) once so that
+    imports do not count."""
     done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, mode, str(warm_up), str(path)],
+        [sys.executable, "-c", _sb3_memory().MEASURE, mode, str(warm_up), str(path)],
         capture_output=True, text=True, check=True, cwd=pathlib.Path(__file__).parent.parent,
     )
     return json.loads(done.stdout)["peak"]
@@ -903,8 +877,8 @@ def test_load_holds_one_copy_of_the_weights(tmp_path):
     nbytes = big_ppo_archive(tmp_path / "big.zip", 1800)  # ~26 MB of weights
     big_ppo_archive(tmp_path / "small.zip", 8)
     # load: the fresh model (1x) and nothing more; SB3 holds the loaded copy as well (about 2x)
-    ours = measure_peak("zipsave_load", tmp_path / "big.zip", tmp_path / "small.zip")
+    ours = measure_peak("zipsave.load(..., cls=PPO)", tmp_path / "big.zip", tmp_path / "small.zip")
     assert ours < 1.4 * nbytes, (ours, nbytes)
     # load_archive: the loaded tensors (1x), no second copy of the member
-    ours = measure_peak("zipsave_load_archive", tmp_path / "big.zip", tmp_path / "small.zip")
+    ours = measure_peak("zipsave.load_archive", tmp_path / "big.zip", tmp_path / "small.zip")
     assert ours < 1.4 * nbytes, (ours, nbytes)
