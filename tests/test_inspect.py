@@ -51,7 +51,7 @@ def _no_unpickling(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(pickle, "load", forbidden)
     monkeypatch.setattr(cloudpickle, "loads", forbidden)
     monkeypatch.setattr(torch, "load", forbidden)
-    monkeypatch.setattr(_torch_io, "_torch_load", forbidden)
+    monkeypatch.setattr(_torch_io, "torch_load", forbidden)
     monkeypatch.setattr(_unpickle._RestrictedUnpickler, "load", forbidden)
 
 

@@ -498,17 +498,16 @@ def _repack(raw, replace):
 
 
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")  # torch deprecates qint8
-@pytest.mark.filterwarnings("ignore:TypedStorage is deprecated:UserWarning")  # torch.load's own, for qint8
 @pytest.mark.parametrize("mmap", [False, True])
-def test_quantized_tensor_falls_back_to_torch_load(tmp_path, mmap):
+def test_a_quantized_tensor_is_refused_naming_member_and_key(tmp_path, mmap):
+    # Quantized, nested and meta tensors are not read (only dense and validated sparse ones).
     q = torch.quantize_per_tensor(torch.randn(6), scale=0.1, zero_point=3, dtype=torch.qint8)
     path = tmp_path / "q.zip"
     zipsave.save_archive(path, params={"q": {"q": q, "w": torch.arange(4.0)}})
-    params = zipsave.load_archive(path)[1]
-    assert params["q"]["q"].is_quantized and torch.equal(params["q"]["q"].int_repr().cpu(), q.int_repr())
-    assert torch.equal(params["q"]["w"].cpu(), torch.arange(4.0))
-    loaded = zipsave.load(path, mmap=mmap)
-    assert torch.equal(loaded["q"]["q"].int_repr().cpu(), q.int_repr())
+    with pytest.raises(zipsave.ZipsaveError, match=re.escape("member `q.pth`: is corrupt or unreadable (`q` is a quantized tensor;")):
+        zipsave.load_archive(path)
+    with pytest.raises(zipsave.ZipsaveError, match=re.escape("`q` is a quantized tensor")):
+        zipsave.load(path, mmap=mmap)
 
 
 def test_big_endian_member_falls_back_to_torch_load(tmp_path):
@@ -595,3 +594,44 @@ def test_streamed_member_to_a_non_seekable_output(tmp_path, monkeypatch):
     with zipfile.ZipFile(path) as zf:
         assert zf.testzip() is None
     assert_same(net.state_dict(), zipsave.load(path)["net"])
+
+
+def test_plain_values_torch_load_builds_load_alike(tmp_path):
+    # torch's weights-only vocabulary beyond tensors (bytes via _codecs.encode, sets, complex,
+    # bytearray, Counter, torch.Size, devices), read by zipsave's own reader as torch reads it.
+    import collections
+
+    value = {"w": torch.arange(3.0), "b": b"\x00\xff", "s": {1, 2, 3}, "c": 1 + 2j, "ba": bytearray(b"z"),
+             "n": collections.Counter({"a": 2}), "size": torch.Size([2, 3]), "dev": torch.device("cpu"),
+             "t": torch.nn.Parameter(torch.ones(2)), "sparse": torch.eye(2).to_sparse()}
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    path = tmp_path / "plain.zip"
+    _archive_with_member(path, "x.pth", buf.getvalue())
+    got = zipsave.load_archive(path)[1]["x"]
+    want = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    assert {k: v for k, v in got.items() if not isinstance(v, torch.Tensor)} == \
+        {k: v for k, v in want.items() if not isinstance(v, torch.Tensor)}
+    assert torch.equal(got["w"], want["w"]) and isinstance(got["t"], torch.nn.Parameter)
+    assert torch.equal(got["sparse"].to_dense(), want["sparse"].to_dense())
+
+
+@pytest.mark.parametrize("ctor", ["FloatTensor", "Tensor", "LongTensor"])
+def test_a_tensor_torch_would_allocate_unfilled_is_refused(tmp_path, ctor):
+    # torch.load(weights_only=True) calls `torch.FloatTensor(4096)`: memory it never fills
+    raw = b"\x80\x02}X\x01\x00\x00\x00wctorch\n" + ctor.encode() + b"\nM\x00\x10\x85R\x73."
+    assert torch.load(io.BytesIO(_torch_zip_of(raw)), weights_only=True)["w"].numel() == 4096
+    path = tmp_path / "ctor.zip"
+    _archive_with_member(path, "x.pth", _torch_zip_of(raw))
+    with pytest.raises(zipsave.ZipsaveError, match=re.escape(
+            f"`w` is `torch.{ctor}(...)`, a tensor torch allocates without filling it from the file")):
+        zipsave.load_archive(path)
+
+
+def _torch_zip_of(data_pkl: bytes) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        zf.writestr("archive/data.pkl", data_pkl)
+        zf.writestr("archive/byteorder", "little")
+        zf.writestr("archive/version", "3\n")
+    return out.getvalue()

@@ -292,6 +292,8 @@ class Decoder:
         if not all(type(s) is int and s >= 0 for s in shape):
             raise DecodeError(f"expected `shape` to be a list of non-negative integers, found {shape!r}.")
         count = math.prod(shape)
+        if dtype.itemsize == 0 and count:  # numpy would make it one unfilled byte an element
+            raise DecodeError(f"an array of {count} elements of dtype {dtype.str} (0 bytes an item) holds no data.")
         if "member" in body:
             if self._load_array is None:
                 raise DecodeError("array member given but this archive has no array reader.")

@@ -56,6 +56,13 @@ def _header(view: Any, member: str) -> tuple[tuple[int, ...], bool, np.dtype, in
         raise DecodeError(f"array member `{member}` is not a valid .npy file ({err}).") from None
     if dtype.hasobject:
         raise DecodeError(f"array member `{member}` holds Python objects; refusing to read it without pickle.")
+    # What numpy would allocate without filling: an unsized dtype (`|S0`, `<U0`, `V0`) becomes
+    # one byte per element, a sub-array dtype more elements than the header's shape.
+    if dtype.itemsize == 0 or dtype.subdtype is not None:
+        raise DecodeError(
+            f"array member `{member}` declares dtype {dtype.str}{' (a sub-array)' if dtype.subdtype else ' (0 bytes an item)'}; "
+            "an array is built only from bytes the member holds, and np.save writes no such header."
+        )
     header_end = view.tell()
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes != view.size - header_end:
@@ -111,10 +118,10 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
     order = "F" if fortran else "C"
     if mmap and nbytes:
         mapped = _mapped(view, member, dtype, header_end, nbytes, expected_crc)
-        if mapped is not None:
+        if mapped is not None and mapped.nbytes == nbytes:
             return mapped.reshape(shape, order=order)
     crc = _head_crc(view, header_end) if expected_crc is not None else 0
-    count = nbytes // dtype.itemsize if dtype.itemsize else math.prod(shape)
+    count = nbytes // dtype.itemsize
     fresh = fresh_map(nbytes, huge=False) if nbytes >= _OWN_MAP_MIN else None
     if fresh is None:
         flat = np.empty(count, dtype=dtype)
@@ -122,6 +129,9 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
     else:
         flat = np.frombuffer(fresh[0], dtype=dtype, count=count)
         buf = memoryview(fresh[0])[:nbytes]
+    if flat.dtype != dtype or flat.nbytes != nbytes or buf.nbytes != nbytes:  # every byte returned is one read
+        raise DecodeError(f"array member `{member}`: numpy made a {flat.dtype} array of {flat.nbytes} bytes for "
+                          f"{dtype}{list(shape)} ({nbytes} bytes).")
     _fill(view, buf, member, header_end, crc, expected_crc, prefault=fresh is not None)
     return flat.reshape(shape, order=order)
 

@@ -3,7 +3,7 @@ tensor references (storage record, dtype, shape, strides), no tensor bytes, no f
 
 from __future__ import annotations
 
-import collections
+import _compat_pickle
 import dataclasses
 import sys
 import zipfile
@@ -14,15 +14,22 @@ import torch
 from .._archive import DEFAULT_LIMITS
 from .._bounds import check_zip_infos
 from .._trust import BoundedUnpickler
-from ..exceptions import ZipsaveError
+from ..exceptions import ArchiveFormatError, UnsafeGlobalError, ZipsaveError
+from ._pth_refs import RefusedRef, SparseRef, StorageRef, TensorRef
+from ._pth_vocab import (
+    META_GLOBALS, QUANTIZED_STORAGES, STORAGE_DTYPES, TENSOR_CLASSES, StorageType, TensorClass, bytearray_, complex_,
+    counter, ints, short,
+)
 
 __all__ = [
-    "Damaged", "PthMeta", "StorageRef", "TensorRef", "Unsupported", "check_inner_zip", "raw_record", "read_pth_meta",
-    "record_start",
+    "Damaged", "PthMeta", "RefusedRef", "SparseRef", "StorageRef", "TensorRef", "Unsupported", "check_inner_zip",
+    "raw_record", "read_pth_meta", "record_start",
 ]
 
 class Unsupported(Exception):
-    """The metadata reader met something only ``torch.load`` understands."""
+    """The member's *format* is one only ``torch.load`` reads (deflated or big-endian records,
+    no zip at all): its pickle is still read by this reader first (``_pth_fallback.py``).
+    What the pickle *holds* is never left to torch: it is built, or refused by key."""
 
 
 class Damaged(Unsupported):
@@ -30,138 +37,63 @@ class Damaged(Unsupported):
     its directory says): damage, not a format this reader leaves to ``torch.load``."""
 
 
-@dataclasses.dataclass(frozen=True)
-class StorageRef:
-    key: str
-    dtype: torch.dtype
-    nbytes: int
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorRef:
-    """Where one saved tensor's bytes live, without the bytes."""
-
-    storage: StorageRef
-    offset: int  # in elements
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    requires_grad: bool
-    parameter: bool = False
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.storage.dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.size
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for s in self.size:
-            n *= s
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * self.dtype.itemsize
-
-    @property
-    def extent(self) -> int:
-        """Bytes of the storage this tensor spans, from its first element."""
-        if self.numel == 0:
-            return 0
-        return (1 + sum((n - 1) * s for n, s in zip(self.size, self.stride))) * self.dtype.itemsize
-
-    def is_contiguous(self) -> bool:
-        expected = 1
-        for size, stride in zip(reversed(self.size), reversed(self.stride)):
-            if size != 1 and stride != expected:
-                return False
-            expected *= size
-        return True
-
-
-def _rebuild_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata=None):
-    if backward_hooks or metadata:
-        raise Unsupported("tensor with hooks or metadata")
-    if not isinstance(storage, StorageRef):
-        raise Unsupported("tensor without a storage record")
-    if len(size) != len(stride) or min((*size, *stride, storage_offset), default=0) < 0:
-        raise Unsupported("tensor with a negative size, stride or offset")
-    return TensorRef(storage, int(storage_offset), tuple(map(int, size)), tuple(map(int, stride)), bool(requires_grad))
-
-
-def _rebuild_v3(storage, storage_offset, size, stride, requires_grad, backward_hooks, dtype, metadata=None):
-    if not isinstance(dtype, torch.dtype) or not isinstance(storage, StorageRef):
-        raise Unsupported("tensor v3 without dtype")
-    return _rebuild_v2(dataclasses.replace(storage, dtype=dtype), storage_offset, size, stride, requires_grad, backward_hooks, metadata)
-
-
-def _rebuild_parameter(data, requires_grad, backward_hooks, state=None):
-    if backward_hooks or state or not isinstance(data, TensorRef):
-        raise Unsupported("parameter with hooks or state")
-    return dataclasses.replace(data, requires_grad=bool(requires_grad), parameter=True)
-
-
-class _StorageType:
-    def __init__(self, dtype: torch.dtype) -> None:
-        self.dtype = dtype
-
-
-_QUANTIZED = frozenset(
-    getattr(torch, name) for name in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4") if hasattr(torch, name)
-)
-
-
-def _legacy_storage_dtypes() -> dict[str, torch.dtype]:
-    """``"FloatStorage"`` -> ``torch.float32`` etc., without touching the deprecated classes
-    (reading ``torch.FloatStorage.dtype`` warns). Quantized storages are left to torch.load."""
-    try:
-        table = torch.storage._dtype_to_storage_type_map()
-    except AttributeError:  # pragma: no cover - torch moved it; everything falls back
-        return {}
-    return {name: dtype for dtype, name in table.items() if dtype not in _QUANTIZED}
-
-
-_STORAGE_DTYPES = _legacy_storage_dtypes()
-
-_META_GLOBALS: dict[tuple[str, str], Any] = {
-    ("collections", "OrderedDict"): collections.OrderedDict,
-    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_v2,
-    ("torch._utils", "_rebuild_tensor_v3"): _rebuild_v3,
-    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
-    ("torch", "Size"): torch.Size,
-    ("torch", "device"): torch.device,
-    ("torch.storage", "UntypedStorage"): _StorageType(torch.uint8),
-}
-
-
 class _MetaUnpickler(BoundedUnpickler):
     """pickle's pure-Python unpickler (C's preallocates whatever length a pickle claims)
     with linear-time containers, resolving only torch's tensor-rebuilding names."""
 
     def find_class(self, module: str, name: str) -> Any:
-        found = _META_GLOBALS.get((module, name))
+        if self.proto < 3:  # torch pickles with protocol 2: Python 2's names (`__builtin__.set`)
+            if (module, name) in _compat_pickle.NAME_MAPPING:
+                module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+            else:
+                module = _compat_pickle.IMPORT_MAPPING.get(module, module)
+        found = META_GLOBALS.get((module, name))
         if found is not None:
             return found
         if module == "torch":
-            if name in _STORAGE_DTYPES:
-                return _StorageType(_STORAGE_DTYPES[name])
+            if name in STORAGE_DTYPES:
+                return StorageType(STORAGE_DTYPES[name])
+            if name in QUANTIZED_STORAGES:
+                return StorageType(QUANTIZED_STORAGES[name])
             attr = getattr(torch, name, None)
-            if isinstance(attr, torch.dtype) and attr not in _QUANTIZED:
+            if isinstance(attr, (torch.dtype, torch.qscheme)):
                 return attr
-        raise Unsupported(f"global {module}.{name}")
+        if f"{module}.{name}" in TENSOR_CLASSES:
+            return TensorClass(f"{module}.{name}")
+        plain = {"_codecs.encode": self._encode, "builtins.set": self._set, "builtins.complex": complex_,
+                 "builtins.bytearray": bytearray_, "collections.Counter": counter}.get(f"{module}.{name}")
+        if plain is not None:  # the plain values torch's weights-only loader builds
+            return plain
+        # torch.load(weights_only=True) refuses every other global too (unless a caller
+        # widened it with add_safe_globals, which zipsave does not follow).
+        raise UnsafeGlobalError(
+            f"{module}.{name}"[:200],
+            hint="A torch state dict holds tensors and plain values; torch.load(weights_only=True) refuses this "
+            "global too. Load the file with torch.load yourself only if you trust it completely.",
+        )
+
+    def _encode(self, text: Any, encoding: Any = "latin1") -> bytes:
+        if type(text) is not str or encoding not in ("latin1", "latin-1", "utf-8", "utf8"):
+            raise ArchiveFormatError("`data.pkl` encodes bytes in a way pickle never does.")
+        return text.encode(encoding)
+
+    def _set(self, items: Any = ()) -> set:
+        if type(items) not in (list, tuple):
+            raise ArchiveFormatError("`data.pkl` builds a set from something other than a list.")
+        out: set = set()
+        self.keys.add_all(out, items)
+        out.update(items)
+        return out
 
     def persistent_load(self, pid: Any) -> Any:
-        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
-            raise Unsupported("unknown persistent id")
-        _, stype, key, _location, numel = pid
-        if not isinstance(stype, _StorageType):
-            raise Unsupported("unknown storage type")
-        return StorageRef(str(key), stype.dtype, int(numel) * stype.dtype.itemsize)
+        # torch's zip format: ("storage", type, key, location, numel); its legacy format adds
+        # a view of another storage, which torch stopped writing long before SB3 existed.
+        if not (isinstance(pid, tuple) and len(pid) in (5, 6) and pid[0] == "storage" and pid[5:] in ((), (None,))):
+            raise ArchiveFormatError(f"`data.pkl` holds the persistent id {short(pid)}, which is not a storage.")
+        _, stype, key, _location, numel = pid[:5]
+        if not isinstance(stype, StorageType) or not ints((numel,)) or not isinstance(key, (str, int)):
+            raise ArchiveFormatError(f"`data.pkl` holds the storage {short(pid)}; expected a storage type, key and size.")
+        return StorageRef(str(key), stype.dtype, numel * stype.dtype.itemsize)
 
 
 @dataclasses.dataclass
@@ -205,8 +137,8 @@ def read_pth_meta(view: Any, limits: Any = None) -> PthMeta:
             tree = _MetaUnpickler(raw_record(view, pkl[0])).load()
         except (Unsupported, ZipsaveError):
             raise
-        except Exception as err:  # malformed pickle: let torch.load produce its own error
-            raise Unsupported(f"data.pkl unreadable ({err})") from err
+        except Exception as err:  # torch.save never writes a pickle this reader cannot follow
+            raise ArchiveFormatError(f"`data.pkl` is not a pickle torch.save writes ({type(err).__name__}: {err}).") from err
         data_prefix = prefix + "data/"
         records = {
             info.filename[len(data_prefix) :]: (record_start(view, info), info.file_size)

@@ -1,6 +1,7 @@
 """A ``.pth`` member -> tensors: every storage record read once, in file order, with ``readinto``
 straight into its destination (the live tensor when it fits, else fresh memory), CRC-32 checked
-on helper threads; anything unusual falls back to ``torch.load(weights_only=True)``."""
+on helper threads; anything unusual falls back to ``torch.load(weights_only=True)`` (checked
+first and after, ``_pth_fallback.py``). Every tensor returned passes :mod:`._invariants`."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import torch
 from torch.autograd.graph import increment_version
 
 from .. import _format
-from .._archive import DEFAULT_LIMITS, OrderedCrc, crc32
-from .._trust import check_torch_zip
-from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, ZipsaveError
+from .._archive import OrderedCrc, crc32
+from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, UnsafeGlobalError, ZipsaveError
+from ._invariants import check_tree
+from ._pth_fallback import check_views, torch_load
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_mmap import mmap_tree
 from ._arena import host_arena
@@ -135,7 +137,7 @@ def load_pth(
     try:
         meta = read_pth_meta(source, limits)
     except Unsupported:
-        tree = _torch_load(source, device, verify_crc, limits)
+        tree = torch_load(source, device, verify_crc, limits)
         if validate is not None:
             validate(tree)
         if targets is not None and (check_shapes or check_dtypes):
@@ -144,14 +146,11 @@ def load_pth(
     per_record = records is not None and verify_crc is not None
     if records is not None and per_record:
         verify_pickle(source, meta, records)
+    # Every tensor is a view inside its record, or a refusal naming its key, before a byte is read.
+    check_views(meta.tree, {key: length for key, (_, length) in meta.records.items()})
     refs = list(walk_refs(meta.tree))
     by_storage: dict[str, list[tuple[tuple, TensorRef]]] = collections.defaultdict(list)
     for path, ref in refs:
-        if ref.storage.key not in meta.records:
-            raise ArchiveFormatError(f"data.pkl names storage record `{ref.storage.key}`, which is missing.")
-        length = meta.records[ref.storage.key][1]
-        if ref.offset * ref.dtype.itemsize + ref.extent > length:
-            raise ArchiveFormatError(f"storage record `{ref.storage.key}` is shorter than the tensors that use it.")
         by_storage[ref.storage.key].append((path, ref))
     if per_record:
         for key in by_storage:
@@ -164,14 +163,14 @@ def load_pth(
     if targets is not None and (check_shapes or check_dtypes):
         _check_targets(refs, targets, shapes=check_shapes, dtypes=check_dtypes)
     spans = sorted(meta.records.values())
-    for (start, length), (next_start, _) in pairwise(spans):
-        if start + length > next_start:
-            return _torch_load(source, device, verify_crc, limits), set()
+    if any(ref.extras for _, ref in refs) or any(start + length > next_start
+                                                  for (start, length), (next_start, _) in pairwise(spans)):
+        return torch_load(source, device, verify_crc, limits, census=False), set()
 
     if mmap and source is view and getattr(view, "_fd", None) is not None:
         mapped = mmap_tree(view, meta, by_storage, device, verify_crc=verify_crc, records=records if per_record else None)
         if mapped is not None:
-            return mapped, set()
+            return check_tree(mapped), set()
 
     # Each record's destination: one live target tensor, or a fresh storage.
     dest: dict[str, Any] = {}  # a memoryview of host memory, or a uint8 device tensor
@@ -260,7 +259,7 @@ def load_pth(
             tensor.requires_grad_(True)
         return tensor
 
-    return replace(meta.tree, build), filled
+    return check_tree(replace(meta.tree, build)), filled
 
 
 def _names(users: list[tuple[tuple, TensorRef]]) -> str:
@@ -331,31 +330,6 @@ def _check_crc(actual: int, expected: int, *, filled: bool) -> None:
         )
 
 
-def _torch_load(view: Any, device: torch.device, verify_crc: int | None, limits: Any = None) -> Any:
-    """The fallback: ``torch.load(weights_only=True)`` after checking the member's CRC, its
-    zip against the archive's limits and its pickle's shape (torch's unpickler builds sets and
-    dicts without a hash-flood check)."""
-    if verify_crc is not None:
-        crc = 0
-        buf = bytearray(min(_PIECE, max(view.size, 1)))
-        pos = 0
-        while pos < view.size:
-            n = view.read_at(pos, buf)
-            if not n:
-                break
-            crc = crc32(memoryview(buf)[:n], crc)
-            pos += n
-        _check_crc(crc, verify_crc, filled=False)
-    view.seek(0)
-    limits = limits or DEFAULT_LIMITS
-    check_torch_zip(
-        view, size=view.size, max_bytes=min(limits.max_member_bytes, limits.max_total_bytes),
-        max_ratio=limits.max_compression_ratio,
-    )
-    view.seek(0)
-    return torch.load(view, map_location=device, weights_only=True)
-
-
 def load_member(
     reader: Any, member: str, *, device: torch.device, targets: Any = None, verify: bool = True, mmap: bool = False,
     **checks: Any,
@@ -377,6 +351,8 @@ def load_member(
             limits=reader.limits,
             **checks,
         )
+    except UnsafeGlobalError as err:  # a tensor member that is not a state dict: no key to skip alone
+        raise ArchiveFormatError(err.detail, archive=reader.archive, member=member, hint=err.hint) from err
     except ZipsaveError as err:
         err.archive, err.member = reader.archive, member
         err.args = (err._compose(),)

@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from ._pth_meta import TensorRef
+from ._invariants import assemble_sparse
+from ._pth_meta import SparseRef, TensorRef
 
 __all__ = ["BufferView", "byte_view", "dotted", "lookup", "replace", "walk_leaves", "walk_refs"]
 
@@ -55,6 +56,9 @@ class BufferView(io.RawIOBase):
 def walk_leaves(tree: Any, leaf: type, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
     if isinstance(tree, leaf):
         yield path, tree
+    elif isinstance(tree, SparseRef):  # its index and value tensors, under the tensor's key
+        for i, part in enumerate(tree.parts):
+            yield from walk_leaves(part, leaf, path + (i,))
     elif isinstance(tree, dict):
         for k, v in tree.items():
             yield from walk_leaves(v, leaf, path + (k,))
@@ -81,20 +85,24 @@ def lookup(tree: Any, path: tuple) -> Any:
     return tree
 
 
-def replace(tree: Any, build: Callable[[TensorRef], Any]) -> Any:
+def replace(tree: Any, build: Callable[[TensorRef], Any], path: tuple = ()) -> Any:
+    """``tree`` with every :class:`TensorRef` built by ``build``, and every sparse tensor
+    assembled from its built parts (its invariants checked)."""
     if isinstance(tree, TensorRef):
         return build(tree)
+    if isinstance(tree, SparseRef):
+        return assemble_sparse(tree, [build(part) for part in tree.parts], key=dotted(path))
     if isinstance(tree, dict):
         out = type(tree)() if isinstance(tree, collections.OrderedDict) else {}
         for k, v in tree.items():
-            out[k] = replace(v, build)
+            out[k] = replace(v, build, path + (k,))
         if hasattr(tree, "_metadata"):
             out._metadata = tree._metadata  # type: ignore[attr-defined]
         return out
     if isinstance(tree, list):
-        return [replace(v, build) for v in tree]
+        return [replace(v, build, path + (i,)) for i, v in enumerate(tree)]
     if isinstance(tree, tuple):
-        return tuple(replace(v, build) for v in tree)
+        return tuple(replace(v, build, path + (i,)) for i, v in enumerate(tree))
     return tree
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import _format
 from .._archive import ArchiveSource
 from .._tensors import Unsupported, check_member, dotted, read_pth_meta, read_record, record_table, walk_refs
-from ..exceptions import ZipsaveError
+from ..exceptions import ArchiveFormatError, ArchiveLimitError, IntegrityError, UnsafeGlobalError, ZipsaveError
 
 __all__ = ["check_archive"]
 
@@ -27,8 +27,10 @@ def check_archive(src: ArchiveSource) -> list[str]:
                     continue
                 try:
                     meta = read_pth_meta(view, reader.limits)
-                except Unsupported:
-                    check_member(view, reader.info(name).CRC)
+                except (Unsupported, UnsafeGlobalError, ArchiveFormatError) as err:
+                    if isinstance(err, (ArchiveLimitError, IntegrityError)):
+                        raise
+                    check_member(view, reader.info(name).CRC)  # what it holds is a load's to refuse
                     continue
                 users: dict[str, list[str]] = {}
                 for path, ref in walk_refs(meta.tree):

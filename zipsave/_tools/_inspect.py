@@ -19,7 +19,9 @@ from .._codec import NATIVE_KEY as _N
 from .._codec import SERIALIZED_KEY as _S
 from .._codec import TYPE_KEY as _T
 from .._json import parse_json
-from .._tensors import Damaged, PthMeta, Unsupported, dotted, read_pth_meta, walk_refs
+from .._tensors import (
+    Damaged, PthMeta, RefusedRef, SparseRef, TensorRef, Unsupported, dotted, read_pth_meta, walk_leaves,
+)
 from .._trust import SUBSTITUTED, TrustPolicy, pickle_globals
 from ..exceptions import ArchiveFormatError, DecodeError, IntegrityError, ZipsaveError, nesting_as_error
 from ._check import check_archive
@@ -329,10 +331,14 @@ def _list_tensors(src: ArchiveSource, member: str, notes: list[str], damaged: li
     try:
         with src.reader.open_view(member) as view:
             tree = pth_meta(src, member, view).tree
-        return [
-            TensorInfo(member, dotted(path), str(ref.dtype).removeprefix("torch."), ref.shape, ref.nbytes)
-            for path, ref in walk_refs(tree)
-        ]
+        out = []
+        for path, ref in walk_leaves(tree, (TensorRef, SparseRef, RefusedRef)):
+            if isinstance(ref, RefusedRef):  # what a load refuses is said, not listed as a tensor
+                notes.append(f"`{member}`: `{dotted(path)}` is {ref.what}; loading it is refused.")
+                continue
+            nbytes = ref.nbytes if isinstance(ref, TensorRef) else sum(part.nbytes for part in ref.parts)
+            out.append(TensorInfo(member, dotted(path), str(ref.dtype).removeprefix("torch."), ref.shape, nbytes))
+        return out
     except ZipsaveError as err:
         notes.append(f"`{member}`: {err.detail}" + (f" {err.hint}" if isinstance(err, IntegrityError) and err.hint else ""))
         if isinstance(err, IntegrityError):

@@ -10,7 +10,12 @@ import torch
 from .. import _format
 from .._archive import ArchiveSource, Limits, MemberView, involve_handlers
 from .._codec import Decoder
-from .._tensors import PthMeta, TensorRef, dotted, get_device, read_array_member, read_record, record_table, walk_refs
+from .._tensors import (
+    PthMeta, RefusedRef, SparseRef, TensorRef, check_tensor, dotted, get_device, load_member, lookup, read_array_member,
+    read_record, record_table, walk_leaves,
+)
+from .._tensors._invariants import refuse_refused
+from .._tensors._pth_fallback import check_views
 from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, DecodeError, ZipsaveError, nesting_as_error
 from ._inspect import data_folders, pth_meta
@@ -108,7 +113,7 @@ def read(
                     meta = pth_meta(src, member, view)
                     found = _find_ref(src, member, meta, rest)
                     if found is not None:
-                        return _read_tensor(src, member, view, meta, found, target, rest, mmap)
+                        return _read_value(src, member, view, meta, found, target, mmap)
             else:
                 member = _format.join(prefix, _format.DATA)
                 raw = src.read_json(member)
@@ -129,15 +134,35 @@ def _candidates(names: list[str]) -> list[tuple[str, bool]]:
     return sorted(found, key=lambda item: (-len(item[0]), not item[1]))
 
 
-def _find_ref(src: ArchiveSource, member: str, meta: PthMeta, rest: str) -> TensorRef | None:
-    matches = [(path, ref) for path, ref in walk_refs(meta.tree) if rest in ("/".join(map(str, path)), dotted(path))]
+def _read_value(src: ArchiveSource, member: str, view: MemberView, meta: PthMeta, found: tuple[tuple, Any],
+                device: torch.device, mmap: bool) -> torch.Tensor:
+    """The tensor at ``found`` (path, reference), checked as a whole load checks it."""
+    path, ref = found
+    try:
+        refuse_refused({dotted(path): ref} if isinstance(ref, RefusedRef) else None)
+        check_views(meta.tree, {key: length for key, (_, length) in meta.records.items()})  # as a load checks
+        if isinstance(ref, SparseRef):  # assembled and validated with its parts, as a load does
+            tree, _ = load_member(src.reader, member, device=device)
+            return lookup(tree, path)
+        tensor = _read_tensor(src, member, view, meta, ref, device, dotted(path), mmap)
+        check_tensor(tensor, key=dotted(path))
+    except ZipsaveError as err:
+        err.archive, err.member = err.archive or src.name, err.member or member
+        err.args = (err._compose(),)
+        raise
+    return tensor
+
+
+def _find_ref(src: ArchiveSource, member: str, meta: PthMeta, rest: str) -> tuple[tuple, Any] | None:
+    leaves = walk_leaves(meta.tree, (TensorRef, SparseRef, RefusedRef))
+    matches = [(path, ref) for path, ref in leaves if rest in ("/".join(map(str, path)), dotted(path))]
     if len(matches) > 1:
         raise ArchiveFormatError(
             f"`{rest}` matches several tensors: {sorted(dotted(p) for p, _ in matches)}.",
             archive=src.name,
             member=member,
         )
-    return matches[0][1] if matches else None
+    return matches[0] if matches else None
 
 
 def _read_tensor(

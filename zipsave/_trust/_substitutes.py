@@ -11,6 +11,7 @@ import warnings
 from typing import Any, Callable
 
 from .._bounds import alloc_budget
+from .._invariants import check_tensor, view_fits
 from ..exceptions import UnsafeGlobalError
 from ._allowlist import default_allowlist
 from ._names import CODE_HINT
@@ -148,7 +149,7 @@ def substitutes(
         ints = (offset, *size, *stride) if isinstance(size, tuple) and isinstance(stride, tuple) else (None,)
         if not (
             isinstance(storage, torch.storage.TypedStorage)
-            and all(type(v) is int and v >= 0 for v in ints)
+            and all(type(v) is int and 0 <= v < 1 << 63 for v in ints)
             and len(size) == len(stride)
             and type(requires_grad) is bool
             and not backward_hooks and not metadata  # hooks are callables; metadata sets internals
@@ -156,8 +157,13 @@ def substitutes(
             raise error("torch._utils._rebuild_tensor_v2 got arguments a saved tensor never has.")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            # set_() checks that offset, size and stride stay inside the storage.
-            return _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, collections.OrderedDict())
+            # set_() would grow a storage too small for the view with memory it never fills.
+            if not view_fits(offset, size, stride, storage.element_size(), storage.nbytes()):
+                raise error(f"a pickled tensor (size {size}, stride {stride}, offset {offset}) reaches past its "
+                            f"{storage.nbytes()}-byte storage.")
+            tensor = _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, collections.OrderedDict())
+        check_tensor(tensor)
+        return tensor
 
     def rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any = None) -> Any:
         import torch

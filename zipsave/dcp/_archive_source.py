@@ -21,7 +21,8 @@ from torch.distributed.checkpoint.metadata import (
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlanner, ReadItem
 
 from .._archive import ArchiveReader, open_input
-from .._tensors import TensorRef, read_pth_meta
+from .._tensors import SparseRef, TensorRef, read_pth_meta
+from .._tensors._pth_fallback import check_views
 from ..exceptions import ArchiveFormatError, ZipsaveError
 from . import _region
 
@@ -92,6 +93,9 @@ class ArchiveSource:
 def _tree_with_meta_tensors(tree: Any, found: dict[int, TensorRef]) -> Any:
     """``tree`` with every TensorRef replaced by a meta tensor of its shape, so DCP's own
     flattening names the keys exactly as it does for the live state dict."""
+    if isinstance(tree, SparseRef):
+        raise ArchiveFormatError(f"holds a {tree.layout} tensor; DCP loading reads dense tensors only.",
+                                 hint="Load the archive with `zipsave.load` instead.")
     if isinstance(tree, TensorRef):
         meta = torch.empty(tree.size, dtype=tree.dtype, device="meta")
         found[id(meta)] = tree
@@ -128,6 +132,12 @@ def archive_metadata(path: str) -> Metadata:
                         f"cannot be read by random access ({err}); DCP loading reads plain tensor state dicts.",
                         archive=path, member=name,
                     ) from err
+                try:  # every view inside its record, nothing refused, before DCP plans a read
+                    check_views(meta.tree, {key: length for key, (_, length) in meta.records.items()})
+                except ZipsaveError as err:
+                    err.archive, err.member = path, name
+                    err.args = (err._compose(),)
+                    raise
             found: dict[int, TensorRef] = {}
             state[name[: -len(_PTH)]] = _tree_with_meta_tensors(meta.tree, found)
             for key, ref in found.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import os
 import pickle
 from typing import Any
@@ -11,18 +12,22 @@ import torch
 from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader, _StorageInfo
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint._traverse import set_element
-from torch.distributed.checkpoint.planner import ReadItem
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
+from torch.distributed._shard._utils import narrow_tensor_by_index
+from torch.futures import Future
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
 from .._api import save_archive
+from .._tensors import load_torch_bytes
 from .._trust import prescan_pickle
 from ..exceptions import ArchiveFormatError, IntegrityError, UnsafeGlobalError, ZipsaveError
 from . import _layout
 from ._errors import raise_zipsave_error
 from ._paths import confined
 from ._reader import ZipReader, check_pickle
+from ._tiling import check_tensors
 
 __all__ = ["SafeFileSystemReader", "consolidate"]
 
@@ -88,22 +93,68 @@ class SafeFileSystemReader(FileSystemReader):
                                          member=_DCP_METADATA) from err
         if not isinstance(metadata, Metadata):
             raise ArchiveFormatError("does not hold DCP Metadata.", archive=os.fspath(self.path), member=_DCP_METADATA)
-        _check_storage(os.fspath(self.path), metadata)
+        held = _check_storage(os.fspath(self.path), metadata)
+        check_tensors(metadata, held, archive=os.fspath(self.path), member=_DCP_METADATA)
+        _check_chunk_lengths(os.fspath(self.path), metadata)
         storage_meta = getattr(metadata, "storage_meta", None) or StorageMeta()
         storage_meta.load_id = self.load_id
         metadata.storage_meta = storage_meta
         return metadata
 
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        """DCP's ``FileSystemReader.read_data``, with each chunk read as zipsave reads a
+        ``.pth`` member (its pickle checked first, its tensor checked after) and placed only
+        where the metadata puts it."""
+        root = os.fspath(self.path)
+        per_file: dict[str, list[ReadItem]] = {}
+        for item in plan.items:
+            per_file.setdefault(self.storage_data[item.storage_index].relative_path, []).append(item)
+        for relative_path, items in per_file.items():
+            with open(confined(root, relative_path, archive=root, member=_DCP_METADATA), "rb") as stream:
+                for item in items:
+                    self._read_item(stream, root, relative_path, item, planner)
+        fut: Future[None] = Future()
+        fut.set_result(None)
+        return fut
 
-def _check_storage(root: str, metadata: Metadata) -> None:
+    def _read_item(self, stream: Any, root: str, relative_path: str, item: ReadItem, planner: LoadPlanner) -> None:
+        info = self.storage_data[item.storage_index]
+        fqn = item.storage_index.fqn
+        if getattr(info, "transform_descriptors", None):
+            raise ArchiveFormatError(f"stores `{fqn}` through transforms {list(info.transform_descriptors)!r}; zipsave "
+                                     "reads plain DCP chunks.", archive=root, member=relative_path)
+        stream.seek(info.offset)
+        raw = stream.read(info.length)
+        if len(raw) != info.length:
+            raise IntegrityError(f"ends inside `{fqn}` (truncated).", archive=root, member=relative_path)
+        if item.type == LoadItemType.BYTE_IO:
+            planner.load_bytes(item, io.BytesIO(raw))
+            return
+        tensor = load_torch_bytes(raw, archive=root, member=relative_path)
+        target = planner.resolve_tensor(item).detach()
+        try:
+            if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided or tensor.dtype != target.dtype:
+                raise ValueError(f"a {type(tensor).__name__} where a dense {target.dtype} chunk belongs")
+            tensor = narrow_tensor_by_index(tensor, item.storage_offsets, item.lengths)
+            if target.size() != tensor.size():
+                raise ValueError(f"a {list(tensor.size())} slice where {list(target.size())} belongs")
+        except (ValueError, RuntimeError, IndexError) as err:
+            raise ArchiveFormatError(f"chunk of `{fqn}` holds {err}.", archive=root, member=relative_path) from None
+        target.copy_(tensor)
+        planner.commit_tensor(item, target)
+
+
+def _check_storage(root: str, metadata: Metadata) -> int:
     """Every file the metadata's ``storage_data`` names lies inside ``root`` (a regular file),
-    at a non-negative offset and length: DCP opens ``root / relative_path`` and reads that range."""
+    at a non-negative offset and length: DCP opens ``root / relative_path`` and reads that range.
+    Returns the bytes those files hold."""
     storage = getattr(metadata, "storage_data", None)
     if not isinstance(storage, dict):
         raise ArchiveFormatError(
             f"holds no storage table (found {type(storage).__name__}).", archive=root, member=_DCP_METADATA
         )
     checked: dict[str, None] = {}
+    held = 0
     for index, info in storage.items():
         if not isinstance(info, _StorageInfo):
             raise ArchiveFormatError(
@@ -112,7 +163,7 @@ def _check_storage(root: str, metadata: Metadata) -> None:
             )
         if info.relative_path not in checked:
             try:
-                confined(root, info.relative_path, archive=root, member=_DCP_METADATA)
+                held += os.path.getsize(confined(root, info.relative_path, archive=root, member=_DCP_METADATA))
             except FileNotFoundError:
                 raise IntegrityError(
                     f"names the file {info.relative_path!r}, which is missing from the checkpoint directory.",
@@ -125,6 +176,23 @@ def _check_storage(root: str, metadata: Metadata) -> None:
                 "expected non-negative integers.",
                 archive=root, member=_DCP_METADATA,
             )
+    return held
+
+
+def _check_chunk_lengths(root: str, metadata: Metadata) -> None:
+    """Each tensor chunk is stored, in at least the bytes its elements take."""
+    for fqn, md in metadata.state_dict_metadata.items():
+        if not isinstance(md, TensorStorageMetadata):
+            continue
+        for chunk in md.chunks:
+            info = metadata.storage_data.get(MetadataIndex(fqn, chunk.offsets))
+            need = math.prod(chunk.sizes) * md.properties.dtype.itemsize
+            if info is None or info.length < need:
+                found = "no stored chunk" if info is None else f"{info.length} stored bytes"
+                raise ArchiveFormatError(
+                    f"tensor `{fqn}`'s chunk at offsets {list(chunk.offsets)} needs {need} bytes and has {found}.",
+                    archive=root, member=_DCP_METADATA,
+                )
 
 
 class _ConsolidatePlanner(_EmptyStateDictLoadPlanner):
@@ -141,7 +209,7 @@ class _ConsolidatePlanner(_EmptyStateDictLoadPlanner):
             return
         raw = value.getvalue()
         check_pickle(raw, self._source, read_item.storage_index.fqn)
-        loaded = torch.load(io.BytesIO(raw), weights_only=True)
+        loaded = load_torch_bytes(raw, archive=self._source, member=read_item.storage_index.fqn)
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
         else:

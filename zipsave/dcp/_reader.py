@@ -6,14 +6,11 @@ import dataclasses
 import hashlib
 import io
 import os
-import pickle
-import re
 import uuid
 from typing import Any
 
-import torch
 from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
-from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
@@ -21,12 +18,14 @@ from torch.futures import Future
 from .._archive import DEFAULT_LIMITS, ArchiveReader, open_input
 from .._bounds import alloc_budget
 from .._json import loads as json_loads
+from .._tensors import load_torch_bytes
 from .._trust import check_torch_zip
-from ..exceptions import ArchiveFormatError, IntegrityError, UnsafeGlobalError, ZipsaveError
+from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError
 from . import _layout, _metadata, _region
 from ._archive_source import ArchiveSource, archive_metadata
 from ._metadata import ItemLocation, RankFile
 from ._paths import confined
+from ._tiling import check_tensors
 
 __all__ = ["ZipReader"]
 
@@ -52,16 +51,23 @@ def check_pickle(raw: bytes, archive: Any, member: str) -> None:
         io.BytesIO(raw), size=len(raw), max_bytes=alloc_budget(len(raw)), max_ratio=DEFAULT_LIMITS.max_compression_ratio,
         archive=archive, member=member,
     )
-    try:
-        torch.load(io.BytesIO(raw), weights_only=True)
-    except pickle.UnpicklingError as err:
-        found = re.search(r"GLOBAL ([\w.]+)", str(err))
-        raise UnsafeGlobalError(
-            found.group(1) if found else "<unknown>",
-            archive=archive,
-            member=member,
-            hint="Pass `allow_pickle=True` to ZipReader/consolidate only if you trust the checkpoint completely.",
-        ) from None
+    load_torch_bytes(raw, archive=archive, member=member)
+
+
+def _check_locations(metadata: Metadata, locations: dict, where: str, root: str) -> None:
+    """Each tensor chunk is stored, as a member of the chunk's own dtype and shape."""
+    for fqn, md in metadata.state_dict_metadata.items():
+        if not isinstance(md, TensorStorageMetadata):
+            continue
+        dtype = _metadata.dtype_name(md.properties.dtype)
+        for chunk in md.chunks:
+            loc = locations.get(MetadataIndex(fqn, chunk.offsets))
+            if loc is None or loc.shape != tuple(chunk.sizes) or loc.dtype != dtype:
+                found = "no stored chunk" if loc is None else f"a stored {loc.dtype} chunk of shape {list(loc.shape or ())}"
+                raise ArchiveFormatError(
+                    f"tensor `{fqn}`'s chunk at offsets {list(chunk.offsets)} ({dtype}, sizes {list(chunk.sizes)}) "
+                    f"has {found}.", archive=root, member=where,
+                )
 
 
 class ZipReader(StorageReader):
@@ -137,8 +143,13 @@ class ZipReader(StorageReader):
         where = f"{_layout.INDEX}/{_layout.METADATA}"
         doc = json_loads(raw, max_depth=64)
         metadata, locations, ranks = _metadata.from_json(doc, where)
+        held = 0
         for rank in ranks:  # refused before DCP plans a read: a name may not leave the directory
-            confined(self.path, rank.file, archive=self.path, member=where, must_exist=False)
+            file = confined(self.path, rank.file, archive=self.path, member=where, must_exist=False)
+            held += os.path.getsize(file) if os.path.isfile(file) else 0
+        # Values only from bytes the checkpoint holds: chunks tile each tensor, each stored whole.
+        check_tensors(metadata, held, archive=self.path, member=where)
+        _check_locations(metadata, locations, where, self.path)
         metadata.storage_data = _Sharded(self.path, locations, {r.rank: r for r in ranks})
         return metadata
 
