@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import mmap as _mmap
+import tokenize
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,8 @@ def _header(view: Any, member: str) -> tuple[tuple[int, ...], bool, np.dtype, in
             shape, fortran, dtype = fmt.read_array_header_2_0(view)
         else:
             raise ValueError(f"unsupported .npy version {version}")
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError) as err:
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError, tokenize.TokenError) as err:
+        # numpy's retry of a header literal_eval refused tokenizes it: an unclosed bracket is a TokenError
         raise DecodeError(f"array member `{member}` is not a valid .npy file ({err}).") from None
     if dtype.hasobject:
         raise DecodeError(f"array member `{member}` holds Python objects; refusing to read it without pickle.")
