@@ -1,6 +1,8 @@
 """atheris target: the ``.pth`` member reader (``zipsave._tensors.load_member``, what
 ``load_archive`` calls for each ``.pth`` member) on arbitrary bytes as the member, its CRC-32
-matching (so damage reaches the parser, not only the checksum). The member either loads into
+matching (so damage reaches the parser, not only the checksum), then on the same bytes with
+the member's own zip re-written with its records' CRC-32s right (so a mutated pickle or
+record reaches the unpickler and the tensor checks, not only the record's checksum). The member either loads into
 values every one of which can be summed, copied and densified, with no storage larger than
 the member, or raises a ``ZipsaveError``; anything else is a finding.
 Run through ``tests/fuzz/run.py``."""
@@ -8,10 +10,12 @@ Run through ``tests/fuzz/run.py``."""
 from __future__ import annotations
 
 import io
+import struct
 import sys
 import threading
 import types
 import warnings
+import zipfile
 import zlib
 
 import atheris
@@ -53,7 +57,33 @@ class OneMember:
         return MemberView(io.BytesIO(self.data), 0, len(self.data), threading.Lock())
 
 
+def repaired(data: bytes) -> bytes | None:
+    """``data``'s zip members (stored ones, as torch.save writes) re-written by zipfile with
+    their CRC-32s right, or ``None`` where zipfile cannot list them."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            infos = zf.infolist()[:64]
+    except Exception:
+        return None
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as dst:
+        for info in infos:
+            head = data[info.header_offset:info.header_offset + 30]
+            if len(head) < 30 or info.compress_type != zipfile.ZIP_STORED:
+                return None
+            start = info.header_offset + 30 + sum(struct.unpack("<HH", head[26:30]))
+            dst.writestr(info.filename, data[start:start + info.compress_size])
+    return out.getvalue()
+
+
 def test_one_input(data: bytes) -> None:
+    check(data)
+    fixed = repaired(data)
+    if fixed is not None and fixed != data:
+        check(fixed)
+
+
+def check(data: bytes) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
