@@ -66,13 +66,17 @@ def repaired(data: bytes) -> bytes | None:
     except Exception:
         return None
     out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as dst:
-        for info in infos:
-            head = data[info.header_offset:info.header_offset + 30]
-            if len(head) < 30 or info.compress_type != zipfile.ZIP_STORED:
-                return None
-            start = info.header_offset + 30 + sum(struct.unpack("<HH", head[26:30]))
-            dst.writestr(info.filename, data[start:start + info.compress_size])
+    try:
+        with warnings.catch_warnings(), zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as dst:
+            warnings.simplefilter("ignore")  # duplicate names stay duplicate: the reader must refuse them
+            for info in infos:
+                head = data[info.header_offset:info.header_offset + 30]
+                if len(head) < 30 or info.compress_type != zipfile.ZIP_STORED or not info.filename:
+                    return None
+                start = info.header_offset + 30 + sum(struct.unpack("<HH", head[26:30]))
+                dst.writestr(info.filename, data[start:start + info.compress_size])
+    except Exception:  # what zipfile will not write is no input to the reader
+        return None
     return out.getvalue()
 
 
