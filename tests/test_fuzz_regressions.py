@@ -32,8 +32,8 @@ def _npy_v1(header: str, data: bytes = b"") -> bytes:
 # suffixes); an unclosed bracket makes the tokenizer raise tokenize.TokenError, which escaped.
 UNCLOSED = [
     # as the fuzzer found it (the seed d_i1, mutated)
-    b"\x93NUMPY\x01\x00v\x00{'descr': '(|i1', 'fortra%n_or '(|i1', 'fortra%n_order':der': False, 'shape': (2, 3), }"
-    b"                    !           \n\x00\x01\x02\x03\x04\x05",
+    (b"\x93NUMPY\x01\x00v\x00{'descr': '(|i1', 'fortra%n_or '(|i1', 'fortra%n_order':der': False, 'shape': (2, 3), }"
+     b"                    !           \n\x00\x01\x02\x03\x04\x05"),
     _npy_v1("{'descr': '|u1', 'fortran_order': False, 'shape': (2,"),
     _npy_v1("{"),
 ]
