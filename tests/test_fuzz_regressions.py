@@ -43,3 +43,29 @@ UNCLOSED = [
 def test_a_header_with_an_unclosed_bracket_is_a_decode_error(raw):
     with pytest.raises(DecodeError, match=re.escape("array member `arrays/7.npy` is not a valid .npy file")):
         _npy(raw, "arrays/7.npy")
+
+
+# numpy's header parser takes any ints as dimensions: (0, -4) has size 0, as many bytes as the
+# member holds, and the final reshape raised ValueError; (-2, -2) has size 4. A zero beside
+# dimensions whose product overflows makes size 0 too.
+BAD_SHAPES = [
+    # as the fuzzer found it (the seed zero_size, one byte changed)
+    (b"\x93NUMPY\x01\x00v\x00" + b"{'descr': '<f4', 'fortran_order': False, 'shape': (0,-4), }".ljust(117) + b"\n",
+     "(0, -4)", "a negative dimension"),
+    (_npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (-2, -2), }", bytes(16)), "(-2, -2)",
+     "a negative dimension"),
+    (_npy_v1("{'descr': '<i2', 'fortran_order': True, 'shape': (4611686018427387904, 4, 0), }"),
+     "(4611686018427387904, 4, 0)", "its size overflows"),
+]
+
+
+@pytest.mark.parametrize(("raw", "shape", "why"), BAD_SHAPES, ids=["found", "two-negatives", "overflow"])
+def test_a_shape_no_array_has_is_a_decode_error(raw, shape, why):
+    with pytest.raises(DecodeError, match=re.escape(f"array member `arrays/3.npy` declares shape {shape}, which no "
+                                                    f"array has ({why}); np.save writes no such header.")):
+        _npy(raw, "arrays/3.npy")
+
+
+def test_a_zero_size_array_with_large_dimensions_still_loads():
+    raw = _npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (1073741824, 1073741824, 0), }")
+    assert _npy(raw).shape == (1073741824, 1073741824, 0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import mmap as _mmap
+import sys
 import tokenize
 from typing import Any
 
@@ -64,6 +65,14 @@ def _header(view: Any, member: str) -> tuple[tuple[int, ...], bool, np.dtype, in
         raise DecodeError(
             f"array member `{member}` declares dtype {dtype.str}{' (a sub-array)' if dtype.subdtype else ' (0 bytes an item)'}; "
             "an array is built only from bytes the member holds, and np.save writes no such header."
+        )
+    # numpy's header parser takes any ints: a negative dimension (two make a positive size) or
+    # dimensions whose product overflows (a zero beside them makes the size 0) reach reshape.
+    negative = any(d < 0 for d in shape)
+    if negative or math.prod(max(d, 1) for d in shape) * dtype.itemsize > sys.maxsize:
+        raise DecodeError(
+            f"array member `{member}` declares shape {tuple(shape)}, which no array has "
+            f"({'a negative dimension' if negative else 'its size overflows'}); np.save writes no such header."
         )
     header_end = view.tell()
     nbytes = math.prod(shape) * dtype.itemsize
