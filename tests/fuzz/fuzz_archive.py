@@ -1,7 +1,9 @@
 """atheris target: the archive reader (``zipsave.load_archive``, ``zipsave.inspect``, then
 ``verify``) on arbitrary bytes as a file object, all through the strict zip reader
 (``zipsave/_archive/_structure.py``). Anything but a result whose every tensor and array can be
-used (``checks.py``) or a ``ZipsaveError`` is a finding.
+used (``checks.py``) or a ``ZipsaveError`` is a finding. Each input is also read re-written by
+zipfile with its CRC-32s right and without ``manifest.json`` (an archive as SB3 writes it, whose
+members the zip CRC-32s alone check), so mutated members reach their readers.
 Run through ``tests/fuzz/run.py``."""
 
 from __future__ import annotations
@@ -20,12 +22,19 @@ with atheris.instrument_imports(include=["zipsave"]):
     from zipsave._tools import verify
     from zipsave.exceptions import ZipsaveError
 
-from checks import use_tree
+from checks import repaired, use_tree
 
 LIMITS = zipsave.Limits(max_member_bytes=16 << 20, max_total_bytes=64 << 20, max_json_bytes=4 << 20)
 
 
 def test_one_input(data: bytes) -> None:
+    check(data)
+    fixed = repaired(data, drop=("manifest.json",))
+    if fixed is not None and fixed != data:
+        check(fixed)
+
+
+def check(data: bytes) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

@@ -10,12 +10,10 @@ Run through ``tests/fuzz/run.py``."""
 from __future__ import annotations
 
 import io
-import struct
 import sys
 import threading
 import types
 import warnings
-import zipfile
 import zlib
 
 import atheris
@@ -29,7 +27,7 @@ with atheris.instrument_imports(include=["zipsave"]):
     from zipsave._tensors import load_member
     from zipsave.exceptions import ZipsaveError
 
-from checks import use_tree
+from checks import repaired, use_tree
 
 LIMITS = zipsave.Limits(max_member_bytes=16 << 20, max_total_bytes=64 << 20, max_json_bytes=4 << 20)
 CPU = torch.device("cpu")
@@ -55,29 +53,6 @@ class OneMember:
 
     def open_view(self, member: str) -> MemberView:
         return MemberView(io.BytesIO(self.data), 0, len(self.data), threading.Lock())
-
-
-def repaired(data: bytes) -> bytes | None:
-    """``data``'s zip members (stored ones, as torch.save writes) re-written by zipfile with
-    their CRC-32s right, or ``None`` where zipfile cannot list them."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            infos = zf.infolist()[:64]
-    except Exception:
-        return None
-    out = io.BytesIO()
-    try:
-        with warnings.catch_warnings(), zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as dst:
-            warnings.simplefilter("ignore")  # duplicate names stay duplicate: the reader must refuse them
-            for info in infos:
-                head = data[info.header_offset:info.header_offset + 30]
-                if len(head) < 30 or info.compress_type != zipfile.ZIP_STORED or not info.filename:
-                    return None
-                start = info.header_offset + 30 + sum(struct.unpack("<HH", head[26:30]))
-                dst.writestr(info.filename, data[start:start + info.compress_size])
-    except Exception:  # what zipfile will not write is no input to the reader
-        return None
-    return out.getvalue()
 
 
 def test_one_input(data: bytes) -> None:
