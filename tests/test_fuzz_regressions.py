@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import re
 import threading
+import zipfile
 import zlib
 
 import pytest
@@ -69,3 +70,51 @@ def test_a_shape_no_array_has_is_a_decode_error(raw, shape, why):
 def test_a_zero_size_array_with_large_dimensions_still_loads():
     raw = _npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (1073741824, 1073741824, 0), }")
     assert _npy(raw).shape == (1073741824, 1073741824, 0)
+
+
+def _sb3_style(data_text_edit) -> bytes:
+    """An archive of a Box space and an array, its ``data`` JSON edited, re-written without
+    ``manifest.json`` (as SB3 writes archives: the zip CRC-32s alone check the members)."""
+    import gymnasium as gym
+    import numpy as np
+
+    import zipsave
+
+    buf = io.BytesIO()
+    zipsave.save_archive(buf, data={"space": gym.spaces.Box(-1, 1, (2,), np.float32), "x": np.arange(3, dtype=np.int16)})
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as src, zipfile.ZipFile(out, "w") as dst:
+        for name in src.namelist():
+            if name != "manifest.json":
+                raw = src.read(name)
+                dst.writestr(name, data_text_edit(raw) if name == "data" else raw)
+    return out.getvalue()
+
+
+# numpy refuses a comma string it cannot parse ("2 i<", the fuzzer's shuffle of "<i2") with a
+# ValueError, where inspect and the space decoder caught only TypeError.
+def _bad_array_dtype(raw: bytes) -> bytes:
+    assert b'"dtype": "<i2"' in raw, raw[:400]
+    return raw.replace(b'"dtype": "<i2"', b'"dtype": "2 i<"', 1)
+
+
+def _bad_space_dtype(raw: bytes) -> bytes:
+    assert b'"dtype": "float32"' in raw, raw[:400]
+    return raw.replace(b'"dtype": "float32"', b'"dtype": "2 i<"', 1)
+
+
+def test_inspect_names_a_dtype_numpy_cannot_parse_as_it_is():
+    import zipsave
+
+    info = zipsave.inspect(io.BytesIO(_sb3_style(_bad_array_dtype)))
+    assert [e.summary for e in info.data if e.key == "x"] == ["ndarray 2 i< (3,)"]
+
+
+def test_a_space_of_a_dtype_numpy_cannot_parse_is_skipped_naming_its_key():
+    import zipsave
+
+    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape(
+            "skipped key `space` of member `data` (type <class 'gymnasium.spaces.box.Box'>): gymnasium space body: "
+            "field `dtype` must be a numpy dtype name such as 'float32' or '<f4', got str '2 i<'.")):
+        data, _, _ = zipsave.load_archive(io.BytesIO(_sb3_style(_bad_space_dtype)))
+    assert list(data) == ["x"]
