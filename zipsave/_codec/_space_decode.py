@@ -172,7 +172,7 @@ class SpaceDecoder:
         if isinstance(value, str):
             try:
                 return np.dtype(value)
-            except TypeError:
+            except (TypeError, ValueError):  # a comma string numpy cannot parse ("2 i<") is a ValueError
                 pass
         raise self.error(
             path,

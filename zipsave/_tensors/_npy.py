@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import mmap as _mmap
+import sys
+import tokenize
 from typing import Any, Literal
 
 import numpy as np
@@ -52,7 +54,8 @@ def _header(view: Any, member: str) -> tuple[tuple[int, ...], bool, np.dtype, in
             shape, fortran, dtype = fmt.read_array_header_2_0(view)
         else:
             raise ValueError(f"unsupported .npy version {version}")
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError) as err:
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError, tokenize.TokenError) as err:
+        # numpy's retry of a header literal_eval refused tokenizes it: an unclosed bracket is a TokenError
         raise DecodeError(f"array member `{member}` is not a valid .npy file ({err}).") from None
     if dtype.hasobject:
         raise DecodeError(f"array member `{member}` holds Python objects; refusing to read it without pickle.")
@@ -62,6 +65,14 @@ def _header(view: Any, member: str) -> tuple[tuple[int, ...], bool, np.dtype, in
         raise DecodeError(
             f"array member `{member}` declares dtype {dtype.str}{' (a sub-array)' if dtype.subdtype else ' (0 bytes an item)'}; "
             "an array is built only from bytes the member holds, and np.save writes no such header."
+        )
+    # numpy's header parser takes any ints: a negative dimension (two make a positive size) or
+    # dimensions whose product overflows (a zero beside them makes the size 0) reach reshape.
+    negative = any(d < 0 for d in shape)
+    if negative or math.prod(max(d, 1) for d in shape) * dtype.itemsize > sys.maxsize:
+        raise DecodeError(
+            f"array member `{member}` declares shape {tuple(shape)}, which no array has "
+            f"({'a negative dimension' if negative else 'its size overflows'}); np.save writes no such header."
         )
     header_end = view.tell()
     nbytes = math.prod(shape) * dtype.itemsize

@@ -9,6 +9,7 @@ import binascii
 import math
 import os
 import re
+import warnings
 from typing import Any
 
 import numpy as np
@@ -76,8 +77,10 @@ def _dtype_name(descr: Any) -> Any:
     """``"<f4"`` -> ``"float32"``; anything numpy does not read plainly stays as it is."""
     if isinstance(descr, str):
         try:
-            return np.dtype(descr).name
-        except TypeError:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a deprecated alias ('a') is still only named here
+                return np.dtype(descr).name
+        except (TypeError, ValueError):  # a comma string numpy cannot parse ("2 i<") is a ValueError
             pass
     return descr
 
