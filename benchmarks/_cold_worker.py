@@ -141,8 +141,18 @@ def main() -> None:
     for suffix in (".zip", ".pt", ".bin"):
         if os.path.exists(scratch + suffix):
             os.remove(scratch + suffix)
-    print(json.dumps({"first": first, "second": second, "loop": loop, "modules": modules, "vmstat": vmstat,
-                      "huge_pages": os.environ.get("ZIPSAVE_HUGE_PAGES", "")}))
+    print(
+        json.dumps(
+            {
+                "first": first,
+                "second": second,
+                "loop": loop,
+                "modules": modules,
+                "vmstat": vmstat,
+                "huge_pages": os.environ.get("ZIPSAVE_HUGE_PAGES", ""),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -110,8 +110,9 @@ def _check_inspect(ctx: Ctx) -> None:
     info = ctx.result
     want = len(_ops.state_tensors(*_ops.build_model(ctx.n, _ops.SEED_SAVED)))
     if info.layout != "zipsave" or "learning_rate" not in str(info.data) or len(info.tensors) != want:
-        raise AssertionError(f"inspect: layout {info.layout!r}, {len(info.tensors)} tensors (want {want}), data "
-                             f"{str(info.data)[:120]}")
+        raise AssertionError(
+            f"inspect: layout {info.layout!r}, {len(info.tensors)} tensors (want {want}), data {str(info.data)[:120]}"
+        )
 
 
 def _same_ppo(mine: Any, theirs: Any) -> None:
@@ -121,8 +122,11 @@ def _same_ppo(mine: Any, theirs: Any) -> None:
     if not mine.policy.optimizer.state_dict()["state"]:
         raise AssertionError("the loaded PPO has no Adam state: not the archive prepare() wrote")
     _ops._same(mine.policy.state_dict(), theirs.policy.state_dict(), "policy")
-    _ops._same(mine.policy.optimizer.state_dict()["state"], theirs.policy.optimizer.state_dict()["state"],
-               "policy.optimizer.state")
+    _ops._same(
+        mine.policy.optimizer.state_dict()["state"],
+        theirs.policy.optimizer.state_dict()["state"],
+        "policy.optimizer.state",
+    )
 
 
 def _check_zipsave_ppo(ctx: Ctx) -> None:
@@ -140,16 +144,62 @@ def _check_sb3_ppo(ctx: Ctx) -> None:
 
 
 FIRST_OPS: list[Op] = [
-    Op("torch_load_first", "load", "first torch.load in a fresh process", _torch_load, reads="torch",
-       check=_check_result, fresh=True),
-    Op("zipsave_load_archive_first", "load", "import zipsave + first load_archive, fresh process", _load_archive,
-       reads="zipsave", check=_check_result, fresh=True, forbids=INTEGRATIONS),
-    Op("zipsave_load_first", "load", "import zipsave + first load, fresh process", _load, reads="zipsave",
-       check=_check_result, fresh=True, forbids=INTEGRATIONS),
-    Op("zipsave_inspect_first", "load", "import zipsave + first inspect, fresh process (reads no tensor)", _inspect,
-       reads="zipsave", check=_check_inspect, fresh=True, forbids=INTEGRATIONS),
-    Op("sb3_load_ppo_first", "load", "import SB3 + first PPO.load, fresh process", _sb3_ppo, reads="sb3_ppo",
-       check=_check_sb3_ppo, fresh=True),
-    Op("zipsave_load_ppo_first", "load", "import zipsave, SB3 + first load(cls=PPO), fresh process", _zipsave_ppo,
-       reads="zipsave_ppo", check=_check_zipsave_ppo, fresh=True, forbids=("zipsave.rllib", "zipsave.dcp")),
+    Op(
+        "torch_load_first",
+        "load",
+        "first torch.load in a fresh process",
+        _torch_load,
+        reads="torch",
+        check=_check_result,
+        fresh=True,
+    ),
+    Op(
+        "zipsave_load_archive_first",
+        "load",
+        "import zipsave + first load_archive, fresh process",
+        _load_archive,
+        reads="zipsave",
+        check=_check_result,
+        fresh=True,
+        forbids=INTEGRATIONS,
+    ),
+    Op(
+        "zipsave_load_first",
+        "load",
+        "import zipsave + first load, fresh process",
+        _load,
+        reads="zipsave",
+        check=_check_result,
+        fresh=True,
+        forbids=INTEGRATIONS,
+    ),
+    Op(
+        "zipsave_inspect_first",
+        "load",
+        "import zipsave + first inspect, fresh process (reads no tensor)",
+        _inspect,
+        reads="zipsave",
+        check=_check_inspect,
+        fresh=True,
+        forbids=INTEGRATIONS,
+    ),
+    Op(
+        "sb3_load_ppo_first",
+        "load",
+        "import SB3 + first PPO.load, fresh process",
+        _sb3_ppo,
+        reads="sb3_ppo",
+        check=_check_sb3_ppo,
+        fresh=True,
+    ),
+    Op(
+        "zipsave_load_ppo_first",
+        "load",
+        "import zipsave, SB3 + first load(cls=PPO), fresh process",
+        _zipsave_ppo,
+        reads="zipsave_ppo",
+        check=_check_zipsave_ppo,
+        fresh=True,
+        forbids=("zipsave.rllib", "zipsave.dcp"),
+    ),
 ]

@@ -111,7 +111,11 @@ def spawn(argv: list[str], spec: dict, timeout: float, paths: list[str]) -> dict
     try:
         proc = subprocess.run(
             [sys.executable, *argv, json.dumps(spec)],
-            capture_output=True, text=True, timeout=timeout, env=env, check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}

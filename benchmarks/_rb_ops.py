@@ -269,8 +269,7 @@ def _zipsave_save_background_incremental(ctx: Ctx) -> None:
     """Only the blocked part of the second background save: the new rows copied."""
     import zipsave
 
-    ctx.extra["handle"] = zipsave.save(ctx.model, ctx.out, include=["replay_buffer"], background=True,
-                                       incremental=True)
+    ctx.extra["handle"] = zipsave.save(ctx.model, ctx.out, include=["replay_buffer"], background=True, incremental=True)
 
 
 def _check_incremental(ctx: Ctx) -> None:
@@ -308,15 +307,29 @@ OPS = [
     Op("zipsave_load_mmap", "mmap", lambda c: _zipsave_load(c, mmap=True), reads=("zipsave",), check=_check_loaded),
     Op("zipsave_load_mmap_lazy", "mmap", lambda c: _zipsave_load(c, mmap=True, verify=False), reads=("zipsave",)),
     Op("zipsave_load_mmap_sample", "mmap", _sample, reads=("zipsave",)),
-    Op("zipsave_restore_mmap", "mmap", lambda c: _zipsave_restore(c, mmap=True), setup=_setup_live,
-       reads=("zipsave",), check=_check_loaded),
+    Op(
+        "zipsave_restore_mmap",
+        "mmap",
+        lambda c: _zipsave_restore(c, mmap=True),
+        setup=_setup_live,
+        reads=("zipsave",),
+        check=_check_loaded,
+    ),
     Op("raw_write_fsync", "save", _raw_write_fsync, setup=_setup_full),
     Op("sb3_save", "save", _sb3_save, setup=_setup_full),
     Op("zipsave_save", "save", _zipsave_save, setup=_setup_full),
     Op("zipsave_save_background", "save", _zipsave_save_background, setup=_setup_full),
-    Op("zipsave_save_background_incremental", "save", _zipsave_save_background_incremental,
-       setup=_setup_incremental, check=_check_incremental),
+    Op(
+        "zipsave_save_background_incremental",
+        "save",
+        _zipsave_save_background_incremental,
+        setup=_setup_incremental,
+        check=_check_incremental,
+    ),
 ]
 BY_NAME = {op.name: op for op in OPS}
-AFTER = {"zipsave_save_background": _wait_background, "zipsave_save_background_incremental": _wait_background,
-         "sb3_save": _cleanup_sb3}
+AFTER = {
+    "zipsave_save_background": _wait_background,
+    "zipsave_save_background_incremental": _wait_background,
+    "sb3_save": _cleanup_sb3,
+}

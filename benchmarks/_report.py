@@ -72,7 +72,9 @@ def summarize(records: list[dict]) -> dict[str, Any]:
             op = _catalog.BY_NAME[name]
             secs = _median(r["seconds"] for r in reps.values())
             nbytes = next(iter(reps.values()))["bytes"]
-            mem = _median(r["delta_rss"] / r["bytes"] if r.get("delta_rss") is not None else None for r in reps.values())
+            mem = _median(
+                r["delta_rss"] / r["bytes"] if r.get("delta_rss") is not None else None for r in reps.values()
+            )
             entry = {
                 "label": op.label,
                 "group": op.group,
@@ -121,15 +123,17 @@ def rows(stats: dict[str, dict]) -> list[list[str]]:
         s = stats.get(op.name)
         if s is None:
             continue
-        out.append([
-            op.label,
-            _seconds(s["seconds"]),
-            _fmt(s["gb_per_s"], ".2f"),
-            _fmt(s["delta_rss_x"], ".2f"),
-            _fmt(s.get("x_raw"), ".2f"),
-            _fmt(s.get("x_torch"), ".2f"),
-            _fmt(s.get("x_sb3"), ".2f"),
-        ])
+        out.append(
+            [
+                op.label,
+                _seconds(s["seconds"]),
+                _fmt(s["gb_per_s"], ".2f"),
+                _fmt(s["delta_rss_x"], ".2f"),
+                _fmt(s.get("x_raw"), ".2f"),
+                _fmt(s.get("x_torch"), ".2f"),
+                _fmt(s.get("x_sb3"), ".2f"),
+            ]
+        )
     return out
 
 
@@ -157,9 +161,12 @@ def render_text(summary: dict) -> str:
     for size, regimes in summary.items():
         for regime, stats in regimes.items():
             parts.append(text_table(f"\n{size} parameters, {regime}", rows(stats)))
-            parts += [f"  {name}: imported {', '.join(s['imported']) or 'no integration'}"
-                      + (f"; imports took {_seconds(s['import_s'])} of {_seconds(s['seconds'])}" if s.get("import_s") else "")
-                      for name, s in stats.items() if "imported" in s]
+            parts += [
+                f"  {name}: imported {', '.join(s['imported']) or 'no integration'}"
+                + (f"; imports took {_seconds(s['import_s'])} of {_seconds(s['seconds'])}" if s.get("import_s") else "")
+                for name, s in stats.items()
+                if "imported" in s
+            ]
     targets = target_rows(summary)
     if targets:
         parts.append(text_table("\nTargets", targets, TARGET_COLUMNS, left=2))
@@ -181,8 +188,16 @@ def render_rst(summary: dict) -> str:
 # -- the plot --------------------------------------------------------------------------------
 PLOTTED = {
     "save": ["raw_write", "zipsave_save", "torch_save", "sb3_save", "safetensors_save"],
-    "load": ["raw_readinto", "zipsave_restore", "zipsave_load", "zipsave_load_mmap_apply", "torch_load",
-             "torch_load_apply", "sb3_load_apply", "safetensors_load_apply"],
+    "load": [
+        "raw_readinto",
+        "zipsave_restore",
+        "zipsave_load",
+        "zipsave_load_mmap_apply",
+        "torch_load",
+        "torch_load_apply",
+        "sb3_load_apply",
+        "safetensors_load_apply",
+    ],
 }
 
 
@@ -230,9 +245,22 @@ def plot(summary: dict, records: list[dict], path: str) -> None:
 
 
 #: The load paths of issue 18 and their floors, drawn by :func:`plot_floors`.
-FLOOR_PLOT = ["raw_readinto", "raw_readinto_hugepage", "raw_readinto_fresh", "torch_load", "zipsave_load_archive",
-              "zipsave_load_archive_noverify", "zipsave_load", "safetensors_load", "torch_load_mmap", "zipsave_load_archive_mmap_lazy",
-              "zipsave_load_archive_mmap", "torch_load_mmap_touch", "zipsave_load_mmap_touch", "zipsave_restore"]
+FLOOR_PLOT = [
+    "raw_readinto",
+    "raw_readinto_hugepage",
+    "raw_readinto_fresh",
+    "torch_load",
+    "zipsave_load_archive",
+    "zipsave_load_archive_noverify",
+    "zipsave_load",
+    "safetensors_load",
+    "torch_load_mmap",
+    "zipsave_load_archive_mmap_lazy",
+    "zipsave_load_archive_mmap",
+    "torch_load_mmap_touch",
+    "zipsave_load_mmap_touch",
+    "zipsave_restore",
+]
 
 
 def plot_floors(summary: dict, path: str, regime: str = "prefault") -> None:
@@ -251,8 +279,10 @@ def plot_floors(summary: dict, path: str, regime: str = "prefault") -> None:
         base = stats["torch_load"]["seconds"]
         names = [n for n in FLOOR_PLOT if stats.get(n, {}).get("seconds")]
         values = [stats[n]["seconds"] / base for n in names]
-        colors = ["tab:gray" if n.startswith("raw_") else "tab:blue" if n.startswith("zipsave") else "tab:orange"
-                  for n in names]
+        colors = [
+            "tab:gray" if n.startswith("raw_") else "tab:blue" if n.startswith("zipsave") else "tab:orange"
+            for n in names
+        ]
         ax.barh(range(len(names)), values, color=colors)
         ax.set_yticks(range(len(names)), [_catalog.BY_NAME[n].label for n in names], fontsize=7)
         ax.invert_yaxis()
@@ -284,12 +314,20 @@ TARGETS = [
     ("restore >= 2x faster than SB3 load + apply", "zipsave_restore", "x_sb3", 0.5),
     ("fresh load peak extra memory <= 1.1x", "zipsave_load", "delta_rss_x", 1.1),
     ("mmap load (checked once) + apply vs torch mmap + apply (report)", "zipsave_load_mmap_apply", "x_torch", None),
-    ("mmap load, verify=False, + apply vs torch mmap + apply (report)", "zipsave_load_mmap_apply_noverify", "x_torch",
-     None),
+    (
+        "mmap load, verify=False, + apply vs torch mmap + apply (report)",
+        "zipsave_load_mmap_apply_noverify",
+        "x_torch",
+        None,
+    ),
     ("copying load_archive <= 0.35x torch.load", "zipsave_load_archive", "x_torch", 0.35),
     ("copying load_archive <= 1.25x huge-page raw read", "zipsave_load_archive", "x_huge", 1.25),
-    ("copying load_archive, verify=False, vs huge-page raw read (report)", "zipsave_load_archive_noverify", "x_huge",
-     None),
+    (
+        "copying load_archive, verify=False, vs huge-page raw read (report)",
+        "zipsave_load_archive_noverify",
+        "x_huge",
+        None,
+    ),
     ("copying load_archive peak extra memory <= 1.0x", "zipsave_load_archive", "delta_rss_x", 1.0),
     ("mmap load_archive, lazy (verify=False) <= 1.2x torch mmap", "zipsave_load_archive_mmap_lazy", "x_torch", 1.2),
     ("mmap load_archive, checked once <= 1.2x torch mmap", "zipsave_load_archive_mmap", "x_torch", 1.2),
@@ -317,23 +355,45 @@ def target_rows(summary: dict, sizes: Iterable[str] = ("1e7", "1e8")) -> list[li
                 # put both torch.load and zipsave a few thousandths above the tensor bytes
                 shown = round(value, 2) if field == "delta_rss_x" else value
                 verdict = "-" if limit is None else _verdict(shown, limit, at_least=field == "gb_per_s")
-                out.append([f"{size} {regime}", label, f"{value:.3f}" if field == "delta_rss_x" else f"{value:.2f}", verdict])
-            load, read_w, read_b = (stats.get(k, {}) for k in ("zipsave_load", "zipsave_read_weight", "zipsave_read_bias"))
+                out.append(
+                    [f"{size} {regime}", label, f"{value:.3f}" if field == "delta_rss_x" else f"{value:.2f}", verdict]
+                )
+            load, read_w, read_b = (
+                stats.get(k, {}) for k in ("zipsave_load", "zipsave_read_weight", "zipsave_read_bias")
+            )
             if load.get("seconds") and read_w.get("seconds"):
                 frac = read_w["bytes"] / load["bytes"]
-                out.append([f"{size} {regime}", f"read one weight ({frac:.1%} of the bytes): share of a full load's time",
-                            f"{read_w['seconds'] / load['seconds']:.1%}", "-"])
+                out.append(
+                    [
+                        f"{size} {regime}",
+                        f"read one weight ({frac:.1%} of the bytes): share of a full load's time",
+                        f"{read_w['seconds'] / load['seconds']:.1%}",
+                        "-",
+                    ]
+                )
             if load.get("seconds") and read_b.get("seconds"):
-                out.append([f"{size} {regime}", "read one bias: share of a full load's time",
-                            f"{read_b['seconds'] / load['seconds']:.2%}", "-"])
+                out.append(
+                    [
+                        f"{size} {regime}",
+                        "read one bias: share of a full load's time",
+                        f"{read_b['seconds'] / load['seconds']:.2%}",
+                        "-",
+                    ]
+                )
     small = summary.get("1e4", {})
     for regime, stats in small.items():
         ours = [stats.get(k, {}).get("seconds") for k in ("zipsave_save", "zipsave_load")]
         theirs = [stats.get(k, {}).get("seconds") for k in ("sb3_save", "sb3_load")]
         if None not in ours and None not in theirs:
             ratio = sum(ours) / sum(theirs)
-            out.append([f"1e4 {regime}", "save + load latency no worse than SB3 (ratio)", f"{ratio:.2f}",
-                        "met" if ratio <= 1.0 else f"missed by {ratio:.2f}x"])
+            out.append(
+                [
+                    f"1e4 {regime}",
+                    "save + load latency no worse than SB3 (ratio)",
+                    f"{ratio:.2f}",
+                    "met" if ratio <= 1.0 else f"missed by {ratio:.2f}x",
+                ]
+            )
     return out
 
 

@@ -63,7 +63,9 @@ def run_op(spec: dict, name: str) -> dict:
 
         if not hasattr(zipsave, op.needs):
             return {"skipped": f"zipsave.{op.needs} does not exist in this checkout"}
-    ext = {"zipsave": ".zip", "sb3": ".zip", "torch": ".pt", "safetensors": ".safetensors"}.get(name.split("_")[0], ".bin")
+    ext = {"zipsave": ".zip", "sb3": ".zip", "torch": ".pt", "safetensors": ".safetensors"}.get(
+        name.split("_")[0], ".bin"
+    )
     out = os.path.join(spec["scratch"], f"out-{name}-{spec['regime']}-{spec['rep']}{ext}")
     first_call = None
     if spec.get("warm_folder") and not op.fresh:
@@ -86,11 +88,16 @@ def run_op(spec: dict, name: str) -> dict:
 
     before = _not_fresh() if op.fresh else None
     if before:
-        raise RuntimeError(f"{name} must be the first load of a fresh interpreter, but {before} were imported "
-                           "before its timer (run it in a worker of its own, not in a batch)")
+        raise RuntimeError(
+            f"{name} must be the first load of a fresh interpreter, but {before} were imported "
+            "before its timer (run it in a worker of its own, not in a batch)"
+        )
     modules = len(sys.modules)
-    record = measure(lambda: op.body(ctx), prefault=prefault if spec["regime"] == "prefault" else None,
-                     wait=float(spec.get("asis_wait", 3.0)) if spec["regime"] == "asis" else 0.0)
+    record = measure(
+        lambda: op.body(ctx),
+        prefault=prefault if spec["regime"] == "prefault" else None,
+        wait=float(spec.get("asis_wait", 3.0)) if spec["regime"] == "asis" else 0.0,
+    )
     record |= {"bytes": moved, "first_call_s": first_call}
     if op.fresh:
         import _ops_first
@@ -99,9 +106,11 @@ def run_op(spec: dict, name: str) -> dict:
         record["new_modules"] = len(sys.modules) - modules
         record["import_s"] = ctx.extra.get("import_s")
         if set(op.forbids) & set(record["imported"]):
-            raise AssertionError(f"{name}: the first load imported {record['imported']}, of which it forbids "
-                                 f"{sorted(set(op.forbids) & set(record['imported']))}; an integration is imported "
-                                 "only when the archive names it or the caller passes one of its classes")
+            raise AssertionError(
+                f"{name}: the first load imported {record['imported']}, of which it forbids "
+                f"{sorted(set(op.forbids) & set(record['imported']))}; an integration is imported "
+                "only when the archive names it or the caller passes one of its classes"
+            )
     if spec.get("check") and op.check is not None:
         op.check(ctx)
         record["checked"] = True

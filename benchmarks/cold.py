@@ -43,21 +43,41 @@ sys.path.insert(0, HERE)
 
 #: ``(op, state)`` pairs measured in each repetition.
 CASES = [
-    ("zipsave_load", "quiet"), ("torch_load", "quiet"),
-    ("zipsave_load", "freed"), ("torch_load", "freed"),
-    ("zipsave_load", "loop"), ("torch_load", "loop"),
-    ("zipsave_load_archive", "quiet"), ("zipsave_inspect", "quiet"),
-    ("zipsave_restore", "quiet"), ("raw_readinto", "quiet"),
-    ("zipsave_save", "quiet"), ("torch_save_fsync", "quiet"), ("raw_write_fsync", "quiet"),
+    ("zipsave_load", "quiet"),
+    ("torch_load", "quiet"),
+    ("zipsave_load", "freed"),
+    ("torch_load", "freed"),
+    ("zipsave_load", "loop"),
+    ("torch_load", "loop"),
+    ("zipsave_load_archive", "quiet"),
+    ("zipsave_inspect", "quiet"),
+    ("zipsave_restore", "quiet"),
+    ("raw_readinto", "quiet"),
+    ("zipsave_save", "quiet"),
+    ("torch_save_fsync", "quiet"),
+    ("raw_write_fsync", "quiet"),
 ]
 #: ``(label, numerator, denominator, figure)``: figure ``first`` or ``loop`` (median of loads 2-5).
 RATIOS = [
-    ("first load, quiet process: zipsave.load / torch.load", ("zipsave_load", "quiet"), ("torch_load", "quiet"), "first"),
-    ("first load after a same-size model was freed / torch.load", ("zipsave_load", "freed"), ("torch_load", "freed"),
-     "first"),
+    (
+        "first load, quiet process: zipsave.load / torch.load",
+        ("zipsave_load", "quiet"),
+        ("torch_load", "quiet"),
+        "first",
+    ),
+    (
+        "first load after a same-size model was freed / torch.load",
+        ("zipsave_load", "freed"),
+        ("torch_load", "freed"),
+        "first",
+    ),
     ("loads 2-5 of a loop / torch.load's", ("zipsave_load", "loop"), ("torch_load", "loop"), "loop"),
-    ("first restore / raw readinto into the live tensors", ("zipsave_restore", "quiet"), ("raw_readinto", "quiet"),
-     "first"),
+    (
+        "first restore / raw readinto into the live tensors",
+        ("zipsave_restore", "quiet"),
+        ("raw_readinto", "quiet"),
+        "first",
+    ),
     ("first durable save / torch.save + fsync", ("zipsave_save", "quiet"), ("torch_save_fsync", "quiet"), "first"),
     ("first durable save / raw write + fsync", ("zipsave_save", "quiet"), ("raw_write_fsync", "quiet"), "first"),
 ]
@@ -79,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=float, default=1e7, help="parameters of the model (default 1e7)")
     parser.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "cold-1e7"), help="output folder")
-    parser.add_argument("--cases", default=None,
-                        help="comma-separated op:state pairs to run (default all; ratios need both sides)")
+    parser.add_argument(
+        "--cases", default=None, help="comma-separated op:state pairs to run (default all; ratios need both sides)"
+    )
     parser.add_argument("--work", default=None, help="folder for the input files (default: a temporary folder)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -89,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     folder = args.work or tempfile.mkdtemp(prefix="zipsave-cold-")
     env = _env()
-    subprocess.run([sys.executable, os.path.join(HERE, "_cold_worker.py"), "prepare", "-", folder, str(args.n)],
-                   env=env, check=True)
+    subprocess.run(
+        [sys.executable, os.path.join(HERE, "_cold_worker.py"), "prepare", "-", folder, str(args.n)],
+        env=env,
+        check=True,
+    )
     rng = random.Random(args.seed)
     records: list[dict] = []
     started = time.perf_counter()
@@ -99,16 +123,29 @@ def main(argv: list[str] | None = None) -> int:
         order = list(cases)
         rng.shuffle(order)
         for op, state in order:
-            out = subprocess.run([sys.executable, os.path.join(HERE, "_cold_worker.py"), op, state, folder, str(args.n)],
-                                 env=env, capture_output=True, text=True, timeout=600)
+            out = subprocess.run(
+                [sys.executable, os.path.join(HERE, "_cold_worker.py"), op, state, folder, str(args.n)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             if out.returncode != 0:
                 print(f"FAILED {op} {state} rep {rep}:\n{out.stderr}", file=sys.stderr)
                 return 1
-            record = {"op": op, "state": state, "rep": rep, "loadavg": os.getloadavg()[0],
-                      **json.loads(out.stdout.splitlines()[-1])}
+            record = {
+                "op": op,
+                "state": state,
+                "rep": rep,
+                "loadavg": os.getloadavg()[0],
+                **json.loads(out.stdout.splitlines()[-1]),
+            }
             records.append(record)
-            print(f"  {op:22s} {state:6s} rep {rep}: first {record['first'] * 1e3:8.1f} ms, "
-                  f"second {record['second'] * 1e3:8.1f} ms", flush=True)
+            print(
+                f"  {op:22s} {state:6s} rep {rep}: first {record['first'] * 1e3:8.1f} ms, "
+                f"second {record['second'] * 1e3:8.1f} ms",
+                flush=True,
+            )
     for name in os.listdir(folder):
         os.remove(os.path.join(folder, name))
     if not args.work:
@@ -120,23 +157,38 @@ def main(argv: list[str] | None = None) -> int:
         rows = [by[(op, state, rep)] for rep in range(args.reps)]
         key = f"{op} ({state})"
         summary["first_ms"][key] = round(statistics.median(r["first"] for r in rows) * 1e3, 1)
-        summary["first_minus_second_ms"][key] = round(statistics.median(r["first"] - r["second"] for r in rows) * 1e3, 1)
+        summary["first_minus_second_ms"][key] = round(
+            statistics.median(r["first"] - r["second"] for r in rows) * 1e3, 1
+        )
         summary["modules"][key] = statistics.median(r["modules"] for r in rows)
-        summary["vmstat"][key] = {k: statistics.median(r.get("vmstat", {}).get(k, 0) for r in rows)
-                                  for k in ("thp_fault_alloc", "compact_stall", "pgfault")}
+        summary["vmstat"][key] = {
+            k: statistics.median(r.get("vmstat", {}).get(k, 0) for r in rows)
+            for k in ("thp_fault_alloc", "compact_stall", "pgfault")
+        }
         if state == "loop":
-            summary["first_ms"][key + " loads 2-5"] = round(statistics.median(_figure(r, "loop") for r in rows) * 1e3, 1)
+            summary["first_ms"][key + " loads 2-5"] = round(
+                statistics.median(_figure(r, "loop") for r in rows) * 1e3, 1
+            )
     for label, num, den, figure in RATIOS:
         if num not in cases or den not in cases:
             continue
         pairs = [_figure(by[(*num, rep)], figure) / _figure(by[(*den, rep)], figure) for rep in range(args.reps)]
-        summary["ratios"][label] = {"median": round(statistics.median(pairs), 2), "min": round(min(pairs), 2),
-                                    "max": round(max(pairs), 2)}
+        summary["ratios"][label] = {
+            "median": round(statistics.median(pairs), 2),
+            "min": round(min(pairs), 2),
+            "max": round(max(pairs), 2),
+        }
     loads = sorted(r["loadavg"] for r in records)
-    machine = {"python": sys.version.split()[0], "cpus": os.cpu_count(), "n": args.n, "reps": args.reps,
-               "elapsed_s": round(time.perf_counter() - started, 1), "loadavg_median": loads[len(loads) // 2],
-               "thp": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
-               "thp_defrag": _read("/sys/kernel/mm/transparent_hugepage/defrag")}
+    machine = {
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "n": args.n,
+        "reps": args.reps,
+        "elapsed_s": round(time.perf_counter() - started, 1),
+        "loadavg_median": loads[len(loads) // 2],
+        "thp": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "thp_defrag": _read("/sys/kernel/mm/transparent_hugepage/defrag"),
+    }
     with open(os.path.join(args.out, "cold.json"), "w") as f:
         json.dump({"machine": machine, "summary": summary, "records": records}, f, indent=1)
     text = _render(machine, summary)
@@ -155,14 +207,19 @@ def _read(path: str) -> str | None:
 
 
 def _render(machine: dict, summary: dict) -> str:
-    lines = [f"cold starts, {machine['n']:.0e} params, {machine['reps']} reps, load average median "
-             f"{machine['loadavg_median']:.1f}, THP {machine['thp']} / defrag {machine['thp_defrag']}", ""]
+    lines = [
+        f"cold starts, {machine['n']:.0e} params, {machine['reps']} reps, load average median "
+        f"{machine['loadavg_median']:.1f}, THP {machine['thp']} / defrag {machine['thp_defrag']}",
+        "",
+    ]
     lines.append(f"{'first call (state)':40s} {'first ms':>9s} {'first-second ms':>16s} {'modules':>8s}")
     for key, first in summary["first_ms"].items():
         extra = summary["first_minus_second_ms"].get(key)
         modules = summary["modules"].get(key)
-        lines.append(f"{key:40s} {first:9.1f} {'' if extra is None else f'{extra:16.1f}'}"
-                     f"{'' if modules is None else f'{modules:9.0f}'}")
+        lines.append(
+            f"{key:40s} {first:9.1f} {'' if extra is None else f'{extra:16.1f}'}"
+            f"{'' if modules is None else f'{modules:9.0f}'}"
+        )
     lines += ["", f"{'ratio (median of per-repetition ratios)':72s} {'median':>7s} {'min':>6s} {'max':>6s}"]
     for label, r in summary["ratios"].items():
         lines.append(f"{label:72s} {r['median']:7.2f} {r['min']:6.2f} {r['max']:6.2f}")

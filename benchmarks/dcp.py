@@ -62,8 +62,12 @@ def shard_state(n_params: float, rank: int, world: int) -> dict:
 def zeros_like(state: dict) -> dict:
     from torch.distributed.tensor import DTensor
 
-    return {"model": {k: DTensor.from_local(torch.zeros_like(v.to_local()), v.device_mesh, v.placements,
-                                            run_check=False) for k, v in state["model"].items()}}
+    return {
+        "model": {
+            k: DTensor.from_local(torch.zeros_like(v.to_local()), v.device_mesh, v.placements, run_check=False)
+            for k, v in state["model"].items()
+        }
+    }
 
 
 def timed(fn) -> float:
@@ -88,19 +92,32 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
     target = zeros_like(state)
     root = args.dir
     zip_dir, fs_dir = os.path.join(root, "zipsave"), os.path.join(root, "dcp")
-    times: dict[str, list[float]] = {k: [] for k in ("save_zipsave", "save_dcp", "load_zipsave", "load_dcp",
-                                                     "consolidate_zipsave", "consolidate_dcp_dir",
-                                                     "dcp_to_torch_save")}
+    times: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "save_zipsave",
+            "save_dcp",
+            "load_zipsave",
+            "load_dcp",
+            "consolidate_zipsave",
+            "consolidate_dcp_dir",
+            "dcp_to_torch_save",
+        )
+    }
     for rep in range(args.reps):
         order = ["zipsave", "dcp"] if rep % 2 == 0 else ["dcp", "zipsave"]
         for kind in order:
             if kind == "zipsave":
-                times["save_zipsave"].append(timed(lambda: dcp.save(state, storage_writer=zipsave.dcp.ZipWriter(zip_dir))))
+                times["save_zipsave"].append(
+                    timed(lambda: dcp.save(state, storage_writer=zipsave.dcp.ZipWriter(zip_dir)))
+                )
             else:
                 times["save_dcp"].append(timed(lambda: dcp.save(state, storage_writer=dcp.FileSystemWriter(fs_dir))))
         for kind in order:
             if kind == "zipsave":
-                times["load_zipsave"].append(timed(lambda: dcp.load(target, storage_reader=zipsave.dcp.ZipReader(zip_dir))))
+                times["load_zipsave"].append(
+                    timed(lambda: dcp.load(target, storage_reader=zipsave.dcp.ZipReader(zip_dir)))
+                )
             else:
                 times["load_dcp"].append(timed(lambda: dcp.load(target, storage_reader=dcp.FileSystemReader(fs_dir))))
         for key, value in target["model"].items():
@@ -117,8 +134,10 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
                 times[key].append(time.perf_counter() - start)
         dist.barrier()
     if rank == 0:
-        sizes = {name: sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
-                 for name, d in (("zipsave", zip_dir), ("dcp", fs_dir))}
+        sizes = {
+            name: sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+            for name, d in (("zipsave", zip_dir), ("dcp", fs_dir))
+        }
         with open(out, "w") as f:
             json.dump({"times": times, "bytes": sizes}, f)
     dist.destroy_process_group()
@@ -149,8 +168,14 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in result["times"].items()}
     gb = 4 * args.params / 1e9
     report = {
-        "params": args.params, "world": args.world, "reps": args.reps, "cores": os.cpu_count(),
-        "torch": torch.__version__, "median_s": med, "times_s": result["times"], "bytes": result["bytes"],
+        "params": args.params,
+        "world": args.world,
+        "reps": args.reps,
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "median_s": med,
+        "times_s": result["times"],
+        "bytes": result["bytes"],
         "ratios": {
             "save zipsave/dcp": med["save_zipsave"] / med["save_dcp"],
             "load zipsave/dcp": med["load_zipsave"] / med["load_dcp"],

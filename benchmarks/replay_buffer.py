@@ -127,11 +127,15 @@ def _summary(records: list[dict], sizes: dict[float, int]) -> list[dict]:
         mine = [r for r in records if r["n"] == n and "seconds" in r]
         for name in dict.fromkeys(r["op"] for r in mine):
             times = {r["rep"]: r for r in mine if r["op"] == name}
-            row = {"n": n, "op": name, "gb": nbytes / 1e9,
-                   "seconds": statistics.median(r["seconds"] for r in times.values()),
-                   "min_s": min(r["seconds"] for r in times.values()),
-                   "max_s": max(r["seconds"] for r in times.values()),
-                   "drss_x": statistics.median((r["delta_rss"] or 0) / nbytes for r in times.values())}
+            row = {
+                "n": n,
+                "op": name,
+                "gb": nbytes / 1e9,
+                "seconds": statistics.median(r["seconds"] for r in times.values()),
+                "min_s": min(r["seconds"] for r in times.values()),
+                "max_s": max(r["seconds"] for r in times.values()),
+                "drss_x": statistics.median((r["delta_rss"] or 0) / nbytes for r in times.values()),
+            }
             for peer in PEERS.get(name, ()):
                 theirs = {r["rep"]: r["seconds"] for r in mine if r["op"] == peer}
                 ratios = [times[rep]["seconds"] / theirs[rep] for rep in times if rep in theirs]
@@ -146,8 +150,10 @@ def _fmt(v: float | None) -> str:
 
 
 def _table(rows: list[dict]) -> str:
-    head = (f"{'n':>8} {'GB':>5} {'operation':<36} {'median s':>9} {'min-max s':>15} {'x floor':>8} {'x SB3':>6} "
-            f"{'x bg':>6} {'dRSS x':>7}")
+    head = (
+        f"{'n':>8} {'GB':>5} {'operation':<36} {'median s':>9} {'min-max s':>15} {'x floor':>8} {'x SB3':>6} "
+        f"{'x bg':>6} {'dRSS x':>7}"
+    )
     lines = [head, "-" * len(head)]
     for row in rows:
         floor = row.get("x_raw_readinto_fresh", row.get("x_raw_write_fsync"))
@@ -182,8 +188,12 @@ def plot(rows: list[dict], path: str) -> None:
         for k, n in enumerate(sizes):
             secs = {r["op"]: r["seconds"] for r in mine if r["n"] == n}
             gb = next(r["gb"] for r in mine if r["n"] == n)
-            ax.barh([i + k * width for i in range(len(names))], [secs.get(name, 0) for name in names], height=width,
-                    label=f"{n:.0e} transitions ({gb:.2f} GB)")
+            ax.barh(
+                [i + k * width for i in range(len(names))],
+                [secs.get(name, 0) for name in names],
+                height=width,
+                label=f"{n:.0e} transitions ({gb:.2f} GB)",
+            )
         ax.set_yticks([i + width * (len(sizes) - 1) / 2 for i in range(len(names))], names, fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel("seconds (median, fresh process, page cache warm)")
@@ -224,8 +234,14 @@ def main(argv: list[str] | None = None) -> None:
                 order = names[:]
                 random.Random(rep).shuffle(order)
                 for name in order:
-                    spec = {"op": name, "n": n, "folder": folder, "scratch": scratch, "rep": rep,
-                            "check": args.smoke or rep == 0}
+                    spec = {
+                        "op": name,
+                        "n": n,
+                        "folder": folder,
+                        "scratch": scratch,
+                        "rep": rep,
+                        "check": args.smoke or rep == 0,
+                    }
                     rec = _run(spec, args.timeout)
                     rec.update(op=name, n=n, rep=rep)
                     records.append(rec)

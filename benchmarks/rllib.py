@@ -61,8 +61,15 @@ def _remote_rows(config, learners: int, work: str) -> list[dict]:
         saved = _learner_weights(algo)
         t_zs, _ = _timed(lambda: zipsave.save(algo, zip_path))
         t_rl, _ = _timed(lambda: algo.save_to_path(dir_path))
-        rows = [{"op": f"save, {learners} remote learners", "zipsave_s": t_zs, "rllib_s": t_rl,
-                 "zipsave_bytes": _size(zip_path), "rllib_bytes": _size(dir_path)}]
+        rows = [
+            {
+                "op": f"save, {learners} remote learners",
+                "zipsave_s": t_zs,
+                "rllib_s": t_rl,
+                "zipsave_bytes": _size(zip_path),
+                "rllib_bytes": _size(dir_path),
+            }
+        ]
         algo.train()  # the learners move on: each restore below has to bring them back
         t_zs, _ = _timed(lambda: zipsave.restore(algo, zip_path))
         for weights in _learner_weights(algo):
@@ -77,10 +84,16 @@ def _remote_rows(config, learners: int, work: str) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hidden", type=int, default=2560, help="width of the 3 hidden layers (default 2560: 1.3e7 parameters)")
+    parser.add_argument(
+        "--hidden", type=int, default=2560, help="width of the 3 hidden layers (default 2560: 1.3e7 parameters)"
+    )
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "zipsave-bench-rllib"))
-    parser.add_argument("--remote-learners", type=int, default=2,
-                        help="also time save and whole restore with this many remote learner actors (0: skip)")
+    parser.add_argument(
+        "--remote-learners",
+        type=int,
+        default=2,
+        help="also time save and whole restore with this many remote learner actors (0: skip)",
+    )
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -91,8 +104,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import zipsave
 
-    ray.init(num_cpus=max(2, args.remote_learners), include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1")
+    ray.init(
+        num_cpus=max(2, args.remote_learners),
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+    )
     config = (
         PPOConfig()
         .environment("CartPole-v1")
@@ -121,8 +138,15 @@ def main(argv: list[str] | None = None) -> int:
 
         t_zs, _ = _timed(lambda: zipsave.save(algo, zip_path))
         t_rl, _ = _timed(lambda: algo.save_to_path(dir_path))
-        rows.append({"op": "save", "zipsave_s": t_zs, "rllib_s": t_rl,
-                     "zipsave_bytes": _size(zip_path), "rllib_bytes": _size(dir_path)})
+        rows.append(
+            {
+                "op": "save",
+                "zipsave_s": t_zs,
+                "rllib_s": t_rl,
+                "zipsave_bytes": _size(zip_path),
+                "rllib_bytes": _size(dir_path),
+            }
+        )
 
         t_zs, loaded = _timed(lambda: zipsave.load(zip_path))
         assert np.array_equal(logits(loaded), logits(algo))
@@ -154,12 +178,17 @@ def main(argv: list[str] | None = None) -> int:
         row["time_ratio"] = row["zipsave_s"] / row["rllib_s"]
         if "zipsave_bytes" in row:
             row["bytes_ratio"] = row["zipsave_bytes"] / row["rllib_bytes"]
-    lines = [f"RLlib PPO, policy of {params:,} parameters (hidden {args.hidden}x3), one run; ratio = zipsave / RLlib"
-             + ("; r.l. = remote learners" if args.remote_learners else ""),
-             f"{'operation':<24}{'zipsave s':>11}{'RLlib s':>10}{'ratio':>8}{'zipsave MB':>12}{'RLlib MB':>10}{'ratio':>8}"]
+    lines = [
+        f"RLlib PPO, policy of {params:,} parameters (hidden {args.hidden}x3), one run; ratio = zipsave / RLlib"
+        + ("; r.l. = remote learners" if args.remote_learners else ""),
+        f"{'operation':<24}{'zipsave s':>11}{'RLlib s':>10}{'ratio':>8}{'zipsave MB':>12}{'RLlib MB':>10}{'ratio':>8}",
+    ]
     for r in rows:
-        size = (f"{r['zipsave_bytes'] / 1e6:>12.1f}{r['rllib_bytes'] / 1e6:>10.1f}{r['bytes_ratio']:>8.3f}"
-                if "bytes_ratio" in r else "")
+        size = (
+            f"{r['zipsave_bytes'] / 1e6:>12.1f}{r['rllib_bytes'] / 1e6:>10.1f}{r['bytes_ratio']:>8.3f}"
+            if "bytes_ratio" in r
+            else ""
+        )
         lines.append(f"{r['op']:<24}{r['zipsave_s']:>11.3f}{r['rllib_s']:>10.3f}{r['time_ratio']:>8.2f}{size}")
     text = "\n".join(lines)
     print(text)

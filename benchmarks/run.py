@@ -68,9 +68,12 @@ def _machine() -> dict:
         except ImportError:
             info[mod] = None
     try:
-        info["git"] = subprocess.run(
-            ["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
-        ).stdout.strip() or None
+        info["git"] = (
+            subprocess.run(
+                ["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
+            ).stdout.strip()
+            or None
+        )
     except OSError:
         info["git"] = None
     return info
@@ -92,30 +95,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=None, help="repetitions per size (default 3; 5 at 1e7)")
     parser.add_argument("--regime", default="prefault,asis", help="prefault, asis, or both (default both)")
     parser.add_argument("--ops", default=None, help="comma-separated op names (default all); see --list")
-    parser.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder (default benchmarks/results)")
+    parser.add_argument(
+        "--out", default=os.path.join(HERE, "results"), help="output folder (default benchmarks/results)"
+    )
     parser.add_argument("--work", default=None, help="folder for input files (default OUT/tmp)")
     parser.add_argument("--check", action="store_true", help="verify every op's result against the saved model")
-    parser.add_argument("--asis-wait", type=float, default=3.0,
-                        help="seconds 'asis' waits so freed memory goes back to the host (default 3)")
+    parser.add_argument(
+        "--asis-wait",
+        type=float,
+        default=3.0,
+        help="seconds 'asis' waits so freed memory goes back to the host (default 3)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="workers in parallel (timings are only meaningful with 1)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per worker before it counts as failed")
-    parser.add_argument("--merge", action="store_true",
-                        help="keep the records of OUT/results.json; ops measured again replace theirs, and "
-                             "ratios only pair ops of the same run")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the records of OUT/results.json; ops measured again replace theirs, and "
+        "ratios only pair ops of the same run",
+    )
     parser.add_argument("--keep-inputs", action="store_true", help="keep the input files afterwards")
     parser.add_argument("--seed", type=int, default=0, help="seed of the op order shuffle")
-    parser.add_argument("--no-warmup", action="store_true",
-                        help="measure each op's first call in the process (lazy imports included)")
-    parser.add_argument("--smoke", action="store_true",
-                        help=f"CI mode: sizes {SMOKE_SIZES}, 1 rep, prefault, --check, all ops of a size in one "
-                             "process (the first-load rows each in their own)")
+    parser.add_argument(
+        "--no-warmup", action="store_true", help="measure each op's first call in the process (lazy imports included)"
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"CI mode: sizes {SMOKE_SIZES}, 1 rep, prefault, --check, all ops of a size in one "
+        "process (the first-load rows each in their own)",
+    )
     parser.add_argument("--list", action="store_true", help="list the operations and exit")
-    parser.add_argument("--cold", action="store_true",
-                        help="the cold-start rows of cold.py instead (issue 37): first and second calls in fresh "
-                             "processes, a copying load in three memory states; one size (default 1e7), "
-                             "--reps (default 5), --out (default benchmarks/results/cold-1e7)")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
-                        help="cuda: the CUDA rows (cuda_*) against the host-to-device floor (needs a GPU)")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="the cold-start rows of cold.py instead (issue 37): first and second calls in fresh "
+        "processes, a copying load in three memory states; one size (default 1e7), "
+        "--reps (default 5), --out (default benchmarks/results/cold-1e7)",
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="cuda: the CUDA rows (cuda_*) against the host-to-device floor (needs a GPU)",
+    )
     args = parser.parse_args(argv)
 
     if args.cold:
@@ -146,8 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             print("benchmarks/run.py --device cuda: CUDA is not available on this machine.", file=sys.stderr)
             return 2
-    wanted = (lambda o: o.name.startswith("cuda_") or o.name == "raw_readinto") if args.device == "cuda" else (
-        lambda o: not o.name.startswith("cuda_"))
+    wanted = (
+        (lambda o: o.name.startswith("cuda_") or o.name == "raw_readinto")
+        if args.device == "cuda"
+        else (lambda o: not o.name.startswith("cuda_"))
+    )
     names = [o.name for o in _catalog.OPS if wanted(o)] if not args.ops else [s.strip() for s in args.ops.split(",")]
     for name in names:
         if name not in _catalog.BY_NAME:
@@ -172,8 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     run_id = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")  # noqa: UP017 - 3.10
     config = {
         "run": run_id,
-        "sizes": sizes, "regimes": regimes, "ops": names, "check": args.check, "asis_wait": args.asis_wait,
-        "jobs": args.jobs, "smoke": args.smoke, "reps": {_report.size_label(n): _reps_for(n, args.reps) for n in sizes},
+        "sizes": sizes,
+        "regimes": regimes,
+        "ops": names,
+        "check": args.check,
+        "asis_wait": args.asis_wait,
+        "jobs": args.jobs,
+        "smoke": args.smoke,
+        "reps": {_report.size_label(n): _reps_for(n, args.reps) for n in sizes},
     }
     machine = _machine()
     failures = 0
@@ -185,8 +217,10 @@ def main(argv: list[str] | None = None) -> int:
             warm_folder = os.path.join(work, "warm")
             prepared = _worker({"prepare": True, "n": _ops.WARM_N, "folder": warm_folder}, args.timeout)
             if "error" in prepared:
-                print(f"prepare warm-up inputs failed: {prepared['error']}\n{prepared.get('traceback', '')}",
-                      file=sys.stderr)
+                print(
+                    f"prepare warm-up inputs failed: {prepared['error']}\n{prepared.get('traceback', '')}",
+                    file=sys.stderr,
+                )
                 return 1
         deferred: list[dict] = []
         fresh: list[dict] = []  # --smoke: the first-load rows, each in its worker once the batch wrote the inputs
@@ -200,19 +234,33 @@ def main(argv: list[str] | None = None) -> int:
                     print(prepared.get("traceback", ""), file=sys.stderr)
                     failures += 1
                     continue
-                print(f"== {_report.size_label(n)} params: inputs {prepared['prepared']} "
-                      f"({time.perf_counter() - t0:.1f} s)", flush=True)
+                print(
+                    f"== {_report.size_label(n)} params: inputs {prepared['prepared']} "
+                    f"({time.perf_counter() - t0:.1f} s)",
+                    flush=True,
+                )
             specs = []
             for rep in range(_reps_for(n, args.reps)):
                 for regime in regimes:
                     order = list(names)
                     rng.shuffle(order)
-                    common = {"run": run_id, "n": n, "regime": regime, "rep": rep, "folder": folder, "scratch": scratch,
-                              "check": args.check, "asis_wait": args.asis_wait, "warm_folder": warm_folder}
+                    common = {
+                        "run": run_id,
+                        "n": n,
+                        "regime": regime,
+                        "rep": rep,
+                        "folder": folder,
+                        "scratch": scratch,
+                        "check": args.check,
+                        "asis_wait": args.asis_wait,
+                        "warm_folder": warm_folder,
+                    }
                     if args.smoke:  # a fresh op is the first call of its interpreter: never in the batch
                         batch = [op for op in order if not _catalog.BY_NAME[op].fresh]
                         specs.append(common | {"op": "(all)", "batch": True, "ops": batch, "inputs": names})
-                        if n == sizes[0]:  # each is a fresh interpreter importing SB3 or zipsave: the smallest size only
+                        if (
+                            n == sizes[0]
+                        ):  # each is a fresh interpreter importing SB3 or zipsave: the smallest size only
                             fresh += [common | {"op": op} for op in order if _catalog.BY_NAME[op].fresh]
                     else:
                         specs += [common | {"op": op} for op in order]
@@ -242,8 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     machine["loadavg_max"] = round(max(loads), 2) if loads else None
     with open(results_path, "w") as f:
         runs = [*history, {"machine": machine, "config": config}]
-        json.dump({"machine": machine, "config": config, "runs": runs, "summary": summary, "records": records}, f,
-                  indent=1)
+        json.dump(
+            {"machine": machine, "config": config, "runs": runs, "summary": summary, "records": records}, f, indent=1
+        )
     text = _report.render_text(summary)
     with open(os.path.join(args.out, "table.txt"), "w") as f:
         f.write(text)
@@ -255,8 +304,10 @@ def main(argv: list[str] | None = None) -> int:
         _report.plot_floors(summary, os.path.join(args.out, "floors.png"))
     except ImportError as err:
         print(f"no plot ({err})", file=sys.stderr)
-    print(f"wrote {results_path} ({machine['elapsed_s']} s, load average median {machine['loadavg_median']}, "
-          f"max {machine['loadavg_max']})")
+    print(
+        f"wrote {results_path} ({machine['elapsed_s']} s, load average median {machine['loadavg_median']}, "
+        f"max {machine['loadavg_max']})"
+    )
     if failures:
         print(f"{failures} operation(s) failed", file=sys.stderr)
         return 1

@@ -63,7 +63,9 @@ MODES = ("PPO.load", "zipsave.load(..., cls=PPO)", "load_from_zip_file", "zipsav
 def ppo_archive(path: Path, width: int) -> int:
     from stable_baselines3 import PPO
 
-    model = PPO("MlpPolicy", "CartPole-v1", policy_kwargs={"net_arch": [width, width], "ortho_init": False}, device="cpu")
+    model = PPO(
+        "MlpPolicy", "CartPole-v1", policy_kwargs={"net_arch": [width, width], "ortho_init": False}, device="cpu"
+    )
     model.save(path)
     return sum(p.numel() * p.element_size() for p in model.policy.parameters())
 
@@ -84,18 +86,25 @@ def main() -> None:
         for _ in range(runs):
             for mode in MODES:
                 done = subprocess.run(
-                    [sys.executable, "-c", MEASURE, mode, str(small), str(big)], capture_output=True, text=True, check=True
+                    [sys.executable, "-c", MEASURE, mode, str(small), str(big)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
                 )
                 peaks[mode].append(json.loads(done.stdout)["peak"])
     rows = {mode: statistics.median(values) for mode, values in peaks.items()}
-    lines = [f"PPO, net_arch [{width}, {width}]: {nbytes / 2**20:.0f} MiB of weights; median of {runs} fresh processes",
-             f"{'call':<30} {'peak growth':>12} {'x weights':>10}"]
+    lines = [
+        f"PPO, net_arch [{width}, {width}]: {nbytes / 2**20:.0f} MiB of weights; median of {runs} fresh processes",
+        f"{'call':<30} {'peak growth':>12} {'x weights':>10}",
+    ]
     for mode, peak in rows.items():
         lines.append(f"{mode:<30} {peak / 2**20:>8.0f} MiB {peak / nbytes:>10.2f}")
     print("\n".join(lines))
     if args.out:
         Path(args.out + ".txt").write_text("\n".join(lines) + "\n")
-        Path(args.out + ".json").write_text(json.dumps({"width": width, "weights_bytes": nbytes, "runs": runs, "peaks": peaks}, indent=2))
+        Path(args.out + ".json").write_text(
+            json.dumps({"width": width, "weights_bytes": nbytes, "runs": runs, "peaks": peaks}, indent=2)
+        )
 
 
 if __name__ == "__main__":

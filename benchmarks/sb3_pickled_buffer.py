@@ -33,9 +33,8 @@ OPS = ("sb3", "zipsave")
 
 def prepare(folder: str, n: int) -> str:
     """SB3's own pickle of a full buffer of ``n`` random transitions (written once)."""
-    import numpy as np
-
     import _rb_ops
+    import numpy as np
 
     path = os.path.join(folder, f"buffer-{n}.pkl")
     if not os.path.exists(path):
@@ -100,8 +99,12 @@ def main() -> None:
         medians[op] = statistics.median(r["delta_rss"] for r in rows)
         seconds = statistics.median(r["seconds"] for r in rows)
         print(f"{op:8s} dRSS {medians[op] / 2**20:7.0f} MiB = {medians[op] / size:.2f}x the pickle   {seconds:6.2f} s")
-    ratios = [z["delta_rss"] / s["delta_rss"] for s in records for z in records
-              if s["op"] == "sb3" and z["op"] == "zipsave" and s["rep"] == z["rep"] and "error" not in s | z]
+    ratios = [
+        z["delta_rss"] / s["delta_rss"]
+        for s in records
+        for z in records
+        if s["op"] == "sb3" and z["op"] == "zipsave" and s["rep"] == z["rep"] and "error" not in s | z
+    ]
     if ratios:
         print(f"zipsave / SB3 peak, same repetition: median {statistics.median(ratios):.2f}x (max {max(ratios):.2f}x)")
     sums = {r["checksum"] for r in records if "checksum" in r}

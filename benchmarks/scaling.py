@@ -47,9 +47,13 @@ def _npy(value: np.ndarray) -> bytes:
 
 
 def _arrays(n: int) -> bytes:
-    items = [{":type:": "<class 'numpy.ndarray'>",
-              ":zipsave:": {"kind": "ndarray", "dtype": "<f8", "shape": [2], "member": f"arrays/{i}.npy"}}
-             for i in range(n)]
+    items = [
+        {
+            ":type:": "<class 'numpy.ndarray'>",
+            ":zipsave:": {"kind": "ndarray", "dtype": "<f8", "shape": [2], "member": f"arrays/{i}.npy"},
+        }
+        for i in range(n)
+    ]
     data = {"a": {":type:": "<class 'list'>", ":zipsave:": {"kind": "list", "items": items}}}
     return _zip({"data": json.dumps(data).encode(), **{f"arrays/{i}.npy": _npy(np.arange(2.0) + i) for i in range(n)}})
 
@@ -70,8 +74,10 @@ DIMENSIONS: dict[str, tuple[int, Callable[[int], bytes]]] = {
     "folder depth": (150, lambda n: _zip({"data": b"{}", **{"d/" * d + "data": b'{"x": 1}' for d in range(1, n)}})),
     "data keys": (10000, lambda n: _saved({f"key{i}": i for i in range(n)})),
     "manifest entries (missing members)": (10000, _missing_members),
-    "tensors per .pth": (300, lambda n: _saved({"m": torch.nn.ParameterList(
-        [torch.nn.Parameter(torch.zeros(2)) for _ in range(n)])})),
+    "tensors per .pth": (
+        300,
+        lambda n: _saved({"m": torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(2)) for _ in range(n)])}),
+    ),
     "arrays": (1000, _arrays),
     "name length": (3000, lambda n: _zip({"data": json.dumps({"k" * n: 1}).encode(), "e/" * n + "data": b"{}"})),
 }
@@ -110,8 +116,17 @@ def main() -> None:
         for verb, run in VERBS.items():
             t1, t10 = _time(run, small), _time(run, large)
             grown = len(large) / len(small)
-            rows.append({"dimension": dimension, "verb": verb, "n": n, "bytes_ratio": grown, "seconds_n": t1,
-                         "seconds_10n": t10, "time_ratio": t10 / t1})
+            rows.append(
+                {
+                    "dimension": dimension,
+                    "verb": verb,
+                    "n": n,
+                    "bytes_ratio": grown,
+                    "seconds_n": t1,
+                    "seconds_10n": t10,
+                    "time_ratio": t10 / t1,
+                }
+            )
             print(f"{dimension:36s} {verb:8s} {n:7d} {grown:7.1f} {t1:9.4f} {t10:9.4f} {t10 / t1:6.1f}", flush=True)
     if args.out:
         with open(args.out, "w") as f:

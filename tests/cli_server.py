@@ -31,22 +31,37 @@ _server_env: dict[str, str] | None = None
 _lock = threading.Lock()
 
 
-def run(args: list[str], *, env: dict[str, str], cwd: str | os.PathLike | None = None,
-        timeout: float = 300) -> subprocess.CompletedProcess:
+def run(
+    args: list[str], *, env: dict[str, str], cwd: str | os.PathLike | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """``subprocess.run([sys.executable, "-m", "zipsave", *args], capture_output=True,
     text=True, env=env, cwd=cwd, timeout=timeout)``, the command forked from the server."""
     global _server, _server_env
     args = [str(a) for a in args]
     if not hasattr(os, "fork"):  # Windows: a fresh interpreter each time
-        return subprocess.run([sys.executable, "-m", "zipsave", *args], capture_output=True, text=True, env=env,
-                              cwd=cwd, timeout=timeout, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "zipsave", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd,
+            timeout=timeout,
+            check=False,
+        )
     with _lock, tempfile.TemporaryDirectory(prefix="zipsave-cli-") as tmp:
         if _server is None or _server.poll() is not None or _server_env != env:
             _stop()
             _server = subprocess.Popen(
-                [sys.executable, "-c", f"import sys; sys.path.insert(0, {_TESTS!r}); import cli_server; "
-                 "del sys.path[0]; cli_server.serve()"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
+                [
+                    sys.executable,
+                    "-c",
+                    f"import sys; sys.path.insert(0, {_TESTS!r}); import cli_server; "
+                    "del sys.path[0]; cli_server.serve()",
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                text=True,
             )
             _server_env = dict(env)
         out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")

@@ -26,8 +26,9 @@ def free_port() -> int:
 
 def make_model(seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 12), torch.nn.Tanh(),
-                               torch.nn.Linear(12, 2))
+    return torch.nn.Sequential(
+        torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 12), torch.nn.Tanh(), torch.nn.Linear(12, 2)
+    )
 
 
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:

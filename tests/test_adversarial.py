@@ -79,8 +79,13 @@ def assets(tmp_path_factory):
         dcp.save({"x": torch.zeros(2)}, checkpoint_id=str(dcp_dir), no_dist=True)
     side = root / "side.pkl"
     side.write_bytes(corpus.program({"a": 1}))
-    return {"root": root, "ppo": (root / "ppo.zip").read_bytes(), "policy_file": str(policy_file),
-            "dcp_dir": str(dcp_dir), "side": str(side)}
+    return {
+        "root": root,
+        "ppo": (root / "ppo.zip").read_bytes(),
+        "policy_file": str(policy_file),
+        "dcp_dir": str(dcp_dir),
+        "side": str(side),
+    }
 
 
 def _deliveries(payload: corpus.Payload, assets: dict, folder: pathlib.Path, sb3: bool) -> list[tuple[str, dict]]:
@@ -142,8 +147,11 @@ def _dcp_traversal(assets: dict) -> list[corpus.Payload]:
 
     raw = (pathlib.Path(assets["dcp_dir"]) / ".metadata").read_bytes()
     out = []
-    for name, target in (("dcp_relative_path_absolute", "/etc/hostname"), ("dcp_relative_path_dotdot", "../../../etc/hostname"),
-                         ("dcp_relative_path_dev_zero", "/dev/zero")):
+    for name, target in (
+        ("dcp_relative_path_absolute", "/etc/hostname"),
+        ("dcp_relative_path_dotdot", "../../../etc/hostname"),
+        ("dcp_relative_path_dev_zero", "/dev/zero"),
+    ):
         metadata = pickle.loads(raw)  # our own checkpoint, written just above
         for info in metadata.storage_data.values():
             info.relative_path = target
@@ -153,10 +161,28 @@ def _dcp_traversal(assets: dict) -> list[corpus.Payload]:
 
 def _warmup(assets: dict) -> list:
     import_archive = str(assets["root"] / "ppo.zip")
-    files = {"archive": import_archive, "side": assets["side"], "policy_file": assets["policy_file"],
-             "dcp_dir": assets["dcp_dir"]}
-    places = ["load", "restore", "load_archive", "read", "load_cls_ppo", "ppo_load", "set_parameters", "replay_buffer",
-              "vecnormalize", "policy_file", "cli_inspect", "cli_verify", "dcp_consolidate", "dcp_load"]
+    files = {
+        "archive": import_archive,
+        "side": assets["side"],
+        "policy_file": assets["policy_file"],
+        "dcp_dir": assets["dcp_dir"],
+    }
+    places = [
+        "load",
+        "restore",
+        "load_archive",
+        "read",
+        "load_cls_ppo",
+        "ppo_load",
+        "set_parameters",
+        "replay_buffer",
+        "vecnormalize",
+        "policy_file",
+        "cli_inspect",
+        "cli_verify",
+        "dcp_consolidate",
+        "dcp_load",
+    ]
     return [[place, files] for place in places]
 
 
@@ -165,18 +191,34 @@ def _run_worker(sandbox: pathlib.Path, jobs: list[dict], assets: dict, timeout: 
     spec = sandbox / "jobs.json"
     results = sandbox / "results.jsonl"
     places = {job["place"] for job in jobs}
-    spec.write_text(json.dumps({
-        "sandbox": str(sandbox), "jobs": jobs, "marker": corpus.MARKER,
-        "warmup": [w for w in _warmup(assets) if w[0] in places],
-        # The archives handed to the places, and the files they are made from, may be read.
-        "roots": [str(sandbox.parent.parent), str(assets["root"])],
-    }))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pathlib.Path(__file__).resolve().parents[1]),
-                                                        os.environ.get("PYTHONPATH", "")])}
+    spec.write_text(
+        json.dumps(
+            {
+                "sandbox": str(sandbox),
+                "jobs": jobs,
+                "marker": corpus.MARKER,
+                "warmup": [w for w in _warmup(assets) if w[0] in places],
+                # The archives handed to the places, and the files they are made from, may be read.
+                "roots": [str(sandbox.parent.parent), str(assets["root"])],
+            }
+        )
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(pathlib.Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
     env.pop("PYTHONWARNINGS", None)
     try:
-        proc = subprocess.run([sys.executable, str(WORKER), str(spec), str(results)], cwd=sandbox, env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, str(WORKER), str(spec), str(results)],
+            cwd=sandbox,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         status = f"exit {proc.returncode}: {proc.stderr[-2000:]}" if proc.returncode else ""
     except subprocess.TimeoutExpired:
         status = "worker timed out"
@@ -227,7 +269,10 @@ def outcomes(assets, tmp_path_factory):
     runs += [(name, jobs, 300.0) for name, jobs in alone]
     results: dict[str, list] = {p.name: [] for p in payloads}
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        futures = {pool.submit(_run_worker, root / "sandbox" / name, jobs, assets, timeout): name for name, jobs, timeout in runs}
+        futures = {
+            pool.submit(_run_worker, root / "sandbox" / name, jobs, assets, timeout): name
+            for name, jobs, timeout in runs
+        }
         for future in concurrent.futures.as_completed(futures):
             sandbox = root / "sandbox" / futures[future]
             found, _ = future.result()

@@ -13,8 +13,8 @@ import contextlib
 import io
 import json
 import os
-import re
 import pathlib
+import re
 import sys
 import warnings
 import zipfile
@@ -59,8 +59,12 @@ def files(tmp_path_factory) -> dict[str, str]:
     directory = root / "ckpt"
     with zipsave.CheckpointManager(directory, keep_last=2) as manager:
         manager.save(1, {"net": net, "lr": 0.5}, metrics={"r": 1.0})
-    return {"archive": str(root / "a.zip"), "other": str(root / "b.zip"), "root": str(root),
-            "directory": str(directory)}
+    return {
+        "archive": str(root / "a.zip"),
+        "other": str(root / "b.zip"),
+        "root": str(root),
+        "directory": str(directory),
+    }
 
 
 def _doors(files: dict[str, str]) -> dict[str, object]:
@@ -80,14 +84,26 @@ def _doors(files: dict[str, str]) -> dict[str, object]:
     }
 
 
-DOOR_NAMES = ["load", "load_archive", "read", "restore", "inspect", "verify", "diff", "extract", "manager_load_latest",
-              "dcp_load"]
+DOOR_NAMES = [
+    "load",
+    "load_archive",
+    "read",
+    "restore",
+    "inspect",
+    "verify",
+    "diff",
+    "extract",
+    "manager_load_latest",
+    "dcp_load",
+]
 
 
 def _inject(monkeypatch, make) -> None:
     for name in boundaries.READER_METHODS:
+
         def failing(self, *args, _make=make, **kwargs):
             raise _make()
+
         monkeypatch.setattr(ArchiveReader, name, failing)
 
 
@@ -108,8 +124,15 @@ def test_every_exception_at_every_door_is_a_zipsave_error(door, raised, files, m
 
 
 @pytest.mark.parametrize("raised", ["RecursionError", "OverflowError", "AssertionError", "BadZipFile"])
-@pytest.mark.parametrize("command", [("inspect", "{archive}"), ("verify", "{archive}"), ("diff", "{archive}", "{other}"),
-                                     ("extract", "--overwrite", "{archive}", "{root}/cli-out")])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("inspect", "{archive}"),
+        ("verify", "{archive}"),
+        ("diff", "{archive}", "{other}"),
+        ("extract", "--overwrite", "{archive}", "{root}/cli-out"),
+    ],
+)
 def test_the_command_line_never_calls_a_hostile_input_a_bug(command, raised, files, monkeypatch):
     _inject(monkeypatch, boundaries.RAISED[raised])
     code, err = _run([part.format(**files) for part in command])
@@ -135,6 +158,7 @@ def test_a_callers_own_mistake_stays_the_callers(files):
 def test_a_zipsave_error_without_an_archive_is_given_one(files, monkeypatch):
     def failing(self, *args, **kwargs):
         raise zipsave.DecodeError("no archive named here.")
+
     monkeypatch.setattr(ArchiveReader, "read", failing)
     with pytest.raises(zipsave.DecodeError, match=r"^archive `") as excinfo:
         zipsave.load_archive(files["archive"])
@@ -164,7 +188,9 @@ def test_a_hostile_checkpoint_index_is_a_checkpoint_directory_error(door, entry,
         assert code == 2, err
         assert "please report" not in err and "zipsave-checkpoints.json" in err, err
         return
-    with pytest.raises(zipsave.CheckpointDirectoryError, match=re.escape("index `zipsave-checkpoints.json`")) as excinfo:
+    with pytest.raises(
+        zipsave.CheckpointDirectoryError, match=re.escape("index `zipsave-checkpoints.json`")
+    ) as excinfo:
         _index_doors(str(directory))[door]()
     assert excinfo.value.__cause__ is not None
     assert str(directory) in str(excinfo.value)
@@ -195,11 +221,13 @@ def test_extract_names_the_member_a_file_system_refuses(tmp_path, monkeypatch):
 
     def refusing(*args, **kwargs):
         raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(os, "open", refusing)
-    with pytest.raises(zipsave.StorageError, match=re.escape("member `a/b`: could not be extracted (OSError: [Errno 28]")) as excinfo:
+    with pytest.raises(
+        zipsave.StorageError, match=re.escape("member `a/b`: could not be extracted (OSError: [Errno 28]")
+    ) as excinfo:
         extract(archive, tmp_path / "out")
     assert excinfo.value.errno == 28
-
 
 
 # -- SB3's doors under install() -----------------------------------------------------------------
@@ -212,7 +240,9 @@ def sb3_files(tmp_path_factory) -> dict[str, str]:
 
     root = tmp_path_factory.mktemp("sb3-boundary")
     with zipsave.sb3.installed():
-        small = sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu", policy_kwargs={"net_arch": [8]})
+        small = sb3.PPO(
+            "MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu", policy_kwargs={"net_arch": [8]}
+        )
         model = sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu")
         model.save(root / "ppo.zip")
         small.save(root / "small.zip")
@@ -288,8 +318,9 @@ def test_load_replay_buffer_refuses_a_pickle_that_is_no_buffer(payload, tmp_path
 
 @pytest.mark.parametrize("payload", list(boundaries.POLICY_FILES))
 def test_policy_load_refuses_a_file_that_is_no_policy(payload, tmp_path):
-    import zipsave.sb3
     from stable_baselines3.common.policies import ActorCriticPolicy
+
+    import zipsave.sb3
 
     path = tmp_path / "policy.pth"
     path.write_bytes(boundaries.POLICY_FILES[payload]())
@@ -304,10 +335,11 @@ def test_vec_normalize_load_refuses_a_count_that_is_no_count(count, tmp_path):
     import base64
     import pickle
 
-    import zipsave.sb3
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.running_mean_std import RunningMeanStd
     from stable_baselines3.common.vec_env import VecNormalize
+
+    import zipsave.sb3
 
     path = tmp_path / "vec_normalize.pkl"
     with zipsave.sb3.installed():
@@ -340,8 +372,18 @@ class _OwnCatalog(_Catalog):
 class _Module:
     """A stand-in with RLModule's constructor signature."""
 
-    def __init__(self, config=None, *, observation_space=None, action_space=None, inference_only=None,
-                 learner_only=False, model_config=None, catalog_class=None, **kwargs):
+    def __init__(
+        self,
+        config=None,
+        *,
+        observation_space=None,
+        action_space=None,
+        inference_only=None,
+        learner_only=False,
+        model_config=None,
+        catalog_class=None,
+        **kwargs,
+    ):
         pass
 
 
@@ -369,13 +411,30 @@ def test_rllib_constructor_arguments_are_checked_before_rllib_sees_them(case, mo
         _ctor_check.check_ctor_args(_Module, args, kwargs, archive="m.zip", member="init.json")
     assert excinfo.value.member == "init.json" and "m.zip" in str(excinfo.value)
     # What RLlib writes passes; what the caller overrides is the caller's.
-    _ctor_check.check_ctor_args(_Module, (), {"catalog_class": _OwnCatalog, "model_config": {"fcnet_hiddens": [64, 64]},
-                                              "inference_only": False}, archive="m.zip", member="init.json")
+    _ctor_check.check_ctor_args(
+        _Module,
+        (),
+        {"catalog_class": _OwnCatalog, "model_config": {"fcnet_hiddens": [64, 64]}, "inference_only": False},
+        archive="m.zip",
+        member="init.json",
+    )
     _ctor_check.check_ctor_args(_Module, (), kwargs, archive="m.zip", member="init.json", skip=frozenset(kwargs))
 
 
-@pytest.mark.parametrize("name", ["metadata.json", "module_state.pkl", "class_and_ctor_args.pkl", "module_state.msgpack",
-                                  "rllib_checkpoint.json", "..", ".", "a/b", ""])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "metadata.json",
+        "module_state.pkl",
+        "class_and_ctor_args.pkl",
+        "module_state.msgpack",
+        "rllib_checkpoint.json",
+        "..",
+        ".",
+        "a/b",
+        "",
+    ],
+)
 def test_to_rllib_refuses_a_component_named_as_a_file_before_writing(name, tmp_path):
     from zipsave.rllib._rllib_dir import check_dir_names
     from zipsave.rllib._tree import Node
@@ -387,4 +446,6 @@ def test_to_rllib_refuses_a_component_named_as_a_file_before_writing(name, tmp_p
     with pytest.raises(zipsave.ArchiveFormatError, match="nothing was written") as excinfo:
         check_dir_names(tree, archive="m.zip")
     assert "m.zip" in str(excinfo.value)
-    check_dir_names(Node(cls=Module, children={"learner": Node(cls=Module, children={"default_policy": Node(cls=Module)})}))
+    check_dir_names(
+        Node(cls=Module, children={"learner": Node(cls=Module, children={"default_policy": Node(cls=Module)})})
+    )

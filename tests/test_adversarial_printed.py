@@ -116,8 +116,9 @@ def test_checkpoint_table_and_html_show_controls_visibly(made):
 def test_every_error_message_and_warning_is_visible(control):
     # The structured fields of every ZipsaveError and the text of every ZipsaveWarning pass
     # the one printer, whatever the raise site put in them.
-    err = zipsave.ArchiveFormatError(f"detail {control}", archive=f"a{control}.zip", member=f"m{control}",
-                                     key=f"k{control}", hint=f"hint {control}")
+    err = zipsave.ArchiveFormatError(
+        f"detail {control}", archive=f"a{control}.zip", member=f"m{control}", key=f"k{control}", hint=f"hint {control}"
+    )
     assert err.member == f"m{control}"  # the field keeps the name as it is, for programs
     _no_raw(str(err), "message", allow="")
     assert visible(control) in str(err)

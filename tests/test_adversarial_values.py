@@ -86,8 +86,11 @@ def test_the_issue_35_sparse_tensor_is_refused_naming_member_and_key(base, tmp_p
     # torch.load hands it back, and `.coalesce().to_dense()` then kills the interpreter.
     for deflate in (False, True):
         path = tmp_path / f"coo-{deflate}.zip"
-        path.write_bytes(_rebuild(base["bytes"], {"p.pth": values.hostile_pth("coo", FAMILIES["coo_index_past_size"],
-                                                                                   deflate=deflate)}))
+        path.write_bytes(
+            _rebuild(
+                base["bytes"], {"p.pth": values.hostile_pth("coo", FAMILIES["coo_index_past_size"], deflate=deflate)}
+            )
+        )
         with pytest.raises(zipsave.ZipsaveError, match=re.escape("member `p.pth`")) as caught:
             zipsave.load_archive(path)
         assert "size is inconsistent with indices: for dim 0, size is 3 but found index 7" in str(caught.value)
@@ -122,15 +125,39 @@ def _genuine_tensors() -> dict[str, torch.Tensor]:
         "coo": torch.sparse_coo_tensor([[0, 2], [1, 0]], [1.5, -2.0], (3, 3), check_invariants=True),
         "coo_coalesced": torch.eye(3).to_sparse(),
         "coo_hybrid": torch.sparse_coo_tensor([[0, 2]], [[1.0, 2.0], [3.0, 4.0]], (3, 2), check_invariants=True),
-        "csr": torch.eye(3).to_sparse_csr(), "csc": torch.eye(3).to_sparse_csc(),
-        "bsr": torch.eye(4).to_sparse_bsr((2, 2)), "bsc": torch.eye(4).to_sparse_bsc((2, 2)),
-        "strided": base[:, 1::2], "transposed": base.t(), "row": base[1], "tail": base[2:], "expanded": base[:1].expand(3, 6),
-        "empty": torch.zeros(0, 3), "empty_view": base[4:], "scalar": torch.tensor(3.0),
+        "csr": torch.eye(3).to_sparse_csr(),
+        "csc": torch.eye(3).to_sparse_csc(),
+        "bsr": torch.eye(4).to_sparse_bsr((2, 2)),
+        "bsc": torch.eye(4).to_sparse_bsc((2, 2)),
+        "strided": base[:, 1::2],
+        "transposed": base.t(),
+        "row": base[1],
+        "tail": base[2:],
+        "expanded": base[:1].expand(3, 6),
+        "empty": torch.zeros(0, 3),
+        "empty_view": base[4:],
+        "scalar": torch.tensor(3.0),
         "parameter": torch.nn.Parameter(torch.ones(2)),
     }
-    for dtype in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32,
-                  torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
-                  torch.complex128, torch.float8_e4m3fn, torch.float8_e5m2):
+    for dtype in (
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        torch.complex128,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+    ):
         out[str(dtype).removeprefix("torch.")] = torch.arange(6).reshape(2, 3).to(dtype)
     return out
 
@@ -154,7 +181,9 @@ def test_genuine_torch_save_outputs_load_at_every_door(worker, tmp_path):
         for door, prefix in (("load", "p."), ("load_mmap", "p."), ("load_archive", "1.p.")):
             result = worker.run(door, {"archive": str(archive)})
             assert result["outcome"] == "loaded", f"{label} {door}: {result}"
-            got = {k.removeprefix(prefix): bytes.fromhex(v) for k, v in result["values"].items() if k.startswith(prefix)}
+            got = {
+                k.removeprefix(prefix): bytes.fromhex(v) for k, v in result["values"].items() if k.startswith(prefix)
+            }
             assert got == expected, f"{label} {door}: {sorted(k for k in expected if got.get(k) != expected[k])}"
         for key in ("coo", "csr", "strided", "bfloat16", "float8_e4m3fn") if label != "deflated" else ():
             result = worker.run("read", {"archive": str(archive)}, f"p/{key}")
@@ -168,9 +197,15 @@ ARRAY_DOORS = ("load", "load_mmap", "load_archive", "read")
 def _array_archive(base: dict, member: bytes, dtype, shape: list[int]) -> bytes:
     from zipsave._codec import _arrays
 
-    entry = {":type:": "<class 'numpy.ndarray'>",
-             ":zipsave:": {"kind": "ndarray", "dtype": _arrays.dtype_descr(np.dtype(dtype)), "shape": shape,
-                           "member": "arrays/0.npy"}}
+    entry = {
+        ":type:": "<class 'numpy.ndarray'>",
+        ":zipsave:": {
+            "kind": "ndarray",
+            "dtype": _arrays.dtype_descr(np.dtype(dtype)),
+            "shape": shape,
+            "member": "arrays/0.npy",
+        },
+    }
     return _rebuild(base["bytes"], {"arrays/0.npy": member}, data={"lr": 0.1, "evil": entry})
 
 
@@ -200,23 +235,37 @@ def test_the_issue_35_unsized_header_is_refused_before_allocating(base, tmp_path
     path = tmp_path / "s0.zip"
     path.write_bytes(_array_archive(base, values.npy("|S0", (1 << 30,), b""), "|S1", [1 << 30]))
     for mmap in (False, True):
-        with pytest.raises(zipsave.ZipsaveError, match=re.escape(
+        with pytest.raises(
+            zipsave.ZipsaveError,
+            match=re.escape(
                 "member `arrays/0.npy`: is corrupt or unreadable (array member `arrays/0.npy` declares dtype |S0 (0 bytes an item); an array is built only from bytes "
-                "the member holds")):
+                "the member holds"
+            ),
+        ):
             zipsave.load(path, mmap=mmap)
 
 
 def test_genuine_np_save_outputs_load_at_every_door(worker, base):
     problems = []
     for i, dtype in enumerate(values.NORMAL_DTYPES):
-        arr = np.frombuffer(bytes(range(256)) * 4, dtype=np.uint8)[: 6 * np.dtype(dtype).itemsize].view(dtype).reshape(2, 3)
+        arr = (
+            np.frombuffer(bytes(range(256)) * 4, dtype=np.uint8)[: 6 * np.dtype(dtype).itemsize]
+            .view(dtype)
+            .reshape(2, 3)
+        )
         if arr.dtype.kind in "mM":
             arr = arr.copy()
             arr.view(np.int64)[...] = np.arange(6).reshape(2, 3)  # no NaT patterns
         buf = io.BytesIO()
         np.save(buf, arr, allow_pickle=False)
-        results = _deliver(worker, base, f"genuine-npy-{i}", _array_archive(base, buf.getvalue(), arr.dtype, [2, 3]),
-                           ("load", "load_mmap", "read"), key="evil")
+        results = _deliver(
+            worker,
+            base,
+            f"genuine-npy-{i}",
+            _array_archive(base, buf.getvalue(), arr.dtype, [2, 3]),
+            ("load", "load_mmap", "read"),
+            key="evil",
+        )
         for door, result in results.items():
             got = result.get("values", {}).get("evil" if door != "read" else "")
             if result["outcome"] != "loaded" or bytes.fromhex(got or "") != arr.tobytes():
@@ -232,17 +281,30 @@ def _pickled_tensor(size: tuple, stride: tuple, offset: int = 0) -> dict:
 
     buf = io.BytesIO()
     torch.save(torch.arange(4.0).untyped_storage(), buf, _use_new_zipfile_serialization=False)
-    raw = program(call(G("torch._utils", "_rebuild_tensor_v2"), call(G("torch.storage", "_load_from_bytes"), buf.getvalue()),
-                       offset, size, stride, False, call(G("collections", "OrderedDict"))), 2)
+    raw = program(
+        call(
+            G("torch._utils", "_rebuild_tensor_v2"),
+            call(G("torch.storage", "_load_from_bytes"), buf.getvalue()),
+            offset,
+            size,
+            stride,
+            False,
+            call(G("collections", "OrderedDict")),
+        ),
+        2,
+    )
     return {":type:": "<class 'torch.Tensor'>", ":serialized:": base64.b64encode(raw).decode()}
 
 
-@pytest.mark.parametrize("view", [((100_000,), (1,), 0), ((2,), (1,), 3), ((2, 2), (1 << 40, 1), 0)],
-                         ids=["size", "offset", "stride"])
+@pytest.mark.parametrize(
+    "view", [((100_000,), (1,), 0), ((2,), (1,), 3), ((2, 2), (1 << 40, 1), 0)], ids=["size", "offset", "stride"]
+)
 def test_a_pickled_tensor_past_its_storage_never_loads(view, worker, base):
     # torch's set_() grows a storage too small for the view, with memory it never fills
     archive = _rebuild(base["bytes"], {}, data={"lr": 0.1, "evil": _pickled_tensor(*view)})
-    results = _deliver(worker, base, f"pickled-{view[2]}-{len(view[0])}", archive, ("load", "load_archive", "read"), key="evil")
+    results = _deliver(
+        worker, base, f"pickled-{view[2]}-{len(view[0])}", archive, ("load", "load_archive", "read"), key="evil"
+    )
     problems = _problems({"read": results.pop("read")}, ("read",))
     for door, result in results.items():
         if result["outcome"] == "loaded" and any(k.split(".")[-1] == "evil" for k in result["values"]):

@@ -154,7 +154,13 @@ def test_named_generators_are_restored_in_place(tmp_path, make_generator):
         np.random.Generator: lambda g: g.random(4).tolist(),
         np.random.RandomState: lambda g: g.random_sample(4).tolist(),
         random.Random: lambda g: [g.random() for _ in range(4)],
-    }[next(t for t in (torch.Generator, np.random.Generator, np.random.RandomState, random.Random) if isinstance(gen, t))]
+    }[
+        next(
+            t
+            for t in (torch.Generator, np.random.Generator, np.random.RandomState, random.Random)
+            if isinstance(gen, t)
+        )
+    ]
     draw(gen)
     zipsave.save({"rng": zipsave.RNGState(generators={"env": gen})}, tmp_path / "rng.zip")
     expected = draw(gen)

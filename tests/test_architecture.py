@@ -105,5 +105,7 @@ def test_importing_zipsave_imports_no_integration_library():
 
 
 def test_layer_contracts_hold():
-    result = subprocess.run([sys.executable, "-m", "importlinter.cli"], capture_output=True, text=True, cwd=PACKAGE.parent)
+    result = subprocess.run(
+        [sys.executable, "-m", "importlinter.cli"], capture_output=True, text=True, cwd=PACKAGE.parent
+    )
     assert result.returncode == 0, result.stdout[-3000:]

@@ -299,12 +299,21 @@ def zip_with(entries, compression=zipfile.ZIP_STORED) -> bytes:
 @pytest.mark.parametrize(
     ("limits", "raw", "message"),
     [
-        (Limits(max_members=2), zip_with([("a", b""), ("b", b""), ("c", b"")]),
-         "archive `test.zip`: holds 3 members; the limit is 2."),
-        (Limits(max_member_bytes=10), zip_with([("data", b"x" * 11)]),
-         "archive `test.zip`, member `data`: declares 11 bytes; the limit is 10."),
-        (Limits(max_total_bytes=15), zip_with([("a", b"x" * 8), ("b", b"x" * 8)]),
-         "archive `test.zip`: members total 16 bytes; the limit is 15."),
+        (
+            Limits(max_members=2),
+            zip_with([("a", b""), ("b", b""), ("c", b"")]),
+            "archive `test.zip`: holds 3 members; the limit is 2.",
+        ),
+        (
+            Limits(max_member_bytes=10),
+            zip_with([("data", b"x" * 11)]),
+            "archive `test.zip`, member `data`: declares 11 bytes; the limit is 10.",
+        ),
+        (
+            Limits(max_total_bytes=15),
+            zip_with([("a", b"x" * 8), ("b", b"x" * 8)]),
+            "archive `test.zip`: members total 16 bytes; the limit is 15.",
+        ),
     ],
     ids=["members", "member-bytes", "total-bytes"],
 )
@@ -374,11 +383,16 @@ def test_encrypted_and_unknown_methods_are_refused():
     cd = raw.index(b"PK\x01\x02")
     flagged = bytearray(raw)
     struct.pack_into("<H", flagged, cd + 8, 0x1)
-    with pytest.raises(ArchiveFormatError, match=re.escape("member `data`: is encrypted; zipsave does not read encrypted members.")):
+    with pytest.raises(
+        ArchiveFormatError, match=re.escape("member `data`: is encrypted; zipsave does not read encrypted members.")
+    ):
         reader(bytes(flagged))
     method = bytearray(raw)
     struct.pack_into("<H", method, cd + 10, 14)
-    with pytest.raises(ArchiveFormatError, match=re.escape("member `data`: uses compression method 14; expected stored (0) or deflated (8).")):
+    with pytest.raises(
+        ArchiveFormatError,
+        match=re.escape("member `data`: uses compression method 14; expected stored (0) or deflated (8)."),
+    ):
         reader(bytes(method))
 
 
@@ -386,7 +400,10 @@ def test_stored_member_with_two_sizes_is_refused():
     raw = bytearray(zip_with([("data", b"{}")]))
     cd = raw.index(b"PK\x01\x02")
     struct.pack_into("<I", raw, cd + 24, 1)  # uncompressed size
-    with pytest.raises(ArchiveFormatError, match=re.escape("member `data`: is stored but declares 2 compressed and 1 uncompressed bytes.")):
+    with pytest.raises(
+        ArchiveFormatError,
+        match=re.escape("member `data`: is stored but declares 2 compressed and 1 uncompressed bytes."),
+    ):
         reader(bytes(raw))
 
 
@@ -394,7 +411,10 @@ def test_member_past_the_central_directory_is_refused():
     raw = bytearray(zip_with([("data", b"{}")]))
     cd = raw.index(b"PK\x01\x02")
     struct.pack_into("<II", raw, cd + 20, 500, 500)  # both sizes
-    with pytest.raises(ArchiveFormatError, match=re.escape("member `data`: extends past the start of the central directory (truncated or forged).")):
+    with pytest.raises(
+        ArchiveFormatError,
+        match=re.escape("member `data`: extends past the start of the central directory (truncated or forged)."),
+    ):
         reader(bytes(raw))
 
 
@@ -405,7 +425,10 @@ def test_member_past_the_central_directory_is_refused():
         (b"hello" * 10, "archive `test.zip`: not a zip archive, or truncated (File is not a zip file)."),
         (archive_bytes()[:-30], "archive `test.zip`: not a zip archive, or truncated"),
         (archive_bytes()[: len(archive_bytes()) // 2], "archive `test.zip`: "),
-        (archive_bytes() + b"trailing", "the archive is truncated (cut off before its end) or has data appended after it."),
+        (
+            archive_bytes() + b"trailing",
+            "the archive is truncated (cut off before its end) or has data appended after it.",
+        ),
     ],
     ids=["empty", "text", "no-end-record", "half", "trailing"],
 )
@@ -419,7 +442,9 @@ def test_crc_mismatch_is_caught_when_reading():
     start = raw.index(MEMBERS["data"])
     raw[start] ^= 0xFF
     r = reader(bytes(raw))
-    with pytest.raises(ArchiveFormatError, match=re.escape("member `data`: cannot be read (Bad CRC-32 for file 'data').")):
+    with pytest.raises(
+        ArchiveFormatError, match=re.escape("member `data`: cannot be read (Bad CRC-32 for file 'data').")
+    ):
         r.read("data")
 
 
@@ -430,10 +455,17 @@ def test_manifest_mismatches_are_integrity_errors():
     with pytest.raises(IntegrityError, match=re.escape("member `data`: differs from manifest.json: size 13 / crc32")):
         r.check_recorded("data")
     r.manifest["data"]["sha256"] = "0" * 64
-    with pytest.raises(IntegrityError, match=re.escape(f"member `data`: SHA-256 {hashlib.sha256(MEMBERS['data']).hexdigest()} differs from manifest.json's {'0' * 64}.")):
+    with pytest.raises(
+        IntegrityError,
+        match=re.escape(
+            f"member `data`: SHA-256 {hashlib.sha256(MEMBERS['data']).hexdigest()} differs from manifest.json's {'0' * 64}."
+        ),
+    ):
         r.check_digest("data", MEMBERS["data"])
     del r.manifest["policy.pth"]
-    with pytest.raises(IntegrityError, match=re.escape("member `policy.pth`: is not listed in manifest.json (added after saving?).")):
+    with pytest.raises(
+        IntegrityError, match=re.escape("member `policy.pth`: is not listed in manifest.json (added after saving?).")
+    ):
         r.check_recorded("policy.pth")
 
 
@@ -460,9 +492,13 @@ def test_open_input_tries_the_zip_suffix(tmp_path):
     (tmp_path / "m.zip").write_bytes(b"x")
     with open_input(str(tmp_path / "m")) as f:
         assert f.read() == b"x"
-    with pytest.raises(ZipsaveError, match=re.escape(f"archive `{tmp_path / 'nope'}`: no such file (also tried with a `.zip` suffix).")):
+    with pytest.raises(
+        ZipsaveError, match=re.escape(f"archive `{tmp_path / 'nope'}`: no such file (also tried with a `.zip` suffix).")
+    ):
         open_input(str(tmp_path / "nope"))
-    with pytest.raises(ArchiveFormatError, match=re.escape(f"archive `{tmp_path}`: is a directory, not a zip archive.")):
+    with pytest.raises(
+        ArchiveFormatError, match=re.escape(f"archive `{tmp_path}`: is a directory, not a zip archive.")
+    ):
         open_input(str(tmp_path))
 
 
@@ -497,7 +533,9 @@ def test_durable_output_starts_the_disk_on_each_piece_of_a_large_write(tmp_path,
     kicks: list[tuple[int, int]] = []
     monkeypatch.setattr(_files, "_PIECE", 1 << 20)
     monkeypatch.setattr(_files, "_KICK_EVERY", 1 << 20)
-    monkeypatch.setattr(_files, "_sync_file_range", lambda: lambda fd, start, length, flags: kicks.append((start, length)))
+    monkeypatch.setattr(
+        _files, "_sync_file_range", lambda: lambda fd, start, length, flags: kicks.append((start, length))
+    )
     data = os.urandom(5 << 20) + b"tail"
     target = tmp_path / "a.bin"
     with atomic_output(str(target)) as f:
@@ -509,6 +547,7 @@ def test_durable_output_starts_the_disk_on_each_piece_of_a_large_write(tmp_path,
     assert target.read_bytes() == b"HEAD" + data
     assert len(kicks) == 5
     assert kicks[0][0] == 0 and all(a + n == b for (a, n), (b, _) in zip(kicks, kicks[1:]))  # back to back
+
 
 def test_member_view_over_a_plain_file(tmp_path):
     (tmp_path / "f").write_bytes(bytes(range(100)))

@@ -171,7 +171,10 @@ def test_unencodable_value_fails_before_writing(previous):
 
 def test_state_dict_that_raises_leaves_the_previous_archive(previous):
     target, old_digest = previous
-    with pytest.raises(zipsave.EncodeError, match=re.escape("key `thing`: `thing.state_dict()` failed (RuntimeError: state_dict failed)")):
+    with pytest.raises(
+        zipsave.EncodeError,
+        match=re.escape("key `thing`: `thing.state_dict()` failed (RuntimeError: state_dict failed)"),
+    ):
         zipsave.save({"step": 1, "thing": _Stateful(RuntimeError("state_dict failed"))}, target)
     assert_untouched(target, old_digest)
 
@@ -233,8 +236,9 @@ def test_a_save_that_is_not_durable_syncs_nothing_and_is_still_atomic(previous, 
     monkeypatch.setattr(_archive.os, "fsync", synced.append)
     big = torch.zeros(1 << 20)
     with pytest.raises(MemoryError):
-        zipsave.save({"step": 1, "thing": _Stateful({"big": big, "bad": _Explodes(MemoryError())})}, target,
-                     durable=False)
+        zipsave.save(
+            {"step": 1, "thing": _Stateful({"big": big, "bad": _Explodes(MemoryError())})}, target, durable=False
+        )
     assert_untouched(target, old_digest)
     zipsave.save({"step": 2, "policy": torch.nn.Linear(3, 2)}, target, durable=False)
     assert synced == []

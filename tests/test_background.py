@@ -105,7 +105,9 @@ def test_handle_done_wait_timeout_and_repr():
     handle = zipsave.save({"model": model}, target, background=True)
     assert not handle.done()
     assert repr(handle) == "<SaveHandle 'gated.zip' running>"
-    with pytest.raises(TimeoutError, match=re.escape("the background save to `gated.zip` is still running after 0.05 s")):
+    with pytest.raises(
+        TimeoutError, match=re.escape("the background save to `gated.zip` is still running after 0.05 s")
+    ):
         handle.wait(timeout=0.05)
     target.gate.set()
     handle.wait(timeout=30)

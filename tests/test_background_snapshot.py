@@ -34,7 +34,9 @@ class Features(gym.Env):
 
     def __init__(self, dict_obs=False, continuous=False, width=16):
         box = gym.spaces.Box(-1, 1, (width,), np.float32)
-        self.observation_space = gym.spaces.Dict({"a": box, "b": gym.spaces.Box(0, 255, (3,), np.uint8)}) if dict_obs else box
+        self.observation_space = (
+            gym.spaces.Dict({"a": box, "b": gym.spaces.Box(0, 255, (3,), np.uint8)}) if dict_obs else box
+        )
         self.action_space = gym.spaces.Box(-1, 1, (2,), np.float32) if continuous else gym.spaces.Discrete(3)
         self.t = 0
 
@@ -53,8 +55,15 @@ class OwnBuffer(ReplayBuffer):
 
 
 def make(kind, buffer_size=50, width=16):
-    kw = {"buffer_size": buffer_size, "learning_starts": 10, "train_freq": 4, "batch_size": 8, "device": "cpu",
-          "seed": 0, "policy_kwargs": {"net_arch": [8]}}
+    kw = {
+        "buffer_size": buffer_size,
+        "learning_starts": 10,
+        "train_freq": 4,
+        "batch_size": 8,
+        "device": "cpu",
+        "seed": 0,
+        "policy_kwargs": {"net_arch": [8]},
+    }
     if kind == "replay":
         return DQN("MlpPolicy", Features(width=width), **kw)
     if kind == "two_envs":
@@ -62,11 +71,21 @@ def make(kind, buffer_size=50, width=16):
     if kind == "dict":
         return DQN("MultiInputPolicy", Features(dict_obs=True), **kw)
     if kind == "optimize_memory_usage":
-        return DQN("MlpPolicy", Features(), optimize_memory_usage=True,
-                   replay_buffer_kwargs={"handle_timeout_termination": False}, **kw)
+        return DQN(
+            "MlpPolicy",
+            Features(),
+            optimize_memory_usage=True,
+            replay_buffer_kwargs={"handle_timeout_termination": False},
+            **kw,
+        )
     if kind == "nstep":
-        return SAC("MlpPolicy", Features(continuous=True), replay_buffer_class=NStepReplayBuffer,
-                   replay_buffer_kwargs={"n_steps": 3, "gamma": 0.99}, **kw)
+        return SAC(
+            "MlpPolicy",
+            Features(continuous=True),
+            replay_buffer_class=NStepReplayBuffer,
+            replay_buffer_kwargs={"n_steps": 3, "gamma": 0.99},
+            **kw,
+        )
     if kind == "her":
         venv = make_vec_env(BitFlippingEnv, n_envs=1, seed=0, env_kwargs={"n_bits": 4, "max_steps": 5})
         return DQN("MultiInputPolicy", venv, replay_buffer_class=HerReplayBuffer, **kw)
@@ -170,13 +189,16 @@ def test_a_real_sized_buffer_copies_only_its_new_rows(tmp_path, caplog):
     assert (tmp_path / "b.zip").read_bytes() == plain_bytes(model, tmp_path)
 
 
-@pytest.mark.parametrize("change, reason", [
-    ("edit", "sampled row"),
-    ("reset_counter", "num_timesteps moved by"),
-    ("move_pos", "pos is"),
-    ("replace", "was replaced, moved or reshaped"),
-    ("full", "full is"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ("edit", "sampled row"),
+        ("reset_counter", "num_timesteps moved by"),
+        ("move_pos", "pos is"),
+        ("replace", "was replaced, moved or reshaped"),
+        ("full", "full is"),
+    ],
+)
 def test_what_does_not_add_up_falls_back_to_a_full_copy(change, reason, tmp_path, caplog, every_array_by_rows):
     model = make("replay")
     model.learn(20)

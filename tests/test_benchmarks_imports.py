@@ -30,7 +30,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         state[name] = 1
         for dep in sorted(graph[name]):
             if state.get(dep) == 1:
-                return [*path[path.index(dep):], dep] if dep in path else [*path, dep]
+                return [*path[path.index(dep) :], dep] if dep in path else [*path, dep]
             if dep not in state and (found := visit(dep, [*path, dep])):
                 return found
         state[name] = 2

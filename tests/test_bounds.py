@@ -9,7 +9,14 @@ import pytest
 
 import zipsave
 from zipsave._bounds import (
-    MAX_INT_BITS, MAX_SAME_HASH, AllocBudget, KeyGuard, alloc_budget, check_int, check_size, check_zip_infos,
+    MAX_INT_BITS,
+    MAX_SAME_HASH,
+    AllocBudget,
+    KeyGuard,
+    alloc_budget,
+    check_int,
+    check_size,
+    check_zip_infos,
 )
 from zipsave.exceptions import ArchiveLimitError
 
@@ -64,9 +71,12 @@ def test_the_allocation_budget_adds_every_request_up():
     budget = AllocBudget(1000, key="k")
     assert budget.total == (64 << 20) + 16 * 1000
     budget.charge(40 << 20, "`bytes(41943040)`")
-    with pytest.raises(ArchiveLimitError, match=re.escape(
-        "`bytes(41943040)` asks for 41943040 bytes, and this value may allocate 67124864 in all (41943040 already)"
-    )) as info:
+    with pytest.raises(
+        ArchiveLimitError,
+        match=re.escape(
+            "`bytes(41943040)` asks for 41943040 bytes, and this value may allocate 67124864 in all (41943040 already)"
+        ),
+    ) as info:
         budget.charge(40 << 20, "`bytes(41943040)`")  # each alone is within the budget; together they are not
     assert info.value.key == "k" and "`limits=zipsave.Limits(alloc_ratio=...)`" in str(info.value)
 

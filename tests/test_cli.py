@@ -65,7 +65,9 @@ def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture):
 
 def test_help_through_the_module():
     done = run("inspect", "--help")
-    assert done.returncode == 0 and "--json" in done.stdout and "never calls torch.load" in " ".join(done.stdout.split())
+    assert (
+        done.returncode == 0 and "--json" in done.stdout and "never calls torch.load" in " ".join(done.stdout.split())
+    )
 
 
 def test_no_command_prints_usage_and_fails():
@@ -115,7 +117,10 @@ def test_verify_ok(archives):
     done = run("verify", archives["a"])
     assert (done.returncode, done.stdout.strip()) == (0, f"{archives['a']}: OK")
     assert json.loads(run("verify", archives["a"], "--json").stdout) == {
-        "archive": str(archives["a"]), "ok": True, "problems": [], "notes": [],
+        "archive": str(archives["a"]),
+        "ok": True,
+        "problems": [],
+        "notes": [],
     }
 
 
@@ -196,8 +201,12 @@ def test_diff_json(archives):
 def test_diff_reports_shape_changes_and_nan(tmp_path: Path):
     a, b = tmp_path / "a.zip", tmp_path / "b.zip"
     nan = float("nan")
-    zipsave.save_archive(a, params={"m": {"w": torch.zeros(2, 3), "n": torch.tensor([nan, 1.0]), "k": torch.tensor([nan, 1.0])}})
-    zipsave.save_archive(b, params={"m": {"w": torch.zeros(3, 3), "n": torch.tensor([nan, 1.0]), "k": torch.tensor([0.0, 1.0])}})
+    zipsave.save_archive(
+        a, params={"m": {"w": torch.zeros(2, 3), "n": torch.tensor([nan, 1.0]), "k": torch.tensor([nan, 1.0])}}
+    )
+    zipsave.save_archive(
+        b, params={"m": {"w": torch.zeros(3, 3), "n": torch.tensor([nan, 1.0]), "k": torch.tensor([0.0, 1.0])}}
+    )
     done = run("diff", a, b)
     assert done.returncode == 1
     assert "~ tensor  m/w: float32[2, 3] -> float32[3, 3]" in done.stdout.splitlines()
@@ -261,7 +270,9 @@ def test_extract_refuses_symlinks(tmp_path: Path):
     link.create_system = 3
     link.external_attr = 0o120777 << 16
     archive = _zip(tmp_path / "link.zip", link)
-    assert "member `link`: is a symbolic link; refusing to extract it." in one_error_line(run("extract", archive, tmp_path / "out"))
+    assert "member `link`: is a symbolic link; refusing to extract it." in one_error_line(
+        run("extract", archive, tmp_path / "out")
+    )
 
 
 def test_extract_never_writes_through_a_link_in_the_destination(tmp_path: Path):

@@ -23,10 +23,9 @@ from gymnasium import spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zipsave._codec import _decode as _codec_decode
 from zipsave._codec import Decoder, Encoder, import_path, is_json_native
-from zipsave._json import dump_json, parse_json
-from zipsave._json import nesting_exceeds
+from zipsave._codec import _decode as _codec_decode
+from zipsave._json import dump_json, nesting_exceeds, parse_json
 from zipsave._trust import TrustPolicy
 from zipsave.exceptions import DecodeError, EncodeError, UnsafeGlobalError
 
@@ -168,8 +167,9 @@ ARRAYS = {
     "datetime64": np.array(["2020-01-01", "NaT"], dtype="datetime64[D]"),
     "timedelta64": np.array([1, -3], dtype="m8[s]"),
     "structured": np.zeros(3, dtype=[("a", "<i4"), ("b", ">f8", (2,))]),
-    "structured-padded": np.ones(2, dtype=np.dtype({"names": ["a", "b"], "formats": ["i1", "<f8"],
-                                                     "offsets": [0, 8], "itemsize": 24})),
+    "structured-padded": np.ones(
+        2, dtype=np.dtype({"names": ["a", "b"], "formats": ["i1", "<f8"], "offsets": [0, 8], "itemsize": 24})
+    ),
     "structured-nested": np.ones(2, dtype=[("p", [("x", ">u2"), ("y", "f4", (2,))])]),
     "structured-titles": np.zeros(1, dtype=[(("title", "a"), "<i4")]),
     "void": np.zeros(2, dtype="V3"),
@@ -375,8 +375,12 @@ def test_decode_prefers_native_over_serialized():
 
 
 def test_serialized_only_entry_decodes_through_the_allowlist():
-    entry = {"k": {":type:": "<class 'collections.OrderedDict'>",
-                   ":serialized:": base64.b64encode(cloudpickle.dumps(collections.OrderedDict(a=1))).decode()}}
+    entry = {
+        "k": {
+            ":type:": "<class 'collections.OrderedDict'>",
+            ":serialized:": base64.b64encode(cloudpickle.dumps(collections.OrderedDict(a=1))).decode(),
+        }
+    }
     assert decode(orjson.dumps(entry)) == collections.OrderedDict(a=1)
 
 
@@ -437,7 +441,9 @@ def test_allowlisted_reference_needs_no_trust():
     assert round_trip(collections.OrderedDict, trusted=()) is collections.OrderedDict
 
 
-@pytest.mark.parametrize("value", [user_function, UserClass, Color.RED, Point(1, 2)], ids=["function", "class", "enum", "namedtuple"])
+@pytest.mark.parametrize(
+    "value", [user_function, UserClass, Color.RED, Point(1, 2)], ids=["function", "class", "enum", "namedtuple"]
+)
 def test_user_globals_need_trust(value):
     with pytest.raises(UnsafeGlobalError, match=re.escape(f"refusing to import untrusted global `{__name__}.")):
         round_trip(value, trusted=())
@@ -463,37 +469,73 @@ def native(body: Any) -> bytes:
         ({"kind": "int", "value": "12a"}, "expected a decimal integer literal, found '12a'."),
         ({"kind": "int", "value": "1" * 5000}, "Exceeds the limit"),
         ({"kind": "float", "value": "os.system"}, "expected a float literal, found 'os.system'."),
-        ({"kind": "ndarray", "dtype": "O", "shape": [1], "b64": "AAAAAAAAAAA="},
-         "dtype `object` holds Python objects; refusing to decode it without pickle."),
-        ({"kind": "ndarray", "dtype": {"names": ["a"], "formats": ["O"], "offsets": [0], "itemsize": 8},
-          "shape": [1], "b64": "AAAAAAAAAAA="}, "holds Python objects"),
-        ({"kind": "ndarray", "dtype": "<f4", "shape": [10**12], "b64": "AAAAAA=="},
-         "array holds 4 bytes, expected 4000000000000 for float32[1000000000000]."),
-        ({"kind": "ndarray", "dtype": "<U100000000", "shape": [1], "values": ["a"]},
-         "an array of dtype <U100000000 cannot be given as JSON `values`."),
-        ({"kind": "ndarray", "dtype": "<f4", "shape": [-1], "values": [1]},
-         "expected `shape` to be a list of non-negative integers, found [-1]."),
-        ({"kind": "ndarray", "dtype": "<f4", "shape": [3], "values": [1]},
-         "array holds 1 values, expected 3 for shape [3]."),
-        ({"kind": "numpy_scalar", "dtype": "|V1000000000", "value": 0},
-         "a numpy scalar of dtype |V1000000000 cannot be given as a JSON `value`."),
-        ({"kind": "numpy_scalar", "dtype": "<f8", "b64": "AAAA"},
-         "numpy scalar holds 3 bytes, expected 8 for dtype float64."),
-        ({"kind": "numpy_dtype", "descr": {"base": "<f4", "shape": "x"}},
-         "expected the sub-array `shape` to be a list of non-negative integers, found 'x'."),
-        ({"kind": "tensor", "dtype": "float32", "shape": [2], "data": {"kind": "ndarray", "dtype": "|u1",
-          "shape": [4], "values": [0, 0, 0, 0]}}, "tensor holds 4 bytes, expected 8 for torch.float32[2]."),
+        (
+            {"kind": "ndarray", "dtype": "O", "shape": [1], "b64": "AAAAAAAAAAA="},
+            "dtype `object` holds Python objects; refusing to decode it without pickle.",
+        ),
+        (
+            {
+                "kind": "ndarray",
+                "dtype": {"names": ["a"], "formats": ["O"], "offsets": [0], "itemsize": 8},
+                "shape": [1],
+                "b64": "AAAAAAAAAAA=",
+            },
+            "holds Python objects",
+        ),
+        (
+            {"kind": "ndarray", "dtype": "<f4", "shape": [10**12], "b64": "AAAAAA=="},
+            "array holds 4 bytes, expected 4000000000000 for float32[1000000000000].",
+        ),
+        (
+            {"kind": "ndarray", "dtype": "<U100000000", "shape": [1], "values": ["a"]},
+            "an array of dtype <U100000000 cannot be given as JSON `values`.",
+        ),
+        (
+            {"kind": "ndarray", "dtype": "<f4", "shape": [-1], "values": [1]},
+            "expected `shape` to be a list of non-negative integers, found [-1].",
+        ),
+        (
+            {"kind": "ndarray", "dtype": "<f4", "shape": [3], "values": [1]},
+            "array holds 1 values, expected 3 for shape [3].",
+        ),
+        (
+            {"kind": "numpy_scalar", "dtype": "|V1000000000", "value": 0},
+            "a numpy scalar of dtype |V1000000000 cannot be given as a JSON `value`.",
+        ),
+        (
+            {"kind": "numpy_scalar", "dtype": "<f8", "b64": "AAAA"},
+            "numpy scalar holds 3 bytes, expected 8 for dtype float64.",
+        ),
+        (
+            {"kind": "numpy_dtype", "descr": {"base": "<f4", "shape": "x"}},
+            "expected the sub-array `shape` to be a list of non-negative integers, found 'x'.",
+        ),
+        (
+            {
+                "kind": "tensor",
+                "dtype": "float32",
+                "shape": [2],
+                "data": {"kind": "ndarray", "dtype": "|u1", "shape": [4], "values": [0, 0, 0, 0]},
+            },
+            "tensor holds 4 bytes, expected 8 for torch.float32[2].",
+        ),
         ({"kind": "tensor", "dtype": "__class__", "shape": [], "data": {}}, "unknown torch dtype `__class__`."),
         ({"kind": "torch_dtype", "name": "__builtins__"}, "unknown torch dtype `__builtins__`."),
-        ({"kind": "deque", "maxlen": -1, "items": []},
-         "expected `maxlen` to be a non-negative integer or null, found -1."),
+        (
+            {"kind": "deque", "maxlen": -1, "items": []},
+            "expected `maxlen` to be a non-negative integer or null, found -1.",
+        ),
         ({"kind": "datetime", "value": "2020-01-01", "tz": "../../../etc/passwd"}, "ZoneInfo keys"),
         ({"kind": "datetime", "value": "2020-01-01", "fold": 2}, "expected `fold` to be 0 or 1, found 2."),
         ({"kind": "ref", "path": "nocolon"}, "expected an import path `module:qualname`, found 'nocolon'."),
-        ({"kind": "enum", "class": "collections:OrderedDict", "name": "a"},
-         "`collections:OrderedDict` is not an Enum class."),
-        ({"kind": "namedtuple", "class": "collections:OrderedDict", "items": [[["a", 1]]]},
-         "`collections:OrderedDict` is not a namedtuple class."),
+        (
+            {"kind": "enum", "class": "collections:OrderedDict", "name": "a"},
+            "`collections:OrderedDict` is not an Enum class.",
+        ),
+        (
+            {"kind": "namedtuple", "class": "collections:OrderedDict", "items": [[["a", 1]]]},
+            "`collections:OrderedDict` is not a namedtuple class.",
+        ),
         ({"kind": "bytes", "b64": "not base64!"}, "expected base64 text (Only base64 data is allowed)."),
         ({"kind": "tuple", "items": "abc"}, "expected field `items` of the 'tuple' form to be list, found str."),
     ],
@@ -509,7 +551,9 @@ def test_malformed_native_forms_are_decode_errors(body, message):
 )
 def test_dangerous_references_are_refused(path):
     module, qualname = path.split(":")
-    with pytest.raises(UnsafeGlobalError, match=re.escape(f"refusing to import untrusted global `{module}.{qualname}`.")):
+    with pytest.raises(
+        UnsafeGlobalError, match=re.escape(f"refusing to import untrusted global `{module}.{qualname}`.")
+    ):
         decode(native({"kind": "ref", "path": path}))
 
 
@@ -540,22 +584,31 @@ def test_tensor_device_mapping():
 def test_unencodable_value_names_the_key_and_the_place():
     import threading
 
-    with pytest.raises(EncodeError, match=re.escape("key `cond`: value at `1` of type <class '_thread.lock'> has no JSON form")):
+    with pytest.raises(
+        EncodeError, match=re.escape("key `cond`: value at `1` of type <class '_thread.lock'> has no JSON form")
+    ):
         Encoder().encode_entry("cond", [1, threading.Lock()])
-    with pytest.raises(EncodeError, match=re.escape("key `lock`: cannot be saved: it has no JSON form and does not pickle")):
+    with pytest.raises(
+        EncodeError, match=re.escape("key `lock`: cannot be saved: it has no JSON form and does not pickle")
+    ):
         Encoder().encode_entry("lock", threading.Lock())
 
 
 def test_self_referencing_value_is_an_encode_error():
     loop: list = []
     loop.append((loop,))
-    with pytest.raises(EncodeError, match=re.escape("key `loop`: holds a reference cycle (a container inside itself) at `0.0`")):
+    with pytest.raises(
+        EncodeError, match=re.escape("key `loop`: holds a reference cycle (a container inside itself) at `0.0`")
+    ):
         Encoder().encode_entry("loop", loop)
 
 
 # -- JSON text -------------------------------------------------------------------------------
 def test_python_json_non_finite_tokens_are_accepted():
-    assert_same(parse_json(b'{"a": NaN, "b": Infinity, "c": -Infinity}', max_depth=10), {"a": math.nan, "b": math.inf, "c": -math.inf})
+    assert_same(
+        parse_json(b'{"a": NaN, "b": Infinity, "c": -Infinity}', max_depth=10),
+        {"a": math.nan, "b": math.inf, "c": -math.inf},
+    )
 
 
 @pytest.mark.parametrize("opener", [b"[", b'{"a":'])
@@ -589,11 +642,15 @@ def test_data_json_is_pretty_and_stdlib_readable():
 
 
 # -- gymnasium spaces ------------------------------------------------------------------------
-@pytest.mark.parametrize("make", [
-    lambda: spaces.Graph(spaces.Box(0, 1, (2,)), spaces.Discrete(3)),
-    lambda: spaces.Sequence(spaces.Box(0, 1, (2,)), stack=True),
-    lambda: spaces.Dict({"g": spaces.Graph(spaces.Discrete(2), None)}),
-], ids=["graph", "stacked-sequence", "graph-in-dict"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: spaces.Graph(spaces.Box(0, 1, (2,)), spaces.Discrete(3)),
+        lambda: spaces.Sequence(spaces.Box(0, 1, (2,)), stack=True),
+        lambda: spaces.Dict({"g": spaces.Graph(spaces.Discrete(2), None)}),
+    ],
+    ids=["graph", "stacked-sequence", "graph-in-dict"],
+)
 def test_unseeded_spaces_encode_to_the_same_bytes(make):
     assert encode(make()) == encode(make())
     assert b'"rng"' not in encode(make())
@@ -614,7 +671,12 @@ def test_seeded_spaces_sample_the_same_after_decoding(value):
 
 # -- hypothesis: nested containers -----------------------------------------------------------
 _hashable = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5) | st.binary(max_size=5),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=5)
+    | st.binary(max_size=5),
     lambda inner: st.tuples(inner, inner) | st.frozensets(inner, max_size=3),
     max_leaves=6,
 )

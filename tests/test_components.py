@@ -124,7 +124,11 @@ def test_components_are_folders_a_zip_explorer_shows(multi):
         root = zipfile.Path(zf)
         assert sorted(p.name for p in root.joinpath("learner/module").iterdir()) == ["p0", "p1"]
         assert sorted(p.name for p in root.joinpath("learner/module/p1").iterdir()) == [
-            "data", "init.json", "policy.optimizer.pth", "policy.pth", "pytorch_variables.pth"
+            "data",
+            "init.json",
+            "policy.optimizer.pth",
+            "policy.pth",
+            "pytorch_variables.pth",
         ]
     for folder in ("", "learner/", "learner/module/p0/", "learner/module/p1/"):
         assert {folder + "data", folder + "init.json", folder + "pytorch_variables.pth"} <= names
@@ -288,7 +292,9 @@ def test_load_component_without_optimizer_state(multi):
     algo, path = multi
     module = zipsave.load(path, component="learner/module/p0", exclude=["*.optimizer"])
     assert module.policy.optimizer.state_dict()["state"] == {}
-    assert same(tensors(module), {k: v for k, v in tensors(algo.learner.module["p0"]).items() if ".optimizer." not in k})
+    assert same(
+        tensors(module), {k: v for k, v in tensors(algo.learner.module["p0"]).items() if ".optimizer." not in k}
+    )
 
 
 def test_restore_without_optimizer_state_keeps_the_running_one(multi):

@@ -122,8 +122,12 @@ def test_optimizers_held_by_modules_inside_containers_are_saved(tmp_path):
         module.optimizer.step()
     model.save(tmp_path / "m.zip")
     assert _pth_members(tmp_path / "m.zip") == [
-        "critics.0.optimizer.pth", "critics.0.pth", "critics.1.optimizer.pth", "critics.1.pth",
-        "heads.pi.optimizer.pth", "heads.pi.pth",
+        "critics.0.optimizer.pth",
+        "critics.0.pth",
+        "critics.1.optimizer.pth",
+        "critics.1.pth",
+        "heads.pi.optimizer.pth",
+        "heads.pi.pth",
     ]
     loaded = Critics.load(tmp_path / "m.zip")
     for saved, back in zip([*model.critics, model.heads["pi"]], [*loaded.critics, loaded.heads["pi"]]):
@@ -151,14 +155,19 @@ def test_optimizers_and_schedulers_held_by_sub_modules_are_saved(tmp_path):
     # Only the optimizers of the attribute's own module were found (`policy.optimizer`), not
     # `policy.actor.optimizer` nor a scheduler: the load kept fresh ones without a word.
     model = TD3Like()
-    for module, optimizer in [(model.policy.actor, model.policy.actor.optimizer),
-                              (model.policy.critic, model.policy.critic[0].optimizer)]:
+    for module, optimizer in [
+        (model.policy.actor, model.policy.actor.optimizer),
+        (model.policy.critic, model.policy.critic[0].optimizer),
+    ]:
         module(torch.ones(1, 2)).sum().backward()
         optimizer.step()
     model.policy.scheduler.step()
     model.save(tmp_path / "m.zip")
     assert _pth_members(tmp_path / "m.zip") == [
-        "policy.actor.optimizer.pth", "policy.critic.0.optimizer.pth", "policy.pth", "policy.scheduler.pth",
+        "policy.actor.optimizer.pth",
+        "policy.critic.0.optimizer.pth",
+        "policy.pth",
+        "policy.scheduler.pth",
     ]
     loaded = TD3Like.load(tmp_path / "m.zip")
     assert loaded.policy.scheduler.state_dict() == model.policy.scheduler.state_dict()
@@ -649,4 +658,3 @@ def test_an_optimizer_grown_after_construction_is_named_with_its_groups(tmp_path
         TwoHeads.load(tmp_path / "m.zip")
     assert caught.value.member == "opt.pth" and "add_param_group" in str(caught.value)
     assert same_state(model.actor, TwoHeads.load(tmp_path / "m.zip", exclude=["opt"]).actor)  # as the hint says
-

@@ -62,9 +62,15 @@ def ppo(updates, *, stop_at=None, resume=None, path=None):
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, 1.0, 0.1, total_iters=updates)
     app_state = {
-        "agent": agent, "optimizer": optimizer, "scheduler": scheduler, "update": 0, "global_step": 0,
-        "args": args, "obs_rms": [vars(w.obs_rms) for w in normalizers(envs)],
-        "np_rng": np.random.default_rng(args.seed), "rng": zipsave.RNGState(),
+        "agent": agent,
+        "optimizer": optimizer,
+        "scheduler": scheduler,
+        "update": 0,
+        "global_step": 0,
+        "args": args,
+        "obs_rms": [vars(w.obs_rms) for w in normalizers(envs)],
+        "np_rng": np.random.default_rng(args.seed),
+        "rng": zipsave.RNGState(),
     }
     if resume is not None:
         zipsave.restore(app_state, resume, strict=True)
@@ -143,7 +149,9 @@ def test_restore_fills_the_loops_own_buffers_in_place(tmp_path):
 
     live = {
         "rb": {"obs": np.zeros((6, 2), np.float32), "pos": 0, "full": False},
-        "recent": collections.deque(maxlen=3), "returns": [], "table": torch.zeros(4),
+        "recent": collections.deque(maxlen=3),
+        "returns": [],
+        "table": torch.zeros(4),
         "args": argparse.Namespace(seed=0, gamma=0.99),
     }
     held = dict(live)
@@ -203,14 +211,25 @@ def make_sac(seed):
     qf2_target.load_state_dict(qf2.state_dict())
     log_alpha = torch.zeros(1, requires_grad=True)
     return {
-        "actor": actor, "qf1": qf1, "qf2": qf2, "qf1_target": qf1_target, "qf2_target": qf2_target,
+        "actor": actor,
+        "qf1": qf1,
+        "qf2": qf2,
+        "qf1_target": qf1_target,
+        "qf2_target": qf2_target,
         "q_optimizer": torch.optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=1e-3),
         "actor_optimizer": torch.optim.Adam(actor.parameters(), lr=3e-4),
-        "log_alpha": log_alpha, "a_optimizer": torch.optim.Adam([log_alpha], lr=1e-3),
+        "log_alpha": log_alpha,
+        "a_optimizer": torch.optim.Adam([log_alpha], lr=1e-3),
         "scaler": torch.amp.GradScaler("cpu", init_scale=2.0**8),
-        "rb": {"obs": np.zeros((64, 3), np.float32), "act": np.zeros((64, 1), np.float32),
-               "rew": np.zeros(64, np.float32), "next_obs": np.zeros((64, 3), np.float32), "pos": 0},
-        "global_step": 0, "rng": zipsave.RNGState(),
+        "rb": {
+            "obs": np.zeros((64, 3), np.float32),
+            "act": np.zeros((64, 1), np.float32),
+            "rew": np.zeros(64, np.float32),
+            "next_obs": np.zeros((64, 3), np.float32),
+            "pos": 0,
+        },
+        "global_step": 0,
+        "rng": zipsave.RNGState(),
     }
 
 
@@ -233,8 +252,9 @@ def sac_steps(state, env, n, args):
         alpha = s["log_alpha"].exp().detach()
         with torch.no_grad():
             a2 = s["actor"](o2) * 2.0
-            target = r + 0.99 * torch.min(s["qf1_target"](torch.cat([o2, a2], 1)),
-                                          s["qf2_target"](torch.cat([o2, a2], 1))).squeeze(-1)
+            target = r + 0.99 * torch.min(
+                s["qf1_target"](torch.cat([o2, a2], 1)), s["qf2_target"](torch.cat([o2, a2], 1))
+            ).squeeze(-1)
         qa = torch.cat([o, a], 1)
         q_loss = (s["qf1"](qa).squeeze(-1) - target).pow(2).mean() + (s["qf2"](qa).squeeze(-1) - target).pow(2).mean()
         s["q_optimizer"].zero_grad()
@@ -287,8 +307,9 @@ class ContinuousAgent(zipsave.Saveable, nn.Module):
     def __init__(self, obs_dim=3, act_dim=1, hidden=16):
         super().__init__()
         self.critic = nn.Sequential(nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, 1))
-        self.actor_mean = nn.Sequential(nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Dropout(0.5),
-                                        nn.Linear(hidden, act_dim))
+        self.actor_mean = nn.Sequential(
+            nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Dropout(0.5), nn.Linear(hidden, act_dim)
+        )
         self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))
 
     def forward(self, x):
@@ -325,7 +346,9 @@ def test_a_saveable_cleanrl_agent_loads_for_evaluation(tmp_path, compiled):
     assert isinstance(loaded, ContinuousAgent) and loaded.critic[0].out_features == 12
     assert not loaded.training and not loaded.actor_mean[2].training  # dropout off for evaluation
     assert torch.equal(loaded.actor_logstd, agent.actor_logstd)
-    assert torch.equal(zipsave.read(tmp_path / "agent.zip", "pytorch_variables/actor_logstd"), agent.actor_logstd.detach())
+    assert torch.equal(
+        zipsave.read(tmp_path / "agent.zip", "pytorch_variables/actor_logstd"), agent.actor_logstd.detach()
+    )
     obs = torch.as_tensor(env.observation_space.sample())
     with torch.no_grad():
         assert torch.equal(loaded(obs), agent(obs))
@@ -347,7 +370,9 @@ def test_an_app_state_loads_in_a_fresh_interpreter_into_load_state_dict(tmp_path
         print(state["args"].env_id, state["global_step"], agent.actor_logstd.sum().item())
     """)
     root = Path(__file__).resolve().parent.parent  # where `tests.test_custom_loops` imports from
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=root).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=root
+    ).stdout.split()
     assert out[:2] == ["Pendulum-v1", "16"]
     assert float(out[2]) == agent.actor_logstd.sum().item()
 
@@ -369,10 +394,18 @@ def dqn(directory, total_steps, crash_at=None):
     target_network.load_state_dict(q_network.state_dict())
     optimizer = torch.optim.Adam(q_network.parameters(), lr=1e-3)
     rb = collections.deque(maxlen=200)
-    app_state = {"q_network": q_network, "target_network": target_network, "optimizer": optimizer,
-                 "rb": rb, "global_step": 0, "episodes": 0, "rng": zipsave.RNGState()}
-    with zipsave.CheckpointManager(directory, keep_last=2, keep_best=("episodic_return", "max"),
-                                   every_steps=40, background=False) as manager:
+    app_state = {
+        "q_network": q_network,
+        "target_network": target_network,
+        "optimizer": optimizer,
+        "rb": rb,
+        "global_step": 0,
+        "episodes": 0,
+        "rng": zipsave.RNGState(),
+    }
+    with zipsave.CheckpointManager(
+        directory, keep_last=2, keep_best=("episodic_return", "max"), every_steps=40, background=False
+    ) as manager:
         manager.restore_latest(app_state)
         obs, _ = env.reset(seed=app_state["global_step"])
         episodic_return = None
@@ -416,8 +449,13 @@ def test_dqn_with_a_checkpoint_manager_resumes_after_a_crash_and_evaluates_the_b
         assert [c.step for c in manager.list()][-1] == 120
 
     resumed_rb = collections.deque(maxlen=200)
-    probe = {"q_network": QNetwork(), "target_network": QNetwork(), "rb": resumed_rb, "global_step": 0,
-             "rng": zipsave.RNGState()}
+    probe = {
+        "q_network": QNetwork(),
+        "target_network": QNetwork(),
+        "rb": resumed_rb,
+        "global_step": 0,
+        "rng": zipsave.RNGState(),
+    }
     probe["optimizer"] = torch.optim.Adam(probe["q_network"].parameters(), lr=1e-3)
     with zipsave.CheckpointManager(tmp_path / "ckpt") as manager:
         latest = manager.restore_latest(probe)
@@ -439,8 +477,13 @@ def test_dqn_with_a_checkpoint_manager_resumes_after_a_crash_and_evaluates_the_b
         evaluation.load_state_dict(state["q_network"])
         assert state["global_step"] == best.step
         assert torch.equal(evaluation.network[0].weight, zipsave.read(best.path, "q_network/network.0.weight"))
-        live = {"q_network": QNetwork(), "target_network": QNetwork(), "rb": collections.deque(maxlen=200),
-                "global_step": 0, "rng": zipsave.RNGState()}
+        live = {
+            "q_network": QNetwork(),
+            "target_network": QNetwork(),
+            "rb": collections.deque(maxlen=200),
+            "global_step": 0,
+            "rng": zipsave.RNGState(),
+        }
         live["optimizer"] = torch.optim.Adam(live["q_network"].parameters(), lr=1e-3)
         assert manager.restore_best(live).step == best.step == live["global_step"]
         assert torch.equal(live["q_network"].network[0].weight, evaluation.network[0].weight)
@@ -448,17 +491,22 @@ def test_dqn_with_a_checkpoint_manager_resumes_after_a_crash_and_evaluates_the_b
 
 @pytest.mark.parametrize("value", [np.array([4.5], np.float32), torch.tensor([[4.5]]), np.float32(4.5), 4.5])
 def test_a_metric_of_one_element_is_a_number(tmp_path, value):
-    with zipsave.CheckpointManager(tmp_path / "ckpt", keep_best=("episodic_return", "max"), background=False) as manager:
+    with zipsave.CheckpointManager(
+        tmp_path / "ckpt", keep_best=("episodic_return", "max"), background=False
+    ) as manager:
         manager.save(1, {"net": QNetwork()}, metrics={"episodic_return": value})
         assert manager.best().metrics == {"episodic_return": 4.5}
 
 
 def test_a_metric_of_many_elements_is_an_encode_error_naming_it(tmp_path):
     with zipsave.CheckpointManager(tmp_path / "ckpt", background=False) as manager:
-        with pytest.raises(zipsave.EncodeError, match=re.escape(
-            "key `episodic_return`: metric `episodic_return` is a ndarray of shape (2,); expected a number, string "
-            "or bool. Pass one number, e.g. `float(values.mean())`."
-        )) as caught:
+        with pytest.raises(
+            zipsave.EncodeError,
+            match=re.escape(
+                "key `episodic_return`: metric `episodic_return` is a ndarray of shape (2,); expected a number, string "
+                "or bool. Pass one number, e.g. `float(values.mean())`."
+            ),
+        ) as caught:
             manager.save(1, {"net": QNetwork()}, metrics={"episodic_return": np.array([1.0, 2.0])})
         assert caught.value.key == "episodic_return"
         assert manager.list() == []
@@ -492,9 +540,10 @@ class TensorBuffer(NumpyBuffer):
 def test_a_state_dict_that_no_safe_load_could_read_is_refused_before_writing(tmp_path):
     # torch.save took the numpy arrays, and every load then failed on the member as if it were
     # damaged ("the model would not be the one saved").
-    with pytest.raises(zipsave.EncodeError, match=re.escape(
-        "`rb.state_dict()['obs']` is a numpy.ndarray, which torch's safe loader (`weights_only=True`"
-    )) as caught:
+    with pytest.raises(
+        zipsave.EncodeError,
+        match=re.escape("`rb.state_dict()['obs']` is a numpy.ndarray, which torch's safe loader (`weights_only=True`"),
+    ) as caught:
         zipsave.save({"rb": NumpyBuffer(), "step": 1}, tmp_path / "rb.zip")
     assert caught.value.key == "rb" and "torch.from_numpy(array)" in str(caught.value)
     assert not (tmp_path / "rb.zip").exists()

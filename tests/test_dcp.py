@@ -10,11 +10,11 @@ import re
 import shutil
 import zipfile
 
+import dcp_workers as workers
 import pytest
 import torch
 import torch.multiprocessing as mp
 
-import dcp_workers as workers
 import zipsave
 import zipsave.dcp
 
@@ -118,8 +118,13 @@ def test_rank_archives_are_ordinary_verified_zips(saved):
         doc = json.loads(zf.read("dcp_metadata.json"))  # JSON, no pickle
     assert doc["format"] == "zipsave-dcp" and [r["rank"] for r in doc["ranks"]] == [0, 1]
     assert doc["state_dict_metadata"]["model.0.weight"] == {
-        "type": "tensor", "dtype": "float32", "size": [16, 6], "requires_grad": False, "layout": "strided",
-        "memory_format": "contiguous_format", "pin_memory": False,
+        "type": "tensor",
+        "dtype": "float32",
+        "size": [16, 6],
+        "requires_grad": False,
+        "layout": "strided",
+        "memory_format": "contiguous_format",
+        "pin_memory": False,
         "chunks": [{"offsets": [0, 0], "sizes": [8, 6]}, {"offsets": [8, 0], "sizes": [8, 6]}],
     }
 

@@ -82,8 +82,10 @@ def test_zip_reader_rank_files_stay_inside_the_directory(tmp_path, name):
     with zipfile.ZipFile(index, "w") as zf:  # without manifest.json, as a hand-made index
         zf.writestr("dcp_metadata.json", json.dumps(doc))
     target = {"w": torch.zeros(3)}
-    for load in (lambda: zipsave.dcp.load(target, tmp_path / "ckpt"),
-                 lambda: zipsave.dcp.consolidate(tmp_path / "ckpt", tmp_path / "out.zip")):
+    for load in (
+        lambda: zipsave.dcp.load(target, tmp_path / "ckpt"),
+        lambda: zipsave.dcp.consolidate(tmp_path / "ckpt", tmp_path / "out.zip"),
+    ):
         with pytest.raises(zipsave.ArchiveFormatError, match=re.escape(f"names the file {name!r}")):
             load()
     assert torch.equal(target["w"], torch.zeros(3))

@@ -39,14 +39,24 @@ def test_importing_zipsave_does_not_import_the_distributed_stack():
 def test_single_process_round_trip_with_values_and_views(tmp_path):
     base = torch.arange(24, dtype=torch.float64).reshape(4, 6)
     state = {
-        "t": {"view": base[1:3, 2:5], "transposed": base.t(), "bf16": torch.randn(5, dtype=torch.bfloat16),
-              "scalar": torch.tensor(3), "empty": torch.zeros(0, 3)},
+        "t": {
+            "view": base[1:3, 2:5],
+            "transposed": base.t(),
+            "bf16": torch.randn(5, dtype=torch.bfloat16),
+            "scalar": torch.tensor(3),
+            "empty": torch.zeros(0, 3),
+        },
         "meta": {"lr": 0.1, "names": ["a", "b"]},
     }
     zipsave.dcp.save(state, tmp_path / "ckpt")
     target = {
-        "t": {"view": torch.zeros(2, 3, dtype=torch.float64), "transposed": torch.zeros(6, 4, dtype=torch.float64),
-              "bf16": torch.zeros(5, dtype=torch.bfloat16), "scalar": torch.tensor(0), "empty": torch.ones(0, 3)},
+        "t": {
+            "view": torch.zeros(2, 3, dtype=torch.float64),
+            "transposed": torch.zeros(6, 4, dtype=torch.float64),
+            "bf16": torch.zeros(5, dtype=torch.bfloat16),
+            "scalar": torch.tensor(0),
+            "empty": torch.ones(0, 3),
+        },
         "meta": {"lr": 0.0, "names": []},
     }
     zipsave.dcp.load(target, tmp_path / "ckpt")
@@ -68,17 +78,33 @@ def test_metadata_is_json_and_tampering_is_refused(tmp_path):
         zf.writestr("dcp_metadata.json", json.dumps(doc))
         zf.writestr("manifest.json", manifest)
     target = {"w": torch.zeros(3)}
-    with pytest.raises(zipsave.IntegrityError, match=re.escape("member `dcp_metadata.json`: differs from manifest.json")):
+    with pytest.raises(
+        zipsave.IntegrityError, match=re.escape("member `dcp_metadata.json`: differs from manifest.json")
+    ):
         zipsave.dcp.load(target, tmp_path / "ckpt")
 
 
 def test_unknown_dtype_in_metadata_is_an_archive_error():
     from zipsave.dcp._metadata import from_json
 
-    doc = {"format": "zipsave-dcp", "format_version": 1, "ranks": [], "storage_data": [],
-           "state_dict_metadata": {"w": {"type": "tensor", "dtype": "__import__", "size": [1], "layout": "strided",
-                                         "memory_format": "contiguous_format", "requires_grad": False,
-                                         "pin_memory": False, "chunks": []}}}
+    doc = {
+        "format": "zipsave-dcp",
+        "format_version": 1,
+        "ranks": [],
+        "storage_data": [],
+        "state_dict_metadata": {
+            "w": {
+                "type": "tensor",
+                "dtype": "__import__",
+                "size": [1],
+                "layout": "strided",
+                "memory_format": "contiguous_format",
+                "requires_grad": False,
+                "pin_memory": False,
+                "chunks": [],
+            }
+        },
+    }
     with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("names an unknown dtype '__import__'")):
         from_json(doc, "index.zip/dcp_metadata.json")
 
@@ -102,9 +128,9 @@ def test_no_committed_checkpoint(tmp_path):
 
 def test_resaving_removes_the_previous_save(tmp_path):
     writer = zipsave.dcp.ZipWriter(tmp_path / "ckpt")
-    import torch.distributed.checkpoint as dcp
-
     import warnings
+
+    import torch.distributed.checkpoint as dcp
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -130,8 +156,14 @@ def test_ordinary_archive_loads_slices(tmp_path):
 
 @pytest.mark.parametrize(
     ("shape", "offsets", "lengths"),
-    [((4, 6), (1, 0), (2, 6)), ((4, 6), (0, 2), (4, 3)), ((2, 3, 4), (1, 1, 0), (1, 2, 4)), ((5,), (2,), (3,)),
-     ((), (), ()), ((3, 0), (0, 0), (3, 0))],
+    [
+        ((4, 6), (1, 0), (2, 6)),
+        ((4, 6), (0, 2), (4, 3)),
+        ((2, 3, 4), (1, 1, 0), (1, 2, 4)),
+        ((5,), (2,), (3,)),
+        ((), (), ()),
+        ((3, 0), (0, 0), (3, 0)),
+    ],
 )
 def test_runs_cover_exactly_the_slice(shape, offsets, lengths):
     full = torch.arange(max(1, torch.Size(shape).numel()), dtype=torch.int32)[: torch.Size(shape).numel()]

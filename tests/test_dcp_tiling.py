@@ -30,29 +30,43 @@ def _chunks(*boxes):
     return [types.SimpleNamespace(offsets=torch.Size(o), sizes=torch.Size(s)) for o, s in boxes]
 
 
-@pytest.mark.parametrize("size, boxes", [
-    ((4, 6), [((0, 0), (4, 6))]),
-    ((4, 6), [((0, 0), (2, 6)), ((2, 0), (2, 6))]),
-    ((4, 6), [((0, 0), (2, 3)), ((0, 3), (2, 3)), ((2, 0), (2, 3)), ((2, 3), (2, 3))]),
-    ((3, 3), [((0, 0), (1, 3)), ((1, 0), (2, 1)), ((1, 1), (2, 2))]),  # not a grid
-    ((5,), [((0,), (2,)), ((2,), (3,)), ((5,), (0,))]),  # an empty shard of an uneven split
-    ((), [((), ())]),  # a scalar
-    ((0, 3), []),  # no elements: nothing to cover
-    ((3, 3), [((1, 0), (2, 1)), ((0, 0), (1, 3)), ((1, 1), (2, 2))]),  # any order
-])
+@pytest.mark.parametrize(
+    "size, boxes",
+    [
+        ((4, 6), [((0, 0), (4, 6))]),
+        ((4, 6), [((0, 0), (2, 6)), ((2, 0), (2, 6))]),
+        ((4, 6), [((0, 0), (2, 3)), ((0, 3), (2, 3)), ((2, 0), (2, 3)), ((2, 3), (2, 3))]),
+        ((3, 3), [((0, 0), (1, 3)), ((1, 0), (2, 1)), ((1, 1), (2, 2))]),  # not a grid
+        ((5,), [((0,), (2,)), ((2,), (3,)), ((5,), (0,))]),  # an empty shard of an uneven split
+        ((), [((), ())]),  # a scalar
+        ((0, 3), []),  # no elements: nothing to cover
+        ((3, 3), [((1, 0), (2, 1)), ((0, 0), (1, 3)), ((1, 1), (2, 2))]),  # any order
+    ],
+)
 def test_exact_tilings_pass(size, boxes):
     check_tiling("t", size, _chunks(*boxes))
 
 
-@pytest.mark.parametrize("size, boxes, words", [
-    ((4, 6), [((0, 0), (2, 6))], "leave part of it uncovered: they hold 12 elements, the tensor 24"),
-    ((4, 6), [((0, 0), (3, 6)), ((2, 0), (2, 6))], "overlap: they hold 30 elements, the tensor 24"),
-    ((4,), [((0,), (2,)), ((1,), (2,))], "overlap and leave part of it uncovered: they hold 4 elements, the tensor 4"),
-    ((4, 6), [((0, 0), (2, 6)), ((2, 0), (2, 6)), ((0, 0), (4, 6))], "overlap"),
-    ((4, 6), [((0, 0), (4, 6)), ((3, 0), (2, 6))], "has a chunk at offsets [3, 0] of sizes [2, 6], outside the tensor"),
-    ((4, 6), [((0, 0), (4, 6, 1))], "outside the tensor"),
-    ((3, 4), [((0, 0), (3, 4)), ((-1, 0), (1, 4))], "outside the tensor"),
-])
+@pytest.mark.parametrize(
+    "size, boxes, words",
+    [
+        ((4, 6), [((0, 0), (2, 6))], "leave part of it uncovered: they hold 12 elements, the tensor 24"),
+        ((4, 6), [((0, 0), (3, 6)), ((2, 0), (2, 6))], "overlap: they hold 30 elements, the tensor 24"),
+        (
+            (4,),
+            [((0,), (2,)), ((1,), (2,))],
+            "overlap and leave part of it uncovered: they hold 4 elements, the tensor 4",
+        ),
+        ((4, 6), [((0, 0), (2, 6)), ((2, 0), (2, 6)), ((0, 0), (4, 6))], "overlap"),
+        (
+            (4, 6),
+            [((0, 0), (4, 6)), ((3, 0), (2, 6))],
+            "has a chunk at offsets [3, 0] of sizes [2, 6], outside the tensor",
+        ),
+        ((4, 6), [((0, 0), (4, 6, 1))], "outside the tensor"),
+        ((3, 4), [((0, 0), (3, 4)), ((-1, 0), (1, 4))], "outside the tensor"),
+    ],
+)
 def test_gaps_overlaps_and_strays_are_refused(size, boxes, words):
     with pytest.raises(zipsave.ArchiveFormatError, match=re.escape(words)):
         check_tiling("t", size, _chunks(*boxes))
@@ -89,9 +103,9 @@ def guillotine(draw):
             continue
         d = draw(st.sampled_from(dims))
         cut = draw(st.integers(1, sz[d] - 1))
-        first = (lo, sz[:d] + (cut,) + sz[d + 1:])
-        second = (lo[:d] + (lo[d] + cut,) + lo[d + 1:], sz[:d] + (sz[d] - cut,) + sz[d + 1:])
-        boxes[i:i + 1] = [first, second]
+        first = (lo, sz[:d] + (cut,) + sz[d + 1 :])
+        second = (lo[:d] + (lo[d] + cut,) + lo[d + 1 :], sz[:d] + (sz[d] - cut,) + sz[d + 1 :])
+        boxes[i : i + 1] = [first, second]
     return size, boxes
 
 
@@ -159,8 +173,11 @@ def test_a_chunk_outside_its_tensor_is_refused(ckpt, tmp_path):
     def edit(doc):
         _entry(doc)["chunks"][0]["offsets"] = [1, 0]
         doc["storage_data"][0]["offset"] = [1, 0]
+
     _rewrite_index(ckpt, edit)
-    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("has a chunk at offsets [1, 0] of sizes [3, 4], outside")):
+    with pytest.raises(
+        zipsave.ArchiveFormatError, match=re.escape("has a chunk at offsets [1, 0] of sizes [3, 4], outside")
+    ):
         zipsave.dcp.consolidate(ckpt, tmp_path / "out.zip")
 
 
@@ -168,18 +185,26 @@ def test_a_global_size_past_the_budget_is_refused_before_allocating(ckpt, tmp_pa
     # issue 40: 8192x8192 from one 3x4 chunk would be a 256 MiB tensor from a 1.7 KB checkpoint
     def edit(doc):
         _entry(doc)["size"] = [8192, 8192]
+
     _rewrite_index(ckpt, edit)
-    with pytest.raises(zipsave.ArchiveLimitError, match=re.escape("tensor `x` (size [8192, 8192]) brings the tensors to "
-                                                                  "268435456 bytes, past the")):
+    with pytest.raises(
+        zipsave.ArchiveLimitError,
+        match=re.escape("tensor `x` (size [8192, 8192]) brings the tensors to 268435456 bytes, past the"),
+    ):
         zipsave.dcp.consolidate(ckpt, tmp_path / "out.zip")
 
 
 def test_a_stored_chunk_of_another_shape_is_refused(ckpt, tmp_path):
     def edit(doc):
         doc["storage_data"][0]["shape"] = [2, 4]
+
     _rewrite_index(ckpt, edit)
-    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape(
-            "tensor `x`'s chunk at offsets [0, 0] (float32, sizes [3, 4]) has a stored float32 chunk of shape [2, 4].")):
+    with pytest.raises(
+        zipsave.ArchiveFormatError,
+        match=re.escape(
+            "tensor `x`'s chunk at offsets [0, 0] (float32, sizes [3, 4]) has a stored float32 chunk of shape [2, 4]."
+        ),
+    ):
         zipsave.dcp.consolidate(ckpt, tmp_path / "out.zip")
 
 
@@ -195,7 +220,9 @@ def test_a_filesystem_writer_checkpoint_with_a_gap_is_refused(tmp_path):
     metadata = pickle.loads((path / ".metadata").read_bytes())  # our own checkpoint, written just above
     metadata.state_dict_metadata["x"].size = torch.Size([6, 4])
     (path / ".metadata").write_bytes(pickle.dumps(metadata))
-    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("the chunks of tensor `x` (size [6, 4]) leave part")):
+    with pytest.raises(
+        zipsave.ArchiveFormatError, match=re.escape("the chunks of tensor `x` (size [6, 4]) leave part")
+    ):
         zipsave.dcp.consolidate(path, tmp_path / "out.zip")
 
 
@@ -220,7 +247,9 @@ def test_a_filesystem_writer_chunk_is_read_as_a_pth_member_is(tmp_path):
     blob.write_bytes(blob.read_bytes()[: info.offset] + hostile)
     info.length = len(hostile)
     (path / ".metadata").write_bytes(pickle.dumps(metadata))
-    with pytest.raises(zipsave.ZipsaveError, match=re.escape("is not a loadable torch state (torch.load: size is "
-                                                             "inconsistent with indices")):
+    with pytest.raises(
+        zipsave.ZipsaveError,
+        match=re.escape("is not a loadable torch state (torch.load: size is inconsistent with indices"),
+    ):
         zipsave.dcp.consolidate(path, tmp_path / "out.zip")
     assert not (tmp_path / "out.zip").exists()

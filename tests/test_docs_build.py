@@ -31,8 +31,19 @@ def test_toctree_lists_every_page():
 def test_docs_build_without_warnings(tmp_path: Path):
     done = subprocess.run(
         [
-            sys.executable, "-m", "sphinx", "-n", "-W", "--keep-going", "-q", "-b", "html",
-            "-d", str(tmp_path / "doctrees"), str(DOCS), str(tmp_path / "html"),
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-n",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-b",
+            "html",
+            "-d",
+            str(tmp_path / "doctrees"),
+            str(DOCS),
+            str(tmp_path / "html"),
         ],
         check=False,
         cwd=ROOT,

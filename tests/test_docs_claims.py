@@ -112,7 +112,8 @@ def test_read_checks_the_records_it_reads(tmp_path):
         records = json.loads(zf.read("manifest.json"))["members"]["policy.pth"]["records"]
         inner = zf.read("policy.pth")
     weight_record = next(
-        name for name, rec in records.items()
+        name
+        for name, rec in records.items()
         if inner[rec["offset"] : rec["offset"] + rec["size"]] == linear.weight.detach().numpy().tobytes()
     )
     _flip(tmp_path / "m.zip", "policy.pth", records[weight_record]["offset"] + 1)
@@ -225,7 +226,9 @@ def test_a_load_report_notes_an_edited_data_member(tmp_path):
 
 
 def test_keep_best_with_a_count_keeps_that_many_best(tmp_path):
-    with zipsave.CheckpointManager(tmp_path / "run", keep_last=1, keep_best=("loss", "min", 2), background=False) as manager:
+    with zipsave.CheckpointManager(
+        tmp_path / "run", keep_last=1, keep_best=("loss", "min", 2), background=False
+    ) as manager:
         for step, loss in [(1, 5.0), (2, 1.0), (3, 2.0), (4, 9.0), (5, 8.0)]:
             manager.save(step, {"x": step}, metrics={"loss": loss})  # neither every_steps nor every_seconds: each saves
         assert [checkpoint.step for checkpoint in manager.list()] == [2, 3, 5]

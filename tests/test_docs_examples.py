@@ -84,7 +84,11 @@ def test_extract_blocks_reads_options_skips_and_nesting():
         """
     )
     blocks = extract_blocks(text)
-    assert [(lang, skipped) for _, lang, _, skipped in blocks] == [("python", False), ("python", True), ("console", False)]
+    assert [(lang, skipped) for _, lang, _, skipped in blocks] == [
+        ("python", False),
+        ("python", True),
+        ("console", False),
+    ]
     assert blocks[0][2] == "x = 1\n\ny = x + 1\n"
     assert blocks[2][2] == "$ zipsave --help\n"
 

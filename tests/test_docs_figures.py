@@ -22,7 +22,9 @@ _VERSION = re.compile(r"\b(?:Python|torch|SB3|numpy|safetensors|isal|gymnasium|R
 def _sections(text: str) -> list[tuple[str, str]]:
     """(title, body) for each section at any level."""
     lines = text.splitlines()
-    starts = [i - 1 for i in range(1, len(lines)) if re.fullmatch(r"([=\-~^])\1{3,}", lines[i]) and lines[i - 1].strip()]
+    starts = [
+        i - 1 for i in range(1, len(lines)) if re.fullmatch(r"([=\-~^])\1{3,}", lines[i]) and lines[i - 1].strip()
+    ]
     out = []
     for n, start in enumerate(starts):
         end = starts[n + 1] if n + 1 < len(starts) else len(lines)
@@ -82,7 +84,9 @@ def test_the_page_cites_no_file_outside_the_repository() -> None:
         assert (RESULTS / name).exists(), f"docs/benchmarks.rst cites {name}, which is not under benchmarks/results/"
 
 
-@pytest.mark.parametrize("title,body", _sections(PAGE.read_text(encoding="utf-8")), ids=lambda v: v[:40] if isinstance(v, str) else v)
+@pytest.mark.parametrize(
+    "title,body", _sections(PAGE.read_text(encoding="utf-8")), ids=lambda v: v[:40] if isinstance(v, str) else v
+)
 def test_every_figure_of_a_section_is_in_the_results_it_cites(title: str, body: str) -> None:
     prose = _VERSION.sub("", body)
     prose = re.sub(r"^\.\. literalinclude::.*$", "", prose, flags=re.MULTILINE)

@@ -51,6 +51,4 @@ def test_a_zip_on_the_path_leaves_the_listing_to_importlib_metadata(tmp_path, mo
 @pytest.mark.parametrize("text", ["", "[other]\na = b:c\n", f"[{GROUP}]\n\n; comment\nname=mod:attr\n"])
 def test_group_entries_reads_only_the_group(text):
     entries = _registry._group_entries(text)
-    assert [(e.name, e.value, e.group) for e in entries] == (
-        [("name", "mod:attr", GROUP)] if GROUP in text else []
-    )
+    assert [(e.name, e.value, e.group) for e in entries] == ([("name", "mod:attr", GROUP)] if GROUP in text else [])

@@ -144,8 +144,12 @@ def test_a_resumed_run_steps_bit_identically(tmp_path, kind):
     reset(resumed, 99)  # another seed: everything that matters comes from the checkpoint
     resumed.action_space.seed(99)
     run(resumed, 7)
-    resumed_state = {"agent": torch.nn.Linear(3, 2), "envs": zipsave.EnvState(resumed), "rng": zipsave.RNGState(),
-                     "step": 0}
+    resumed_state = {
+        "agent": torch.nn.Linear(3, 2),
+        "envs": zipsave.EnvState(resumed),
+        "rng": zipsave.RNGState(),
+        "step": 0,
+    }
     zipsave.restore(resumed_state, tmp_path / "run.zip", strict=True)
     assert resumed_state["step"] == 120
     assert_same_statistics(statistics(resumed), saved_statistics)
@@ -192,14 +196,18 @@ def test_the_archive_holds_no_pickled_object_and_load_gives_plain_values(tmp_pat
         f._expected_crc = None  # zipsave writes torch's inner records with CRC 0, as torch.load accepts
         pickle_bytes = f.read()
     imported = {arg for op, arg, _ in pickletools.genops(pickle_bytes) if op.name == "GLOBAL"}
-    assert imported and all(name.startswith(("torch ", "torch._utils ", "collections OrderedDict")) for name in imported)
+    assert imported and all(
+        name.startswith(("torch ", "torch._utils ", "collections OrderedDict")) for name in imported
+    )
 
     loaded = zipsave.load(tmp_path / "run.zip")["envs"]
     plain = (dict, list, tuple, str, int, float, bool, type(None), torch.Tensor)
 
     def walk(value, path):
         assert isinstance(value, plain), f"{path} is a {type(value).__name__}"
-        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+        items = (
+            value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+        )
         for key, item in items:
             walk(item, f"{path}.{key}")
 
@@ -226,7 +234,11 @@ def test_a_fresh_process_resumes_the_same_steps(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-c", FRESH, str(tmp_path / "run.zip"), str(tmp_path / "obs.npy")],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=300,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "obs.npy"), expected)
@@ -237,7 +249,9 @@ def test_an_async_vector_env_is_refused_with_the_fix():
     wrapped = gym.wrappers.vector.NormalizeObservation(envs) if GYM_1 else envs  # found below its wrappers
     try:
         for env in (envs, wrapped):
-            with pytest.raises(zipsave.EncodeError, match=re.escape("EnvState cannot capture `AsyncVectorEnv`")) as caught:
+            with pytest.raises(
+                zipsave.EncodeError, match=re.escape("EnvState cannot capture `AsyncVectorEnv`")
+            ) as caught:
                 zipsave.EnvState(env)
             assert "gymnasium.vector.SyncVectorEnv" in caught.value.hint
     finally:
@@ -252,9 +266,10 @@ def test_restoring_into_another_number_of_environments_names_the_counts(tmp_path
     other = cartpole_envs(3)
     other.reset(seed=1)
     before = statistics(other)
-    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(
-        "does not fit these environments: it has 2 environments, this one has 3 environments."
-    )) as caught:
+    with pytest.raises(
+        zipsave.ParameterMismatchError,
+        match=re.escape("does not fit these environments: it has 2 environments, this one has 3 environments."),
+    ) as caught:
         zipsave.restore({"envs": zipsave.EnvState(other)}, tmp_path / "run.zip")
     assert caught.value.member == "envs.pth" and caught.value.archive.endswith("run.zip")
     assert_same_statistics(statistics(other), before)  # nothing was changed
@@ -266,10 +281,14 @@ def test_restoring_into_another_kind_of_environment_names_the_layer(tmp_path):
     zipsave.save({"env": zipsave.EnvState(env)}, tmp_path / "run.zip")
     other = gym.wrappers.NormalizeObservation(gym.make("CartPole-v1"))
     # (Patched)TimeLimit: rl_zoo3, once imported by another test, replaces gymnasium's TimeLimit
-    with pytest.raises(zipsave.ParameterMismatchError,
-                       match="`env` was NormalizeObservation > RecordEpisodeStatistics > (Patched)?TimeLimit > ") as caught:
+    with pytest.raises(
+        zipsave.ParameterMismatchError,
+        match="`env` was NormalizeObservation > RecordEpisodeStatistics > (Patched)?TimeLimit > ",
+    ) as caught:
         zipsave.restore({"env": zipsave.EnvState(other)}, tmp_path / "run.zip")
-    assert re.search(r"PendulumEnv, is NormalizeObservation > (Patched)?TimeLimit > .* > CartPoleEnv\.", str(caught.value))
+    assert re.search(
+        r"PendulumEnv, is NormalizeObservation > (Patched)?TimeLimit > .* > CartPoleEnv\.", str(caught.value)
+    )
     with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("it has a single environment, this one has 2")):
         zipsave.restore({"env": zipsave.EnvState(cartpole_envs())}, tmp_path / "run.zip")
 
@@ -336,14 +355,18 @@ def test_values_come_back_with_their_type_and_dtype(tmp_path, name):
 
 def test_the_generators_of_composite_spaces_come_back_even_into_spaces_never_sampled(tmp_path):
     env = OddValues()
-    env.action_space = gym.spaces.Dict({"move": gym.spaces.Discrete(4), "aim": gym.spaces.Tuple([gym.spaces.Box(-1, 1)])})
+    env.action_space = gym.spaces.Dict(
+        {"move": gym.spaces.Discrete(4), "aim": gym.spaces.Tuple([gym.spaces.Box(-1, 1)])}
+    )
     env.action_space.seed(5)
     env.action_space.sample()
     zipsave.save({"env": zipsave.EnvState(env)}, tmp_path / "env.zip")
     expected = [env.action_space.sample() for _ in range(3)]
 
     other = OddValues()
-    other.action_space = gym.spaces.Dict({"move": gym.spaces.Discrete(4), "aim": gym.spaces.Tuple([gym.spaces.Box(-1, 1)])})
+    other.action_space = gym.spaces.Dict(
+        {"move": gym.spaces.Discrete(4), "aim": gym.spaces.Tuple([gym.spaces.Box(-1, 1)])}
+    )
     zipsave.restore({"env": zipsave.EnvState(other)}, tmp_path / "env.zip", strict=True)
     got = [other.action_space.sample() for _ in range(3)]
     assert [a["move"] for a in got] == [a["move"] for a in expected]
@@ -360,7 +383,10 @@ def test_a_wrapper_subclass_such_as_rl_zoo3s_patched_time_limit_restores_into_th
     def make(limit_class):
         return gym.wrappers.NormalizeObservation(limit_class(gym.make("CartPole-v1").unwrapped, max_episode_steps=50))
 
-    for saved_class, live_class in [(PatchedTimeLimit, gym.wrappers.TimeLimit), (gym.wrappers.TimeLimit, PatchedTimeLimit)]:
+    for saved_class, live_class in [
+        (PatchedTimeLimit, gym.wrappers.TimeLimit),
+        (gym.wrappers.TimeLimit, PatchedTimeLimit),
+    ]:
         env = make(saved_class)
         env.reset(seed=0)
         for _ in range(7):
@@ -371,5 +397,13 @@ def test_a_wrapper_subclass_such_as_rl_zoo3s_patched_time_limit_restores_into_th
         assert live.obs_rms.count == env.obs_rms.count
         assert np.array_equal(live.obs_rms.mean, env.obs_rms.mean)
         with pytest.raises(zipsave.ParameterMismatchError, match="CartPoleEnv"):  # an unrelated wrapper still differs
-            zipsave.restore({"env": zipsave.EnvState(gym.wrappers.NormalizeObservation(
-                gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1").unwrapped)))}, tmp_path / "run.zip")
+            zipsave.restore(
+                {
+                    "env": zipsave.EnvState(
+                        gym.wrappers.NormalizeObservation(
+                            gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1").unwrapped)
+                        )
+                    )
+                },
+                tmp_path / "run.zip",
+            )

@@ -117,10 +117,16 @@ def check_contract(raw: bytes) -> None:
         return
     # What the warnings account for: skipped keys and members, and members the manifest
     # lists that the (damaged) directory no longer has.
-    skipped = {w.message.entry.key or w.message.entry.member.removesuffix(".pth")
-               for w in caught if issubclass(w.category, zipsave.SkippedEntryWarning)}
-    skipped |= {m.removesuffix(".pth") for w in caught
-                for m in re.findall(r"member `([^`]+)` is listed in manifest.json but missing", str(w.message))}
+    skipped = {
+        w.message.entry.key or w.message.entry.member.removesuffix(".pth")
+        for w in caught
+        if issubclass(w.category, zipsave.SkippedEntryWarning)
+    }
+    skipped |= {
+        m.removesuffix(".pth")
+        for w in caught
+        for m in re.findall(r"member `([^`]+)` is listed in manifest.json but missing", str(w.message))
+    }
     for key, value in result.items():
         assert key in EXPECTED, f"`{key}` appeared from nowhere"
         assert same(EXPECTED[key], value), f"`{key}` loaded with a different value"
@@ -142,7 +148,9 @@ def test_the_uncorrupted_archive_loads_completely(raw):
 
 
 _anywhere = st.integers(0, len(RAW) - 1)
-_near_structure = st.builds(lambda base, delta: min(len(RAW) - 1, base + delta), st.sampled_from(HOT), st.integers(0, 120))
+_near_structure = st.builds(
+    lambda base, delta: min(len(RAW) - 1, base + delta), st.sampled_from(HOT), st.integers(0, 120)
+)
 _tail = st.integers(max(0, len(RAW) - 2500), len(RAW) - 1)  # central directory, manifest
 _position = st.one_of(_anywhere, _near_structure, _tail)
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

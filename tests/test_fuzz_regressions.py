@@ -33,8 +33,10 @@ def _npy_v1(header: str, data: bytes = b"") -> bytes:
 # suffixes); an unclosed bracket makes the tokenizer raise tokenize.TokenError, which escaped.
 UNCLOSED = [
     # as the fuzzer found it (the seed d_i1, mutated)
-    (b"\x93NUMPY\x01\x00v\x00{'descr': '(|i1', 'fortra%n_or '(|i1', 'fortra%n_order':der': False, 'shape': (2, 3), }"
-     b"                    !           \n\x00\x01\x02\x03\x04\x05"),
+    (
+        b"\x93NUMPY\x01\x00v\x00{'descr': '(|i1', 'fortra%n_or '(|i1', 'fortra%n_order':der': False, 'shape': (2, 3), }"
+        b"                    !           \n\x00\x01\x02\x03\x04\x05"
+    ),
     _npy_v1("{'descr': '|u1', 'fortran_order': False, 'shape': (2,"),
     _npy_v1("{"),
 ]
@@ -51,19 +53,33 @@ def test_a_header_with_an_unclosed_bracket_is_a_decode_error(raw):
 # dimensions whose product overflows makes size 0 too.
 BAD_SHAPES = [
     # as the fuzzer found it (the seed zero_size, one byte changed)
-    (b"\x93NUMPY\x01\x00v\x00" + b"{'descr': '<f4', 'fortran_order': False, 'shape': (0,-4), }".ljust(117) + b"\n",
-     "(0, -4)", "a negative dimension"),
-    (_npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (-2, -2), }", bytes(16)), "(-2, -2)",
-     "a negative dimension"),
-    (_npy_v1("{'descr': '<i2', 'fortran_order': True, 'shape': (4611686018427387904, 4, 0), }"),
-     "(4611686018427387904, 4, 0)", "its size overflows"),
+    (
+        b"\x93NUMPY\x01\x00v\x00" + b"{'descr': '<f4', 'fortran_order': False, 'shape': (0,-4), }".ljust(117) + b"\n",
+        "(0, -4)",
+        "a negative dimension",
+    ),
+    (
+        _npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (-2, -2), }", bytes(16)),
+        "(-2, -2)",
+        "a negative dimension",
+    ),
+    (
+        _npy_v1("{'descr': '<i2', 'fortran_order': True, 'shape': (4611686018427387904, 4, 0), }"),
+        "(4611686018427387904, 4, 0)",
+        "its size overflows",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("raw", "shape", "why"), BAD_SHAPES, ids=["found", "two-negatives", "overflow"])
 def test_a_shape_no_array_has_is_a_decode_error(raw, shape, why):
-    with pytest.raises(DecodeError, match=re.escape(f"array member `arrays/3.npy` declares shape {shape}, which no "
-                                                    f"array has ({why}); np.save writes no such header.")):
+    with pytest.raises(
+        DecodeError,
+        match=re.escape(
+            f"array member `arrays/3.npy` declares shape {shape}, which no "
+            f"array has ({why}); np.save writes no such header."
+        ),
+    ):
         _npy(raw, "arrays/3.npy")
 
 
@@ -81,7 +97,9 @@ def _sb3_style(data_text_edit) -> bytes:
     import zipsave
 
     buf = io.BytesIO()
-    zipsave.save_archive(buf, data={"space": gym.spaces.Box(-1, 1, (2,), np.float32), "x": np.arange(3, dtype=np.int16)})
+    zipsave.save_archive(
+        buf, data={"space": gym.spaces.Box(-1, 1, (2,), np.float32), "x": np.arange(3, dtype=np.int16)}
+    )
     out = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as src, zipfile.ZipFile(out, "w") as dst:
         for name in src.namelist():
@@ -113,8 +131,12 @@ def test_inspect_names_a_dtype_numpy_cannot_parse_as_it_is():
 def test_a_space_of_a_dtype_numpy_cannot_parse_is_skipped_naming_its_key():
     import zipsave
 
-    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape(
+    with pytest.warns(
+        zipsave.SkippedEntryWarning,
+        match=re.escape(
             "skipped key `space` of member `data` (type <class 'gymnasium.spaces.box.Box'>): gymnasium space body: "
-            "field `dtype` must be a numpy dtype name such as 'float32' or '<f4', got str '2 i<'.")):
+            "field `dtype` must be a numpy dtype name such as 'float32' or '<f4', got str '2 i<'."
+        ),
+    ):
         data, _, _ = zipsave.load_archive(io.BytesIO(_sb3_style(_bad_space_dtype)))
     assert list(data) == ["x"]

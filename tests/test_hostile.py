@@ -37,28 +37,70 @@ def _load_maker():
 # What each archive must do under the default load. ("raise", type, message) or
 # ("skip", {skipped member/key: message}, keys that still load).
 RAISES = {
-    "absolute.zip": (zipsave.ArchiveFormatError, "member `/tmp/evil.txt`: unsafe member name (absolute, drive-qualified or containing `..`)."),
+    "absolute.zip": (
+        zipsave.ArchiveFormatError,
+        "member `/tmp/evil.txt`: unsafe member name (absolute, drive-qualified or containing `..`).",
+    ),
     "backslash.zip": (zipsave.ArchiveFormatError, "member `..\\evil.txt`: unsafe member name"),
     "dotdot.zip": (zipsave.ArchiveFormatError, "member `../evil.txt`: unsafe member name"),
     "drive.zip": (zipsave.ArchiveFormatError, "member `C:/evil.txt`: unsafe member name"),
-    "duplicate.zip": (zipsave.ArchiveFormatError, "member `data`: appears twice in the archive; refusing to guess which copy is meant."),
-    "bomb_declared_huge.zip": (zipsave.ArchiveLimitError, "member `data`: declares 2199023255552 bytes; the limit is 1099511627776."),
-    "bomb_ratio.zip": (zipsave.ArchiveLimitError, "member `data`: expands 1029x when decompressed; the limit is 200x (zip bomb?)."),
-    "data_1gb.zip": (zipsave.ArchiveLimitError, "member `data`: is 1073741824 bytes; the limit for this member is 536870912."),
-    "declared_too_small.zip": (zipsave.ArchiveFormatError, "member `data`: cannot be read (inflates past its declared 10 bytes)."),
-    "stored_size_lie.zip": (zipsave.ArchiveFormatError, "member `data`: is stored but declares 46 compressed and 10 uncompressed bytes."),
-    "overlap.zip": (zipsave.ArchiveFormatError, "member `data`: overlaps member `data2` (a zip bomb, or a forged directory)."),
-    "encrypted.zip": (zipsave.ArchiveFormatError, "member `data`: is encrypted; zipsave does not read encrypted members."),
-    "bzip2.zip": (zipsave.ArchiveFormatError, "member `data`: uses compression method 12; expected stored (0) or deflated (8)."),
-    "deep_json.zip": (zipsave.DecodeError, "member `data`: JSON nests deeper than 500 levels (limit `max_json_depth`)."),
-    "deep_json_object.zip": (zipsave.DecodeError, "member `data`: JSON nests deeper than 500 levels (limit `max_json_depth`)."),
+    "duplicate.zip": (
+        zipsave.ArchiveFormatError,
+        "member `data`: appears twice in the archive; refusing to guess which copy is meant.",
+    ),
+    "bomb_declared_huge.zip": (
+        zipsave.ArchiveLimitError,
+        "member `data`: declares 2199023255552 bytes; the limit is 1099511627776.",
+    ),
+    "bomb_ratio.zip": (
+        zipsave.ArchiveLimitError,
+        "member `data`: expands 1029x when decompressed; the limit is 200x (zip bomb?).",
+    ),
+    "data_1gb.zip": (
+        zipsave.ArchiveLimitError,
+        "member `data`: is 1073741824 bytes; the limit for this member is 536870912.",
+    ),
+    "declared_too_small.zip": (
+        zipsave.ArchiveFormatError,
+        "member `data`: cannot be read (inflates past its declared 10 bytes).",
+    ),
+    "stored_size_lie.zip": (
+        zipsave.ArchiveFormatError,
+        "member `data`: is stored but declares 46 compressed and 10 uncompressed bytes.",
+    ),
+    "overlap.zip": (
+        zipsave.ArchiveFormatError,
+        "member `data`: overlaps member `data2` (a zip bomb, or a forged directory).",
+    ),
+    "encrypted.zip": (
+        zipsave.ArchiveFormatError,
+        "member `data`: is encrypted; zipsave does not read encrypted members.",
+    ),
+    "bzip2.zip": (
+        zipsave.ArchiveFormatError,
+        "member `data`: uses compression method 12; expected stored (0) or deflated (8).",
+    ),
+    "deep_json.zip": (
+        zipsave.DecodeError,
+        "member `data`: JSON nests deeper than 500 levels (limit `max_json_depth`).",
+    ),
+    "deep_json_object.zip": (
+        zipsave.DecodeError,
+        "member `data`: JSON nests deeper than 500 levels (limit `max_json_depth`).",
+    ),
     "data_not_object.zip": (zipsave.ArchiveFormatError, "member `data`: must hold a JSON object, found list."),
     "not_json.zip": (zipsave.DecodeError, "member `data`: not valid JSON: 'utf-8' codec can't decode byte 0xff"),
     "truncated.zip": (zipsave.ArchiveFormatError, "not a zip archive, or truncated"),
     "not_a_zip.zip": (zipsave.ArchiveFormatError, "not a zip archive, or truncated (File is not a zip file)."),
     "empty.zip": (zipsave.ArchiveFormatError, "not a zip archive, or truncated (File is not a zip file)."),
-    "init_os_system.zip": (zipsave.UnsafeGlobalError, "member `init.json`: refusing to import untrusted global `os.system`. Only zipsave.Saveable subclasses are built from init.json"),
-    "init_popen.zip": (zipsave.UnsafeGlobalError, "member `init.json`: refusing to import untrusted global `subprocess.Popen`. Only zipsave.Saveable subclasses are built from init.json"),
+    "init_os_system.zip": (
+        zipsave.UnsafeGlobalError,
+        "member `init.json`: refusing to import untrusted global `os.system`. Only zipsave.Saveable subclasses are built from init.json",
+    ),
+    "init_popen.zip": (
+        zipsave.UnsafeGlobalError,
+        "member `init.json`: refusing to import untrusted global `subprocess.Popen`. Only zipsave.Saveable subclasses are built from init.json",
+    ),
 }
 
 _REFUSED = "refusing to import untrusted global `{}`."
@@ -80,7 +122,9 @@ SKIPS = {
 BROKEN = {
     "npy_huge_shape.zip": (
         "member `arrays/0.npy`: is corrupt or unreadable (array member `arrays/0.npy` declares float32[1000000000000]",
-        {"arr": "array member `arrays/0.npy` declares float32[1000000000000] (4000000000000 bytes) but holds 24 bytes of data."},
+        {
+            "arr": "array member `arrays/0.npy` declares float32[1000000000000] (4000000000000 bytes) but holds 24 bytes of data."
+        },
         ["learning_rate", "n_steps"],
     ),
     "mismatch_pth.zip": (
@@ -157,7 +201,9 @@ def test_hostile_entry_is_skipped_with_a_warning(name, sandbox):
         assert what in str(warning.message)
 
 
-@pytest.mark.parametrize("name", sorted(n for n in SKIPS if n.startswith(("pickle_", "ref_", "namedtuple_", "enum_", "defaultdict_"))))
+@pytest.mark.parametrize(
+    "name", sorted(n for n in SKIPS if n.startswith(("pickle_", "ref_", "namedtuple_", "enum_", "defaultdict_")))
+)
 def test_refusal_names_the_ways_to_opt_in(name, sandbox):
     with pytest.warns(zipsave.SkippedEntryWarning) as caught:
         zipsave.load(CORPUS / name)
@@ -224,12 +270,19 @@ def test_limits_are_configurable(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # The ratio bomb is an honest 20 MiB of spaces: with the limit raised it decodes.
     assert zipsave.load(CORPUS / "bomb_ratio.zip", limits=zipsave.Limits(max_compression_ratio=2000)) == {}
-    with pytest.raises(zipsave.ArchiveLimitError, match=re.escape("member `data`: is 20971522 bytes; the limit for this member is 1048576.")):
-        zipsave.load(CORPUS / "bomb_ratio.zip", limits=zipsave.Limits(max_json_bytes=1 << 20, max_compression_ratio=2000))
+    with pytest.raises(
+        zipsave.ArchiveLimitError,
+        match=re.escape("member `data`: is 20971522 bytes; the limit for this member is 1048576."),
+    ):
+        zipsave.load(
+            CORPUS / "bomb_ratio.zip", limits=zipsave.Limits(max_json_bytes=1 << 20, max_compression_ratio=2000)
+        )
     with pytest.raises(zipsave.ArchiveLimitError, match=re.escape("archive `")):
         zipsave.load(CORPUS / "valid.zip", limits=zipsave.Limits(max_members=2))
     # Raised past what Python can parse, the depth limit still ends in a clean error.
-    with pytest.raises(zipsave.DecodeError, match=re.escape("member `data`: JSON is nested more deeply than Python can parse")):
+    with pytest.raises(
+        zipsave.DecodeError, match=re.escape("member `data`: JSON is nested more deeply than Python can parse")
+    ):
         zipsave.load(CORPUS / "deep_json_object.zip", limits=zipsave.Limits(max_json_depth=10**6))
 
 
@@ -242,7 +295,9 @@ def test_trusting_os_system_still_never_calls_it_from_a_namedtuple_form(sandbox)
 
 @pytest.mark.parametrize("name", ["init_os_system.zip", "init_popen.zip"])
 def test_init_class_is_refused_even_when_trusted(name, sandbox):
-    with pytest.raises(zipsave.UnsafeGlobalError, match=re.escape("Only zipsave.Saveable subclasses are built from init.json")):
+    with pytest.raises(
+        zipsave.UnsafeGlobalError, match=re.escape("Only zipsave.Saveable subclasses are built from init.json")
+    ):
         zipsave.load(CORPUS / name, trusted=["os.system", "subprocess.Popen"])
 
 
@@ -255,8 +310,16 @@ def test_load_archive_and_verify_behave_the_same(name, sandbox):
         except zipsave.ZipsaveError:
             pass
     problems = verify(CORPUS / name)
-    intact = {"valid.zip", "data_not_object.zip", "deep_json.zip", "deep_json_object.zip", "not_json.zip",
-              "npy_huge_shape.zip", "init_os_system.zip", "init_popen.zip"} | {n for n in SKIPS if n.startswith(("pickle_", "ref_", "namedtuple_", "enum_", "defaultdict_"))}
+    intact = {
+        "valid.zip",
+        "data_not_object.zip",
+        "deep_json.zip",
+        "deep_json_object.zip",
+        "not_json.zip",
+        "npy_huge_shape.zip",
+        "init_os_system.zip",
+        "init_popen.zip",
+    } | {n for n in SKIPS if n.startswith(("pickle_", "ref_", "namedtuple_", "enum_", "defaultdict_"))}
     assert (problems == []) == (name in intact), problems
 
 

@@ -23,10 +23,9 @@ import torch
 from models import Algo, Plain
 
 import zipsave
-from zipsave import _codec
+from zipsave import ArchiveInfo, DataEntry, TensorInfo, _codec
 from zipsave._tensors import _pth_read as _torch_io
 from zipsave._trust import _unpickler as _unpickle
-from zipsave import ArchiveInfo, DataEntry, TensorInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -139,7 +138,11 @@ def test_inspect_lists_tensors_with_dotted_optimizer_keys(algo_zip: Path):
     info = zipsave.inspect(algo_zip)
     weight = _tensor(info, "policy/0.weight")
     assert (weight.member, weight.key, weight.dtype, weight.shape, weight.nbytes) == (
-        "policy.pth", "0.weight", "float32", (16, 4), 256,
+        "policy.pth",
+        "0.weight",
+        "float32",
+        (16, 4),
+        256,
     )
     assert _tensor(info, "policy.optimizer/state.0.exp_avg").shape == (16, 4)
     assert _tensor(info, "policy.optimizer/state.0.step").shape == ()
@@ -167,7 +170,9 @@ def test_inspect_shows_the_component_tree(tmp_path: Path):
 def test_inspect_reads_an_sb3_archive_without_unpickling(tmp_path: Path):
     sb3 = pytest.importorskip("stable_baselines3")
     path = tmp_path / "sac.zip"
-    model = sb3.SAC("MlpPolicy", "Pendulum-v1", policy_kwargs={"net_arch": [8]}, learning_starts=4, batch_size=4, device="cpu")
+    model = sb3.SAC(
+        "MlpPolicy", "Pendulum-v1", policy_kwargs={"net_arch": [8]}, learning_starts=4, batch_size=4, device="cpu"
+    )
     model.learn(8)
     model.save(path)
 
@@ -194,7 +199,9 @@ def test_inspect_text_and_html(algo_zip: Path):
     assert repr(info) == text
     headline = f"{algo_zip}: zipsave archive (format 1, zipsave {zipsave.__version__}), 8 members, "
     assert re.fullmatch(re.escape(headline) + r"\d+\.\d KiB", text.splitlines()[0])
-    assert re.search(r"^  schedule\s+function\s+pickle\s+pickle, \d+ bytes; imports .*\(untrusted\)", text, re.MULTILINE)
+    assert re.search(
+        r"^  schedule\s+function\s+pickle\s+pickle, \d+ bytes; imports .*\(untrusted\)", text, re.MULTILINE
+    )
     assert re.search(r"^  policy/0\.weight\s+float32\s+\(16, 4\)\s+256 B$", text, re.MULTILINE)
     assert "data (11 keys, 2 need pickle)" in text
 
@@ -260,7 +267,9 @@ def test_inspect_and_read_a_url(algo_zip: Path):
     try:
         info = zipsave.inspect("memory://test-inspect/algo.zip")
         assert info.archive == "memory://test-inspect/algo.zip" and len(info.tensors) == 25
-        assert torch.equal(zipsave.read("memory://test-inspect/algo.zip", "policy/0.bias"), zipsave.read(algo_zip, "policy/0.bias"))
+        assert torch.equal(
+            zipsave.read("memory://test-inspect/algo.zip", "policy/0.bias"), zipsave.read(algo_zip, "policy/0.bias")
+        )
     finally:
         memory.rm("/test-inspect", recursive=True)
 
@@ -273,7 +282,11 @@ def test_read_tensors_by_member_and_key(tmp_path: Path):
     algo.save(path)
     assert torch.equal(zipsave.read(path, "policy/0.weight"), algo.policy[0].weight.detach())
     state = algo.policy.optimizer.state_dict()["state"]
-    for name in ("policy.optimizer/state/2/exp_avg", "policy.optimizer/state.2.exp_avg", "/policy.optimizer/state/2/exp_avg"):
+    for name in (
+        "policy.optimizer/state/2/exp_avg",
+        "policy.optimizer/state.2.exp_avg",
+        "/policy.optimizer/state/2/exp_avg",
+    ):
         assert torch.equal(zipsave.read(path, name), state[2]["exp_avg"])
     loose = zipsave.read(path, "pytorch_variables/log_ent_coef")
     assert torch.equal(loose, algo.log_ent_coef.detach()) and loose.requires_grad
@@ -326,7 +339,9 @@ def test_read_prefers_the_longest_member(tmp_path: Path):
 def test_read_a_data_key_decodes_only_that_key(tmp_path: Path, allow_unpickling):
     big = np.arange(100_000, dtype=np.float32)  # kept in its own arrays/<id>.npy member
     path = tmp_path / "app.zip"
-    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("`schedule` holds code that cloudpickle stores by value")):
+    with pytest.warns(
+        zipsave.ZipsaveWarning, match=re.escape("`schedule` holds code that cloudpickle stores by value")
+    ):
         zipsave.save({"big": big, "space_shape": (3, 4), "schedule": lambda p: p, "step": 3}, path)
     assert zipsave.read(path, "step") == 3
     assert zipsave.read(path, "space_shape") == (3, 4)
@@ -391,7 +406,9 @@ def test_read_one_tensor_of_a_400_mb_archive_costs_little_memory(tmp_path: Path)
         """
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", child, str(path)], check=False, capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", child, str(path)], check=False, capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     extra = int(done.stdout.strip())
     assert extra < 100 * 2**20, f"reading one 4 MiB tensor raised the peak RSS by {extra / 2**20:.0f} MiB"
@@ -400,7 +417,9 @@ def test_read_one_tensor_of_a_400_mb_archive_costs_little_memory(tmp_path: Path)
 # -- LoadReport display ------------------------------------------------------------------------
 def test_load_report_renders_as_text_and_html(tmp_path: Path, allow_unpickling):
     path = tmp_path / "app.zip"
-    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("`schedule` holds code that cloudpickle stores by value")):
+    with pytest.warns(
+        zipsave.ZipsaveWarning, match=re.escape("`schedule` holds code that cloudpickle stores by value")
+    ):
         zipsave.save({"schedule": lambda p: p, "step": 1}, path)
     report = zipsave.LoadReport()
     with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("skipped key `schedule`")):
@@ -409,7 +428,11 @@ def test_load_report_renders_as_text_and_html(tmp_path: Path, allow_unpickling):
     assert text.splitlines()[0] == f"LoadReport({str(path)!r}): 1 skipped"
     assert "key `schedule` of member `data` (type <class 'function'>)" in text
     page = report._repr_html_()
-    assert "1 skipped" in page and "&lt;class &#x27;function&#x27;&gt;" in page and "<th style='text-align:left'>cause</th>" in page
+    assert (
+        "1 skipped" in page
+        and "&lt;class &#x27;function&#x27;&gt;" in page
+        and "<th style='text-align:left'>cause</th>" in page
+    )
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -458,7 +481,9 @@ def test_invalid_json_data_gives_one_error_that_says_it_was_edited(tmp_path):
             out.writestr(name, b'{"step": 1,,}' if name == "data" else src.read(name))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "decoding it key by key" warning before the error
-        with pytest.raises(zipsave.DecodeError, match=re.escape(
-                "It was edited after saving and is no longer valid JSON: Expecting property name")) as raised:
+        with pytest.raises(
+            zipsave.DecodeError,
+            match=re.escape("It was edited after saving and is no longer valid JSON: Expecting property name"),
+        ) as raised:
             zipsave.load(tmp_path / "edited.zip")
     assert "nothing of it can be decoded key by key" in str(raised.value)

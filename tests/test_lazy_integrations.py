@@ -85,8 +85,13 @@ def test_entry_hints_match_what_the_handler_classes_declare(name):
 
 # -- what `import zipsave` and the allowlist import ----------------------------------------------
 LAZY_MODULES = (
-    "zipsave._api._load", "zipsave._api._background", "zipsave._core", "zipsave._manager", "zipsave._tools",
-    "zipsave._trust", "cloudpickle",
+    "zipsave._api._load",
+    "zipsave._api._background",
+    "zipsave._core",
+    "zipsave._manager",
+    "zipsave._tools",
+    "zipsave._trust",
+    "cloudpickle",
 )
 
 
@@ -159,7 +164,10 @@ def test_an_integration_nothing_selected_adds_no_names_and_is_not_imported():
         "print(json.dumps(seen))"
     )
     assert _fresh(code) == {
-        "before": "UnsafeGlobalError", "allowed before": False, "imported": [], "allowed after": True,
+        "before": "UnsafeGlobalError",
+        "allowed before": False,
+        "imported": [],
+        "allowed after": True,
         "after": "ActorCriticPolicy",
     }
 

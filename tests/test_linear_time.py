@@ -48,8 +48,10 @@ def _npy(value: np.ndarray) -> bytes:
 
 
 def _array_ref(i: int) -> dict:
-    return {":type:": "<class 'numpy.ndarray'>",
-            ":zipsave:": {"kind": "ndarray", "dtype": "<f8", "shape": [2], "member": f"arrays/{i}.npy"}}
+    return {
+        ":type:": "<class 'numpy.ndarray'>",
+        ":zipsave:": {"kind": "ndarray", "dtype": "<f8", "shape": [2], "member": f"arrays/{i}.npy"},
+    }
 
 
 def _with_manifest_entries(n: int) -> bytes:
@@ -72,13 +74,26 @@ DIMENSIONS: dict[str, tuple[int, Callable[[int], bytes]]] = {
     "data keys": (100, lambda n: _saved({f"key{i}": i for i in range(n)})),
     "nested data": (40, lambda n: _saved({"d": {f"k{i}": {"v": [i, {"w": i}]} for i in range(n)}})),
     "manifest entries": (600, _with_manifest_entries),
-    "tensors per .pth": (30, lambda n: _saved({"m": torch.nn.ParameterList(
-        [torch.nn.Parameter(torch.zeros(2)) for _ in range(n)])})),
-    "arrays": (20, lambda n: _zip({
-        "data": json.dumps({"a": {":type:": "<class 'list'>", ":zipsave:": {
-            "kind": "list", "items": [_array_ref(i) for i in range(n)]}}}).encode(),
-        **{f"arrays/{i}.npy": _npy(np.arange(2.0) + i) for i in range(n)},
-    })),
+    "tensors per .pth": (
+        30,
+        lambda n: _saved({"m": torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(2)) for _ in range(n)])}),
+    ),
+    "arrays": (
+        20,
+        lambda n: _zip(
+            {
+                "data": json.dumps(
+                    {
+                        "a": {
+                            ":type:": "<class 'list'>",
+                            ":zipsave:": {"kind": "list", "items": [_array_ref(i) for i in range(n)]},
+                        }
+                    }
+                ).encode(),
+                **{f"arrays/{i}.npy": _npy(np.arange(2.0) + i) for i in range(n)},
+            }
+        ),
+    ),
 }
 
 VERBS: dict[str, Callable[[io.BytesIO], object]] = {

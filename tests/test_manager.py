@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import os
 import re
 import signal
 import socket
-import multiprocessing
 import sys
 import time
 import types
@@ -95,7 +95,9 @@ def test_keep_last_and_keep_best(tmp_path):
         assert [c.step for c in manager.list()] == [2, 5, 6]
         assert manager.best().step == 2
         assert manager.best("reward", "min").step == 5  # among the kept ones
-    with zipsave.CheckpointManager(tmp_path / "b", keep_last=1, keep_best=("loss", "min", 2), background=False) as manager:
+    with zipsave.CheckpointManager(
+        tmp_path / "b", keep_last=1, keep_best=("loss", "min", 2), background=False
+    ) as manager:
         for step, loss in enumerate([3, 1, 2, 5, 4], start=1):
             manager.save(step, state(), metrics={"loss": loss})
         assert [c.step for c in manager.list()] == [2, 3, 5]
@@ -117,7 +119,7 @@ def test_metrics_accept_numpy_and_tensor_scalars(tmp_path):
         ({"keep_last": 0}, "`keep_last` must be a positive integer or None, got 0."),
         ({"every_steps": 1.5}, "`every_steps` must be a positive integer or None, got 1.5."),
         ({"every_seconds": -1}, "`every_seconds` must be a positive number or None, got -1."),
-        ({"keep_best": ("reward", "up")}, "`keep_best` must be (metric, \"max\" or \"min\") or (metric, mode, count)"),
+        ({"keep_best": ("reward", "up")}, '`keep_best` must be (metric, "max" or "min") or (metric, mode, count)'),
     ],
 )
 def test_bad_settings_are_named(tmp_path, kwargs, message):
@@ -130,7 +132,10 @@ def test_a_step_before_the_newest_checkpoint_is_refused(tmp_path):
     with zipsave.CheckpointManager(tmp_path, every_steps=10, background=False) as manager:
         manager.save(30, state())
     with zipsave.CheckpointManager(tmp_path, every_steps=10, background=False) as manager:
-        with pytest.raises(zipsave.CheckpointDirectoryError, match=re.escape(f"checkpoint directory `{tmp_path}` already holds step 30, later than step 5.")):
+        with pytest.raises(
+            zipsave.CheckpointDirectoryError,
+            match=re.escape(f"checkpoint directory `{tmp_path}` already holds step 30, later than step 5."),
+        ):
             manager.save(5, state())
         assert manager.save(30, state()) is None  # the step the run resumed from
         assert manager.save(40, state()) is not None
@@ -218,8 +223,13 @@ def test_resume_refuses_a_damaged_checkpoint(tmp_path):
 
 
 def test_repr_and_notebook_table(tmp_path):
-    with zipsave.CheckpointManager(tmp_path, keep_last=3, keep_best=("reward", "max"), every_steps=1, background=False) as manager:
-        assert repr(manager) == f"<CheckpointManager '{tmp_path}': 0 checkpoints; keep_last=3, every_steps=1, keep_best=('reward', 'max')>"
+    with zipsave.CheckpointManager(
+        tmp_path, keep_last=3, keep_best=("reward", "max"), every_steps=1, background=False
+    ) as manager:
+        assert (
+            repr(manager)
+            == f"<CheckpointManager '{tmp_path}': 0 checkpoints; keep_last=3, every_steps=1, keep_best=('reward', 'max')>"
+        )
         manager.save(1, state(), metrics={"reward": 2.5})
         manager.save(2, state(), metrics={"reward": 1.5})
         assert "2 checkpoints, latest step 2" in repr(manager)
@@ -300,7 +310,10 @@ def test_holder_file_lock_on_a_remote_directory(memory_dir, caplog):
 
     elsewhere = dict(dead, host="another-host", pid=1)
     fs.pipe_file(f"{folder}/{LOCK_NAME}", json.dumps(elsewhere).encode())
-    with pytest.raises(zipsave.CheckpointLockedError, match=re.escape("If you are sure its process is gone, open with `break_lock=True`.")):
+    with pytest.raises(
+        zipsave.CheckpointLockedError,
+        match=re.escape("If you are sure its process is gone, open with `break_lock=True`."),
+    ):
         zipsave.CheckpointManager(url)
     zipsave.CheckpointManager(url, break_lock=True).close()
 
@@ -325,7 +338,9 @@ def test_a_folder_that_is_not_a_managers_is_refused_untouched(tmp_path):
 
 def test_an_unreadable_index_is_an_error(tmp_path):
     (tmp_path / INDEX).write_text('{"format": "something else"}')
-    with pytest.raises(zipsave.CheckpointDirectoryError, match=re.escape(f"index `{INDEX}` is not a zipsave checkpoint index")):
+    with pytest.raises(
+        zipsave.CheckpointDirectoryError, match=re.escape(f"index `{INDEX}` is not a zipsave checkpoint index")
+    ):
         zipsave.CheckpointManager(tmp_path)
 
 

@@ -4,9 +4,9 @@ checkpoint; and a manager that lets its directory go (``release``) until its nex
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
-import multiprocessing
 import threading
 import time
 
@@ -125,11 +125,20 @@ sb3 = pytest.importorskip("stable_baselines3")
 
 
 def test_the_callback_lets_its_directory_go_when_learn_returns(tmp_path):
-    import zipsave.sb3
     from stable_baselines3 import PPO
 
-    model = PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu",
-                policy_kwargs={"net_arch": [8]})
+    import zipsave.sb3
+
+    model = PPO(
+        "MlpPolicy",
+        "CartPole-v1",
+        n_steps=32,
+        batch_size=32,
+        n_epochs=1,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    )
     callback = zipsave.sb3.CheckpointCallback(tmp_path, every_steps=32)
     model.learn(64, callback=callback)
     with zipsave.CheckpointManager(tmp_path) as opened:  # no close() needed first
@@ -146,7 +155,9 @@ def test_a_released_manager_does_not_take_the_directory_from_a_newer_one(tmp_pat
     older.save(1, state(1.0))
     older.release()
     newer = zipsave.CheckpointManager(tmp_path, background=False)
-    with pytest.raises(zipsave.CheckpointLockedError, match=re.escape("another CheckpointManager object still has it open")):
+    with pytest.raises(
+        zipsave.CheckpointLockedError, match=re.escape("another CheckpointManager object still has it open")
+    ):
         older.save(2, state(2.0))
     newer.save(2, state(2.0))
     newer.close()

@@ -70,7 +70,9 @@ def test_a_file_is_not_a_checkpoint_directory(tmp_path):
     archive = tmp_path / "model.zip"
     zipsave.save(state(), archive)
     before = archive.read_bytes()
-    with pytest.raises(zipsave.CheckpointDirectoryError, match=re.escape(f"`{archive}` is a file, not a checkpoint directory.")):
+    with pytest.raises(
+        zipsave.CheckpointDirectoryError, match=re.escape(f"`{archive}` is a file, not a checkpoint directory.")
+    ):
         zipsave.CheckpointManager(archive)
     below = archive / "run"
     with pytest.raises(
@@ -130,7 +132,9 @@ def test_checkpoints_deleted_by_hand_are_dropped_from_the_index_with_a_warning(t
 
 def test_cli_list_json_is_strict_json_with_non_finite_metrics(tmp_path, capsys):
     with zipsave.CheckpointManager(tmp_path, background=False) as manager:
-        manager.save(1, state(), metrics={"loss": float("nan"), "low": float("-inf"), "high": np.float32("inf"), "tag": "x"})
+        manager.save(
+            1, state(), metrics={"loss": float("nan"), "low": float("-inf"), "high": np.float32("inf"), "tag": "x"}
+        )
     assert main(["list", str(tmp_path), "--json"]) == 0
     out = capsys.readouterr().out
 
@@ -212,7 +216,9 @@ def test_when_no_checkpoint_is_intact_the_newest_error_is_raised_and_nothing_mov
     bit_rot(tmp_path / name(10), 10.0)
     before = files(tmp_path)
     with zipsave.CheckpointManager(tmp_path, every_steps=10) as manager:
-        with pytest.raises(zipsave.ArchiveFormatError, match=re.escape(f"archive `{tmp_path / name(20)}`: not a zip")) as raised:
+        with pytest.raises(
+            zipsave.ArchiveFormatError, match=re.escape(f"archive `{tmp_path / name(20)}`: not a zip")
+        ) as raised:
             manager.restore_latest(state())
         assert raised.value.__notes__ == ["No older checkpoint could be resumed from either: step 10 (IntegrityError)."]
         assert [c.step for c in manager.list()] == [10, 20]
@@ -276,7 +282,9 @@ def test_a_misspelt_keep_best_metric_is_named_once(tmp_path):
 
 def test_a_number_passed_as_a_string_is_named(tmp_path):
     with zipsave.CheckpointManager(tmp_path, keep_last=1, keep_best=("loss", "min"), background=False) as manager:
-        with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("has `loss` = '0.125', a str, where a number is needed")):
+        with pytest.warns(
+            zipsave.ZipsaveWarning, match=re.escape("has `loss` = '0.125', a str, where a number is needed")
+        ):
             manager.save(1, state(), metrics={"loss": f"{0.125:.3f}"})
 
 
@@ -375,7 +383,11 @@ def test_cli_names_a_pickle_file_sb3_replay_buffer(tmp_path, capsys):
     model.save(tmp_path / "dqn")
     model.save_replay_buffer(tmp_path / "buffer")
     buffer = tmp_path / "buffer.pkl"
-    for args, status in [(["inspect", buffer], 2), (["diff", tmp_path / "dqn.zip", buffer], 2), (["extract", buffer, tmp_path / "out"], 2)]:
+    for args, status in [
+        (["inspect", buffer], 2),
+        (["diff", tmp_path / "dqn.zip", buffer], 2),
+        (["extract", buffer, tmp_path / "out"], 2),
+    ]:
         assert main([str(a) for a in args]) == status
         err = capsys.readouterr().err
         assert err.startswith(f"zipsave: error: archive `{buffer}`: {PICKLE_ERROR}") and "`load_replay_buffer`" in err
@@ -399,7 +411,9 @@ class _RemoteLike(io.BytesIO):
 
 @pytest.mark.parametrize("body", [b"", b"junk", b"PK\x05\x06"])
 def test_a_file_shorter_than_any_zip_reads_the_same_from_a_remote_file_object(body):
-    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("not a zip archive, or truncated (File is not a zip file).")):
+    with pytest.raises(
+        zipsave.ArchiveFormatError, match=re.escape("not a zip archive, or truncated (File is not a zip file).")
+    ):
         zipsave.inspect(_RemoteLike(body))
 
 
@@ -504,12 +518,15 @@ def test_an_archive_deleted_while_the_manager_is_open_is_skipped_on_resume(tmp_p
 
 def test_sb3_callback_names_reset_num_timesteps_when_steps_go_back(tmp_path):
     pytest.importorskip("stable_baselines3")
-    import zipsave.sb3
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
+    import zipsave.sb3
+
     def make():
-        return PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=1, seed=0), n_steps=64, batch_size=64, n_epochs=1, seed=0)
+        return PPO(
+            "MlpPolicy", make_vec_env("CartPole-v1", n_envs=1, seed=0), n_steps=64, batch_size=64, n_epochs=1, seed=0
+        )
 
     callback = zipsave.sb3.CheckpointCallback(tmp_path, every_steps=64)
     make().learn(64, callback=callback)
@@ -517,7 +534,9 @@ def test_sb3_callback_names_reset_num_timesteps_when_steps_go_back(tmp_path):
     model = make()
     callback = zipsave.sb3.CheckpointCallback(tmp_path, every_steps=64)
     assert callback.restore_latest(model).step == 64
-    with pytest.raises(zipsave.CheckpointDirectoryError, match=re.escape("already holds step 64, later than step 0.")) as raised:
+    with pytest.raises(
+        zipsave.CheckpointDirectoryError, match=re.escape("already holds step 64, later than step 0.")
+    ) as raised:
         model.learn(64, callback=callback)  # without reset_num_timesteps=False
     assert "(without `reset_num_timesteps=False`, learn counts from 0 again)" in raised.value.hint
     callback.close()
@@ -531,8 +550,10 @@ def test_a_second_manager_in_the_same_process_takes_over(tmp_path):
     first.save(1, {"w": torch.ones(2)})
     second = zipsave.CheckpointManager(tmp_path)
     assert [c.step for c in second.list()] == [1]  # the older one's pending save was finished first
-    with pytest.raises(zipsave.ZipsaveError, match=re.escape(
-            "was replaced by a newer CheckpointManager of the same directory in this process")) as raised:
+    with pytest.raises(
+        zipsave.ZipsaveError,
+        match=re.escape("was replaced by a newer CheckpointManager of the same directory in this process"),
+    ) as raised:
         first.save(2, {"w": torch.ones(2)})
     assert raised.value.hint == "Save through the newer manager."
     second.save(2, {"w": torch.ones(2)})

@@ -130,15 +130,35 @@ WORKER = textwrap.dedent("""
 
 #: case -> (place, the error class, words of its message)
 EXPECTED = {
-    "object_array_no_manifest": ("load", "ArchiveLimitError", "an ndarray state of shape (1073741824,) and dtype object asks for 8589934592 bytes"),
+    "object_array_no_manifest": (
+        "load",
+        "ArchiveLimitError",
+        "an ndarray state of shape (1073741824,) and dtype object asks for 8589934592 bytes",
+    ),
     "numeric_array_no_manifest": ("load_archive", "ArchiveLimitError", "dtype float64 asks for 8589934592 bytes"),
     "many_small_arrays": ("load", "ArchiveLimitError", "(67108864 already)"),
     "replay_buffer_pickle": ("replay_buffer", "ArchiveLimitError", "dtype object asks for 8589934592 bytes"),
     "vecnormalize_pickle": ("vecnormalize", "ArchiveLimitError", "dtype object asks for 8589934592 bytes"),
-    "policy_file_resize": ("policy_load", "DecodeError", "(size (2147483648,), stride (1,), offset 0) reaches past its 64-byte storage"),
-    "pth_fallback_resize": ("load_archive", "IntegrityError", "(size (2147483648,), stride (1,), offset 0) that reaches past its 64-byte storage"),
-    "n_steps_1e9": ("load_cls", "ArchiveLimitError", "`n_steps` asks for a rollout buffer of 1000000000 steps x 1 envs"),
-    "n_steps_1e9_installed": ("ppo_load", "ArchiveLimitError", "`n_steps` asks for a rollout buffer of 1000000000 steps"),
+    "policy_file_resize": (
+        "policy_load",
+        "DecodeError",
+        "(size (2147483648,), stride (1,), offset 0) reaches past its 64-byte storage",
+    ),
+    "pth_fallback_resize": (
+        "load_archive",
+        "IntegrityError",
+        "(size (2147483648,), stride (1,), offset 0) that reaches past its 64-byte storage",
+    ),
+    "n_steps_1e9": (
+        "load_cls",
+        "ArchiveLimitError",
+        "`n_steps` asks for a rollout buffer of 1000000000 steps x 1 envs",
+    ),
+    "n_steps_1e9_installed": (
+        "ppo_load",
+        "ArchiveLimitError",
+        "`n_steps` asks for a rollout buffer of 1000000000 steps",
+    ),
     "net_arch_1e5": ("load_cls", "ArchiveLimitError", "`policy_kwargs` asks for a policy of about 10000"),
     "net_arch_1e5_installed": ("ppo_load", "ArchiveLimitError", "more than the 6"),
     "valid_ppo": ("load_cls", "loaded", ""),
@@ -163,20 +183,24 @@ def _edited(src: str, dst, **changes: object) -> str:
 def outcomes(tmp_path_factory):
     root = tmp_path_factory.mktemp("memory_doors")
     ppo = root / "ppo.zip"
-    zipsave.save(sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu",
-                         policy_kwargs={"net_arch": [8]}), ppo)
+    zipsave.save(
+        sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu", policy_kwargs={"net_arch": [8]}),
+        ppo,
+    )
     object_array = array_state_pickle((HUGE // 8,), "O8", [])
     side = root / "side.pkl"
     side.write_bytes(object_array)
     many = program([call(G("builtins", "bytes"), 32 << 20) for _ in range(3)], 2)  # 32 MiB each, 96 in all
     fallback = pth_with_pickle(tensor_pickle({"w": _Tensor(2 << 30), "s": {1, 2}}))  # a set: torch.load reads it
     policy_file = root / "policy.pth"
-    policy_file.write_bytes(pth_with_pickle(tensor_pickle({"state_dict": collections.OrderedDict(w=_Tensor(2 << 30)),
-                                                            "data": {}})))
+    policy_file.write_bytes(
+        pth_with_pickle(tensor_pickle({"state_dict": collections.OrderedDict(w=_Tensor(2 << 30)), "data": {}}))
+    )
     files = {
         "object_array_no_manifest": plain_archive(root / "a.zip", {"evil": serialized(object_array)}),
-        "numeric_array_no_manifest": plain_archive(root / "b.zip", {"evil": serialized(
-            array_state_pickle((HUGE // 8,), "f8", b""))}),
+        "numeric_array_no_manifest": plain_archive(
+            root / "b.zip", {"evil": serialized(array_state_pickle((HUGE // 8,), "f8", b""))}
+        ),
         "many_small_arrays": plain_archive(root / "c.zip", {"evil": serialized(many)}),
         "replay_buffer_pickle": str(side),
         "vecnormalize_pickle": str(side),
@@ -190,11 +214,16 @@ def outcomes(tmp_path_factory):
         "valid_ppo_installed": str(ppo),
     }
     spec = {name: (EXPECTED[name][0], path) for name, path in files.items()}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(zipsave.__file__)),
-                                                        os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [os.path.dirname(os.path.dirname(zipsave.__file__)), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
     env.pop("PYTHONWARNINGS", None)
-    proc = subprocess.run([sys.executable, "-c", WORKER, json.dumps(spec)], capture_output=True, text=True,
-                          timeout=600, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER, json.dumps(spec)], capture_output=True, text=True, timeout=600, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -212,26 +241,39 @@ def test_the_budget_follows_the_callers_limits():
     raw = pickle.dumps(np.arange(1000, dtype=np.float64), protocol=4)
     assert restricted_loads(raw, TrustPolicy()).sum() == 499500.0  # the default budget admits it
     tight = zipsave.Limits(alloc_floor=0, alloc_ratio=0.5)
-    with pytest.raises(ArchiveLimitError, match=re.escape(
-        f"asks for 8000 bytes, and this value may allocate {len(raw) // 2} in all (11 already): `Limits.alloc_floor` "
-        f"(0) plus `Limits.alloc_ratio` (0.5) times the {len(raw)} bytes it is decoded from."
-    )):
+    with pytest.raises(
+        ArchiveLimitError,
+        match=re.escape(
+            f"asks for 8000 bytes, and this value may allocate {len(raw) // 2} in all (11 already): `Limits.alloc_floor` "
+            f"(0) plus `Limits.alloc_ratio` (0.5) times the {len(raw)} bytes it is decoded from."
+        ),
+    ):
         restricted_loads(raw, TrustPolicy(), limits=tight)
 
 
 def test_an_object_array_state_holds_one_item_per_element():
-    with pytest.raises(DecodeError, match=re.escape(
-        "an object array's state of 10 elements holds 2 items; numpy's pickles hold one per element."
-    )):
+    with pytest.raises(
+        DecodeError,
+        match=re.escape("an object array's state of 10 elements holds 2 items; numpy's pickles hold one per element."),
+    ):
         restricted_loads(array_state_pickle((10,), "O8", [1, 2]), TrustPolicy())
-    with pytest.raises(DecodeError, match=re.escape("an array's state of 80 bytes holds 3; numpy's pickles hold its bytes.")):
+    with pytest.raises(
+        DecodeError, match=re.escape("an array's state of 80 bytes holds 3; numpy's pickles hold its bytes.")
+    ):
         restricted_loads(array_state_pickle((10,), "f8", b"abc"), TrustPolicy())
 
 
-@pytest.mark.parametrize("value", [
-    np.arange(12, dtype=np.float32).reshape(3, 4), np.array([{"a": 1}, None, "x"], dtype=object), np.zeros((0, 5)),
-    np.array([(1, 2.0)], dtype=[("a", "i4"), ("b", "f8")]), np.arange(6).reshape(2, 3).T, np.array(["ab", "c"]),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        np.array([{"a": 1}, None, "x"], dtype=object),
+        np.zeros((0, 5)),
+        np.array([(1, 2.0)], dtype=[("a", "i4"), ("b", "f8")]),
+        np.arange(6).reshape(2, 3).T,
+        np.array(["ab", "c"]),
+    ],
+)
 @pytest.mark.parametrize("protocol", [2, 4, 5])
 def test_real_numpy_pickles_still_load(value, protocol):
     out = restricted_loads(pickle.dumps(value, protocol=protocol), TrustPolicy())
@@ -266,19 +308,33 @@ def test_a_truncated_stream_is_refused_not_padded(tmp_path):
 
 def test_torchs_fallback_loader_is_checked_against_the_records():
     raw = pth_with_pickle(tensor_pickle({"w": _Tensor(17)}))  # one element past its 16
-    with pytest.raises(ArchiveLimitError, match=re.escape(
-        "a tensor of size (17,) reaches 68 bytes into storage `0` of 64 bytes (torch would grow the storage)"
-    )):
+    with pytest.raises(
+        ArchiveLimitError,
+        match=re.escape(
+            "a tensor of size (17,) reaches 68 bytes into storage `0` of 64 bytes (torch would grow the storage)"
+        ),
+    ):
         check_torch_zip(io.BytesIO(raw), size=len(raw), max_bytes=1 << 30, max_ratio=200.0)
-    check_torch_zip(io.BytesIO(pth_with_pickle(tensor_pickle({"w": _Tensor(16)}))), size=len(raw), max_bytes=1 << 30,
-                    max_ratio=200.0)
+    check_torch_zip(
+        io.BytesIO(pth_with_pickle(tensor_pickle({"w": _Tensor(16)}))),
+        size=len(raw),
+        max_bytes=1 << 30,
+        max_ratio=200.0,
+    )
 
 
 def test_real_torch_files_pass_the_fallback_check():
     base = torch.arange(100, dtype=torch.float32)
-    obj = {"a": base, "view": base[10:20], "t": torch.ones(3, 4).t(), "bf": torch.ones(5, dtype=torch.bfloat16),
-           "b": torch.zeros(7, dtype=torch.bool), "e": torch.empty(0, 5), "p": torch.nn.Parameter(torch.ones(2)),
-           "opt": torch.optim.Adam(torch.nn.Linear(3, 2).parameters()).state_dict()}
+    obj = {
+        "a": base,
+        "view": base[10:20],
+        "t": torch.ones(3, 4).t(),
+        "bf": torch.ones(5, dtype=torch.bfloat16),
+        "b": torch.zeros(7, dtype=torch.bool),
+        "e": torch.empty(0, 5),
+        "p": torch.nn.Parameter(torch.ones(2)),
+        "opt": torch.optim.Adam(torch.nn.Linear(3, 2).parameters()).state_dict(),
+    }
     buf = io.BytesIO()
     torch.save(obj, buf)
     check_torch_zip(io.BytesIO(buf.getvalue()), size=len(buf.getvalue()), max_bytes=1 << 30, max_ratio=200.0)
@@ -302,9 +358,12 @@ def test_install_limits_reach_sb3s_side_pickles(tmp_path):
     path = tmp_path / "buffer.pkl"
     model.save_replay_buffer(path)  # SB3's own pickle
     tight = zipsave.Limits(alloc_floor=0, alloc_ratio=0.5)
-    with zipsave.sb3.installed(limits=tight), pytest.raises(ArchiveLimitError, match=re.escape(
-        "`Limits.alloc_floor` (0) plus `Limits.alloc_ratio` (0.5) times the"
-    )):
+    with (
+        zipsave.sb3.installed(limits=tight),
+        pytest.raises(
+            ArchiveLimitError, match=re.escape("`Limits.alloc_floor` (0) plus `Limits.alloc_ratio` (0.5) times the")
+        ),
+    ):
         model.load_replay_buffer(path)
     with zipsave.sb3.installed():
         model.load_replay_buffer(path)

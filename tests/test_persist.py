@@ -120,8 +120,12 @@ def test_non_seekable_output_and_input(tmp_path):
 def test_save_archive_and_load_archive_mirror_sb3(tmp_path):
     net = torch.nn.Linear(3, 2)
     data = {"gamma": 0.99, "space_shape": (3,), "arr": np.arange(4)}
-    zipsave.save_archive(tmp_path / "a.zip", data=data, params={"policy": net.state_dict()},
-                         pytorch_variables={"log_alpha": torch.tensor([0.5])})
+    zipsave.save_archive(
+        tmp_path / "a.zip",
+        data=data,
+        params={"policy": net.state_dict()},
+        pytorch_variables={"log_alpha": torch.tensor([0.5])},
+    )
     got_data, params, variables = zipsave.load_archive(tmp_path / "a.zip")
     assert got_data["gamma"] == 0.99 and got_data["space_shape"] == (3,)
     assert np.array_equal(got_data["arr"], data["arr"])
@@ -181,9 +185,15 @@ def test_load_in_a_fresh_interpreter(tmp_path):
 def test_broken_entry_is_skipped_with_a_warning(tmp_path, edited_ok):
     algo = Algo().train_step(1)
     algo.save(tmp_path / "a.zip")
-    _edit_data(tmp_path / "a.zip", lambda d: d.update(ep_info_buffer={":type:": "<class 'collections.deque'>", ":serialized:": "!!notbase64"}))
+    _edit_data(
+        tmp_path / "a.zip",
+        lambda d: d.update(ep_info_buffer={":type:": "<class 'collections.deque'>", ":serialized:": "!!notbase64"}),
+    )
     report = zipsave.LoadReport()
-    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("key `ep_info_buffer` of member `data` (type <class 'collections.deque'>)")):
+    with pytest.warns(
+        zipsave.SkippedEntryWarning,
+        match=re.escape("key `ep_info_buffer` of member `data` (type <class 'collections.deque'>)"),
+    ):
         loaded = zipsave.load(tmp_path / "a.zip", report=report)
     assert [e.key for e in report.skipped] == ["ep_info_buffer"]
     assert loaded.zipsave_report.skipped[0].member == "data"
@@ -203,13 +213,21 @@ def test_broken_entry_is_skipped_with_a_warning(tmp_path, edited_ok):
 def test_custom_objects_replace_without_decoding(tmp_path, edited_ok):
     algo = Algo()
     algo.save(tmp_path / "a.zip")
-    _edit_data(tmp_path / "a.zip", lambda d: d.update(learning_rate={":type:": "<class 'function'>", ":serialized:": "corrupt"}))
+    _edit_data(
+        tmp_path / "a.zip",
+        lambda d: d.update(learning_rate={":type:": "<class 'function'>", ":serialized:": "corrupt"}),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error", zipsave.SkippedEntryWarning)  # nothing may be skipped
         loaded = zipsave.load(tmp_path / "a.zip", custom_objects={"learning_rate": 0.5})
     assert loaded.learning_rate == 0.5
-    with pytest.raises(TypeError, match=re.escape("custom_objects must be a dict of `data` keys to the values used "
-                                                  "instead of the saved ones, found a list: [1].")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "custom_objects must be a dict of `data` keys to the values used "
+            "instead of the saved ones, found a list: [1]."
+        ),
+    ):
         zipsave.load(tmp_path / "a.zip", custom_objects=[1])
 
 
@@ -225,11 +243,15 @@ def test_pickled_entry_needs_opt_in(tmp_path):
     algo = Algo()
     algo.schedule = lambda progress: 3e-4 * progress
     # said when saving, with the fix, not only when the load skips it
-    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape(
+    with pytest.warns(
+        zipsave.ZipsaveWarning,
+        match=re.escape(
             "`schedule` holds code that cloudpickle stores by value (a lambda, or a function or class defined inside a "
             "function or in `__main__`): a safe load (the default) runs no code from an archive, so it will skip it. "
             "Define it at module level in an importable module (it is then saved by its import path), or pass it "
-            "again when loading: `custom_objects={'schedule': ...}`.")):
+            "again when loading: `custom_objects={'schedule': ...}`."
+        ),
+    ):
         algo.save(tmp_path / "a.zip")
     with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("key `schedule`")):
         loaded = zipsave.load(tmp_path / "a.zip")
@@ -254,7 +276,10 @@ def test_truncated_pth_member_is_an_integrity_error(tmp_path):
     algo = Algo().train_step(1)
     algo.save(tmp_path / "a.zip")
     _rewrite(tmp_path / "a.zip", "policy.optimizer.pth", lambda raw: raw[:100])
-    with pytest.raises(zipsave.IntegrityError, match=re.escape(f"archive `{tmp_path / 'a.zip'}`, member `policy.optimizer.pth`: differs from manifest.json")) as err:
+    with pytest.raises(
+        zipsave.IntegrityError,
+        match=re.escape(f"archive `{tmp_path / 'a.zip'}`, member `policy.optimizer.pth`: differs from manifest.json"),
+    ) as err:
         zipsave.load(tmp_path / "a.zip")
     assert err.value.member == "policy.optimizer.pth" and err.value.expected != err.value.found
 
@@ -297,7 +322,9 @@ def test_missing_file(tmp_path):
 
 def test_not_a_zip(tmp_path):
     (tmp_path / "x.zip").write_bytes(b"hello, not a zip")
-    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape(f"archive `{tmp_path / 'x.zip'}`: not a zip archive")):
+    with pytest.raises(
+        zipsave.ArchiveFormatError, match=re.escape(f"archive `{tmp_path / 'x.zip'}`: not a zip archive")
+    ):
         zipsave.load(tmp_path / "x.zip")
 
 
@@ -393,6 +420,8 @@ def test_read_of_a_tensor_in_a_corrupted_member_is_an_integrity_error(tmp_path):
     stored = intact.detach().numpy().tobytes()
     assert raw.count(stored) == 1  # bit rot inside the very bytes that are read
     (tmp_path / "a.zip").write_bytes(raw.replace(stored, bytes(b ^ 0xFF for b in stored[:1]) + stored[1:]))
-    with pytest.raises(zipsave.IntegrityError, match=re.escape(f"archive `{tmp_path / 'a.zip'}`, member `policy.pth`: ")) as err:
+    with pytest.raises(
+        zipsave.IntegrityError, match=re.escape(f"archive `{tmp_path / 'a.zip'}`, member `policy.pth`: ")
+    ) as err:
         zipsave.read(tmp_path / "a.zip", f"policy/{name}")
     assert err.value.expected != err.value.found

@@ -48,7 +48,6 @@ def test_populate_makes_fresh_memory_resident():
     assert _rss_kib() - before > 60 << 10  # 64 MiB became resident without being touched
 
 
-
 def _vm_flags(address: int) -> set[str]:
     """The ``VmFlags`` of the mapping holding ``address`` (/proc/self/smaps)."""
     flags, inside = set(), False
@@ -82,6 +81,7 @@ def test_reading_into_a_live_array_advises_it_against_huge_pages(tmp_path):
         read_array_member_into(reader, member, live)
     assert np.array_equal(live, saved)
     assert "nh" in _vm_flags(middle)
+
 
 def test_prefaulter_populates_every_piece_in_order(monkeypatch):
     seen: list[tuple[int, int]] = []

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 import torch
+from moto_server import moto_endpoint
 
 import zipsave
-from moto_server import moto_endpoint
 from zipsave._archive import _remote
 
 fsspec = pytest.importorskip("fsspec")
@@ -112,7 +112,9 @@ def test_suffix_rules_apply_to_urls(memory_url):
 def test_missing_object_is_named(memory_url):
     _, folder = memory_url
     url = f"memory://{folder}/nothing"
-    with pytest.raises(zipsave.ZipsaveError, match=re.escape(f"archive `{url}`: no such object (also tried with a `.zip` suffix)")):
+    with pytest.raises(
+        zipsave.ZipsaveError, match=re.escape(f"archive `{url}`: no such object (also tried with a `.zip` suffix)")
+    ):
         zipsave.load(url)
 
 

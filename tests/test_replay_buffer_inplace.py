@@ -153,7 +153,9 @@ def test_a_corrupt_member_read_in_place_empties_the_buffer(skip, tmp_path_factor
         with pytest.warns(zipsave.SkippedEntryWarning, match="the buffer was emptied"):
             zipsave.restore(live, bad, device="cpu", skip_broken_tensors=True)
     else:
-        with pytest.raises(zipsave.IntegrityError, match=re.escape("the buffer was emptied (pos=0, full=False)")) as err:
+        with pytest.raises(
+            zipsave.IntegrityError, match=re.escape("the buffer was emptied (pos=0, full=False)")
+        ) as err:
             zipsave.restore(live, bad, device="cpu")
         assert err.value.member == member and "CRC-32" in str(err.value)
         assert err.value.expected != err.value.found

@@ -30,7 +30,9 @@ class Features(gym.Env):
 
     def __init__(self, dict_obs: bool = False, continuous: bool = False) -> None:
         box = gym.spaces.Box(-1, 1, (OBS,), np.float32)
-        self.observation_space = gym.spaces.Dict({"a": box, "b": gym.spaces.Box(0, 255, (8,), np.uint8)}) if dict_obs else box
+        self.observation_space = (
+            gym.spaces.Dict({"a": box, "b": gym.spaces.Box(0, 255, (8,), np.uint8)}) if dict_obs else box
+        )
         self.action_space = gym.spaces.Box(-1, 1, (2,), np.float32) if continuous else gym.spaces.Discrete(3)
 
     def reset(self, *, seed=None, options=None):
@@ -63,13 +65,23 @@ def _model(kind):
     if kind == "dict":
         return DQN("MultiInputPolicy", Features(dict_obs=True), **kw)
     if kind == "optimize_memory_usage":
-        return DQN("MlpPolicy", Features(), optimize_memory_usage=True,
-                   replay_buffer_kwargs={"handle_timeout_termination": False}, **kw)
+        return DQN(
+            "MlpPolicy",
+            Features(),
+            optimize_memory_usage=True,
+            replay_buffer_kwargs={"handle_timeout_termination": False},
+            **kw,
+        )
     if kind == "nstep":
         from stable_baselines3.common.buffers import NStepReplayBuffer
 
-        return SAC("MlpPolicy", Features(continuous=True), replay_buffer_class=NStepReplayBuffer,
-                   replay_buffer_kwargs={"n_steps": 3, "gamma": 0.99}, **kw)
+        return SAC(
+            "MlpPolicy",
+            Features(continuous=True),
+            replay_buffer_class=NStepReplayBuffer,
+            replay_buffer_kwargs={"n_steps": 3, "gamma": 0.99},
+            **kw,
+        )
     if kind == "qrdqn":
         from sb3_contrib import QRDQN
 
@@ -83,8 +95,17 @@ def _model(kind):
 
 def _her():
     venv = make_vec_env(BitFlippingEnv, n_envs=1, seed=0, env_kwargs={"n_bits": 4, "max_steps": 4})
-    model = DQN("MultiInputPolicy", venv, buffer_size=200, learning_starts=40, train_freq=4,
-                replay_buffer_class=HerReplayBuffer, policy_kwargs={"net_arch": [8]}, seed=0, device="cpu")
+    model = DQN(
+        "MultiInputPolicy",
+        venv,
+        buffer_size=200,
+        learning_starts=40,
+        train_freq=4,
+        replay_buffer_class=HerReplayBuffer,
+        policy_kwargs={"net_arch": [8]},
+        seed=0,
+        device="cpu",
+    )
     model.learn(120)
     return model
 
@@ -178,8 +199,14 @@ def test_writes_to_a_mapped_buffer_are_private(tmp_path_factory):
     loaded = zipsave.load(path, cls=DQN, mmap=True, device="cpu")
     buffer = loaded.replay_buffer
     buffer.observations[:] = 0.5  # what training does to a buffer, everywhere at once
-    buffer.add(np.ones((1, OBS), np.float32), np.ones((1, OBS), np.float32), np.array([1]), np.array([1.0]),
-               np.array([False]), [{}])
+    buffer.add(
+        np.ones((1, OBS), np.float32),
+        np.ones((1, OBS), np.float32),
+        np.array([1]),
+        np.array([1.0]),
+        np.array([False]),
+        [{}],
+    )
     assert (buffer.observations[:7] == 0.5).all() and (buffer.observations[7] == 1).all()
     assert _digest(path) == before
     again = zipsave.load(path, cls=DQN, mmap=True, device="cpu")
@@ -210,8 +237,9 @@ def _data_offset(path, member):
 
 def _observations_member(path):
     with zipfile.ZipFile(path) as zf:
-        return max((i for i in zf.infolist() if i.filename.startswith("replay_buffer/arrays/")),
-                   key=lambda i: i.file_size).filename
+        return max(
+            (i for i in zf.infolist() if i.filename.startswith("replay_buffer/arrays/")), key=lambda i: i.file_size
+        ).filename
 
 
 def _truncated_copy(saved, member, path):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import pathlib
+import re
 import subprocess
 import sys
 import warnings
@@ -37,8 +37,22 @@ def run_zoo(cwd: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
 def zoo_run(tmp_path_factory):
     """Train PPO on CartPole for one rollout (256 steps) with the Zoo's own hyperparameters."""
     folder = tmp_path_factory.mktemp("zoo")
-    out = run_zoo(folder, "rl_zoo3.train", "--algo", "ppo", "--env", "CartPole-v1", "-n", "256", "-f", "logs",
-                  "--seed", "3", "--eval-freq", "-1")
+    out = run_zoo(
+        folder,
+        "rl_zoo3.train",
+        "--algo",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "-n",
+        "256",
+        "-f",
+        "logs",
+        "--seed",
+        "3",
+        "--eval-freq",
+        "-1",
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return folder, folder / "logs" / "ppo" / "CartPole-v1_1" / "CartPole-v1.zip"
 
@@ -65,8 +79,22 @@ def test_zoo_archive_loads_with_the_defaults_keeping_its_schedules(zoo_run):
 
 def test_zoo_enjoy_loads_through_zipsave(zoo_run):
     folder, _ = zoo_run
-    out = run_zoo(folder, "rl_zoo3.enjoy", "--algo", "ppo", "--env", "CartPole-v1", "-f", "logs", "--exp-id", "1",
-                  "-n", "50", "--no-render", "--deterministic")
+    out = run_zoo(
+        folder,
+        "rl_zoo3.enjoy",
+        "--algo",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "-f",
+        "logs",
+        "--exp-id",
+        "1",
+        "-n",
+        "50",
+        "--no-render",
+        "--deterministic",
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Loading logs/ppo/CartPole-v1_1/CartPole-v1.zip" in out.stdout
     assert "Warning" not in out.stderr, out.stderr[-3000:]
@@ -126,14 +154,23 @@ def assert_zoo_schedule(schedule, initial_value: float) -> None:
 def zoo_closure(source: str, value, module: str = "rl_zoo3.utils"):
     namespace = {"__name__": module}
     # dont_inherit: this test module's `from __future__ import annotations` is not the Zoo's
-    exec(compile("\n" * 300 + source, f"/site-packages/{module.replace('.', '/')}.py", "exec", dont_inherit=True),
-         namespace)
+    exec(
+        compile("\n" * 300 + source, f"/site-packages/{module.replace('.', '/')}.py", "exec", dont_inherit=True),
+        namespace,
+    )
     return namespace["linear_schedule"](value)
 
 
 def old_zoo_archive(path, source, module="rl_zoo3.utils"):
-    model = PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, device="cpu",
-                learning_rate=zoo_closure(source, "0.001", module), clip_range=zoo_closure(source, 0.2, module))
+    model = PPO(
+        "MlpPolicy",
+        "CartPole-v1",
+        n_steps=32,
+        batch_size=32,
+        device="cpu",
+        learning_rate=zoo_closure(source, "0.001", module),
+        clip_range=zoo_closure(source, 0.2, module),
+    )
     model.save(path)  # SB3's own save, as the old Zoo did
     return path
 

@@ -141,7 +141,10 @@ def test_get_and_set_parameters(tmp_path):
 
 def test_set_parameters_exact_match(tmp_path):
     algo = Algo()
-    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("got state dicts ['policy'], but the object has ['policy', 'policy.optimizer']")):
+    with pytest.raises(
+        zipsave.ParameterMismatchError,
+        match=re.escape("got state dicts ['policy'], but the object has ['policy', 'policy.optimizer']"),
+    ):
         algo.set_parameters({"policy": algo.policy.state_dict()})
     algo.set_parameters({"policy": algo.policy.state_dict()}, exact_match=False)
     small = Algo(net_arch=(4,))
@@ -301,8 +304,10 @@ def test_an_undecodable_positional_argument_is_an_error_not_a_shift(tmp_path):
     with zipfile.ZipFile(tmp_path / "edited.zip", "w") as zf:
         for name, raw in members.items():
             zf.writestr(name, raw)
-    with pytest.raises(zipsave.DecodeError, match="positional argument `\\*sizes`") as info, \
-            pytest.warns(zipsave.ZipsaveWarning, match="edited after saving"):
+    with (
+        pytest.raises(zipsave.DecodeError, match="positional argument `\\*sizes`") as info,
+        pytest.warns(zipsave.ZipsaveWarning, match="edited after saving"),
+    ):
         Layers.load(tmp_path / "edited.zip")
     assert info.value.key == "*sizes" and info.value.member == "init.json"
 
@@ -445,9 +450,11 @@ def test_save_exclude_takes_globs_and_paths_below_attributes(tmp_path, exclude, 
     loaded = Excludable.load(tmp_path / "part.zip", exclude=exclude, seed=3)
     assert torch.equal(loaded.policy.weight, model.policy.weight)
     assert isinstance(loaded.nets["vf"], torch.nn.Linear)  # a left-out module keeps its live place
-    with pytest.raises(zipsave.ParameterMismatchError, match="pass the same `exclude=`") if any(
-        g.endswith(".pth") for g in gone
-    ) else contextlib.nullcontext():
+    with (
+        pytest.raises(zipsave.ParameterMismatchError, match="pass the same `exclude=`")
+        if any(g.endswith(".pth") for g in gone)
+        else contextlib.nullcontext()
+    ):
         Excludable.load(tmp_path / "part.zip")
 
 
@@ -550,8 +557,14 @@ def test_a_models_modes_default_to_training_and_are_not_recorded(tmp_path):
     assert all(_modes(_Dropper.load(tmp_path / "m.zip").policy).values())
 
 
-@pytest.mark.parametrize("modes, where", [({"policy": "sleep"}, "'policy': 'sleep'"), ({"critic": "eval"}, "'critic': 'eval'"),
-                                          (["policy"], "not an object")])
+@pytest.mark.parametrize(
+    "modes, where",
+    [
+        ({"policy": "sleep"}, "'policy': 'sleep'"),
+        ({"critic": "eval"}, "'critic': 'eval'"),
+        (["policy"], "not an object"),
+    ],
+)
 def test_an_edited_modes_record_warns_and_the_rest_loads(tmp_path, modes, where):
     model = _Dropper()
     model.nets["pi"].eval()

@@ -8,10 +8,10 @@ what a machine without SB3 sees.
 from __future__ import annotations
 
 import base64
-import importlib
 import collections
 import copy
 import enum
+import importlib
 import importlib.util
 import json
 import math
@@ -133,7 +133,9 @@ def test_assert_same_tells_apart_what_matters():
     ]:
         with pytest.raises(AssertionError):
             assert_same(a, b)
-    assert_same({"x": [np.float32(1.5), float("nan"), (np.arange(3),)]}, {"x": [np.float32(1.5), float("nan"), (np.arange(3),)]})
+    assert_same(
+        {"x": [np.float32(1.5), float("nan"), (np.arange(3),)]}, {"x": [np.float32(1.5), float("nan"), (np.arange(3),)]}
+    )
 
 
 # -- the models --------------------------------------------------------------------------------
@@ -193,11 +195,19 @@ CASES = {
     "td3": (lambda: _off_policy(TD3, "Pendulum-v1"), lambda: gym.make("Pendulum-v1")),
     "ddpg": (lambda: _off_policy(DDPG, "Pendulum-v1"), lambda: gym.make("Pendulum-v1")),
     "ppo_dict_obs": (
-        lambda: PPO("MultiInputPolicy", DictObsEnv(), n_steps=64, batch_size=32, n_epochs=1, policy_kwargs=_tiny(), seed=0),
+        lambda: PPO(
+            "MultiInputPolicy", DictObsEnv(), n_steps=64, batch_size=32, n_epochs=1, policy_kwargs=_tiny(), seed=0
+        ),
         DictObsEnv,
     ),
-    "ppo_lambda_lr": (lambda: _on_policy(PPO, "CartPole-v1", learning_rate=lambda p: 3e-4 * p), lambda: gym.make("CartPole-v1")),
-    "a2c_inf_grad_norm": (lambda: _on_policy(A2C, "CartPole-v1", max_grad_norm=float("inf")), lambda: gym.make("CartPole-v1")),
+    "ppo_lambda_lr": (
+        lambda: _on_policy(PPO, "CartPole-v1", learning_rate=lambda p: 3e-4 * p),
+        lambda: gym.make("CartPole-v1"),
+    ),
+    "a2c_inf_grad_norm": (
+        lambda: _on_policy(A2C, "CartPole-v1", max_grad_norm=float("inf")),
+        lambda: gym.make("CartPole-v1"),
+    ),
     "sac_sde": (lambda: _off_policy(SAC, "Pendulum-v1", use_sde=True), lambda: gym.make("Pendulum-v1")),
 }
 # Keys pickled by value (the lambda): skipped, with a warning, unless allow_pickle=True.
@@ -422,7 +432,9 @@ def test_skipped_space_is_named_with_its_cause(trained, tmp_path):
 
     def rename_space(data):
         # A space class that no longer exists under its saved name (a gym/gymnasium upgrade).
-        data["observation_space"][":serialized:"] = base64.b64encode(b"\x80\x04cgymnasium.spaces.box\nOldBox\n.").decode()
+        data["observation_space"][":serialized:"] = base64.b64encode(
+            b"\x80\x04cgymnasium.spaces.box\nOldBox\n."
+        ).decode()
 
     broken = _edit_sb3_data(path, tmp_path / "broken.zip", rename_space)
     with (
@@ -441,7 +453,9 @@ def test_skipped_space_is_named_with_its_cause(trained, tmp_path):
     assert "refusing to import untrusted global `gymnasium.spaces.box.OldBox`" in message
     assert "custom_objects={'observation_space': ...}" in message
     # The fix the message suggests works:
-    model = zipsave.load(broken, cls=cls, custom_objects={"observation_space": gym.make("CartPole-v1").observation_space})
+    model = zipsave.load(
+        broken, cls=cls, custom_objects={"observation_space": gym.make("CartPole-v1").observation_space}
+    )
     assert isinstance(model.observation_space, gym.spaces.Box)
 
 
@@ -456,7 +470,9 @@ def test_untrusted_policy_class_is_named_and_can_be_trusted(tmp_path):
     global_name = f"{__name__}.CustomPolicy"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once, by the error
-        with pytest.raises(zipsave.DecodeError, match=re.escape(f"refusing to import untrusted global `{global_name}`")) as info:
+        with pytest.raises(
+            zipsave.DecodeError, match=re.escape(f"refusing to import untrusted global `{global_name}`")
+        ) as info:
             zipsave.load(tmp_path / "custom.zip", cls=PPO)
     assert info.value.key == "policy_class"
     loaded = zipsave.load(tmp_path / "custom.zip", cls=PPO, trusted=[CustomPolicy])
@@ -511,7 +527,9 @@ def test_missing_required_key_is_a_format_error(trained, tmp_path):
 @needs_sb3
 def test_policy_kwargs_must_match(trained):
     cls, path, _ = trained["ppo"]
-    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("the `policy_kwargs` given ({'net_arch': [64]})")):
+    with pytest.raises(
+        zipsave.ParameterMismatchError, match=re.escape("the `policy_kwargs` given ({'net_arch': [64]})")
+    ):
         zipsave.load(path, cls=cls, policy_kwargs={"net_arch": [64]})
     model = zipsave.load(path, cls=cls, policy_kwargs={"net_arch": [16]})
     assert model.policy_kwargs == {"net_arch": [16]}
@@ -529,7 +547,9 @@ def test_wrong_algorithm_names_the_policy(trained):
     _, path, _ = trained["ppo"]
     with pytest.raises(zipsave.DecodeError, match=re.escape("SAC cannot be built from this archive's data")) as info:
         zipsave.load(path, cls=SAC)
-    assert "Its `policy_class` is ActorCriticPolicy, not a SAC policy; was it saved by another algorithm?" in str(info.value)
+    assert "Its `policy_class` is ActorCriticPolicy, not a SAC policy; was it saved by another algorithm?" in str(
+        info.value
+    )
 
 
 @needs_sb3
@@ -554,7 +574,12 @@ class TinyExtractor(BaseFeaturesExtractor):
 @needs_sb3
 def test_sb3_before_1_7_shared_extractor_loads_with_a_warning(tmp_path):
     model = PPO(
-        "MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, n_epochs=1, seed=0,
+        "MlpPolicy",
+        "CartPole-v1",
+        n_steps=64,
+        batch_size=32,
+        n_epochs=1,
+        seed=0,
         policy_kwargs=_tiny(features_extractor_class=TinyExtractor),
     )
     data, params, variables = load_from_zip_file(_saved(model, tmp_path / "new.zip"), device="cpu")
@@ -591,8 +616,12 @@ def _saved(model, path):
 def test_sb3_loads_what_zipsave_saves(trained, tmp_path, name):
     cls, path, original = trained[name]
     if name in BY_VALUE:  # said when saving: a safe load will skip it
-        with pytest.warns(zipsave.ZipsaveWarning, match=re.escape(
-                f"{', '.join(f'`{k}`' for k in BY_VALUE[name])} hold code that cloudpickle stores by value")):
+        with pytest.warns(
+            zipsave.ZipsaveWarning,
+            match=re.escape(
+                f"{', '.join(f'`{k}`' for k in BY_VALUE[name])} hold code that cloudpickle stores by value"
+            ),
+        ):
             zipsave.save(original, tmp_path / "ours.zip")
     else:
         zipsave.save(original, tmp_path / "ours.zip")
@@ -672,7 +701,9 @@ def test_restore_fills_the_buffer_in_place(trained, tmp_path):
 def test_buffer_that_does_not_fit_is_skipped_with_a_warning(trained, tmp_path):
     cls, _, original = trained["sac"]
     zipsave.save(original, tmp_path / "m.zip", include=["replay_buffer"])
-    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("replay buffer with buffer_size=500, but the model's has 1000")):
+    with pytest.warns(
+        zipsave.SkippedEntryWarning, match=re.escape("replay buffer with buffer_size=500, but the model's has 1000")
+    ):
         model = zipsave.load(tmp_path / "m.zip", cls=cls, buffer_size=1000)
     assert model.replay_buffer.pos == 0
 
@@ -745,7 +776,10 @@ def test_vec_normalize_of_dict_observations(tmp_path):
 @needs_sb3
 def test_vec_normalize_without_env_warns(normalized, tmp_path):
     zipsave.save(normalized, tmp_path / "m.zip", include=["vec_normalize"])
-    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("holds VecNormalize statistics (its `vec_normalize/` folder), but the load got no `env=`")):
+    with pytest.warns(
+        zipsave.ZipsaveWarning,
+        match=re.escape("holds VecNormalize statistics (its `vec_normalize/` folder), but the load got no `env=`"),
+    ):
         zipsave.load(tmp_path / "m.zip", cls=PPO)
     model = zipsave.load(tmp_path / "m.zip", cls=PPO, exclude=["vec_normalize"])  # asked for: no warning
     assert model.env is None
@@ -824,12 +858,17 @@ def test_committed_archive_without_sb3(name):
     an SB3 class are skipped, each with a warning saying the module cannot be imported."""
     done = subprocess.run(
         [sys.executable, "-c", _BLOCKED, str(DATA / name)],
-        capture_output=True, text=True, check=True, cwd=pathlib.Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=pathlib.Path(__file__).parent.parent,
     )
     out = json.loads(done.stdout)
     expected = EXPECTED["archives"][name]
     assert out["sb3_modules"] == []
-    needs_sb3_keys = sorted(k for k, names in out["globals"].items() if any(g.startswith("stable_baselines3.") for g in names))
+    needs_sb3_keys = sorted(
+        k for k, names in out["globals"].items() if any(g.startswith("stable_baselines3.") for g in names)
+    )
     assert "policy_class" in needs_sb3_keys
     assert sorted(out["skipped"]) == needs_sb3_keys
     for cause in out["skipped"].values():
@@ -859,14 +898,19 @@ def measure_peak(mode, path, warm_up):
     imports do not count."""
     done = subprocess.run(
         [sys.executable, "-c", _sb3_memory().MEASURE, mode, str(warm_up), str(path)],
-        capture_output=True, text=True, check=True, cwd=pathlib.Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=pathlib.Path(__file__).parent.parent,
     )
     return json.loads(done.stdout)["peak"]
 
 
 def big_ppo_archive(path, width):
     """An untrained PPO whose policy is about 8 * width**2 bytes (empty optimizer state)."""
-    model = PPO("MlpPolicy", "CartPole-v1", policy_kwargs={"net_arch": [width, width], "ortho_init": False}, device="cpu")
+    model = PPO(
+        "MlpPolicy", "CartPole-v1", policy_kwargs={"net_arch": [width, width], "ortho_init": False}, device="cpu"
+    )
     model.save(path)
     return sum(p.numel() * p.element_size() for p in model.policy.parameters())
 

@@ -18,11 +18,12 @@ import zipsave
 
 pytest.importorskip("stable_baselines3")
 
-import zipsave.sb3  # noqa: E402
 from stable_baselines3 import DQN, PPO  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import VecNormalize  # noqa: E402
+
+import zipsave.sb3  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -146,7 +147,11 @@ def test_dqn_replay_buffer_and_best_policy(tmp_path):
 
     model = make(0)
     callback = zipsave.sb3.CheckpointCallback(
-        tmp_path, every_steps=100, keep_last=1, keep_best=("ep_rew_mean", "max"), metrics=lambda m: {"eps": m.exploration_rate}
+        tmp_path,
+        every_steps=100,
+        keep_last=1,
+        keep_best=("ep_rew_mean", "max"),
+        metrics=lambda m: {"eps": m.exploration_rate},
     )
     model.learn(400, callback=callback)
     callback.close()
@@ -167,7 +172,9 @@ def test_dqn_replay_buffer_and_best_policy(tmp_path):
 
 def test_without_sb3_the_extra_is_named(monkeypatch):
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed
-    with pytest.raises(zipsave.MissingDependencyError, match=re.escape("`zipsave.sb3.CheckpointCallback` needs `stable-baselines3`")):
+    with pytest.raises(
+        zipsave.MissingDependencyError, match=re.escape("`zipsave.sb3.CheckpointCallback` needs `stable-baselines3`")
+    ):
         zipsave.sb3.CheckpointCallback  # noqa: B018
     with pytest.raises(zipsave.MissingDependencyError, match=re.escape("pip install zipsave[sb3]")):
         zipsave.sb3.VecEnvState  # noqa: B018

@@ -28,7 +28,12 @@ ALGOS = {
     "CrossQ": (CrossQ, "MlpPolicy", "Pendulum-v1", {"learning_starts": 8, "buffer_size": 200, "policy_kwargs": SMALL}),
     "MaskablePPO": (MaskablePPO, "MlpPolicy", None, {"n_steps": 32, "batch_size": 32, "policy_kwargs": SMALL}),
     "QRDQN": (QRDQN, "MlpPolicy", "CartPole-v1", {"learning_starts": 8, "buffer_size": 200, "policy_kwargs": SMALL}),
-    "RecurrentPPO": (RecurrentPPO, "MlpLstmPolicy", "CartPole-v1", {"n_steps": 32, "batch_size": 32, "policy_kwargs": SMALL}),
+    "RecurrentPPO": (
+        RecurrentPPO,
+        "MlpLstmPolicy",
+        "CartPole-v1",
+        {"n_steps": 32, "batch_size": 32, "policy_kwargs": SMALL},
+    ),
     "TQC": (TQC, "MlpPolicy", "Pendulum-v1", {"learning_starts": 8, "buffer_size": 200, "policy_kwargs": SMALL}),
     "TRPO": (TRPO, "MlpPolicy", "CartPole-v1", {"n_steps": 32, "batch_size": 32, "policy_kwargs": SMALL}),
 }
@@ -121,7 +126,9 @@ def test_a_class_the_caller_named_is_trusted_as_a_reference(tmp_path):
     # without the caller naming it, the same archive needs an opt-in; said once, by the error
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with pytest.raises(zipsave.DecodeError, match=re.escape(f"refusing to import untrusted global `{__name__}.MyPolicy`")):
+        with pytest.raises(
+            zipsave.DecodeError, match=re.escape(f"refusing to import untrusted global `{__name__}.MyPolicy`")
+        ):
             zipsave.load(tmp_path / "mine.zip", cls=PPO)
 
 
@@ -133,9 +140,15 @@ class Named:
 def test_a_pickle_that_calls_a_named_class_stays_under_the_allowlist():
     policy = TrustPolicy().with_references([Named])
     assert restricted_loads(pickle.dumps(Named), policy) is Named  # a reference: fine
-    with pytest.raises(zipsave.UnsafeGlobalError, match=re.escape(f"NEWOBJ calls `{__name__}.Named`, which this load trusts as a reference only")):
+    with pytest.raises(
+        zipsave.UnsafeGlobalError,
+        match=re.escape(f"NEWOBJ calls `{__name__}.Named`, which this load trusts as a reference only"),
+    ):
         restricted_loads(pickle.dumps(Named(1)), policy)
-    with pytest.raises(zipsave.DecodeError, match=re.escape(f"copyreg._reconstructor needs classes the pickle imported by name, got {__name__}.Named.")):
+    with pytest.raises(
+        zipsave.DecodeError,
+        match=re.escape(f"copyreg._reconstructor needs classes the pickle imported by name, got {__name__}.Named."),
+    ):
         restricted_loads(pickle.dumps(Named(1), protocol=0), policy)
 
 

@@ -21,9 +21,10 @@ import zipsave
 
 pytest.importorskip("stable_baselines3")  # the `test` extra installs it
 
-import zipsave.sb3  # noqa: E402
 from stable_baselines3 import PPO, SAC  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize  # noqa: E402
+
+import zipsave.sb3  # noqa: E402
 
 
 def venv():
@@ -36,8 +37,16 @@ def trained(tmp_path_factory):
     once as a checkpoint of a manager."""
     folder = tmp_path_factory.mktemp("doors")
     env = VecNormalize(venv())
-    sac = SAC("MlpPolicy", env, buffer_size=200, learning_starts=16, batch_size=16, seed=0, device="cpu",
-              policy_kwargs={"net_arch": [8]})
+    sac = SAC(
+        "MlpPolicy",
+        env,
+        buffer_size=200,
+        learning_starts=16,
+        batch_size=16,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    )
     sac.learn(48)
     path = folder / "sac.zip"
     zipsave.save(sac, path, include=["replay_buffer", "vec_normalize"])
@@ -112,8 +121,9 @@ def test_a_plain_torch_file_through_algorithm_load(installed, tmp_path):
 
 def test_custom_objects_as_a_list(installed, trained):
     _, path, _ = trained
-    with pytest.raises(TypeError, match=re.escape("found a list: ['learning_rate']. Pass e.g. "
-                                                  "custom_objects={'learning_rate': ...}")):
+    with pytest.raises(
+        TypeError, match=re.escape("found a list: ['learning_rate']. Pass e.g. custom_objects={'learning_rate': ...}")
+    ):
         SAC.load(path, custom_objects=["learning_rate"])
 
 
@@ -171,8 +181,9 @@ def test_an_unpicklable_value_under_allow_pickle_names_custom_objects(trained, t
 def test_a_buffer_file_through_algorithm_load_names_its_door(installed, trained, tmp_path):
     sac, _, _ = trained
     sac.save_replay_buffer(tmp_path / "buffer")
-    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape(
-            "holds a replay buffer or VecNormalize saved on its own")) as raised:
+    with pytest.raises(
+        zipsave.ArchiveFormatError, match=re.escape("holds a replay buffer or VecNormalize saved on its own")
+    ) as raised:
         SAC.load(tmp_path / "buffer.pkl")
     assert "model.load_replay_buffer(path)" in str(raised.value)
 
@@ -189,8 +200,16 @@ def test_load_replay_buffer_of_a_her_archive_follows_truncate_last_traj(installe
     from stable_baselines3.common.envs import BitFlippingEnv
 
     def her_model(**kwargs):
-        return DQN("MultiInputPolicy", BitFlippingEnv(n_bits=5), buffer_size=200, replay_buffer_class=HerReplayBuffer,
-                   policy_kwargs={"net_arch": [8]}, seed=0, device="cpu", **kwargs)
+        return DQN(
+            "MultiInputPolicy",
+            BitFlippingEnv(n_bits=5),
+            buffer_size=200,
+            replay_buffer_class=HerReplayBuffer,
+            policy_kwargs={"net_arch": [8]},
+            seed=0,
+            device="cpu",
+            **kwargs,
+        )
 
     her = her_model(learning_starts=16)
     her.learn(50)  # episodes of 5 steps, collected 4 at a time: one is under way
@@ -232,8 +251,10 @@ def test_data_is_read_and_parsed_once_per_load(installed, trained, monkeypatch):
         return original(self, name, **kwargs)
 
     monkeypatch.setattr(ArchiveReader, "read", read)
-    for load in (lambda: zipsave.load(path, cls=SAC, env=venv(), device="cpu"),
-                 lambda: SAC.load(path, env=venv(), device="cpu")):
+    for load in (
+        lambda: zipsave.load(path, cls=SAC, env=venv(), device="cpu"),
+        lambda: SAC.load(path, env=venv(), device="cpu"),
+    ):
         reads.clear()
         model = load()
         assert reads.count("data") == 1, reads
@@ -268,9 +289,13 @@ def test_set_parameters_reads_the_archive_into_the_live_model(installed, trained
     assert fresh.policy.actor.mu.weight is weight  # filled in place, not replaced
     torch.testing.assert_close(weight, sac.policy.actor.mu.weight)
     other = SAC("MlpPolicy", venv(), device="cpu", policy_kwargs={"net_arch": [16]})
-    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(
+    with pytest.raises(
+        zipsave.ParameterMismatchError,
+        match=re.escape(
             "member `policy.pth`, key `actor.latent_pi.0.weight`: 16 saved tensor(s) do not fit the object: "
-            "`actor.latent_pi.0.weight`: saved shape (8, 3), expected (16, 3)")):
+            "`actor.latent_pi.0.weight`: saved shape (8, 3), expected (16, 3)"
+        ),
+    ):
         other.set_parameters(path)
 
 
@@ -285,8 +310,10 @@ def test_a_her_wrapper_class_of_sb3_1_0_is_left_out(trained, tmp_path):
             payload = src.read(name)
             if name == "data":
                 data = json.loads(payload)
-                data["model_class"] = {":type:": "<class 'abc.ABCMeta'>",
-                                       ":serialized:": base64.b64encode(cloudpickle.dumps(SAC)).decode()}
+                data["model_class"] = {
+                    ":type:": "<class 'abc.ABCMeta'>",
+                    ":serialized:": base64.b64encode(cloudpickle.dumps(SAC)).decode(),
+                }
                 payload = json.dumps(data).encode()
             out.writestr(name, payload)
     report = zipsave.LoadReport()
@@ -299,9 +326,13 @@ def test_a_her_wrapper_class_of_sb3_1_0_is_left_out(trained, tmp_path):
 # -- keywords --------------------------------------------------------------------------------
 def test_a_misspelt_option_warns_with_the_option(installed, trained):
     _, path, _ = trained
-    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape(
+    with pytest.warns(
+        zipsave.ZipsaveWarning,
+        match=re.escape(
             "`mmpa=` is not an option of zipsave.load (did you mean `mmap`?); it was set as the attribute "
-            "`model.mmpa`, as SB3 does with every keyword it does not know.")):
+            "`model.mmpa`, as SB3 does with every keyword it does not know."
+        ),
+    ):
         model = zipsave.load(path, cls=SAC, env=venv(), device="cpu", mmpa=True)
     assert model.mmpa is True  # SB3's keywords-to-attributes behaviour stays
     with warnings.catch_warnings(record=True) as caught:
@@ -323,8 +354,9 @@ def test_keywords_that_are_attributes_do_not_warn(installed, trained):
 
 def test_custom_objects_as_a_list_through_zipsave_load(trained):
     _, path, _ = trained
-    with pytest.raises(TypeError, match=re.escape("found a list: ['learning_rate']. Pass e.g. "
-                                                  "custom_objects={'learning_rate': ...}")):
+    with pytest.raises(
+        TypeError, match=re.escape("found a list: ['learning_rate']. Pass e.g. custom_objects={'learning_rate': ...}")
+    ):
         zipsave.load(path, cls=SAC, custom_objects=["learning_rate"])
 
 

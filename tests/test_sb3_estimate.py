@@ -16,8 +16,9 @@ from zipsave.exceptions import ArchiveLimitError
 from zipsave.sb3._estimate import check_model_size, estimate_model
 
 sb3 = pytest.importorskip("stable_baselines3")
-import zipsave.sb3  # noqa: E402
 from stable_baselines3 import A2C, DQN, PPO, SAC, TD3  # noqa: E402
+
+import zipsave.sb3  # noqa: E402
 
 
 class _Spaces(gym.Env):
@@ -34,27 +35,59 @@ class _Spaces(gym.Env):
 
 
 IMAGE = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-MIXED = gym.spaces.Dict({"img": gym.spaces.Box(0, 255, (3, 36, 36), np.uint8), "vec": gym.spaces.Box(-1, 1, (5,)),
-                         "d": gym.spaces.Discrete(3)})
+MIXED = gym.spaces.Dict(
+    {
+        "img": gym.spaces.Box(0, 255, (3, 36, 36), np.uint8),
+        "vec": gym.spaces.Box(-1, 1, (5,)),
+        "d": gym.spaces.Discrete(3),
+    }
+)
 BOX = gym.spaces.Box(-1, 1, (2,))
 
 MODELS = {
     "ppo_mlp_default": lambda: PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, device="cpu"),
-    "ppo_dict_arch": lambda: PPO("MlpPolicy", "Pendulum-v1", n_steps=64, batch_size=64, device="cpu",
-                                 policy_kwargs={"net_arch": {"pi": [128, 128], "vf": [256]}}),
-    "ppo_cnn": lambda: PPO("CnnPolicy", _Spaces(IMAGE, gym.spaces.Discrete(6)), n_steps=16, batch_size=16, device="cpu"),
+    "ppo_dict_arch": lambda: PPO(
+        "MlpPolicy",
+        "Pendulum-v1",
+        n_steps=64,
+        batch_size=64,
+        device="cpu",
+        policy_kwargs={"net_arch": {"pi": [128, 128], "vf": [256]}},
+    ),
+    "ppo_cnn": lambda: PPO(
+        "CnnPolicy", _Spaces(IMAGE, gym.spaces.Discrete(6)), n_steps=16, batch_size=16, device="cpu"
+    ),
     "ppo_multi_input": lambda: PPO("MultiInputPolicy", _Spaces(MIXED, BOX), n_steps=16, batch_size=16, device="cpu"),
-    "a2c_separate_extractors": lambda: A2C("MlpPolicy", "CartPole-v1", n_steps=8, device="cpu",
-                                           policy_kwargs={"net_arch": [64, 64], "share_features_extractor": False}),
+    "a2c_separate_extractors": lambda: A2C(
+        "MlpPolicy",
+        "CartPole-v1",
+        n_steps=8,
+        device="cpu",
+        policy_kwargs={"net_arch": [64, 64], "share_features_extractor": False},
+    ),
     "dqn_cnn": lambda: DQN("CnnPolicy", _Spaces(IMAGE, gym.spaces.Discrete(6)), buffer_size=200, device="cpu"),
-    "dqn_cnn_optimized": lambda: DQN("CnnPolicy", _Spaces(IMAGE, gym.spaces.Discrete(6)), buffer_size=200, device="cpu",
-                                     optimize_memory_usage=True, replay_buffer_kwargs={"handle_timeout_termination": False}),
-    "dqn_mlp": lambda: DQN("MlpPolicy", "CartPole-v1", buffer_size=500, device="cpu", policy_kwargs={"net_arch": [256, 256]}),
-    "sac_list_arch": lambda: SAC("MlpPolicy", "Pendulum-v1", buffer_size=500, device="cpu",
-                                 policy_kwargs={"net_arch": [400, 300]}),
+    "dqn_cnn_optimized": lambda: DQN(
+        "CnnPolicy",
+        _Spaces(IMAGE, gym.spaces.Discrete(6)),
+        buffer_size=200,
+        device="cpu",
+        optimize_memory_usage=True,
+        replay_buffer_kwargs={"handle_timeout_termination": False},
+    ),
+    "dqn_mlp": lambda: DQN(
+        "MlpPolicy", "CartPole-v1", buffer_size=500, device="cpu", policy_kwargs={"net_arch": [256, 256]}
+    ),
+    "sac_list_arch": lambda: SAC(
+        "MlpPolicy", "Pendulum-v1", buffer_size=500, device="cpu", policy_kwargs={"net_arch": [400, 300]}
+    ),
     "sac_multi_input": lambda: SAC("MultiInputPolicy", _Spaces(MIXED, BOX), buffer_size=50, device="cpu"),
-    "td3_qf_arch": lambda: TD3("MlpPolicy", "Pendulum-v1", buffer_size=500, device="cpu",
-                               policy_kwargs={"net_arch": {"pi": [64], "qf": [400, 300]}}),
+    "td3_qf_arch": lambda: TD3(
+        "MlpPolicy",
+        "Pendulum-v1",
+        buffer_size=500,
+        device="cpu",
+        policy_kwargs={"net_arch": {"pi": [64], "qf": [400, 300]}},
+    ),
 }
 
 
@@ -82,12 +115,23 @@ def test_an_explicit_net_arch_is_counted_exactly():
     assert estimate_model(vars(model)).of("policy_kwargs") == sum(p.numel() for p in model.policy.parameters()) * 4 - 4
 
 
-@pytest.mark.parametrize(("changes", "key", "words"), [
-    ({"n_steps": 10**9}, "n_steps", "a rollout buffer of 1000000000 steps x 1 envs, about"),
-    ({"policy_kwargs": {"net_arch": [10**5, 10**5]}}, "policy_kwargs", "a policy of about 10000800002 parameters"),
-    ({"policy_kwargs": {"net_arch": {"pi": [10**5, 10**5], "vf": [8]}}}, "policy_kwargs", "a policy of about 10000800051 "),
-    ({"policy_kwargs": {"net_arch": [8, {"pi": [10**5, 10**5]}]}}, "policy_kwargs", "a policy of about 10001200042 "),
-])
+@pytest.mark.parametrize(
+    ("changes", "key", "words"),
+    [
+        ({"n_steps": 10**9}, "n_steps", "a rollout buffer of 1000000000 steps x 1 envs, about"),
+        ({"policy_kwargs": {"net_arch": [10**5, 10**5]}}, "policy_kwargs", "a policy of about 10000800002 parameters"),
+        (
+            {"policy_kwargs": {"net_arch": {"pi": [10**5, 10**5], "vf": [8]}}},
+            "policy_kwargs",
+            "a policy of about 10000800051 ",
+        ),
+        (
+            {"policy_kwargs": {"net_arch": [8, {"pi": [10**5, 10**5]}]}},
+            "policy_kwargs",
+            "a policy of about 10001200042 ",
+        ),
+    ],
+)
 def test_a_caller_set_limit_bounds_every_door(tmp_path, changes, key, words):
     model = PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu", policy_kwargs={"net_arch": [8]})
     params = {**vars(model), **changes}
@@ -119,8 +163,9 @@ def test_policy_load_is_estimated_too(tmp_path):
     path = tmp_path / "policy.zip"
     with zipsave.sb3.installed():
         PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu").policy.save(path)
-    with zipsave.sb3.installed(limits=zipsave.Limits(max_model_bytes=1000)), pytest.raises(
-        ArchiveLimitError, match=re.escape("building this ActorCriticPolicy would allocate about")
+    with (
+        zipsave.sb3.installed(limits=zipsave.Limits(max_model_bytes=1000)),
+        pytest.raises(ArchiveLimitError, match=re.escape("building this ActorCriticPolicy would allocate about")),
     ):
         ActorCriticPolicy.load(path, device="cpu")
 
@@ -130,9 +175,10 @@ def test_the_default_bound_follows_the_archive_and_the_address_space(tmp_path):
     archive = tmp_path / "small.zip"
     archive.write_bytes(b"x" * 1000)
     big = {**vars(model), "policy_kwargs": {"net_arch": [5000, 5000]}}  # 25M parameters: 100 MB
-    with pytest.raises(ArchiveLimitError, match=re.escape(
-        "more than the 67124864 bytes of parameters an archive of 1000 bytes may build"
-    )):
+    with pytest.raises(
+        ArchiveLimitError,
+        match=re.escape("more than the 67124864 bytes of parameters an archive of 1000 bytes may build"),
+    ):
         check_model_size(PPO, big, str(archive))
     check_model_size(PPO, big, str(archive), limits=zipsave.Limits(alloc_ratio=1e6))  # raised: admitted
     check_model_size(PPO, big, "https://example.com/model.zip")  # size unknown: only the machine bounds it

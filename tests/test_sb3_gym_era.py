@@ -113,8 +113,9 @@ def _entry(spaces_module_name: str, serialized: str) -> dict:
 def test_a_ppo_of_sb3_1_with_gym_spaces_loads_safely_and_acts_the_same(tmp_path, legacy_pickle):
     from stable_baselines3 import PPO
 
-    model = PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=1, seed=0,
-                policy_kwargs={"net_arch": [16]})
+    model = PPO(
+        "MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=1, seed=0, policy_kwargs={"net_arch": [16]}
+    )
     model.save(tmp_path / "ppo.zip")
     with zipfile.ZipFile(tmp_path / "ppo.zip") as zf:
         members = {name: zf.read(name) for name in zf.namelist()}
@@ -137,15 +138,14 @@ def test_a_ppo_of_sb3_1_with_gym_spaces_loads_safely_and_acts_the_same(tmp_path,
 
 
 def test_gym_dict_and_multi_discrete_spaces_become_gymnasium_ones(tmp_path, legacy_pickle):
-    serialized = legacy_pickle(
-        lambda s: s.Dict({"pos": s.Box(-1.0, 1.0, (2,)), "mode": s.MultiDiscrete([3, 4])})
-    )
+    serialized = legacy_pickle(lambda s: s.Dict({"pos": s.Box(-1.0, 1.0, (2,)), "mode": s.MultiDiscrete([3, 4])}))
     with zipfile.ZipFile(tmp_path / "spaces.zip", "w") as zf:
         zf.writestr("data", json.dumps({"observation_space": _entry("gym.spaces.dict.Dict", serialized)}))
     data = zipsave.load_archive(tmp_path / "spaces.zip", load_data=True)[0]
     space = data["observation_space"]
     assert type(space) is gymnasium.spaces.Dict
     assert dict(space.spaces) == {
-        "pos": gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32), "mode": gymnasium.spaces.MultiDiscrete([3, 4])
+        "pos": gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        "mode": gymnasium.spaces.MultiDiscrete([3, 4]),
     }
     assert space.sample() in space

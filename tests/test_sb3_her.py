@@ -22,10 +22,11 @@ import zipsave
 pytest.importorskip("stable_baselines3")
 
 import gymnasium as gym  # noqa: E402
-import zipsave.sb3  # noqa: E402
 from stable_baselines3 import DQN, SAC, HerReplayBuffer  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.envs import BitFlippingEnv  # noqa: E402
+
+import zipsave.sb3  # noqa: E402
 
 ARRAYS = ("actions", "rewards", "dones", "timeouts", "ep_start", "ep_length", "_current_ep_start")
 
@@ -54,7 +55,11 @@ def make(seed=0, *, copy_info_dict=False, buffer_size=300, venv=None):
         learning_starts=40,
         train_freq=4,
         replay_buffer_class=HerReplayBuffer,
-        replay_buffer_kwargs={"n_sampled_goal": 2, "goal_selection_strategy": "future", "copy_info_dict": copy_info_dict},
+        replay_buffer_kwargs={
+            "n_sampled_goal": 2,
+            "goal_selection_strategy": "future",
+            "copy_info_dict": copy_info_dict,
+        },
         policy_kwargs={"net_arch": [16]},
         seed=seed,
     )
@@ -129,7 +134,12 @@ def test_her_buffer_is_stored_as_arrays_and_numbers(saved, trained):
     assert ":serialized:" not in raw  # no pickle at all
     state = json.loads(raw)
     assert state["class"] == "stable_baselines3.her.her_replay_buffer:HerReplayBuffer"
-    assert state["her"] == {"n_sampled_goal": 2, "goal_selection_strategy": "future", "her_ratio": 1 - 1 / 3, "copy_info_dict": False}
+    assert state["her"] == {
+        "n_sampled_goal": 2,
+        "goal_selection_strategy": "future",
+        "her_ratio": 1 - 1 / 3,
+        "copy_info_dict": False,
+    }
     assert "infos" not in state  # copy_info_dict=False: SB3 never fills them
     assert sorted(state["arrays"][":zipsave:"]["value"]) == sorted(["observations", "next_observations", *ARRAYS])
     assert sum(n.startswith("replay_buffer/arrays/") for n in names) == 3 + 3 + len(ARRAYS)
@@ -145,7 +155,11 @@ def test_load_with_force_reset_false_is_the_saved_buffer(saved, trained):
     assert isinstance(new, HerReplayBuffer) and new is not old
     same_buffer(new, old)
     assert new.env is model.env and new.device == model.device
-    assert (new.n_sampled_goal, new.goal_selection_strategy, new.her_ratio) == (2, old.goal_selection_strategy, 1 - 1 / 3)
+    assert (new.n_sampled_goal, new.goal_selection_strategy, new.her_ratio) == (
+        2,
+        old.goal_selection_strategy,
+        1 - 1 / 3,
+    )
     same_samples(samples(new), samples(old))  # same goals drawn, same rewards recomputed by the env
 
 
@@ -167,8 +181,16 @@ def test_default_load_ends_the_unfinished_episode_as_sb3_does(saved, trained, tm
 
 def test_sac_with_her_on_continuous_actions(tmp_path):
     venv = make_vec_env(Bits, n_envs=2, seed=0, env_kwargs={"n_bits": 4, "max_steps": 4, "continuous": True})
-    sac = SAC("MultiInputPolicy", venv, buffer_size=100, learning_starts=30, replay_buffer_class=HerReplayBuffer,
-              replay_buffer_kwargs={"goal_selection_strategy": "final"}, policy_kwargs={"net_arch": [16]}, seed=0)
+    sac = SAC(
+        "MultiInputPolicy",
+        venv,
+        buffer_size=100,
+        learning_starts=30,
+        replay_buffer_class=HerReplayBuffer,
+        replay_buffer_kwargs={"goal_selection_strategy": "final"},
+        policy_kwargs={"net_arch": [16]},
+        seed=0,
+    )
     sac.learn(90)  # two envs, 100 rows: the buffer wraps around
     zipsave.save(sac, tmp_path / "sac.zip", include=["replay_buffer"])
     fresh = make_vec_env(Bits, n_envs=2, seed=3, env_kwargs={"n_bits": 4, "max_steps": 4, "continuous": True})
@@ -181,13 +203,19 @@ def test_sac_with_her_on_continuous_actions(tmp_path):
 
 def test_the_models_her_settings_win_and_the_report_says_so(saved):
     report = zipsave.LoadReport()
-    model = zipsave.load(saved, cls=DQN, env=env(5), report=report,
-                         replay_buffer_kwargs={"n_sampled_goal": 4, "goal_selection_strategy": "episode"})
+    model = zipsave.load(
+        saved,
+        cls=DQN,
+        env=env(5),
+        report=report,
+        replay_buffer_kwargs={"n_sampled_goal": 4, "goal_selection_strategy": "episode"},
+    )
     buffer = model.replay_buffer
     assert buffer.n_sampled_goal == 4 and buffer.pos > 0
     assert any(
         "the HerReplayBuffer keeps the model's settings (goal_selection_strategy='future' saved, 'episode' used, "
-        "her_ratio=0.6666666666666667 saved, 0.8 used, n_sampled_goal=2 saved, 4 used)" in note for note in report.notes
+        "her_ratio=0.6666666666666667 saved, 0.8 used, n_sampled_goal=2 saved, 4 used)" in note
+        for note in report.notes
     ), report.notes
 
 
@@ -224,8 +252,15 @@ def test_infos_of_every_kind_come_back_as_they_were(with_infos, tmp_path):
     model.replay_buffer = copy.deepcopy(with_infos.replay_buffer)
     model.replay_buffer.env = None
     odd = {
-        "flag": np.bool_(True), "f32": np.float32(0.5), "big": 2**62, "nan": float("nan"), "text": "é",
-        "none": None, "empty": {}, "ordered": collections.OrderedDict(), "image": np.zeros((2, 3), np.uint8),
+        "flag": np.bool_(True),
+        "f32": np.float32(0.5),
+        "big": 2**62,
+        "nan": float("nan"),
+        "text": "é",
+        "none": None,
+        "empty": {},
+        "ordered": collections.OrderedDict(),
+        "image": np.zeros((2, 3), np.uint8),
         "nested": {"deep": {"x": np.arange(3, dtype=np.int16)}},
     }
     model.replay_buffer.infos[7, 0] = odd
@@ -247,12 +282,20 @@ def _rewrite(path, member, edit, tmp_path):
     return out
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda s: s["infos"][":zipsave:"]["value"]["layouts"].append([99]), "`infos.layouts` must list column numbers"),
-    (lambda s: s["infos"][":zipsave:"]["value"]["columns"][0].update(kind="set"),
-     "`infos` column 0 has path ['is_success'] and kind 'set'"),
-    (lambda s: s["her"].clear() or s.update(her=None), "holds a HerReplayBuffer without its `her` settings"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda s: s["infos"][":zipsave:"]["value"]["layouts"].append([99]),
+            "`infos.layouts` must list column numbers",
+        ),
+        (
+            lambda s: s["infos"][":zipsave:"]["value"]["columns"][0].update(kind="set"),
+            "`infos` column 0 has path ['is_success'] and kind 'set'",
+        ),
+        (lambda s: s["her"].clear() or s.update(her=None), "holds a HerReplayBuffer without its `her` settings"),
+    ],
+)
 def test_an_edited_her_entry_is_skipped_with_a_warning(with_infos, tmp_path, edit, message):
     zipsave.save(with_infos, tmp_path / "infos.zip", include=["replay_buffer"])
 
@@ -283,7 +326,9 @@ def test_an_info_value_without_a_safe_form_is_refused(with_infos, tmp_path):
 
 # -- what does not fit ----------------------------------------------------------------------
 def test_buffer_of_another_size_is_skipped_with_a_warning(saved):
-    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("replay buffer with buffer_size=300, but the model's has 400")):
+    with pytest.warns(
+        zipsave.SkippedEntryWarning, match=re.escape("replay buffer with buffer_size=300, but the model's has 400")
+    ):
         model = zipsave.load(saved, cls=DQN, env=env(5), buffer_size=400)
     buffer = model.replay_buffer
     assert isinstance(buffer, HerReplayBuffer) and buffer.pos == 0 and not buffer.full
@@ -292,7 +337,12 @@ def test_buffer_of_another_size_is_skipped_with_a_warning(saved):
 
 
 def test_a_plain_buffer_is_not_filled_from_a_her_one(saved):
-    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("holds a `stable_baselines3.her.her_replay_buffer:HerReplayBuffer`, but the model's replay buffer is a `stable_baselines3.common.buffers:DictReplayBuffer`")):
+    with pytest.warns(
+        zipsave.SkippedEntryWarning,
+        match=re.escape(
+            "holds a `stable_baselines3.her.her_replay_buffer:HerReplayBuffer`, but the model's replay buffer is a `stable_baselines3.common.buffers:DictReplayBuffer`"
+        ),
+    ):
         model = zipsave.load(saved, cls=DQN, env=env(5), replay_buffer_class=None, replay_buffer_kwargs={})
     assert model.replay_buffer.pos == 0
 

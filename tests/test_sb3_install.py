@@ -24,17 +24,23 @@ import zipsave
 
 sb3 = pytest.importorskip("stable_baselines3")  # the `test` extra installs it
 
-import zipsave.sb3  # noqa: E402
 from stable_baselines3 import DQN, PPO, SAC  # noqa: E402
 from stable_baselines3.common import base_class, off_policy_algorithm, save_util  # noqa: E402
 from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback  # noqa: E402
 from stable_baselines3.common.policies import ActorCriticPolicy, BaseModel  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize  # noqa: E402
 
-SB3_FUNCTIONS = {name: getattr(save_util, name) for name in ("save_to_zip_file", "load_from_zip_file",
-                                                             "save_to_pkl", "load_from_pkl")}
-SB3_METHODS = {(BaseModel, "save"): BaseModel.__dict__["save"], (BaseModel, "load"): BaseModel.__dict__["load"],
-               (VecNormalize, "load"): VecNormalize.__dict__["load"]}
+import zipsave.sb3  # noqa: E402
+
+SB3_FUNCTIONS = {
+    name: getattr(save_util, name)
+    for name in ("save_to_zip_file", "load_from_zip_file", "save_to_pkl", "load_from_pkl")
+}
+SB3_METHODS = {
+    (BaseModel, "save"): BaseModel.__dict__["save"],
+    (BaseModel, "load"): BaseModel.__dict__["load"],
+    (VecNormalize, "load"): VecNormalize.__dict__["load"],
+}
 
 
 class NotAllowlisted:
@@ -328,8 +334,9 @@ def test_vec_normalize_save_and_load(tmp_path, installed):
 def test_checkpoint_callback_writes_loadable_archives(tmp_path, installed):
     env = VecNormalize(make_venv())
     model = DQN("MlpPolicy", env, buffer_size=200, learning_starts=10, seed=0, device="cpu")
-    callback = CheckpointCallback(save_freq=40, save_path=str(tmp_path), name_prefix="dqn",
-                                  save_replay_buffer=True, save_vecnormalize=True)
+    callback = CheckpointCallback(
+        save_freq=40, save_path=str(tmp_path), name_prefix="dqn", save_replay_buffer=True, save_vecnormalize=True
+    )
     model.learn(40, callback=callback)
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == ["dqn_40_steps.zip", "dqn_replay_buffer_40_steps.pkl", "dqn_vecnormalize_40_steps.pkl"]
@@ -369,8 +376,9 @@ def test_sb3_contrib_models_save_and_load_with_the_defaults(tmp_path, installed)
         (contrib.RecurrentPPO, "CartPole-v1", {"n_steps": 32, "batch_size": 32}),
         (contrib.ARS, "CartPole-v1", {"n_delta": 2}),
     ):
-        model = cls("MlpPolicy" if cls is not contrib.RecurrentPPO else "MlpLstmPolicy", env, seed=0, device="cpu",
-                    **kwargs)
+        model = cls(
+            "MlpPolicy" if cls is not contrib.RecurrentPPO else "MlpLstmPolicy", env, seed=0, device="cpu", **kwargs
+        )
         model.save(tmp_path / cls.__name__)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # the defaults decode everything: no skipped entry

@@ -88,7 +88,11 @@ def test_a_key_the_caller_overrides_is_never_decoded_nor_warned_about():
         assert model.learning_rate == 1e-3 and model.lr_schedule(0.5) == pytest.approx(1e-3)
         model = _load("ppo_lambda", custom_objects={"learning_rate": 2e-3, "lr_schedule": utils.ConstantSchedule(2e-3)})
         assert model.learning_rate == 2e-3
-    assert not any(e.key == "learning_rate" for e in model.zipsave_report.skipped) if hasattr(model, "zipsave_report") else True
+    assert (
+        not any(e.key == "learning_rate" for e in model.zipsave_report.skipped)
+        if hasattr(model, "zipsave_report")
+        else True
+    )
 
 
 def _entry(obj):
@@ -164,10 +168,19 @@ def test_a_lambda_of_any_python_is_refused(python):
 
 
 def test_a_lambda_schedule_is_warned_about_when_saving_and_sb3s_closures_are_not(tmp_path):
-    ppo = PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, policy_kwargs={"net_arch": [8]}, device="cpu",
-              learning_rate=lambda progress: 1e-3 * progress)
-    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape(
-            "`learning_rate`, `lr_schedule` hold code that cloudpickle stores by value")) as caught:
+    ppo = PPO(
+        "MlpPolicy",
+        "CartPole-v1",
+        n_steps=32,
+        batch_size=32,
+        policy_kwargs={"net_arch": [8]},
+        device="cpu",
+        learning_rate=lambda progress: 1e-3 * progress,
+    )
+    with pytest.warns(
+        zipsave.ZipsaveWarning,
+        match=re.escape("`learning_rate`, `lr_schedule` hold code that cloudpickle stores by value"),
+    ) as caught:
         zipsave.save(ppo, tmp_path / "lambda.zip")
     assert "custom_objects={'learning_rate': ..., 'lr_schedule': ...}" in str(caught[0].message)
     with warnings.catch_warnings():

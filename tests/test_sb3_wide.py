@@ -108,8 +108,15 @@ def test_archives_of_sb3_before_2_7_keep_their_schedules_under_install(name, uni
 
 
 def test_dqn_exploration_schedule_from_get_linear_fn_is_rebuilt(tmp_path, uninstalled):
-    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=8, buffer_size=64, policy_kwargs={"net_arch": [8]},
-                learning_rate=_quietly(utils.get_linear_fn, 1e-3, 0.0, 1.0), seed=0)
+    model = DQN(
+        "MlpPolicy",
+        "CartPole-v1",
+        learning_starts=8,
+        buffer_size=64,
+        policy_kwargs={"net_arch": [8]},
+        learning_rate=_quietly(utils.get_linear_fn, 1e-3, 0.0, 1.0),
+        seed=0,
+    )
     model.exploration_schedule = _quietly(utils.get_linear_fn, 1.0, 0.1, 0.2)
     model.save(tmp_path / "dqn.zip")
     zipsave.sb3.install()
@@ -149,7 +156,9 @@ def by_value_archive(tmp_path, request):
     if request.param == "sb3":
         model.save(tmp_path / "ext.zip")
     else:  # zipsave says at save time that a safe load will skip it
-        with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("`policy_kwargs` holds code that cloudpickle stores by value")):
+        with pytest.warns(
+            zipsave.ZipsaveWarning, match=re.escape("`policy_kwargs` holds code that cloudpickle stores by value")
+        ):
             zipsave.save(model, tmp_path / "ext.zip")
     return model, extractor, tmp_path / "ext.zip"
 
@@ -193,10 +202,14 @@ def test_sb3_load_under_install_names_an_undecodable_required_key(tmp_path, unin
     setattr(model, key, string.Template("n"))  # stands for a value whose class is not trusted
     model.save(tmp_path / "m.zip")
     zipsave.sb3.install()
-    with pytest.raises(zipsave.DecodeError, match=re.escape(f"cannot build PPO: `{key}` could not be decoded")) as caught:
+    with pytest.raises(
+        zipsave.DecodeError, match=re.escape(f"cannot build PPO: `{key}` could not be decoded")
+    ) as caught:
         PPO.load(tmp_path / "m.zip")
     assert caught.value.key == key
-    assert "trust the global named above with `trusted=[...]` (`zipsave.sb3.install(trusted=[...])`" in str(caught.value)
+    assert "trust the global named above with `trusted=[...]` (`zipsave.sb3.install(trusted=[...])`" in str(
+        caught.value
+    )
 
 
 def test_a_class_stored_by_value_loads_when_the_caller_passes_the_value(by_value_archive, uninstalled):
@@ -267,9 +280,7 @@ def test_a_tensor_pickled_by_sb3_loads_weights_only_and_other_torch_rebuilds_are
     message = str(caught[0].message).replace("`sparse`", "`weights`")
     assert TORCH_PICKLE in message and "trusted=" not in message
     assert not hasattr(loaded, "sparse")
-    assert th.equal(
-        zipsave.load(tmp_path / "m.zip", cls=PPO, custom_objects={"sparse": th.ones(3)}).sparse, th.ones(3)
-    )
+    assert th.equal(zipsave.load(tmp_path / "m.zip", cls=PPO, custom_objects={"sparse": th.ones(3)}).sparse, th.ones(3))
 
 
 def _zipsave_warnings(caught):
@@ -283,12 +294,22 @@ def test_vectorized_action_noise_loads_safely(tmp_path, uninstalled):
     from stable_baselines3.common.noise import NormalActionNoise, VectorizedActionNoise
 
     noise = VectorizedActionNoise(NormalActionNoise(np.zeros(1), np.full(1, 0.3)), n_envs=2)
-    model = TD3("MlpPolicy", make_vec_env("Pendulum-v1", 2), action_noise=noise, learning_starts=8, buffer_size=64,
-                batch_size=8, policy_kwargs={"net_arch": [8]}, seed=0)
+    model = TD3(
+        "MlpPolicy",
+        make_vec_env("Pendulum-v1", 2),
+        action_noise=noise,
+        learning_starts=8,
+        buffer_size=64,
+        batch_size=8,
+        policy_kwargs={"net_arch": [8]},
+        seed=0,
+    )
     model.save(tmp_path / "td3.zip")
     zipsave.sb3.install()
-    for loaded in (zipsave.load(tmp_path / "td3.zip", cls=TD3, env=make_vec_env("Pendulum-v1", 2)),
-                   TD3.load(tmp_path / "td3.zip", env=make_vec_env("Pendulum-v1", 2))):
+    for loaded in (
+        zipsave.load(tmp_path / "td3.zip", cls=TD3, env=make_vec_env("Pendulum-v1", 2)),
+        TD3.load(tmp_path / "td3.zip", env=make_vec_env("Pendulum-v1", 2)),
+    ):
         assert isinstance(loaded.action_noise, VectorizedActionNoise)
         assert loaded.action_noise.n_envs == 2
         assert loaded.action_noise.base_noise._sigma.tolist() == [0.3]
@@ -304,8 +325,16 @@ def test_n_step_replay_buffer_class_loads_safely(tmp_path):
         pytest.skip("this SB3 has no n-step returns")
     from stable_baselines3.common.buffers import NStepReplayBuffer
 
-    model = SAC("MlpPolicy", "Pendulum-v1", n_steps=3, learning_starts=8, buffer_size=64, batch_size=8,
-                policy_kwargs={"net_arch": [8]}, seed=0)
+    model = SAC(
+        "MlpPolicy",
+        "Pendulum-v1",
+        n_steps=3,
+        learning_starts=8,
+        buffer_size=64,
+        batch_size=8,
+        policy_kwargs={"net_arch": [8]},
+        seed=0,
+    )
     model.learn(16)
     model.save(tmp_path / "sac.zip")
     model.save_replay_buffer(tmp_path / "buffer.pkl")  # SB3's pickle
@@ -333,8 +362,10 @@ class _SpacesEnv(gym.Env):
             spaces.Dict({"a": box, "b": spaces.Discrete(4), "c": spaces.MultiBinary(2)}) if obs == "dict" else box
         )
         self.action_space = {
-            "multidiscrete": spaces.MultiDiscrete([2, 3]), "multibinary": spaces.MultiBinary(3),
-            "box": spaces.Box(-1, 1, (2,), np.float32), "discrete": spaces.Discrete(3),
+            "multidiscrete": spaces.MultiDiscrete([2, 3]),
+            "multibinary": spaces.MultiBinary(3),
+            "box": spaces.Box(-1, 1, (2,), np.float32),
+            "discrete": spaces.Discrete(3),
         }[act]
         self.steps = 0
 
@@ -353,35 +384,115 @@ class _SpacesEnv(gym.Env):
         return np.ones(space.n if hasattr(space, "n") else int(sum(space.nvec)), dtype=bool)
 
 
-ON_POLICY = {"net_arch": {"pi": [8, 8], "vf": [6]}, "activation_fn": th.nn.Tanh, "optimizer_class": th.optim.RMSprop,
-             "optimizer_kwargs": {"alpha": 0.9}, "share_features_extractor": False, "ortho_init": False}
-OFF_POLICY = {"net_arch": {"pi": [8], "qf": [6, 6]}, "activation_fn": th.nn.ELU, "optimizer_class": th.optim.AdamW,
-              "normalize_images": False}
+ON_POLICY = {
+    "net_arch": {"pi": [8, 8], "vf": [6]},
+    "activation_fn": th.nn.Tanh,
+    "optimizer_class": th.optim.RMSprop,
+    "optimizer_kwargs": {"alpha": 0.9},
+    "share_features_extractor": False,
+    "ortho_init": False,
+}
+OFF_POLICY = {
+    "net_arch": {"pi": [8], "qf": [6, 6]},
+    "activation_fn": th.nn.ELU,
+    "optimizer_class": th.optim.AdamW,
+    "normalize_images": False,
+}
 BUFFER = {"learning_starts": 8, "buffer_size": 64, "batch_size": 8}
 ROLLOUT = {"n_steps": 16, "batch_size": 8, "n_epochs": 1}
 CASES = {
-    "A2C": ("stable_baselines3", "A2C", "MlpPolicy", ("box", "multibinary"), {"n_steps": 8, "policy_kwargs": ON_POLICY}),
-    "PPO-dict": ("stable_baselines3", "PPO", "MultiInputPolicy", ("dict", "multidiscrete"),
-                 {**ROLLOUT, "policy_kwargs": {"net_arch": [8], "normalize_images": False}}),
-    "PPO-sde": ("stable_baselines3", "PPO", "MlpPolicy", ("box", "box"),
-                {**ROLLOUT, "use_sde": True, "policy_kwargs": {"net_arch": [8], "log_std_init": -1.0, "use_expln": True}}),
+    "A2C": (
+        "stable_baselines3",
+        "A2C",
+        "MlpPolicy",
+        ("box", "multibinary"),
+        {"n_steps": 8, "policy_kwargs": ON_POLICY},
+    ),
+    "PPO-dict": (
+        "stable_baselines3",
+        "PPO",
+        "MultiInputPolicy",
+        ("dict", "multidiscrete"),
+        {**ROLLOUT, "policy_kwargs": {"net_arch": [8], "normalize_images": False}},
+    ),
+    "PPO-sde": (
+        "stable_baselines3",
+        "PPO",
+        "MlpPolicy",
+        ("box", "box"),
+        {**ROLLOUT, "use_sde": True, "policy_kwargs": {"net_arch": [8], "log_std_init": -1.0, "use_expln": True}},
+    ),
     "SAC": ("stable_baselines3", "SAC", "MlpPolicy", ("box", "box"), {**BUFFER, "policy_kwargs": OFF_POLICY}),
-    "SAC-dict": ("stable_baselines3", "SAC", "MultiInputPolicy", ("dict", "box"), {**BUFFER, "policy_kwargs": {"net_arch": [8]}}),
-    "TD3": ("stable_baselines3", "TD3", "MlpPolicy", ("box", "box"),
-            {**BUFFER, "policy_kwargs": {"net_arch": {"pi": [8], "qf": [8]}, "n_critics": 1, "share_features_extractor": True}}),
+    "SAC-dict": (
+        "stable_baselines3",
+        "SAC",
+        "MultiInputPolicy",
+        ("dict", "box"),
+        {**BUFFER, "policy_kwargs": {"net_arch": [8]}},
+    ),
+    "TD3": (
+        "stable_baselines3",
+        "TD3",
+        "MlpPolicy",
+        ("box", "box"),
+        {
+            **BUFFER,
+            "policy_kwargs": {"net_arch": {"pi": [8], "qf": [8]}, "n_critics": 1, "share_features_extractor": True},
+        },
+    ),
     "DDPG": ("stable_baselines3", "DDPG", "MlpPolicy", ("box", "box"), {**BUFFER, "policy_kwargs": {"net_arch": [8]}}),
-    "DQN-dict": ("stable_baselines3", "DQN", "MultiInputPolicy", ("dict", "discrete"),
-                 {**BUFFER, "policy_kwargs": {"net_arch": [8], "optimizer_class": th.optim.SGD,
-                                              "optimizer_kwargs": {"momentum": 0.5}}}),
-    "TQC": ("sb3_contrib", "TQC", "MlpPolicy", ("box", "box"),
-            {**BUFFER, "policy_kwargs": {"net_arch": [8], "n_quantiles": 5, "activation_fn": th.nn.LeakyReLU}}),
-    "QRDQN": ("sb3_contrib", "QRDQN", "MlpPolicy", ("box", "discrete"), {**BUFFER, "policy_kwargs": {"net_arch": [8], "n_quantiles": 5}}),
-    "TRPO": ("sb3_contrib", "TRPO", "MlpPolicy", ("box", "multidiscrete"), {"n_steps": 16, "batch_size": 8, "policy_kwargs": ON_POLICY}),
-    "ARS": ("sb3_contrib", "ARS", "MlpPolicy", ("box", "box"), {"n_delta": 2, "n_eval_episodes": 1, "policy_kwargs": {"net_arch": [8]}}),
-    "RecurrentPPO": ("sb3_contrib", "RecurrentPPO", "MultiInputLstmPolicy", ("dict", "discrete"),
-                     {**ROLLOUT, "policy_kwargs": {"net_arch": [8], "lstm_hidden_size": 8, "enable_critic_lstm": True}}),
-    "MaskablePPO": ("sb3_contrib", "MaskablePPO", "MultiInputPolicy", ("dict", "multidiscrete"),
-                    {**ROLLOUT, "policy_kwargs": {"net_arch": [8]}}),
+    "DQN-dict": (
+        "stable_baselines3",
+        "DQN",
+        "MultiInputPolicy",
+        ("dict", "discrete"),
+        {
+            **BUFFER,
+            "policy_kwargs": {"net_arch": [8], "optimizer_class": th.optim.SGD, "optimizer_kwargs": {"momentum": 0.5}},
+        },
+    ),
+    "TQC": (
+        "sb3_contrib",
+        "TQC",
+        "MlpPolicy",
+        ("box", "box"),
+        {**BUFFER, "policy_kwargs": {"net_arch": [8], "n_quantiles": 5, "activation_fn": th.nn.LeakyReLU}},
+    ),
+    "QRDQN": (
+        "sb3_contrib",
+        "QRDQN",
+        "MlpPolicy",
+        ("box", "discrete"),
+        {**BUFFER, "policy_kwargs": {"net_arch": [8], "n_quantiles": 5}},
+    ),
+    "TRPO": (
+        "sb3_contrib",
+        "TRPO",
+        "MlpPolicy",
+        ("box", "multidiscrete"),
+        {"n_steps": 16, "batch_size": 8, "policy_kwargs": ON_POLICY},
+    ),
+    "ARS": (
+        "sb3_contrib",
+        "ARS",
+        "MlpPolicy",
+        ("box", "box"),
+        {"n_delta": 2, "n_eval_episodes": 1, "policy_kwargs": {"net_arch": [8]}},
+    ),
+    "RecurrentPPO": (
+        "sb3_contrib",
+        "RecurrentPPO",
+        "MultiInputLstmPolicy",
+        ("dict", "discrete"),
+        {**ROLLOUT, "policy_kwargs": {"net_arch": [8], "lstm_hidden_size": 8, "enable_critic_lstm": True}},
+    ),
+    "MaskablePPO": (
+        "sb3_contrib",
+        "MaskablePPO",
+        "MultiInputPolicy",
+        ("dict", "multidiscrete"),
+        {**ROLLOUT, "policy_kwargs": {"net_arch": [8]}},
+    ),
     "CrossQ": ("sb3_contrib", "CrossQ", "MlpPolicy", ("box", "box"), {**BUFFER, "policy_kwargs": {"net_arch": [8]}}),
 }
 
@@ -414,7 +525,9 @@ def test_every_algorithm_round_trips_and_trains_on(tmp_path, case, direction):
     observations.seed(1)
     for _ in range(3):
         obs = observations.sample()
-        np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
+        np.testing.assert_array_equal(
+            loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0]
+        )
     loaded.learn(16, reset_num_timesteps=False)
     assert loaded.num_timesteps > model.num_timesteps
 
@@ -425,7 +538,9 @@ def test_ars_goes_on_from_the_loaded_weights(tmp_path, saver, uninstalled):
     # parameters are loaded: with zero_policy=False a loaded ARS (ARS.load under install() too)
     # went on training from freshly initialised weights.
     ars = pytest.importorskip("sb3_contrib").ARS
-    model = ars("LinearPolicy", "Pendulum-v1", n_delta=2, n_eval_episodes=1, learning_rate=0.5, zero_policy=False, seed=0)
+    model = ars(
+        "LinearPolicy", "Pendulum-v1", n_delta=2, n_eval_episodes=1, learning_rate=0.5, zero_policy=False, seed=0
+    )
     model.learn(600)
     model.save(tmp_path / "ars.zip") if saver == "sb3" else zipsave.save(model, tmp_path / "ars.zip")
     report = zipsave.LoadReport()
@@ -463,9 +578,14 @@ def test_recurrent_policy_file_keeps_its_lstm_settings(tmp_path, uninstalled):
     # `_get_constructor_parameters()`: Policy.load built a 256-unit LSTM and failed (SB3 too).
     contrib = pytest.importorskip("sb3_contrib")
     zipsave.sb3.install()
-    model = contrib.RecurrentPPO("MlpLstmPolicy", _SpacesEnv("box", "box"), n_steps=16, batch_size=8, seed=0,
-                                policy_kwargs={"net_arch": [8], "lstm_hidden_size": 8, "n_lstm_layers": 2,
-                                               "enable_critic_lstm": True})
+    model = contrib.RecurrentPPO(
+        "MlpLstmPolicy",
+        _SpacesEnv("box", "box"),
+        n_steps=16,
+        batch_size=8,
+        seed=0,
+        policy_kwargs={"net_arch": [8], "lstm_hidden_size": 8, "n_lstm_layers": 2, "enable_critic_lstm": True},
+    )
     model.policy.save(tmp_path / "policy.zip")
     loaded = type(model.policy).load(tmp_path / "policy.zip")
     assert (loaded.lstm_actor.hidden_size, loaded.lstm_actor.num_layers) == (8, 2)
@@ -481,14 +601,19 @@ def test_ars_linear_policy_file_loads(tmp_path, uninstalled):
     model.policy.save(tmp_path / "policy.zip")
     loaded = type(model.policy).load(tmp_path / "policy.zip")
     obs = np.ones(3, dtype=np.float32)
-    np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], model.policy.predict(obs, deterministic=True)[0])
+    np.testing.assert_array_equal(
+        loaded.predict(obs, deterministic=True)[0], model.policy.predict(obs, deterministic=True)[0]
+    )
 
     biased = contrib.ARS("LinearPolicy", "Pendulum-v1", n_delta=2, seed=0, policy_kwargs={"with_bias": True})
     biased.policy.save(tmp_path / "biased.zip")  # `with_bias` is recorded nowhere: named, not a bare RuntimeError
-    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(
-        "member `policy.pth`: the ARSLinearPolicy built from the saved constructor parameters does not fit the "
-        "saved weights"
-    )) as caught:
+    with pytest.raises(
+        zipsave.ParameterMismatchError,
+        match=re.escape(
+            "member `policy.pth`: the ARSLinearPolicy built from the saved constructor parameters does not fit the "
+            "saved weights"
+        ),
+    ) as caught:
         type(biased.policy).load(tmp_path / "biased.zip")
     assert "ARSLinearPolicy._get_constructor_parameters() does not record every argument" in str(caught.value)
 

@@ -132,18 +132,46 @@ def native_model() -> Algo:
         "graph": gym.spaces.Graph(gym.spaces.Box(0, 1, (2,)), gym.spaces.Discrete(3)),
         "seq": gym.spaces.Sequence(gym.spaces.Discrete(2)),
         # gymnasium 0.29 has no OneOf (tests/test_spaces.py checks what loading one does there)
-        **({"oneof": gym.spaces.OneOf([gym.spaces.Discrete(2), gym.spaces.MultiBinary(3)])}
-           if hasattr(gym.spaces, "OneOf") else {}),
+        **(
+            {"oneof": gym.spaces.OneOf([gym.spaces.Discrete(2), gym.spaces.MultiBinary(3)])}
+            if hasattr(gym.spaces, "OneOf")
+            else {}
+        ),
         "tuple": gym.spaces.Tuple([gym.spaces.MultiDiscrete([2, 3]), gym.spaces.Dict({"a": gym.spaces.Discrete(4)})]),
     }
     return algo
 
 
 NATIVE_ATTRS = [
-    "schedule_points", "seen_actions", "counts", "stats", "history", "buffer", "ent_coef_tensor", "obs_dtype",
-    "torch_dtype", "device", "complex_gain", "best", "huge", "tag", "started", "elapsed", "log_dir", "mode",
-    "last", "activation_fn", "optimizer_class", "spaces", "observation_space", "action_space", "ep_info_buffer",
-    "net_arch", "learning_rate", "num_timesteps", "_last_obs",
+    "schedule_points",
+    "seen_actions",
+    "counts",
+    "stats",
+    "history",
+    "buffer",
+    "ent_coef_tensor",
+    "obs_dtype",
+    "torch_dtype",
+    "device",
+    "complex_gain",
+    "best",
+    "huge",
+    "tag",
+    "started",
+    "elapsed",
+    "log_dir",
+    "mode",
+    "last",
+    "activation_fn",
+    "optimizer_class",
+    "spaces",
+    "observation_space",
+    "action_space",
+    "ep_info_buffer",
+    "net_arch",
+    "learning_rate",
+    "num_timesteps",
+    "_last_obs",
 ]
 
 
@@ -194,10 +222,13 @@ import zipsave, zipsave._trust._unpickler, zipsave._codec._decode
 zipsave._trust._unpickler.restricted_loads = zipsave._codec._decode.restricted_loads = refuse
 import warnings
 warnings.simplefilter("error")
-m = zipsave.load({str(tmp_path / 'a.zip')!r}, trusted=["test_security.", "models.Algo"])  # init.json names models.Algo
+m = zipsave.load({str(tmp_path / "a.zip")!r}, trusted=["test_security.", "models.Algo"])  # init.json names models.Algo
 print(m.zipsave_report.ok, m.mode, type(m.spaces["graph"]).__name__, m.buffer.shape)
 """
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).parent), str(pathlib.Path(__file__).parents[1])]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).parent), str(pathlib.Path(__file__).parents[1])]),
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "Mode.TRAIN", "Graph", "(500,", "40)"]
@@ -268,7 +299,9 @@ def test_refused_ordinary_class_names_all_three_ways_to_opt_in(tmp_path):
 def test_trusting_something_else_does_not_trust_the_payload(tmp_path):
     marker = tmp_path / "PWNED"
     zipsave.save({"evil": payloads(marker)["os.system"][0]}, tmp_path / "a.zip")
-    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("refusing to import untrusted global `posix.system`.")):
+    with pytest.warns(
+        zipsave.SkippedEntryWarning, match=re.escape("refusing to import untrusted global `posix.system`.")
+    ):
         zipsave.load(tmp_path / "a.zip", trusted=["os.path.join", f"{__name__}."])
     assert not marker.exists()
 
@@ -349,10 +382,13 @@ def test_init_json_builds_only_saveable_classes(tmp_path, monkeypatch, path, arg
     dotted = path.replace(":", ".")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", zipsave.ZipsaveWarning)  # init.json was edited: noted, allowed
-        with pytest.raises(zipsave.UnsafeGlobalError, match=re.escape(
-            f"member `init.json`: refusing to import untrusted global `{dotted}`. Only zipsave.Saveable subclasses "
-            "are built from init.json; pass `cls=` to choose the class yourself."
-        )):
+        with pytest.raises(
+            zipsave.UnsafeGlobalError,
+            match=re.escape(
+                f"member `init.json`: refusing to import untrusted global `{dotted}`. Only zipsave.Saveable subclasses "
+                "are built from init.json; pass `cls=` to choose the class yourself."
+            ),
+        ):
             zipsave.load(tmp_path / "a.zip", trusted=[dotted])
     assert not (tmp_path / "PWNED").exists()
     if not args:  # naming the class yourself is the way out
@@ -378,7 +414,10 @@ def test_allowlisted_pickles_load_by_default(tmp_path):
     def inject(raw):
         data = orjson.loads(raw)
         for key, value in entries.items():
-            data[key] = {":type:": str(type(value)), ":serialized:": __import__("base64").b64encode(cloudpickle.dumps(value)).decode()}
+            data[key] = {
+                ":type:": str(type(value)),
+                ":serialized:": __import__("base64").b64encode(cloudpickle.dumps(value)).decode(),
+            }
         return orjson.dumps(data)
 
     zipsave.save({"lr": 0.1}, tmp_path / "a.zip")

@@ -23,8 +23,9 @@ import zipsave
 
 sb3 = pytest.importorskip("stable_baselines3")
 
-import zipsave.sb3  # noqa: E402
 from stable_baselines3 import PPO  # noqa: E402
+
+import zipsave.sb3  # noqa: E402
 
 HOSTILE = "__class__.__init__.__globals__.sys.modules.zipsave._trust._allowlist.CORE_ALLOWLIST"
 
@@ -32,8 +33,16 @@ HOSTILE = "__class__.__init__.__globals__.sys.modules.zipsave._trust._allowlist.
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     path = tmp_path_factory.mktemp("ppo") / "ppo.zip"
-    PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu",
-        policy_kwargs={"net_arch": [8]}).save(path)
+    PPO(
+        "MlpPolicy",
+        "CartPole-v1",
+        n_steps=32,
+        batch_size=32,
+        n_epochs=1,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    ).save(path)
     return path.read_bytes()
 
 
@@ -69,11 +78,15 @@ def _pth(obj):
 
 
 def _serialized(value):
-    return {":type:": f"<class '{type(value).__name__}'>", ":serialized:": base64.b64encode(pickle.dumps(value, 4)).decode()}
+    return {
+        ":type:": f"<class '{type(value).__name__}'>",
+        ":serialized:": base64.b64encode(pickle.dumps(value, 4)).decode(),
+    }
 
 
 def _loads(path, env=None):
     """The doors, each as a callable: zipsave.load(cls=PPO) and PPO.load under install()."""
+
     def installed_load():
         zipsave.sb3.install()
         try:
@@ -120,8 +133,11 @@ def test_data_key_shadowing_a_method_is_refused(tmp_path, saved):
 def test_reference_class_is_never_a_features_extractor(tmp_path, saved, marker):
     # PPO is admitted by reference (the caller named cls=PPO) only as the policy class; as a
     # features extractor SB3 would call PPO(observation_space, ...), making the env it names.
-    kwargs = {"net_arch": [8], "features_extractor_class": PPO,
-              "features_extractor_kwargs": {"env": f"{marker}:Nope-v0"}}
+    kwargs = {
+        "net_arch": [8],
+        "features_extractor_class": PPO,
+        "features_extractor_kwargs": {"env": f"{marker}:Nope-v0"},
+    }
     path = _archive(tmp_path, saved, {"policy_kwargs": _serialized(kwargs), "env": f"{marker}:Nope-v0"})
     for load in _loads(path):
         with pytest.raises(zipsave.ZipsaveError, match="policy_kwargs"), warnings.catch_warnings():

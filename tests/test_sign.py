@@ -21,12 +21,18 @@ import zipsave
 from tests.signing_pki import write_key_pair, write_pki
 
 pytest.importorskip("model_signing")
-from model_signing import signing as ms_signing, verifying as ms_verifying  # noqa: E402
+from model_signing import signing as ms_signing  # noqa: E402
+from model_signing import verifying as ms_verifying
 
 
 def model_signing_cli(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "model_signing", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "model_signing", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +94,19 @@ def test_model_signing_key_signature_is_accepted(tmp_path, keys):
 def test_model_signing_certificate_signature_is_accepted(tmp_path, pki):
     path = tmp_path / "m.zip"
     zipsave.save(state(), path)
-    done = model_signing_cli("sign", "certificate", path, "--private_key", pki["key"], "--signing_certificate",
-                             pki["cert"], "--certificate_chain", pki["ca"], "--signature", f"{path}.sig")
+    done = model_signing_cli(
+        "sign",
+        "certificate",
+        path,
+        "--private_key",
+        pki["key"],
+        "--signing_certificate",
+        pki["cert"],
+        "--certificate_chain",
+        pki["ca"],
+        "--signature",
+        f"{path}.sig",
+    )
     assert done.returncode == 0, done.stderr
     info = zipsave.verify_signature(path, zipsave.Trust(certificates=[pki["ca"]]))
     assert info is not None and info.kind == "certificate" and "CN=fleet signer" in info.signer
@@ -101,7 +118,9 @@ def test_zipsave_certificate_signature_is_accepted_by_model_signing(tmp_path, pk
     zipsave.save(state(), path)
     signer = zipsave.Signer(private_key=pki["key"], signing_certificate=pki["cert"], certificate_chain=[pki["ca"]])
     zipsave.sign(path, signer, embed=False)
-    done = model_signing_cli("verify", "certificate", path, "--signature", f"{path}.sig", "--certificate_chain", pki["ca"])
+    done = model_signing_cli(
+        "verify", "certificate", path, "--signature", f"{path}.sig", "--certificate_chain", pki["ca"]
+    )
     assert done.returncode == 0, done.stderr
     assert zipsave.verify_signature(path, zipsave.Trust(certificates=[pki["ca"]])).kind == "certificate"
 
@@ -116,10 +135,14 @@ def test_embedded_signature_covers_every_member_and_model_signing_accepts_it_ext
     info = zipsave.verify_signature(path, zipsave.Trust(public_keys=[keys["pub"]]))
     assert info.embedded and info.members == len(names) - 1 and info.location == "zipsave.sig"
     folder = tmp_path / "extracted"
-    done = model_signing_cli("verify", "key", folder, "--signature", folder / "zipsave.sig", "--public_key", keys["pub"])
+    done = model_signing_cli(
+        "verify", "key", folder, "--signature", folder / "zipsave.sig", "--public_key", keys["pub"]
+    )
     assert done.returncode == 0, done.stderr
     (folder / "data").write_bytes(b"{}")
-    done = model_signing_cli("verify", "key", folder, "--signature", folder / "zipsave.sig", "--public_key", keys["pub"])
+    done = model_signing_cli(
+        "verify", "key", folder, "--signature", folder / "zipsave.sig", "--public_key", keys["pub"]
+    )
     assert done.returncode != 0 and "data" in done.stderr
 
 
@@ -205,7 +228,9 @@ def test_background_save_and_checkpoint_manager_sign_every_checkpoint(tmp_path, 
     target = {"net": torch.nn.Linear(4, 3), "step": 0}
     assert manager.restore_latest(target).step == 3 and target["step"] == 7
     manager.close()
-    view = zipsave.CheckpointManager(tmp_path / "ck", read_only=True, trust=zipsave.Trust(public_keys=[keys["other_pub"]]))
+    view = zipsave.CheckpointManager(
+        tmp_path / "ck", read_only=True, trust=zipsave.Trust(public_keys=[keys["other_pub"]])
+    )
     with pytest.raises(zipsave.SignatureError) as err:
         view.load_latest()
     assert err.value.reason == "unknown-signer"
@@ -251,9 +276,11 @@ def test_settings_are_checked_when_made(keys):
         zipsave.Signer()
     with pytest.raises(ValueError, match=re.escape("signing_certificate= needs certificate_chain=")):
         zipsave.Signer(private_key="k.pem", signing_certificate="c.crt")
-    assert [zipsave.Signer(private_key="k.pem").kind, zipsave.Signer(sigstore=True).kind,
-            zipsave.Signer(private_key="k.pem", signing_certificate="c.crt", certificate_chain="ca.crt").kind] == [
-        "key", "sigstore", "certificate"]
+    assert [
+        zipsave.Signer(private_key="k.pem").kind,
+        zipsave.Signer(sigstore=True).kind,
+        zipsave.Signer(private_key="k.pem", signing_certificate="c.crt", certificate_chain="ca.crt").kind,
+    ] == ["key", "sigstore", "certificate"]
     with pytest.raises(TypeError, match=re.escape("trust must be a zipsave.Trust or None, found str.")):
         zipsave.load_archive("missing.zip", trust="ci.pub")
     with pytest.raises(TypeError, match=re.escape("sign= takes a zipsave.Signer or the path of a private key")):
@@ -273,15 +300,22 @@ def test_a_default_load_never_imports_model_signing(tmp_path, keys):
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('model_signing', 'sigstore', 'sigstore_models', 'OpenSSL'))\n"
         "print(bad)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
 
 def test_sb3_replay_buffer_door_checks_the_signature(tmp_path, keys):
-    import zipsave.sb3
     from stable_baselines3 import DQN
+
+    import zipsave.sb3
 
     model = DQN("MlpPolicy", "CartPole-v1", buffer_size=200, learning_starts=10, device="cpu")
     model.learn(30)

@@ -32,14 +32,31 @@ def test_sign_writes_the_detached_signature_model_signing_verifies(setup, capsys
     archive = setup["archive"]
     assert cli.main(["sign", str(archive), "--private-key", str(setup["key"])]) == 0
     assert capsys.readouterr().out == f"{archive}: signed, signature in {archive}.sig\n"
-    done = subprocess.run([sys.executable, "-m", "model_signing", "verify", "key", str(archive), "--signature",
-                           f"{archive}.sig", "--public_key", str(setup["pub"])], capture_output=True, text=True,
-                          timeout=300, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "model_signing",
+            "verify",
+            "key",
+            str(archive),
+            "--signature",
+            f"{archive}.sig",
+            "--public_key",
+            str(setup["pub"]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert cli.main(["verify", str(archive), "--public-key", str(setup["pub"])]) == 0
     out = capsys.readouterr().out
-    assert out == (f"{archive}: OK, signed by public key `{setup['pub']}` (sha256:{_hint(setup['pub'])[:16]}...); "
-                   f"signature {archive}.sig covers the whole file\n")
+    assert out == (
+        f"{archive}: OK, signed by public key `{setup['pub']}` (sha256:{_hint(setup['pub'])[:16]}...); "
+        f"signature {archive}.sig covers the whole file\n"
+    )
 
 
 def _hint(pub: Path) -> str:
@@ -106,8 +123,21 @@ def test_inspect_shows_the_signer(setup, capsys):
 def test_certificate_options_as_model_signing_names_them(setup, capsys):
     pki = write_pki(setup["dir"], "fleet")
     archive = setup["archive"]
-    assert cli.main(["sign", str(archive), "--private_key", str(pki["key"]), "--signing_certificate", str(pki["cert"]),
-                     "--certificate_chain", str(pki["ca"])]) == 0
+    assert (
+        cli.main(
+            [
+                "sign",
+                str(archive),
+                "--private_key",
+                str(pki["key"]),
+                "--signing_certificate",
+                str(pki["cert"]),
+                "--certificate_chain",
+                str(pki["ca"]),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert cli.main(["verify", str(archive), "--certificate_chain", str(pki["ca"])]) == 0
     assert "OK, signed by certificate `O=zipsave tests,CN=fleet signer`" in capsys.readouterr().out

@@ -48,6 +48,7 @@ def flip(member: str) -> Callable:
                 data = data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
             out.append((name, data))
         return out
+
     return edit
 
 
@@ -70,8 +71,18 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     zipsave.sign(detached, key)
     zipsave.save(state(1), d / "detached-other.zip")
     zipsave.sign(d / "detached-other.zip", key)
-    return {"dir": d, "key": key, "pub": pub, "attacker_key": attacker_key, "attacker_pub": attacker_pub,
-            "expired": expired, "rogue": other_ca, "signed": signed, "other": other, "detached": detached}
+    return {
+        "dir": d,
+        "key": key,
+        "pub": pub,
+        "attacker_key": attacker_key,
+        "attacker_pub": attacker_pub,
+        "expired": expired,
+        "rogue": other_ca,
+        "signed": signed,
+        "other": other,
+        "detached": detached,
+    }
 
 
 def _case(world: dict[str, Path], case: str) -> tuple[Path, zipsave.Trust, tuple[str, ...]]:
@@ -85,7 +96,11 @@ def _case(world: dict[str, Path], case: str) -> tuple[Path, zipsave.Trust, tuple
     mismatch = ("digest-mismatch",)
     if case.startswith("flip:"):
         member = case[5:]
-        return rewrite(signed, out, flip(member)), trust, ("malformed", "invalid") if member == "zipsave.sig" else mismatch
+        return (
+            rewrite(signed, out, flip(member)),
+            trust,
+            ("malformed", "invalid") if member == "zipsave.sig" else mismatch,
+        )
     if case == "added":
         return rewrite(signed, out, lambda m: [*m[:-1], ("extra.pth", b"x"), m[-1]]), trust, mismatch
     if case == "removed":
@@ -120,8 +135,9 @@ def _case(world: dict[str, Path], case: str) -> tuple[Path, zipsave.Trust, tuple
     if case in ("expired-certificate", "rogue-certificate"):
         pki = world["expired"] if case == "expired-certificate" else world["rogue"]
         shutil.copy(world["detached"], out)
-        zipsave.sign(out, zipsave.Signer(private_key=pki["key"], signing_certificate=pki["cert"],
-                                            certificate_chain=[pki["ca"]]))
+        zipsave.sign(
+            out, zipsave.Signer(private_key=pki["key"], signing_certificate=pki["cert"], certificate_chain=[pki["ca"]])
+        )
         anchor = world["expired"]["ca"]  # the rogue leaf chains to its own CA, not this one
         return out, zipsave.Trust(certificates=[anchor]), ("unknown-signer",)
     if case == "unsigned":
@@ -139,11 +155,16 @@ def _case(world: dict[str, Path], case: str) -> tuple[Path, zipsave.Trust, tuple
         shaped = {**bundle, "verificationMaterial": [], "dsseEnvelope": "x"}
         return rewrite(signed, out, replace_signature(json.dumps(shaped).encode())), trust, ("malformed",)
     if case == "deep-payload":
-        deep = {**bundle, "dsseEnvelope": {**bundle["dsseEnvelope"],
-                                            "payload": base64.b64encode(b"[" * 5000 + b"]" * 5000).decode()}}
+        deep = {
+            **bundle,
+            "dsseEnvelope": {**bundle["dsseEnvelope"], "payload": base64.b64encode(b"[" * 5000 + b"]" * 5000).decode()},
+        }
         return rewrite(signed, out, replace_signature(json.dumps(deep).encode())), trust, ("malformed",)
     if case == "many-signatures":
-        many = {**bundle, "dsseEnvelope": {**bundle["dsseEnvelope"], "signatures": bundle["dsseEnvelope"]["signatures"] * 1000}}
+        many = {
+            **bundle,
+            "dsseEnvelope": {**bundle["dsseEnvelope"], "signatures": bundle["dsseEnvelope"]["signatures"] * 1000},
+        }
         return rewrite(signed, out, replace_signature(json.dumps(many).encode())), trust, ("malformed",)
     if case == "garbage-signature":
         bad = json.loads(sig)
@@ -153,9 +174,25 @@ def _case(world: dict[str, Path], case: str) -> tuple[Path, zipsave.Trust, tuple
 
 
 CASES = [f"flip:{m}" for m in [*MEMBERS, "zipsave.sig"]] + [
-    "added", "removed", "renamed", "copied-embedded", "copied-detached", "detached-changed", "swapped-key",
-    "resigned-by-attacker", "forged-key-hint", "expired-certificate", "rogue-certificate", "unsigned",
-    "truncated-bundle", "huge-bundle", "deep-bundle", "not-json", "wrong-shape", "deep-payload", "many-signatures",
+    "added",
+    "removed",
+    "renamed",
+    "copied-embedded",
+    "copied-detached",
+    "detached-changed",
+    "swapped-key",
+    "resigned-by-attacker",
+    "forged-key-hint",
+    "expired-certificate",
+    "rogue-certificate",
+    "unsigned",
+    "truncated-bundle",
+    "huge-bundle",
+    "deep-bundle",
+    "not-json",
+    "wrong-shape",
+    "deep-payload",
+    "many-signatures",
     "garbage-signature",
 ]
 
@@ -201,8 +238,12 @@ def test_tampering_fails_zipsave_verify(world, case, capsys):
 
 def test_refusals_say_what_failed(world):
     path, trust, _ = _case(world, "flip:net.pth")
-    with pytest.raises(zipsave.SignatureError, match=re.escape(
-            "the signature `zipsave.sig` does not match: members whose bytes differ from what was signed: `net.pth`.")):
+    with pytest.raises(
+        zipsave.SignatureError,
+        match=re.escape(
+            "the signature `zipsave.sig` does not match: members whose bytes differ from what was signed: `net.pth`."
+        ),
+    ):
         zipsave.load(path, trust=trust)
     path, trust, _ = _case(world, "swapped-key")
     with pytest.raises(zipsave.SignatureError, match=re.escape("which is not among the trusted public keys (`")):
@@ -214,8 +255,7 @@ def test_refusals_say_what_failed(world):
     with pytest.raises(zipsave.SignatureError, match=re.escape("O=zipsave tests,CN=old signer` is valid from")):
         zipsave.load(path, trust=trust)
     path, trust, _ = _case(world, "unsigned")
-    with pytest.raises(zipsave.SignatureError, match=re.escape(
-            "is not signed: it has no `zipsave.sig` member nor `")):
+    with pytest.raises(zipsave.SignatureError, match=re.escape("is not signed: it has no `zipsave.sig` member nor `")):
         zipsave.load(path, trust=trust)
     path, trust, _ = _case(world, "huge-bundle")
     with pytest.raises(zipsave.SignatureError, match=re.escape("more than the 16777216 a signature may be")):
@@ -236,17 +276,24 @@ def test_sigstore_bundles_offline(world, tmp_path):
     keyless signature needs Sigstore's trust root (the network, or trust_config=)."""
     with zipfile.ZipFile(world["signed"]) as zf:
         bundle = json.loads(zf.read("zipsave.sig"))
-    bundle["verificationMaterial"] = {"certificate": {"rawBytes": base64.b64encode(b"not a certificate").decode()},
-                                      "tlogEntries": []}
+    bundle["verificationMaterial"] = {
+        "certificate": {"rawBytes": base64.b64encode(b"not a certificate").decode()},
+        "tlogEntries": [],
+    }
     path = rewrite(world["signed"], tmp_path / "keyless.zip", replace_signature(json.dumps(bundle).encode()))
-    with pytest.raises(zipsave.SignatureError, match=re.escape("it is a Sigstore keyless signature, and the trust setting names no identities")):
+    with pytest.raises(
+        zipsave.SignatureError,
+        match=re.escape("it is a Sigstore keyless signature, and the trust setting names no identities"),
+    ):
         zipsave.load(path, trust=zipsave.Trust(public_keys=[world["pub"]]))
     keyless = zipsave.Trust(identities=[("ci@example.com", "https://accounts.example.com")])
     with pytest.raises(zipsave.SignatureError) as err:
         zipsave.load(path, trust=keyless)
     assert err.value.reason == "invalid" and "the Sigstore bundle cannot be read" in str(err.value)
     # a key signature under a trust setting of identities only: unknown signer, no network needed
-    with pytest.raises(zipsave.SignatureError, match=re.escape("signed with a key, and the trust setting names no public_keys")):
+    with pytest.raises(
+        zipsave.SignatureError, match=re.escape("signed with a key, and the trust setting names no public_keys")
+    ):
         zipsave.load(world["signed"], trust=keyless)
 
 
@@ -260,12 +307,16 @@ def _json_values():
     from hypothesis import strategies as st
 
     leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
-    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-                        max_leaves=20)
+    return st.recursive(
+        leaves,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+        max_leaves=20,
+    )
 
 
 def test_any_bytes_as_a_signature_are_refused_with_a_signature_error(world):
-    from hypothesis import HealthCheck, given, settings, strategies as st
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
 
     from zipsave._sign._bundle import parse_bundle
 
@@ -282,12 +333,20 @@ def test_any_bytes_as_a_signature_are_refused_with_a_signature_error(world):
 def test_any_misshapen_bundle_is_refused_without_a_stray_exception(world, plain_bundle, tmp_path_factory):
     """Random values in every field of a real bundle: a SignatureError, never another exception
     from model_signing or its protobuf models."""
-    from hypothesis import HealthCheck, given, settings, strategies as st
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
 
     trust = zipsave.Trust(public_keys=[world["pub"]])
-    paths = [("mediaType",), ("verificationMaterial",), ("verificationMaterial", "publicKey"),
-             ("verificationMaterial", "publicKey", "hint"), ("dsseEnvelope",), ("dsseEnvelope", "payload"),
-             ("dsseEnvelope", "payloadType"), ("dsseEnvelope", "signatures")]
+    paths = [
+        ("mediaType",),
+        ("verificationMaterial",),
+        ("verificationMaterial", "publicKey"),
+        ("verificationMaterial", "publicKey", "hint"),
+        ("dsseEnvelope",),
+        ("dsseEnvelope", "payload"),
+        ("dsseEnvelope", "payloadType"),
+        ("dsseEnvelope", "signatures"),
+    ]
     folder = tmp_path_factory.mktemp("fuzz")
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
+import gymnasium
 import numpy as np
 import orjson
 import pytest
@@ -16,7 +17,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import gymnasium
 from zipsave._codec._spaces import decode_space, encode_space, is_space
 from zipsave.exceptions import DecodeError, EncodeError
 
@@ -28,9 +28,7 @@ HAS_ONEOF = hasattr(spaces, "OneOf")
 HAS_DISCRETE_DTYPE = "dtype" in inspect.signature(spaces.Discrete).parameters
 HAS_SORT_KEYS = "sort_keys" in inspect.signature(spaces.Dict).parameters
 needs_oneof = pytest.mark.skipif(not HAS_ONEOF, reason=f"gymnasium {GYM} has no OneOf")
-needs_discrete_dtype = pytest.mark.skipif(
-    not HAS_DISCRETE_DTYPE, reason=f"gymnasium {GYM} has no Discrete(dtype=...)"
-)
+needs_discrete_dtype = pytest.mark.skipif(not HAS_DISCRETE_DTYPE, reason=f"gymnasium {GYM} has no Discrete(dtype=...)")
 
 # A test-only stand-in for the codec's callbacks: arrays as {"dtype", "shape", "data"},
 # non-finite floats as strings, tuples tagged, everything JSON-native as it is.
@@ -116,24 +114,16 @@ SPACES = {
     "box-empty": lambda: spaces.Box(0.0, 1.0, (0,)),
     "discrete": lambda: spaces.Discrete(5),
     "discrete-start": lambda: spaces.Discrete(3, start=-2),
-    "discrete-uint8": pytest.param(
-        lambda: spaces.Discrete(4, start=2, dtype=np.uint8), marks=needs_discrete_dtype
-    ),
+    "discrete-uint8": pytest.param(lambda: spaces.Discrete(4, start=2, dtype=np.uint8), marks=needs_discrete_dtype),
     "multidiscrete": lambda: spaces.MultiDiscrete([3, 4, 5]),
     "multidiscrete-2d-start-int32": lambda: spaces.MultiDiscrete(
         np.array([[2, 3], [4, 5]]), dtype=np.int32, start=[[0, 1], [-1, 2]]
     ),
     "multibinary-int": lambda: spaces.MultiBinary(5),
     "multibinary-shape": lambda: spaces.MultiBinary([2, 3]),
-    "dict-sorted": lambda: spaces.Dict(
-        {"b": spaces.Discrete(2), "a": spaces.Discrete(3)}
-    ),
-    "dict-insertion-order": lambda: in_order(
-        {"b": spaces.Discrete(2), "a": spaces.Discrete(3)}
-    ),
-    "dict-non-str-keys": lambda: in_order(
-        {(1, 2): spaces.Discrete(2), 7: spaces.Discrete(3)}
-    ),
+    "dict-sorted": lambda: spaces.Dict({"b": spaces.Discrete(2), "a": spaces.Discrete(3)}),
+    "dict-insertion-order": lambda: in_order({"b": spaces.Discrete(2), "a": spaces.Discrete(3)}),
+    "dict-non-str-keys": lambda: in_order({(1, 2): spaces.Discrete(2), 7: spaces.Discrete(3)}),
     "dict-empty": lambda: spaces.Dict({}),
     "tuple": lambda: spaces.Tuple([spaces.Discrete(2), spaces.Box(0.0, 1.0, (2,))]),
     "nested-dict-tuple-dict": nested,
@@ -250,14 +240,10 @@ def test_graph_without_edge_space_body():
 
 @st.composite
 def boxes(draw):
-    dtype = np.dtype(
-        draw(st.sampled_from([np.float32, np.float64, np.int16, np.uint8]))
-    )
+    dtype = np.dtype(draw(st.sampled_from([np.float32, np.float64, np.int16, np.uint8])))
     shape = draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4))
     if dtype.kind == "f":
-        elements = st.floats(
-            allow_nan=False, allow_infinity=False, width=dtype.itemsize * 8
-        )
+        elements = st.floats(allow_nan=False, allow_infinity=False, width=dtype.itemsize * 8)
     else:
         elements = hnp.from_dtype(dtype)
     a = draw(hnp.arrays(dtype, shape, elements=elements))
@@ -320,9 +306,7 @@ def test_encode_unknown_space():
 
 
 def test_encode_subclass_of_known_kind():
-    with pytest.raises(
-        EncodeError, match=re.escape(f"`{__name__}.MyBox` has no native form")
-    ):
+    with pytest.raises(EncodeError, match=re.escape(f"`{__name__}.MyBox` has no native form")):
         encode_space(MyBox(0.0, 1.0, (1,)), enc)
 
 
@@ -337,9 +321,7 @@ def test_encode_unknown_nested_names_path_and_key():
 def test_encode_foreign_generator():
     space = spaces.Discrete(2)
     space._np_random = np.random.RandomState(0)
-    with pytest.raises(
-        EncodeError, match=re.escape("is not a numpy Generator over one of")
-    ):
+    with pytest.raises(EncodeError, match=re.escape("is not a numpy Generator over one of")):
         encode_space(space, enc)
 
 
@@ -384,10 +366,7 @@ DECODE_ERRORS = {
     ),
     "missing-field": (
         without(DISCRETE, "start"),
-        (
-            "gymnasium space body: field `start` is missing (a Discrete body needs `dtype`, `n`, "
-            "`start`)."
-        ),
+        ("gymnasium space body: field `start` is missing (a Discrete body needs `dtype`, `n`, `start`)."),
     ),
     "int-as-string": (
         with_(DISCRETE, n="3"),
@@ -416,10 +395,7 @@ DECODE_ERRORS = {
     ),
     "box-low-not-array": (
         with_(BOX, low=0.5),
-        (
-            "field `low` must decode to a numpy array of bool or int or uint or float values, "
-            "got float 0.5."
-        ),
+        ("field `low` must decode to a numpy array of bool or int or uint or float values, got float 0.5."),
     ),
     "box-bad-shape": (
         with_(BOX, shape=[2, -1]),
@@ -492,9 +468,7 @@ DECODE_ERRORS = {
         ),
     ),
     "rng-missing-field": (
-        with_(
-            DISCRETE, rng={"bit_generator": "PCG64", "state": {"state": 1, "inc": 1}}
-        ),
+        with_(DISCRETE, rng={"bit_generator": "PCG64", "state": {"state": 1, "inc": 1}}),
         (
             "field `rng` must have exactly the fields `bit_generator`, `state`, `has_uint32`, "
             "`uinteger`; `has_uint32`, `uinteger` missing or unexpected."
@@ -525,9 +499,7 @@ DECODE_ERRORS = {
 }
 
 
-@pytest.mark.parametrize(
-    ("body", "message"), DECODE_ERRORS.values(), ids=DECODE_ERRORS.keys()
-)
+@pytest.mark.parametrize(("body", "message"), DECODE_ERRORS.values(), ids=DECODE_ERRORS.keys())
 def test_decode_errors(body, message):
     with pytest.raises(DecodeError, match=re.escape(message)):
         decode_space(body, dec)
@@ -556,9 +528,7 @@ def test_codec_decode_error_passes_through():
     def refuses(value):
         raise DecodeError("array member `arrays/1.npy` is missing")
 
-    with pytest.raises(
-        DecodeError, match=re.escape("array member `arrays/1.npy` is missing")
-    ):
+    with pytest.raises(DecodeError, match=re.escape("array member `arrays/1.npy` is missing")):
         decode_space(BOX, refuses)
 
 
@@ -655,10 +625,7 @@ def test_writer_version_is_asked_only_for_an_error():
 def test_unknown_writer_version_is_said():
     with pytest.raises(
         DecodeError,
-        match=re.escape(
-            f"gymnasium {GYM} is installed here; the archive does not record which gymnasium "
-            "wrote it."
-        ),
+        match=re.escape(f"gymnasium {GYM} is installed here; the archive does not record which gymnasium wrote it."),
     ):
         decode_space(with_(DISCRETE, n=0), dec)
 

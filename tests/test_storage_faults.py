@@ -36,7 +36,10 @@ def _state():
 
 
 def test_enospc_mid_write_is_a_storage_error_naming_the_member():
-    with pytest.raises(zipsave.StorageError, match=re.escape("member `net.pth`: could not be written (OSError: [Errno 28] No space left on device)")) as err:
+    with pytest.raises(
+        zipsave.StorageError,
+        match=re.escape("member `net.pth`: could not be written (OSError: [Errno 28] No space left on device)"),
+    ) as err:
         zipsave.save(_state(), FullDisk(8000))
     assert isinstance(err.value, OSError) and isinstance(err.value, zipsave.ZipsaveError)
     assert err.value.errno == errno.ENOSPC
@@ -61,7 +64,10 @@ def test_full_tmpfs_keeps_the_previous_archive_and_leaves_no_temporary_file(smal
     zipsave.save({"lr": 0.5}, path)
     before = path.read_bytes()
     big = {"net": torch.nn.Linear(256, 256), "lr": 0.1}  # ~260 KB, more than the tmpfs holds
-    with pytest.raises(zipsave.StorageError, match=re.escape(f"archive `{path}`, member `net.pth`: could not be written (OSError: [Errno 28]")) as err:
+    with pytest.raises(
+        zipsave.StorageError,
+        match=re.escape(f"archive `{path}`, member `net.pth`: could not be written (OSError: [Errno 28]"),
+    ) as err:
         zipsave.save(big, path)
     assert err.value.errno == errno.ENOSPC
     assert path.read_bytes() == before

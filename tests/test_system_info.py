@@ -34,8 +34,7 @@ SB3_TEXT = (
 )
 
 SB3_INFO = {
-    "OS": "Linux-6.1.0-26-amd64-x86_64-with-glibc2.36 # 1 SMP PREEMPT_DYNAMIC "
-    "Debian 6.1.112-1 (2024-09-30)",
+    "OS": "Linux-6.1.0-26-amd64-x86_64-with-glibc2.36 # 1 SMP PREEMPT_DYNAMIC Debian 6.1.112-1 (2024-09-30)",
     "Python": "3.10.12",
     "Stable-Baselines3": "2.9.2",
     "PyTorch": "2.5.1+cu124",
@@ -90,9 +89,7 @@ def test_get_system_info_does_not_import_stable_baselines3():
         "assert 'stable_baselines3' not in sys.modules, 'imported SB3'; "
         "print(info.get('Stable-Baselines3'))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], check=True, capture_output=True, text=True
-    )
+    result = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert result.stdout.strip() != ""
 
 
@@ -149,17 +146,9 @@ def test_parse_is_tolerant():
 
 
 def test_compare_python_and_numpy_differ():
-    assert compare_system_info(
-        {"Python": "3.10.12", "Numpy": "1.26.4"}, {"Python": "3.11.7", "Numpy": "2.4.6"}
-    ) == [
-        (
-            "Python differs: saved 3.10.12, current 3.11.7 "
-            "(pickled functions and code objects may not load)"
-        ),
-        (
-            "Numpy differs: saved 1.26.4, current 2.4.6 "
-            "(pickled numpy objects may not load across numpy major versions)"
-        ),
+    assert compare_system_info({"Python": "3.10.12", "Numpy": "1.26.4"}, {"Python": "3.11.7", "Numpy": "2.4.6"}) == [
+        ("Python differs: saved 3.10.12, current 3.11.7 (pickled functions and code objects may not load)"),
+        ("Numpy differs: saved 1.26.4, current 2.4.6 (pickled numpy objects may not load across numpy major versions)"),
     ]
 
 
@@ -260,18 +249,14 @@ def test_print_without_saved_info(capsys, fixed_current):
     assert capsys.readouterr().out == (
         "== SAVED MODEL SYSTEM INFO ==\n"
         "(the archive has no system_info.txt)\n"
-        "== CURRENT SYSTEM INFO ==\n"
-        + CURRENT_TEXT
-        + "== DIFFERENCES THAT MATTER ==\nnone\n"
+        "== CURRENT SYSTEM INFO ==\n" + CURRENT_TEXT + "== DIFFERENCES THAT MATTER ==\nnone\n"
     )
 
 
 def test_print_to_file(fixed_current, capsys):
     buffer = io.StringIO()
     print_system_info("", file=buffer)
-    assert buffer.getvalue().startswith(
-        "== SAVED MODEL SYSTEM INFO ==\n(system_info.txt is empty)\n"
-    )
+    assert buffer.getvalue().startswith("== SAVED MODEL SYSTEM INFO ==\n(system_info.txt is empty)\n")
     assert capsys.readouterr().out == ""
 
 

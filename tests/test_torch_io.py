@@ -14,14 +14,24 @@ import pytest
 import torch
 
 import zipsave
-from zipsave._archive import _crc
-from zipsave._tensors import _pth_read as _torch_io
-from zipsave._archive import ArchiveWriter
+from zipsave._archive import ArchiveWriter, _crc
 from zipsave._tensors import TensorRef, read_pth_meta
+from zipsave._tensors import _pth_read as _torch_io
 
 DTYPES = [
-    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
-    torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16, torch.bool,
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.complex64,
+    torch.complex128,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.uint16,
+    torch.bool,
 ]
 
 
@@ -339,7 +349,9 @@ def test_sb3_reads_the_archive(tmp_path):
 
     model, opt = _stepped(torch.optim.Adam, 0)
     path = tmp_path / "sb3.zip"
-    zipsave.save_archive(path, data={"gamma": 0.99}, params={"policy": model.state_dict(), "policy.optimizer": opt.state_dict()})
+    zipsave.save_archive(
+        path, data={"gamma": 0.99}, params={"policy": model.state_dict(), "policy.optimizer": opt.state_dict()}
+    )
     data, params, _variables = load_from_zip_file(path)
     assert data["gamma"] == 0.99
     assert_same(model.state_dict(), params["policy"])
@@ -373,7 +385,9 @@ def test_shape_mismatch_names_member_and_key_and_changes_nothing(tmp_path):
     zipsave.save({"net": torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))}, path)
     target = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 3))
     before = {k: v.clone() for k, v in target.state_dict().items()}
-    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("`1.weight`: saved shape (2, 8), expected (3, 8)")) as info:
+    with pytest.raises(
+        zipsave.ParameterMismatchError, match=re.escape("`1.weight`: saved shape (2, 8), expected (3, 8)")
+    ) as info:
         zipsave.restore({"net": target}, path)
     assert info.value.member == "net.pth" and info.value.key == "1.weight"
     assert "`1.bias`: saved shape (2,), expected (3,)" in str(info.value)
@@ -385,7 +399,9 @@ def test_dtype_mismatch_is_an_error_unless_exact_match_is_off(tmp_path):
     saved = torch.nn.Linear(4, 8)
     zipsave.save({"net": saved}, path)
     target = torch.nn.Linear(4, 8).double()
-    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("saved dtype torch.float32, expected torch.float64")) as info:
+    with pytest.raises(
+        zipsave.ParameterMismatchError, match=re.escape("saved dtype torch.float32, expected torch.float64")
+    ) as info:
         zipsave.restore({"net": target}, path)
     assert info.value.member == "net.pth" and info.value.key == "weight"
     zipsave.restore({"net": target}, path, exact_match=False)
@@ -504,7 +520,9 @@ def test_a_quantized_tensor_is_refused_naming_member_and_key(tmp_path, mmap):
     q = torch.quantize_per_tensor(torch.randn(6), scale=0.1, zero_point=3, dtype=torch.qint8)
     path = tmp_path / "q.zip"
     zipsave.save_archive(path, params={"q": {"q": q, "w": torch.arange(4.0)}})
-    with pytest.raises(zipsave.ZipsaveError, match=re.escape("member `q.pth`: is corrupt or unreadable (`q` is a quantized tensor;")):
+    with pytest.raises(
+        zipsave.ZipsaveError, match=re.escape("member `q.pth`: is corrupt or unreadable (`q` is a quantized tensor;")
+    ):
         zipsave.load_archive(path)
     with pytest.raises(zipsave.ZipsaveError, match=re.escape("`q` is a quantized tensor")):
         zipsave.load(path, mmap=mmap)
@@ -601,17 +619,27 @@ def test_plain_values_torch_load_builds_load_alike(tmp_path):
     # bytearray, Counter, torch.Size, devices), read by zipsave's own reader as torch reads it.
     import collections
 
-    value = {"w": torch.arange(3.0), "b": b"\x00\xff", "s": {1, 2, 3}, "c": 1 + 2j, "ba": bytearray(b"z"),
-             "n": collections.Counter({"a": 2}), "size": torch.Size([2, 3]), "dev": torch.device("cpu"),
-             "t": torch.nn.Parameter(torch.ones(2)), "sparse": torch.eye(2).to_sparse()}
+    value = {
+        "w": torch.arange(3.0),
+        "b": b"\x00\xff",
+        "s": {1, 2, 3},
+        "c": 1 + 2j,
+        "ba": bytearray(b"z"),
+        "n": collections.Counter({"a": 2}),
+        "size": torch.Size([2, 3]),
+        "dev": torch.device("cpu"),
+        "t": torch.nn.Parameter(torch.ones(2)),
+        "sparse": torch.eye(2).to_sparse(),
+    }
     buf = io.BytesIO()
     torch.save(value, buf)
     path = tmp_path / "plain.zip"
     _archive_with_member(path, "x.pth", buf.getvalue())
     got = zipsave.load_archive(path)[1]["x"]
     want = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
-    assert {k: v for k, v in got.items() if not isinstance(v, torch.Tensor)} == \
-        {k: v for k, v in want.items() if not isinstance(v, torch.Tensor)}
+    assert {k: v for k, v in got.items() if not isinstance(v, torch.Tensor)} == {
+        k: v for k, v in want.items() if not isinstance(v, torch.Tensor)
+    }
     assert torch.equal(got["w"], want["w"]) and isinstance(got["t"], torch.nn.Parameter)
     assert torch.equal(got["sparse"].to_dense(), want["sparse"].to_dense())
 
@@ -623,8 +651,10 @@ def test_a_tensor_torch_would_allocate_unfilled_is_refused(tmp_path, ctor):
     assert torch.load(io.BytesIO(_torch_zip_of(raw)), weights_only=True)["w"].numel() == 4096
     path = tmp_path / "ctor.zip"
     _archive_with_member(path, "x.pth", _torch_zip_of(raw))
-    with pytest.raises(zipsave.ZipsaveError, match=re.escape(
-            f"`w` is `torch.{ctor}(...)`, a tensor torch allocates without filling it from the file")):
+    with pytest.raises(
+        zipsave.ZipsaveError,
+        match=re.escape(f"`w` is `torch.{ctor}(...)`, a tensor torch allocates without filling it from the file"),
+    ):
         zipsave.load_archive(path)
 
 

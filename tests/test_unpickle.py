@@ -27,9 +27,8 @@ import torch
 from gymnasium import spaces
 
 from zipsave import _registry
-from zipsave._trust import CORE_ALLOWLIST
+from zipsave._trust import CORE_ALLOWLIST, TrustPolicy, default_allowlist, pickle_globals, restricted_loads
 from zipsave._trust import GROUPS as _GROUPS
-from zipsave._trust import TrustPolicy, default_allowlist, pickle_globals, restricted_loads
 from zipsave._trust._names import import_spelling as _import_spelling
 from zipsave.exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 
@@ -93,7 +92,7 @@ def _strip(payload: bytes, drop: tuple = ("FRAME",), rename: dict | None = None)
     ops = list(pickletools.genops(payload))
     out = []
     for i, (op, arg, pos) in enumerate(ops):
-        raw = payload[pos: ops[i + 1][2] if i + 1 < len(ops) else len(payload)]
+        raw = payload[pos : ops[i + 1][2] if i + 1 < len(ops) else len(payload)]
         if op.name in drop:
             continue
         if rename and op.name in ("SHORT_BINUNICODE", "BINUNICODE") and arg in rename:
@@ -179,7 +178,10 @@ def test_builtins_open_is_refused_and_writes_nothing(tmp_path):
         (_p4(_global("builtins", "__import__"), _body(("os",)), pickle.REDUCE), "builtins.__import__"),
         (_p4(_global("builtins", "type"), _body(("X", (), {})), pickle.REDUCE), "builtins.type"),
         (_p4(_global("functools", "partial"), _body((print,)), pickle.REDUCE), "functools.partial"),
-        (_p4(_global("collections", "OrderedDict.__init__.__globals__")), "collections.OrderedDict.__init__.__globals__"),
+        (
+            _p4(_global("collections", "OrderedDict.__init__.__globals__")),
+            "collections.OrderedDict.__init__.__globals__",
+        ),
     ],
 )
 def test_dangerous_globals_are_refused(payload, name):
@@ -296,7 +298,9 @@ def test_build_cannot_modify_an_imported_class():
     ],
 )
 def test_build_refuses_protocol_attributes(state, expected):
-    payload = _p4(_global("gymnasium.spaces.discrete", "Discrete"), _body(()), pickle.NEWOBJ, _body(state), pickle.BUILD)
+    payload = _p4(
+        _global("gymnasium.spaces.discrete", "Discrete"), _body(()), pickle.NEWOBJ, _body(state), pickle.BUILD
+    )
     with pytest.raises(DecodeError, match=re.escape(expected)):
         restricted_loads(payload, DEFAULT)
 
@@ -321,15 +325,25 @@ def test_python_classes_are_never_called(name):
 def test_copyreg_reconstructor_needs_imported_classes():
     instance = _global("torch.nn.modules.activation", "ReLU") + _body(()) + pickle.NEWOBJ
     payload = _p4(
-        _global("copyreg", "_reconstructor"), pickle.MARK, _global("collections", "OrderedDict"), instance,
-        pickle.NONE, pickle.TUPLE, pickle.REDUCE,
+        _global("copyreg", "_reconstructor"),
+        pickle.MARK,
+        _global("collections", "OrderedDict"),
+        instance,
+        pickle.NONE,
+        pickle.TUPLE,
+        pickle.REDUCE,
     )
-    with pytest.raises(DecodeError, match=re.escape("copyreg._reconstructor needs classes the pickle imported by name")):
+    with pytest.raises(
+        DecodeError, match=re.escape("copyreg._reconstructor needs classes the pickle imported by name")
+    ):
         restricted_loads(payload, DEFAULT)
 
 
 def test_codecs_encode_is_latin1_only():
-    assert restricted_loads(_p4(_global("_codecs", "encode"), _body(("\xff", "latin1")), pickle.REDUCE), DEFAULT) == b"\xff"
+    assert (
+        restricted_loads(_p4(_global("_codecs", "encode"), _body(("\xff", "latin1")), pickle.REDUCE), DEFAULT)
+        == b"\xff"
+    )
     payload = _p4(_global("_codecs", "encode"), _body(("abc", "rot13")), pickle.REDUCE)
     with pytest.raises(DecodeError, match=re.escape("not for encoding 'rot13'")):
         restricted_loads(payload, DEFAULT)
@@ -366,12 +380,21 @@ def test_forged_dtype_flags_are_refused(tmp_path):
     # A dtype whose state hides an object field: _frombuffer would accept it, and reading the
     # field would dereference 0x4141414141414141.
     forged = (
-        _global("numpy", "dtype") + _body(("V16", False, True)) + pickle.REDUCE
-        + _body((3, "|", None, ("a",), {"a": (np.dtype("O"), 0)}, 16, 1, 0)) + pickle.BUILD
+        _global("numpy", "dtype")
+        + _body(("V16", False, True))
+        + pickle.REDUCE
+        + _body((3, "|", None, ("a",), {"a": (np.dtype("O"), 0)}, 16, 1, 0))
+        + pickle.BUILD
     )
     payload = _p4(
-        _global("numpy._core.numeric", "_frombuffer"), pickle.MARK, _body(b"A" * 16), forged,
-        _body((1,)), _body("C"), pickle.TUPLE, pickle.REDUCE,
+        _global("numpy._core.numeric", "_frombuffer"),
+        pickle.MARK,
+        _body(b"A" * 16),
+        forged,
+        _body((1,)),
+        _body("C"),
+        pickle.TUPLE,
+        pickle.REDUCE,
     )
     out = _run_isolated(tmp_path, payload, after="print(result['a'])")
     assert out.startswith("DecodeError numpy dtype state is not self-consistent")
@@ -381,11 +404,21 @@ def test_array_state_never_frees_memory_under_a_view(tmp_path):
     # A = _reconstruct(...); B = _frombuffer(A, ...); BUILD A with a smaller state. numpy's
     # setstate would free A's buffer while B still points into it.
     payload = _p4(
-        _global("numpy._core.multiarray", "_reconstruct"), _body((np.ndarray, (1 << 20,), b"b")), pickle.REDUCE,
+        _global("numpy._core.multiarray", "_reconstruct"),
+        _body((np.ndarray, (1 << 20,), b"b")),
+        pickle.REDUCE,
         pickle.MEMOIZE,
-        _global("numpy._core.numeric", "_frombuffer"), pickle.MARK, pickle.BINGET + b"\x00", _body(np.dtype("u1")),
-        _body((1 << 20,)), _body("C"), pickle.TUPLE, pickle.REDUCE,
-        pickle.BINGET + b"\x00", _body((1, (3,), np.dtype("u1"), False, b"abc")), pickle.BUILD,
+        _global("numpy._core.numeric", "_frombuffer"),
+        pickle.MARK,
+        pickle.BINGET + b"\x00",
+        _body(np.dtype("u1")),
+        _body((1 << 20,)),
+        _body("C"),
+        pickle.TUPLE,
+        pickle.REDUCE,
+        pickle.BINGET + b"\x00",
+        _body((1, (3,), np.dtype("u1"), False, b"abc")),
+        pickle.BUILD,
         pickle.TUPLE2,
     )
     out = _run_isolated(tmp_path, payload, after="print(int(result[0].sum()) >= 0, bytes(result[1]))")
@@ -393,14 +426,20 @@ def test_array_state_never_frees_memory_under_a_view(tmp_path):
 
 
 def test_builtin_dtype_singleton_is_not_mutated():
-    payload = _p4(_global("numpy", "dtype"), _body(("f8", False, False)), pickle.REDUCE,
-                  _body((3, ">", None, None, None, -1, -1, 0)), pickle.BUILD)
+    payload = _p4(
+        _global("numpy", "dtype"),
+        _body(("f8", False, False)),
+        pickle.REDUCE,
+        _body((3, ">", None, None, None, -1, -1, 0)),
+        pickle.BUILD,
+    )
     assert restricted_loads(payload, DEFAULT) == np.dtype(">f8")
     assert np.dtype("f8").byteorder == "="
 
 
-@pytest.mark.parametrize("flags", [("f8", 2, True), ("f8", False, [1]), ("f8", "yes", False), ("f8", 0.0, 1),
-                                   ("f8", 0, 1, 0)])
+@pytest.mark.parametrize(
+    "flags", [("f8", 2, True), ("f8", False, [1]), ("f8", "yes", False), ("f8", 0.0, 1), ("f8", 0, 1, 0)]
+)
 def test_dtype_flags_numpy_never_pickles_are_refused(flags):
     # numpy asks for the truth of any other object; its pickles pass two bools, or two C ints
     payload = _p4(_global("numpy", "dtype"), _body(flags), pickle.REDUCE)
@@ -427,8 +466,13 @@ def test_dtype_flags_of_every_numpy_are_accepted(flags):
 def test_bit_generator_positions_are_bounded(name, edit, expected):
     state = getattr(np.random, name)(0).state
     edit(state)
-    payload = _p4(_global("numpy.random._pickle", "__bit_generator_ctor"), _body((name,)), pickle.REDUCE,
-                  _body(state), pickle.BUILD)
+    payload = _p4(
+        _global("numpy.random._pickle", "__bit_generator_ctor"),
+        _body((name,)),
+        pickle.REDUCE,
+        _body(state),
+        pickle.BUILD,
+    )
     with pytest.raises(DecodeError, match=re.escape(f"random generator state is out of range: {expected}.")):
         restricted_loads(payload, DEFAULT)
 
@@ -512,8 +556,25 @@ def test_graph_instance_round_trips():
 
 _ARRAYS = [
     np.arange(12).astype(dtype).reshape(3, 4)
-    for dtype in ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                  "float16", "float32", "float64", "longdouble", "complex64", "complex128", ">f8", "<i2"]
+    for dtype in [
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "longdouble",
+        "complex64",
+        "complex128",
+        ">f8",
+        "<i2",
+    ]
 ] + [
     np.asfortranarray(np.arange(6.0).reshape(2, 3)),
     np.arange(24.0).reshape(2, 3, 4).transpose(2, 0, 1),
@@ -527,7 +588,11 @@ _ARRAYS = [
     np.zeros(3, dtype=[("pos", "<f4", (2,)), ("id", ">i8"), ("tag", "S3")]),
     np.zeros(2, dtype=np.dtype([("a", "i1"), ("b", "f8")], align=True)),
     # StringDType came with numpy 2.0 (the lowest stack has numpy 1.23)
-    *([np.array(["x", "yy"], dtype=np.dtypes.StringDType())] if hasattr(getattr(np, "dtypes", None), "StringDType") else []),
+    *(
+        [np.array(["x", "yy"], dtype=np.dtypes.StringDType())]
+        if hasattr(getattr(np, "dtypes", None), "StringDType")
+        else []
+    ),
 ]
 
 
@@ -546,13 +611,29 @@ def test_numpy_arrays_round_trip(array, protocol):
 
 @pytest.mark.parametrize(
     "value",
-    [np.float32(1.5), np.int64(-3), np.uint8(7), np.bool_(True), np.complex64(1j), np.str_("s"), np.bytes_(b"b"),
-     np.datetime64("2020-01-01"), np.timedelta64(5, "ms"), np.longdouble(2.5),
-     np.dtype("f4"), np.dtype(">i8"), np.dtype("U3"), np.dtype("M8[us]"), np.dtype([("a", "O"), ("b", "f4", (2,))]),
-     np.float32, np.int64, np.bool_,
-     # numpy.dtypes came with numpy 1.25, StringDType with 2.0 (the lowest stack has numpy 1.23)
-     *([np.dtypes.Float32DType] if hasattr(np, "dtypes") else []),
-     *([np.dtypes.StringDType()] if hasattr(getattr(np, "dtypes", None), "StringDType") else [])],
+    [
+        np.float32(1.5),
+        np.int64(-3),
+        np.uint8(7),
+        np.bool_(True),
+        np.complex64(1j),
+        np.str_("s"),
+        np.bytes_(b"b"),
+        np.datetime64("2020-01-01"),
+        np.timedelta64(5, "ms"),
+        np.longdouble(2.5),
+        np.dtype("f4"),
+        np.dtype(">i8"),
+        np.dtype("U3"),
+        np.dtype("M8[us]"),
+        np.dtype([("a", "O"), ("b", "f4", (2,))]),
+        np.float32,
+        np.int64,
+        np.bool_,
+        # numpy.dtypes came with numpy 1.25, StringDType with 2.0 (the lowest stack has numpy 1.23)
+        *([np.dtypes.Float32DType] if hasattr(np, "dtypes") else []),
+        *([np.dtypes.StringDType()] if hasattr(getattr(np, "dtypes", None), "StringDType") else []),
+    ],
     ids=repr,
 )
 @pytest.mark.parametrize("protocol", [0, 2, 5])
@@ -633,10 +714,26 @@ def test_stdlib_and_torch_values_round_trip(value, protocol):
         assert loaded == value
 
 
-@pytest.mark.parametrize("cls", [torch.nn.ReLU, torch.nn.Tanh, torch.nn.ELU, torch.nn.LeakyReLU, torch.nn.GELU,
-                                 torch.nn.SiLU, torch.nn.Sigmoid, torch.nn.Softplus, torch.nn.Mish, torch.nn.Identity,
-                                 torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.RMSprop,
-                                 torch.optim.Adagrad])
+@pytest.mark.parametrize(
+    "cls",
+    [
+        torch.nn.ReLU,
+        torch.nn.Tanh,
+        torch.nn.ELU,
+        torch.nn.LeakyReLU,
+        torch.nn.GELU,
+        torch.nn.SiLU,
+        torch.nn.Sigmoid,
+        torch.nn.Softplus,
+        torch.nn.Mish,
+        torch.nn.Identity,
+        torch.optim.Adam,
+        torch.optim.AdamW,
+        torch.optim.SGD,
+        torch.optim.RMSprop,
+        torch.optim.Adagrad,
+    ],
+)
 def test_torch_classes_load_as_the_same_class(cls):
     assert restricted_loads(cloudpickle.dumps(cls), DEFAULT) is cls
 
@@ -655,7 +752,8 @@ _NUMPY1 = {
 
 @pytest.mark.parametrize("protocol", [2, 4, 5])
 @pytest.mark.parametrize(
-    "value", [np.arange(6.0).reshape(2, 3), np.array([1, "a"], dtype=object), np.float32(2.5), np.int64(7)],
+    "value",
+    [np.arange(6.0).reshape(2, 3), np.array([1, "a"], dtype=object), np.float32(2.5), np.int64(7)],
     ids=repr,
 )
 def test_numpy1_core_names_load_on_numpy2(value, protocol):
@@ -781,7 +879,9 @@ def test_untrusted_names_are_refused_before_import():
 
 def test_trusted_but_missing_globals_are_decode_errors():
     policy = TrustPolicy.make(trusted=["zz_missing_mod.Thing", "collections.NoSuchThing"])
-    with pytest.raises(DecodeError, match=re.escape("cannot import module `zz_missing_mod` for global `zz_missing_mod.Thing`")):
+    with pytest.raises(
+        DecodeError, match=re.escape("cannot import module `zz_missing_mod` for global `zz_missing_mod.Thing`")
+    ):
         policy.resolve("zz_missing_mod", "Thing", key="k")
     with pytest.raises(DecodeError, match=re.escape("module `collections` has no attribute `NoSuchThing`")):
         restricted_loads(b"ccollections\nNoSuchThing\n.", policy)
@@ -790,7 +890,9 @@ def test_trusted_but_missing_globals_are_decode_errors():
 # -- the allowlist ----------------------------------------------------------------------------
 # Every handler's names, not only those of the integrations this process happened to import.
 _EVERY_NAME = CORE_ALLOWLIST.union(*(handler.allowlist for handler in _registry.handlers()))
-_OTHER_VERSIONS = {name for name in _EVERY_NAME if name.startswith("pathlib._local.")} if sys.version_info < (3, 13) else set()
+_OTHER_VERSIONS = (
+    {name for name in _EVERY_NAME if name.startswith("pathlib._local.")} if sys.version_info < (3, 13) else set()
+)
 
 
 # Names that an archive written on a newer stack may hold, by the releases that lack them
@@ -845,11 +947,33 @@ def test_every_allowlisted_name_resolves(name):
 
 @pytest.mark.parametrize(
     "name",
-    ["builtins.getattr", "builtins.setattr", "builtins.delattr", "builtins.eval", "builtins.exec", "builtins.open",
-     "builtins.compile", "builtins.__import__", "builtins.globals", "builtins.vars", "builtins.type",
-     "builtins.print", "os.system", "posix.system", "subprocess.Popen", "functools.partial", "operator.attrgetter",
-     "pickle.loads", "numpy.load", "numpy.fromfile", "numpy.memmap", "numpy.ma.core._mareconstruct",
-     "torch.load", "torch.storage._load_from_bytes", "torch._utils._rebuild_tensor_v2"],
+    [
+        "builtins.getattr",
+        "builtins.setattr",
+        "builtins.delattr",
+        "builtins.eval",
+        "builtins.exec",
+        "builtins.open",
+        "builtins.compile",
+        "builtins.__import__",
+        "builtins.globals",
+        "builtins.vars",
+        "builtins.type",
+        "builtins.print",
+        "os.system",
+        "posix.system",
+        "subprocess.Popen",
+        "functools.partial",
+        "operator.attrgetter",
+        "pickle.loads",
+        "numpy.load",
+        "numpy.fromfile",
+        "numpy.memmap",
+        "numpy.ma.core._mareconstruct",
+        "torch.load",
+        "torch.storage._load_from_bytes",
+        "torch._utils._rebuild_tensor_v2",
+    ],
 )
 def test_dangerous_names_are_not_allowlisted(name):
     assert name not in default_allowlist()
@@ -863,8 +987,13 @@ def test_allowlist_is_the_union_of_its_groups():
 
 
 # -- the audit --------------------------------------------------------------------------------
-_REAL = ["builtins.complex", "collections.OrderedDict", "gymnasium.spaces.discrete.Discrete",
-         "numpy._core.multiarray.scalar", "numpy.dtype"]
+_REAL = [
+    "builtins.complex",
+    "collections.OrderedDict",
+    "gymnasium.spaces.discrete.Discrete",
+    "numpy._core.multiarray.scalar",
+    "numpy.dtype",
+]
 _PY2 = ["_codecs.encode", "builtins.set"]  # bytes and sets need globals before protocol 3/4
 
 
@@ -891,9 +1020,17 @@ def test_pickle_globals_of_real_pickles(protocol, expected):
 def test_pickle_globals_follows_memoized_strings_and_never_imports():
     put = pickle.MEMOIZE
     payload = _p4(
-        _str("zz_not_imported_mod"), put, _str("Thing"), put, pickle.STACK_GLOBAL,
-        pickle.BINGET + b"\x00", _str("Other"), pickle.STACK_GLOBAL,
-        pickle.LONG_BINGET + struct.pack("<I", 0), pickle.BINGET + b"\x01", pickle.STACK_GLOBAL,
+        _str("zz_not_imported_mod"),
+        put,
+        _str("Thing"),
+        put,
+        pickle.STACK_GLOBAL,
+        pickle.BINGET + b"\x00",
+        _str("Other"),
+        pickle.STACK_GLOBAL,
+        pickle.LONG_BINGET + struct.pack("<I", 0),
+        pickle.BINGET + b"\x01",
+        pickle.STACK_GLOBAL,
         pickle.TUPLE3,
     )
     assert pickle_globals(payload) == ["zz_not_imported_mod.Other", "zz_not_imported_mod.Thing"]
@@ -918,11 +1055,17 @@ def test_pickle_globals_spells_names_as_the_policy_does():
     # numpy 1.x's numpy.core, and Python 2's copy_reg and __builtin__, as the unpickler maps them.
     payload = _strip(pickle.dumps(np.arange(3), protocol=2), rename=_NUMPY1)
     assert b"numpy.core.multiarray" in payload and b"c_codecs" in payload
-    assert pickle_globals(payload) == ["_codecs.encode", "numpy._core.multiarray._reconstruct", "numpy.dtype",
-                                       "numpy.ndarray"]
+    assert pickle_globals(payload) == [
+        "_codecs.encode",
+        "numpy._core.multiarray._reconstruct",
+        "numpy.dtype",
+        "numpy.ndarray",
+    ]
     assert b"copy_reg" in pickle.dumps(UserThing(1), protocol=0)
     assert pickle_globals(pickle.dumps(UserThing(1), protocol=0)) == [
-        "builtins.object", "copyreg._reconstructor", f"{__name__}.UserThing"
+        "builtins.object",
+        "copyreg._reconstructor",
+        f"{__name__}.UserThing",
     ]
 
 
@@ -945,8 +1088,13 @@ def test_pickle_globals_raises_decode_error_on_garbage(payload, message):
 
 def test_build_cannot_modify_an_enum_member():
     # Calling an allowlisted Enum returns its shared member; state must not be set on it.
-    payload = _p4(_global("stable_baselines3.common.type_aliases", "TrainFrequencyUnit"), _body(("step",)),
-                  pickle.REDUCE, _body({"_value_": "episode"}), pickle.BUILD)
+    payload = _p4(
+        _global("stable_baselines3.common.type_aliases", "TrainFrequencyUnit"),
+        _body(("step",)),
+        pickle.REDUCE,
+        _body({"_value_": "episode"}),
+        pickle.BUILD,
+    )
     with pytest.raises(DecodeError, match=re.escape("BUILD would modify `a TrainFrequencyUnit object` itself")):
         restricted_loads(payload, DEFAULT)
     from stable_baselines3.common.type_aliases import TrainFrequencyUnit
@@ -962,7 +1110,17 @@ _BITGEN_CTOR = _global("numpy.random._pickle", "__bit_generator_ctor")
 def _generator_pickle(*args: bytes) -> bytes:
     # (ctor, args) REDUCE, then BUILD with the bit generator's state, as numpy writes it
     state = np.random.Generator(np.random.PCG64(5)).bit_generator.state
-    return b"\x80\x04" + _GEN_CTOR + pickle.MARK + b"".join(args) + pickle.TUPLE + pickle.REDUCE + _body(state) + pickle.BUILD + pickle.STOP
+    return (
+        b"\x80\x04"
+        + _GEN_CTOR
+        + pickle.MARK
+        + b"".join(args)
+        + pickle.TUPLE
+        + pickle.REDUCE
+        + _body(state)
+        + pickle.BUILD
+        + pickle.STOP
+    )
 
 
 @pytest.mark.parametrize("form", ["numpy<1.25: (name,)", "numpy 1.25-1.26: (name, ctor)"])
@@ -1078,8 +1236,11 @@ def test_an_untrusted_owner_of_a_trusted_name_is_never_handed_to_the_pickle():
 def test_a_bit_generator_made_without_init_is_refused_before_its_state_is_set(tmp_path, how):
     # numpy's PCG64 sets its C state up in __init__; __new__ alone then BUILD wrote through NULL.
     pcg = _global("numpy.random._pcg64", "PCG64")
-    made = pcg + _body(()) + pickle.NEWOBJ if how == "NEWOBJ" else (
-        _global("copyreg", "__newobj__") + pcg + pickle.TUPLE1 + pickle.REDUCE)
+    made = (
+        pcg + _body(()) + pickle.NEWOBJ
+        if how == "NEWOBJ"
+        else (_global("copyreg", "__newobj__") + pcg + pickle.TUPLE1 + pickle.REDUCE)
+    )
     payload = _p4(made, _body(np.random.PCG64(1).state), pickle.BUILD)
     out = _run_isolated(tmp_path, payload)
     assert f"DecodeError {how} creates `numpy.random._pcg64.PCG64` without `__init__`" in out, out
@@ -1098,11 +1259,31 @@ def test_a_datetime_dtype_state_without_its_unit_is_refused(tmp_path):
     [
         (_p4(pickle.BYTEARRAY8 + struct.pack("<Q", 40 << 30)), "BYTEARRAY8 claims 42949672960 bytes"),
         (_p4(_global("builtins", "bytes"), _body((6 << 30,)), pickle.REDUCE), "`builtins.bytes(6442450944)` asks for"),
-        (_p4(_global("collections", "deque"), _global("builtins", "range"), _body((10**18,)), pickle.REDUCE,
-             pickle.TUPLE1, pickle.REDUCE), "`collections.deque` given a range asks for 1000000000000000000"),
-        (_p4(_global("numpy", "dtype"), _body(("(100000000000,)f8",)), pickle.REDUCE), "a pickled dtype names its kind"),
-        (_p4(_global("numpy.random._pickle", "__randomstate_ctor"), _body("MT19937"), _global("builtins", "bytes"),
-             pickle.TUPLE2, pickle.REDUCE), "takes numpy's bit-generator helper as its second argument"),
+        (
+            _p4(
+                _global("collections", "deque"),
+                _global("builtins", "range"),
+                _body((10**18,)),
+                pickle.REDUCE,
+                pickle.TUPLE1,
+                pickle.REDUCE,
+            ),
+            "`collections.deque` given a range asks for 1000000000000000000",
+        ),
+        (
+            _p4(_global("numpy", "dtype"), _body(("(100000000000,)f8",)), pickle.REDUCE),
+            "a pickled dtype names its kind",
+        ),
+        (
+            _p4(
+                _global("numpy.random._pickle", "__randomstate_ctor"),
+                _body("MT19937"),
+                _global("builtins", "bytes"),
+                pickle.TUPLE2,
+                pickle.REDUCE,
+            ),
+            "takes numpy's bit-generator helper as its second argument",
+        ),
         (_p4(pickle.LONG4 + struct.pack("<i", 20_000) + b"\x01" * 20_000), "an integer in the pickle has 159993 bits"),
     ],
     ids=["bytearray8-claim", "bytes-6gib", "deque-range", "dtype-text", "randomstate-ctor-callable", "long4-int"],

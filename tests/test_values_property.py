@@ -28,8 +28,19 @@ from adversarial import values  # noqa: E402
 
 PATTERN = (0xA5, 0x5A)
 ALLOWED = frozenset(PATTERN) | {0}
-TORCH_DTYPES = ["uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", "complex64",
-                "float8_e4m3fn", "uint16"]
+TORCH_DTYPES = [
+    "uint8",
+    "int16",
+    "int32",
+    "int64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "float8_e4m3fn",
+    "uint16",
+]
 NUMPY_DTYPES = ["uint8", "<i2", ">i4", "<f4", ">f8", "<c8", "|S3", "|V2", [("a", "<u2"), ("b", "|u1")]]
 
 
@@ -49,7 +60,11 @@ def base(tmp_path_factory):
 
 
 def _pattern(draw, n: int) -> bytes:
-    picks = draw(st.lists(st.sampled_from(PATTERN), min_size=n, max_size=n)) if n <= 64 else [PATTERN[i % 2] for i in range(n)]
+    picks = (
+        draw(st.lists(st.sampled_from(PATTERN), min_size=n, max_size=n))
+        if n <= 64
+        else [PATTERN[i % 2] for i in range(n)]
+    )
     return bytes(picks)
 
 
@@ -61,7 +76,7 @@ def tensor_items(draw):
     shape = tuple(draw(st.lists(st.integers(0, 4), max_size=3)))
     numel = math.prod(shape)
     data = _pattern(draw, numel * itemsize)
-    stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+    stride = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
     mutation = draw(st.sampled_from(["none", "none", "size", "stride", "offset", "transpose"]))
     if mutation == "transpose" and len(shape) == 2:
         return values.raw_tensor(data, dtype, shape[::-1], stride[::-1]), _transposed(data, shape, itemsize)
@@ -78,7 +93,7 @@ def tensor_items(draw):
 
 def _transposed(data: bytes, shape: tuple, itemsize: int) -> bytes:
     rows, cols = shape
-    items = [data[i * itemsize:(i + 1) * itemsize] for i in range(rows * cols)]
+    items = [data[i * itemsize : (i + 1) * itemsize] for i in range(rows * cols)]
     return b"".join(items[r * cols + c] for c in range(cols) for r in range(rows))
 
 
@@ -101,8 +116,13 @@ def sparse_items(draw):
         item = values.sparse("sparse_coo", indices, values.dense(vals), values.size(n, m), True)
     else:
         crow = [sum(1 for r in rows if r < i) for i in range(n + 1)]
-        item = values.sparse("sparse_csr", values.dense(crow, "int64"), values.dense(bad_cols, "int64"), values.dense(vals),
-                             values.size(n, m))
+        item = values.sparse(
+            "sparse_csr",
+            values.dense(crow, "int64"),
+            values.dense(bad_cols, "int64"),
+            values.dense(vals),
+            values.size(n, m),
+        )
     expected = None
     if not mutate:
         dense = np.zeros((n, m), dtype="<f4")
@@ -128,10 +148,14 @@ def array_items(draw):
     return (member, declared, list(shape)), data if mutation == "none" else None
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
-@given(tensors=st.lists(st.one_of(tensor_items(), sparse_items()), min_size=1, max_size=3),
-       arrays=st.lists(array_items(), max_size=2), door=st.sampled_from(["load", "load_mmap", "load_archive"]))
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(
+    tensors=st.lists(st.one_of(tensor_items(), sparse_items()), min_size=1, max_size=3),
+    arrays=st.lists(array_items(), max_size=2),
+    door=st.sampled_from(["load", "load_mmap", "load_archive"]),
+)
 def test_every_value_a_load_returns_is_usable_and_made_of_archive_bytes(worker, base, tensors, arrays, door):
     from zipsave._codec import _arrays
 
@@ -140,15 +164,24 @@ def test_every_value_a_load_returns_is_usable_and_made_of_archive_bytes(worker, 
     data: dict = {"lr": 0.1}
     for i, ((member, declared, shape), _) in enumerate(arrays):
         members[f"arrays/{i}.npy"] = member
-        data[f"a{i}"] = {":type:": "<class 'numpy.ndarray'>", ":zipsave:": {
-            "kind": "ndarray", "dtype": _arrays.dtype_descr(declared), "shape": shape, "member": f"arrays/{i}.npy"}}
+        data[f"a{i}"] = {
+            ":type:": "<class 'numpy.ndarray'>",
+            ":zipsave:": {
+                "kind": "ndarray",
+                "dtype": _arrays.dtype_descr(declared),
+                "shape": shape,
+                "member": f"arrays/{i}.npy",
+            },
+        }
     path = base["root"] / "example.zip"
     path.write_bytes(values.rebuild_archive(base["bytes"], members, data=data))
     result = worker.run(door, {"archive": str(path)})
     assert result["outcome"] in ("loaded", "refused"), result
     if result["outcome"] == "refused":
         return
-    expected = {f"t{i}": want for i, (_, want) in enumerate(tensors)} | {f"a{i}": want for i, (_, want) in enumerate(arrays)}
+    expected = {f"t{i}": want for i, (_, want) in enumerate(tensors)} | {
+        f"a{i}": want for i, (_, want) in enumerate(arrays)
+    }
     for path_, hexed in result["values"].items():
         name = path_.rsplit(".", 1)[-1]
         if name not in expected:

@@ -164,17 +164,53 @@ def test_zipsave_0_2_integer_form_of_a_datetime64_ns_still_loads():
         ({"kind": "fraction", "numerator": 1, "denominator": 0}, "a non-zero integer `denominator`"),
         ({"kind": "fraction", "numerator": 1.5, "denominator": 2}, "expected an integer `numerator`"),
         ({"kind": "decimal", "value": "1.2.3"}, "expected a decimal literal, found '1.2.3'."),
-        ({"kind": "random", "version": 3, "state": {"kind": "ndarray", "dtype": "<i8", "shape": [1], "values": [2**40]}, "gauss_next": None},
-         "expected the random.Random `state` to be a 1-d uint32 array."),
-        ({"kind": "random", "version": 3, "state": {"kind": "ndarray", "dtype": "<u4", "shape": [2], "values": [1, 2]}, "gauss_next": None},
-         "invalid random.Random state"),
-        ({"kind": "random", "version": 3, "state": {"kind": "ndarray", "dtype": "<u4", "shape": [0], "values": []}, "gauss_next": "x"},
-         "expected `gauss_next` to be a float or null, found str."),
-        ({"kind": "torch_generator", "device": "cpu", "state": {"kind": "ndarray", "dtype": "<u1", "shape": [2], "values": [1, 2]}},
-         "cannot restore the torch.Generator"),
+        (
+            {
+                "kind": "random",
+                "version": 3,
+                "state": {"kind": "ndarray", "dtype": "<i8", "shape": [1], "values": [2**40]},
+                "gauss_next": None,
+            },
+            "expected the random.Random `state` to be a 1-d uint32 array.",
+        ),
+        (
+            {
+                "kind": "random",
+                "version": 3,
+                "state": {"kind": "ndarray", "dtype": "<u4", "shape": [2], "values": [1, 2]},
+                "gauss_next": None,
+            },
+            "invalid random.Random state",
+        ),
+        (
+            {
+                "kind": "random",
+                "version": 3,
+                "state": {"kind": "ndarray", "dtype": "<u4", "shape": [0], "values": []},
+                "gauss_next": "x",
+            },
+            "expected `gauss_next` to be a float or null, found str.",
+        ),
+        (
+            {
+                "kind": "torch_generator",
+                "device": "cpu",
+                "state": {"kind": "ndarray", "dtype": "<u1", "shape": [2], "values": [1, 2]},
+            },
+            "cannot restore the torch.Generator",
+        ),
         ({"kind": "numpy_scalar", "dtype": "<M8[ns]", "value": 1.5}, "to be an integer count, found float."),
     ],
-    ids=["zero-denominator", "float-numerator", "bad-decimal", "wide-word", "short-state", "bad-gauss", "short-generator", "float-ns"],
+    ids=[
+        "zero-denominator",
+        "float-numerator",
+        "bad-decimal",
+        "wide-word",
+        "short-state",
+        "bad-gauss",
+        "short-generator",
+        "float-ns",
+    ],
 )
 def test_malformed_new_forms_are_decode_errors(body, message):
     with pytest.raises(zipsave.DecodeError, match=re.escape(message)):
@@ -227,7 +263,10 @@ class Trainer(zipsave.Saveable):
         torch.manual_seed(0)
         self.net = Net()
         self.opt = torch.optim.AdamW(
-            [{"params": self.net.lin.parameters(), "lr": 1e-3}, {"params": self.net.norm.parameters(), "lr": 1e-2, "weight_decay": 0.0}]
+            [
+                {"params": self.net.lin.parameters(), "lr": 1e-3},
+                {"params": self.net.norm.parameters(), "lr": 1e-2, "weight_decay": 0.0},
+            ]
         )
         self.sched = SCHEDULERS[schedule](self.opt)
 
@@ -237,7 +276,9 @@ class Trainer(zipsave.Saveable):
             self.opt.zero_grad()
             loss.backward()
             self.opt.step()
-            self.sched.step(1.0) if isinstance(self.sched, torch.optim.lr_scheduler.ReduceLROnPlateau) else self.sched.step()
+            self.sched.step(1.0) if isinstance(
+                self.sched, torch.optim.lr_scheduler.ReduceLROnPlateau
+            ) else self.sched.step()
             self.net.count += 1
         return self
 
@@ -264,7 +305,11 @@ def test_loose_tensors_keep_dtype_layout_and_shared_storage(tmp_path):
     holder = Holder()
     holder.base = torch.arange(12.0)
     holder.view = holder.base[2:6]
-    holder.loose = {"bf16": torch.ones(3, dtype=torch.bfloat16), 3: torch.tensor([1 + 2j]), "t": torch.arange(6).reshape(2, 3).t()}
+    holder.loose = {
+        "bf16": torch.ones(3, dtype=torch.bfloat16),
+        3: torch.tensor([1 + 2j]),
+        "t": torch.arange(6).reshape(2, 3).t(),
+    }
     holder.sparse = torch.eye(3).to_sparse()
     holder.meta = (torch.float16, torch.device("cpu"), torch.Size([2, 3]))
     holder.save(tmp_path / "m.zip")
@@ -298,7 +343,10 @@ def test_a_reference_cycle_is_named_with_its_path(tmp_path):
     loop["a"]["b"].append(loop)
     holder = Holder()
     holder.graph = loop
-    with pytest.raises(zipsave.EncodeError, match=re.escape("key `graph`: holds a reference cycle (a container inside itself) at `a.b.1`")):
+    with pytest.raises(
+        zipsave.EncodeError,
+        match=re.escape("key `graph`: holds a reference cycle (a container inside itself) at `a.b.1`"),
+    ):
         holder.save(tmp_path / "m.zip")
     assert not (tmp_path / "m.zip").exists()
 
@@ -309,7 +357,9 @@ def test_json_too_deep_to_write_is_an_encode_error_naming_the_key(tmp_path):
         deep = [deep]
     holder = Holder()
     holder.deep = deep
-    with pytest.raises(zipsave.EncodeError, match=re.escape("member `data`, key `deep`: is nested too deeply to write as JSON")) as err:
+    with pytest.raises(
+        zipsave.EncodeError, match=re.escape("member `data`, key `deep`: is nested too deeply to write as JSON")
+    ) as err:
         holder.save(tmp_path / "m.zip")
     assert "exclude=['deep']" in str(err.value)
 
@@ -407,12 +457,18 @@ def test_a_deleted_array_member_is_named_once(saved, tmp_path):
 
 def test_a_deleted_state_dict_member_is_named(saved, tmp_path):
     broken = _rezip(saved, tmp_path / "broken.zip", drop="net.pth")
-    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("member `net.pth` is listed in manifest.json but missing")):
-        with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("manifest.json lists ['net'] too, missing from the archive")):
+    with pytest.warns(
+        zipsave.ZipsaveWarning, match=re.escape("member `net.pth` is listed in manifest.json but missing")
+    ):
+        with pytest.raises(
+            zipsave.ParameterMismatchError, match=re.escape("manifest.json lists ['net'] too, missing from the archive")
+        ):
             Model.load(broken)
 
 
-@pytest.mark.parametrize("name", ["model", "dir with space/mödel 1.zip", "model.bin"], ids=["no-suffix", "non-ascii", "other-suffix"])
+@pytest.mark.parametrize(
+    "name", ["model", "dir with space/mödel 1.zip", "model.bin"], ids=["no-suffix", "non-ascii", "other-suffix"]
+)
 def test_paths_people_use(saved, tmp_path, name):
     target = tmp_path / name
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -436,7 +492,11 @@ def test_saving_over_an_open_archive_leaves_the_reader_intact(saved):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [(b"", "not a zip archive, or truncated"), (b"hello", "not a zip archive, or truncated"), (None, "is a directory, not a zip archive.")],
+    [
+        (b"", "not a zip archive, or truncated"),
+        (b"hello", "not a zip archive, or truncated"),
+        (None, "is a directory, not a zip archive."),
+    ],
     ids=["empty", "text", "directory"],
 )
 def test_not_an_archive(tmp_path, content, message, capsys):
@@ -453,7 +513,6 @@ def test_new_native_forms_are_deterministic():
         a = orjson.dumps(Encoder().encode_entry("k", value)[":zipsave:"])
         b = orjson.dumps(Encoder().encode_entry("k", value)[":zipsave:"])
         assert a == b
-
 
 
 def test_a_class_from_a_script_is_refused_with_how_to_make_it_loadable(tmp_path):
@@ -486,11 +545,15 @@ def _save_load_path(path: Path) -> Any:
     return getattr(Holder.load(path), "config", "<missing>")  # the script's class is not importable here
 
 
-@pytest.mark.parametrize(("below", "tail"), [("m.zip", "."), ("x/y/m.zip", ", so `{base}/x/y` cannot be made.")], ids=["direct", "deeper"])
+@pytest.mark.parametrize(
+    ("below", "tail"), [("m.zip", "."), ("x/y/m.zip", ", so `{base}/x/y` cannot be made.")], ids=["direct", "deeper"]
+)
 def test_saving_below_a_file_names_the_file(tmp_path, below, tail):
     (tmp_path / "afile").write_text("not a folder")
     base = tmp_path / "afile"
-    with pytest.raises(zipsave.StorageError, match=re.escape(f"`{base}` is a file, not a folder{tail.format(base=base)}")) as err:
+    with pytest.raises(
+        zipsave.StorageError, match=re.escape(f"`{base}` is a file, not a folder{tail.format(base=base)}")
+    ) as err:
         Model().save(base / below)
     assert err.value.errno == 20 and (tmp_path / "afile").read_text() == "not a folder"
 
@@ -506,8 +569,10 @@ def _rngs(seed: int) -> dict[str, Any]:
 
 def _draw(rngs: dict[str, Any]) -> list[float]:
     return [
-        float(torch.rand(1, generator=rngs["torch"])), rngs["python"].random(),
-        float(rngs["numpy"].random()), float(rngs["legacy"].random_sample()),
+        float(torch.rand(1, generator=rngs["torch"])),
+        rngs["python"].random(),
+        float(rngs["numpy"].random()),
+        float(rngs["legacy"].random_sample()),
     ]
 
 
@@ -547,8 +612,14 @@ def test_a_generator_of_another_kind_is_replaced(tmp_path):
 
 
 def test_diff_compares_generators_by_state_and_shows_short_values(tmp_path):
-    zipsave.save({"rng": random.Random(1), "rate": fractions.Fraction(1, 3), "gen": torch.Generator().manual_seed(1)}, tmp_path / "a.zip")
-    zipsave.save({"rng": random.Random(2), "rate": fractions.Fraction(1, 4), "gen": torch.Generator().manual_seed(1)}, tmp_path / "b.zip")
+    zipsave.save(
+        {"rng": random.Random(1), "rate": fractions.Fraction(1, 3), "gen": torch.Generator().manual_seed(1)},
+        tmp_path / "a.zip",
+    )
+    zipsave.save(
+        {"rng": random.Random(2), "rate": fractions.Fraction(1, 4), "gen": torch.Generator().manual_seed(1)},
+        tmp_path / "b.zip",
+    )
     result = diff(tmp_path / "a.zip", tmp_path / "b.zip")
     assert [(c.name, c.old, c.new) for c in result.data_changed] == [
         ("rng", "<random.Random>", "<random.Random>"),

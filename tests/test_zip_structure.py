@@ -141,9 +141,12 @@ def test_an_archive_prepended_to_another_is_refused(tmp_path):
 def test_local_header_method_must_match_the_directory():
     raw = bytearray(zipfile_archive(compression=zipfile.ZIP_STORED))
     struct.pack_into("<H", raw, 8, 8)  # the first local header says deflated; the directory says stored
-    with pytest.raises(ArchiveFormatError, match=re.escape(
-        "member `data`: local header says flags 0x0000 and method 8, the central directory flags 0x0000 and method 0."
-    )):
+    with pytest.raises(
+        ArchiveFormatError,
+        match=re.escape(
+            "member `data`: local header says flags 0x0000 and method 8, the central directory flags 0x0000 and method 0."
+        ),
+    ):
         read_all(bytes(raw))
 
 
@@ -243,8 +246,14 @@ def _directory_count(raw: bytearray) -> None:
         (_before_directory, "holds 6 bytes between its last member and the central directory"),
         (_local_crc, "member `data`: local header says crc32 "),
         (_local_size, "member `data`: local header says crc32 "),
-        (_local_name, "member `data`: local header names b'Data', the central directory b'data' (corrupted or forged)."),
-        (_local_flags, "member `data`: local header says flags 0x0800 and method 0, the central directory flags 0x0000"),
+        (
+            _local_name,
+            "member `data`: local header names b'Data', the central directory b'data' (corrupted or forged).",
+        ),
+        (
+            _local_flags,
+            "member `data`: local header says flags 0x0800 and method 0, the central directory flags 0x0000",
+        ),
         (_central_flag, "member `data`: sets general-purpose flag bits 0x4000, which zipsave does not read."),
         (_non_ascii_without_flag, "name is not ASCII and its UTF-8 flag (bit 11) is not set"),
         (_directory_count, "central directory holds "),
@@ -261,9 +270,10 @@ def test_a_data_descriptor_must_match_the_directory():
     raw = bytearray(zipfile_archive(pipe=True))
     descriptor = raw.index(b"PK\x07\x08")
     raw[descriptor + 4] ^= 0xFF  # its CRC-32
-    with pytest.raises(ArchiveFormatError, match=re.escape(
-        "member `data`: is followed by 16 bytes where its data descriptor should be"
-    )):
+    with pytest.raises(
+        ArchiveFormatError,
+        match=re.escape("member `data`: is followed by 16 bytes where its data descriptor should be"),
+    ):
         read_all(bytes(raw))
 
 
@@ -286,9 +296,9 @@ def test_a_deflate_stream_must_fill_its_compressed_size():
     with zipfile.ZipFile(io.BytesIO(bytes(raw))) as zf:
         assert zf.read("data") == b'{"a": 1}' * 50  # zipfile ignores what follows the stream
     reader = ArchiveReader(io.BytesIO(bytes(raw)), archive="t.zip")
-    with pytest.raises(ArchiveFormatError, match=re.escape(
-        "member `data`: cannot be read (its deflate stream ends before its "
-    )):
+    with pytest.raises(
+        ArchiveFormatError, match=re.escape("member `data`: cannot be read (its deflate stream ends before its ")
+    ):
         reader.read("data", verify=False)
     assert "its deflate stream ends before" in " ".join(verify(io.BytesIO(bytes(raw))))
 

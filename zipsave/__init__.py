@@ -30,8 +30,8 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._api import (
         EnvState,
         RNGState,
-        SaveHandle,
         Saveable,
+        SaveHandle,
         load,
         load_archive,
         release_snapshots,
@@ -66,10 +66,24 @@ _LAZY: dict[str, str] = {
 }
 # The private submodules ``import zipsave`` used to import as a side effect, found as attributes
 # of the package as before (``zipsave._registry`` after a bare ``import zipsave``).
-_SUBMODULES = frozenset({
-    "_api", "_archive", "_bounds", "_codec", "_core", "_format", "_json", "_manager", "_optional", "_registry",
-    "_system_info", "_tensors", "_tools", "_trust",
-})
+_SUBMODULES = frozenset(
+    {
+        "_api",
+        "_archive",
+        "_bounds",
+        "_codec",
+        "_core",
+        "_format",
+        "_json",
+        "_manager",
+        "_optional",
+        "_registry",
+        "_system_info",
+        "_tensors",
+        "_tools",
+        "_trust",
+    }
+)
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)

@@ -13,8 +13,19 @@ from typing import Any
 from .exceptions import ArchiveLimitError
 
 __all__ = [
-    "ALLOC_FLOOR", "ALLOC_RATIO", "KEY_WORK_FLOOR", "KEY_WORK_RATIO", "MAX_INT_BITS", "MAX_SAME_HASH", "AllocBudget",
-    "KeyGuard", "alloc_budget", "check_int", "check_size", "check_zip_infos", "key_budget",
+    "ALLOC_FLOOR",
+    "ALLOC_RATIO",
+    "KEY_WORK_FLOOR",
+    "KEY_WORK_RATIO",
+    "MAX_INT_BITS",
+    "MAX_SAME_HASH",
+    "AllocBudget",
+    "KeyGuard",
+    "alloc_budget",
+    "check_int",
+    "check_size",
+    "check_zip_infos",
+    "key_budget",
 ]
 
 #: Largest integer (in bits) a decoder builds: about 39 500 decimal digits, room for any seed,
@@ -203,7 +214,6 @@ class KeyGuard:
             self._keep.pop(id(container), None)
 
 
-
 def check_zip_infos(
     infos: list, *, size: int, max_bytes: int, max_ratio: float, max_members: int = 100_000, **where: Any
 ) -> None:
@@ -224,7 +234,11 @@ def check_zip_infos(
                 f"bytes of data in a zip of {size} bytes.",
                 **where,
             )
-        if info.compress_type == 8 and info.file_size > (1 << 20) and info.file_size > max_ratio * max(1, info.compress_size):
+        if (
+            info.compress_type == 8
+            and info.file_size > (1 << 20)
+            and info.file_size > max_ratio * max(1, info.compress_size)
+        ):
             raise ArchiveLimitError(
                 f"nested member `{name}` expands {info.file_size / max(1, info.compress_size):.0f}x when "
                 f"decompressed; the limit is {max_ratio:.0f}x (zip bomb?).",

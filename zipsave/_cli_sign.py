@@ -21,10 +21,18 @@ def trust_of(args: argparse.Namespace) -> Trust | None:
         raise ZipsaveError("give one --identity_provider for each --identity.")
     if not (args.public_key or args.certificate_chain or identities):
         if args.signature:
-            raise ZipsaveError("--signature needs the signer to accept: --public_key, --certificate_chain or --identity.")
+            raise ZipsaveError(
+                "--signature needs the signer to accept: --public_key, --certificate_chain or --identity."
+            )
         return None
-    return Trust(public_keys=args.public_key or (), certificates=args.certificate_chain or (), identities=identities,
-                 signature=args.signature, use_staging=args.use_staging, trust_config=args.trust_config)
+    return Trust(
+        public_keys=args.public_key or (),
+        certificates=args.certificate_chain or (),
+        identities=identities,
+        signature=args.signature,
+        use_staging=args.use_staging,
+        trust_config=args.trust_config,
+    )
 
 
 def check_signature(args: argparse.Namespace, problems: list[str]) -> Any:
@@ -50,13 +58,26 @@ def add_signer_options(command: argparse.ArgumentParser, outcome: str) -> None:
         f"{outcome}: the embedded zipsave.sig, else ARCHIVE.sig, else --signature. Options are spelled as "
         "model_signing spells them; the dashed forms work too.",
     )
-    signer.add_argument("--public_key", "--public-key", action="append", metavar="KEY.pem",
-                        help="accept signatures by this PEM public key (repeatable)")
-    signer.add_argument("--certificate_chain", "--certificate-chain", action="append", metavar="CERT.pem",
-                        help="accept certificates chaining to these PEM certificates (repeatable)")
+    signer.add_argument(
+        "--public_key",
+        "--public-key",
+        action="append",
+        metavar="KEY.pem",
+        help="accept signatures by this PEM public key (repeatable)",
+    )
+    signer.add_argument(
+        "--certificate_chain",
+        "--certificate-chain",
+        action="append",
+        metavar="CERT.pem",
+        help="accept certificates chaining to these PEM certificates (repeatable)",
+    )
     signer.add_argument("--identity", action="append", help="accept this Sigstore identity (needs the network)")
-    signer.add_argument("--identity_provider", "--identity-provider", action="append",
-                        help="the OIDC issuer of each --identity")
+    signer.add_argument(
+        "--identity_provider", "--identity-provider", action="append", help="the OIDC issuer of each --identity"
+    )
     signer.add_argument("--use_staging", "--use-staging", action="store_true", help="Sigstore's staging instance")
-    signer.add_argument("--trust_config", "--trust-config", metavar="FILE", help="a Sigstore client trust configuration")
+    signer.add_argument(
+        "--trust_config", "--trust-config", metavar="FILE", help="a Sigstore client trust configuration"
+    )
     signer.add_argument("--signature", metavar="SIG", help="check this detached signature")

@@ -48,7 +48,9 @@ class Reinforce(Saveable):
         self.learning_rate = learning_rate
         self.gamma = gamma
         self.seed = seed
-        self.observation_space = env.observation_space if env is not None else gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+        self.observation_space = (
+            env.observation_space if env is not None else gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+        )
         self.action_space = env.action_space if env is not None else gym.spaces.Discrete(2)
         torch.manual_seed(seed)
         layers: list[torch.nn.Module] = []
@@ -110,6 +112,7 @@ def _summary(value: Any) -> str:
 
 def run_demo(seconds: float = 3.0, out: str | None = None, stream: TextIO = sys.stdout) -> int:
     """Train, save, inspect, load, compare and continue; return 0 when everything held."""
+
     def say(text: str = "") -> None:
         print(text, file=stream)
 
@@ -119,8 +122,10 @@ def run_demo(seconds: float = 3.0, out: str | None = None, stream: TextIO = sys.
     while time.perf_counter() - start < seconds:
         model.learn(5)
     recent = model.episode_returns[-10:]
-    say(f"trained REINFORCE on CartPole-v1 for {seconds:.0f} s: {len(model.episode_returns)} episodes, "
-        f"{model.num_timesteps} steps, mean return of the last 10: {np.mean(recent):.1f}")
+    say(
+        f"trained REINFORCE on CartPole-v1 for {seconds:.0f} s: {len(model.episode_returns)} episodes, "
+        f"{model.num_timesteps} steps, mean return of the last 10: {np.mean(recent):.1f}"
+    )
 
     folder = out or tempfile.mkdtemp(prefix="zipsave-demo-")
     path = os.path.join(folder, "reinforce_cartpole.zip")

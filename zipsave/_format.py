@@ -41,7 +41,6 @@ ALIGNMENT = 64
 DATE_TIME = (1980, 1, 1, 0, 0, 0)
 
 
-
 def join(component: str, member: str) -> str:
     """Return the member name of ``member`` inside the component folder ``component``."""
     return f"{component}/{member}" if component else member

@@ -24,10 +24,13 @@ def keyed(err: ArchiveFormatError, key: str) -> ArchiveFormatError:
 
 
 def refusal(key: str, what: str) -> ArchiveFormatError:
-    return keyed(ArchiveFormatError(
-        f"`{key or '<the member itself>'}` is {what}; zipsave loads only {SUPPORTED}.",
-        hint="Re-save the value as a dense tensor (`.to_dense()`, `.dequantize()`) if it is yours.",
-    ), key)
+    return keyed(
+        ArchiveFormatError(
+            f"`{key or '<the member itself>'}` is {what}; zipsave loads only {SUPPORTED}.",
+            hint="Re-save the value as a dense tensor (`.to_dense()`, `.dequantize()`) if it is yours.",
+        ),
+        key,
+    )
 
 
 def view_fits(offset: int, size: Any, stride: Any, itemsize: int, nbytes: int) -> bool:
@@ -114,9 +117,12 @@ def _validate(check: Any, *args: Any, key: str) -> None:
         except TypeError:
             check(*args)
     except (RuntimeError, ValueError, IndexError, TypeError) as err:
-        raise keyed(ArchiveFormatError(
-            f"`{key}` is a sparse tensor whose indices are invalid ({str(err).splitlines()[0][:200]})."
-        ), key) from None
+        raise keyed(
+            ArchiveFormatError(
+                f"`{key}` is a sparse tensor whose indices are invalid ({str(err).splitlines()[0][:200]})."
+            ),
+            key,
+        ) from None
 
 
 def _check_coo(t: Any, key: str) -> None:

@@ -39,7 +39,15 @@ from typing import Any, ClassVar
 from .exceptions import ZipsaveWarning
 
 __all__ = [
-    "ENTRY_HINTS", "ENTRY_POINT_GROUP", "Handler", "by_name", "generation", "handlers", "register", "selected", "unregister",
+    "ENTRY_HINTS",
+    "ENTRY_POINT_GROUP",
+    "Handler",
+    "by_name",
+    "generation",
+    "handlers",
+    "register",
+    "selected",
+    "unregister",
 ]
 
 ENTRY_POINT_GROUP = "zipsave.handlers"
@@ -47,8 +55,11 @@ ENTRY_POINT_GROUP = "zipsave.handlers"
 #: ``{entry point name: (libraries, markers, data_keys)}`` of zipsave's own integrations: what
 #: their handler classes declare (a test keeps the two equal), known here without importing them.
 ENTRY_HINTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
-    "sb3": (("stable_baselines3", "sb3_contrib", "rl_zoo3", "zipsave.sb3"), ("_stable_baselines3_version",),
-            ("policy_class",)),
+    "sb3": (
+        ("stable_baselines3", "sb3_contrib", "rl_zoo3", "zipsave.sb3"),
+        ("_stable_baselines3_version",),
+        ("policy_class",),
+    ),
     "rllib": (("ray", "zipsave.rllib"), (), ()),
 }
 
@@ -99,7 +110,13 @@ class Handler:
         return False
 
     def build(
-        self, session: Any, folder: str, *, cls: Any, custom_objects: dict | None, exclude: list[str],
+        self,
+        session: Any,
+        folder: str,
+        *,
+        cls: Any,
+        custom_objects: dict | None,
+        exclude: list[str],
         overrides: dict[str, Any],
     ) -> Any:
         """Rebuild the object saved in ``folder``."""
@@ -110,8 +127,15 @@ class Handler:
         return False
 
     def restore(
-        self, session: Any, obj: Any, folder: str, *, custom_objects: dict | None, exclude: list[str],
-        exact_match: bool, into: str | None = None,
+        self,
+        session: Any,
+        obj: Any,
+        folder: str,
+        *,
+        custom_objects: dict | None,
+        exclude: list[str],
+        exact_match: bool,
+        into: str | None = None,
     ) -> None:
         """Load the archive folder into ``obj`` in place; ``into`` (``restore(..., into=...)``)
         names where in ``obj`` it goes, ``None`` for the folder's own place."""
@@ -261,8 +285,9 @@ def _load(name: str) -> None:
         if not any(h.name == handler.name for h in _handlers):
             _handlers.append(handler)
     except Exception as err:  # noqa: BLE001 - one broken plug-in must not break every load
-        warnings.warn(f"zipsave: the handler entry point `{entry.value}` failed to load: {err!r}", ZipsaveWarning,
-                      stacklevel=4)
+        warnings.warn(
+            f"zipsave: the handler entry point `{entry.value}` failed to load: {err!r}", ZipsaveWarning, stacklevel=4
+        )
     _generation += 1
 
 
@@ -284,7 +309,10 @@ def _wanted(name: str, members: AbstractSet[str] | None, live: bool, data: Calla
 
 
 def handlers(
-    *, members: Iterable[str] | None = None, live: bool = False, data: Callable[[], bytes | None] | None = None,
+    *,
+    members: Iterable[str] | None = None,
+    live: bool = False,
+    data: Callable[[], bytes | None] | None = None,
 ) -> tuple[Handler, ...]:
     """Registered handlers, the most recently registered first.
 

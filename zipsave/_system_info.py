@@ -177,9 +177,7 @@ def compare_system_info(saved: dict[str, str], current: dict[str, str]) -> list[
         else:
             differs = old_release != new_release
         if differs:
-            differences.append(
-                f"{key} differs: saved {old}, current {new} ({consequence})"
-            )
+            differences.append(f"{key} differs: saved {old}, current {new} ({consequence})")
     return differences
 
 

@@ -15,10 +15,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from ._demo import run_demo
-from ._printable import visible, visible_json
 from ._cli_sign import add_signer_options, check_signature, trust_of
-from ._sign import Signer, sign
+from ._demo import run_demo
 from ._manager import (
     is_manager_directory,
     list_checkpoints,
@@ -27,6 +25,8 @@ from ._manager import (
     table,
     verify_directory,
 )
+from ._printable import visible, visible_json
+from ._sign import Signer, sign
 from ._tools import (
     describe_sharded,
     diff,
@@ -119,15 +119,22 @@ def _cmd_sign(args: argparse.Namespace) -> int:
     if args.embed and args.signature:
         raise ZipsaveError("--signature names a detached signature; it cannot be combined with --embed.")
     signer = Signer(
-        private_key=args.private_key, password=args.password, signing_certificate=args.signing_certificate,
-        certificate_chain=args.certificate_chain or (), sigstore=args.sigstore, identity_token=args.identity_token,
-        use_staging=args.use_staging, embed=args.embed,
+        private_key=args.private_key,
+        password=args.password,
+        signing_certificate=args.signing_certificate,
+        certificate_chain=args.certificate_chain or (),
+        sigstore=args.sigstore,
+        identity_token=args.identity_token,
+        use_staging=args.use_staging,
+        embed=args.embed,
     )
     written = sign(args.archive, signer, signature=args.signature, embed=args.embed)
     if args.json:
         _print_json({"archive": args.archive, "signature": written, "embedded": args.embed})
     else:
-        _say(f"{visible(args.archive)}: signed, signature in {'the archive (zipsave.sig)' if args.embed else visible(written)}")
+        _say(
+            f"{visible(args.archive)}: signed, signature in {'the archive (zipsave.sig)' if args.embed else visible(written)}"
+        )
     return EXIT_OK
 
 
@@ -224,7 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("archive", help="the archive (a path; .zip is tried too), or a sharded checkpoint directory")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
     inspect.add_argument(
-        "--verify", action="store_true",
+        "--verify",
+        action="store_true",
         help="also check every member's bytes and every tensor's own checksum (exit 1 on a problem)",
     )
     add_signer_options(inspect, "(an error if not), and its signer is shown")
@@ -237,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit status 0 when the archive is intact, 1 when a problem was found.",
     )
     verify.add_argument(
-        "archive", help="the archive, a sharded checkpoint directory, or a CheckpointManager directory (every checkpoint)"
+        "archive",
+        help="the archive, a sharded checkpoint directory, or a CheckpointManager directory (every checkpoint)",
     )
     verify.add_argument("--json", action="store_true", help="print JSON: {archive, ok, problems, notes}")
     verify.add_argument(
@@ -256,14 +265,25 @@ def build_parser() -> argparse.ArgumentParser:
     signing.add_argument("archive", help="the archive (a local path)")
     signing.add_argument("--private_key", "--private-key", metavar="KEY.pem", help="the PEM elliptic-curve private key")
     signing.add_argument("--password", help="the private key's password, if it is encrypted")
-    signing.add_argument("--signing_certificate", "--signing-certificate", metavar="CERT.pem",
-                         help="sign with this certificate of the private key")
-    signing.add_argument("--certificate_chain", "--certificate-chain", action="append", metavar="CERT.pem",
-                         help="certificates between the signing certificate and the root (repeatable)")
+    signing.add_argument(
+        "--signing_certificate",
+        "--signing-certificate",
+        metavar="CERT.pem",
+        help="sign with this certificate of the private key",
+    )
+    signing.add_argument(
+        "--certificate_chain",
+        "--certificate-chain",
+        action="append",
+        metavar="CERT.pem",
+        help="certificates between the signing certificate and the root (repeatable)",
+    )
     signing.add_argument("--sigstore", action="store_true", help="sign keyless with Sigstore (needs the network)")
     signing.add_argument("--identity_token", "--identity-token", help="an OIDC token for Sigstore")
     signing.add_argument("--use_staging", "--use-staging", action="store_true", help="Sigstore's staging instance")
-    signing.add_argument("--signature", metavar="OUT", help="where to write the detached signature (default: ARCHIVE.sig)")
+    signing.add_argument(
+        "--signature", metavar="OUT", help="where to write the detached signature (default: ARCHIVE.sig)"
+    )
     signing.add_argument("--embed", action="store_true", help="write the signature into the archive as zipsave.sig")
     signing.add_argument("--json", action="store_true", help="print JSON: {archive, signature, embedded}")
     signing.set_defaults(func=_cmd_sign)
@@ -278,9 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("a", help="the old archive")
     diff.add_argument("b", help="the new archive")
     diff.add_argument("--json", action="store_true", help="print JSON instead of text")
-    diff.add_argument(
-        "--bytes", action="store_true", help="compare data keys as stored, without decoding (byte-level)"
-    )
+    diff.add_argument("--bytes", action="store_true", help="compare data keys as stored, without decoding (byte-level)")
     diff.set_defaults(func=_cmd_diff)
 
     extract = add(

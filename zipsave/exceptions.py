@@ -263,8 +263,9 @@ _PASS_THROUGH = (MemoryError,)
 _FOREIGN_HINT = "No archive written by zipsave or SB3 holds this; it is damaged or was made to break readers."
 
 
-def as_zipsave_error(err: BaseException, archive: Any, *, member: str | None = None, key: str | None = None,
-                     doing: str = "read") -> ZipsaveError | None:
+def as_zipsave_error(
+    err: BaseException, archive: Any, *, member: str | None = None, key: str | None = None, doing: str = "read"
+) -> ZipsaveError | None:
     """The :class:`ZipsaveError` that stands for ``err``, raised while zipsave was reading
     ``archive``'s untrusted bytes; ``None`` when ``err`` passes as it is.
 

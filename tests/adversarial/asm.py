@@ -43,7 +43,11 @@ def body(obj: Any) -> bytes:
 
 def text(value: str) -> bytes:
     raw = value.encode()
-    return pickle.SHORT_BINUNICODE + bytes([len(raw)]) + raw if len(raw) < 256 else pickle.BINUNICODE + struct.pack("<I", len(raw)) + raw
+    return (
+        pickle.SHORT_BINUNICODE + bytes([len(raw)]) + raw
+        if len(raw) < 256
+        else pickle.BINUNICODE + struct.pack("<I", len(raw)) + raw
+    )
 
 
 def G(module: str, name: str) -> Emit:

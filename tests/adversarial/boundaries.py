@@ -40,7 +40,9 @@ RAISED: dict[str, Callable[[], BaseException]] = {
     "struct.error": lambda: struct.error("unpack requires a buffer of 4 bytes"),
     "EOFError": lambda: EOFError("Ran out of input"),
     "UnpicklingError": lambda: pickle.UnpicklingError("invalid load key"),
-    "NotImplementedError": lambda: NotImplementedError("Could not run 'aten::to_dense' with arguments from the 'SparseCPU'"),
+    "NotImplementedError": lambda: NotImplementedError(
+        "Could not run 'aten::to_dense' with arguments from the 'SparseCPU'"
+    ),
     "RuntimeError": lambda: RuntimeError("size mismatch for weight"),
     "ZeroDivisionError": lambda: ZeroDivisionError("division by zero"),
     "LookupError": lambda: LookupError("unknown encoding"),

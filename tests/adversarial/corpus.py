@@ -14,7 +14,7 @@ import pickle
 import struct
 from typing import Any
 
-from .asm import G, Emit, body, build, call, colliding_ints, newobj, program, raw_program
+from .asm import Emit, G, body, build, call, colliding_ints, newobj, program, raw_program
 
 MARKER = "ZIPSAVE_ADVERSARIAL_PWNED"
 TOUCH = f"touch {MARKER}"
@@ -32,8 +32,17 @@ PICKLE_PLACES = {
     "dcp_meta": ("dcp_consolidate",),
 }
 JSON_PLACES = ("load", "load_archive", "read", "load_cls_ppo", "ppo_load", "restore", "cli_inspect")
-MEMBER_PLACES = ("load", "load_archive", "load_cls_ppo", "ppo_load", "set_parameters", "restore", "cli_inspect",
-                 "cli_verify", "dcp_load")
+MEMBER_PLACES = (
+    "load",
+    "load_archive",
+    "load_cls_ppo",
+    "ppo_load",
+    "set_parameters",
+    "restore",
+    "cli_inspect",
+    "cli_verify",
+    "dcp_load",
+)
 
 
 @dataclasses.dataclass
@@ -97,7 +106,9 @@ def classic() -> list[Payload]:
         "dunder_import": program(call(G("builtins", "__import__"), "os")),
         "importlib": program(call(G("importlib", "import_module"), "os")),
         "runpy": program(call(G("runpy", "run_path"), "/dev/null")),
-        "operator_attrgetter": program(call(call(G("operator", "attrgetter"), "system"), call(G("builtins", "__import__"), "os"))),
+        "operator_attrgetter": program(
+            call(call(G("operator", "attrgetter"), "system"), call(G("builtins", "__import__"), "os"))
+        ),
         "functools_partial": program(call(call(G("functools", "partial"), os_system, TOUCH))),
         "marshal": program(call(G("marshal", "loads"), b"\xe3")),
         "pydoc_locate": program(call(G("pydoc", "locate"), "os.system")),
@@ -115,7 +126,9 @@ def classic() -> list[Payload]:
         "codecs_rot13": program(call(G("_codecs", "encode"), "abc", "rot13")),
         "codecs_decode": program(call(G("codecs", "decode"), "6f73", "hex")),
         "numpy_load": program(call(G("numpy", "load"), MARKER)),
-        "torch_load_from_bytes": program(call(G("torch.storage", "_load_from_bytes"), program(call(os_system, TOUCH), 2))),
+        "torch_load_from_bytes": program(
+            call(G("torch.storage", "_load_from_bytes"), program(call(os_system, TOUCH), 2))
+        ),
         "torch_rebuild": program(call(G("torch._utils", "_rebuild_tensor_v2"), 1, 0, (1,), (1,), False, os_system)),
         "reconstructor_os": program(call(G("copyreg", "_reconstructor"), os_system, G("builtins", "object"), None)),
         "newobj_os": program(call(G("copyreg", "__newobj__"), G("subprocess", "Popen"), ["touch", MARKER])),
@@ -130,12 +143,24 @@ def crashes() -> list[Payload]:
     pcg = G("numpy.random._pcg64", "PCG64")
     return [
         Payload("pcg64_newobj_build", "crash", pickle=program(newobj(pcg, state=_rng_state("PCG64"))), crash=True),
-        Payload("pcg64dxsm_newobj_build", "crash",
-                pickle=program(newobj(G("numpy.random._pcg64", "PCG64DXSM"), state=_rng_state("PCG64DXSM"))), crash=True),
-        Payload("pcg64_copyreg_newobj", "crash",
-                pickle=program(build(call(G("copyreg", "__newobj__"), pcg), _rng_state("PCG64"))), crash=True),
-        Payload("generator_newobj", "crash",
-                pickle=program(newobj(G("numpy.random._generator", "Generator"), state=_rng_state("PCG64"))), crash=True),
+        Payload(
+            "pcg64dxsm_newobj_build",
+            "crash",
+            pickle=program(newobj(G("numpy.random._pcg64", "PCG64DXSM"), state=_rng_state("PCG64DXSM"))),
+            crash=True,
+        ),
+        Payload(
+            "pcg64_copyreg_newobj",
+            "crash",
+            pickle=program(build(call(G("copyreg", "__newobj__"), pcg), _rng_state("PCG64"))),
+            crash=True,
+        ),
+        Payload(
+            "generator_newobj",
+            "crash",
+            pickle=program(newobj(G("numpy.random._generator", "Generator"), state=_rng_state("PCG64"))),
+            crash=True,
+        ),
     ]
 
 
@@ -156,8 +181,12 @@ def hangs() -> list[Payload]:
         "counter_range": program(call(G("collections", "Counter"), rng)),
         "long4_huge_int": raw_program(pickle.LONG4 + struct.pack("<i", 400_000) + b"\x01" * 400_000),
         "int_hex_string": program(call(G("builtins", "int"), "f" * 400_000, 16)),
-        "randomstate_ctor_deque": program(call(G("numpy.random._pickle", "__randomstate_ctor"), rng, G("collections", "deque"))),
-        "generator_ctor_deque": program(call(G("numpy.random._pickle", "__generator_ctor"), rng, G("collections", "deque"))),
+        "randomstate_ctor_deque": program(
+            call(G("numpy.random._pickle", "__randomstate_ctor"), rng, G("collections", "deque"))
+        ),
+        "generator_ctor_deque": program(
+            call(G("numpy.random._pickle", "__generator_ctor"), rng, G("collections", "deque"))
+        ),
     }
     return [Payload(name, "hang", pickle=raw) for name, raw in out.items()]
 
@@ -169,15 +198,25 @@ def memory() -> list[Payload]:
         "bytearray_6gib": program(call(G("builtins", "bytearray"), huge)),
         "numpy_void_6gib": program(call(G("numpy", "void"), huge)),
         "ndarray_newobj_huge": program(newobj(G("numpy", "ndarray"), (1 << 40,))),
-        "reconstruct_huge": program(call(G("numpy._core.multiarray", "_reconstruct"), G("numpy", "ndarray"), (1 << 40,), b"b")),
+        "reconstruct_huge": program(
+            call(G("numpy._core.multiarray", "_reconstruct"), G("numpy", "ndarray"), (1 << 40,), b"b")
+        ),
         "torch_size_range": program(call(G("torch", "Size"), call(G("builtins", "range"), 10**10))),
         "tuple_range": program(call(G("builtins", "tuple"), call(G("builtins", "range"), 10**10))),
         "box_constructor": program(call(G("gymnasium.spaces.box", "Box"), 0.0, 1.0, (10**6, 10**6))),
         "prelu_constructor": program(call(G("torch.nn.modules.activation", "PReLU"), 10**10)),
         "optimizer_constructor": program(call(G("torch.optim.adam", "Adam"), [])),
-        "seed_sequence_pool": program(build(call(
-            G("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"), G("numpy.random.bit_generator", "SeedSequence"),
-            65708578, None), (5, 0, None, 10**12, ()))),
+        "seed_sequence_pool": program(
+            build(
+                call(
+                    G("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
+                    G("numpy.random.bit_generator", "SeedSequence"),
+                    65708578,
+                    None,
+                ),
+                (5, 0, None, 10**12, ()),
+            )
+        ),
         "binbytes8_claim": _claim(pickle.BINBYTES8, "<Q", 40 << 30),
         "binunicode8_claim": _claim(pickle.BINUNICODE8, "<Q", 40 << 30),
         "bytearray8_claim": _claim(pickle.BYTEARRAY8, "<Q", 40 << 30),
@@ -195,8 +234,12 @@ def memory() -> list[Payload]:
 def _array_state(shape: tuple, dtype: str, data: Any) -> bytes:
     """numpy's own pickle of an array (``_reconstruct``, then BUILD) with any state."""
     empty = call(G("numpy.core.multiarray", "_reconstruct"), G("numpy", "ndarray"), (0,), b"b")
-    return program(build(empty, (1, shape, Emit(G("numpy", "dtype").data + body((dtype, False, True)) + pickle.REDUCE),
-                                 False, data)), 2)
+    return program(
+        build(
+            empty, (1, shape, Emit(G("numpy", "dtype").data + body((dtype, False, True)) + pickle.REDUCE), False, data)
+        ),
+        2,
+    )
 
 
 def build_states() -> list[Payload]:
@@ -206,16 +249,34 @@ def build_states() -> list[Payload]:
         "build_pairs_class": program(newobj(discrete, state=[("__class__", od)])),
         "build_slotstate_dict": program(newobj(discrete, state=(None, {"__dict__": {}}))),
         "build_mapping_state": program(newobj(discrete, state=call(od, [("__class__", od)]))),
-        "build_dict_space_state": program(newobj(discrete, state=newobj(
-            G("gymnasium.spaces.dict", "Dict"), state={"spaces": {"__class__": 1}}))),
-        "build_array_interface": program(newobj(discrete, state={"__array_interface__": {"data": (1, False), "shape": (9,), "typestr": "<f8", "version": 3}})),
+        "build_dict_space_state": program(
+            newobj(discrete, state=newobj(G("gymnasium.spaces.dict", "Dict"), state={"spaces": {"__class__": 1}}))
+        ),
+        "build_array_interface": program(
+            newobj(
+                discrete,
+                state={"__array_interface__": {"data": (1, False), "shape": (9,), "typestr": "<f8", "version": 3}},
+            )
+        ),
         "build_private_mangled": program(newobj(discrete, state={"__secret": 1})),
-        "module_forward_hook": program(newobj(G("torch.nn.modules.linear", "Identity"), state={
-            "_forward_hooks": call(od, [(1, G("builtins", "slice"))]), "training": True})),
-        "bit_generator_ctor_class": program(call(G("numpy.random._pickle", "__bit_generator_ctor"), G("torch.nn.modules.activation", "PReLU"))),
-        "randomstate_ctor_callable": program(call(G("numpy.random._pickle", "__randomstate_ctor"), "x", G("builtins", "bytes"))),
-        "mt19937_pos": program(build(call(G("numpy.random._pickle", "__bit_generator_ctor"), "MT19937"),
-                                     {**_rng_state("MT19937"), "state": {"key": list(range(624)), "pos": 10**6}})),
+        "module_forward_hook": program(
+            newobj(
+                G("torch.nn.modules.linear", "Identity"),
+                state={"_forward_hooks": call(od, [(1, G("builtins", "slice"))]), "training": True},
+            )
+        ),
+        "bit_generator_ctor_class": program(
+            call(G("numpy.random._pickle", "__bit_generator_ctor"), G("torch.nn.modules.activation", "PReLU"))
+        ),
+        "randomstate_ctor_callable": program(
+            call(G("numpy.random._pickle", "__randomstate_ctor"), "x", G("builtins", "bytes"))
+        ),
+        "mt19937_pos": program(
+            build(
+                call(G("numpy.random._pickle", "__bit_generator_ctor"), "MT19937"),
+                {**_rng_state("MT19937"), "state": {"key": list(range(624)), "pos": 10**6}},
+            )
+        ),
         "ndarray_buffer": program(call(G("numpy", "ndarray"), (1 << 20,), "f8", b"x" * 8)),
     }
     return [Payload(name, "build", pickle=raw) for name, raw in out.items()]
@@ -231,21 +292,43 @@ def _hex(value: int) -> dict:
 
 def json_payloads() -> list[Payload]:
     ints = colliding_ints(3_000)  # refused at the 33rd; JSON is decoded whole first, so keep it small
-    big = 7 ** 1_200_000
+    big = 7**1_200_000
     return [
         Payload("json_set_collide", "hang", json=_native({"kind": "set", "items": [_hex(i) for i in ints]})),
-        Payload("json_frozenset_collide", "hang", json=_native({"kind": "frozenset", "items": [_hex(i) for i in ints]})),
-        Payload("json_dict_items_collide", "hang", json=_native({"kind": "dict", "items": [[_hex(i), 0] for i in ints]})),
-        Payload("json_ordereddict_collide", "hang", json=_native({"kind": "OrderedDict", "items": [[_hex(i), 0] for i in ints]})),
-        Payload("json_fraction_huge", "hang", json=_native({"kind": "fraction", "numerator": _hex(big), "denominator": _hex(big + 2)})),
+        Payload(
+            "json_frozenset_collide", "hang", json=_native({"kind": "frozenset", "items": [_hex(i) for i in ints]})
+        ),
+        Payload(
+            "json_dict_items_collide", "hang", json=_native({"kind": "dict", "items": [[_hex(i), 0] for i in ints]})
+        ),
+        Payload(
+            "json_ordereddict_collide",
+            "hang",
+            json=_native({"kind": "OrderedDict", "items": [[_hex(i), 0] for i in ints]}),
+        ),
+        Payload(
+            "json_fraction_huge",
+            "hang",
+            json=_native({"kind": "fraction", "numerator": _hex(big), "denominator": _hex(big + 2)}),
+        ),
         Payload("json_int_huge", "hang", json=_native({"kind": "int", "hex": hex(big)})),
         Payload("json_ref_os_system", "classic", json=_native({"kind": "ref", "path": "os:system"})),
-        Payload("json_namedtuple_os", "classic", json=_native({"kind": "namedtuple", "class": "os:system", "items": [TOUCH]})),
-        Payload("json_defaultdict_eval", "classic", json=_native({"kind": "defaultdict", "factory": "builtins:eval", "items": []})),
+        Payload(
+            "json_namedtuple_os",
+            "classic",
+            json=_native({"kind": "namedtuple", "class": "os:system", "items": [TOUCH]}),
+        ),
+        Payload(
+            "json_defaultdict_eval",
+            "classic",
+            json=_native({"kind": "defaultdict", "factory": "builtins:eval", "items": []}),
+        ),
     ]
 
 
-def _torch_zip(data_pkl: bytes, records: dict[str, bytes] | None = None, *, deflate_declared: int | None = None) -> bytes:
+def _torch_zip(
+    data_pkl: bytes, records: dict[str, bytes] | None = None, *, deflate_declared: int | None = None
+) -> bytes:
     """A ``torch.save``-shaped zip holding ``data_pkl``; with ``deflate_declared`` its one
     record is a small deflate stream that declares that many bytes (what a reader allocates)."""
     import sys
@@ -257,11 +340,15 @@ def _torch_zip(data_pkl: bytes, records: dict[str, bytes] | None = None, *, defl
         import make_hostile as mh
     finally:
         sys.path.remove(str(here))
-    members = [mh.Member("archive/data.pkl", data_pkl), mh.Member("archive/byteorder", b"little"),
-               mh.Member("archive/version", b"3\n")]
+    members = [
+        mh.Member("archive/data.pkl", data_pkl),
+        mh.Member("archive/byteorder", b"little"),
+        mh.Member("archive/version", b"3\n"),
+    ]
     for key, raw in (records or {}).items():
-        members.append(mh.Member(f"archive/data/{key}", raw, deflate=deflate_declared is not None,
-                                 declared_size=deflate_declared))
+        members.append(
+            mh.Member(f"archive/data/{key}", raw, deflate=deflate_declared is not None, declared_size=deflate_declared)
+        )
     return mh.build_zip(members, manifest=False)
 
 
@@ -332,7 +419,11 @@ def names_and_imports() -> list[Payload]:
     torch.save({"__class__.__init__.__globals__.sys": torch.zeros(1), "_zipsave_probe.__dict__": torch.zeros(1)}, buf)
     return [
         Payload("pvars_dotted_dunder", "i27a", members={"pytorch_variables.pth": buf.getvalue()}),
-        Payload("json_pvars_dotted", "i27a", json=_native({"kind": "ref", "path": "zipsave._trust._policy:TrustPolicy.is_trusted"})),
+        Payload(
+            "json_pvars_dotted",
+            "i27a",
+            json=_native({"kind": "ref", "path": "zipsave._trust._policy:TrustPolicy.is_trusted"}),
+        ),
         Payload("init_json_venv_main", "i27a", members={"init.json": b'{"class": "venv.__main__:X", "args": {}}'}),
         Payload("sb3_env_string", "i27a", json="wave:Nope-v0"),  # type: ignore[arg-type]
     ]
@@ -345,8 +436,10 @@ def all_payloads() -> list[Payload]:
     # pre-scan and torch's loader, none of which calls a global: the families that attack a
     # reader's containers and lengths go there, and a few classic ones.
     for payload in payloads:
-        if payload.pickle is not None and payload.family not in ("hang", "memory") and payload.name not in (
-            "os_system", "inst", "persid", "copyreg_ext", "torch_load_from_bytes"
+        if (
+            payload.pickle is not None
+            and payload.family not in ("hang", "memory")
+            and payload.name not in ("os_system", "inst", "persid", "copyreg_ext", "torch_load_from_bytes")
         ):
             payload.via = ("data", "side", "policy_file")
     return payloads

@@ -33,7 +33,12 @@ CHARACTERS: tuple[str, ...] = (
 #: Sequences that do something: clear the screen, write the clipboard (OSC 52), move the
 #: cursor, set the title, the 8-bit CSI.
 SEQUENCES: tuple[str, ...] = (
-    "\x1b[2J\x1b[H", "\x1b]52;c;cHduZWQ=\x07", "\x1b[1A\x1b[2K", "\x1b]0;title\x1b\\", "\x9b31m", "\r\x1b[K",
+    "\x1b[2J\x1b[H",
+    "\x1b]52;c;cHduZWQ=\x07",
+    "\x1b[1A\x1b[2K",
+    "\x1b]0;title\x1b\\",
+    "\x9b31m",
+    "\r\x1b[K",
 )
 CONTROLS: tuple[str, ...] = CHARACTERS + SEQUENCES
 #: The controls that end a line for ``str.splitlines``: a field read line by line
@@ -96,6 +101,7 @@ def base_members() -> dict[str, bytes]:
 def _pickle_of_global(module: str, name: str) -> bytes:
     """A pickle that would import ``module.name`` (protocol 4 STACK_GLOBAL of two UTF-8
     strings, so any character can be in the names)."""
+
     def text(s: str) -> bytes:
         raw = s.encode("utf-8")
         return b"\x8c" + bytes([len(raw)]) + raw
@@ -138,7 +144,10 @@ def _type_texts(folder: str) -> dict[str, str]:
 
 def _pickle_globals(folder: str) -> dict[str, str]:
     data = {
-        f"k{i}": {":type:": "<class 'object'>", ":serialized:": base64.b64encode(_pickle_of_global("m" + name, "N")).decode()}
+        f"k{i}": {
+            ":type:": "<class 'object'>",
+            ":serialized:": base64.b64encode(_pickle_of_global("m" + name, "N")).decode(),
+        }
         for i, name in enumerate(names())
     }
     members = {**base_members(), "data": json.dumps(data).encode()}
@@ -193,7 +202,10 @@ def _diff_values(folder: str) -> dict[str, str]:
     base = base_members()
     old = {**base, "data": json.dumps({name: "old" for name in names()}).encode()}
     new = {**base, "data": json.dumps({name: name for name in names()}).encode()}
-    return {"base": write_zip(os.path.join(folder, "old.zip"), old), "archive": write_zip(os.path.join(folder, "a.zip"), new)}
+    return {
+        "base": write_zip(os.path.join(folder, "old.zip"), old),
+        "archive": write_zip(os.path.join(folder, "a.zip"), new),
+    }
 
 
 def _index(folder: str, metrics: dict[str, Any]) -> dict[str, str]:
@@ -210,23 +222,46 @@ def _index(folder: str, metrics: dict[str, Any]) -> dict[str, str]:
 
 
 FIELDS: tuple[Field, ...] = (
-    Field("data_key", _data_keys, cli=(("inspect", "{archive}"), ("inspect", "--json", "{archive}"),
-                                       ("diff", "{archive}", "{archive}"))),
+    Field(
+        "data_key",
+        _data_keys,
+        cli=(("inspect", "{archive}"), ("inspect", "--json", "{archive}"), ("diff", "{archive}", "{archive}")),
+    ),
     Field("type_text", _type_texts),
     Field("pickle_global", _pickle_globals),
-    Field("member_name", _member_names, cli=(("inspect", "{archive}"), ("inspect", "--json", "{archive}"),
-                                             ("verify", "{archive}"), ("extract", "{archive}", "{folder}/out")),
-          cannot_hold=("\x00",)),
+    Field(
+        "member_name",
+        _member_names,
+        cli=(
+            ("inspect", "{archive}"),
+            ("inspect", "--json", "{archive}"),
+            ("verify", "{archive}"),
+            ("extract", "{archive}", "{folder}/out"),
+        ),
+        cannot_hold=("\x00",),
+    ),
     Field("tensor_name", _tensor_names, cli=(("inspect", "{archive}"), ("diff", "{archive}", "{archive}"))),
     Field("system_info", _system_info, cannot_hold=LINE_BREAKS),
     Field("version_text", _versions, cannot_hold=LINE_BREAKS),
     Field("init_class", _init_class),
     Field("component", _components, cannot_hold=("\x00",)),
-    Field("unsafe_member", _unsafe_member, cli=(("inspect", "{archive}"), ("verify", "{archive}"),
-                                                ("extract", "{archive}", "{folder}/out")), every=False),
+    Field(
+        "unsafe_member",
+        _unsafe_member,
+        cli=(("inspect", "{archive}"), ("verify", "{archive}"), ("extract", "{archive}", "{folder}/out")),
+        every=False,
+    ),
     Field("diff_value", _diff_values, cli=(("diff", "{base}", "{archive}"), ("diff", "--json", "{base}", "{archive}"))),
-    Field("metric_name", lambda folder: _index(folder, {name: 1.0 for name in names()}),
-          cli=(("list", "{directory}"), ("list", "--json", "{directory}")), api=False),
-    Field("metric_value", lambda folder: _index(folder, {f"m{i}": name for i, name in enumerate(names())}),
-          cli=(("list", "{directory}"), ("list", "--json", "{directory}")), api=False),
+    Field(
+        "metric_name",
+        lambda folder: _index(folder, {name: 1.0 for name in names()}),
+        cli=(("list", "{directory}"), ("list", "--json", "{directory}")),
+        api=False,
+    ),
+    Field(
+        "metric_value",
+        lambda folder: _index(folder, {f"m{i}": name for i, name in enumerate(names())}),
+        cli=(("list", "{directory}"), ("list", "--json", "{directory}")),
+        api=False,
+    ),
 )

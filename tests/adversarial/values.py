@@ -23,8 +23,15 @@ import numpy as np
 from .asm import Emit, _Pickler
 
 #: torch's storage class per dtype name, for persistent ids (``UntypedStorage`` for the rest).
-_STORAGE = {"float32": "FloatStorage", "float64": "DoubleStorage", "int64": "LongStorage", "int32": "IntStorage",
-            "uint8": "ByteStorage", "bool": "BoolStorage", "float16": "HalfStorage"}
+_STORAGE = {
+    "float32": "FloatStorage",
+    "float64": "DoubleStorage",
+    "int64": "LongStorage",
+    "int32": "IntStorage",
+    "uint8": "ByteStorage",
+    "bool": "BoolStorage",
+    "float16": "HalfStorage",
+}
 
 
 def G(module: str, name: str) -> Emit:
@@ -108,23 +115,45 @@ def pth(tree: Any, *, deflate: bool = False, extra_records: dict[str, bytes] | N
 _serial = iter(range(1 << 30))
 
 
-def dense(values: Any, dtype: str = "float32", *, size: tuple | None = None, stride: tuple | None = None,
-          offset: int = 0, numel: int | None = None) -> Call:
+def dense(
+    values: Any,
+    dtype: str = "float32",
+    *,
+    size: tuple | None = None,
+    stride: tuple | None = None,
+    offset: int = 0,
+    numel: int | None = None,
+) -> Call:
     """``_rebuild_tensor_v2`` of a storage holding ``values``; size/stride/offset/numel may lie."""
     arr = np.ascontiguousarray(np.asarray(values, dtype=dtype))
     shape = arr.shape if size is None else size
     if stride is None:
-        stride = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+        stride = tuple(int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
     storage = Storage(str(next(_serial)), _STORAGE[dtype], arr.size if numel is None else numel, arr.tobytes())
-    return Call("torch._utils._rebuild_tensor_v2", storage, offset, tuple(shape), tuple(stride), False,
-                Call("collections.OrderedDict"))
+    return Call(
+        "torch._utils._rebuild_tensor_v2",
+        storage,
+        offset,
+        tuple(shape),
+        tuple(stride),
+        False,
+        Call("collections.OrderedDict"),
+    )
 
 
 def raw_tensor(data: bytes, dtype: str, size: tuple, stride: tuple, offset: int = 0) -> Call:
     """``_rebuild_tensor_v3`` of an untyped storage holding ``data`` (any torch dtype, by name)."""
     storage = Storage(str(next(_serial)), "UntypedStorage", len(data), data)
-    return Call("torch._utils._rebuild_tensor_v3", storage, offset, tuple(size), tuple(stride), False,
-                Call("collections.OrderedDict"), G("torch", dtype))
+    return Call(
+        "torch._utils._rebuild_tensor_v3",
+        storage,
+        offset,
+        tuple(size),
+        tuple(stride),
+        False,
+        Call("collections.OrderedDict"),
+        G("torch", dtype),
+    )
 
 
 def dense_bytes(t: Any) -> bytes:
@@ -140,7 +169,9 @@ def dense_bytes(t: Any) -> bytes:
 
 
 def sparse(layout: str, *parts: Any) -> Call:
-    return Call("torch._utils._rebuild_sparse_tensor", Call("torch.serialization._get_layout", f"torch.{layout}"), tuple(parts))
+    return Call(
+        "torch._utils._rebuild_sparse_tensor", Call("torch.serialization._get_layout", f"torch.{layout}"), tuple(parts)
+    )
 
 
 def size(*dims: int) -> Call:
@@ -154,22 +185,49 @@ def tensor_families() -> dict[str, Any]:
         # sparse COO: indices out of range (the SIGSEGV of issue 35), negative, of the wrong
         # dtype, a values shape that does not fit, a false "coalesced" claim.
         "coo_index_past_size": sparse("sparse_coo", dense([[0, 7], [0, 1]], i64), dense([1.0, 2.0]), size(3, 3), False),
-        "coo_index_far_past_size": sparse("sparse_coo", dense([[0, 1 << 40], [0, 1]], i64), dense([1.0, 2.0]), size(3, 3)),
+        "coo_index_far_past_size": sparse(
+            "sparse_coo", dense([[0, 1 << 40], [0, 1]], i64), dense([1.0, 2.0]), size(3, 3)
+        ),
         "coo_negative_index": sparse("sparse_coo", dense([[0, -1], [0, 1]], i64), dense([1.0, 2.0]), size(3, 3), False),
-        "coo_int32_indices": sparse("sparse_coo", dense([[0, 1], [0, 1]], "int32"), dense([1.0, 2.0]), size(3, 3), False),
-        "coo_nnz_mismatch": sparse("sparse_coo", dense([[0, 1, 2], [0, 1, 2]], i64), dense([1.0, 2.0]), size(3, 3), False),
-        "coo_values_dims": sparse("sparse_coo", dense([[0, 1], [0, 1]], i64), dense([[1.0] * 5] * 2), size(3, 3), False),
-        "coo_false_coalesced": sparse("sparse_coo", dense([[1, 0, 1], [1, 0, 1]], i64), dense([1.0, 2.0, 3.0]), size(3, 3), True),
+        "coo_int32_indices": sparse(
+            "sparse_coo", dense([[0, 1], [0, 1]], "int32"), dense([1.0, 2.0]), size(3, 3), False
+        ),
+        "coo_nnz_mismatch": sparse(
+            "sparse_coo", dense([[0, 1, 2], [0, 1, 2]], i64), dense([1.0, 2.0]), size(3, 3), False
+        ),
+        "coo_values_dims": sparse(
+            "sparse_coo", dense([[0, 1], [0, 1]], i64), dense([[1.0] * 5] * 2), size(3, 3), False
+        ),
+        "coo_false_coalesced": sparse(
+            "sparse_coo", dense([[1, 0, 1], [1, 0, 1]], i64), dense([1.0, 2.0, 3.0]), size(3, 3), True
+        ),
         # compressed layouts: indices not monotone, past the size, a last entry that is not nnz
-        "csr_crow_decreasing": sparse("sparse_csr", dense([0, 2, 1, 2], i64), dense([0, 1], i64), dense([1.0, 2.0]), size(3, 3)),
-        "csr_col_past_size": sparse("sparse_csr", dense([0, 1, 2, 2], i64), dense([0, 9], i64), dense([1.0, 2.0]), size(3, 3)),
-        "csr_crow_last_not_nnz": sparse("sparse_csr", dense([0, 1, 2, 9], i64), dense([0, 1], i64), dense([1.0, 2.0]), size(3, 3)),
-        "csr_crow_first_not_zero": sparse("sparse_csr", dense([1, 1, 2, 2], i64), dense([0, 1], i64), dense([1.0, 2.0]), size(3, 3)),
-        "csc_row_negative": sparse("sparse_csc", dense([0, 1, 2, 2], i64), dense([0, -4], i64), dense([1.0, 2.0]), size(3, 3)),
-        "bsr_col_past_size": sparse("sparse_bsr", dense([0, 1, 1], i64), dense([5], i64), dense(np.ones((1, 2, 2))), size(4, 4)),
-        "bsc_blocks_dont_fit": sparse("sparse_bsc", dense([0, 1, 1], i64), dense([0], i64), dense(np.ones((1, 3, 3))), size(4, 4)),
-        "sparse_unknown_layout": Call("torch._utils._rebuild_sparse_tensor", Call("torch.serialization._get_layout", "torch._mkldnn"),
-                                      (dense([0], i64), dense([1.0]), size(1))),
+        "csr_crow_decreasing": sparse(
+            "sparse_csr", dense([0, 2, 1, 2], i64), dense([0, 1], i64), dense([1.0, 2.0]), size(3, 3)
+        ),
+        "csr_col_past_size": sparse(
+            "sparse_csr", dense([0, 1, 2, 2], i64), dense([0, 9], i64), dense([1.0, 2.0]), size(3, 3)
+        ),
+        "csr_crow_last_not_nnz": sparse(
+            "sparse_csr", dense([0, 1, 2, 9], i64), dense([0, 1], i64), dense([1.0, 2.0]), size(3, 3)
+        ),
+        "csr_crow_first_not_zero": sparse(
+            "sparse_csr", dense([1, 1, 2, 2], i64), dense([0, 1], i64), dense([1.0, 2.0]), size(3, 3)
+        ),
+        "csc_row_negative": sparse(
+            "sparse_csc", dense([0, 1, 2, 2], i64), dense([0, -4], i64), dense([1.0, 2.0]), size(3, 3)
+        ),
+        "bsr_col_past_size": sparse(
+            "sparse_bsr", dense([0, 1, 1], i64), dense([5], i64), dense(np.ones((1, 2, 2))), size(4, 4)
+        ),
+        "bsc_blocks_dont_fit": sparse(
+            "sparse_bsc", dense([0, 1, 1], i64), dense([0], i64), dense(np.ones((1, 3, 3))), size(4, 4)
+        ),
+        "sparse_unknown_layout": Call(
+            "torch._utils._rebuild_sparse_tensor",
+            Call("torch.serialization._get_layout", "torch._mkldnn"),
+            (dense([0], i64), dense([1.0]), size(1)),
+        ),
         # dense views that leave their storage
         "dense_size_past_storage": dense([1.0, 2.0, 3.0, 4.0], size=(1000,), stride=(1,)),
         "dense_offset_past_storage": dense([1.0, 2.0, 3.0, 4.0], size=(2,), stride=(1,), offset=3),
@@ -181,21 +239,51 @@ def tensor_families() -> dict[str, Any]:
         "dense_size_overflow": dense([1.0, 2.0, 3.0, 4.0], size=(1 << 62, 1 << 62), stride=(1, 1)),
         "dense_wraparound": dense([1.0, 2.0, 3.0, 4.0], size=(2, 3), stride=(1 << 62, 1 << 62)),
         "dense_storage_declared_short": dense([1.0, 2.0, 3.0, 4.0], numel=1),
-        "dense_missing_record": Call("torch._utils._rebuild_tensor_v2", Storage("gone", "FloatStorage", 4, b""), 0, (4,), (1,),
-                                     False, Call("collections.OrderedDict")),
+        "dense_missing_record": Call(
+            "torch._utils._rebuild_tensor_v2",
+            Storage("gone", "FloatStorage", 4, b""),
+            0,
+            (4,),
+            (1,),
+            False,
+            Call("collections.OrderedDict"),
+        ),
         # layouts torch builds and zipsave does not read
-        "quantized": Call("torch._utils._rebuild_qtensor", Storage("q", "QInt8Storage", 4, b"\1" * 4), 0, (4,), (1,),
-                          (G("torch", "per_tensor_affine"), 0.1, 0), False,
-                          Call("collections.OrderedDict")),
-        "nested": Call("torch._utils._rebuild_nested_tensor", dense([1.0, 2.0, 3.0]), dense([[1], [2]], i64),
-                       dense([[1], [1]], i64), dense([0, 1], i64)),
+        "quantized": Call(
+            "torch._utils._rebuild_qtensor",
+            Storage("q", "QInt8Storage", 4, b"\1" * 4),
+            0,
+            (4,),
+            (1,),
+            (G("torch", "per_tensor_affine"), 0.1, 0),
+            False,
+            Call("collections.OrderedDict"),
+        ),
+        "nested": Call(
+            "torch._utils._rebuild_nested_tensor",
+            dense([1.0, 2.0, 3.0]),
+            dense([[1], [2]], i64),
+            dense([[1], [1]], i64),
+            dense([0, 1], i64),
+        ),
         "meta": Call("torch._utils._rebuild_meta_tensor_no_storage", G("torch", "float32"), (1 << 20,), (1,), False),
-        "wrapper_subclass": Call("torch._utils._rebuild_wrapper_subclass", G("torch", "Tensor"), G("torch", "float32"), (4,),
-                                 (1,), 0, G("torch", "strided"), Call("torch.device", "cpu"), False),
+        "wrapper_subclass": Call(
+            "torch._utils._rebuild_wrapper_subclass",
+            G("torch", "Tensor"),
+            G("torch", "float32"),
+            (4,),
+            (1,),
+            0,
+            G("torch", "strided"),
+            Call("torch.device", "cpu"),
+            False,
+        ),
         # tensors torch allocates without filling them from the file
         "float_tensor_ctor": Call("torch.FloatTensor", 4096),
         "tensor_ctor": Call("torch.Tensor", 4096),
-        "from_type_ctor": Call("torch._tensor._rebuild_from_type_v2", G("torch", "FloatTensor"), G("torch", "Tensor"), (64,), {}),
+        "from_type_ctor": Call(
+            "torch._tensor._rebuild_from_type_v2", G("torch", "FloatTensor"), G("torch", "Tensor"), (64,), {}
+        ),
         "bare_storage": Storage("s", "FloatStorage", 4, b"\0" * 16),
         "foreign_global": Call("torch.nn.modules.linear.Linear", 4, 4),
     }
@@ -209,9 +297,29 @@ def hostile_pth(name: str, value: Any, *, deflate: bool, key: str = "w", others:
 
 # -- arrays -------------------------------------------------------------------------------
 #: One dtype of each kind np.save writes (plain, byte-swapped, strings, datetimes, structured).
-NORMAL_DTYPES = ["bool", "int8", "uint8", "<i2", ">i2", "<u4", "<i8", ">i8", "<f2", "<f4", ">f4", "<f8", "<c8", "<c16",
-                 "|S3", "<U2", "|V4", "<M8[s]", "<m8[ms]", [("x", "<f4"), ("y", "<i2")],
-                 {"names": ["a"], "formats": ["<u2"], "offsets": [2], "itemsize": 6}]
+NORMAL_DTYPES = [
+    "bool",
+    "int8",
+    "uint8",
+    "<i2",
+    ">i2",
+    "<u4",
+    "<i8",
+    ">i8",
+    "<f2",
+    "<f4",
+    ">f4",
+    "<f8",
+    "<c8",
+    "<c16",
+    "|S3",
+    "<U2",
+    "|V4",
+    "<M8[s]",
+    "<m8[ms]",
+    [("x", "<f4"), ("y", "<i2")],
+    {"names": ["a"], "formats": ["<u2"], "offsets": [2], "itemsize": 6},
+]
 
 
 def npy(header_dtype: Any, shape: tuple, payload: bytes) -> bytes:
@@ -231,7 +339,11 @@ def dtype_mismatches() -> list[tuple[str, bytes, Any, list[int]]]:
     out = []
     for i, dtype in enumerate(NORMAL_DTYPES):
         declared = np.dtype(dtype)
-        name = declared.str.replace("|", "").replace("<", "le").replace(">", "be") if declared.fields is None else f"struct{i}"
+        name = (
+            declared.str.replace("|", "").replace("<", "le").replace(">", "be")
+            if declared.fields is None
+            else f"struct{i}"
+        )
         other = np.dtype("<f8") if declared != np.dtype("<f8") else np.dtype("<i8")
         data = bytes(range(256)) * (4 * declared.itemsize // 256 + 1)
         out.append((f"{name}-as-{other.str}", npy(other, (4,), data[: 4 * other.itemsize]), dtype, [4]))
@@ -286,13 +398,22 @@ class ValueWorker:
         import sys
 
         root = pathlib.Path(__file__).resolve().parents[2]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
-               "ZIPSAVE_VALUES_HEADROOM": str(2 << 30)}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+            "ZIPSAVE_VALUES_HEADROOM": str(2 << 30),
+        }
         env.pop("PYTHONWARNINGS", None)
         self.err = open(os.path.join(self.cwd, "worker.err"), "a")  # noqa: SIM115 - closed in _stop
-        self.proc = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).with_name("values_worker.py"))],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
-                                     cwd=self.cwd, env=env, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(pathlib.Path(__file__).with_name("values_worker.py"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            cwd=self.cwd,
+            env=env,
+            text=True,
+        )
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the values worker did not start: {self._stderr()}")

@@ -27,15 +27,74 @@ import warnings
 PROCESS_EVENTS = ("os.system", "subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "pty.spawn")
 #: Top-level packages a load may import lazily (zipsave's own stack and stdlib helpers it uses
 #: on error paths); anything else imported during a hostile load is reported.
-ALLOWED_IMPORTS = frozenset({
-    "zipsave", "numpy", "torch", "gymnasium", "stable_baselines3", "sb3_contrib", "cloudpickle", "encodings",
-    "zoneinfo", "fractions", "decimal", "difflib", "_strptime", "calendar", "locale", "unicodedata", "numbers",
-    "orjson", "importlib_metadata", "textwrap", "pprint", "reprlib", "tqdm", "rich", "typing_extensions",
-    "filelock", "fsspec", "sympy", "mpmath", "jinja2", "markupsafe", "networkx", "shutil", "tempfile", "glob",
-    "fnmatch", "_compat_pickle", "pickletools", "zipfile", "bz2", "lzma", "_bz2", "_lzma", "gzip", "queue",
-    "concurrent", "threading", "ctypes", "_ctypes", "opt_einsum", "optree", "psutil", "cmath", "pyexpat",
-    "xml", "csv", "_csv", "matplotlib", "pandas", "pytz", "dateutil", "six", "packaging", "argparse",
-})
+ALLOWED_IMPORTS = frozenset(
+    {
+        "zipsave",
+        "numpy",
+        "torch",
+        "gymnasium",
+        "stable_baselines3",
+        "sb3_contrib",
+        "cloudpickle",
+        "encodings",
+        "zoneinfo",
+        "fractions",
+        "decimal",
+        "difflib",
+        "_strptime",
+        "calendar",
+        "locale",
+        "unicodedata",
+        "numbers",
+        "orjson",
+        "importlib_metadata",
+        "textwrap",
+        "pprint",
+        "reprlib",
+        "tqdm",
+        "rich",
+        "typing_extensions",
+        "filelock",
+        "fsspec",
+        "sympy",
+        "mpmath",
+        "jinja2",
+        "markupsafe",
+        "networkx",
+        "shutil",
+        "tempfile",
+        "glob",
+        "fnmatch",
+        "_compat_pickle",
+        "pickletools",
+        "zipfile",
+        "bz2",
+        "lzma",
+        "_bz2",
+        "_lzma",
+        "gzip",
+        "queue",
+        "concurrent",
+        "threading",
+        "ctypes",
+        "_ctypes",
+        "opt_einsum",
+        "optree",
+        "psutil",
+        "cmath",
+        "pyexpat",
+        "xml",
+        "csv",
+        "_csv",
+        "matplotlib",
+        "pandas",
+        "pytz",
+        "dateutil",
+        "six",
+        "packaging",
+        "argparse",
+    }
+)
 
 events: list[str] = []
 recording = False
@@ -79,6 +138,7 @@ def places() -> dict:
 
     def sb3():
         import stable_baselines3 as sb3_lib
+
         import zipsave.sb3
 
         zipsave.sb3.install()
@@ -178,10 +238,18 @@ def main() -> None:
     os.chdir(sandbox)
     import sysconfig
 
-    roots = {sandbox, *(os.path.realpath(r) for r in spec.get("roots", ())), "/proc/meminfo", os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), "/dev/null", "/proc/self",
-             os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-             *(os.path.realpath(p) for p in sysconfig.get_paths().values()),
-             *(os.path.realpath(p) for p in sys.path if p)}
+    roots = {
+        sandbox,
+        *(os.path.realpath(r) for r in spec.get("roots", ())),
+        "/proc/meminfo",
+        os.path.realpath(sys.prefix),
+        os.path.realpath(sys.base_prefix),
+        "/dev/null",
+        "/proc/self",
+        os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        *(os.path.realpath(p) for p in sysconfig.get_paths().values()),
+        *(os.path.realpath(p) for p in sys.path if p),
+    }
     allowed_roots = tuple(sorted(roots))
     warnings.simplefilter("ignore")
     signal.signal(signal.SIGALRM, _alarm)

@@ -82,11 +82,11 @@ def repaired(data: bytes, drop: tuple[str, ...] = ()) -> bytes | None:
             for info in infos:
                 if info.filename in drop:
                     continue
-                head = data[info.header_offset:info.header_offset + 30]
+                head = data[info.header_offset : info.header_offset + 30]
                 if len(head) < 30 or info.compress_type != zipfile.ZIP_STORED or not info.filename:
                     return None
                 start = info.header_offset + 30 + sum(struct.unpack("<HH", head[26:30]))
-                dst.writestr(info.filename, data[start:start + info.compress_size])
+                dst.writestr(info.filename, data[start : start + info.compress_size])
     except Exception:  # what zipfile will not write is no input to the reader
         return None
     return out.getvalue()

@@ -13,7 +13,6 @@ import sys
 import warnings
 
 import atheris
-
 import numpy  # noqa: F401 - imported before instrumentation: only zipsave is instrumented
 import torch  # noqa: F401
 

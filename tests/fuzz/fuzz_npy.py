@@ -14,7 +14,6 @@ import threading
 import zlib
 
 import atheris
-
 import numpy as np
 
 with atheris.instrument_imports(include=["zipsave"]):
@@ -23,7 +22,6 @@ with atheris.instrument_imports(include=["zipsave"]):
     from zipsave.exceptions import ZipsaveError
 
 from checks import use_array
-
 
 FILE = tempfile.TemporaryFile()
 
@@ -43,7 +41,7 @@ def check(data: bytes, view: MemberView, *, mmap: bool) -> None:
     use_array(arr, len(data))
     if not isinstance(arr, np.ndarray) or arr.dtype.hasobject:
         raise AssertionError(f"read_npy returned {type(arr).__name__} {getattr(arr, 'dtype', '')}")
-    payload = data[len(data) - arr.nbytes:] if arr.nbytes else b""
+    payload = data[len(data) - arr.nbytes :] if arr.nbytes else b""
     if arr.tobytes(order="A") != payload:
         raise AssertionError("the array's bytes are not the member's data bytes")
 

@@ -17,7 +17,6 @@ import warnings
 import zlib
 
 import atheris
-
 import numpy  # noqa: F401 - imported before instrumentation: only zipsave is instrumented
 import torch
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 
 import atheris
-
 import numpy  # noqa: F401 - imported before instrumentation: only zipsave is instrumented
 import torch  # noqa: F401
 

@@ -33,8 +33,9 @@ def ray_session():
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
     # Logical CPUs, more than the machine's: remote learners (1 CPU each), EnvRunners and Tune
     # trials of several tests' algorithms are held at once; each of them is mostly idle.
-    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             _node_ip_address="127.0.0.1")
+    ray.init(
+        num_cpus=16, include_dashboard=False, log_to_driver=False, configure_logging=False, _node_ip_address="127.0.0.1"
+    )
     yield ray
     ray.shutdown()
 

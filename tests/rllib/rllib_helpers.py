@@ -37,8 +37,11 @@ def dqn_config():
         DQNConfig()
         .environment("CartPole-v1")
         .env_runners(num_env_runners=1)
-        .training(train_batch_size_per_learner=16, num_steps_sampled_before_learning_starts=32,
-                  replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 500})
+        .training(
+            train_batch_size_per_learner=16,
+            num_steps_sampled_before_learning_starts=32,
+            replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 500},
+        )
         .rl_module(model_config={"fcnet_hiddens": [8]})
         .reporting(min_sample_timesteps_per_iteration=64)
         .debugging(seed=0)
@@ -76,8 +79,12 @@ def swap_in_p1(algorithm, *, archive, out, **kwargs):
     scenario); the logits of p0 and p1 after the swap are written to ``out`` for the test."""
     import zipsave
 
-    zipsave.restore(algorithm, archive, component="learner_group/learner/rl_module/default_policy",
-                    into="learner_group/learner/rl_module/p1")
+    zipsave.restore(
+        algorithm,
+        archive,
+        component="learner_group/learner/rl_module/default_policy",
+        into="learner_group/learner/rl_module/p1",
+    )
     np.save(out, np.stack([logits(algorithm, "p0"), logits(algorithm, "p1")]))
 
 
@@ -105,9 +112,11 @@ def policy_mapping(agent_id, episode, **kwargs):
 
 def remote_config(num_learners=2, seed=0, hidden=8):
     """PPO with ``num_learners`` remote learner actors and one remote EnvRunner (no filter)."""
-    return (ppo_config(hidden=hidden, filtered=False, seed=seed)
-            .learners(num_learners=num_learners, num_cpus_per_learner=1)
-            .training(train_batch_size_per_learner=64, minibatch_size=32))
+    return (
+        ppo_config(hidden=hidden, filtered=False, seed=seed)
+        .learners(num_learners=num_learners, num_cpus_per_learner=1)
+        .training(train_batch_size_per_learner=64, minibatch_size=32)
+    )
 
 
 LEARNER_PARTS = ["rl_module", "optimizer"]
@@ -122,7 +131,11 @@ def learner_states(algo):
 def assert_same(a, b, where="state"):
     """Two nested states hold equal keys and equal values (arrays and tensors compared exactly)."""
     if isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), (where, sorted(map(str, a)), sorted(map(str, b)) if isinstance(b, dict) else b)
+        assert isinstance(b, dict) and set(a) == set(b), (
+            where,
+            sorted(map(str, a)),
+            sorted(map(str, b)) if isinstance(b, dict) else b,
+        )
         for key in a:
             assert_same(a[key], b[key], f"{where}/{key}")
     elif isinstance(a, (np.ndarray, torch.Tensor)) or isinstance(b, (np.ndarray, torch.Tensor)):
@@ -177,8 +190,10 @@ def tune_trainable(config):
         with checkpoint.as_directory() as folder:
             zipsave.restore(algo, os.path.join(folder, "algo.zip"))
             shutil.copy(os.path.join(folder, "algo.zip"), os.path.join(config["scratch"], "resumed_from.zip"))
-        np.save(os.path.join(config["scratch"], "resumed_weights.npy"),
-                np.asarray(algo.learner_group.get_weights()["default_policy"]["pi.net.mlp.0.weight"]))
+        np.save(
+            os.path.join(config["scratch"], "resumed_weights.npy"),
+            np.asarray(algo.learner_group.get_weights()["default_policy"]["pi.net.mlp.0.weight"]),
+        )
     while algo.training_iteration < config["iterations"]:
         if algo.training_iteration == config.get("die_at"):
             marker = os.path.join(config["scratch"], "died")
@@ -190,13 +205,17 @@ def tune_trainable(config):
         result = algo.train()
         with tempfile.TemporaryDirectory() as folder:
             zipsave.save(algo, os.path.join(folder, "algo.zip"))
-            tune.report({"iteration": algo.training_iteration,
-                         "return": result["env_runners"].get("episode_return_mean", 0.0)},
-                        checkpoint=tune.Checkpoint.from_directory(folder))
+            tune.report(
+                {"iteration": algo.training_iteration, "return": result["env_runners"].get("episode_return_mean", 0.0)},
+                checkpoint=tune.Checkpoint.from_directory(folder),
+            )
     algo.stop()
 
 
 def tune_config():
     """A PPO small enough for a Tune trial: learner and env in the trial's own process."""
-    return ppo_config(filtered=False).env_runners(num_env_runners=0).training(
-        train_batch_size_per_learner=64, minibatch_size=32)
+    return (
+        ppo_config(filtered=False)
+        .env_runners(num_env_runners=0)
+        .training(train_batch_size_per_learner=64, minibatch_size=32)
+    )

@@ -16,8 +16,9 @@ def test_a_gone_cluster_is_an_encode_error_naming_the_learner_and_starts_no_new_
     import ray
 
     assert not ray.is_initialized(), "run before the tests that share the session's Ray"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             _node_ip_address="127.0.0.1")
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False, _node_ip_address="127.0.0.1"
+    )
     try:
         algo = rllib_helpers.remote_config(num_learners=1).env_runners(num_env_runners=0).build_algo()
         path = tmp_path / "ppo.zip"

@@ -25,8 +25,14 @@ MODULE = "learner_group/learner/rl_module/default_policy"
 def test_save_writes_the_component_tree_with_tensors_and_readable_config(ppo, ppo_zip):
     info = zipsave.inspect(ppo_zip)
     names = {m.name for m in info.members}
-    for folder in ("", "learner_group/", "learner_group/learner/", f"{MODULE}/", "env_runner/",
-                   "env_runner/env_to_module_connector/MeanStdFilter/"):
+    for folder in (
+        "",
+        "learner_group/",
+        "learner_group/learner/",
+        f"{MODULE}/",
+        "env_runner/",
+        "env_runner/env_to_module_connector/MeanStdFilter/",
+    ):
         assert f"{folder}init.json" in names and f"{folder}data" in names
     tensors = {t.name: t for t in info.tensors}
     weight = tensors[f"{MODULE}/module/pi.net.mlp.0.weight"]
@@ -55,7 +61,9 @@ def test_load_whole_gives_same_outputs_filter_and_trains_on(ppo, ppo_zip):
         assert type(algo) is type(ppo) and algo.training_iteration == ppo.training_iteration
         np.testing.assert_array_equal(rllib_helpers.logits(algo), rllib_helpers.logits(ppo))
         restored = rllib_helpers.remote_filter_state(algo)[0]
-        assert rllib_helpers.filter_pushes(restored) == rllib_helpers.filter_pushes(rllib_helpers.remote_filter_state(ppo)[0])
+        assert rllib_helpers.filter_pushes(restored) == rllib_helpers.filter_pushes(
+            rllib_helpers.remote_filter_state(ppo)[0]
+        )
         algo.train()
         assert algo.training_iteration == ppo.training_iteration + 1
     finally:
@@ -63,10 +71,13 @@ def test_load_whole_gives_same_outputs_filter_and_trains_on(ppo, ppo_zip):
 
 
 def test_default_load_refuses_an_untrusted_reference_naming_component_and_key(ppo_zip):
-    with pytest.raises(zipsave.UnsafeGlobalError, match=re.escape(
-        "member `init.json`, key `args[0]._env_to_module_connector`: refusing to import untrusted global "
-        "`rllib_helpers.mean_std_filter`. To allow it, pass `trusted=['rllib_helpers.mean_std_filter']`"
-    )):
+    with pytest.raises(
+        zipsave.UnsafeGlobalError,
+        match=re.escape(
+            "member `init.json`, key `args[0]._env_to_module_connector`: refusing to import untrusted global "
+            "`rllib_helpers.mean_std_filter`. To allow it, pass `trusted=['rllib_helpers.mean_std_filter']`"
+        ),
+    ):
         zipsave.load(ppo_zip)
 
 
@@ -78,7 +89,9 @@ def test_default_load_refuses_a_pickled_lambda(ray_session, tmp_path):
         zipsave.save(algo, tmp_path / "lambda.zip")
     finally:
         algo.stop()
-    with pytest.raises(zipsave.UnsafeGlobalError, match=re.escape("key `args[0]._env_to_module_connector`: refusing to import")):
+    with pytest.raises(
+        zipsave.UnsafeGlobalError, match=re.escape("key `args[0]._env_to_module_connector`: refusing to import")
+    ):
         zipsave.load(tmp_path / "lambda.zip")
 
 
@@ -92,8 +105,14 @@ def test_load_one_module_without_ray(ppo, ppo_zip):
         "print(type(m).__name__)\n"
     )
     out = ppo_zip.parent / "logits.npy"
-    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=300,
-                          cwd=str(ppo_zip.parent), env=_env())
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(ppo_zip.parent),
+        env=_env(),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "DefaultPPOTorchRLModule"
     np.testing.assert_array_equal(np.load(out), rllib_helpers.logits(ppo))
@@ -125,14 +144,16 @@ def test_rllib_directory_to_archive_and_back(ppo, ray_session, tmp_path):
     ppo.save_to_path(str(tmp_path / "rllib"))
     from_rllib(tmp_path / "rllib", tmp_path / "converted.zip")
     assert "learner_group/learner/rl_module/default_policy/module.pth" in {
-        m.name for m in zipsave.inspect(tmp_path / "converted.zip").members}
+        m.name for m in zipsave.inspect(tmp_path / "converted.zip").members
+    }
     to_rllib(tmp_path / "converted.zip", tmp_path / "back", trusted=TRUST)
     algo = Algorithm.from_checkpoint(str(tmp_path / "back"))
     try:
         np.testing.assert_array_equal(rllib_helpers.logits(algo), rllib_helpers.logits(ppo))
         assert algo.training_iteration == ppo.training_iteration
         assert rllib_helpers.filter_pushes(rllib_helpers.remote_filter_state(algo)[0]) == rllib_helpers.filter_pushes(
-            rllib_helpers.remote_filter_state(ppo)[0])
+            rllib_helpers.remote_filter_state(ppo)[0]
+        )
         algo.train()
     finally:
         algo.stop()
@@ -176,8 +197,11 @@ def test_multi_agent_p1_swapped_in_on_algorithm_init_through_tune(ppo, ppo_zip, 
 
     out = tmp_path / "p0p1.npy"
     config = rllib_helpers.multi_agent_config(ppo_zip, out)
-    tuner = tune.Tuner(config.algo_class, param_space=config, run_config=tune.RunConfig(
-        stop={"training_iteration": 1}, storage_path=str(tmp_path / "tune"), verbose=0))
+    tuner = tune.Tuner(
+        config.algo_class,
+        param_space=config,
+        run_config=tune.RunConfig(stop={"training_iteration": 1}, storage_path=str(tmp_path / "tune"), verbose=0),
+    )
     results = tuner.fit()
     assert not results.errors, results.errors
     assert results[0].metrics["training_iteration"] == 1

@@ -41,6 +41,7 @@ def _replace_strings(old: str, new: str):
     def change(doc):
         text = json.dumps(doc)
         return json.loads(text.replace(old, new)), text.count(old)
+
     return change
 
 
@@ -59,6 +60,7 @@ def _negative_hiddens(doc):
         elif isinstance(node, list):
             for value in node:
                 walk(value)
+
     walk(doc)
     return doc, count
 

@@ -76,8 +76,9 @@ def test_load_whole_rebuilds_the_remote_learners(remote_run):
         assert algo.learner_group.is_remote and len(algo.learner_group) == 2
         for state in rllib_helpers.learner_states(algo):
             rllib_helpers.assert_same(saved[0], state)
-        np.testing.assert_array_equal(rllib_helpers.remote_logits(algo),
-                                      rllib_helpers.logits(zipsave.load(path, component=MODULE)))
+        np.testing.assert_array_equal(
+            rllib_helpers.remote_logits(algo), rllib_helpers.logits(zipsave.load(path, component=MODULE))
+        )
         algo.train()
     finally:
         algo.stop()
@@ -94,8 +95,9 @@ def test_the_module_of_a_remote_learner_archive_loads_with_no_ray_running(remote
         "np.save(sys.argv[1], rllib_helpers.logits(m))\n"
     )
     out = tmp_path / "logits.npy"
-    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=300,
-                          cwd=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=300, cwd=str(tmp_path)
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     np.testing.assert_array_equal(np.load(out), rllib_helpers.logits(zipsave.load(path, component=MODULE)))
 
@@ -133,8 +135,10 @@ def test_one_module_into_one_policy_of_a_multi_agent_algorithm_with_one_remote_l
         # and with one remote learner, the algorithm's own round trip
         zipsave.save(algo, tmp_path / "multi.zip")
         algo.train()
-        assert not np.array_equal(rllib_helpers.learner_states(algo)[0]["rl_module"]["p1"]["pi.net.mlp.0.weight"],
-                                  state["rl_module"]["p1"]["pi.net.mlp.0.weight"])
+        assert not np.array_equal(
+            rllib_helpers.learner_states(algo)[0]["rl_module"]["p1"]["pi.net.mlp.0.weight"],
+            state["rl_module"]["p1"]["pi.net.mlp.0.weight"],
+        )
         zipsave.restore(algo, tmp_path / "multi.zip")
         restored = rllib_helpers.learner_states(algo)[0]
         for part in rllib_helpers.LEARNER_PARTS:  # (a saved weights_seq_no of 0 is never set back, as in RLlib)

@@ -23,7 +23,10 @@ def _run_config(name, storage_path, max_failures, filesystem=None):
     from ray import tune
 
     return tune.RunConfig(
-        name=name, storage_path=storage_path, storage_filesystem=filesystem, verbose=0,
+        name=name,
+        storage_path=storage_path,
+        storage_filesystem=filesystem,
+        verbose=0,
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         failure_config=tune.FailureConfig(max_failures=max_failures),
     )
@@ -50,7 +53,8 @@ def _checkpoints(fs, trial_path):
     for info in fs.get_file_info(FileSelector(trial_path)):
         if info.type == FileType.Directory and os.path.basename(info.path).startswith("checkpoint_"):
             found[os.path.basename(info.path)] = sorted(
-                os.path.basename(f.path) for f in fs.get_file_info(FileSelector(info.path)))
+                os.path.basename(f.path) for f in fs.get_file_info(FileSelector(info.path))
+            )
     return found
 
 
@@ -60,8 +64,11 @@ def test_a_trial_whose_actor_dies_resumes_from_its_latest_zipsave_checkpoint(ray
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    tuner = tune.Tuner(rllib_helpers.tune_trainable, param_space=_params(scratch, die_at=2, how="exit"),
-                       run_config=_run_config("killed", str(tmp_path / "results"), max_failures=1))
+    tuner = tune.Tuner(
+        rllib_helpers.tune_trainable,
+        param_space=_params(scratch, die_at=2, how="exit"),
+        run_config=_run_config("killed", str(tmp_path / "results"), max_failures=1),
+    )
     results = tuner.fit()
     assert not results.errors, results.errors
     result = results[0]
@@ -81,16 +88,25 @@ def test_tuner_restore_resumes_an_errored_experiment_on_s3(ray_session, s3_url, 
     import pyarrow.fs
     from ray import tune
 
-    fs = pyarrow.fs.S3FileSystem(endpoint_override=os.environ["AWS_ENDPOINT_URL"], scheme="http",
-                                 access_key="testing", secret_key="testing", region="us-east-1")
-    storage = s3_url[len("s3://"):] + "/tune"
+    fs = pyarrow.fs.S3FileSystem(
+        endpoint_override=os.environ["AWS_ENDPOINT_URL"],
+        scheme="http",
+        access_key="testing",
+        secret_key="testing",
+        region="us-east-1",
+    )
+    storage = s3_url[len("s3://") :] + "/tune"
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    first = tune.Tuner(rllib_helpers.tune_trainable, param_space=_params(scratch, die_at=2, how="raise"),
-                       run_config=_run_config("interrupted", storage, max_failures=0, filesystem=fs)).fit()
+    first = tune.Tuner(
+        rllib_helpers.tune_trainable,
+        param_space=_params(scratch, die_at=2, how="raise"),
+        run_config=_run_config("interrupted", storage, max_failures=0, filesystem=fs),
+    ).fit()
     assert first.errors and first[0].metrics["iteration"] == 2
-    tuner = tune.Tuner.restore(f"{storage}/interrupted", trainable=rllib_helpers.tune_trainable,
-                               resume_errored=True, storage_filesystem=fs)
+    tuner = tune.Tuner.restore(
+        f"{storage}/interrupted", trainable=rllib_helpers.tune_trainable, resume_errored=True, storage_filesystem=fs
+    )
     results = tuner.fit()
     assert not results.errors, results.errors
     assert results[0].metrics["iteration"] == 4

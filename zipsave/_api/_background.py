@@ -146,8 +146,9 @@ def start_background_save(
     return handle
 
 
-def _run(handle: SaveHandle, key: Any, snapshot: Any, save: Callable[[Any, Any], None],
-         held: list[Callable[[], None]]) -> None:
+def _run(
+    handle: SaveHandle, key: Any, snapshot: Any, save: Callable[[Any, Any], None], held: list[Callable[[], None]]
+) -> None:
     try:
         previous = handle._previous
         if previous is not None:

@@ -20,9 +20,22 @@ __all__ = ["EnvState"]
 _GENERATORS = (np.random.Generator, np.random.RandomState, random.Random)
 _TAG = ":type:"  # marks a numpy value or a deque in the stored form; the codec's tag key too
 _NO_RNG = {"torch": False, "cuda": False, "numpy": False, "python": False}
-_TORCH_DTYPES = frozenset(np.dtype(t) for t in (
-    "float16", "float32", "float64", "complex64", "complex128", "int8", "int16", "int32", "int64", "uint8", "bool",
-))
+_TORCH_DTYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "bool",
+    )
+)
 _OUT_OF_PROCESS = ("AsyncVectorEnv", "SubprocVecEnv")
 
 
@@ -290,8 +303,12 @@ class EnvState:
         for name, layer in _layers(self.env):
             attrs = {k: _copy(v) for k, v in vars(layer).items() if _plain(v)}
             rng = RNGState(**_NO_RNG, generators=_generators(layer))
-            entry = {"class": type(layer).__qualname__, "parent": _parent(layer), "attrs": attrs,
-                     "generators": rng.state_dict()}
+            entry = {
+                "class": type(layer).__qualname__,
+                "parent": _parent(layer),
+                "attrs": attrs,
+                "generators": rng.state_dict(),
+            }
             objects = {k: _copy(vars(v)) for k, v in vars(layer).items() if _statistics(v)}
             if objects:
                 entry["objects"] = objects
@@ -363,10 +380,10 @@ def _apply(layer: Any, entry: dict[str, Any]) -> None:
             attr, *subpath = path.split(".")
             space = vars(layer).get(attr)
             if not _is_space(space):
-                raise ParameterMismatchError(f"the saved state has the space `{path}`, which this environment lacks.", key=path)
+                raise ParameterMismatchError(
+                    f"the saved state has the space `{path}`, which this environment lacks.", key=path
+                )
             for part in subpath:
                 space = space.spaces[part] if isinstance(space.spaces, dict) else space.spaces[int(part)]
             space._np_random = live[path] = np.random.default_rng()
-        RNGState(**_NO_RNG, generators={k: live[k] for k in saved_spaces}).load_state_dict(
-            {"generators": saved_spaces}
-        )
+        RNGState(**_NO_RNG, generators={k: live[k] for k in saved_spaces}).load_state_dict({"generators": saved_spaces})

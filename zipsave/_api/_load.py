@@ -137,8 +137,15 @@ def load(
         check_component(src, folder)
         if folder and not src.has(_format.join(folder, _format.DATA)):  # a dict of components
             return {
-                child.rpartition("/")[2]: build(src, child, cls=cls, custom_objects=custom_objects, exclude=exclude,
-                                                overrides=dict(overrides), exact_match=exact_match)
+                child.rpartition("/")[2]: build(
+                    src,
+                    child,
+                    cls=cls,
+                    custom_objects=custom_objects,
+                    exclude=exclude,
+                    overrides=dict(overrides),
+                    exact_match=exact_match,
+                )
                 for child in src.child_components(folder)
             }
         if not src.has(_format.join(folder, _format.DATA)) and not src.has(_format.join(folder, _format.INIT)):
@@ -151,8 +158,15 @@ def load(
             obj = load_app_state(src, folder, custom_objects=custom_objects, exclude=exclude)
             obj.update(overrides)
             return obj
-        obj = build(src, folder, cls=cls, custom_objects=custom_objects, exclude=exclude, overrides=overrides,
-                    exact_match=exact_match)
+        obj = build(
+            src,
+            folder,
+            cls=cls,
+            custom_objects=custom_objects,
+            exclude=exclude,
+            overrides=overrides,
+            exact_match=exact_match,
+        )
         if isinstance(obj, Component):
             object.__setattr__(obj, "zipsave_report", src.report)  # a frozen dataclass too
         return obj
@@ -227,8 +241,9 @@ def restore(
         # component paths are not attribute paths); `into` names its target component.
         handler = next((h for h in _registry.handlers(live=True) if h.restores(obj)), None)
         if handler is not None:
-            handler.restore(src, obj, folder, custom_objects=custom_objects, exclude=exclude,
-                            exact_match=exact_match, into=into)
+            handler.restore(
+                src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match, into=into
+            )
             return
         target = restore_target(src, obj, folder, into)
         owner = next((h for h in _registry.handlers(live=True) if h.claims(target)), None)
@@ -236,8 +251,9 @@ def restore(
             custom_objects = {**owner.known_values(src, target, folder), **(custom_objects or {})} or None
         if isinstance(target, dict) and strict:
             check_app_state(src, target, folder, exclude)
-        restore_tree(src, target, folder, custom_objects=custom_objects, exclude=exclude,
-                     exact_match=exact_match, set_data=True)
+        restore_tree(
+            src, target, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match, set_data=True
+        )
 
 
 restore.__doc__ = f"""Load an archive (or one component of it) into an existing object, in place.

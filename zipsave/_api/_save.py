@@ -106,13 +106,13 @@ def save(
     parts = collect(obj, exclude, include)
     enc = encode(parts, "", exclude=exclude, include=include)
     if background:
-        save_fn = functools.partial(write, storage_options=storage_options, progress=progress, sha256=sha256,
-                                    durable=durable, sign=signer)
+        save_fn = functools.partial(
+            write, storage_options=storage_options, progress=progress, sha256=sha256, durable=durable, sign=signer
+        )
         return start_background_save(enc, path, save_fn, incremental=incremental)
     wait_for_pending(path)  # an earlier background save to the same place must not land last
     write(enc, path, storage_options=storage_options, progress=progress, sha256=sha256, durable=durable, sign=signer)
     return None
-
 
 
 def save_archive(

@@ -21,6 +21,7 @@ class _LoadMethod:
 
     def __get__(self, instance: Any, owner: type) -> Any:
         if instance is None:
+
             def load(path: Any, **kwargs: Any) -> Any:
                 return load_object(path, cls=owner, **kwargs)
 

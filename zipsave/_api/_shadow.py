@@ -78,12 +78,17 @@ class _Shadow:
         self.state = None
         if ranges is None:
             self._copy_all(live)
-            _log.debug("background save: full snapshot of %s (%s, %d bytes)", type(source.owner).__name__, reason,
-                       self.nbytes)
+            _log.debug(
+                "background save: full snapshot of %s (%s, %d bytes)", type(source.owner).__name__, reason, self.nbytes
+            )
         else:
             copied = self._copy_rows(source, live, ranges)
-            _log.debug("background save: incremental snapshot of %s (rows %s, %d bytes)", type(source.owner).__name__,
-                       ranges, copied)
+            _log.debug(
+                "background save: incremental snapshot of %s (rows %s, %d bytes)",
+                type(source.owner).__name__,
+                ranges,
+                copied,
+            )
         self.state = state
         self.names = [name for name, _ in arrays]
         self.refs = [weakref.ref(arr) for arr in live]
@@ -155,12 +160,15 @@ def take(
     except TypeError:  # not weakly referenceable
         return None
     if shadow.busy.release in held:
-        _log.debug("background save: the shadow of %s is taken by this save already; copying afresh",
-                   type(source.owner).__name__)
+        _log.debug(
+            "background save: the shadow of %s is taken by this save already; copying afresh",
+            type(source.owner).__name__,
+        )
         return None
     if not shadow.busy.acquire(blocking=False):
-        _log.debug("background save: waiting for the save still writing from the shadow of %s",
-                   type(source.owner).__name__)
+        _log.debug(
+            "background save: waiting for the save still writing from the shadow of %s", type(source.owner).__name__
+        )
         shadow.busy.acquire()
     try:
         copies = shadow.update(source, arrays)

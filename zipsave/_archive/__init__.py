@@ -13,8 +13,8 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._crc import BACKEND as CRC_BACKEND
     from ._crc import OrderedCrc, crc32, crc32_combine, crc32_many
     from ._destination import destination_key, is_url, open_output, open_source
-    from ._handlers import data_bytes, involve_handlers, member_names
     from ._files import atomic_output, open_input, seekable, with_suffix
+    from ._handlers import data_bytes, involve_handlers, member_names
     from ._libc import libc_function
     from ._limits import DEFAULT_LIMITS, Limits
     from ._progress import check as check_progress
@@ -42,10 +42,25 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("ArchiveWriter", "MemberInfo"), "._writer"),
 }
 # Its modules, found as attributes as when this file imported them all.
-_SUBMODULES = frozenset({
-    "_crc", "_destination", "_files", "_handlers", "_libc", "_limits", "_progress", "_reader", "_remote", "_source",
-    "_structure", "_views", "_writer", "_zipfields", "_zipfmt"
-})
+_SUBMODULES = frozenset(
+    {
+        "_crc",
+        "_destination",
+        "_files",
+        "_handlers",
+        "_libc",
+        "_limits",
+        "_progress",
+        "_reader",
+        "_remote",
+        "_source",
+        "_structure",
+        "_views",
+        "_writer",
+        "_zipfields",
+        "_zipfmt",
+    }
+)
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 

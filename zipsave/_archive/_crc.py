@@ -163,7 +163,9 @@ def crc32_many(buffers: Sequence[Any]) -> list[int]:
     alike (what :class:`OrderedCrc` per buffer does not: it checksums one stream at a time).
     """
     views = [_as_bytes(buf) for buf in buffers]
-    pieces = [(i, view[start : start + PIECE]) for i, view in enumerate(views) for start in range(0, view.nbytes, PIECE)]
+    pieces = [
+        (i, view[start : start + PIECE]) for i, view in enumerate(views) for start in range(0, view.nbytes, PIECE)
+    ]
     found: list[int | None] = [None] * len(pieces)
     claimed = itertools.count()
 

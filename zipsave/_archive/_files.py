@@ -32,6 +32,8 @@ def _current_umask() -> int:
         umask = os.umask(0o022)
         os.umask(umask)
     return umask
+
+
 @contextlib.contextmanager
 def atomic_output(path: str, *, durable: bool = True) -> Iterator[IO[bytes]]:
     """Yield a temporary file beside ``path``; on success it replaces ``path`` atomically.

@@ -7,6 +7,7 @@ import dataclasses
 
 __all__ = ["DEFAULT_LIMITS", "Limits"]
 
+
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """Safety limits applied while reading an archive.

@@ -8,7 +8,6 @@ import io
 from collections.abc import Iterator
 from typing import IO, Any
 
-
 from .._optional import require
 from ..exceptions import describe_path
 from ._files import seekable

@@ -49,7 +49,16 @@ class ArchiveReader:
         self._lock = threading.Lock()
         try:
             self._zip = zipfile.ZipFile(fp)
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, struct.error, OverflowError, NotImplementedError, IndexError) as err:
+        except (
+            zipfile.BadZipFile,
+            OSError,
+            ValueError,
+            EOFError,
+            struct.error,
+            OverflowError,
+            NotImplementedError,
+            IndexError,
+        ) as err:
             # zipfile parses the central directory without validating it; a forged one
             # surfaces as any of these. A file system object may fail a seek before the
             # start of a file shorter than a zip with ValueError where a local file fails with
@@ -64,7 +73,9 @@ class ArchiveReader:
                     archive=archive,
                     hint="Was the file fully written and copied? zipsave archives are zip files.",
                 ) from err
-            raise ArchiveFormatError(f"unreadable zip structure ({type(err).__name__}: {err}).", archive=archive) from err
+            raise ArchiveFormatError(
+                f"unreadable zip structure ({type(err).__name__}: {err}).", archive=archive
+            ) from err
         self.structure = read_structure(fp, archive=archive, limits=limits)
         self._end = self.structure.cd_start
         self._infos: dict[str, zipfile.ZipInfo] = {}
@@ -84,10 +95,24 @@ class ArchiveReader:
                 archive=self.archive,
             )
         for info, entry in zip(infos, entries, strict=True):
-            seen = (info.filename, info.flag_bits, info.compress_type, info.CRC, info.compress_size,
-                    info.file_size, info.header_offset)
-            wanted = (entry.name, entry.flags, entry.method, entry.crc, entry.compress_size, entry.file_size,
-                      entry.header_offset)
+            seen = (
+                info.filename,
+                info.flag_bits,
+                info.compress_type,
+                info.CRC,
+                info.compress_size,
+                info.file_size,
+                info.header_offset,
+            )
+            wanted = (
+                entry.name,
+                entry.flags,
+                entry.method,
+                entry.crc,
+                entry.compress_size,
+                entry.file_size,
+                entry.header_offset,
+            )
             if seen != wanted:
                 raise ArchiveFormatError(
                     f"zip readers disagree on it: zipfile reads {seen}, zipsave's reader {wanted}.",
@@ -137,7 +162,9 @@ class ArchiveReader:
         if entry is None and name.endswith("/") and self._infos[name].file_size == 0:
             return  # a folder entry, which `zip -r` and zip explorers add when re-zipping
         if self.manifest is not None and entry is None and name not in (_format.MANIFEST, _format.SIGNATURE):
-            raise IntegrityError("is not listed in manifest.json (added after saving?).", archive=self.archive, member=name)
+            raise IntegrityError(
+                "is not listed in manifest.json (added after saving?).", archive=self.archive, member=name
+            )
         if entry is None:
             return
         info = self._infos[name]

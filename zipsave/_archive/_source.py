@@ -57,8 +57,13 @@ class ArchiveSource:
     """
 
     def __init__(
-        self, path: Any, *, limits: Limits | None = None, storage_options: dict[str, Any] | None = None,
-        progress: bool = False, check_version: bool = True,
+        self,
+        path: Any,
+        *,
+        limits: Limits | None = None,
+        storage_options: dict[str, Any] | None = None,
+        progress: bool = False,
+        check_version: bool = True,
     ) -> None:
         self.limits = limits or DEFAULT_LIMITS
         self.involved: set[str] = set()  # folders whose handlers `involve_handlers` imported
@@ -68,9 +73,7 @@ class ArchiveSource:
         _progress.check(progress)
         self._stack = contextlib.ExitStack()
         try:
-            fp, name = self._stack.enter_context(
-                open_source(path, storage_options=storage_options, progress=progress)
-            )
+            fp, name = self._stack.enter_context(open_source(path, storage_options=storage_options, progress=progress))
         except BaseException:  # the caller's path (a wrong type, a missing file): theirs to see
             self._stack.close()
             raise
@@ -146,7 +149,9 @@ class ArchiveSource:
             if edited is not None:  # one error says both; "decoding it key by key" would not happen
                 cause = err.detail.removeprefix("not valid JSON: ")
                 err.detail = f"{edited.detail} It was edited after saving and is no longer valid JSON: {cause}"
-                err.hint = err.hint or "Undo the edit (or fix the JSON syntax); nothing of it can be decoded key by key."
+                err.hint = (
+                    err.hint or "Undo the edit (or fix the JSON syntax); nothing of it can be decoded key by key."
+                )
                 err.args = (err._compose(),)
             raise
         if edited is not None:

@@ -11,7 +11,17 @@ from typing import IO, Any
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._limits import Limits
 from ._zipfields import (
-    HINT, KNOWN_FLAGS, SIG_CENTRAL, SIG_DESCRIPTOR, SIG_EOCD, SIG_EOCD64, SIG_LOCAL, SIG_LOCATOR, decode_name, extras, refuse,
+    HINT,
+    KNOWN_FLAGS,
+    SIG_CENTRAL,
+    SIG_DESCRIPTOR,
+    SIG_EOCD,
+    SIG_EOCD64,
+    SIG_LOCAL,
+    SIG_LOCATOR,
+    decode_name,
+    extras,
+    refuse,
 )
 from ._zipfmt import CENTRAL, EOCD, EOCD64, FLAG_DESCRIPTOR, LOCAL, LOCATOR64, ZIP64_ID, check_name
 
@@ -96,8 +106,10 @@ def _directory_extent(fp: IO[bytes], end: int, record: bytes, archive: Any) -> t
     if record_size != EOCD64.size - 12 or eocd64_disk or disks > 1 or disk64 or cd_disk64 or here64 != total64:
         raise refuse("zip64 end record has extensible data or describes a multi-disk archive.", archive)
     for name, small, big, sentinel in (
-        ("entry count", total, total64, _U16), ("entry count on this disk", here, here64, _U16),
-        ("directory size", cd_size, cd_size64, _U32), ("directory offset", cd_offset, cd_offset64, _U32),
+        ("entry count", total, total64, _U16),
+        ("entry count on this disk", here, here64, _U16),
+        ("directory size", cd_size, cd_size64, _U32),
+        ("directory offset", cd_offset, cd_offset64, _U32),
     ):
         if small not in (big, sentinel):
             raise refuse(f"end record's {name} {small} differs from the zip64 end record's {big}.", archive)
@@ -172,7 +184,15 @@ def _central_entries(directory: bytes, total: int, cd_start: int, archive: Any, 
             raise refuse(f"central directory entry {len(entries)} is missing or damaged.", archive)
         fields = CENTRAL.unpack_from(directory, pos)
         flags, method, crc, csize, usize, nlen, xlen, clen, disk = (
-            fields[3], fields[4], fields[7], fields[8], fields[9], fields[10], fields[11], fields[12], fields[13]
+            fields[3],
+            fields[4],
+            fields[7],
+            fields[8],
+            fields[9],
+            fields[10],
+            fields[11],
+            fields[12],
+            fields[13],
         )
         offset = fields[16]
         start = pos + CENTRAL.size
@@ -187,14 +207,15 @@ def _central_entries(directory: bytes, total: int, cd_start: int, archive: Any, 
                 "appears twice in the archive; refusing to guess which copy is meant.", archive=archive, member=name
             )
         seen.add(name)
-        fields = extras(directory[start + nlen : start + nlen + xlen], archive, name, "central directory entry's")
-        zip64 = fields.get(ZIP64_ID)
+        extra_fields = extras(directory[start + nlen : start + nlen + xlen], archive, name, "central directory entry's")
+        zip64 = extra_fields.get(ZIP64_ID)
         wanted = [usize == _U32, csize == _U32, offset == _U32]
         needed = 8 * sum(wanted) + (4 if disk == _U16 else 0)
         if (zip64 is not None or needed) and len(zip64 or b"") != needed:
             raise refuse(
                 f"zip64 extra field holds {len(zip64 or b'')} bytes where the entry's header calls for {needed}.",
-                archive, name,
+                archive,
+                name,
             )
         values = list(struct.unpack_from(f"<{sum(wanted)}Q", zip64 or b"")) if any(wanted) else []
         if wanted[0]:
@@ -215,13 +236,23 @@ def _central_entries(directory: bytes, total: int, cd_start: int, archive: Any, 
             archive,
         )
     if declared > limits.max_total_bytes:
-        raise ArchiveLimitError(f"members total {declared} bytes; the limit is {limits.max_total_bytes}.", archive=archive)
+        raise ArchiveLimitError(
+            f"members total {declared} bytes; the limit is {limits.max_total_bytes}.", archive=archive
+        )
     return entries
 
 
 def _check_entry(
-    name: str, flags: int, method: int, csize: int, usize: int, offset: int, disk: int, cd_start: int,
-    archive: Any, limits: Limits,
+    name: str,
+    flags: int,
+    method: int,
+    csize: int,
+    usize: int,
+    offset: int,
+    disk: int,
+    cd_start: int,
+    archive: Any,
+    limits: Limits,
 ) -> None:
     if flags & 0x41:
         raise ArchiveFormatError("is encrypted; zipsave does not read encrypted members.", archive=archive, member=name)
@@ -234,8 +265,9 @@ def _check_entry(
             f"uses compression method {method}; expected stored (0) or deflated (8).", archive=archive, member=name
         )
     if flags & ~KNOWN_FLAGS:
-        raise refuse(f"sets general-purpose flag bits {flags & ~KNOWN_FLAGS:#06x}, which zipsave does not read.",
-                      archive, name)
+        raise refuse(
+            f"sets general-purpose flag bits {flags & ~KNOWN_FLAGS:#06x}, which zipsave does not read.", archive, name
+        )
     if usize > limits.max_member_bytes:
         raise ArchiveLimitError(
             f"declares {usize} bytes; the limit is {limits.max_member_bytes}.", archive=archive, member=name
@@ -281,12 +313,15 @@ def _gap(previous: Entry | None, entry: Entry, expected: int, archive: Any) -> N
         )
     if entry.header_offset < expected:
         raise ArchiveFormatError(
-            f"overlaps member `{entry.name}` (a zip bomb, or a forged directory).", archive=archive, member=previous.name
+            f"overlaps member `{entry.name}` (a zip bomb, or a forged directory).",
+            archive=archive,
+            member=previous.name,
         )
     raise refuse(
         f"is followed by {entry.header_offset - expected} bytes that belong to no member before `{entry.name}` "
         "(hidden data, or a member the directory does not list).",
-        archive, previous.name,
+        archive,
+        previous.name,
     )
 
 
@@ -305,13 +340,16 @@ def _check_local(fp: IO[bytes], entry: Entry, archive: Any) -> int:
         raise ArchiveFormatError(
             f"local header names {local_name[:80]!r}, the central directory {entry.raw_name[:80]!r} "
             "(corrupted or forged).",
-            archive=archive, member=name, hint=HINT,
+            archive=archive,
+            member=name,
+            hint=HINT,
         )
     if flags != entry.flags or method != entry.method:
         raise refuse(
             f"local header says flags {flags:#06x} and method {method}, the central directory flags "
             f"{entry.flags:#06x} and method {entry.method}.",
-            archive, name,
+            archive,
+            name,
         )
     extra = fp.read(xlen)
     if len(extra) != xlen:
@@ -323,8 +361,9 @@ def _check_local(fp: IO[bytes], entry: Entry, archive: Any) -> int:
         big_usize, big_csize = struct.unpack("<QQ", zip64)
         for small, big in ((usize, big_usize), (csize, big_csize)):
             if small not in (_U32, big):
-                raise refuse(f"local header's sizes disagree: {small} in the header, {big} in its zip64 field.",
-                              archive, name)
+                raise refuse(
+                    f"local header's sizes disagree: {small} in the header, {big} in its zip64 field.", archive, name
+                )
         usize, csize = big_usize, big_csize
     found = (crc, csize, usize)
     wanted = (entry.crc, entry.compress_size, entry.file_size)
@@ -334,7 +373,8 @@ def _check_local(fp: IO[bytes], entry: Entry, archive: Any) -> int:
         raise refuse(
             f"local header says crc32 {crc:08x}, {csize} compressed and {usize} uncompressed bytes; the central "
             f"directory crc32 {entry.crc:08x}, {entry.compress_size} and {entry.file_size}.",
-            archive, name,
+            archive,
+            name,
         )
     entry.data_offset = entry.header_offset + LOCAL.size + nlen + xlen
     return entry.data_offset + entry.compress_size
@@ -358,5 +398,6 @@ def _check_descriptor(fp: IO[bytes], entry: Entry, at: int, following: int, arch
     raise refuse(
         f"is followed by {following - at} bytes where its data descriptor should be: the descriptor is "
         "missing, disagrees with the central directory, or hides other data.",
-        archive, entry.name,
+        archive,
+        entry.name,
     )

@@ -11,7 +11,6 @@ from typing import IO, Any
 __all__ = ["MemberView"]
 
 
-
 class MemberView(io.RawIOBase):
     """A read-only, seekable window onto one stored member of the outer file.
 

@@ -36,6 +36,7 @@ from ._zipfmt import (
 
 __all__ = ["ArchiveWriter", "MemberInfo"]
 
+
 @dataclasses.dataclass(frozen=True)
 class MemberInfo:
     """What the writer recorded about one member; becomes a manifest entry.
@@ -232,8 +233,17 @@ class ArchiveWriter:
         small = 0xFFFFFFFF if streamed else size
         self._write(
             LOCAL.pack(
-                0x04034B50, VERSION_NEEDED, flags, 0, 0, DOS_DATE,
-                0 if streamed else crc, small, small, len(encoded), len(extra),
+                0x04034B50,
+                VERSION_NEEDED,
+                flags,
+                0,
+                0,
+                DOS_DATE,
+                0 if streamed else crc,
+                small,
+                small,
+                len(encoded),
+                len(extra),
             )
         )
         self._write(encoded)
@@ -300,9 +310,23 @@ class ArchiveWriter:
             size32 = min(e.info.size, 0xFFFFFFFF)
             self._write(
                 CENTRAL.pack(
-                    0x02014B50, MADE_BY, VERSION_NEEDED, e.flags, 0, 0, DOS_DATE,
-                    e.info.crc32, size32, size32, len(encoded), len(extra), 0, 0, 0,
-                    EXTERNAL_ATTR, min(e.offset, 0xFFFFFFFF),
+                    0x02014B50,
+                    MADE_BY,
+                    VERSION_NEEDED,
+                    e.flags,
+                    0,
+                    0,
+                    DOS_DATE,
+                    e.info.crc32,
+                    size32,
+                    size32,
+                    len(encoded),
+                    len(extra),
+                    0,
+                    0,
+                    0,
+                    EXTERNAL_ATTR,
+                    min(e.offset, 0xFFFFFFFF),
                 )
             )
             self._write(encoded)
@@ -315,8 +339,14 @@ class ArchiveWriter:
             self._write(LOCATOR64.pack(0x07064B50, 0, eocd64, 1))
         self._write(
             EOCD.pack(
-                0x06054B50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF),
-                min(cd_size, 0xFFFFFFFF), min(cd_start, 0xFFFFFFFF), 0,
+                0x06054B50,
+                0,
+                0,
+                min(count, 0xFFFF),
+                min(count, 0xFFFF),
+                min(cd_size, 0xFFFFFFFF),
+                min(cd_start, 0xFFFFFFFF),
+                0,
             )
         )
         self._fp.flush()

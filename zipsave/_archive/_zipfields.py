@@ -10,8 +10,18 @@ from ..exceptions import ArchiveFormatError
 from ._zipfmt import FLAG_DESCRIPTOR, FLAG_UTF8, ZIP64_ID
 
 __all__ = [
-    "HINT", "KNOWN_FLAGS", "SIG_CENTRAL", "SIG_DESCRIPTOR", "SIG_EOCD", "SIG_EOCD64", "SIG_LOCAL", "SIG_LOCATOR",
-    "UNICODE_PATH_ID", "decode_name", "extras", "refuse",
+    "HINT",
+    "KNOWN_FLAGS",
+    "SIG_CENTRAL",
+    "SIG_DESCRIPTOR",
+    "SIG_EOCD",
+    "SIG_EOCD64",
+    "SIG_LOCAL",
+    "SIG_LOCATOR",
+    "UNICODE_PATH_ID",
+    "decode_name",
+    "extras",
+    "refuse",
 ]
 
 SIG_EOCD = b"PK\x05\x06"
@@ -60,12 +70,15 @@ def decode_name(raw: bytes, flags: int, archive: Any) -> str:
     except UnicodeDecodeError:
         shown = raw.decode("utf-8", "backslashreplace")
         detail = (
-            "name is not valid UTF-8, though its UTF-8 flag is set." if flags & FLAG_UTF8 else
-            "name is not ASCII and its UTF-8 flag (bit 11) is not set: zip readers decode such names "
+            "name is not valid UTF-8, though its UTF-8 flag is set."
+            if flags & FLAG_UTF8
+            else "name is not ASCII and its UTF-8 flag (bit 11) is not set: zip readers decode such names "
             "differently (cp437, UTF-8, the system's code page)."
         )
         raise ArchiveFormatError(
-            detail, archive=archive, member=shown,
+            detail,
+            archive=archive,
+            member=shown,
             hint="Re-create the archive with a tool that sets the UTF-8 flag (Python's zipfile, zipsave), "
             "or keep member names ASCII.",
         ) from None

@@ -10,9 +10,24 @@ from .. import _format
 from ..exceptions import ArchiveFormatError
 
 __all__ = [
-    "ALIGN_ID", "CENTRAL", "DESCRIPTOR64", "DOS_DATE", "EOCD", "EOCD64", "EXTERNAL_ATTR", "FLAG_DESCRIPTOR",
-    "FLAG_UTF8", "LOCAL", "LOCATOR64", "MADE_BY", "READ_CHUNK", "VERSION_NEEDED", "ZIP64_ID", "check_name",
-    "describe_non_zip", "MIN_ZIP_SIZE",
+    "ALIGN_ID",
+    "CENTRAL",
+    "DESCRIPTOR64",
+    "DOS_DATE",
+    "EOCD",
+    "EOCD64",
+    "EXTERNAL_ATTR",
+    "FLAG_DESCRIPTOR",
+    "FLAG_UTF8",
+    "LOCAL",
+    "LOCATOR64",
+    "MADE_BY",
+    "READ_CHUNK",
+    "VERSION_NEEDED",
+    "ZIP64_ID",
+    "check_name",
+    "describe_non_zip",
+    "MIN_ZIP_SIZE",
 ]
 
 LOCAL = struct.Struct("<IHHHHHIIIHH")
@@ -30,6 +45,7 @@ DOS_DATE = ((_format.DATE_TIME[0] - 1980) << 9) | (_format.DATE_TIME[1] << 5) | 
 FLAG_DESCRIPTOR = 0x08
 FLAG_UTF8 = 0x800
 READ_CHUNK = 16 << 20
+
 
 def check_name(name: str, archive: Any) -> None:
     parts = name.replace("\\", "/").split("/")

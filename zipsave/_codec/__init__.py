@@ -29,10 +29,9 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("NATIVE_KEY", "RESERVED", "SERIALIZED_KEY", "TYPE_KEY"), "._tags"),
 }
 # Its modules, found as attributes as when this file imported them all.
-_SUBMODULES = frozenset({
-    "_arrays", "_decode", "_encode", "_pickling", "_space_decode", "_space_encode", "_space_kinds", "_spaces",
-    "_tags"
-})
+_SUBMODULES = frozenset(
+    {"_arrays", "_decode", "_encode", "_pickling", "_space_decode", "_space_encode", "_space_kinds", "_spaces", "_tags"}
+)
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 

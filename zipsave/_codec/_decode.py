@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._bounds import MAX_INT_BITS, KeyGuard, check_int
 from .. import _codec, _trust  # packages whose parts load on first use: spaces, the unpickler
+from .._bounds import MAX_INT_BITS, KeyGuard, check_int
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._arrays import descr_dtype
 from ._pickling import unb64
@@ -31,6 +31,7 @@ def restricted_loads(data: bytes, policy: _trust.TrustPolicy, **where: Any) -> A
     """:func:`zipsave._trust.restricted_loads`, whose modules load on the first ``":serialized:"``
     value rather than with every ``data`` member."""
     return _trust.restricted_loads(data, policy, **where)
+
 
 # -- decoding --------------------------------------------------------------------------------
 class Decoder:
@@ -81,7 +82,11 @@ class Decoder:
             return self._native(value[N], depth + 1)
         if S in value:
             return restricted_loads(
-                unb64(value[S]), self.policy, key=self._key, member=self._member, archive=self._archive,
+                unb64(value[S]),
+                self.policy,
+                key=self._key,
+                member=self._member,
+                archive=self._archive,
                 limits=self._limits,
             )
         return {k: self.decode(v, depth + 1) for k, v in value.items()}
@@ -123,7 +128,9 @@ class Decoder:
                 if not _HEX_INT.fullmatch(text):
                     raise DecodeError(f"expected a hexadecimal integer literal, found {text[:40]!r}.")
                 if len(text) > MAX_INT_BITS // 4 + 4:
-                    raise DecodeError(f"a hexadecimal integer of {len(text)} digits is longer than {MAX_INT_BITS // 4}.")
+                    raise DecodeError(
+                        f"a hexadecimal integer of {len(text)} digits is longer than {MAX_INT_BITS // 4}."
+                    )
                 return check_int(int(text, 16), "an integer", key=self._key, member=self._member, archive=self._archive)
             text = _field(body, "value", str)
             if not _DEC_INT.fullmatch(text):
@@ -143,7 +150,9 @@ class Decoder:
         if kind == "namedtuple":
             cls: Any = self._resolve(body.get("class"))
             # Checked before the call: the class path came from the archive.
-            if not (isinstance(cls, type) and issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple)):
+            if not (
+                isinstance(cls, type) and issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple)
+            ):
                 raise DecodeError(f"`{body.get('class')}` is not a namedtuple class.")
             fields: tuple = getattr(cls, "_fields", ())
             items = [self.decode(v, depth) for v in _field(body, "items", list)]
@@ -168,7 +177,9 @@ class Decoder:
             return collections.OrderedDict(self._items(body, depth))
         if kind == "defaultdict":
             factory = body.get("factory")
-            return collections.defaultdict(None if factory is None else self._resolve(factory), self._items(body, depth))
+            return collections.defaultdict(
+                None if factory is None else self._resolve(factory), self._items(body, depth)
+            )
         if kind == "deque":
             maxlen = body.get("maxlen")
             if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
@@ -207,7 +218,11 @@ class Decoder:
         if kind == "date":
             return _dt.date.fromisoformat(_field(body, "value", str))
         if kind == "timedelta":
-            return _dt.timedelta(days=_field(body, "days", int), seconds=_field(body, "seconds", int), microseconds=_field(body, "microseconds", int))
+            return _dt.timedelta(
+                days=_field(body, "days", int),
+                seconds=_field(body, "seconds", int),
+                microseconds=_field(body, "microseconds", int),
+            )
         if kind == "ndarray":
             return self._array(body)
         if kind == "numpy_scalar":
@@ -217,9 +232,13 @@ class Decoder:
                 if dtype.kind not in "biufcmM" or dtype.fields is not None or dtype.subdtype is not None:
                     raise DecodeError(f"a numpy scalar of dtype {dtype} cannot be given as a JSON `value`.")
                 if dtype.kind in "mM" and type(body["value"]) is not int:
-                    raise DecodeError(f"expected a numpy {dtype} scalar `value` to be an integer count, found {type(body['value']).__name__}.")
+                    raise DecodeError(
+                        f"expected a numpy {dtype} scalar `value` to be an integer count, found {type(body['value']).__name__}."
+                    )
                 if type(body["value"]) not in (bool, int, float):
-                    raise DecodeError(f"expected the numpy scalar `value` to be a number, found {type(body['value']).__name__}.")
+                    raise DecodeError(
+                        f"expected the numpy scalar `value` to be a number, found {type(body['value']).__name__}."
+                    )
                 return np.asarray(body["value"], dtype=dtype)[()]
             raw = unb64(body.get("b64"))
             if len(raw) != dtype.itemsize:
@@ -259,7 +278,10 @@ class Decoder:
         if kind == "fraction":
             import fractions  # a rare value kind: not imported by every load
 
-            numerator, denominator = self.decode(body.get("numerator"), depth), self.decode(body.get("denominator"), depth)
+            numerator, denominator = (
+                self.decode(body.get("numerator"), depth),
+                self.decode(body.get("denominator"), depth),
+            )
             if type(numerator) is not int or type(denominator) is not int or denominator == 0:
                 raise DecodeError("expected an integer `numerator` and a non-zero integer `denominator`.")
             for part in (numerator, denominator):  # Fraction() takes a gcd: quadratic in the digits
@@ -350,8 +372,14 @@ class Decoder:
         if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8:
             raise DecodeError("tensor data must be a uint8 array.")
         if raw.size != math.prod(shape) * dtype.itemsize:
-            raise DecodeError(f"tensor holds {raw.size} bytes, expected {math.prod(shape) * dtype.itemsize} for {dtype}{shape}.")
-        t = torch.from_numpy(np.ascontiguousarray(raw)).view(dtype).reshape(shape) if raw.size else torch.empty(shape, dtype=dtype)
+            raise DecodeError(
+                f"tensor holds {raw.size} bytes, expected {math.prod(shape) * dtype.itemsize} for {dtype}{shape}."
+            )
+        t = (
+            torch.from_numpy(np.ascontiguousarray(raw)).view(dtype).reshape(shape)
+            if raw.size
+            else torch.empty(shape, dtype=dtype)
+        )
         device = self._device if self._device is not None else torch.device(body.get("device", "cpu"))
         if device.type != "cpu":
             t = t.to(device)

@@ -22,9 +22,9 @@ import torch
 
 from .. import _codec  # its space encoder loads with the first space
 from ..exceptions import EncodeError
-from ._space_kinds import is_space
 from ._arrays import INT64, canonical_array, dtype_descr, tz_fields
 from ._pickling import NoNative, b64, pickle_value, type_hint
+from ._space_kinds import is_space
 from ._tags import NATIVE_KEY as N
 from ._tags import RESERVED
 from ._tags import SERIALIZED_KEY as S
@@ -34,6 +34,7 @@ __all__ = ["Encoder", "find_cycle", "import_path", "is_json_native"]
 
 #: Arrays up to this many elements are written as readable JSON lists.
 _LIST_ELEMENTS = 256
+
 
 def is_json_native(value: Any, _depth: int = 0) -> bool:
     """True when ``value`` survives ``orjson`` unchanged in type and value."""
@@ -151,7 +152,9 @@ class Encoder:
                     key=key,
                     hint=f"Break the cycle before saving, or leave it out with `exclude=[{key!r}]`.",
                 ) from err
-            raise EncodeError("is nested too deeply to save.", key=key, hint=f"Leave it out with `exclude=[{key!r}]`.") from err
+            raise EncodeError(
+                "is nested too deeply to save.", key=key, hint=f"Leave it out with `exclude=[{key!r}]`."
+            ) from err
         except EncodeError as err:
             if err.key is None:  # raised for a value nested inside this entry
                 err.key = key
@@ -231,7 +234,11 @@ class Encoder:
             ref = import_path(kind)
             if ref is None:
                 raise NoNative
-            return {"kind": "namedtuple", "class": ref, "items": [self.encode(v, path + (i,)) for i, v in enumerate(value)]}
+            return {
+                "kind": "namedtuple",
+                "class": ref,
+                "items": [self.encode(v, path + (i,)) for i, v in enumerate(value)],
+            }
         if kind in (set, frozenset):
             items = [self.encode(v, path) for v in value]
             items.sort(key=lambda j: orjson.dumps(j, option=orjson.OPT_SORT_KEYS))
@@ -249,7 +256,11 @@ class Encoder:
                 raise NoNative
             return {"kind": "defaultdict", "factory": ref, "items": self._items(value.items(), path)}
         if kind is collections.deque:
-            return {"kind": "deque", "maxlen": value.maxlen, "items": [self.encode(v, path + (i,)) for i, v in enumerate(value)]}
+            return {
+                "kind": "deque",
+                "maxlen": value.maxlen,
+                "items": [self.encode(v, path + (i,)) for i, v in enumerate(value)],
+            }
         if isinstance(value, enum.Enum):
             ref = import_path(kind)
             if ref is None:
@@ -268,7 +279,12 @@ class Encoder:
         if kind is _dt.date:
             return {"kind": "date", "value": value.isoformat()}
         if kind is _dt.timedelta:
-            return {"kind": "timedelta", "days": value.days, "seconds": value.seconds, "microseconds": value.microseconds}
+            return {
+                "kind": "timedelta",
+                "days": value.days,
+                "seconds": value.seconds,
+                "microseconds": value.microseconds,
+            }
         if kind is np.ndarray:
             return self._array(value)
         if isinstance(value, np.generic):
@@ -305,13 +321,22 @@ class Encoder:
         if isinstance(value, torch.Tensor):
             return self._tensor(value)
         if kind is fractions.Fraction:
-            return {"kind": "fraction", "numerator": self.encode(value.numerator), "denominator": self.encode(value.denominator)}
+            return {
+                "kind": "fraction",
+                "numerator": self.encode(value.numerator),
+                "denominator": self.encode(value.denominator),
+            }
         if kind is decimal.Decimal:
             return {"kind": "decimal", "value": str(value)}  # exact: sign, digits, exponent, NaN
         if kind is random.Random:
             version, words, gauss_next = value.getstate()
             state = np.asarray(words, dtype="<u4")  # 625 words: one base64 line, not 625 JSON lines
-            return {"kind": "random", "version": version, "state": self._array(state), "gauss_next": self.encode(gauss_next)}
+            return {
+                "kind": "random",
+                "version": version,
+                "state": self._array(state),
+                "gauss_next": self.encode(gauss_next),
+            }
         if kind is torch.Generator:
             state = value.get_state().numpy()
             return {"kind": "torch_generator", "device": str(value.device), "state": self._array(state)}
@@ -334,8 +359,12 @@ class Encoder:
         if self._add_array is not None and arr.nbytes > self._array_bytes:
             body["member"] = self._add_array(canonical_array(arr))
             self._external = True
-        elif arr.size <= _LIST_ELEMENTS and arr.dtype.kind in "biuf" and arr.dtype.itemsize <= 8 and arr.dtype.isnative and (
-            arr.dtype.kind != "f" or bool(np.isfinite(arr).all())
+        elif (
+            arr.size <= _LIST_ELEMENTS
+            and arr.dtype.kind in "biuf"
+            and arr.dtype.itemsize <= 8
+            and arr.dtype.isnative
+            and (arr.dtype.kind != "f" or bool(np.isfinite(arr).all()))
         ):
             body["values"] = arr.tolist()
         else:

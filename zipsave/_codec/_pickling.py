@@ -16,6 +16,7 @@ from ..exceptions import DecodeError
 
 __all__ = ["NoNative", "b64", "pickle_value", "type_hint", "unb64"]
 
+
 class NoNative(Exception):
     """The value has no pickle-free form."""
 

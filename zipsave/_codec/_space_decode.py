@@ -14,10 +14,10 @@ from ..exceptions import DecodeError
 from ._space_kinds import (
     ADDED_FIELDS,
     ANY_VALUE,
-    bit_generators,
     DECIMAL,
     FIELDS,
     SPACE_KINDS,
+    bit_generators,
     describe,
     gymnasium_version,
     join,
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gymnasium.spaces import Space
 
 __all__ = ["SpaceDecoder"]
+
 
 class SpaceDecoder:
     def __init__(
@@ -62,9 +63,7 @@ class SpaceDecoder:
 
     def space(self, body: Any, path: str) -> Space:
         if not isinstance(body, dict):
-            raise self.error(
-                path, f"expected an object with a `space` field, got {describe(body)}."
-            )
+            raise self.error(path, f"expected an object with a `space` field, got {describe(body)}.")
         if "space" not in body:
             raise self.error(
                 path,
@@ -84,9 +83,7 @@ class SpaceDecoder:
                 f"field `{missing[0]}` is missing (a {kind} body needs "
                 f"{', '.join(f'`{f}`' for f in sorted(required))}).",
             )
-        unexpected = sorted(
-            str(f) for f in body.keys() - required - optional - {"space", "rng"}
-        )
+        unexpected = sorted(str(f) for f in body.keys() - required - optional - {"space", "rng"})
         if unexpected:
             raise self.error(
                 path,
@@ -97,9 +94,7 @@ class SpaceDecoder:
         try:
             from gymnasium import spaces
         except ImportError as err:
-            raise self.error(
-                path, "gymnasium is not installed; install it to load spaces."
-            ) from err
+            raise self.error(path, "gymnasium is not installed; install it to load spaces.") from err
 
         cls = getattr(spaces, kind, None)
         if cls is None:
@@ -107,8 +102,7 @@ class SpaceDecoder:
                 path,
                 kind,
                 "space",
-                f"field `space` is {kind}, a kind of space that the installed gymnasium does "
-                "not have.",
+                f"field `space` is {kind}, a kind of space that the installed gymnasium does not have.",
             )
         args, kwargs = getattr(self, f"_{kind.lower()}")(body, path)
         self.fit_fields(cls, kind, kwargs, path)
@@ -154,17 +148,13 @@ class SpaceDecoder:
     def int_field(self, body: dict, field: str, path: str) -> int:
         value = body[field]
         if type(value) is not int:
-            raise self.error(
-                path, f"field `{field}` must be an int, got {describe(value)}."
-            )
+            raise self.error(path, f"field `{field}` must be an int, got {describe(value)}.")
         return value
 
     def bool_field(self, body: dict, field: str, path: str) -> bool:
         value = body[field]
         if type(value) is not bool:
-            raise self.error(
-                path, f"field `{field}` must be true or false, got {describe(value)}."
-            )
+            raise self.error(path, f"field `{field}` must be true or false, got {describe(value)}.")
         return value
 
     def dtype_field(self, body: dict, field: str, path: str) -> np.dtype:
@@ -176,8 +166,7 @@ class SpaceDecoder:
                 pass
         raise self.error(
             path,
-            f"field `{field}` must be a numpy dtype name such as 'float32' or '<f4', "
-            f"got {describe(value)}.",
+            f"field `{field}` must be a numpy dtype name such as 'float32' or '<f4', got {describe(value)}.",
         )
 
     def array_field(self, body: dict, field: str, path: str, kinds: str) -> np.ndarray:
@@ -194,9 +183,7 @@ class SpaceDecoder:
     def list_field(self, body: dict, field: str, path: str) -> list:
         value = body[field]
         if not isinstance(value, list):
-            raise self.error(
-                path, f"field `{field}` must be a list, got {describe(value)}."
-            )
+            raise self.error(path, f"field `{field}` must be a list, got {describe(value)}.")
         return value
 
     def value(self, raw: Any, field: str, path: str) -> Any:
@@ -226,7 +213,8 @@ class SpaceDecoder:
         budget = alloc_budget(low.nbytes + high.nbytes)
         if need > budget:
             raise self.error(
-                path, f"a Box of shape {tuple(shape)} needs {need} bytes for its bounds, more than the {budget} "
+                path,
+                f"a Box of shape {tuple(shape)} needs {need} bytes for its bounds, more than the {budget} "
                 "a space decoded from this archive may ask for (64 MiB plus 16 times its saved bounds).",
             )
         return (), {"low": low, "high": high, "shape": tuple(shape), "dtype": dtype}
@@ -238,8 +226,7 @@ class SpaceDecoder:
                 if mask.shape != space.shape:
                     raise self.error(
                         path,
-                        f"field `{field}` must have the Box shape {space.shape}, "
-                        f"got shape {mask.shape}.",
+                        f"field `{field}` must have the Box shape {space.shape}, got shape {mask.shape}.",
                     )
                 setattr(space, field, mask.copy())
 
@@ -263,9 +250,7 @@ class SpaceDecoder:
             return (n,), {}
         if isinstance(n, list) and all(type(i) is int for i in n):
             return (tuple(n),), {}
-        raise self.error(
-            path, f"field `n` must be an int or a list of ints, got {describe(n)}."
-        )
+        raise self.error(path, f"field `n` must be an int or a list of ints, got {describe(n)}.")
 
     def _dict(self, body: dict, path: str) -> tuple[tuple, dict]:
         pairs = []
@@ -299,8 +284,7 @@ class SpaceDecoder:
 
     def children(self, body: dict, path: str) -> list:
         return [
-            self.space(sub, join(path, f"spaces[{i}]"))
-            for i, sub in enumerate(self.list_field(body, "spaces", path))
+            self.space(sub, join(path, f"spaces[{i}]")) for i, sub in enumerate(self.list_field(body, "spaces", path))
         ]
 
     def _text(self, body: dict, path: str) -> tuple[tuple, dict]:
@@ -324,9 +308,7 @@ class SpaceDecoder:
         edge = body["edge_space"]
         return (), {
             "node_space": self.space(body["node_space"], join(path, "node_space")),
-            "edge_space": None
-            if edge is None
-            else self.space(edge, join(path, "edge_space")),
+            "edge_space": None if edge is None else self.space(edge, join(path, "edge_space")),
         }
 
     # Random generator state, read against a fresh bit generator of the stored kind, whose
@@ -355,9 +337,7 @@ class SpaceDecoder:
     def rng_state(self, raw: Any, template: Any, field: str, path: str) -> Any:
         if isinstance(template, dict):
             if not isinstance(raw, dict):
-                raise self.error(
-                    path, f"field `{field}` must be an object, got {describe(raw)}."
-                )
+                raise self.error(path, f"field `{field}` must be an object, got {describe(raw)}.")
             names = sorted(set(template) ^ set(raw))
             if names:
                 raise self.error(
@@ -366,17 +346,10 @@ class SpaceDecoder:
                     f"{', '.join(f'`{k}`' for k in template)}; "
                     f"{', '.join(f'`{k}`' for k in names)} missing or unexpected.",
                 )
-            return {
-                k: self.rng_state(raw[k], t, f"{field}.{k}", path)
-                for k, t in template.items()
-            }
+            return {k: self.rng_state(raw[k], t, f"{field}.{k}", path) for k, t in template.items()}
         if isinstance(template, np.ndarray):
             value = self.value(raw, field, path)
-            if (
-                not isinstance(value, np.ndarray)
-                or value.shape != template.shape
-                or (value.dtype.kind not in "iu")
-            ):
+            if not isinstance(value, np.ndarray) or value.shape != template.shape or (value.dtype.kind not in "iu"):
                 raise self.error(
                     path,
                     f"field `{field}` must decode to an integer array of shape "
@@ -385,9 +358,7 @@ class SpaceDecoder:
             return value.astype(template.dtype)
         if isinstance(template, str):
             if raw != template:
-                raise self.error(
-                    path, f"field `{field}` must be {template!r}, got {describe(raw)}."
-                )
+                raise self.error(path, f"field `{field}` must be {template!r}, got {describe(raw)}.")
             return raw
         if type(raw) is int:
             return raw

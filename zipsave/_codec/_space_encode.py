@@ -9,8 +9,8 @@ import numpy as np
 
 from ..exceptions import EncodeError
 from ._space_kinds import (
-    bit_generators,
     SPACE_KINDS,
+    bit_generators,
     describe,
     dtype_name,
     is_unused_generator,
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["SpaceEncoder"]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
 
 class SpaceEncoder:
     def __init__(self, encode_value: Callable[[Any], Any], key: str | None) -> None:
@@ -87,9 +88,7 @@ class SpaceEncoder:
 
     def _multibinary(self, space: Any, path: str) -> dict[str, Any]:
         n = space.n
-        return {
-            "n": int(n) if isinstance(n, (int, np.integer)) else [int(i) for i in n]
-        }
+        return {"n": int(n) if isinstance(n, (int, np.integer)) else [int(i) for i in n]}
 
     def _dict(self, space: Any, path: str) -> dict[str, Any]:
         # A list of pairs rather than an object: keep the order whatever the JSON writer
@@ -123,9 +122,7 @@ class SpaceEncoder:
 
     def _sequence(self, space: Any, path: str) -> dict[str, Any]:
         return {
-            "feature_space": self.space(
-                space.feature_space, join(path, "feature_space")
-            ),
+            "feature_space": self.space(space.feature_space, join(path, "feature_space")),
             "stack": bool(space.stack),
         }
 
@@ -133,15 +130,11 @@ class SpaceEncoder:
         edge = space.edge_space
         return {
             "node_space": self.space(space.node_space, join(path, "node_space")),
-            "edge_space": None
-            if edge is None
-            else self.space(edge, join(path, "edge_space")),
+            "edge_space": None if edge is None else self.space(edge, join(path, "edge_space")),
         }
 
     def children(self, spaces: Any, path: str) -> list[dict[str, Any]]:
-        return [
-            self.space(sub, join(path, f"spaces[{i}]")) for i, sub in enumerate(spaces)
-        ]
+        return [self.space(sub, join(path, f"spaces[{i}]")) for i, sub in enumerate(spaces)]
 
     def rng(self, space: Space, path: str) -> dict[str, Any] | None:
         # The private attribute: the public np_random property would create a generator.
@@ -170,6 +163,4 @@ class SpaceEncoder:
             return value if _INT64_MIN <= value <= _INT64_MAX else str(value)
         if isinstance(value, str):
             return value
-        raise self.error(
-            path, f"unexpected value {describe(value)} in its bit generator state."
-        )
+        raise self.error(path, f"unexpected value {describe(value)} in its bit generator state.")

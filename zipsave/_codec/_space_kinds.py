@@ -13,8 +13,22 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "ADDED_FIELDS", "ANY_VALUE", "DECIMAL", "FIELDS", "SPACE_KINDS", "bit_generators", "describe", "dtype_name",
-    "gymnasium_version", "is_space", "is_unused_generator", "join", "kinds", "parameters", "same_state", "where",
+    "ADDED_FIELDS",
+    "ANY_VALUE",
+    "DECIMAL",
+    "FIELDS",
+    "SPACE_KINDS",
+    "bit_generators",
+    "describe",
+    "dtype_name",
+    "gymnasium_version",
+    "is_space",
+    "is_unused_generator",
+    "join",
+    "kinds",
+    "parameters",
+    "same_state",
+    "where",
 ]
 
 #: The space kinds with a native form, by the name stored in a body's ``"space"`` field.
@@ -61,6 +75,7 @@ ADDED_FIELDS: dict[tuple[str, str], Any] = {
 
 DECIMAL = re.compile(r"-?[0-9]+")
 
+
 @functools.cache
 def bit_generators() -> dict[str, Callable[[int], np.random.BitGenerator]]:
     """numpy's bit generators by name: an explicit table rather than ``getattr(np.random,
@@ -97,7 +112,6 @@ def is_space(obj: Any) -> bool:
     """
     spaces = sys.modules.get("gymnasium.spaces")
     return spaces is not None and isinstance(obj, spaces.Space)
-
 
 
 @functools.cache
@@ -144,7 +158,6 @@ def where(path: str) -> str:
     return f"gymnasium space body at `{path}`" if path else "gymnasium space body"
 
 
-
 def is_unused_generator(generator: Any) -> bool:
     """Whether ``generator`` was seeded from OS entropy and has not drawn a number since.
 
@@ -161,7 +174,11 @@ def is_unused_generator(generator: Any) -> bool:
     if not isinstance(seed_seq, np.random.SeedSequence):
         return False
     entropy = seed_seq.entropy
-    if not (isinstance(entropy, int) and entropy.bit_length() > 64) or seed_seq.spawn_key or seed_seq.n_children_spawned:
+    if (
+        not (isinstance(entropy, int) and entropy.bit_length() > 64)
+        or seed_seq.spawn_key
+        or seed_seq.n_children_spawned
+    ):
         return False
     try:
         fresh = type(bit_generator)(seed_seq).state

@@ -27,9 +27,7 @@ from ._space_kinds import SPACE_KINDS, is_space, is_unused_generator, same_state
 __all__ = ["SPACE_KINDS", "decode_space", "encode_space", "is_space", "is_unused_generator", "same_state"]
 
 
-def encode_space(
-    space: Space, encode_value: Callable[[Any], Any], *, key: str | None = None
-) -> dict[str, Any]:
+def encode_space(space: Space, encode_value: Callable[[Any], Any], *, key: str | None = None) -> dict[str, Any]:
     """Turn a gymnasium space into a JSON-native body.
 
     Parameters

@@ -11,13 +11,20 @@ from .._lazy import lazy_attributes
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._address import check_data_key, check_name, check_path, resolve, set_variable
     from ._app_state import check_app_state
-    from ._apply import expected_state_names, load_state_into, restore_parts
-    from ._apply import set_parameters_from_dict
-    from ._build import build, check_component, handler_for, load_app_state, member_names, restore_target, restore_tree
-    from ._build import data_bytes
+    from ._apply import expected_state_names, load_state_into, restore_parts, set_parameters_from_dict
+    from ._build import (
+        build,
+        check_component,
+        data_bytes,
+        handler_for,
+        load_app_state,
+        member_names,
+        restore_target,
+        restore_tree,
+    )
     from ._collect import collect
     from ._component import Component
-    from ._options import OPTION_DOCS, LoadOptions
+    from ._options import OPTION_DOCS, LoadOptions, check_custom_objects
     from ._parts import (
         ALWAYS_EXCLUDED_PREFIXES,
         Parts,
@@ -33,54 +40,77 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._report import LoadReport
     from ._session import LoadSession
     from ._write import Encoded, check_signable, encode, encoded_size, write
-    from ._options import check_custom_objects
 
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("check_data_key", "check_name", "check_path", "resolve", "set_variable"), "._address"),
     "check_app_state": "._app_state",
-    **dict.fromkeys((
-        "expected_state_names",
-        "load_state_into",
-        "restore_parts",
-        "set_parameters_from_dict",
-    ), "._apply"),
-    **dict.fromkeys((
-        "build",
-        "check_component",
-        "handler_for",
-        "load_app_state",
-        "member_names",
-        "restore_target",
-        "restore_tree",
-        "data_bytes",
-    ), "._build"),
+    **dict.fromkeys(
+        (
+            "expected_state_names",
+            "load_state_into",
+            "restore_parts",
+            "set_parameters_from_dict",
+        ),
+        "._apply",
+    ),
+    **dict.fromkeys(
+        (
+            "build",
+            "check_component",
+            "handler_for",
+            "load_app_state",
+            "member_names",
+            "restore_target",
+            "restore_tree",
+            "data_bytes",
+        ),
+        "._build",
+    ),
     "collect": "._collect",
     "Component": "._component",
     **dict.fromkeys(("OPTION_DOCS", "LoadOptions"), "._options"),
-    **dict.fromkeys((
-        "ALWAYS_EXCLUDED_PREFIXES",
-        "Parts",
-        "flat",
-        "is_live_handle",
-        "is_stateful",
-        "matches",
-        "nested",
-        "recursive_getattr",
-        "recursive_setattr",
-        "unwrap",
-    ), "._parts"),
+    **dict.fromkeys(
+        (
+            "ALWAYS_EXCLUDED_PREFIXES",
+            "Parts",
+            "flat",
+            "is_live_handle",
+            "is_stateful",
+            "matches",
+            "nested",
+            "recursive_getattr",
+            "recursive_setattr",
+            "unwrap",
+        ),
+        "._parts",
+    ),
     "LoadReport": "._report",
     "LoadSession": "._session",
     **dict.fromkeys(("Encoded", "check_signable", "encode", "encoded_size", "write"), "._write"),
     "check_custom_objects": "._options",
 }
 # Its modules, found as attributes as when this file imported them all.
-_SUBMODULES = frozenset({
-    "_address", "_app_state", "_apply", "_members", "_build", "_classes", "_collect", "_component", "_inplace", "_modes", "_options",
-    "_parts", "_report", "_session", "_write"
-})
+_SUBMODULES = frozenset(
+    {
+        "_address",
+        "_app_state",
+        "_apply",
+        "_members",
+        "_build",
+        "_classes",
+        "_collect",
+        "_component",
+        "_inplace",
+        "_modes",
+        "_options",
+        "_parts",
+        "_report",
+        "_session",
+        "_write",
+    }
+)
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 

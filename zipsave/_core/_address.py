@@ -27,17 +27,37 @@ _PRIVATE_PREFIXES = ("_zipsave", "zipsave_")
 #: Objects whose attributes are never state of the object being loaded: classes, modules,
 #: functions and methods (their ``__dict__`` is code's, or a module's globals), frames and code.
 _NEVER_WALKED = (
-    type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-    types.BuiltinMethodType, types.CodeType, types.FrameType, types.TracebackType, types.MappingProxyType,
-    types.WrapperDescriptorType, types.MethodWrapperType, types.MethodDescriptorType, types.GetSetDescriptorType,
-    types.MemberDescriptorType, staticmethod, classmethod, property,
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.BuiltinMethodType,
+    types.CodeType,
+    types.FrameType,
+    types.TracebackType,
+    types.MappingProxyType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.MethodDescriptorType,
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+    staticmethod,
+    classmethod,
+    property,
 )
 
 #: Packages whose objects are zipsave's machinery (trust policy, registry, codec, archive reader):
 #: a name from an archive never addresses them, whatever holds a reference to them.
 _OWN_PACKAGES = (
-    "zipsave._trust", "zipsave._registry", "zipsave._core", "zipsave._codec", "zipsave._archive",
-    "zipsave._tensors", "zipsave._format", "zipsave.exceptions",
+    "zipsave._trust",
+    "zipsave._registry",
+    "zipsave._core",
+    "zipsave._codec",
+    "zipsave._archive",
+    "zipsave._tensors",
+    "zipsave._format",
+    "zipsave.exceptions",
 )
 
 MISSING: Any = object()
@@ -79,7 +99,8 @@ def check_path(cls: type, path: str, **where: Any) -> None:
         callable(static) or hasattr(type(static), "__get__") or isinstance(static, types.ModuleType)
     ):
         raise UnsafeNameError(
-            path, f"addresses `{first}`, which {cls.__name__} defines as a {type(static).__name__} (code, not state)",
+            path,
+            f"addresses `{first}`, which {cls.__name__} defines as a {type(static).__name__} (code, not state)",
             **where,
         )
 
@@ -148,8 +169,10 @@ def _check_class_attribute(holder: Any, part: str, path: str, where: dict) -> No
         return
     if isinstance(static, types.MemberDescriptorType):
         return  # a __slots__ entry: instance state
-    if callable(static) or isinstance(static, (types.ModuleType, property, staticmethod, classmethod)) or (
-        hasattr(type(static), "__get__") or hasattr(type(static), "__set__")
+    if (
+        callable(static)
+        or isinstance(static, (types.ModuleType, property, staticmethod, classmethod))
+        or (hasattr(type(static), "__get__") or hasattr(type(static), "__set__"))
     ):
         raise UnsafeNameError(
             path,
@@ -199,7 +222,9 @@ def _step(found: Any, part: str, path: str, where: dict) -> Any:
     if isinstance(static, types.MemberDescriptorType):
         return static.__get__(found, type(found))  # a __slots__ entry
     raise UnsafeNameError(
-        path, f"addresses `{part}`, which is defined by the class {type(found).__name__}, not state of the object", **where
+        path,
+        f"addresses `{part}`, which is defined by the class {type(found).__name__}, not state of the object",
+        **where,
     )
 
 

@@ -33,5 +33,6 @@ def check_app_state(src: LoadSession, app: dict, folder: str, exclude: Any = Non
             archive=src.name,
             hint=f"Pass `exclude={extra}` to leave out the entries the app state does not hold, or "
             "`strict=False, exact_match=False` to restore the ones that match."
-            if extra else "Pass `strict=False, exact_match=False` to restore the ones that match.",
+            if extra
+            else "Pass `strict=False, exact_match=False` to restore the ones that match.",
         )

@@ -20,7 +20,10 @@ from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, Parts, 
 from ._session import LoadSession
 
 __all__ = [
-    "expected_state_names", "live_parts", "load_state_into", "restore_parts",
+    "expected_state_names",
+    "live_parts",
+    "load_state_into",
+    "restore_parts",
     "set_parameters_from_dict",
 ]
 
@@ -53,7 +56,7 @@ def restore_parts(
             if overrides and key in overrides:
                 continue
             if key in _LEGACY_TENSOR_REGISTRIES and isinstance(obj, torch.nn.Module):
-                for name, tensor in (value.items() if isinstance(value, dict) else ()):
+                for name, tensor in value.items() if isinstance(value, dict) else ():
                     where = {"archive": src.name, "member": data_member, "key": f"{key}.{name}"}
                     if "." in str(name):  # a registry holds the module's own entries: `weight`, never `0.weight`
                         raise UnsafeNameError(f"{key}.{name}", "is not an entry of the module's own registry", **where)
@@ -93,8 +96,11 @@ def restore_parts(
         if expected is not None and set(expected) != {n for n in state_names if not (exclude and matches(n, exclude))}:
             recorded = src.reader.manifest or {}
             lost = sorted(
-                n[len(prefix) : -len(_format.PTH_SUFFIX)] for n in recorded
-                if n.startswith(prefix) and n.endswith(_format.PTH_SUFFIX) and n not in src.reader
+                n[len(prefix) : -len(_format.PTH_SUFFIX)]
+                for n in recorded
+                if n.startswith(prefix)
+                and n.endswith(_format.PTH_SUFFIX)
+                and n not in src.reader
                 and "/" not in n[len(prefix) :]
             )
             gone = f" manifest.json lists {lost} too, missing from the archive (removed after saving?)." if lost else ""
@@ -169,7 +175,8 @@ def _fill_container(src: LoadSession, obj: Any, folder: str, key: str, saved: An
     # members beside it, found from the archive's folder index (no scan of every member name).
     below = {n.rpartition("/")[2] for n in src.source.members_in(prefix)} | set(src.source.subfolders(prefix))
     beside = [
-        n for n in src.source.members_in(prefix.rpartition("/")[0])
+        n
+        for n in src.source.members_in(prefix.rpartition("/")[0])
         if n.startswith(prefix + ".") and n.endswith(_format.PTH_SUFFIX)
     ]
     filled = _fill(beside, live, saved, prefix, below=below)
@@ -254,13 +261,14 @@ def _adopt_live(live: Any, saved: Any, depth: int = 0) -> Any:
             if k in live:
                 saved[k] = _adopt_live(live[k], v, depth + 1)
     elif isinstance(saved, list):
-        saved[: len(live)] = [b if type(b) in PLAIN_VALUES else _adopt_live(a, b, depth + 1) for a, b in zip(live, saved)]
+        saved[: len(live)] = [
+            b if type(b) in PLAIN_VALUES else _adopt_live(a, b, depth + 1) for a, b in zip(live, saved)
+        ]
     elif isinstance(saved, tuple) and len(saved) == len(live):
         items = [b if type(b) in PLAIN_VALUES else _adopt_live(a, b, depth + 1) for a, b in zip(live, saved)]
         if any(a is not b for a, b in zip(items, saved)):
             return type(saved)(*items) if hasattr(type(saved), "_fields") else type(saved)(items)
     return saved
-
 
 
 def _copy_tensor_into(live: Any, saved: Any) -> bool:

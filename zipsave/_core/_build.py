@@ -7,8 +7,8 @@ import inspect as _inspect
 from typing import Any
 
 from .. import _format, _registry
-from .._codec import NATIVE_KEY
 from .._archive import data_bytes, member_names
+from .._codec import NATIVE_KEY
 from ..exceptions import (
     ArchiveFormatError,
     DecodeError,
@@ -18,8 +18,8 @@ from ..exceptions import (
     ZipsaveError,
 )
 from ._address import check_data_key, check_name, resolve
-from ._classes import resolve_class
 from ._apply import restore_parts
+from ._classes import resolve_class
 from ._collect import collect
 from ._component import Component
 from ._modes import apply_modes
@@ -59,10 +59,14 @@ def build(
     else:
         record = stored
         if not isinstance(record, dict) or not isinstance(record.get("args", {}), dict):
-            raise ArchiveFormatError("must hold an object with `class` and `args`.", archive=src.name, member=init_member)
+            raise ArchiveFormatError(
+                "must hold an object with `class` and `args`.", archive=src.name, member=init_member
+            )
         positional = record.get("positional", [])
-        if not (isinstance(positional, list) and all(
-                isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in positional)):
+        if not (
+            isinstance(positional, list)
+            and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in positional)
+        ):
             raise ArchiveFormatError(
                 "`positional` must be a list of [name, value] pairs.", archive=src.name, member=init_member
             )
@@ -76,8 +80,15 @@ def build(
             if key in overrides:
                 built[key] = overrides[key]
                 continue
-            built[key] = build(src, child, cls=None, custom_objects=None, exclude=nested(exclude, str(native.get("path"))),
-                                overrides={}, exact_match=exact_match)
+            built[key] = build(
+                src,
+                child,
+                cls=None,
+                custom_objects=None,
+                exclude=nested(exclude, str(native.get("path"))),
+                overrides={},
+                exact_match=exact_match,
+            )
             src.built_components.add(child)
     args = src.decode_entries(raw_args, init_member, custom_objects=built or None)
     by_position = _positional(src, record.get("positional", []), init_member, overrides)
@@ -109,7 +120,9 @@ def build(
                 f"{', '.join(unset)}, e.g. `load(path, {unset[0]}=...)`"
             )
         elif isinstance(err, TypeError) and "missing" in str(err):
-            hint += " (modules and optimizers passed to the constructor are not recorded, their state is: pass them again)"
+            hint += (
+                " (modules and optimizers passed to the constructor are not recorded, their state is: pass them again)"
+            )
         raise DecodeError(
             f"building {klass.__name__}(...) failed: {type(err).__name__}: {err}.",
             archive=src.name,
@@ -117,15 +130,21 @@ def build(
             hint=hint + ".",
         ) from err
     restore_tree(
-        src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match,
-        set_data=True, overrides=overrides, modes=True,
+        src,
+        obj,
+        folder,
+        custom_objects=custom_objects,
+        exclude=exclude,
+        exact_match=exact_match,
+        set_data=True,
+        overrides=overrides,
+        modes=True,
     )
     for key, value in late.items():
         setattr(obj, key, value)
     if "modes" in record:  # train/eval, as saved (`restore` leaves the live modes alone)
         apply_modes(obj, record["modes"], f"archive `{src.name}`, member `{init_member}`")
     return obj
-
 
 
 def _positional(src: LoadSession, pairs: list, member: str, overrides: dict[str, Any]) -> list[Any]:
@@ -144,12 +163,15 @@ def _positional(src: LoadSession, pairs: list, member: str, overrides: dict[str,
             fix = (
                 "Values passed through `*args` are needed to rebuild the object: load with the trust the "
                 "value needs (see the cause), or build the object yourself and use `restore`."
-                if name.startswith("*") else f"Pass it as a keyword override: `load(path, {name}=...)`."
+                if name.startswith("*")
+                else f"Pass it as a keyword override: `load(path, {name}=...)`."
             )
             raise DecodeError(
-                f"the constructor's positional argument `{name}` cannot be decoded "
-                f"({type(err).__name__}: {err}).",
-                archive=src.name, member=member, key=name, hint=fix,
+                f"the constructor's positional argument `{name}` cannot be decoded ({type(err).__name__}: {err}).",
+                archive=src.name,
+                member=member,
+                key=name,
+                hint=fix,
             ) from err
     return values
 
@@ -226,7 +248,7 @@ def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None
         except ZipsaveError as err:
             src.skip(name, None, None, err)
     for child in src.child_components(folder):
-        key = child[len(prefix):]
+        key = child[len(prefix) :]
         if "/" in key or (exclude and matches(key, exclude)):
             continue
         if src.has(_format.join(child, _format.INIT)):  # a Saveable held by the app state
@@ -251,8 +273,16 @@ def restore_tree(
     """Load a folder into ``obj`` in place, then its component folders: restored into the
     components ``obj`` has, rebuilt where it has none. With ``modes`` (``load``, not
     ``restore``) the components restored in place also take their saved train/eval modes."""
-    live = restore_parts(src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match,
-                  set_data=set_data, overrides=overrides)
+    live = restore_parts(
+        src,
+        obj,
+        folder,
+        custom_objects=custom_objects,
+        exclude=exclude,
+        exact_match=exact_match,
+        set_data=set_data,
+        overrides=overrides,
+    )
     is_dict = isinstance(obj, dict)
     prefix = f"{folder}/" if folder else ""
     for child in src.child_components(folder):
@@ -286,8 +316,16 @@ def restore_tree(
         plain = not src.has(_format.join(child, _format.INIT))  # a plain object's folder (`holds_state`)
         live_plain = plain and current is not None and not isinstance(current, (dict, list, tuple))
         if isinstance(current, Component) or live_plain:
-            restore_tree(src, current, child, custom_objects=None, exclude=nested(exclude, attr_path),
-                           exact_match=exact_match, set_data=set_data, modes=modes)
+            restore_tree(
+                src,
+                current,
+                child,
+                custom_objects=None,
+                exclude=nested(exclude, attr_path),
+                exact_match=exact_match,
+                set_data=set_data,
+                modes=modes,
+            )
             child_init = _format.join(child, _format.INIT)
             if modes and src.has(child_init):
                 record = src.read_json(child_init)
@@ -301,12 +339,19 @@ def restore_tree(
                 hint="Create that object in the constructor, or make its class a zipsave.Saveable.",
             )
         else:
-            built = build(src, child, cls=None, custom_objects=None, exclude=nested(exclude, attr_path), overrides={},
-                           exact_match=exact_match)
+            built = build(
+                src,
+                child,
+                cls=None,
+                custom_objects=None,
+                exclude=nested(exclude, attr_path),
+                overrides={},
+                exact_match=exact_match,
+            )
             if isinstance(holder, dict):
                 holder[last] = built
             elif isinstance(holder, list) and last.isdigit() and int(last) <= len(holder):
-                holder[int(last):int(last) + 1] = [built]  # replaces, or appends at the end
+                holder[int(last) : int(last) + 1] = [built]  # replaces, or appends at the end
             elif isinstance(holder, tuple):
                 raise ParameterMismatchError(
                     f"component `{child}` belongs at index {last} of the tuple `{parent}`, which has "
@@ -346,10 +391,7 @@ def _check_no_missing_components(
             return
     prefix = f"{folder}/" if folder else ""
     present = {child[len(prefix) :] for child in src.child_components(folder)}
-    missing = [
-        name for name, _ in live.components
-        if name not in present and not (exclude and matches(name, exclude))
-    ]
+    missing = [name for name, _ in live.components if name not in present and not (exclude and matches(name, exclude))]
     data_member = _format.join(folder, _format.DATA)
     if missing and src.has(data_member):
         # An archive that kept the attribute as a value (older archives pickled some in `data`)

@@ -29,7 +29,9 @@ def resolve_class(src: LoadSession, record: dict, member: str, cls: Any) -> Any:
     module, qualname = path.split(":", 1)
     full = f"{module}.{qualname}"
     refuse = UnsafeGlobalError(
-        full, archive=src.name, member=member,
+        full,
+        archive=src.name,
+        member=member,
         hint=f"Its module is not imported and nothing vouches for it: pass `cls=` (the class itself), import "
         f"`{module}` before loading, or pass `trusted=[{full!r}]` if you trust the archive.",
     )
@@ -46,20 +48,26 @@ def resolve_class(src: LoadSession, record: dict, member: str, cls: Any) -> Any:
             found = importlib.import_module(module)
         except Exception as err:  # noqa: BLE001 - a trusted module's import failing is reported
             raise DecodeError(
-                f"class `{path}` cannot be imported ({type(err).__name__}: {err}).", archive=src.name, member=member,
+                f"class `{path}` cannot be imported ({type(err).__name__}: {err}).",
+                archive=src.name,
+                member=member,
                 hint="Install or import the package that defines it, or pass `cls=`.",
             ) from err
     for part in qualname.split("."):
         namespace = vars(found) if isinstance(found, (types.ModuleType, type)) else {}
         if part not in namespace:
             raise DecodeError(
-                f"class `{path}` is not defined in its module (no `{part}`).", archive=src.name, member=member,
+                f"class `{path}` is not defined in its module (no `{part}`).",
+                archive=src.name,
+                member=member,
                 hint="Install the version of the package that defines it, or pass `cls=`.",
             )
         found = namespace[part]
     if not (isinstance(found, type) and issubclass(found, Component)):
         raise UnsafeGlobalError(
-            full, archive=src.name, member=member,
+            full,
+            archive=src.name,
+            member=member,
             hint="Only zipsave.Saveable subclasses are built from init.json; pass `cls=` to choose the class yourself.",
         )
     return found

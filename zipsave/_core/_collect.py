@@ -149,7 +149,6 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
     return Parts(data, state, variables, components, init)
 
 
-
 # Leaves that are never stateful, skipped without a look (a list of a million floats).
 _LEAVES = PLAIN_VALUES | {torch.Tensor}
 
@@ -172,9 +171,7 @@ def _splits(value: Any, *, top: bool, depth: int = 0) -> bool:
     return False
 
 
-def _split(
-    name: str, value: Any, state: list, components: list, seen: dict[int, str], *, top: bool
-) -> tuple[Any, int]:
+def _split(name: str, value: Any, state: list, components: list, seen: dict[int, str], *, top: bool) -> tuple[Any, int]:
     """``value`` with its stateful items taken out (into ``state`` / ``components``) and
     ``None`` in their place, and how many plain values are left."""
     rest: Any = copy.copy(value) if isinstance(value, dict) else list(value)  # an OrderedDict stays one
@@ -216,8 +213,22 @@ def _add_state(name: str, item: Any, state: list, seen: dict[int, str]) -> None:
 
 
 _NOT_OBJECTS = (
-    type, types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType, functools.partial,
-    dict, list, tuple, set, frozenset, np.generic, torch.Tensor, Component, torch.nn.Module, torch.optim.Optimizer,
+    type,
+    types.FunctionType,
+    types.MethodType,
+    types.BuiltinFunctionType,
+    types.ModuleType,
+    functools.partial,
+    dict,
+    list,
+    tuple,
+    set,
+    frozenset,
+    np.generic,
+    torch.Tensor,
+    Component,
+    torch.nn.Module,
+    torch.optim.Optimizer,
 )
 
 
@@ -296,7 +307,6 @@ def _is_root(module: torch.nn.Module, attrs: dict) -> bool:
     return True
 
 
-
 def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
     data: dict[str, Any] = {}
     state: list[tuple[str, Any]] = []
@@ -316,7 +326,8 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
                     "and restores a gymnasium Env, a SyncVectorEnv or an SB3 DummyVecEnv with their wrappers "
                     "(normalization and episode statistics, random generators; docs/checkpointing.rst, "
                     "'Environments: keep the normalization statistics')."
-                    if is_environment(value) else "Leave it out of the app state."
+                    if is_environment(value)
+                    else "Leave it out of the app state."
                 ),
             )
         if is_stateful(value):

@@ -19,7 +19,8 @@ class Component:
         # Dicts and lists are copied: a constructor that pops from its `policy_kwargs` would
         # otherwise leave them recorded empty, and a load would build with the defaults.
         obj.__dict__["_zipsave_init_args"] = (
-            tuple(_as_called(a) for a in args), {k: _as_called(v) for k, v in kwargs.items()}
+            tuple(_as_called(a) for a in args),
+            {k: _as_called(v) for k, v in kwargs.items()},
         )
         return obj
 
@@ -66,4 +67,3 @@ def _as_called(value: Any, depth: int = 0) -> Any:
     if type(value) is list:
         return [_as_called(v, depth + 1) for v in value]
     return value
-

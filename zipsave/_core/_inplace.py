@@ -26,8 +26,12 @@ def fill_in_place(live: Any, saved: Any, depth: int = 0) -> Any:
         live[...] = saved
         return live
     if isinstance(saved, torch.Tensor):
-        if (live.shape, live.dtype, live.layout, saved.layout) != (saved.shape, saved.dtype, torch.strided,
-                                                                 torch.strided) or live.is_inference():
+        if (live.shape, live.dtype, live.layout, saved.layout) != (
+            saved.shape,
+            saved.dtype,
+            torch.strided,
+            torch.strided,
+        ) or live.is_inference():
             return saved
         with torch.no_grad():
             live.copy_(saved)
@@ -38,7 +42,7 @@ def fill_in_place(live: Any, saved: Any, depth: int = 0) -> Any:
         live.update(items)
         return live
     if isinstance(saved, list):
-        live[:] = [fill_in_place(a, b, depth + 1) for a, b in zip(live, saved)] + saved[len(live):]
+        live[:] = [fill_in_place(a, b, depth + 1) for a, b in zip(live, saved)] + saved[len(live) :]
         return live
     if isinstance(saved, collections.deque):
         if live.maxlen != saved.maxlen:

@@ -11,10 +11,17 @@ from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError
 __all__ = ["KNOWN_MEMBERS", "broken_tensor_member", "leave_out", "stem", "unrecognised"]
 
 #: The members of a folder that readers of the format look at, besides ``.pth`` and ``.npy``.
-KNOWN_MEMBERS = frozenset({
-    _format.DATA, _format.INIT, _format.VERSION, _format.SB3_VERSION, _format.SYSTEM_INFO, _format.MANIFEST,
-    _format.SIGNATURE,
-})
+KNOWN_MEMBERS = frozenset(
+    {
+        _format.DATA,
+        _format.INIT,
+        _format.VERSION,
+        _format.SB3_VERSION,
+        _format.SYSTEM_INFO,
+        _format.MANIFEST,
+        _format.SIGNATURE,
+    }
+)
 
 
 def broken_tensor_member(member: str, err: BaseException) -> str | None:

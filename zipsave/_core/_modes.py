@@ -59,7 +59,7 @@ def apply_modes(obj: Any, modes: Any, where: str) -> None:
         module = getattr(module, "_orig_mod", module)
         if mode not in ("train", "eval") or not isinstance(module, torch.nn.Module):
             warnings.warn(
-                f"{where}: `modes` has {path!r}: {mode!r}, which is not \"train\" or \"eval\" of a module of "
+                f'{where}: `modes` has {path!r}: {mode!r}, which is not "train" or "eval" of a module of '
                 f"{type(obj).__name__}; left as the constructor made it.",
                 ZipsaveWarning,
                 stacklevel=4,

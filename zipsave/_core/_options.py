@@ -77,7 +77,7 @@ class LoadOptions:
 #: One line of documentation per option, shared by every verb's docstring.
 OPTION_DOCS: dict[str, str] = {
     "custom_objects": "``{key: value}`` used instead of those ``data`` keys, which are never decoded.",
-    "device": "Where every tensor goes, including tensors inside ``data``; ``\"auto\"`` (the default) picks CUDA "
+    "device": 'Where every tensor goes, including tensors inside ``data``; ``"auto"`` (the default) picks CUDA '
     "when it is available, else the CPU.",
     "print_system_info": "Print the saved and the current system info and the differences that matter.",
     "allow_pickle": "Trust the archive completely (SB3's plain cloudpickle); see :doc:`security`.",
@@ -87,7 +87,7 @@ OPTION_DOCS: dict[str, str] = {
     "report": "A :class:`~zipsave.LoadReport` to fill with the skipped entries.",
     "verify": "Check every member against its CRC-32 and the manifest while reading.",
     "mmap": "Map tensor records and ``.npy`` arrays (a replay buffer) from the file instead of reading them: "
-    "copy-on-write, checked once unless ``verify=False`` (lazy start-up); with ``device=\"auto\"`` the tensors stay "
+    'copy-on-write, checked once unless ``verify=False`` (lazy start-up); with ``device="auto"`` the tensors stay '
     "on the CPU, mapped; see :ref:`mmap-loads`.",
     "storage_options": "Options for the fsspec filesystem of a URL ``path`` (the ``remote`` extra).",
     "progress": "Show a tqdm progress bar (the ``progress`` extra); silent by default.",

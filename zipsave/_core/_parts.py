@@ -20,8 +20,19 @@ import numpy as np
 import torch
 
 __all__ = [
-    "ALWAYS_EXCLUDED_PREFIXES", "PLAIN_VALUES", "Parts", "container_items", "flat", "is_environment", "is_live_handle",
-    "is_stateful", "matches", "nested", "recursive_getattr", "recursive_setattr", "unwrap",
+    "ALWAYS_EXCLUDED_PREFIXES",
+    "PLAIN_VALUES",
+    "Parts",
+    "container_items",
+    "flat",
+    "is_environment",
+    "is_live_handle",
+    "is_stateful",
+    "matches",
+    "nested",
+    "recursive_getattr",
+    "recursive_setattr",
+    "unwrap",
 ]
 
 ALWAYS_EXCLUDED_PREFIXES = ("_zipsave", "zipsave_")
@@ -30,10 +41,24 @@ ALWAYS_EXCLUDED_PREFIXES = ("_zipsave", "zipsave_")
 #: Live handles of the standard library, by type: a lock-holding object (a semaphore, a queue,
 #: a thread pool) cannot be pickled, and the constructor makes a fresh one on load anyway.
 _LIVE_TYPES = (
-    logging.Logger, logging.Handler, io.IOBase, types.ModuleType, types.GeneratorType, types.AsyncGeneratorType,
-    types.CoroutineType, socket.socket, threading.Thread, threading.Semaphore, threading.Barrier,
-    threading.Condition, threading.Event, queue.Queue, queue.SimpleQueue, concurrent.futures.Executor,
-    concurrent.futures.Future, subprocess.Popen,
+    logging.Logger,
+    logging.Handler,
+    io.IOBase,
+    types.ModuleType,
+    types.GeneratorType,
+    types.AsyncGeneratorType,
+    types.CoroutineType,
+    socket.socket,
+    threading.Thread,
+    threading.Semaphore,
+    threading.Barrier,
+    threading.Condition,
+    threading.Event,
+    queue.Queue,
+    queue.SimpleQueue,
+    concurrent.futures.Executor,
+    concurrent.futures.Future,
+    subprocess.Popen,
 )
 
 
@@ -123,7 +148,6 @@ def matches(name: str, patterns: Iterable[str]) -> bool:
         fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, p + ".*") or fnmatch.fnmatchcase(name, p + "/*")
         for p in patterns
     )
-
 
 
 #: Value types that hold no state and nothing that does: skipped without a look when

@@ -10,6 +10,7 @@ from ..exceptions import SkippedEntry
 
 __all__ = ["LoadReport"]
 
+
 @dataclasses.dataclass
 class LoadReport:
     """What a load skipped or found suspicious. Pass one as ``report=`` to collect it;
@@ -46,7 +47,8 @@ class LoadReport:
 
         cell = "<td style='text-align:left'>{}</td>"
         rows = "".join(
-            "<tr>" + "".join(cell.format(visible_html(v)) for v in (e.member, e.key or "", e.type_hint or "", e.cause))
+            "<tr>"
+            + "".join(cell.format(visible_html(v)) for v in (e.member, e.key or "", e.type_hint or "", e.cause))
             + "</tr>"
             for e in self.skipped
         )

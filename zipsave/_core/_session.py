@@ -9,11 +9,16 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .. import _format
+from .. import (  # packages whose parts load on first use (PEP 562)
+    _codec,
+    _format,
+    _sign,
+    _system_info,
+    _tensors,
+    _trust,
+)
 from .._archive import ArchiveSource
-from .. import _codec, _sign, _tensors, _trust  # packages whose parts load on first use (PEP 562)
 from ..exceptions import (
-    caller_stacklevel,
     ArchiveFormatError,
     DecodeError,
     IntegrityError,
@@ -23,11 +28,11 @@ from ..exceptions import (
     ZipsaveError,
     ZipsaveWarning,
     as_zipsave_error,
+    caller_stacklevel,
 )
-from .. import _system_info
-from ._parts import matches
-from ._options import LoadOptions
 from ._members import broken_tensor_member, leave_out, stem, unrecognised
+from ._options import LoadOptions
+from ._parts import matches
 from ._report import LoadReport
 
 __all__ = ["LoadSession"]
@@ -75,8 +80,14 @@ class LoadSession:
                     self._integrity("is listed in manifest.json but missing from the archive.", lost)
             if self.has(_format.VERSION) or self.reader.manifest is not None:
                 for name in unrecognised(self.reader.names()):
-                    self.record_skip(name, None, None, ArchiveFormatError(
-                        "is not a member zipsave writes (renamed, damaged, or added by another tool); ignored."))
+                    self.record_skip(
+                        name,
+                        None,
+                        None,
+                        ArchiveFormatError(
+                            "is not a member zipsave writes (renamed, damaged, or added by another tool); ignored."
+                        ),
+                    )
             if options.print_system_info:
                 self.print_system_info()
         except BaseException as err:

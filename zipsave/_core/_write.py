@@ -14,7 +14,7 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from .. import _format
+from .. import _format, _system_info
 from .._archive import ArchiveWriter, counting_writer, describe, is_url, open_output, with_suffix
 from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Encoder
 from .._json import dump_json
@@ -23,7 +23,6 @@ from .._tensors import save_pth
 from .._trust import pickle_globals
 from .._version import __version__
 from ..exceptions import EncodeError, StorageError, ZipsaveError, ZipsaveWarning, caller_stacklevel
-from .. import _system_info
 from ._collect import collect, holds_state
 from ._parts import Parts, is_live_handle, is_stateful, nested
 
@@ -74,7 +73,8 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
                     member=member,
                     hint=(
                         "Values passed through `*args` cannot be given again on load: make them a keyword argument."
-                        if key.startswith("*") else "Pass it again when loading, e.g. `Algo.load(path, " + f"{key}=...)`."
+                        if key.startswith("*")
+                        else "Pass it again when loading, e.g. `Algo.load(path, " + f"{key}=...)`."
                     ),
                 ) from err
 
@@ -105,17 +105,24 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
     components = []
     for name, comp in parts.components:
         sub = _format.join(folder, name)
-        components.append(encode(collect(comp, nested(exclude, name), nested(include, name)), sub, exclude=None, include=None))
-    return Encoded(folder, _dump_entries(data, folder), init, state, parts.variables, arrays, components,
-                   parts.snapshot)
+        components.append(
+            encode(collect(comp, nested(exclude, name), nested(include, name)), sub, exclude=None, include=None)
+        )
+    return Encoded(
+        folder, _dump_entries(data, folder), init, state, parts.variables, arrays, components, parts.snapshot
+    )
 
 
 def _warn_code_by_value(data: dict[str, Any], rebuilt_on_load: Any) -> None:
     """Say at save time what a safe load will skip: values cloudpickle stored as code (a lambda,
     a function or class defined inside a function or in ``__main__``), with the fix; one warning
     per save. Read off the pickles' globals; nothing is unpickled."""
-    keys = [key for key, entry in data.items() if any(_stored_as_code(found) for found in _pickled(entry))
-            and not (rebuilt_on_load is not None and rebuilt_on_load(key, entry))]
+    keys = [
+        key
+        for key, entry in data.items()
+        if any(_stored_as_code(found) for found in _pickled(entry))
+        and not (rebuilt_on_load is not None and rebuilt_on_load(key, entry))
+    ]
     if keys:
         listed = ", ".join(f"`{key}`" for key in keys)
         warnings.warn(
@@ -156,8 +163,20 @@ def _stored_as_code(serialized: str) -> bool:
 
 #: What ``torch.load(weights_only=True)`` reads back, by exact type (a subclass of a container,
 #: a namedtuple, a ``defaultdict``, is a global it refuses).
-_WEIGHTS_ONLY_LEAVES = (type(None), bool, int, float, complex, str, bytes, bytearray, torch.Size, torch.dtype,
-                        torch.device, torch.layout)
+_WEIGHTS_ONLY_LEAVES = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    bytearray,
+    torch.Size,
+    torch.dtype,
+    torch.device,
+    torch.layout,
+)
 _WEIGHTS_ONLY_CONTAINERS = (dict, collections.OrderedDict, list, tuple, set)
 
 
@@ -216,7 +235,6 @@ def _dump_entries(data: dict[str, Any], folder: str) -> bytes:
         raise
 
 
-
 def write_encoded(writer: ArchiveWriter, enc: Encoded, *, root: bool) -> None:
     join = _format.join
     writer.write_bytes(join(enc.folder, _format.DATA), enc.data)
@@ -265,8 +283,14 @@ def _system_info_text(get_info: Any) -> bytes:
 
 
 def write(
-    enc: Encoded, path: Any, *, storage_options: dict | None = None, progress: bool = False, sha256: bool = False,
-    durable: bool = True, sign: Any = None,
+    enc: Encoded,
+    path: Any,
+    *,
+    storage_options: dict | None = None,
+    progress: bool = False,
+    sha256: bool = False,
+    durable: bool = True,
+    sign: Any = None,
 ) -> None:
     """Write ``enc`` as one archive at ``path`` (atomically for paths and URLs; a local path
     is on disk before this returns unless ``durable`` is false), signed by ``sign`` (a

@@ -24,11 +24,11 @@ from ..exceptions import CheckpointDirectoryError, ZipsaveError
 from ._directory import open_directory
 from ._index import INDEX_NAME, Checkpoint, checkpoint_name, encode_index, plain_metrics, to_keep, warn_best_metric
 from ._lock import DirectoryLock
+from ._reading import CheckpointReading
 from ._resume import newest_intact
 from ._settings import as_step, check_count, check_keep_best, check_signing
-from ._reading import CheckpointReading
-from ._waiting import register, take_over
 from ._store import LocalStore, open_store
+from ._waiting import register, take_over
 
 __all__ = ["CheckpointManager"]
 
@@ -110,7 +110,9 @@ class CheckpointManager(CheckpointReading):
         background: bool = True,
         storage_options: dict[str, Any] | None = None,
         break_lock: bool = False,
-        read_only: bool = False, sign: Any = None, trust: Any = None,
+        read_only: bool = False,
+        sign: Any = None,
+        trust: Any = None,
     ) -> None:
         self.sign, self.trust = check_signing(sign, trust)  # see docs/signing.rst
         check_count("keep_last", keep_last)
@@ -374,8 +376,11 @@ class CheckpointManager(CheckpointReading):
         try:
             self.wait()
         except Exception as err:  # noqa: BLE001 - the newer manager must not fail for the older one's save
-            _log.warning("zipsave: a pending save of the replaced CheckpointManager of `%s` failed: %s",
-                         visible(self.directory), visible(err))
+            _log.warning(
+                "zipsave: a pending save of the replaced CheckpointManager of `%s` failed: %s",
+                visible(self.directory),
+                visible(err),
+            )
         self._superseded = True
         if self._lock is not None:
             lock, self._lock = self._lock, None

@@ -16,7 +16,16 @@ from ._lock import LOCK_NAME, DirectoryLock, acquire
 from ._resume import BROKEN_SUFFIX
 from ._store import LocalStore, Store, open_store
 
-__all__ = ["check_folder", "read_index", "is_manager_directory", "list_checkpoints", "missing_archives", "open_directory", "set_aside_archives", "verify_directory"]
+__all__ = [
+    "check_folder",
+    "read_index",
+    "is_manager_directory",
+    "list_checkpoints",
+    "missing_archives",
+    "open_directory",
+    "set_aside_archives",
+    "verify_directory",
+]
 
 _log = logging.getLogger("zipsave")
 
@@ -81,7 +90,9 @@ def _steps(checkpoints: list[Checkpoint]) -> str:
     return f"step{'s' if len(steps) > 1 else ''} {', '.join(steps)}"
 
 
-def missing_archives(directory: Any, checkpoints: list[Checkpoint], *, storage_options: dict[str, Any] | None = None) -> list[Checkpoint]:
+def missing_archives(
+    directory: Any, checkpoints: list[Checkpoint], *, storage_options: dict[str, Any] | None = None
+) -> list[Checkpoint]:
     """The checkpoints of ``checkpoints`` (as ``list_checkpoints`` gave them) whose archives
     are gone from ``directory``."""
     return _missing(checkpoints, open_store(directory, storage_options).names())
@@ -189,9 +200,13 @@ def open_directory(store: Store, *, break_lock: bool = False) -> tuple[Directory
             _log.log(
                 logging.WARNING if unlisted else logging.INFO,
                 "zipsave: removed %d leftover file(s) of an interrupted run from `%s`: %s%s",
-                len(leftovers), visible(store.location), visible(", ".join(leftovers)),
+                len(leftovers),
+                visible(store.location),
+                visible(", ".join(leftovers)),
                 " (archives the index does not list are never resumed from; to resume from an archive "
-                "of your own, use zipsave.restore or zipsave.load on it)" if unlisted else "",
+                "of your own, use zipsave.restore or zipsave.load on it)"
+                if unlisted
+                else "",
             )
             if isinstance(store, LocalStore):
                 store.sync()

@@ -159,7 +159,7 @@ def decode_index(raw: bytes, *, location: str, target: Any) -> list[Checkpoint]:
         what = "nested too deeply to read" if isinstance(err, RecursionError) else f"not JSON ({err})"
         raise CheckpointDirectoryError(f"{where} is {what}.", hint=_DAMAGED_INDEX) from err
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise CheckpointDirectoryError(f"{where} is not a zipsave checkpoint index (no `\"format\": \"{FORMAT}\"`).")
+        raise CheckpointDirectoryError(f'{where} is not a zipsave checkpoint index (no `"format": "{FORMAT}"`).')
     if doc.get("version") != VERSION:
         raise CheckpointDirectoryError(
             f"{where} has version {doc.get('version')!r}; this zipsave reads version {VERSION}.",
@@ -171,8 +171,11 @@ def decode_index(raw: bytes, *, location: str, target: Any) -> list[Checkpoint]:
             step = entry["step"]
             if type(step) is not int or not 0 <= step < 1 << 63 or entry["file"] != checkpoint_name(step):
                 raise ValueError(f"step {_short(step)} and file {_short(entry['file'])} do not match")
-            out.append(Checkpoint(step, _time(entry["time"]), _metrics(entry["metrics"]), _count(entry["size"]),
-                                  target(entry["file"])))
+            out.append(
+                Checkpoint(
+                    step, _time(entry["time"]), _metrics(entry["metrics"]), _count(entry["size"]), target(entry["file"])
+                )
+            )
         except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise CheckpointDirectoryError(
                 f"{where}: entry {i} is malformed ({type(err).__name__}: {err}).", hint=_DAMAGED_INDEX
@@ -224,7 +227,9 @@ def _rankable(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def best_metric_problem(keep_best: tuple[str, str, int], recorded: Mapping[str, Any], checkpoints: Iterable[Checkpoint]) -> str | None:
+def best_metric_problem(
+    keep_best: tuple[str, str, int], recorded: Mapping[str, Any], checkpoints: Iterable[Checkpoint]
+) -> str | None:
     """Why the ``keep_best`` metric can never rank these checkpoints (a misspelt name, a number
     passed as a string), or ``None``. No metrics at all (nothing measured yet), ``None`` and
     NaN are fine, as is a metric some listed checkpoint already has."""
@@ -255,7 +260,11 @@ def to_keep(
 
 
 def warn_best_metric(
-    directory: Any, keep_best: tuple[str, str, int], step: int, recorded: Mapping[str, Any], checkpoints: Iterable[Checkpoint]
+    directory: Any,
+    keep_best: tuple[str, str, int],
+    step: int,
+    recorded: Mapping[str, Any],
+    checkpoints: Iterable[Checkpoint],
 ) -> bool:
     """Warn when the checkpoint of ``step`` cannot be ranked by ``keep_best``; whether it warned."""
     problem = best_metric_problem(keep_best, recorded, checkpoints)

@@ -69,7 +69,9 @@ def _describe(holder: dict[str, Any] | None) -> str:
         return "another process"
     since = holder.get("since")
     try:  # the holder file is anyone's to write: a time of 1e308 or NaN is shown as no time
-        when = time.strftime(" since %Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if isinstance(since, (int, float)) else ""
+        when = (
+            time.strftime(" since %Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if isinstance(since, (int, float)) else ""
+        )
     except (OverflowError, ValueError, OSError):
         when = ""
     return visible(f"process {holder.get('pid')} on host `{holder.get('host')}`{when}")

@@ -42,7 +42,7 @@ class CheckpointReading:
         ``None`` when no checkpoint has that metric."""
         if metric is None:
             if self.keep_best is None:
-                raise ValueError("name a metric: `best(\"reward\", \"max\")`, or open the manager with `keep_best=`.")
+                raise ValueError('name a metric: `best("reward", "max")`, or open the manager with `keep_best=`.')
             metric, default_mode, _ = self.keep_best
             mode = mode or default_mode
         mode = mode or "max"
@@ -83,8 +83,9 @@ class CheckpointReading:
         self._load_defaults(restore_options)
         return self._resume(lambda checkpoint: api.restore(obj, checkpoint.path, **restore_options))[0]
 
-    def wait_for_new(self, after_step: int | None = None, *, timeout: float | None = None,
-                     poll: float = 1.0) -> Checkpoint | None:
+    def wait_for_new(
+        self, after_step: int | None = None, *, timeout: float | None = None, poll: float = 1.0
+    ) -> Checkpoint | None:
         """Wait until the directory lists a checkpoint newer than ``after_step`` (any, with
         ``None``) and return the newest one; return ``None`` when ``timeout`` seconds pass
         first (``None``: wait for ever). An evaluator's loop, beside a running training, on a
@@ -97,8 +98,9 @@ class CheckpointReading:
         """
         return wait_for_new(self, after_step, timeout=timeout, poll=poll)
 
-    def new_checkpoints(self, after_step: int | None = None, *, timeout: float | None = None,
-                        poll: float = 1.0) -> Iterator[Checkpoint]:
+    def new_checkpoints(
+        self, after_step: int | None = None, *, timeout: float | None = None, poll: float = 1.0
+    ) -> Iterator[Checkpoint]:
         """Yield the newest checkpoint each time a newer one is listed (checkpoints saved
         while the loop body ran are passed over for the newest), and stop once ``timeout``
         seconds pass without a new one (TensorFlow's ``checkpoints_iterator``)."""
@@ -143,4 +145,3 @@ class CheckpointReading:
         options.setdefault("strict", True)
         if self.trust is not None:
             options.setdefault("trust", self.trust)
-

@@ -27,6 +27,7 @@ __all__ = ["BROKEN_SUFFIX", "newest_intact", "require_metric"]
 #: A damaged archive is renamed ``step-<step>.zip.broken``: kept for a look, never listed again.
 BROKEN_SUFFIX = ".broken"
 
+
 # Only damage is skipped: an archive that is gone, one whose tensors fail a checksum, and one
 # that fails to read where `zipsave verify` finds it broken too. ArchiveFormatError also
 # stands for "this archive is not of the kind you asked for" (an SB3 model loaded without

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import operator
 from typing import Any
+
 from .._sign import Trust, as_signer
 
 __all__ = ["as_step", "check_count", "check_keep_best", "check_signing"]
@@ -38,9 +39,7 @@ def check_keep_best(keep_best: Any) -> tuple[str, str, int] | None:
     if len(items) == 2:
         items = (*items, 1)
     if len(items) != 3 or not isinstance(items[0], str) or items[1] not in ("max", "min"):
-        raise ValueError(
-            f'`keep_best` must be (metric, "max" or "min") or (metric, mode, count), got {keep_best!r}.'
-        )
+        raise ValueError(f'`keep_best` must be (metric, "max" or "min") or (metric, mode, count), got {keep_best!r}.')
     check_count("keep_best count", items[2], allow_none=False)
     return items[0], items[1], items[2]
 

@@ -75,8 +75,7 @@ class ReadOnlyCheckpointManager(CheckpointManager):
             names = self._store.names()
             if names:
                 raise CheckpointDirectoryError(
-                    f"`{self._store.location}` has no `{INDEX_NAME}`, so it is not a checkpoint directory "
-                    "of zipsave.",
+                    f"`{self._store.location}` has no `{INDEX_NAME}`, so it is not a checkpoint directory of zipsave.",
                     hint="Point the view at the directory a CheckpointManager or CheckpointCallback writes to.",
                 )
             return []
@@ -134,15 +133,17 @@ class ReadOnlyCheckpointManager(CheckpointManager):
             hint="The writer prunes faster than this reader opens archives: keep more (`keep_last`).",
         )
 
-    def restore_best(self, obj: Any, metric: str | None = None, mode: str | None = None,
-                     **restore_options: Any) -> Checkpoint | None:
+    def restore_best(
+        self, obj: Any, metric: str | None = None, mode: str | None = None, **restore_options: Any
+    ) -> Checkpoint | None:
         return self._read_best(metric, mode, restore_options, lambda c: api.restore(obj, c.path, **restore_options))[0]
 
     def load_best(self, metric: str | None = None, mode: str | None = None, **load_options: Any) -> Any:
         return self._read_best(metric, mode, load_options, lambda c: api.load(c.path, **load_options))[1]
 
-    def _read_best(self, metric: str | None, mode: str | None, options: dict[str, Any],
-                   attempt: Any) -> tuple[Checkpoint | None, Any]:
+    def _read_best(
+        self, metric: str | None, mode: str | None, options: dict[str, Any], attempt: Any
+    ) -> tuple[Checkpoint | None, Any]:
         for _ in range(_RETRIES):
             checkpoint = self._best_for_loading(metric, mode, options)
             if checkpoint is None:

@@ -47,8 +47,11 @@ def take_over(manager: Any) -> None:
         older = _holders.get(_key(manager))
     if older is None or older is manager or older._lock is None:
         return
-    _log.info("zipsave: a new CheckpointManager of `%s` takes the directory over from an older one of this "
-              "process, which saves no more", manager.directory)
+    _log.info(
+        "zipsave: a new CheckpointManager of `%s` takes the directory over from an older one of this "
+        "process, which saves no more",
+        manager.directory,
+    )
     older._supersede()
 
 
@@ -68,8 +71,9 @@ def wait_for_new(manager: Any, after_step: int | None, *, timeout: float | None,
         time.sleep(poll if left is None else min(poll, left))
 
 
-def new_checkpoints(manager: Any, after_step: int | None, *, timeout: float | None,
-                    poll: float) -> Iterator[Checkpoint]:
+def new_checkpoints(
+    manager: Any, after_step: int | None, *, timeout: float | None, poll: float
+) -> Iterator[Checkpoint]:
     step = after_step
     while True:
         found = wait_for_new(manager, step, timeout=timeout, poll=poll)

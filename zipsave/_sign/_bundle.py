@@ -19,7 +19,10 @@ MAX_BUNDLE_BYTES = 16 << 20
 #: A bundle is six levels deep; the statement inside it five.
 MAX_DEPTH = 16
 
-BUNDLE_MEDIA_TYPES = ("application/vnd.dev.sigstore.bundle.v0.3+json", "application/vnd.dev.sigstore.bundle+json;version=0.3")
+BUNDLE_MEDIA_TYPES = (
+    "application/vnd.dev.sigstore.bundle.v0.3+json",
+    "application/vnd.dev.sigstore.bundle+json;version=0.3",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +57,8 @@ def shown(text: Any, limit: int = 200) -> str:
 def _malformed(detail: str, *, archive: Any, where: str) -> SignatureError:
     return SignatureError(
         f"the signature `{where}` is not a model-signing bundle: {detail}",
-        reason="malformed", archive=archive,
+        reason="malformed",
+        archive=archive,
         hint="Sign the archive again (`zipsave sign` or `model_signing sign`).",
     )
 
@@ -62,8 +66,11 @@ def _malformed(detail: str, *, archive: Any, where: str) -> SignatureError:
 def parse_bundle(raw: bytes, *, archive: Any, where: str) -> Bundle:
     """Parse ``raw`` as a model-signing bundle, or raise :class:`SignatureError` (``malformed``)."""
     if len(raw) > MAX_BUNDLE_BYTES:
-        raise _malformed(f"it is {len(raw)} bytes, more than the {MAX_BUNDLE_BYTES} a signature may be.",
-                         archive=archive, where=where)
+        raise _malformed(
+            f"it is {len(raw)} bytes, more than the {MAX_BUNDLE_BYTES} a signature may be.",
+            archive=archive,
+            where=where,
+        )
     try:
         data = _json.parse_json(raw, max_depth=MAX_DEPTH)
     except ZipsaveError as err:
@@ -71,8 +78,11 @@ def parse_bundle(raw: bytes, *, archive: Any, where: str) -> Bundle:
     if not isinstance(data, dict):
         raise _malformed("it is not a JSON object.", archive=archive, where=where)
     if data.get("mediaType") not in BUNDLE_MEDIA_TYPES:
-        raise _malformed(f"its mediaType is {str(data.get('mediaType'))[:80]!r}, not a Sigstore bundle v0.3.",
-                         archive=archive, where=where)
+        raise _malformed(
+            f"its mediaType is {str(data.get('mediaType'))[:80]!r}, not a Sigstore bundle v0.3.",
+            archive=archive,
+            where=where,
+        )
     material = data.get("verificationMaterial")
     envelope = data.get("dsseEnvelope")
     if not isinstance(material, dict) or not isinstance(envelope, dict):
@@ -84,7 +94,9 @@ def parse_bundle(raw: bytes, *, archive: Any, where: str) -> Bundle:
     elif "certificate" in material:
         kind, field = "sigstore", "certificate"
     else:
-        raise _malformed("its verificationMaterial names no public key and no certificate.", archive=archive, where=where)
+        raise _malformed(
+            "its verificationMaterial names no public key and no certificate.", archive=archive, where=where
+        )
     if not isinstance(material[field], dict):
         raise _malformed(f"its verificationMaterial's {field} is not an object.", archive=archive, where=where)
     if not isinstance(material[field].get("hint"), (str, type(None))):

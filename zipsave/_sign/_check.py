@@ -12,8 +12,8 @@ from typing import Any
 from .. import _format
 from .._archive import ArchiveSource, Limits
 from ..exceptions import SignatureError, ZipsaveError
-from ._bundle import MAX_BUNDLE_BYTES, Bundle, parse_bundle, shown
 from . import _ms
+from ._bundle import MAX_BUNDLE_BYTES, Bundle, parse_bundle, shown
 from ._settings import Trust
 
 __all__ = ["SignatureInfo", "check_source", "verify_signature"]
@@ -40,7 +40,9 @@ class SignatureInfo:
         return dataclasses.asdict(self)
 
 
-def _error(reason: str, detail: str, source: ArchiveSource, where: str | None = None, hint: str | None = None) -> SignatureError:
+def _error(
+    reason: str, detail: str, source: ArchiveSource, where: str | None = None, hint: str | None = None
+) -> SignatureError:
     return SignatureError(detail, reason=reason, archive=source.name, member=where, hint=hint)
 
 
@@ -49,8 +51,12 @@ def _read_signature(source: ArchiveSource, trust: Trust) -> tuple[bytes, str, bo
     if trust.signature is None and source.has(_format.SIGNATURE):
         info = source.reader.info(_format.SIGNATURE)
         if info.file_size > MAX_BUNDLE_BYTES:
-            raise _error("malformed", f"is {info.file_size} bytes, more than the {MAX_BUNDLE_BYTES} a signature may be.",
-                         source, _format.SIGNATURE)
+            raise _error(
+                "malformed",
+                f"is {info.file_size} bytes, more than the {MAX_BUNDLE_BYTES} a signature may be.",
+                source,
+                _format.SIGNATURE,
+            )
         return source.reader.read(_format.SIGNATURE, limit=MAX_BUNDLE_BYTES, verify=False), _format.SIGNATURE, True
     path = trust.signature
     if path is None and source.local_path is not None:
@@ -83,8 +89,10 @@ def check_source(source: ArchiveSource, trust: Trust) -> SignatureInfo | None:
             return None
         beside = f" nor `{source.local_path}{_format.SIGNATURE_SUFFIX}` beside it" if source.local_path else ""
         raise _error(
-            "no-signature", f"is not signed: it has no `{_format.SIGNATURE}` member{beside}, and the trust setting requires one.",
-            source, hint="Sign it with `zipsave sign`, or load it with `Trust(..., required=False)` to accept unsigned archives.",
+            "no-signature",
+            f"is not signed: it has no `{_format.SIGNATURE}` member{beside}, and the trust setting requires one.",
+            source,
+            hint="Sign it with `zipsave sign`, or load it with `Trust(..., required=False)` to accept unsigned archives.",
         )
     raw, where, embedded = found
     bundle = parse_bundle(raw, archive=source.name, where=where)
@@ -108,8 +116,12 @@ def check_source(source: ArchiveSource, trust: Trust) -> SignatureInfo | None:
 def _check_serialization(source: ArchiveSource, checked: Any, where: str) -> None:
     method, hash_type = checked.serialization.get("method"), checked.serialization.get("hash_type")
     if method != "files" or hash_type != "sha256":
-        raise _error("invalid", f"the signature `{where}` hashes {method!r} with {hash_type!r}; zipsave checks "
-                     "signatures made per file with SHA-256 (model_signing's default).", source)
+        raise _error(
+            "invalid",
+            f"the signature `{where}` hashes {method!r} with {hash_type!r}; zipsave checks "
+            "signatures made per file with SHA-256 (model_signing's default).",
+            source,
+        )
     bad = sorted({alg for alg, _ in checked.resources.values() if alg != "sha256"})
     if bad:
         raise _error("invalid", f"the signature `{where}` uses the digests {bad}; zipsave checks SHA-256.", source)
@@ -129,8 +141,12 @@ def _compare_file(source: ArchiveSource, checked: Any, where: str) -> None:
             digest.update(chunk)
     mine = digest.hexdigest()
     if set(checked.resources) != {"."}:
-        raise _error("other-file", f"the signature `{where}` covers `{shown(checked.model_name)}`, a folder of "
-                     f"{len(checked.resources)} files, not this archive file.", source)
+        raise _error(
+            "other-file",
+            f"the signature `{where}` covers `{shown(checked.model_name)}`, a folder of "
+            f"{len(checked.resources)} files, not this archive file.",
+            source,
+        )
     theirs = checked.resources["."][1]
     if theirs == mine:
         return
@@ -146,10 +162,18 @@ def _compare_file(source: ArchiveSource, checked: Any, where: str) -> None:
 def _compare_members(source: ArchiveSource, bundle: Bundle, checked: Any, where: str) -> int:
     _check_serialization(source, checked, where)
     signed = {name: hex_ for name, (_, hex_) in checked.resources.items()}
-    names = [n for n in source.names() if n != _format.SIGNATURE and not (n.endswith("/") and source.reader.info(n).file_size == 0)]
+    names = [
+        n
+        for n in source.names()
+        if n != _format.SIGNATURE and not (n.endswith("/") and source.reader.info(n).file_size == 0)
+    ]
     if set(signed) == {"."}:
-        raise _error("other-file", f"the signature `{where}` is a detached signature of the file "
-                     f"`{shown(checked.model_name)}`, not of this archive's members.", source)
+        raise _error(
+            "other-file",
+            f"the signature `{where}` is a detached signature of the file "
+            f"`{shown(checked.model_name)}`, not of this archive's members.",
+            source,
+        )
     added = sorted(set(names) - set(signed))
     missing = sorted(set(signed) - set(names))
     differ = []
@@ -175,7 +199,9 @@ def _compare_members(source: ArchiveSource, bundle: Bundle, checked: Any, where:
     text = "; ".join(parts)
     if other:
         text += ". No member matches: it is the signature of another archive"
-    raise _error("other-file" if other else "digest-mismatch", f"the signature `{where}` does not match: {text}.", source)
+    raise _error(
+        "other-file" if other else "digest-mismatch", f"the signature `{where}` does not match: {text}.", source
+    )
 
 
 def _member_sha256(source: ArchiveSource, name: str, buffer: memoryview) -> str:
@@ -198,7 +224,9 @@ def _names(names: list[str]) -> str:
     return listed + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
-def verify_signature(path: Any, trust: Trust, *, limits: Limits | None = None, storage_options: dict[str, Any] | None = None) -> SignatureInfo | None:
+def verify_signature(
+    path: Any, trust: Trust, *, limits: Limits | None = None, storage_options: dict[str, Any] | None = None
+) -> SignatureInfo | None:
     """Check the signature of the archive at ``path`` against ``trust`` and every member against it.
 
     Parameters

@@ -35,8 +35,11 @@ def _config(signer: Signer) -> Any:
     except OSError:
         raise
     except Exception as err:  # noqa: BLE001 - cryptography's and model_signing's errors, as one
-        what = f"`{signer.signing_certificate}` and `{signer.private_key}`" if signer.signing_certificate else (
-            f"`{signer.private_key}`" if signer.private_key else "Sigstore")
+        what = (
+            f"`{signer.signing_certificate}` and `{signer.private_key}`"
+            if signer.signing_certificate
+            else (f"`{signer.private_key}`" if signer.private_key else "Sigstore")
+        )
         raise ZipsaveError(
             f"cannot sign with {what}: {_cause(err)}.",
             hint="model-signing signs with elliptic-curve keys (P-256, P-384, P-521) in PEM form.",
@@ -49,7 +52,8 @@ def _make_config(ms: Any, signer: Signer) -> Any:
         return config.use_sigstore_signer(identity_token=signer.identity_token, use_staging=signer.use_staging)
     if signer.signing_certificate is not None:
         return config.use_certificate_signer(
-            private_key=signer.private_key, signing_certificate=signer.signing_certificate,
+            private_key=signer.private_key,
+            signing_certificate=signer.signing_certificate,
             certificate_chain=signer.certificate_chain,
         )
     return config.use_elliptic_key_signer(private_key=signer.private_key, password=signer.password)
@@ -72,7 +76,9 @@ def manifest_of(model_name: str, digests: Iterable[tuple[str, str]], ignore_path
         {"method": "files", "hash_type": "sha256", "allow_symlinks": False, "ignore_paths": list(ignore_paths)}
     )
     items = [
-        ms.manifest.FileManifestItem(path=pathlib.PurePosixPath(name), digest=hashing.Digest("sha256", bytes.fromhex(hex_)))
+        ms.manifest.FileManifestItem(
+            path=pathlib.PurePosixPath(name), digest=hashing.Digest("sha256", bytes.fromhex(hex_))
+        )
         for name, hex_ in digests
     ]
     return ms.manifest.Manifest(model_name, items, serialization)
@@ -92,7 +98,9 @@ class Checked:
     statement's ``subject`` name and ``serialization``, and who signed (``signer``)."""
 
     def __init__(self, manifest: Any, signer: str, kind: str) -> None:
-        self.resources = {rd.identifier: (rd.digest.algorithm, rd.digest.digest_hex) for rd in manifest.resource_descriptors()}
+        self.resources = {
+            rd.identifier: (rd.digest.algorithm, rd.digest.digest_hex) for rd in manifest.resource_descriptors()
+        }
         self.model_name = manifest.model_name
         self.serialization = manifest.serialization_type
         self.signer = signer
@@ -211,7 +219,10 @@ def _verify_certificate(bundle: Bundle, trust: Trust) -> tuple[Checked | None, s
         return None, "invalid: its certificate chain is empty."
     subject = chain[0].subject.rfc4514_string()
     if not trust.certificates:
-        return None, f"unknown-signer: it is signed with the certificate `{subject}`, and the trust setting names no certificates."
+        return (
+            None,
+            f"unknown-signer: it is signed with the certificate `{subject}`, and the trust setting names no certificates.",
+        )
     try:
         verifier = sign_certificate.Verifier([pathlib.Path(p) for p in trust.certificates])
     except Exception as err:  # noqa: BLE001
@@ -219,7 +230,10 @@ def _verify_certificate(bundle: Bundle, trust: Trust) -> tuple[Checked | None, s
     try:
         manifest = verifier.verify(_pb_signature(bundle))
     except Exception as err:  # noqa: BLE001
-        return None, f"unknown-signer: the certificate `{subject}` does not chain to a trusted certificate or does not sign this ({_cause(err)})."
+        return (
+            None,
+            f"unknown-signer: the certificate `{subject}` does not chain to a trusted certificate or does not sign this ({_cause(err)}).",
+        )
     expired = _expired(chain, trust.certificates)
     if expired:
         return None, f"unknown-signer: {expired} (expired or not yet valid)."
@@ -240,7 +254,9 @@ def _verify_sigstore(bundle: Bundle, trust: Trust) -> tuple[Checked | None, str]
     for identity, issuer in trust.identities:
         try:
             verifier = sign_sigstore.Verifier(
-                identity=identity, oidc_issuer=issuer, use_staging=trust.use_staging,
+                identity=identity,
+                oidc_issuer=issuer,
+                use_staging=trust.use_staging,
                 trust_config=pathlib.Path(trust.trust_config) if trust.trust_config else None,
             )
         except Exception as err:  # noqa: BLE001

@@ -36,7 +36,9 @@ def _identities(value: Any) -> tuple[tuple[str, str], ...]:
             )
         pair = tuple(item)
         if len(pair) != 2 or not all(isinstance(s, str) and s for s in pair):
-            raise TypeError(f"identities must hold (identity, identity_provider) pairs of non-empty strings, found {pair!r}.")
+            raise TypeError(
+                f"identities must hold (identity, identity_provider) pairs of non-empty strings, found {pair!r}."
+            )
         out.append((pair[0], pair[1]))
     return tuple(out)
 

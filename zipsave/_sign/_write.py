@@ -11,8 +11,8 @@ from typing import Any
 from .. import _format
 from .._archive import ArchiveReader, ArchiveWriter, MemberInfo, atomic_output, open_source
 from ..exceptions import ArchiveFormatError
-from ._settings import Signer, as_signer
 from . import _ms
+from ._settings import Signer, as_signer
 
 __all__ = ["embedded_signature", "sign", "sign_detached"]
 
@@ -54,7 +54,9 @@ def _embed(path: str, signer: Signer) -> str:
                     with writer.open_member(member) as f:
                         for chunk in reader.iter_chunks(member):
                             f.write(chunk)
-                writer.write_bytes(_format.SIGNATURE, embedded_signature(writer.members, signer, os.path.basename(name)))
+                writer.write_bytes(
+                    _format.SIGNATURE, embedded_signature(writer.members, signer, os.path.basename(name))
+                )
                 writer.close()
         finally:
             reader.close()
@@ -113,8 +115,12 @@ def sign(
     'ppo.zip.sig'
     """
     if signer is None:
-        signer = Signer(private_key=private_key, password=password, signing_certificate=signing_certificate,
-                        certificate_chain=certificate_chain)
+        signer = Signer(
+            private_key=private_key,
+            password=password,
+            signing_certificate=signing_certificate,
+            certificate_chain=certificate_chain,
+        )
         embed = bool(embed)
     elif embed is None:
         embed = signer.embed if isinstance(signer, Signer) else False

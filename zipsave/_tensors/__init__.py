@@ -7,33 +7,30 @@ from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._arena import AnonymousMap
+    from ._invariants import check_tensor, check_tree
     from ._npy import NpyHeader, fresh_copy, read_array_header, read_array_member, read_array_member_into, read_npy
-    from ._pth_meta import Damaged, PthMeta, TensorRef, Unsupported, read_pth_meta
+    from ._pth_fallback import load_torch_bytes, torch_load
+    from ._pth_meta import Damaged, PthMeta, RefusedRef, SparseRef, TensorRef, Unsupported, read_pth_meta
     from ._pth_read import load_member, load_pth
     from ._pth_records import check_member, read_record, record_table
     from ._pth_write import get_device, save_pth
-    from ._tree import dotted, walk_refs
-    from ._pth_meta import RefusedRef
-    from ._pth_meta import SparseRef
-    from ._invariants import check_tensor
-    from ._invariants import check_tree
-    from ._pth_fallback import load_torch_bytes
-    from ._tree import lookup
-    from ._pth_fallback import torch_load
-    from ._tree import walk_leaves
+    from ._tree import dotted, lookup, walk_leaves, walk_refs
 
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
 _LAZY: dict[str, str] = {
     "AnonymousMap": "._arena",
-    **dict.fromkeys((
-        "NpyHeader",
-        "fresh_copy",
-        "read_array_header",
-        "read_array_member",
-        "read_array_member_into",
-        "read_npy",
-    ), "._npy"),
+    **dict.fromkeys(
+        (
+            "NpyHeader",
+            "fresh_copy",
+            "read_array_header",
+            "read_array_member",
+            "read_array_member_into",
+            "read_npy",
+        ),
+        "._npy",
+    ),
     **dict.fromkeys(("Damaged", "PthMeta", "TensorRef", "Unsupported", "read_pth_meta"), "._pth_meta"),
     **dict.fromkeys(("load_member", "load_pth"), "._pth_read"),
     **dict.fromkeys(("check_member", "read_record", "record_table"), "._pth_records"),
@@ -49,10 +46,24 @@ _LAZY: dict[str, str] = {
     "walk_leaves": "._tree",
 }
 # Its modules, found as attributes as when this file imported them all.
-_SUBMODULES = frozenset({
-    "_arena", "_invariants", "_npy", "_prefault", "_pth_fallback", "_pth_meta", "_pth_mmap", "_pth_read",
-    "_pth_records", "_pth_refs", "_pth_vocab", "_pth_write", "_staging", "_tree"
-})
+_SUBMODULES = frozenset(
+    {
+        "_arena",
+        "_invariants",
+        "_npy",
+        "_prefault",
+        "_pth_fallback",
+        "_pth_meta",
+        "_pth_mmap",
+        "_pth_read",
+        "_pth_records",
+        "_pth_refs",
+        "_pth_vocab",
+        "_pth_write",
+        "_staging",
+        "_tree",
+    }
+)
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 

@@ -34,15 +34,21 @@ def assemble_sparse(ref: SparseRef, parts: list[torch.Tensor], *, key: str = "")
         try:
             if ref.layout == torch.sparse_coo:
                 indices, values = parts
-                out = torch.sparse_coo_tensor(indices, values, ref.size, is_coalesced=ref.coalesced, check_invariants=False)
+                out = torch.sparse_coo_tensor(
+                    indices, values, ref.size, is_coalesced=ref.coalesced, check_invariants=False
+                )
             else:
                 compressed, plain, values = parts
-                out = torch.sparse_compressed_tensor(compressed, plain, values, ref.size, layout=ref.layout,
-                                                     check_invariants=False)
+                out = torch.sparse_compressed_tensor(
+                    compressed, plain, values, ref.size, layout=ref.layout, check_invariants=False
+                )
         except (RuntimeError, ValueError, TypeError, IndexError) as err:
-            raise keyed(ArchiveFormatError(
-                f"`{key}` is a {ref.layout} tensor that cannot be assembled ({str(err).splitlines()[0][:200]})."
-            ), key) from None
+            raise keyed(
+                ArchiveFormatError(
+                    f"`{key}` is a {ref.layout} tensor that cannot be assembled ({str(err).splitlines()[0][:200]})."
+                ),
+                key,
+            ) from None
     check_tensor(out, key=key)
     if ref.parameter:
         return torch.nn.Parameter(out, requires_grad=ref.requires_grad)

@@ -141,22 +141,27 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
         flat = np.frombuffer(fresh[0], dtype=dtype, count=count)
         buf = memoryview(fresh[0])[:nbytes]
     if flat.dtype != dtype or flat.nbytes != nbytes or buf.nbytes != nbytes:  # every byte returned is one read
-        raise DecodeError(f"array member `{member}`: numpy made a {flat.dtype} array of {flat.nbytes} bytes for "
-                          f"{dtype}{list(shape)} ({nbytes} bytes).")
+        raise DecodeError(
+            f"array member `{member}`: numpy made a {flat.dtype} array of {flat.nbytes} bytes for "
+            f"{dtype}{list(shape)} ({nbytes} bytes)."
+        )
     _fill(view, buf, member, header_end, crc, expected_crc, prefault=fresh is not None)
     return flat.reshape(shape, order=order)
 
 
-def _fill(view: Any, buf: memoryview, member: str, header_end: int, crc: int, expected_crc: int | None, *,
-          prefault: bool) -> None:
+def _fill(
+    view: Any, buf: memoryview, member: str, header_end: int, crc: int, expected_crc: int | None, *, prefault: bool
+) -> None:
     """Read the member's data into ``buf`` a piece at a time (each made resident ahead of its
     read when ``prefault``), checksumming each piece right after it is read."""
     nbytes = buf.nbytes
     pieces = range(0, nbytes, _PIECE)
     address = np.frombuffer(buf, dtype=np.uint8).ctypes.data if nbytes else 0
-    prefaulter = Prefaulter([] if not prefault or nbytes < PREFAULT_MIN else [
-        (address + done, min(_PIECE, nbytes - done)) for done in pieces
-    ])
+    prefaulter = Prefaulter(
+        []
+        if not prefault or nbytes < PREFAULT_MIN
+        else [(address + done, min(_PIECE, nbytes - done)) for done in pieces]
+    )
     try:
         for index, done in enumerate(pieces):
             piece = buf[done : done + _PIECE]
@@ -301,10 +306,21 @@ def read_array_member_into(reader: Any, member: str, dest: np.ndarray, *, verify
     view = _open_member(reader, member, verify)
     try:
         shape, fortran, dtype, header_end, nbytes = _header(view, member)
-        if tuple(shape) != dest.shape or dtype != dest.dtype or (fortran and dest.ndim > 1) \
-                or not dest.flags.c_contiguous or not dest.flags.writeable:
-            kind = ", ".join(k for k, bad in (("read-only", not dest.flags.writeable),
-                                              ("not C-contiguous", not dest.flags.c_contiguous)) if bad)
+        if (
+            tuple(shape) != dest.shape
+            or dtype != dest.dtype
+            or (fortran and dest.ndim > 1)
+            or not dest.flags.c_contiguous
+            or not dest.flags.writeable
+        ):
+            kind = ", ".join(
+                k
+                for k, bad in (
+                    ("read-only", not dest.flags.writeable),
+                    ("not C-contiguous", not dest.flags.c_contiguous),
+                )
+                if bad
+            )
             raise DecodeError(
                 f"array member `{member}` holds {dtype}{list(shape)}{' in Fortran order' if fortran else ''}; it is "
                 f"read in place only into a C-contiguous, writeable array of that shape and dtype, not into a "

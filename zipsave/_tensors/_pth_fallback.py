@@ -37,15 +37,21 @@ def check_views(tree: Any, lengths: dict[str, int] | None = None) -> None:
         if length is None:
             raise keyed(ArchiveFormatError(f"`{name}`: data.pkl names storage record `{key}`, which is missing."), name)
         if ref.storage.nbytes != length:  # torch.load refuses a record of another size too
-            raise keyed(ArchiveFormatError(
-                f"`{name}`: data.pkl declares storage `{key}` of {ref.storage.nbytes} bytes; "
-                + (f"its record holds {length}." if lengths is not None else f"elsewhere of {length}.")
-            ), name)
+            raise keyed(
+                ArchiveFormatError(
+                    f"`{name}`: data.pkl declares storage `{key}` of {ref.storage.nbytes} bytes; "
+                    + (f"its record holds {length}." if lengths is not None else f"elsewhere of {length}.")
+                ),
+                name,
+            )
         if ref.offset * ref.dtype.itemsize + ref.extent > length:
-            raise keyed(ArchiveFormatError(
-                f"`{name}` is a view (size {ref.size}, stride {ref.stride}, offset {ref.offset}) that reaches "
-                f"past its {length}-byte storage record `{key}`."
-            ), name)
+            raise keyed(
+                ArchiveFormatError(
+                    f"`{name}` is a view (size {ref.size}, stride {ref.stride}, offset {ref.offset}) that reaches "
+                    f"past its {length}-byte storage record `{key}`."
+                ),
+                name,
+            )
 
 
 def _census(view: Any) -> None:
@@ -69,8 +75,9 @@ def _census(view: Any) -> None:
     check_views(parse_pickle(payload))
 
 
-def torch_load(view: Any, device: torch.device, verify_crc: int | None, limits: Any = None, *,
-               census: bool = True) -> Any:
+def torch_load(
+    view: Any, device: torch.device, verify_crc: int | None, limits: Any = None, *, census: bool = True
+) -> Any:
     """``torch.load(weights_only=True)`` of a member, after checking its CRC, its zip against
     the archive's limits, its pickle's shape (torch's unpickler builds sets and dicts without
     a hash-flood check) and, unless the caller did (``census=False``), its tensors' views;
@@ -88,7 +95,8 @@ def torch_load(view: Any, device: torch.device, verify_crc: int | None, limits: 
         if crc != verify_crc:
             raise IntegrityError(
                 f"CRC-32 {crc:08x} does not match the recorded {verify_crc:08x} (corrupted).",
-                expected=f"crc32 {verify_crc:08x}", found=f"crc32 {crc:08x}",
+                expected=f"crc32 {verify_crc:08x}",
+                found=f"crc32 {crc:08x}",
             )
     view.seek(0)
     limits = limits or DEFAULT_LIMITS
@@ -138,5 +146,6 @@ def load_torch_bytes(raw: bytes, *, archive: Any = None, member: str | None = No
         err.args = (err._compose(),)
         raise
     except Exception as err:  # noqa: BLE001 - torch's own refusal of these bytes
-        raise ArchiveFormatError(f"is not a loadable torch value ({type(err).__name__}: {err}).", archive=archive,
-                                 member=member) from err
+        raise ArchiveFormatError(
+            f"is not a loadable torch value ({type(err).__name__}: {err}).", archive=archive, member=member
+        ) from err

@@ -17,14 +17,34 @@ from .._trust import BoundedUnpickler
 from ..exceptions import ArchiveFormatError, UnsafeGlobalError, ZipsaveError
 from ._pth_refs import RefusedRef, SparseRef, StorageRef, TensorRef
 from ._pth_vocab import (
-    META_GLOBALS, QUANTIZED_STORAGES, STORAGE_DTYPES, TENSOR_CLASSES, StorageType, TensorClass, bytearray_, complex_,
-    counter, ints, short,
+    META_GLOBALS,
+    QUANTIZED_STORAGES,
+    STORAGE_DTYPES,
+    TENSOR_CLASSES,
+    StorageType,
+    TensorClass,
+    bytearray_,
+    complex_,
+    counter,
+    ints,
+    short,
 )
 
 __all__ = [
-    "Damaged", "PthMeta", "RefusedRef", "SparseRef", "StorageRef", "TensorRef", "Unsupported", "check_inner_zip",
-    "parse_pickle", "raw_record", "read_pth_meta", "record_start",
+    "Damaged",
+    "PthMeta",
+    "RefusedRef",
+    "SparseRef",
+    "StorageRef",
+    "TensorRef",
+    "Unsupported",
+    "check_inner_zip",
+    "parse_pickle",
+    "raw_record",
+    "read_pth_meta",
+    "record_start",
 ]
+
 
 class Unsupported(Exception):
     """The member's *format* is one only ``torch.load`` reads (deflated or big-endian records,
@@ -60,8 +80,13 @@ class _MetaUnpickler(BoundedUnpickler):
                 return attr
         if f"{module}.{name}" in TENSOR_CLASSES:
             return TensorClass(f"{module}.{name}")
-        plain = {"_codecs.encode": self._encode, "builtins.set": self._set, "builtins.complex": complex_,
-                 "builtins.bytearray": bytearray_, "collections.Counter": counter}.get(f"{module}.{name}")
+        plain = {
+            "_codecs.encode": self._encode,
+            "builtins.set": self._set,
+            "builtins.complex": complex_,
+            "builtins.bytearray": bytearray_,
+            "collections.Counter": counter,
+        }.get(f"{module}.{name}")
         if plain is not None:  # the plain values torch's weights-only loader builds
             return plain
         # torch.load(weights_only=True) refuses every other global too (unless a caller
@@ -92,7 +117,9 @@ class _MetaUnpickler(BoundedUnpickler):
             raise ArchiveFormatError(f"`data.pkl` holds the persistent id {short(pid)}, which is not a storage.")
         _, stype, key, _location, numel = pid[:5]
         if not isinstance(stype, StorageType) or not ints((numel,)) or not isinstance(key, (str, int)):
-            raise ArchiveFormatError(f"`data.pkl` holds the storage {short(pid)}; expected a storage type, key and size.")
+            raise ArchiveFormatError(
+                f"`data.pkl` holds the storage {short(pid)}; expected a storage type, key and size."
+            )
         return StorageRef(str(key), stype.dtype, numel * stype.dtype.itemsize)
 
 
@@ -104,7 +131,9 @@ def parse_pickle(payload: bytes) -> Any:
     except (Unsupported, ZipsaveError):
         raise
     except Exception as err:  # torch.save never writes a pickle this reader cannot follow
-        raise ArchiveFormatError(f"`data.pkl` is not a pickle torch.save writes ({type(err).__name__}: {err}).") from err
+        raise ArchiveFormatError(
+            f"`data.pkl` is not a pickle torch.save writes ({type(err).__name__}: {err})."
+        ) from err
 
 
 @dataclasses.dataclass
@@ -159,8 +188,11 @@ def check_inner_zip(infos: list, size: int, limits: Any = None) -> None:
     its members together may not decompress past what one member may hold."""
     limits = limits or DEFAULT_LIMITS
     check_zip_infos(
-        infos, size=size, max_bytes=min(limits.max_member_bytes, limits.max_total_bytes),
-        max_ratio=limits.max_compression_ratio, max_members=limits.max_members,
+        infos,
+        size=size,
+        max_bytes=min(limits.max_member_bytes, limits.max_total_bytes),
+        max_ratio=limits.max_compression_ratio,
+        max_members=limits.max_members,
     )
 
 
@@ -169,7 +201,11 @@ def record_start(view: Any, info: zipfile.ZipInfo) -> int:
     if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
         raise Unsupported("compressed record")
     head = bytearray(30)
-    if not 0 <= info.header_offset <= view.size - 30 or view.read_at(info.header_offset, head) != 30 or head[:4] != b"PK\x03\x04":
+    if (
+        not 0 <= info.header_offset <= view.size - 30
+        or view.read_at(info.header_offset, head) != 30
+        or head[:4] != b"PK\x03\x04"
+    ):
         raise Damaged("damaged record header")
     start = info.header_offset + 30 + int.from_bytes(head[26:28], "little") + int.from_bytes(head[28:30], "little")
     if start + info.file_size > view.size:

@@ -11,12 +11,13 @@ import torch
 from .. import _format
 from .._archive import crc32_many
 from ..exceptions import IntegrityError
-from ._pth_meta import PthMeta, TensorRef
 from ._prefault import populate_read
+from ._pth_meta import PthMeta, TensorRef
 from ._pth_records import check_record
 from ._tree import dotted, replace
 
 __all__ = ["mmap_tree"]
+
 
 def _names(users: list[tuple[tuple, TensorRef]]) -> str:
     return ", ".join(f"`{dotted(path)}`" for path, _ in users)
@@ -32,7 +33,12 @@ def _check_crc(actual: int, expected: int) -> None:
 
 
 def mmap_tree(
-    view: Any, meta: PthMeta, by_storage: dict, device: torch.device, *, verify_crc: int | None = None,
+    view: Any,
+    meta: PthMeta,
+    by_storage: dict,
+    device: torch.device,
+    *,
+    verify_crc: int | None = None,
     records: dict | None = None,
 ) -> Any:
     """The tree with every tensor backed by a private (copy-on-write) map of the file, or

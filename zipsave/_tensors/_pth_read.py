@@ -16,12 +16,12 @@ from torch.autograd.graph import increment_version
 from .. import _format
 from .._archive import OrderedCrc, crc32
 from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, UnsafeGlobalError, ZipsaveError
+from ._arena import host_arena
 from ._invariants import check_tree
+from ._prefault import Prefaulter
 from ._pth_fallback import check_views, torch_load
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_mmap import mmap_tree
-from ._arena import host_arena
-from ._prefault import Prefaulter
 from ._pth_records import check_record, record_table, verify_pickle
 from ._staging import Stager
 from ._tree import BufferView, byte_view, dotted, lookup, replace, walk_leaves, walk_refs
@@ -33,6 +33,7 @@ _SMALL_MEMBER = 1 << 20
 #: Large records are read in pieces of this size, so checksumming starts on the first piece.
 _PIECE = 4 << 20
 _ALIGNMENT = _format.ALIGNMENT
+
 
 def _in_place_target(ref: TensorRef, target: Any, length: int) -> bool:
     """Can the record (``length`` bytes) be read straight into ``target``'s memory (on the
@@ -163,12 +164,15 @@ def load_pth(
     if targets is not None and (check_shapes or check_dtypes):
         _check_targets(refs, targets, shapes=check_shapes, dtypes=check_dtypes)
     spans = sorted(meta.records.values())
-    if any(ref.extras for _, ref in refs) or any(start + length > next_start
-                                                  for (start, length), (next_start, _) in pairwise(spans)):
+    if any(ref.extras for _, ref in refs) or any(
+        start + length > next_start for (start, length), (next_start, _) in pairwise(spans)
+    ):
         return torch_load(source, device, verify_crc, limits, census=False), set()
 
     if mmap and source is view and getattr(view, "_fd", None) is not None:
-        mapped = mmap_tree(view, meta, by_storage, device, verify_crc=verify_crc, records=records if per_record else None)
+        mapped = mmap_tree(
+            view, meta, by_storage, device, verify_crc=verify_crc, records=records if per_record else None
+        )
         if mapped is not None:
             return check_tree(mapped), set()
 
@@ -213,10 +217,13 @@ def load_pth(
     crc = OrderedCrc(inline=all(inline.values())) if verify_crc is not None and not per_record else None
     record_crcs = {key: OrderedCrc(inline=inline[key]) for key in dest} if per_record else None
     fresh = [] if arena is not None else sorted(pending, key=lambda k: meta.records[k][0])
-    prefaulter = Prefaulter([
-        (storages[key].data_ptr() + done, min(_PIECE, meta.records[key][1] - done))
-        for key in fresh for done in range(0, meta.records[key][1], _PIECE)
-    ])
+    prefaulter = Prefaulter(
+        [
+            (storages[key].data_ptr() + done, min(_PIECE, meta.records[key][1] - done))
+            for key in fresh
+            for done in range(0, meta.records[key][1], _PIECE)
+        ]
+    )
     try:
         _read_records(source, meta, dest, crc, record_crcs, prefaulter, frozenset(fresh))
         actual = crc.value() if crc is not None else None
@@ -267,9 +274,13 @@ def _names(users: list[tuple[tuple, TensorRef]]) -> str:
 
 
 def _read_records(
-    view: Any, meta: PthMeta, dest: dict[str, Any], crc: OrderedCrc | None,
+    view: Any,
+    meta: PthMeta,
+    dest: dict[str, Any],
+    crc: OrderedCrc | None,
     record_crcs: dict[str, OrderedCrc] | None = None,
-    prefaulter: Prefaulter | None = None, fresh: frozenset[str] = frozenset(),
+    prefaulter: Prefaulter | None = None,
+    fresh: frozenset[str] = frozenset(),
 ) -> None:
     """Read every destined record once, in file order; with ``crc``, also feed it every byte
     of the member (headers and unused records included) in order; with ``record_crcs``, feed
@@ -331,7 +342,13 @@ def _check_crc(actual: int, expected: int, *, filled: bool) -> None:
 
 
 def load_member(
-    reader: Any, member: str, *, device: torch.device, targets: Any = None, verify: bool = True, mmap: bool = False,
+    reader: Any,
+    member: str,
+    *,
+    device: torch.device,
+    targets: Any = None,
+    verify: bool = True,
+    mmap: bool = False,
     **checks: Any,
 ) -> tuple[Any, set]:
     """Load the ``.pth`` member ``member`` of an open ``ArchiveReader`` (into ``targets`` in

@@ -77,7 +77,9 @@ class RecordingStream(io.RawIOBase):
             head = self._kept.get(info.header_offset)
             if head is None or len(head) < 30 or head[:4] != b"PK\x03\x04" or info.compress_size != info.file_size:
                 return None
-            start = info.header_offset + 30 + int.from_bytes(head[26:28], "little") + int.from_bytes(head[28:30], "little")
+            start = (
+                info.header_offset + 30 + int.from_bytes(head[26:28], "little") + int.from_bytes(head[28:30], "little")
+            )
             if info.file_size == 0:
                 crc = 0
             else:
@@ -86,7 +88,9 @@ class RecordingStream(io.RawIOBase):
                     return None
                 crc = self._writes[i][1]
             table[info.filename.partition("/")[2] or info.filename] = {
-                "offset": start, "size": info.file_size, "crc32": f"{crc:08x}",
+                "offset": start,
+                "size": info.file_size,
+                "crc32": f"{crc:08x}",
             }
         return table
 
@@ -144,8 +148,12 @@ def record_table(entry: dict | None) -> dict[str, dict[str, Any]] | None:
     if not isinstance(table, dict):
         return None
     for rec in table.values():
-        if not (isinstance(rec, dict) and isinstance(rec.get("offset"), int) and isinstance(rec.get("size"), int)
-                and isinstance(rec.get("crc32"), str)):
+        if not (
+            isinstance(rec, dict)
+            and isinstance(rec.get("offset"), int)
+            and isinstance(rec.get("size"), int)
+            and isinstance(rec.get("crc32"), str)
+        ):
             return None
     return table
 
@@ -222,7 +230,13 @@ def _map(view: Any, start: int, length: int) -> torch.Tensor | None:
 
 
 def read_record(
-    view: Any, meta: Any, key: str, *, table: dict | None, member_crc: int | None, tensors: str = "",
+    view: Any,
+    meta: Any,
+    key: str,
+    *,
+    table: dict | None,
+    member_crc: int | None,
+    tensors: str = "",
     mmap: bool = False,
 ) -> torch.Tensor:
     """One storage record's bytes as a ``uint8`` tensor, checked: against its own CRC-32 when

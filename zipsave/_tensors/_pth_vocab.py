@@ -13,8 +13,19 @@ import torch
 from ..exceptions import ArchiveFormatError
 from ._pth_refs import RefusedRef, SparseRef, StorageRef, TensorRef
 
-__all__ = ["META_GLOBALS", "QUANTIZED_STORAGES", "STORAGE_DTYPES", "TENSOR_CLASSES", "StorageType", "TensorClass",
-           "bytearray_", "complex_", "counter", "ints", "short"]
+__all__ = [
+    "META_GLOBALS",
+    "QUANTIZED_STORAGES",
+    "STORAGE_DTYPES",
+    "TENSOR_CLASSES",
+    "StorageType",
+    "TensorClass",
+    "bytearray_",
+    "complex_",
+    "counter",
+    "ints",
+    "short",
+]
 
 
 _INT64 = (1 << 63) - 1
@@ -39,7 +50,9 @@ def _rebuild_v2(storage, storage_offset, size, stride, requires_grad=False, back
 def _rebuild_v3(storage, storage_offset, size, stride, requires_grad, backward_hooks, dtype, metadata=None):
     if not isinstance(dtype, torch.dtype) or dtype in _QUANTIZED or not isinstance(storage, StorageRef):
         return RefusedRef(f"a tensor of dtype {short(dtype)}")
-    return _rebuild_v2(dataclasses.replace(storage, dtype=dtype), storage_offset, size, stride, requires_grad, backward_hooks, metadata)
+    return _rebuild_v2(
+        dataclasses.replace(storage, dtype=dtype), storage_offset, size, stride, requires_grad, backward_hooks, metadata
+    )
 
 
 def _rebuild_plain(storage, storage_offset, size, stride):
@@ -48,7 +61,9 @@ def _rebuild_plain(storage, storage_offset, size, stride):
 
 def _as_parameter(data: Any, requires_grad: Any, extras: bool) -> Any:
     if isinstance(data, TensorRef):
-        return dataclasses.replace(data, requires_grad=requires_grad is True, parameter=True, extras=data.extras or extras)
+        return dataclasses.replace(
+            data, requires_grad=requires_grad is True, parameter=True, extras=data.extras or extras
+        )
     if isinstance(data, SparseRef) and not extras:
         return dataclasses.replace(data, requires_grad=requires_grad is True, parameter=True)
     return data if isinstance(data, RefusedRef) else RefusedRef(f"a parameter around {short(data)}")
@@ -63,7 +78,8 @@ def _parameter(data=None, requires_grad=True):
 
 
 _SPARSE_LAYOUTS = {
-    f"torch.{name}": getattr(torch, name) for name in ("sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc")
+    f"torch.{name}": getattr(torch, name)
+    for name in ("sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc")
 }
 _LAYOUTS = {"torch.strided": torch.strided, **_SPARSE_LAYOUTS}
 
@@ -85,7 +101,11 @@ def _rebuild_sparse(layout, data):
         parts, size, coalesced = data[:3], data[3], None
     else:
         return RefusedRef(f"a {layout} tensor of {len(data)} parts")
-    if not (ints(size) and all(isinstance(p, TensorRef) and not p.extras for p in parts) and coalesced in (None, True, False)):
+    if not (
+        ints(size)
+        and all(isinstance(p, TensorRef) and not p.extras for p in parts)
+        and coalesced in (None, True, False)
+    ):
         return RefusedRef(f"a {layout} tensor whose parts are not plain tensors and sizes")
     index_dtypes = {p.dtype for p in parts[:-1]}
     if index_dtypes != {torch.int64} and (layout == torch.sparse_coo or index_dtypes != {torch.int32}):

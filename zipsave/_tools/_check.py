@@ -37,7 +37,9 @@ def check_archive(src: ArchiveSource) -> list[str]:
                     users.setdefault(ref.storage.key, []).append(f"`{dotted(path)}`")
                 for key in sorted(meta.records, key=lambda k: meta.records[k][0]):
                     try:
-                        read_record(view, meta, key, table=table, member_crc=None, tensors=", ".join(users.get(key, [])))
+                        read_record(
+                            view, meta, key, table=table, member_crc=None, tensors=", ".join(users.get(key, []))
+                        )
                     except ZipsaveError as err:
                         problems.append(f"`{name}`: {err.detail}")
         except ZipsaveError as err:

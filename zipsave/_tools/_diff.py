@@ -103,8 +103,17 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
                     tensor_changes.append(change)
             added += [f"{stem}/{key}" for key in new if key not in old]
     return ArchiveDiff(
-        left.name, right.name, tuple(changed), data_added, data_removed,
-        tuple(tensor_changes), tuple(added), tuple(removed), same, tuple(stored_differently), tuple(notes),
+        left.name,
+        right.name,
+        tuple(changed),
+        data_added,
+        data_removed,
+        tuple(tensor_changes),
+        tuple(added),
+        tuple(removed),
+        same,
+        tuple(stored_differently),
+        tuple(notes),
     )
 
 
@@ -212,7 +221,9 @@ def _data(src: ArchiveSource, notes: list[str]) -> dict[str, Any]:
         # compare it as it is now and say so, as load does.
         raw = src.read_json(member, on_edited=lambda err: notes.append(f"{err} It was edited after saving."))
         if not isinstance(raw, dict):
-            raise ArchiveFormatError(f"must hold a JSON object, found {type(raw).__name__}.", archive=src.name, member=member)
+            raise ArchiveFormatError(
+                f"must hold a JSON object, found {type(raw).__name__}.", archive=src.name, member=member
+            )
         out.update((_format.join(folder, key), value) for key, value in raw.items())
     return out
 

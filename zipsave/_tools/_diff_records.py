@@ -46,8 +46,12 @@ class ArchiveDiff:
     @property
     def identical(self) -> bool:
         return not (
-            self.data_changed or self.data_added or self.data_removed
-            or self.tensors_changed or self.tensors_added or self.tensors_removed
+            self.data_changed
+            or self.data_added
+            or self.data_removed
+            or self.tensors_changed
+            or self.tensors_added
+            or self.tensors_removed
         )
 
     def to_dict(self) -> dict[str, Any]:

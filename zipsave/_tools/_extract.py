@@ -61,7 +61,9 @@ def extract(path: Any, folder: str | os.PathLike, *, overwrite: bool = False, li
             if long is not None:
                 raise ArchiveFormatError(
                     f"has a part of {len(os.fsencode(long))} bytes, past this file system's {name_max}; "
-                    "refusing to extract it.", archive=src.name, member=name,
+                    "refusing to extract it.",
+                    archive=src.name,
+                    member=name,
                 )
             target = os.path.join(root, *parts)
             if not is_dir and os.path.islink(target):
@@ -111,7 +113,8 @@ def _check_tree(plan: list[tuple[str, str, bool]], archive: str) -> None:
         if folder in files:
             raise ArchiveFormatError(
                 f"lies below `{files[folder]}`, which the archive also holds as a file; refusing to extract it.",
-                archive=archive, member=name,
+                archive=archive,
+                member=name,
             )
 
 
@@ -151,7 +154,9 @@ def _copy_member(src: ArchiveSource, name: str, target: str, overwrite: bool) ->
         warnings.warn(ZipsaveWarning(f"{err}{edited}"), stacklevel=caller_stacklevel())
 
 
-def _write_file(src: ArchiveSource, name: str, view: Any, target: str, flags: int, *, sha256: bool) -> tuple[int, str | None]:
+def _write_file(
+    src: ArchiveSource, name: str, view: Any, target: str, flags: int, *, sha256: bool
+) -> tuple[int, str | None]:
     """Copy the member to a new file; return its CRC-32 and (if asked) SHA-256. A failure
     removes the file."""
     crc, sha = 0, hashlib.sha256() if sha256 else None

@@ -17,13 +17,21 @@ import orjson
 
 from .. import _format, _system_info
 from .._archive import ArchiveSource, Limits, MemberView, involve_handlers, manifest_digest, parse_version
-from .._sign import check_source
 from .._codec import NATIVE_KEY as _N
 from .._codec import SERIALIZED_KEY as _S
 from .._codec import TYPE_KEY as _T
 from .._json import parse_json
+from .._sign import check_source
 from .._tensors import (
-    Damaged, PthMeta, RefusedRef, SparseRef, TensorRef, Unsupported, dotted, read_pth_meta, walk_leaves,
+    Damaged,
+    PthMeta,
+    RefusedRef,
+    SparseRef,
+    TensorRef,
+    Unsupported,
+    dotted,
+    read_pth_meta,
+    walk_leaves,
 )
 from .._trust import SUBSTITUTED, TrustPolicy, pickle_globals
 from ..exceptions import ArchiveFormatError, DecodeError, IntegrityError, ZipsaveError, nesting_as_error
@@ -35,6 +43,7 @@ __all__ = ["data_folders", "inspect", "pth_meta", "stored_type"]
 _CLASS_HINT = re.compile(r"<class '(.+)'>")
 # Native kinds whose decoding imports a global by name (through the trust policy).
 _REF_FIELDS = {"ref": "path", "enum": "class", "namedtuple": "class", "defaultdict": "factory"}
+
 
 def _json_type(value: Any) -> str:
     return "None" if value is None else type(value).__name__
@@ -152,7 +161,11 @@ def _json_dumpable(value: Any) -> bool:
 # -- inspect -----------------------------------------------------------------------------------
 @nesting_as_error
 def inspect(
-    path: Any, *, limits: Limits | None = None, storage_options: dict[str, Any] | None = None, verify: bool = False,
+    path: Any,
+    *,
+    limits: Limits | None = None,
+    storage_options: dict[str, Any] | None = None,
+    verify: bool = False,
     trust: Any = None,
 ) -> ArchiveInfo:
     """Describe an archive without loading it: nothing is unpickled or ``torch.load``-ed.
@@ -366,7 +379,9 @@ def _list_tensors(src: ArchiveSource, member: str, notes: list[str], damaged: li
             out.append(TensorInfo(member, dotted(path), str(ref.dtype).removeprefix("torch."), ref.shape, nbytes))
         return out
     except ZipsaveError as err:
-        notes.append(f"`{member}`: {err.detail}" + (f" {err.hint}" if isinstance(err, IntegrityError) and err.hint else ""))
+        notes.append(
+            f"`{member}`: {err.detail}" + (f" {err.hint}" if isinstance(err, IntegrityError) and err.hint else "")
+        )
         if isinstance(err, IntegrityError):
             damaged.append(member)
         return []

@@ -9,11 +9,22 @@ import torch
 
 from .. import _format
 from .._archive import ArchiveSource, Limits, MemberView, involve_handlers
-from .._sign import check_source
 from .._codec import Decoder
+from .._sign import check_source
 from .._tensors import (
-    PthMeta, RefusedRef, SparseRef, TensorRef, check_tensor, dotted, get_device, load_member, lookup, read_array_member,
-    read_record, record_table, walk_leaves,
+    PthMeta,
+    RefusedRef,
+    SparseRef,
+    TensorRef,
+    check_tensor,
+    dotted,
+    get_device,
+    load_member,
+    lookup,
+    read_array_member,
+    read_record,
+    record_table,
+    walk_leaves,
 )
 from .._tensors._invariants import refuse_refused
 from .._tensors._pth_fallback import check_views
@@ -144,8 +155,15 @@ def _candidates(names: list[str]) -> list[tuple[str, bool]]:
     return sorted(found, key=lambda item: (-len(item[0]), not item[1]))
 
 
-def _read_value(src: ArchiveSource, member: str, view: MemberView, meta: PthMeta, found: tuple[tuple, Any],
-                device: torch.device, mmap: bool) -> torch.Tensor:
+def _read_value(
+    src: ArchiveSource,
+    member: str,
+    view: MemberView,
+    meta: PthMeta,
+    found: tuple[tuple, Any],
+    device: torch.device,
+    mmap: bool,
+) -> torch.Tensor:
     """The tensor at ``found`` (path, reference), checked as a whole load checks it."""
     path, ref = found
     try:
@@ -176,8 +194,14 @@ def _find_ref(src: ArchiveSource, member: str, meta: PthMeta, rest: str) -> tupl
 
 
 def _read_tensor(
-    src: ArchiveSource, member: str, view: MemberView, meta: PthMeta, ref: TensorRef, device: torch.device,
-    key: str, mmap: bool = False,
+    src: ArchiveSource,
+    member: str,
+    view: MemberView,
+    meta: PthMeta,
+    ref: TensorRef,
+    device: torch.device,
+    key: str,
+    mmap: bool = False,
 ) -> torch.Tensor:
     src.reader.check_recorded(member)
     if ref.storage.key not in meta.records:
@@ -199,8 +223,13 @@ def _read_tensor(
             )
         try:
             buf = read_record(
-                view, meta, ref.storage.key, table=record_table(src.reader.expected(member)),
-                member_crc=src.reader.info(member).CRC, tensors=f"`{key}`", mmap=mmap,
+                view,
+                meta,
+                ref.storage.key,
+                table=record_table(src.reader.expected(member)),
+                member_crc=src.reader.info(member).CRC,
+                tensors=f"`{key}`",
+                mmap=mmap,
             )
         except ZipsaveError as err:
             err.archive, err.member = src.name, member

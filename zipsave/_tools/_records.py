@@ -11,10 +11,17 @@ from .. import _format
 from .._printable import visible, visible_html
 
 __all__ = [
-    "ArchiveInfo", "ArchiveMember", "ComponentInfo", "DataEntry", "TensorInfo", "format_shape", "shorten",
+    "ArchiveInfo",
+    "ArchiveMember",
+    "ComponentInfo",
+    "DataEntry",
+    "TensorInfo",
+    "format_shape",
+    "shorten",
 ]
 
 _PREVIEW = 60
+
 
 @dataclasses.dataclass(frozen=True)
 class ArchiveMember:
@@ -235,7 +242,9 @@ class ArchiveInfo:
         if self.data:
             pickled = len(self.pickled)
             lines += ["", f"data ({len(self.data)} keys, {pickled} need{'s' if pickled == 1 else ''} pickle)"]
-            rows = [(visible(e.name), visible(shorten(e.type, 40)), e.form, visible(_entry_detail(e))) for e in self.data]
+            rows = [
+                (visible(e.name), visible(shorten(e.type, 40)), e.form, visible(_entry_detail(e))) for e in self.data
+            ]
             lines += _columns(rows)
         if self.tensors:
             total = sum(t.nbytes for t in self.tensors)
@@ -243,8 +252,12 @@ class ArchiveInfo:
             rows = [(visible(t.name), visible(t.dtype), format_shape(t.shape), _size(t.nbytes)) for t in self.tensors]
             lines += _columns(rows)
         if self.verified is not None:
-            lines += ["", "verified: every member and tensor record matches its checksum" if self.verified
-                      else "verification FAILED: see the notes"]
+            lines += [
+                "",
+                "verified: every member and tensor record matches its checksum"
+                if self.verified
+                else "verification FAILED: see the notes",
+            ]
         if self.notes:
             lines += ["", "notes"]
             lines += [f"  - {visible(note)}" for note in self.notes]
@@ -328,7 +341,9 @@ def _html_table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) 
     cells = "".join(
         "<tr>" + "".join(f"<td style='text-align:left'>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows
     )
-    header = "" if not any(head) else "<tr>" + "".join(f"<th style='text-align:left'>{esc(h)}</th>" for h in head) + "</tr>"
+    header = (
+        "" if not any(head) else "<tr>" + "".join(f"<th style='text-align:left'>{esc(h)}</th>" for h in head) + "</tr>"
+    )
     return f"<details open><summary><b>{esc(title)}</b></summary><table>{header}{cells}</table></details>"
 
 

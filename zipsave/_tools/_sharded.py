@@ -95,7 +95,11 @@ def _describe_sharded(path: str) -> dict[str, Any]:
     keys = {}
     for fqn, entry in (doc.get("state_dict_metadata") or {}).items():
         if isinstance(entry, dict) and entry.get("type") == "tensor":
-            keys[fqn] = {"dtype": entry.get("dtype"), "shape": entry.get("size"), "chunks": len(entry.get("chunks") or [])}
+            keys[fqn] = {
+                "dtype": entry.get("dtype"),
+                "shape": entry.get("size"),
+                "chunks": len(entry.get("chunks") or []),
+            }
         else:
             keys[fqn] = {"type": "value"}
     return {

@@ -81,5 +81,3 @@ def same_value(a: Any, b: Any, depth: int = 0) -> bool:
         pass
     state_a, state_b = getattr(a, "__dict__", None), getattr(b, "__dict__", None)
     return isinstance(state_a, dict) and isinstance(state_b, dict) and same_value(state_a, state_b, depth + 1)
-
-

@@ -31,11 +31,10 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._audit import pickle_globals
     from ._names import BY_VALUE_MARK
     from ._policy import TrustPolicy
-    from ._prescan import BoundedUnpickler, check_torch_zip, prescan_pickle
+    from ._prescan import BoundedUnpickler, check_legacy_torch, check_torch_zip, prescan_pickle
     from ._space_check import space_problem
     from ._substitutes import SUBSTITUTED, StorageType
     from ._unpickler import restricted_loads
-    from ._prescan import check_legacy_torch
 
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
@@ -51,14 +50,39 @@ _LAZY: dict[str, str] = {
     "check_legacy_torch": "._prescan",
 }
 # Its modules, found as attributes as when this file imported them all.
-_SUBMODULES = frozenset({
-    "_allowlist", "_audit", "_checks", "_guards", "_names", "_policy", "_prescan", "_random", "_sealed",
-    "_space_check", "_substitutes", "_torch_calls", "_unpickler"
-})
+_SUBMODULES = frozenset(
+    {
+        "_allowlist",
+        "_audit",
+        "_checks",
+        "_guards",
+        "_names",
+        "_policy",
+        "_prescan",
+        "_random",
+        "_sealed",
+        "_space_check",
+        "_substitutes",
+        "_torch_calls",
+        "_unpickler",
+    }
+)
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 __all__ = [
-    "BY_VALUE_MARK", "CORE_ALLOWLIST", "GROUPS", "SUBSTITUTED", "BoundedUnpickler", "StorageType", "TrustPolicy",
-    "check_legacy_torch", "check_torch_zip", "default_allowlist", "pickle_globals", "prescan_pickle", "restricted_loads", "space_problem",
+    "BY_VALUE_MARK",
+    "CORE_ALLOWLIST",
+    "GROUPS",
+    "SUBSTITUTED",
+    "BoundedUnpickler",
+    "StorageType",
+    "TrustPolicy",
+    "check_legacy_torch",
+    "check_torch_zip",
+    "default_allowlist",
+    "pickle_globals",
+    "prescan_pickle",
+    "restricted_loads",
+    "space_problem",
 ]

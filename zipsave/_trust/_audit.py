@@ -94,14 +94,14 @@ def pickle_globals(payload: bytes) -> list[str]:
             if pickletools.markobject in before or (name == "POP" and stack and stack[-1] is _MARK):
                 if _MARK not in stack:
                     raise DecodeError(f"malformed pickle: {name} at byte {pos} has no MARK to pop to.")
-                del stack[len(stack) - 1 - stack[::-1].index(_MARK):]
+                del stack[len(stack) - 1 - stack[::-1].index(_MARK) :]
                 count = before.index(pickletools.markobject) if pickletools.markobject in before else 0
             else:
                 count = len(before)
             if len(stack) < count:
                 raise DecodeError(f"malformed pickle: {name} at byte {pos} pops from a stack that is too short.")
-            popped = stack[len(stack) - count:]
-            del stack[len(stack) - count:]
+            popped = stack[len(stack) - count :]
+            del stack[len(stack) - count :]
 
             if name in _STRING_OPS:
                 pushed: list[Any] = [arg]
@@ -171,7 +171,11 @@ def by_value_classes(payload: bytes) -> list[str]:
         if not isinstance(class_name, str):
             continue
         module = next(
-            (after[i + 1][1] for i in range(len(after) - 1) if after[i] == ("str", "__module__") and after[i + 1][0] == "str"),
+            (
+                after[i + 1][1]
+                for i in range(len(after) - 1)
+                if after[i] == ("str", "__module__") and after[i + 1][0] == "str"
+            ),
             None,
         )
         full = f"{module}.{class_name}" if module else class_name

@@ -9,9 +9,16 @@ from typing import Any
 from ._names import is_dunder
 
 __all__ = [
-    "Memo", "check_bit_generator", "check_bit_generator_state", "check_dtype", "check_seed_sequence",
-    "dtype_state_problem", "instance_dunders", "rebuild_dtype",
+    "Memo",
+    "check_bit_generator",
+    "check_bit_generator_state",
+    "check_dtype",
+    "check_seed_sequence",
+    "dtype_state_problem",
+    "instance_dunders",
+    "rebuild_dtype",
 ]
+
 
 # -- the unpickler ---------------------------------------------------------------------------
 class Memo(dict):
@@ -84,10 +91,7 @@ def check_dtype(numpy: Any, dtype: Any) -> str | None:
         and canonical.flags == dtype.flags
         and canonical.hasobject == dtype.hasobject
     ):
-        return (
-            f"its state describes {canonical!r} (flags {canonical.flags}) but sets "
-            f"{dtype!r} (flags {dtype.flags})"
-        )
+        return f"its state describes {canonical!r} (flags {canonical.flags}) but sets {dtype!r} (flags {dtype.flags})"
     return None
 
 
@@ -179,6 +183,8 @@ def dtype_state_problem(dtype: Any, state: Any) -> str | None:
     if dtype.kind in "mM":
         meta = state[-1]
         unit = meta[1] if type(meta) is tuple and len(meta) == 2 else None
-        if not (type(unit) is tuple and len(unit) == 4 and type(unit[0]) is bytes and all(type(v) is int for v in unit[1:])):
+        if not (
+            type(unit) is tuple and len(unit) == 4 and type(unit[0]) is bytes and all(type(v) is int for v in unit[1:])
+        ):
             return "a datetime dtype's state lacks its (unit, count, ...) metadata"
     return None

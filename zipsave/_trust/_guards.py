@@ -22,20 +22,40 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a `class` statemen
 
 #: C types whose ``__init__`` only fills an instance that ``__new__`` already made sound
 #: (an empty container or namespace), so pickle may create them without calling it.
-_NEW_IS_ENOUGH = frozenset({
-    object, list, dict, set, bytearray, collections.OrderedDict, collections.deque,
-    collections.defaultdict, types.SimpleNamespace,
-})
+_NEW_IS_ENOUGH = frozenset(
+    {
+        object,
+        list,
+        dict,
+        set,
+        bytearray,
+        collections.OrderedDict,
+        collections.deque,
+        collections.defaultdict,
+        types.SimpleNamespace,
+    }
+)
 
 #: Classes defined in Python that pickles do call: pathlib parses its argument strings, Counter
 #: counts a dict. Other Python classes (spaces, modules, buffers, policies, optimizers) are
 #: pickled empty plus state (NEWOBJ + BUILD) and their constructors are never called.
-_CALLABLE_PY_CLASSES = frozenset({
-    "collections.Counter", "pathlib.Path", "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib.PurePath",
-    "pathlib.PurePosixPath", "pathlib.PureWindowsPath", "pathlib._local.Path", "pathlib._local.PosixPath",
-    "pathlib._local.WindowsPath", "pathlib._local.PurePath", "pathlib._local.PurePosixPath",
-    "pathlib._local.PureWindowsPath",
-})
+_CALLABLE_PY_CLASSES = frozenset(
+    {
+        "collections.Counter",
+        "pathlib.Path",
+        "pathlib.PosixPath",
+        "pathlib.WindowsPath",
+        "pathlib.PurePath",
+        "pathlib.PurePosixPath",
+        "pathlib.PureWindowsPath",
+        "pathlib._local.Path",
+        "pathlib._local.PosixPath",
+        "pathlib._local.WindowsPath",
+        "pathlib._local.PurePath",
+        "pathlib._local.PurePosixPath",
+        "pathlib._local.PureWindowsPath",
+    }
+)
 
 #: Constructors whose first argument, when an integer, is a number of bytes to allocate.
 _SIZED_BY_INT = frozenset({"builtins.bytes", "builtins.bytearray", "numpy.void", "numpy.bytes_"})
@@ -213,7 +233,11 @@ def build_state_problem(inst: Any, state: Any, is_random: Callable[[Any], bool])
             continue
         if type(part) is not dict:
             return f"gives a `{type(inst).__qualname__}` instance a {type(part).__qualname__} as state, not a dict (or a pair of dicts)"
-        bad = sorted(f"`{k}`" if type(k) is str else repr(k) for k in part if type(k) is not str or k.startswith("__") or is_dunder(k))
+        bad = sorted(
+            f"`{k}`" if type(k) is str else repr(k)
+            for k in part
+            if type(k) is not str or k.startswith("__") or is_dunder(k)
+        )
         # torch keeps hooks (callables it calls on forward/step/load) in `_..._hooks` dicts;
         # saved modules and optimizers have them empty, and a loaded value may not plant one.
         bad += sorted(f"`{k}`" for k in part if type(k) is str and k.endswith("hooks") and part[k])

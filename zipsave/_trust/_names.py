@@ -10,8 +10,23 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
-    "BY_VALUE_HINT", "BY_VALUE_MARK", "CODE_HINT", "TORCH_PICKLE_HINT", "TORCH_PICKLE_RUNNERS", "CODE_RUNNERS", "DYNAMIC_GLOBAL", "LOCAL_HINT", "canonical", "fix_py2_name", "import_attribute", "import_spelling", "numpy_major",
-    "is_dotted", "is_dunder", "is_local", "normalise_trusted",
+    "BY_VALUE_HINT",
+    "BY_VALUE_MARK",
+    "CODE_HINT",
+    "TORCH_PICKLE_HINT",
+    "TORCH_PICKLE_RUNNERS",
+    "CODE_RUNNERS",
+    "DYNAMIC_GLOBAL",
+    "LOCAL_HINT",
+    "canonical",
+    "fix_py2_name",
+    "import_attribute",
+    "import_spelling",
+    "numpy_major",
+    "is_dotted",
+    "is_dunder",
+    "is_local",
+    "normalise_trusted",
 ]
 
 LOCAL_HINT = (
@@ -22,9 +37,33 @@ LOCAL_HINT = (
 DYNAMIC_GLOBAL = "<STACK_GLOBAL with a computed name>"
 # Globals that rebuild code objects or reach the operating system. Suggesting
 # `trusted=[name]` for them would teach users to let any archive run code.
-CODE_RUNNERS = ("cloudpickle.", "types.", "builtins.", "os.", "posix.", "nt.", "subprocess.", "sys.", "shutil.",
-                 "importlib.", "runpy.", "pickle.", "marshal.", "ctypes.", "socket.", "operator.", "functools.",
-                 "io.", "_io.", "pathlib.", "tempfile.", "codecs.", "glob.", "urllib.", "http.")
+CODE_RUNNERS = (
+    "cloudpickle.",
+    "types.",
+    "builtins.",
+    "os.",
+    "posix.",
+    "nt.",
+    "subprocess.",
+    "sys.",
+    "shutil.",
+    "importlib.",
+    "runpy.",
+    "pickle.",
+    "marshal.",
+    "ctypes.",
+    "socket.",
+    "operator.",
+    "functools.",
+    "io.",
+    "_io.",
+    "pathlib.",
+    "tempfile.",
+    "codecs.",
+    "glob.",
+    "urllib.",
+    "http.",
+)
 CODE_HINT = (
     "It rebuilds code stored in the archive or reaches the operating system, so trusting it would "
     "let this archive (and any other) run arbitrary code. Replace the entry with "
@@ -60,20 +99,20 @@ def canonical(module: str, qualname: str) -> tuple[str, str]:
     # numpy 2 renamed numpy.core to numpy._core and left a shim that warns on every access;
     # one spelling for trust decisions keeps both archive generations loadable.
     if module == "numpy.core" or module.startswith("numpy.core."):
-        module = "numpy._core" + module[len("numpy.core"):]
+        module = "numpy._core" + module[len("numpy.core") :]
     # SB3 < 2.0 pickled the spaces of the `gym` package, which gymnasium continues under the
     # same module paths; gymnasium's spaces read gym's pickled state (its `__setstate__` takes
     # the legacy `shape` and `np_random` keys). Read as gymnasium's, they load where `gym` is
     # not installed, under the allowlist, as SB3 2.x would convert them anyway.
     if module == "gym.spaces" or module.startswith("gym.spaces."):
-        module = "gymnasium.spaces" + module[len("gym.spaces"):]
+        module = "gymnasium.spaces" + module[len("gym.spaces") :]
     return module, qualname
 
 
 def import_spelling(module: str) -> str:
     if module == "numpy._core" or module.startswith("numpy._core."):
         if numpy_major() < 2:
-            return "numpy.core" + module[len("numpy._core"):]
+            return "numpy.core" + module[len("numpy._core") :]
     return module
 
 
@@ -126,9 +165,7 @@ def _normalise_entry(item: Any) -> str:
             return f"{module}.{qualname}"
         if text.endswith("."):
             if not is_dotted(text[:-1]):
-                raise ValueError(
-                    f"`trusted` entry {item!r} is not a package prefix such as 'pkg.' or 'pkg.mod.*'."
-                )
+                raise ValueError(f"`trusted` entry {item!r} is not a package prefix such as 'pkg.' or 'pkg.mod.*'.")
             return text
         if is_local(text):
             raise ValueError(f"`trusted` entry {item!r} names a local object. {LOCAL_HINT}")
@@ -143,9 +180,7 @@ def _normalise_entry(item: Any) -> str:
     defined_in: Any = getattr(item, "__module__", None)
     name: Any = getattr(item, "__qualname__", None)
     if not (isinstance(defined_in, str) and isinstance(name, str)):
-        raise TypeError(
-            f"`trusted` entries must be names, classes, functions or modules; got {type(item).__name__}."
-        )
+        raise TypeError(f"`trusted` entries must be names, classes, functions or modules; got {type(item).__name__}.")
     if is_local(name):
         raise ValueError(f"cannot trust `{defined_in}.{name}`. {LOCAL_HINT}")
     return f"{defined_in}.{name}"

@@ -9,13 +9,12 @@ from typing import Any
 
 from ..exceptions import DecodeError, UnsafeGlobalError
 from ._allowlist import default_allowlist
-from ._sealed import Sealed, seal, seal_module
 from ._names import (
     CODE_HINT,
     CODE_RUNNERS,
+    LOCAL_HINT,
     TORCH_PICKLE_HINT,
     TORCH_PICKLE_RUNNERS,
-    LOCAL_HINT,
     canonical,
     import_attribute,
     import_spelling,
@@ -24,8 +23,10 @@ from ._names import (
     is_local,
     normalise_trusted,
 )
+from ._sealed import Sealed, seal, seal_module
 
 __all__ = ["TrustPolicy"]
+
 
 @seal
 @dataclasses.dataclass(frozen=True)
@@ -137,8 +138,10 @@ class TrustPolicy(metaclass=Sealed):
         for entry in self.trusted:
             # A prefix admits classes and functions, never a program (`pkg.__main__`, whose
             # import runs it) nor another dunder module.
-            if entry.endswith(".") and full.startswith(entry) and not any(
-                is_dunder(part) for part in full[len(entry):].split(".")[:-1]
+            if (
+                entry.endswith(".")
+                and full.startswith(entry)
+                and not any(is_dunder(part) for part in full[len(entry) :].split(".")[:-1])
             ):
                 return entry
         return None
@@ -253,7 +256,9 @@ class TrustPolicy(metaclass=Sealed):
             try:
                 found = getattr(found, part)
             except AttributeError as err:
-                raise DecodeError(f"module `{module}` has no attribute `{qualname}` (global `{full}`).", **where) from err
+                raise DecodeError(
+                    f"module `{module}` has no attribute `{qualname}` (global `{full}`).", **where
+                ) from err
         if by_prefix:
             defined_in = getattr(found, "__module__", None)
             kind_ok = isinstance(found, (type, types.FunctionType, types.BuiltinFunctionType))

@@ -209,7 +209,9 @@ class _Named(_Stub):
 class _Prescan(BoundedUnpickler):
     dispatch = dict(BoundedUnpickler.dispatch)
 
-    def __init__(self, payload: bytes, records: dict[str, int] | None = None, *, limits: Any = None, **where: Any) -> None:
+    def __init__(
+        self, payload: bytes, records: dict[str, int] | None = None, *, limits: Any = None, **where: Any
+    ) -> None:
         super().__init__(payload, limits=limits, **where)
         self.pids: list[Any] = []
         self.records = records
@@ -278,8 +280,18 @@ def prescan_pickle(payload: bytes, records: dict[str, int] | None = None, *, lim
 
 #: Bytes per element of torch's legacy storage classes (``torch.FloatStorage``...).
 _LEGACY_ITEMSIZE = {
-    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
-    "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
+    "Double": 8,
+    "Float": 4,
+    "Half": 2,
+    "BFloat16": 2,
+    "Long": 8,
+    "Int": 4,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
 }
 
 
@@ -296,7 +308,11 @@ def check_legacy_torch(payload: bytes | bytearray, **where: Any) -> None:
         itemsize: dict[Any, int] = {}
         for pid in scan.pids:
             kind = getattr(pid[1], "name", "") if type(pid) is tuple and len(pid) > 2 else ""
-            size = LEGACY_ITEMSIZE.get(kind.rpartition(".")[2].removesuffix("Storage")) if kind.startswith("torch.") else None
+            size = (
+                LEGACY_ITEMSIZE.get(kind.rpartition(".")[2].removesuffix("Storage"))
+                if kind.startswith("torch.")
+                else None
+            )
             if size is None:
                 raise DecodeError(f"a legacy torch storage reference names {kind or pid!r}.", **where)
             itemsize[pid[2]] = size
@@ -332,7 +348,7 @@ def check_torch_zip(fileobj: Any, *, size: int, max_bytes: int, max_ratio: float
                 member._expected_crc = None  # type: ignore[attr-defined]  # torch may write none; the outer CRC covers it
                 payload = member.read()
             data = pickles[0].filename[: -len("data.pkl")] + "data/"
-            records = {i.filename[len(data):]: i.file_size for i in infos if i.filename.startswith(data)}
+            records = {i.filename[len(data) :]: i.file_size for i in infos if i.filename.startswith(data)}
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, OverflowError) as err:
         if isinstance(err, ZipsaveError):
             raise

@@ -23,7 +23,11 @@ def random_helpers(
         known = getattr(sys.modules["numpy.random._pickle"], "BitGenerators", {})
         if isinstance(bit_generator, str) and type(known.get(bit_generator)) is type:
             return known[bit_generator]()
-        if isinstance(bit_generator, type) and issubclass(bit_generator, random.BitGenerator) and was_imported(bit_generator):
+        if (
+            isinstance(bit_generator, type)
+            and issubclass(bit_generator, random.BitGenerator)
+            and was_imported(bit_generator)
+        ):
             return bit_generator()
         raise error(
             f"{_BIT_GENERATOR_CTOR} needs the name of one of numpy's bit generators or a "

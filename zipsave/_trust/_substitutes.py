@@ -16,21 +16,43 @@ from ._allowlist import default_allowlist
 from ._names import CODE_HINT
 from ._prescan import check_legacy_torch, check_torch_zip
 
-__all__ = ["SUBSTITUTED", "Owner", "Owners", "StorageType", "attribute_getter", "legacy_space_state", "owns_trusted", "substitutes"]
+__all__ = [
+    "SUBSTITUTED",
+    "Owner",
+    "Owners",
+    "StorageType",
+    "attribute_getter",
+    "legacy_space_state",
+    "owns_trusted",
+    "substitutes",
+]
 
 #: Globals the restricted unpickler never imports but answers with its own stand-in: torch's
 #: helpers for a tensor pickled by plain pickle (sb3-contrib ARS's ``weights`` in ``data``),
 #: which call ``torch.load`` with pickle on, and torch's legacy storage classes, which name a
 #: dtype in a ``torch.save`` file's storage references. A pickle naming them needs no trust.
 _LEGACY_STORAGES = {
-    "Double": "float64", "Float": "float32", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
-    "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
-    "ComplexFloat": "complex64", "ComplexDouble": "complex128",
+    "Double": "float64",
+    "Float": "float32",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Long": "int64",
+    "Int": "int32",
+    "Short": "int16",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Bool": "bool",
+    "ComplexFloat": "complex64",
+    "ComplexDouble": "complex128",
 }
-SUBSTITUTED = frozenset({
-    "torch.storage._load_from_bytes", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
-    *(f"torch.{name}Storage" for name in _LEGACY_STORAGES),
-})
+SUBSTITUTED = frozenset(
+    {
+        "torch.storage._load_from_bytes",
+        "torch._utils._rebuild_tensor_v2",
+        "torch._utils._rebuild_parameter",
+        *(f"torch.{name}Storage" for name in _LEGACY_STORAGES),
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +129,10 @@ def attribute_getter(
 
 
 def substitutes(
-    error: Callable[[str], Exception], imported_name: Callable[[Any], str | None], policy: Any, where: dict[str, Any],
+    error: Callable[[str], Exception],
+    imported_name: Callable[[Any], str | None],
+    policy: Any,
+    where: dict[str, Any],
     owners: Owners,
 ) -> dict[str, Any]:
     """The stand-ins for :data:`SUBSTITUTED` and ``builtins.getattr``, raising
@@ -123,7 +148,9 @@ def substitutes(
             raise error(f"torch.storage._load_from_bytes takes bytes, got {type(data).__name__}.")
         # torch.load trusts the zip's sizes and builds the pickle's dicts unchecked.
         if data[:2] == b"PK":
-            check_torch_zip(io.BytesIO(data), size=len(data), max_bytes=alloc_budget(len(data)), max_ratio=200.0, **where)
+            check_torch_zip(
+                io.BytesIO(data), size=len(data), max_bytes=alloc_budget(len(data)), max_ratio=200.0, **where
+            )
         else:  # torch pickles a storage in its legacy format
             check_legacy_torch(data, **where)
         try:
@@ -138,8 +165,13 @@ def substitutes(
         return storage
 
     def rebuild_tensor(
-        storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any = False,
-        backward_hooks: Any = None, metadata: Any = None,
+        storage: Any,
+        offset: Any,
+        size: Any,
+        stride: Any,
+        requires_grad: Any = False,
+        backward_hooks: Any = None,
+        metadata: Any = None,
     ) -> Any:
         import torch
         from torch._utils import _rebuild_tensor_v2
@@ -150,15 +182,18 @@ def substitutes(
             and all(type(v) is int and 0 <= v < 1 << 63 for v in ints)
             and len(size) == len(stride)
             and type(requires_grad) is bool
-            and not backward_hooks and not metadata  # hooks are callables; metadata sets internals
+            and not backward_hooks
+            and not metadata  # hooks are callables; metadata sets internals
         ):
             raise error("torch._utils._rebuild_tensor_v2 got arguments a saved tensor never has.")
         # set_() would grow a storage too small for the view with memory it never fills (an 8 GiB
         # tensor over a 64-byte record); a saved tensor lies inside its storage.
         nbytes = storage._untyped_storage.nbytes()
         if not view_fits(offset, size, stride, storage.dtype.itemsize, nbytes):
-            raise error(f"a pickled tensor (size {tuple(size)[:8]}, stride {tuple(stride)[:8]}, offset {offset}) "
-                        f"reaches past its {nbytes}-byte storage; a saved tensor lies inside its storage.")
+            raise error(
+                f"a pickled tensor (size {tuple(size)[:8]}, stride {tuple(stride)[:8]}, offset {offset}) "
+                f"reaches past its {nbytes}-byte storage; a saved tensor lies inside its storage."
+            )
         tensor = _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, collections.OrderedDict())
         check_tensor(tensor)
         return tensor

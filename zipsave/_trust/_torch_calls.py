@@ -14,16 +14,30 @@ __all__ = ["LEGACY_ITEMSIZE", "StorageRecord", "check_torch_call", "storage_refe
 
 #: Bytes per element of torch's legacy storage classes (``torch.FloatStorage``...).
 LEGACY_ITEMSIZE = {
-    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
-    "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
+    "Double": 8,
+    "Float": 4,
+    "Half": 2,
+    "BFloat16": 2,
+    "Long": 8,
+    "Int": 4,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
 }
 
 #: torch's rebuild functions that lay a tensor over a storage with ``set_()``:
 #: ``(storage, offset, size, stride, ...)``.
-_OVER_STORAGE = frozenset({
-    "torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor_v3",
-    "torch._utils._rebuild_qtensor",
-})
+_OVER_STORAGE = frozenset(
+    {
+        "torch._utils._rebuild_tensor",
+        "torch._utils._rebuild_tensor_v2",
+        "torch._utils._rebuild_tensor_v3",
+        "torch._utils._rebuild_qtensor",
+    }
+)
 
 
 class StorageRecord:
@@ -53,8 +67,10 @@ def storage_reference(pid: Any, records: dict[str, int] | None, **where: Any) ->
     if not (type(pid) is tuple and len(pid) in (5, 6) and pid[0] == "storage" and type(pid[4]) is int):
         return None
     kind = _name(pid[1])
-    itemsize = 1 if kind.endswith("UntypedStorage") else LEGACY_ITEMSIZE.get(
-        kind.rpartition(".")[2].removesuffix("Storage"), 1
+    itemsize = (
+        1
+        if kind.endswith("UntypedStorage")
+        else LEGACY_ITEMSIZE.get(kind.rpartition(".")[2].removesuffix("Storage"), 1)
     )
     claimed = pid[4] * itemsize
     if records is not None:

@@ -15,7 +15,13 @@ from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
 from ._checks import Memo, check_bit_generator_state, check_dtype, check_seed_sequence, dtype_state_problem
 from ._guards import (
-    array_state_problem, build_state_problem, call_problem, check_keys, new_problem, numpy_random_kind, size_problem,
+    array_state_problem,
+    build_state_problem,
+    call_problem,
+    check_keys,
+    new_problem,
+    numpy_random_kind,
+    size_problem,
 )
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
@@ -25,7 +31,6 @@ from ._space_check import built_problem
 from ._substitutes import Owners, legacy_space_state, owns_trusted, substitutes
 
 __all__ = ["restricted_loads"]
-
 
 
 class _RestrictedUnpickler(BoundedUnpickler):
@@ -213,7 +218,9 @@ class _RestrictedUnpickler(BoundedUnpickler):
         if base is object:
             problem = new_problem(cls)
             if problem:
-                raise self._error(f"copyreg._reconstructor creates `{self._describe(cls)}` without `__init__`: {problem}.")
+                raise self._error(
+                    f"copyreg._reconstructor creates `{self._describe(cls)}` without `__init__`: {problem}."
+                )
         self._check_call(base, (state,), {}, "copyreg._reconstructor")
         return copyreg._reconstructor(cls, base, state)  # type: ignore[attr-defined]
 
@@ -263,7 +270,9 @@ class _RestrictedUnpickler(BoundedUnpickler):
         if (
             numpy is not None
             and isinstance(inst, numpy.random.BitGenerator)
-            and type(state) is tuple and len(state) == 2 and isinstance(state[0], dict)
+            and type(state) is tuple
+            and len(state) == 2
+            and isinstance(state[0], dict)
             and numpy_major() < 2
         ):
             # numpy 2 writes (state, seed sequence); numpy 1.x sets a state dict only (the seed
@@ -403,6 +412,8 @@ def restricted_loads(
     except ZipsaveError:
         raise
     except Exception as err:
-        raise DecodeError(f"cannot unpickle the value ({type(err).__name__}: {err}).", **where,
-                          hint=f"Consider using `custom_objects={{{key!r}: ...}}` to replace it." if key else None) from err
-
+        raise DecodeError(
+            f"cannot unpickle the value ({type(err).__name__}: {err}).",
+            **where,
+            hint=f"Consider using `custom_objects={{{key!r}: ...}}` to replace it." if key else None,
+        ) from err

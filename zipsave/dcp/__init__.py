@@ -6,10 +6,10 @@ Importing :mod:`zipsave` does not import this package (nor ``torch.distributed``
 
 from __future__ import annotations
 
+from .._tools import verify_sharded as verify
 from ._api import load, save
 from ._consolidate import consolidate
 from ._reader import ZipReader
-from .._tools import verify_sharded as verify
 from ._writer import ZipWriter
 
 __all__ = ["ZipReader", "ZipWriter", "consolidate", "load", "save", "verify"]

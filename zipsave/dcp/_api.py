@@ -8,8 +8,8 @@ from typing import Any
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from ..exceptions import reading
 from .._archive import Limits
+from ..exceptions import reading
 from ._errors import raise_zipsave_error
 from ._reader import ZipReader
 from ._writer import ZipWriter
@@ -17,8 +17,9 @@ from ._writer import ZipWriter
 __all__ = ["load", "raise_zipsave_error", "save"]
 
 
-def save(state_dict: dict[str, Any], path: str | os.PathLike, *, sync_files: bool = True, sha256: bool = False,
-         **kwargs: Any) -> Any:
+def save(
+    state_dict: dict[str, Any], path: str | os.PathLike, *, sync_files: bool = True, sha256: bool = False, **kwargs: Any
+) -> Any:
     """``torch.distributed.checkpoint.save(state_dict, storage_writer=ZipWriter(path))``.
 
     Call it on every rank of the process group, or in one process without one (DCP then says
@@ -50,7 +51,11 @@ def save(state_dict: dict[str, Any], path: str | os.PathLike, *, sync_files: boo
 
 
 def load(
-    state_dict: dict[str, Any], path: str | os.PathLike, *, allow_pickle: bool = False, limits: Limits | None = None,
+    state_dict: dict[str, Any],
+    path: str | os.PathLike,
+    *,
+    allow_pickle: bool = False,
+    limits: Limits | None = None,
     **kwargs: Any,
 ) -> None:
     """``torch.distributed.checkpoint.load(state_dict, storage_reader=ZipReader(path))``, in place.

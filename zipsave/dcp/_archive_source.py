@@ -75,8 +75,19 @@ class ArchiveSource:
     def _read_tensor(self, view: Any, entry: _TensorEntry, item: ReadItem, planner: LoadPlanner) -> None:
         ref = entry.ref
         if ref.is_contiguous():
-            _region.read_into(view, entry.start, ref.size, ref.dtype, item, planner, crc=None, member_size=None,
-                              where=f"tensor `{item.storage_index.fqn}`", archive=self.path, member=entry.member)
+            _region.read_into(
+                view,
+                entry.start,
+                ref.size,
+                ref.dtype,
+                item,
+                planner,
+                crc=None,
+                member_size=None,
+                where=f"tensor `{item.storage_index.fqn}`",
+                archive=self.path,
+                member=entry.member,
+            )
             return
         # A strided view was saved (rare): read the span it covers, then slice it in memory.
         raw = bytearray(ref.extent)
@@ -95,8 +106,10 @@ def _tree_with_meta_tensors(tree: Any, found: dict[int, TensorRef]) -> Any:
     """``tree`` with every TensorRef replaced by a meta tensor of its shape, so DCP's own
     flattening names the keys exactly as it does for the live state dict."""
     if isinstance(tree, SparseRef):
-        raise ArchiveFormatError(f"holds a {tree.layout} tensor; DCP loading reads dense tensors only.",
-                                 hint="Load the archive with `zipsave.load` instead.")
+        raise ArchiveFormatError(
+            f"holds a {tree.layout} tensor; DCP loading reads dense tensors only.",
+            hint="Load the archive with `zipsave.load` instead.",
+        )
     if isinstance(tree, TensorRef):
         meta = torch.empty(tree.size, dtype=tree.dtype, device="meta")
         found[id(meta)] = tree
@@ -131,7 +144,8 @@ def archive_metadata(path: str, limits: Limits = DEFAULT_LIMITS) -> Metadata:
                 except Exception as err:  # the metadata reader refuses what only torch.load understands
                     raise ArchiveFormatError(
                         f"cannot be read by random access ({err}); DCP loading reads plain tensor state dicts.",
-                        archive=path, member=name,
+                        archive=path,
+                        member=name,
                     ) from err
                 try:  # every view inside its record, nothing refused, before DCP plans a read
                     check_views(meta.tree, {key: length for key, (_, length) in meta.records.items()})

@@ -9,15 +9,15 @@ import pickle
 from typing import Any
 
 import torch
+from torch.distributed._shard._utils import narrow_tensor_by_index
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader, _StorageInfo
-from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, StorageMeta, TensorStorageMetadata
-from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
-from torch.distributed._shard._utils import narrow_tensor_by_index
-from torch.futures import Future
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+from torch.futures import Future
 
 from .._api import save_archive
 from .._archive import Limits
@@ -37,8 +37,14 @@ _DCP_METADATA = ".metadata"
 #: What DCP's pickled ``.metadata`` may reference: its own dataclasses, torch dtypes and sizes.
 _ALLOWED = {
     "torch.distributed.checkpoint.metadata": {
-        "Metadata", "MetadataIndex", "ChunkStorageMetadata", "TensorStorageMetadata", "BytesStorageMetadata",
-        "TensorProperties", "StorageMeta", "_MEM_FORMAT_ENCODING",
+        "Metadata",
+        "MetadataIndex",
+        "ChunkStorageMetadata",
+        "TensorStorageMetadata",
+        "BytesStorageMetadata",
+        "TensorProperties",
+        "StorageMeta",
+        "_MEM_FORMAT_ENCODING",
     },
     "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
     "torch.serialization": {"_get_layout"},
@@ -60,7 +66,9 @@ class _MetadataUnpickler(pickle.Unpickler):
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
         raise UnsafeGlobalError(
-            f"{module}.{name}", archive=self._where, member=_DCP_METADATA,
+            f"{module}.{name}",
+            archive=self._where,
+            member=_DCP_METADATA,
             hint="DCP's metadata holds only its own dataclasses; this file was made by something else.",
         )
 
@@ -92,8 +100,9 @@ class SafeFileSystemReader(FileSystemReader):
             except ZipsaveError:
                 raise
             except Exception as err:
-                raise ArchiveFormatError(f"cannot be read ({err}).", archive=os.fspath(self.path),
-                                         member=_DCP_METADATA) from err
+                raise ArchiveFormatError(
+                    f"cannot be read ({err}).", archive=os.fspath(self.path), member=_DCP_METADATA
+                ) from err
         if not isinstance(metadata, Metadata):
             raise ArchiveFormatError("does not hold DCP Metadata.", archive=os.fspath(self.path), member=_DCP_METADATA)
         held = _check_storage(os.fspath(self.path), metadata)
@@ -124,8 +133,12 @@ class SafeFileSystemReader(FileSystemReader):
         info = self.storage_data[item.storage_index]
         fqn = item.storage_index.fqn
         if getattr(info, "transform_descriptors", None):
-            raise ArchiveFormatError(f"stores `{fqn}` through transforms {list(info.transform_descriptors)!r}; zipsave "
-                                     "reads plain DCP chunks.", archive=root, member=relative_path)
+            raise ArchiveFormatError(
+                f"stores `{fqn}` through transforms {list(info.transform_descriptors)!r}; zipsave "
+                "reads plain DCP chunks.",
+                archive=root,
+                member=relative_path,
+            )
         stream.seek(info.offset)
         raw = stream.read(info.length)
         if len(raw) != info.length:
@@ -162,7 +175,8 @@ def _check_storage(root: str, metadata: Metadata) -> int:
         if not isinstance(info, _StorageInfo):
             raise ArchiveFormatError(
                 f"locates `{getattr(index, 'fqn', index)}` with a {type(info).__name__}, not DCP's _StorageInfo.",
-                archive=root, member=_DCP_METADATA,
+                archive=root,
+                member=_DCP_METADATA,
             )
         if info.relative_path not in checked:
             try:
@@ -170,14 +184,16 @@ def _check_storage(root: str, metadata: Metadata) -> int:
             except FileNotFoundError:
                 raise IntegrityError(
                     f"names the file {info.relative_path!r}, which is missing from the checkpoint directory.",
-                    archive=root, member=_DCP_METADATA,
+                    archive=root,
+                    member=_DCP_METADATA,
                 ) from None
             checked[info.relative_path] = None
         if not all(type(n) is int and n >= 0 for n in (info.offset, info.length)):
             raise ArchiveFormatError(
                 f"locates `{getattr(index, 'fqn', index)}` at offset {info.offset!r}, length {info.length!r}; "
                 "expected non-negative integers.",
-                archive=root, member=_DCP_METADATA,
+                archive=root,
+                member=_DCP_METADATA,
             )
     return held
 
@@ -194,7 +210,8 @@ def _check_chunk_lengths(root: str, metadata: Metadata) -> None:
                 found = "no stored chunk" if info is None else f"{info.length} stored bytes"
                 raise ArchiveFormatError(
                     f"tensor `{fqn}`'s chunk at offsets {list(chunk.offsets)} needs {need} bytes and has {found}.",
-                    archive=root, member=_DCP_METADATA,
+                    archive=root,
+                    member=_DCP_METADATA,
                 )
 
 
@@ -275,7 +292,9 @@ def consolidate(
         # dcp.load copies the dict it is given; the empty-state planner fills this one (as
         # torch's own dcp_to_torch_save does).
         try:
-            _load_state_dict(state, storage_reader=reader, planner=_ConsolidatePlanner(allow_pickle, src, limits), no_dist=True)
+            _load_state_dict(
+                state, storage_reader=reader, planner=_ConsolidatePlanner(allow_pickle, src, limits), no_dist=True
+            )
         except CheckpointException as err:  # a BaseException: a damaged rank archive raises zipsave's error
             raise_zipsave_error(err, src, getattr(reader, "metadata_error", None), what="consolidating the checkpoint")
     data: dict[str, Any] = {}

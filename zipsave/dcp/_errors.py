@@ -32,7 +32,8 @@ def raise_zipsave_error(
     # The first rank's own exception is the cause (DCP's CheckpointException only gathers them).
     first = _first(failures[min(failures)]) if failures else None
     raise ArchiveFormatError(
-        f"{what} failed ({causes}).", archive=os.fspath(archive) if isinstance(archive, (str, os.PathLike)) else None,
+        f"{what} failed ({causes}).",
+        archive=os.fspath(archive) if isinstance(archive, (str, os.PathLike)) else None,
         hint="The checkpoint's metadata or files are not what DCP wrote: `zipsave.dcp.verify(path)` checks every "
         "archive of a checkpoint; load an intact copy.",
     ) from (first if isinstance(first, BaseException) else err)

@@ -18,8 +18,16 @@ from torch.distributed.checkpoint.metadata import (
 
 from ..exceptions import ArchiveFormatError, EncodeError
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "ItemLocation", "RankFile", "dtype_from_name", "dtype_name", "from_json",
-           "to_json"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "ItemLocation",
+    "RankFile",
+    "dtype_from_name",
+    "dtype_name",
+    "from_json",
+    "to_json",
+]
 
 FORMAT = "zipsave-dcp"
 FORMAT_VERSION = 1
@@ -88,8 +96,11 @@ def to_json(metadata: Metadata, locations: dict[MetadataIndex, ItemLocation], ra
         memory_format = next((k for k, v in _MEMORY_FORMATS.items() if v == props.memory_format), None)
         layout = next((k for k, v in _LAYOUTS.items() if v == props.layout), None)
         if memory_format is None or layout is None:
-            raise EncodeError(f"has layout {props.layout} / memory format {props.memory_format}, which the "
-                              "zipsave DCP storage does not store.", key=fqn)
+            raise EncodeError(
+                f"has layout {props.layout} / memory format {props.memory_format}, which the "
+                "zipsave DCP storage does not store.",
+                key=fqn,
+            )
         entries[fqn] = {
             "type": "tensor",
             "dtype": dtype_name(props.dtype),
@@ -103,8 +114,10 @@ def to_json(metadata: Metadata, locations: dict[MetadataIndex, ItemLocation], ra
     planner_data = metadata.planner_data
     if planner_data is not None:
         if not isinstance(planner_data, dict):
-            raise EncodeError(f"the planner's planner_data is a {type(planner_data).__name__}; the zipsave DCP "
-                              "storage stores a dict of key paths (what DefaultSavePlanner makes).")
+            raise EncodeError(
+                f"the planner's planner_data is a {type(planner_data).__name__}; the zipsave DCP "
+                "storage stores a dict of key paths (what DefaultSavePlanner makes)."
+            )
         planner_data = {str(k): _path_to_json(v) for k, v in planner_data.items()}
     storage_meta = None
     if metadata.storage_meta is not None:
@@ -162,7 +175,8 @@ def from_json(doc: Any, where: str) -> tuple[Metadata, dict[MetadataIndex, ItemL
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise ArchiveFormatError(
             f"has format_version {version!r}; this zipsave reads up to {FORMAT_VERSION}.",
-            member=where, hint="Upgrade zipsave to read this checkpoint.",
+            member=where,
+            hint="Upgrade zipsave to read this checkpoint.",
         )
     state: dict[str, Any] = {}
     for fqn, entry in _field(doc, "state_dict_metadata", dict, where).items():
@@ -199,8 +213,9 @@ def from_json(doc: Any, where: str) -> tuple[Metadata, dict[MetadataIndex, ItemL
     storage_meta = None
     sm = doc.get("storage_meta")
     if isinstance(sm, dict):
-        storage_meta = StorageMeta(checkpoint_id=sm.get("checkpoint_id"), save_id=sm.get("save_id"),
-                                   modules=list(sm.get("modules") or []))
+        storage_meta = StorageMeta(
+            checkpoint_id=sm.get("checkpoint_id"), save_id=sm.get("save_id"), modules=list(sm.get("modules") or [])
+        )
     locations: dict[MetadataIndex, ItemLocation] = {}
     for item in _field(doc, "storage_data", list, where):
         offset = item.get("offset") if isinstance(item, dict) else None

@@ -26,10 +26,13 @@ def confined(root: str, name: Any, *, archive: Any, member: str, must_exist: boo
     FileNotFoundError
         When ``must_exist`` and no such file exists (the caller reports a missing shard).
     """
+
     def refuse(why: str) -> ArchiveFormatError:
         return ArchiveFormatError(
             f"names the file {name!r}, which {why}; a checkpoint only reads regular files inside its directory.",
-            archive=archive, member=member, key=str(name)[:200],
+            archive=archive,
+            member=member,
+            key=str(name)[:200],
             hint="The metadata was not written by DCP or zipsave as it is; load an intact checkpoint.",
         )
 

@@ -49,8 +49,12 @@ def check_pickle(raw: bytes, archive: Any, member: str, limits: Limits | None = 
     # sizes: the value's zip and pickle are checked first, bounded by the value's own size.
     limits = limits or DEFAULT_LIMITS
     check_torch_zip(
-        io.BytesIO(raw), size=len(raw), max_bytes=alloc_budget(len(raw), limits), max_ratio=limits.max_compression_ratio,
-        archive=archive, member=member,
+        io.BytesIO(raw),
+        size=len(raw),
+        max_bytes=alloc_budget(len(raw), limits),
+        max_ratio=limits.max_compression_ratio,
+        archive=archive,
+        member=member,
     )
     load_torch_bytes(raw, archive=archive, member=member)
 
@@ -64,10 +68,14 @@ def _check_locations(metadata: Metadata, locations: dict, where: str, root: str)
         for chunk in md.chunks:
             loc = locations.get(MetadataIndex(fqn, chunk.offsets))
             if loc is None or loc.shape != tuple(chunk.sizes) or loc.dtype != dtype:
-                found = "no stored chunk" if loc is None else f"a stored {loc.dtype} chunk of shape {list(loc.shape or ())}"
+                found = (
+                    "no stored chunk" if loc is None else f"a stored {loc.dtype} chunk of shape {list(loc.shape or ())}"
+                )
                 raise ArchiveFormatError(
                     f"tensor `{fqn}`'s chunk at offsets {list(chunk.offsets)} ({dtype}, sizes {list(chunk.sizes)}) "
-                    f"has {found}.", archive=root, member=where,
+                    f"has {found}.",
+                    archive=root,
+                    member=where,
                 )
 
 
@@ -184,8 +192,11 @@ class ZipReader(StorageReader):
             for item in plan.items:
                 loc = storage.locations.get(item.storage_index)
                 if loc is None:
-                    raise ArchiveFormatError(f"the index lists no storage for `{item.storage_index.fqn}`.",
-                                             archive=self.path, member=_layout.METADATA)
+                    raise ArchiveFormatError(
+                        f"the index lists no storage for `{item.storage_index.fqn}`.",
+                        archive=self.path,
+                        member=_layout.METADATA,
+                    )
                 by_rank.setdefault(loc.rank, []).append(item)
             for rank, items in sorted(by_rank.items()):
                 self._read_rank(storage, rank, items, planner)
@@ -205,28 +216,32 @@ class ZipReader(StorageReader):
         except FileNotFoundError:
             raise IntegrityError(
                 f"rank {rank}'s archive is missing from the checkpoint directory.",
-                archive=storage.root, member=entry.file,
+                archive=storage.root,
+                member=entry.file,
                 hint="The checkpoint is incomplete (files deleted or not copied); load an intact copy.",
             ) from None
         with fp:
             try:
                 reader = ArchiveReader(fp, archive=path, limits=self.limits)
             except ZipsaveError as err:
-                raise type(err)(f"rank {rank}'s archive: {err.detail}", archive=path, member=err.member,
-                                hint=err.hint) from err
+                raise type(err)(
+                    f"rank {rank}'s archive: {err.detail}", archive=path, member=err.member, hint=err.hint
+                ) from err
             manifest = reader.read("manifest.json", verify=False) if "manifest.json" in reader else b""
             if hashlib.sha256(manifest).hexdigest() != entry.manifest_sha256:
                 raise IntegrityError(
                     f"rank {rank}'s manifest differs from the one {_layout.INDEX} recorded (the archive was "
                     "replaced or changed after the save).",
-                    archive=path, member="manifest.json",
+                    archive=path,
+                    member="manifest.json",
                 )
             for item in items:
                 loc = storage.locations[item.storage_index]
                 self._read_item(reader, path, rank, loc, item, planner)
 
-    def _read_item(self, reader: ArchiveReader, path: str, rank: int, loc: ItemLocation, item: ReadItem,
-                   planner: LoadPlanner) -> None:
+    def _read_item(
+        self, reader: ArchiveReader, path: str, rank: int, loc: ItemLocation, item: ReadItem, planner: LoadPlanner
+    ) -> None:
         if loc.member not in reader:
             raise IntegrityError(f"rank {rank}'s archive lacks this member.", archive=path, member=loc.member)
         try:
@@ -249,9 +264,17 @@ class ZipReader(StorageReader):
         view = reader.open_view(loc.member)
         with view:
             _region.read_into(
-                view, 0, loc.shape, dtype, item, planner,
-                crc=info.CRC, member_size=info.file_size,
-                where=f"rank {rank}", archive=path, member=loc.member,
+                view,
+                0,
+                loc.shape,
+                dtype,
+                item,
+                planner,
+                crc=info.CRC,
+                member_size=info.file_size,
+                where=f"rank {rank}",
+                archive=path,
+                member=loc.member,
             )
 
     @property

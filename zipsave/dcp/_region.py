@@ -20,8 +20,9 @@ __all__ = ["read_into", "runs"]
 _PIECE = 8 << 20
 
 
-def runs(shape: tuple[int, ...], offsets: tuple[int, ...], lengths: tuple[int, ...],
-         itemsize: int) -> Iterator[tuple[int, int]]:
+def runs(
+    shape: tuple[int, ...], offsets: tuple[int, ...], lengths: tuple[int, ...], itemsize: int
+) -> Iterator[tuple[int, int]]:
     """The contiguous byte ranges ``(start, length)`` of the slice ``offsets:offsets+lengths``
     of a C-contiguous array of ``shape``, in C order (so they fill a buffer of the slice)."""
     if not shape:
@@ -65,7 +66,8 @@ def read_into(
     if tuple(target.shape) != lengths:
         raise ArchiveFormatError(
             f"{where}: the planner asks for a {tuple(lengths)} slice but gives a {tuple(target.shape)} tensor.",
-            archive=archive, member=member,
+            archive=archive,
+            member=member,
         )
     itemsize = dtype.itemsize
     nbytes = math.prod(lengths) * itemsize
@@ -82,8 +84,9 @@ def read_into(
                 piece = dest[done : min(end, done + _PIECE)]
                 got = view.read_at(base + start + (done - (end - length)), piece)
                 if got != piece.nbytes:
-                    raise ArchiveFormatError(f"{where}: the member ends early (truncated).", archive=archive,
-                                             member=member)
+                    raise ArchiveFormatError(
+                        f"{where}: the member ends early (truncated).", archive=archive, member=member
+                    )
                 if checker is not None:
                     checker.feed(piece)
                 done += piece.nbytes
@@ -97,7 +100,9 @@ def read_into(
     if actual != crc:
         raise IntegrityError(
             f"{where}: CRC-32 of the bytes read is {actual:08x}, the archive records {crc:08x} (corrupted).",
-            archive=archive, member=member, hint="Run `zipsave verify` on the checkpoint.",
+            archive=archive,
+            member=member,
+            hint="Run `zipsave verify` on the checkpoint.",
         )
     if not direct:
         target.copy_(buf)

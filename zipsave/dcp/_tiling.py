@@ -60,34 +60,50 @@ def check_tiling(fqn: str, size: tuple[int, ...], chunks: list[Any], **where: An
     d = len(size)
     for chunk in chunks:
         offsets, sizes = tuple(chunk.offsets), tuple(chunk.sizes)
-        if len(offsets) != d or len(sizes) != d or any(o < 0 or n < 0 or o + n > s for o, n, s in zip(offsets, sizes, size)):
+        if (
+            len(offsets) != d
+            or len(sizes) != d
+            or any(o < 0 or n < 0 or o + n > s for o, n, s in zip(offsets, sizes, size))
+        ):
             raise ArchiveFormatError(
                 f"tensor `{fqn}` of size {list(size)} has a chunk at offsets {list(offsets)} of sizes {list(sizes)}, "
-                "outside the tensor.", **where,
+                "outside the tensor.",
+                **where,
             )
     numel = math.prod(size)
     volume = sum(math.prod(chunk.sizes) for chunk in chunks)
-    split = [k for k in range(d) if any(c.offsets[k] != 0 or c.sizes[k] != size[k] for c in chunks if math.prod(c.sizes))]
+    split = [
+        k for k in range(d) if any(c.offsets[k] != 0 or c.sizes[k] != size[k] for c in chunks if math.prod(c.sizes))
+    ]
     if len(split) > MAX_SPLIT_DIMS:
         raise ArchiveLimitError(
             f"tensor `{fqn}` is split along {len(split)} dimensions; zipsave checks chunks split along at most "
-            f"{MAX_SPLIT_DIMS}.", **where,
+            f"{MAX_SPLIT_DIMS}.",
+            **where,
         )
     radix = [size[k] + 1 for k in split]
     found: list[int] = []
     for chunk in chunks:
         if math.prod(chunk.sizes):  # an empty chunk covers nothing
-            _corners([chunk.offsets[k] for k in split], [chunk.offsets[k] + chunk.sizes[k] for k in split], radix, found)
+            _corners(
+                [chunk.offsets[k] for k in split], [chunk.offsets[k] + chunk.sizes[k] for k in split], radix, found
+            )
     whole: list[int] = []
     if numel:
         _corners([0] * len(split), [size[k] for k in split], radix, whole)
     expected = _signed(whole)
     if _signed(found) != expected:
-        how = ("leave part of it uncovered" if volume < numel else "overlap" if volume > numel
-               else "overlap and leave part of it uncovered")
+        how = (
+            "leave part of it uncovered"
+            if volume < numel
+            else "overlap"
+            if volume > numel
+            else "overlap and leave part of it uncovered"
+        )
         raise ArchiveFormatError(
             f"the chunks of tensor `{fqn}` (size {list(size)}) {how}: they hold {volume} elements, the tensor "
-            f"{numel}. Every element must come from exactly one chunk.", **where,
+            f"{numel}. Every element must come from exactly one chunk.",
+            **where,
         )
 
 
@@ -105,6 +121,7 @@ def check_tensors(metadata: Metadata, held_bytes: int, **where: Any) -> None:
         if total > budget:
             raise ArchiveLimitError(
                 f"tensor `{fqn}` (size {list(size)}) brings the tensors to {total} bytes, past the {budget} bytes a "
-                f"checkpoint of {held_bytes} bytes may allocate (64 MiB plus 16 times its size).", **where,
+                f"checkpoint of {held_bytes} bytes may allocate (64 MiB plus 16 times its size).",
+                **where,
             )
         check_tiling(fqn, size, list(md.chunks), **where)

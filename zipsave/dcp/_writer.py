@@ -155,8 +155,11 @@ class ZipWriter(StorageWriter):
         member = _layout.tensor_member(item.index.fqn, offsets, serial)
         with writer.open_member(member) as stream:
             stream.write(view)
-        return item.index, view.nbytes, ItemLocation(rank, member, _metadata.dtype_name(tensor.dtype),
-                                                     tuple(tensor.shape))
+        return (
+            item.index,
+            view.nbytes,
+            ItemLocation(rank, member, _metadata.dtype_name(tensor.dtype), tuple(tensor.shape)),
+        )
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         locations: dict[MetadataIndex, ItemLocation] = {}

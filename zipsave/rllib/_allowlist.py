@@ -37,8 +37,10 @@ def _algorithm_names() -> list[str]:
         base = f"ray.rllib.algorithms.{package}"
         names += [f"{base}.{module}.{algo}", f"{base}.{module}.{config}"]
         if package in ("ppo", "dqn", "sac"):
-            names += [f"{base}.torch.default_{package}_torch_rl_module.Default{package.upper()}TorchRLModule",
-                      f"{base}.torch.{package}_torch_learner.{package.upper()}TorchLearner"]
+            names += [
+                f"{base}.torch.default_{package}_torch_rl_module.Default{package.upper()}TorchRLModule",
+                f"{base}.torch.{package}_torch_learner.{package.upper()}TorchLearner",
+            ]
         if catalog_module:
             names.append(f"{base}.{catalog_module}.{catalog}")
     return names
@@ -62,8 +64,17 @@ _CONNECTORS = [
     "module_to_env.unbatch_to_individual_items.UnBatchToIndividualItems",
 ]
 
-_STATS = ["ema.EmaStats", "item.ItemStats", "item_series.ItemSeriesStats", "lifetime_sum.LifetimeSumStats",
-          "max.MaxStats", "mean.MeanStats", "min.MinStats", "percentiles.PercentilesStats", "sum.SumStats"]
+_STATS = [
+    "ema.EmaStats",
+    "item.ItemStats",
+    "item_series.ItemSeriesStats",
+    "lifetime_sum.LifetimeSumStats",
+    "max.MaxStats",
+    "mean.MeanStats",
+    "min.MinStats",
+    "percentiles.PercentilesStats",
+    "sum.SumStats",
+]
 
 RLLIB_ALLOWLIST: frozenset[str] = frozenset(
     _algorithm_names()

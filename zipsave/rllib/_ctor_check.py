@@ -134,7 +134,10 @@ def check_ctor_args(
     except TypeError as err:
         raise ArchiveFormatError(
             f"holds constructor arguments that {klass.__qualname__} does not take ({err}).",
-            archive=archive, member=member, key="args", hint=_HINT,
+            archive=archive,
+            member=member,
+            key="args",
+            hint=_HINT,
         ) from err
     except ValueError:  # no signature to check against (a builtin): the build boundary decides
         return
@@ -151,5 +154,8 @@ def check_ctor_args(
             if problem is not None:
                 raise ArchiveFormatError(
                     f"constructor argument `{name}` {problem}; {klass.__qualname__} was not built.",
-                    archive=archive, member=member, key=f"args.{name}", hint=_HINT,
+                    archive=archive,
+                    member=member,
+                    key=f"args.{name}",
+                    hint=_HINT,
                 )

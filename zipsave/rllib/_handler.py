@@ -37,7 +37,6 @@ def require_rllib() -> None:
         ) from err
 
 
-
 class RLlibHandler(Handler):
     """RLlib's new API stack: an ``Algorithm`` (or any ``Checkpointable``: a ``Learner``, an
     ``RLModule``, a connector) is saved as its component tree, one archive folder per component."""
@@ -63,7 +62,7 @@ class RLlibHandler(Handler):
                     "nothing was written.",
                     member=err.path or None,
                     hint="A remote actor (learner, EnvRunner) that died, or a Ray cluster that is gone, cannot be "
-                         "read: save while the algorithm is healthy, or restore it from its last archive.",
+                    "read: save while the algorithm is healthy, or restore it from its last archive.",
                 ) from err.cause
         return node_to_parts(node, exclude=set(exclude), include=set(include))
 
@@ -74,7 +73,13 @@ class RLlibHandler(Handler):
         return module is not None and isinstance(cls, type) and issubclass(cls, module.Checkpointable)
 
     def build(
-        self, session: Any, folder: str, *, cls: Any, custom_objects: dict | None, exclude: list[str],
+        self,
+        session: Any,
+        folder: str,
+        *,
+        cls: Any,
+        custom_objects: dict | None,
+        exclude: list[str],
         overrides: dict[str, Any],
     ) -> Any:
         require_rllib()
@@ -84,7 +89,8 @@ class RLlibHandler(Handler):
         if cls is not None and not issubclass(node.cls, cls) and not issubclass(cls, node.cls):
             raise ArchiveFormatError(
                 f"holds a {node.cls.__module__}.{node.cls.__qualname__}, not a {cls.__qualname__}.",
-                archive=session.name, member=f"{folder}/init.json" if folder else "init.json",
+                archive=session.name,
+                member=f"{folder}/init.json" if folder else "init.json",
             )
         member = f"{folder}/init.json" if folder else "init.json"
 
@@ -96,15 +102,23 @@ class RLlibHandler(Handler):
         # RLlib's constructor and set_state run on the archive's values: what they raise is
         # about this init.json (the session's boundary would name only the archive).
         with reading(session.name, member=member, doing="built from its constructor arguments and state"):
-            return instantiate(node, cls=cls if cls is not None and issubclass(cls, node.cls) else None,
-                               overrides=given, check=check)
+            return instantiate(
+                node, cls=cls if cls is not None and issubclass(cls, node.cls) else None, overrides=given, check=check
+            )
 
     def restores(self, obj: Any) -> bool:
         return _is_checkpointable(obj)
 
     def restore(
-        self, session: Any, obj: Any, folder: str, *, custom_objects: dict | None, exclude: list[str],
-        exact_match: bool, into: str | None = None,
+        self,
+        session: Any,
+        obj: Any,
+        folder: str,
+        *,
+        custom_objects: dict | None,
+        exclude: list[str],
+        exact_match: bool,
+        into: str | None = None,
     ) -> None:
         require_rllib()
         node = node_from_archive(session, folder, ctor="none", exclude=exclude)

@@ -78,8 +78,15 @@ def node_to_parts(node: Node, *, exclude: Iterable[str] = (), include: Iterable[
     tensors: list[tuple[str, Any]] = []
     if _is_weights(state):
         kind = "torch" if all(isinstance(v, torch.Tensor) for v in state.values()) else "numpy"
-        tensors.append((WEIGHTS, {k: v.detach().cpu() if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))
-                                  for k, v in state.items()}))
+        tensors.append(
+            (
+                WEIGHTS,
+                {
+                    k: v.detach().cpu() if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))
+                    for k, v in state.items()
+                },
+            )
+        )
         data[WEIGHTS_KEY] = kind
     elif all(type(k) is str and k not in (METADATA_KEY, WRAPPED_KEY, WEIGHTS_KEY) for k in state):
         data.update(state)
@@ -98,10 +105,18 @@ def resolve_class(session: Any, ref: Any, member: str) -> type:
     """The class an ``init.json`` names: an RLlib ``Checkpointable`` under ``ray.rllib.``, or a
     class the caller trusts; checked before anything is imported."""
     if not isinstance(ref, str) or ":" not in ref:
-        raise ArchiveFormatError(f"expected `class` as `module:qualname`, found {ref!r}.", archive=session.name, member=member)
+        raise ArchiveFormatError(
+            f"expected `class` as `module:qualname`, found {ref!r}.", archive=session.name, member=member
+        )
     module, qualname = ref.split(":", 1)
-    private = any(not p.isidentifier() or p.startswith("__") for p in module.split(".") + qualname.split("."))  # `__main__`
-    if private or not (module == "ray.rllib" or module.startswith("ray.rllib.")) and not session.policy.is_trusted(module, qualname):
+    private = any(
+        not p.isidentifier() or p.startswith("__") for p in module.split(".") + qualname.split(".")
+    )  # `__main__`
+    if (
+        private
+        or not (module == "ray.rllib" or module.startswith("ray.rllib."))
+        and not session.policy.is_trusted(module, qualname)
+    ):
         raise UnsafeGlobalError(
             f"names the class `{module}.{qualname}`, which is not part of RLlib and not trusted.",
             archive=session.name,
@@ -138,7 +153,9 @@ def node_from_archive(session: Any, folder: str, *, ctor: str = "root", exclude:
     init_member = _format.join(folder, _format.INIT)
     record = session.read_json(init_member)
     if not isinstance(record, dict) or not isinstance(record.get("args"), dict):
-        raise ArchiveFormatError("must hold an object with `class` and `args`.", archive=session.name, member=init_member)
+        raise ArchiveFormatError(
+            "must hold an object with `class` and `args`.", archive=session.name, member=init_member
+        )
     cls = resolve_class(session, record.get("class"), init_member)
     args: tuple = ()
     kwargs: dict = {}
@@ -169,10 +186,10 @@ def node_from_archive(session: Any, folder: str, *, ctor: str = "root", exclude:
     children: dict[str, Node] = {}
     prefix = f"{folder}/" if folder else ""
     for child in session.child_components(folder):
-        name = child[len(prefix):]
+        name = child[len(prefix) :]
         if name in flat:
             continue
-        sub = [p[len(name) + 1:] for p in exclude if p.startswith(name + "/")]
+        sub = [p[len(name) + 1 :] for p in exclude if p.startswith(name + "/")]
         try:
             children[name] = node_from_archive(session, child, ctor="all" if ctor == "all" else "none", exclude=sub)
         except ZipsaveError as err:
@@ -193,9 +210,15 @@ def _name_the_key(err: Any, decoder: Any, raw: dict) -> None:
         if isinstance(items, list):  # a tuple/list of positional arguments
             pairs = [(f"{top}[{i}]", item) for i, item in enumerate(items)]
         elif isinstance(body, dict):
-            pairs = [(f"{top}.{k}", v) for k, v in (native.get("value", {}) if isinstance(native, dict) else body).items()]
+            pairs = [
+                (f"{top}.{k}", v) for k, v in (native.get("value", {}) if isinstance(native, dict) else body).items()
+            ]
         for where, value in pairs:
-            inner = value.items() if isinstance(value, dict) and not any(str(k).startswith(":") for k in value) else [("", value)]
+            inner = (
+                value.items()
+                if isinstance(value, dict) and not any(str(k).startswith(":") for k in value)
+                else [("", value)]
+            )
             for key, sub in inner:
                 try:
                     decoder.decode(sub)

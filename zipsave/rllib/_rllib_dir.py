@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-
 from typing import Any
 
 import cloudpickle
@@ -64,7 +63,13 @@ def read_dir(path: str | os.PathLike) -> Node:
 def _files_of(cls: Any) -> set[str]:
     """The file names RLlib keeps in a component's folder (and reads back by these names)."""
     stem = getattr(cls, "STATE_FILE_NAME", "state")
-    names = {_CTOR, getattr(cls, "METADATA_FILE_NAME", "metadata.json"), *_METADATA_NAMES, f"{stem}.pkl", f"{stem}.msgpack"}
+    names = {
+        _CTOR,
+        getattr(cls, "METADATA_FILE_NAME", "metadata.json"),
+        *_METADATA_NAMES,
+        f"{stem}.pkl",
+        f"{stem}.msgpack",
+    }
     return {name for name in names if isinstance(name, str)}
 
 
@@ -76,12 +81,16 @@ def check_dir_names(node: Node, where: str = "", archive: Any = None) -> None:
     for name in node.children:
         path = f"{where}{name}"
         if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-            raise ArchiveFormatError(f"holds a component named {name!r}, which is not a folder name; nothing was written.",
-                                     archive=archive, key=path)
+            raise ArchiveFormatError(
+                f"holds a component named {name!r}, which is not a folder name; nothing was written.",
+                archive=archive,
+                key=path,
+            )
         if name in taken:
             raise ArchiveFormatError(
                 f"holds a component `{path}/` named as a file RLlib keeps in its folder; nothing was written.",
-                archive=archive, key=path,
+                archive=archive,
+                key=path,
                 hint="RLlib never names a component so; the archive was edited or made to break readers.",
             )
     for name, child in node.children.items():
@@ -133,5 +142,3 @@ def write_dir(node: Node, path: str | os.PathLike) -> str:
     with open(os.path.join(folder, getattr(cls, "STATE_FILE_NAME", "state") + ".pkl"), "wb") as f:
         cloudpickle.dump(node.state, f)
     return folder
-
-

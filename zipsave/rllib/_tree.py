@@ -147,7 +147,9 @@ def walk(obj: Any, state: dict | None = None, path: str = "") -> Node:
             given = state.pop(name, None) if provided else None
             children[name] = _remote_node(comp, given, where)
         else:
-            comp_state = state.pop(name) if provided else _read(where, lambda name=name: obj.get_state(components=name)[name])
+            comp_state = (
+                state.pop(name) if provided else _read(where, lambda name=name: obj.get_state(components=name)[name])
+            )
             children[name] = walk(comp, comp_state, where)
     return _describe(obj, state, children)
 
@@ -170,8 +172,13 @@ def _require_running_ray(obj: Any) -> None:
     if not ray.is_initialized():
         where = _actor_component(obj)
         if where is not None:
-            raise ComponentReadError(where, RuntimeError("Ray is not running (shut down, or its cluster is gone), so "
-                                                         "its actors cannot be asked for their state"))
+            raise ComponentReadError(
+                where,
+                RuntimeError(
+                    "Ray is not running (shut down, or its cluster is gone), so "
+                    "its actors cannot be asked for their state"
+                ),
+            )
 
 
 def _remote_node(manager: Any, state: dict | None, path: str) -> Node:
@@ -191,8 +198,11 @@ def shape(obj: Any) -> Node:
     """``obj``'s component tree without any state: classes, constructor arguments, metadata."""
     children = {}
     for name, comp in obj.get_checkpointable_components():
-        children[name] = (_first_result(comp.foreach_actor(shape, remote_actor_ids=[comp.healthy_actor_ids()[0]]))
-                          if _is_actor_manager(comp) else shape(comp))
+        children[name] = (
+            _first_result(comp.foreach_actor(shape, remote_actor_ids=[comp.healthy_actor_ids()[0]]))
+            if _is_actor_manager(comp)
+            else shape(comp)
+        )
     return _describe(obj, {}, children)
 
 
@@ -205,8 +215,14 @@ def _describe(obj: Any, state: dict, children: dict) -> Node:
     if isinstance(obj, RLModule):
         obj = obj.unwrapped()
     args, kwargs = obj.get_ctor_args_and_kwargs()
-    return Node(cls=real_class(type(obj)), args=tuple(args), kwargs=dict(kwargs),
-                metadata=dict(obj.get_metadata() or {}), state=state, children=children)
+    return Node(
+        cls=real_class(type(obj)),
+        args=tuple(args),
+        kwargs=dict(kwargs),
+        metadata=dict(obj.get_metadata() or {}),
+        state=state,
+        children=children,
+    )
 
 
 def _fill(node: Node, state: dict) -> Node:
@@ -252,7 +268,7 @@ def _apply_children(obj: Any, node: Node, component: str | None, only: set | Non
         else:
             child = node
             if component.startswith(name + "/"):
-                sub = component[len(name) + 1:]
+                sub = component[len(name) + 1 :]
             elif component != name:
                 continue
         if _is_actor_manager(comp):
@@ -267,8 +283,9 @@ def _apply_remote(manager: Any, node: Node, component: str | None) -> None:
     import ray
 
     ref = ray.put(node)
-    results = manager.foreach_actor(lambda w, _r=ref, _c=component: apply(w, ray.get(_r), _c),
-                                    remote_actor_ids=manager.healthy_actor_ids())
+    results = manager.foreach_actor(
+        lambda w, _r=ref, _c=component: apply(w, ray.get(_r), _c), remote_actor_ids=manager.healthy_actor_ids()
+    )
     for result in results:
         if not result.ok:
             raise result.get()
@@ -293,9 +310,13 @@ def _after_restore(obj: Any, node: Node, component: str | None) -> None:
     steps = obj.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
     if not obj.env_runner:
         # The connectors are then the algorithm's own components, restored above.
-        group.sync_env_runner_states(config=obj.config, from_worker=None, env_steps_sampled=steps,
-                                     env_to_module=obj.env_to_module_connector,
-                                     module_to_env=obj.module_to_env_connector)
+        group.sync_env_runner_states(
+            config=obj.config,
+            from_worker=None,
+            env_steps_sampled=steps,
+            env_to_module=obj.env_to_module_connector,
+            module_to_env=obj.module_to_env_connector,
+        )
     else:
         group.sync_env_runner_states(config=obj.config, env_steps_sampled=steps, from_worker=obj.env_runner)
 

@@ -14,30 +14,32 @@ __all__ = ["SB3_CONTRIB_ALLOWLIST"]
 # the size the arguments ask for, and calls only the callables it is handed, which in a
 # restricted load are themselves built from allowlisted globals. TRPO uses SB3's own policies.
 # sb3-contrib has no schedule classes of its own; its algorithms use SB3's (already listed).
-SB3_CONTRIB_ALLOWLIST: frozenset[str] = frozenset({
-    # ARS
-    "sb3_contrib.ars.policies.ARSPolicy",
-    "sb3_contrib.ars.policies.ARSLinearPolicy",
-    # CrossQ
-    "sb3_contrib.crossq.policies.CrossQPolicy",
-    # MaskablePPO: policies and rollout buffers
-    "sb3_contrib.common.maskable.policies.MaskableActorCriticPolicy",
-    "sb3_contrib.common.maskable.policies.MaskableActorCriticCnnPolicy",
-    "sb3_contrib.common.maskable.policies.MaskableMultiInputActorCriticPolicy",
-    "sb3_contrib.common.maskable.buffers.MaskableRolloutBuffer",
-    "sb3_contrib.common.maskable.buffers.MaskableDictRolloutBuffer",
-    # QRDQN
-    "sb3_contrib.qrdqn.policies.QRDQNPolicy",
-    "sb3_contrib.qrdqn.policies.CnnPolicy",
-    "sb3_contrib.qrdqn.policies.MultiInputPolicy",
-    # RecurrentPPO: policies and rollout buffers
-    "sb3_contrib.common.recurrent.policies.RecurrentActorCriticPolicy",
-    "sb3_contrib.common.recurrent.policies.RecurrentActorCriticCnnPolicy",
-    "sb3_contrib.common.recurrent.policies.RecurrentMultiInputActorCriticPolicy",
-    "sb3_contrib.common.recurrent.buffers.RecurrentRolloutBuffer",
-    "sb3_contrib.common.recurrent.buffers.RecurrentDictRolloutBuffer",
-    # TQC
-    "sb3_contrib.tqc.policies.TQCPolicy",
-    "sb3_contrib.tqc.policies.CnnPolicy",
-    "sb3_contrib.tqc.policies.MultiInputPolicy",
-})
+SB3_CONTRIB_ALLOWLIST: frozenset[str] = frozenset(
+    {
+        # ARS
+        "sb3_contrib.ars.policies.ARSPolicy",
+        "sb3_contrib.ars.policies.ARSLinearPolicy",
+        # CrossQ
+        "sb3_contrib.crossq.policies.CrossQPolicy",
+        # MaskablePPO: policies and rollout buffers
+        "sb3_contrib.common.maskable.policies.MaskableActorCriticPolicy",
+        "sb3_contrib.common.maskable.policies.MaskableActorCriticCnnPolicy",
+        "sb3_contrib.common.maskable.policies.MaskableMultiInputActorCriticPolicy",
+        "sb3_contrib.common.maskable.buffers.MaskableRolloutBuffer",
+        "sb3_contrib.common.maskable.buffers.MaskableDictRolloutBuffer",
+        # QRDQN
+        "sb3_contrib.qrdqn.policies.QRDQNPolicy",
+        "sb3_contrib.qrdqn.policies.CnnPolicy",
+        "sb3_contrib.qrdqn.policies.MultiInputPolicy",
+        # RecurrentPPO: policies and rollout buffers
+        "sb3_contrib.common.recurrent.policies.RecurrentActorCriticPolicy",
+        "sb3_contrib.common.recurrent.policies.RecurrentActorCriticCnnPolicy",
+        "sb3_contrib.common.recurrent.policies.RecurrentMultiInputActorCriticPolicy",
+        "sb3_contrib.common.recurrent.buffers.RecurrentRolloutBuffer",
+        "sb3_contrib.common.recurrent.buffers.RecurrentDictRolloutBuffer",
+        # TQC
+        "sb3_contrib.tqc.policies.TQCPolicy",
+        "sb3_contrib.tqc.policies.CnnPolicy",
+        "sb3_contrib.tqc.policies.MultiInputPolicy",
+    }
+)

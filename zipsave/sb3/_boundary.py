@@ -38,7 +38,8 @@ def door(path: Any, what: str, *, member: str | None = None) -> Iterator[None]:
             raise new from err
         raise DecodeError(
             f"{what} failed on this file's values ({type(err).__name__}: {err}).",
-            archive=_name(path), member=member,
+            archive=_name(path),
+            member=member,
             hint="It was not written for this object by SB3 or zipsave as it is (damaged, another model or "
             "environment, or made to break readers).",
         ) from err
@@ -61,10 +62,16 @@ def check_statistics(vec_normalize: Any, path: Any) -> None:
                 continue
             count = getattr(part, "count", None)
             try:
-                fine = not isinstance(count, bool) and isinstance(count, (int, float, np.floating, np.integer)) \
-                    and math.isfinite(float(count)) and count >= 0
+                fine = (
+                    not isinstance(count, bool)
+                    and isinstance(count, (int, float, np.floating, np.integer))
+                    and math.isfinite(float(count))
+                    and count >= 0
+                )
             except OverflowError:
                 fine = False
             if not fine:
-                shown = repr(count) if len(repr(count)) <= 40 else f"{repr(count)[:20]}... ({len(repr(count))} characters)"
+                shown = (
+                    repr(count) if len(repr(count)) <= 40 else f"{repr(count)[:20]}... ({len(repr(count))} characters)"
+                )
                 raise DecodeError(f"`{name}.count` is {shown}, not a finite count.", archive=path, key=name)

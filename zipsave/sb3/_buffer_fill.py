@@ -33,8 +33,11 @@ def fill_buffer(src: LoadSession, buffer: Any, arrays: dict[str, Any]) -> bool:
     place empties the buffer (it no longer holds either run's data) and raises
     :class:`IntegrityError` saying so, or, with ``skip_broken_tensors=True``, records it as a
     skipped entry with a warning and returns ``False``."""
-    slots = [(name, key, saved) for name, value in arrays.items()
-             for key, saved in (value.items() if isinstance(value, dict) else [(None, value)])]
+    slots = [
+        (name, key, saved)
+        for name, value in arrays.items()
+        for key, saved in (value.items() if isinstance(value, dict) else [(None, value)])
+    ]
     everything = _live_arrays(buffer)
     into: list[tuple[NpyHeader, np.ndarray]] = []
     replaced: list[tuple[str, str | None, np.ndarray]] = []

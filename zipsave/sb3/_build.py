@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from .. import _format
-from .._core import LoadSession, check_data_key
 from .._codec import SERIALIZED_KEY, TYPE_KEY
+from .._core import LoadSession, check_data_key
 from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveWarning, caller_stacklevel
 from ._checks import check_data, check_names, drop_her_wrapper_class, drop_saved_env
 from ._estimate import check_model_size
@@ -73,7 +73,9 @@ def build_sb3(
     # A key the caller passes by keyword is taken as given, never decoded nor warned about;
     # the keys SB3 cannot do without are reported once, by the error `check_required` raises.
     given = {**{k: v for k, v in kwargs.items() if k not in _NOT_DATA | _CHECKED}, **(custom_objects or {})}
-    quiet = [*table.required, *table.replaced, *SCHEDULE_KEYS] + ([] if "policy_kwargs" in kwargs else ["policy_kwargs"])
+    quiet = [*table.required, *table.replaced, *SCHEDULE_KEYS] + (
+        [] if "policy_kwargs" in kwargs else ["policy_kwargs"]
+    )
     recovery = _ScheduleRecovery()
     data = src.decode_data("", custom_objects=given, exclude=exclude, quiet=quiet, recover=recovery)
     if data is None:
@@ -139,7 +141,9 @@ def build_sb3(
     if is_ars(cls):
         sync_ars_weights(model)
         if any(e.key == ARS_WEIGHTS and e.member == _format.DATA for e in src.report.skipped):
-            src.report.notes.append(f"`{ARS_WEIGHTS}` (a pickled tensor) was not decoded; ARS took it from the loaded policy.")
+            src.report.notes.append(
+                f"`{ARS_WEIGHTS}` (a pickled tensor) was not decoded; ARS took it from the loaded policy."
+            )
     load_variables(src, model, exclude)
     if has_extra(src, "replay_buffer", exclude):
         restore_extra(src, model, "replay_buffer")
@@ -201,7 +205,9 @@ def _warn_lost_schedules(src: LoadSession, model: Any, why: dict[str, str]) -> N
         if not lost or not hasattr(model, param):
             continue
         if set(lost) <= REBUILT_FROM_SAVED:
-            src.report.notes.append(f"`{lost[0]}` could not be decoded; {type(model).__name__} rebuilt it from the saved values.")
+            src.report.notes.append(
+                f"`{lost[0]}` could not be decoded; {type(model).__name__} rebuilt it from the saved values."
+            )
             continue
         keys_text = " and ".join(f"`{k}`" for k in lost)
         warnings.warn(

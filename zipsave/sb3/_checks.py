@@ -101,6 +101,7 @@ def check_data(data: dict[str, Any], *, archive: Any, references: tuple = ()) ->
     DecodeError
         A value of the wrong kind in a slot SB3 calls.
     """
+
     def where(key: str) -> dict[str, Any]:
         return {"archive": archive, "member": _format.DATA, "key": key}
 
@@ -132,7 +133,9 @@ def check_policy_arguments(kwargs: dict[str, Any], **where: Any) -> None:
         if value is not None and not (isinstance(value, type) and issubclass(value, _base(spec))):
             raise DecodeError(f"`{name}` must be a {spec[1]} subclass, found {_describe(value)}.", **where)
     if isinstance(kwargs.get("lr_schedule"), type):
-        raise DecodeError(f"`lr_schedule` is a schedule SB3 calls, found the class {_describe(kwargs['lr_schedule'])}.", **where)
+        raise DecodeError(
+            f"`lr_schedule` is a schedule SB3 calls, found the class {_describe(kwargs['lr_schedule'])}.", **where
+        )
 
 
 def _check_noise(noise: Any, where: dict[str, Any]) -> None:
@@ -158,7 +161,9 @@ def _check_noise(noise: Any, where: dict[str, Any]) -> None:
         if isinstance(value, type) and issubclass(value, np.generic):
             continue  # the dtype it draws in (`numpy.float32`)
         if isinstance(value, (type, torch.nn.Module)) or callable(value):
-            raise DecodeError(f"holds `{name}` = {_describe(value)}; an action noise holds numbers and arrays.", **where)
+            raise DecodeError(
+                f"holds `{name}` = {_describe(value)}; an action noise holds numbers and arrays.", **where
+            )
 
 
 def _check_classes(data: dict[str, Any], references: tuple, where: Any) -> None:
@@ -184,7 +189,9 @@ def _check_classes(data: dict[str, Any], references: tuple, where: Any) -> None:
                 )
             if isinstance(value, type):
                 if issubclass(value, BaseAlgorithm):
-                    raise DecodeError(f"holds the model class {_describe(value)}, which SB3 would construct.", **where(key))
+                    raise DecodeError(
+                        f"holds the model class {_describe(value)}, which SB3 would construct.", **where(key)
+                    )
                 continue
             if id(value) in seen or isinstance(value, (str, bytes, int, float, torch.Tensor)):
                 continue

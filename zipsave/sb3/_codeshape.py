@@ -15,8 +15,20 @@ from typing import Any
 __all__ = ["CodeShape", "shape_problem"]
 
 _TAIL = ("co_freevars", "co_cellvars")
-_HEAD = ("co_argcount", "co_posonlyargcount", "co_kwonlyargcount", "co_nlocals", "co_stacksize", "co_flags",
-         "co_code", "co_consts", "co_names", "co_varnames", "co_filename", "co_name")
+_HEAD = (
+    "co_argcount",
+    "co_posonlyargcount",
+    "co_kwonlyargcount",
+    "co_nlocals",
+    "co_stacksize",
+    "co_flags",
+    "co_code",
+    "co_consts",
+    "co_names",
+    "co_varnames",
+    "co_filename",
+    "co_name",
+)
 #: Number of ``CodeType`` arguments -> their names, per cloudpickle's ``_code_reduce``.
 _LAYOUTS = {
     # CPython 3.11 and later: co_qualname and the exception table

@@ -36,8 +36,13 @@ def _options(*, strict: bool, peek: bool = False) -> LoadOptions:
     if options is None:
         return LoadOptions(strict=strict)
     # a peek at member names decodes nothing: the read that follows checks the signature
-    return LoadOptions(allow_pickle=options.allow_pickle, trusted=options.trusted, strict=strict or options.strict,
-                       limits=options.limits, trust=None if peek else options.trust)
+    return LoadOptions(
+        allow_pickle=options.allow_pickle,
+        trusted=options.trusted,
+        strict=strict or options.strict,
+        limits=options.limits,
+        trust=None if peek else options.trust,
+    )
 
 
 @contextlib.contextmanager

@@ -283,16 +283,27 @@ def check_model_size(cls: Any, params: Mapping[str, Any], source: Any, *, limits
     budget = alloc_budget(archive_bytes or 0, limits)
     params_part = next((p for p in est.parts if p[0] == "policy_kwargs"), None)
     if archive_bytes is not None and params_part is not None and params_part[2] > budget:
-        _refuse(name, est, params_part, f"the {budget} bytes of parameters an archive of {archive_bytes} bytes may "
-                "build (`Limits.alloc_floor` plus `Limits.alloc_ratio` times its size; a real archive holds its "
-                "parameters)", archive)
+        _refuse(
+            name,
+            est,
+            params_part,
+            f"the {budget} bytes of parameters an archive of {archive_bytes} bytes may "
+            "build (`Limits.alloc_floor` plus `Limits.alloc_ratio` times its size; a real archive holds its "
+            "parameters)",
+            archive,
+        )
     memory, limit = _allocatable()
     for part in est.parts:
         if memory is not None and part[3] > memory:
             _refuse(name, est, part, f"the {memory} bytes of memory and swap of this machine", archive)
     if limit is not None and est.total > limit:
-        _refuse(name, est, max(est.parts, key=lambda p: p[2]),
-                f"the {limit} bytes of address space this process may map (`RLIMIT_AS`)", archive)
+        _refuse(
+            name,
+            est,
+            max(est.parts, key=lambda p: p[2]),
+            f"the {limit} bytes of address space this process may map (`RLIMIT_AS`)",
+            archive,
+        )
 
 
 def _refuse(name: str, est: Estimate, part: tuple[str, str, int, int], bound: str, archive: Any) -> None:

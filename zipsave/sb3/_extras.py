@@ -16,8 +16,17 @@ from ._buffer_fill import fill_buffer
 from ._her import check_her, end_unfinished_episodes, her_state, is_her, settings_note
 from ._snapshot import replay_snapshot
 
-__all__ = ["EXTRAS", "apply_vec_normalize", "build_vec_normalize", "collect_extras", "has_extra", "matches_any", "restore_extra", "sb3_stand_in",
-           "warn_unused_vec_normalize"]
+__all__ = [
+    "EXTRAS",
+    "apply_vec_normalize",
+    "build_vec_normalize",
+    "collect_extras",
+    "has_extra",
+    "matches_any",
+    "restore_extra",
+    "sb3_stand_in",
+    "warn_unused_vec_normalize",
+]
 
 #: Component folders zipsave adds to an SB3 archive on request (``include=[...]``).
 EXTRAS = ("replay_buffer", "vec_normalize")
@@ -57,8 +66,19 @@ def collect_extras(model: Any, include: set[str]) -> list[tuple[str, Parts]]:
                 key="replay_buffer",
                 hint="Only off-policy algorithms (DQN, SAC, TD3, DDPG, ...) have one; drop it from `include`.",
             )
-        out.append(("replay_buffer", Parts(_replay_buffer_state(buffer), [], None, [], encoder_options=_ALL_ARRAYS_EXTERNAL,
-                                           snapshot=replay_snapshot(model, buffer))))
+        out.append(
+            (
+                "replay_buffer",
+                Parts(
+                    _replay_buffer_state(buffer),
+                    [],
+                    None,
+                    [],
+                    encoder_options=_ALL_ARRAYS_EXTERNAL,
+                    snapshot=replay_snapshot(model, buffer),
+                ),
+            )
+        )
     if "vec_normalize" in include:
         vec_normalize = model.get_vec_normalize_env()
         if vec_normalize is None:
@@ -67,7 +87,12 @@ def collect_extras(model: Any, include: set[str]) -> list[tuple[str, Parts]]:
                 key="vec_normalize",
                 hint="Drop it from `include`, or train with `VecNormalize(env)`.",
             )
-        out.append(("vec_normalize", Parts(_vec_normalize_state(vec_normalize), [], None, [], encoder_options=_ALL_ARRAYS_EXTERNAL)))
+        out.append(
+            (
+                "vec_normalize",
+                Parts(_vec_normalize_state(vec_normalize), [], None, [], encoder_options=_ALL_ARRAYS_EXTERNAL),
+            )
+        )
     return out
 
 
@@ -78,8 +103,10 @@ def _class_path(obj: Any) -> str:
 def _is_array_tree(value: Any) -> bool:
     if isinstance(value, np.ndarray):
         return not value.dtype.hasobject
-    return isinstance(value, dict) and bool(value) and all(
-        isinstance(k, str) and isinstance(v, np.ndarray) and not v.dtype.hasobject for k, v in value.items()
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and all(isinstance(k, str) and isinstance(v, np.ndarray) and not v.dtype.hasobject for k, v in value.items())
     )
 
 
@@ -147,7 +174,6 @@ def has_extra(src: LoadSession, name: str, exclude: list[str]) -> bool:
     return src.has(_format.join(name, _format.DATA)) and not matches_any(name, exclude)
 
 
-
 # -- extras --------------------------------------------------------------------------------
 def restore_extra(src: LoadSession, model: Any, name: str, *, in_place: bool = False) -> None:
     """Load one extra (``"replay_buffer"``/``"vec_normalize"``) into ``model``, skipping it with
@@ -180,7 +206,9 @@ def _restore_replay_buffer(src: LoadSession, model: Any, state: dict[str, Any]) 
     if buffer is None:
         raise DecodeError(f"holds a replay buffer, but {type(model).__name__} has none to fill.")
     if state.get("class") != _class_path(buffer):
-        raise DecodeError(f"holds a `{state.get('class')}`, but the model's replay buffer is a `{_class_path(buffer)}`.")
+        raise DecodeError(
+            f"holds a `{state.get('class')}`, but the model's replay buffer is a `{_class_path(buffer)}`."
+        )
     for key in ("buffer_size", "n_envs", "optimize_memory_usage"):
         if key in state and state[key] != getattr(buffer, key, None):
             raise DecodeError(

@@ -60,8 +60,14 @@ class SB3Handler(Handler):
         }
         state = [(name, unwrap(recursive_getattr(obj, name))) for name in state_names]
         variables = {name: recursive_getattr(obj, name) for name in var_names}
-        return Parts(data, state, variables, list(extras), encoder_options={"stand_in": sb3_stand_in},
-                     rebuilt_on_load=rebuilt_on_load)
+        return Parts(
+            data,
+            state,
+            variables,
+            list(extras),
+            encoder_options={"stand_in": sb3_stand_in},
+            rebuilt_on_load=rebuilt_on_load,
+        )
 
     def builds(self, cls: type) -> bool:
         return isinstance(cls, type) and not issubclass(cls, Component) and hasattr(cls, "_setup_model")
@@ -76,15 +82,25 @@ class SB3Handler(Handler):
         return isinstance(raw, dict) and "policy_class" in raw and session.has(_format.join(folder, "policy.pth"))
 
     def build(
-        self, session: LoadSession, folder: str, *, cls: Any, custom_objects: dict | None, exclude: list[str],
+        self,
+        session: LoadSession,
+        folder: str,
+        *,
+        cls: Any,
+        custom_objects: dict | None,
+        exclude: list[str],
         overrides: dict[str, Any],
     ) -> Any:
         if cls is None:
             name = _suggested(session, folder)
-            example = f"`{import_line(name)}` and `zipsave.load(path, cls={name}, env=env)`" if name and " " not in name \
+            example = (
+                f"`{import_line(name)}` and `zipsave.load(path, cls={name}, env=env)`"
+                if name and " " not in name
                 else "`zipsave.load(path, cls=PPO, env=env)`"
+            )
             raise ArchiveFormatError(
-                "holds a Stable-Baselines3 model" + (f" ({name}, by its policy class)" if name else "")
+                "holds a Stable-Baselines3 model"
+                + (f" ({name}, by its policy class)" if name else "")
                 + ", and zipsave builds one only from the class you name.",
                 archive=session.name,
                 hint=f"Pass it: {example}, or read the parts with `zipsave.load_archive(path)`.",

@@ -27,8 +27,7 @@ _INFOS_FIELDS = {"layout": np.ndarray, "layouts": list, "columns": list}
 def is_her(buffer: Any) -> bool:
     """True for SB3's ``HerReplayBuffer`` and its subclasses, found without importing SB3."""
     return any(
-        c.__name__ == "HerReplayBuffer" and c.__module__.startswith("stable_baselines3.")
-        for c in type(buffer).__mro__
+        c.__name__ == "HerReplayBuffer" and c.__module__.startswith("stable_baselines3.") for c in type(buffer).__mro__
     )
 
 
@@ -131,7 +130,9 @@ def check_her(buffer: Any, state: dict[str, Any], arrays: dict[str, Any]) -> Any
     if missing:
         raise DecodeError(f"holds a HerReplayBuffer without its episode bookkeeping {missing}.")
     if not isinstance(state.get("her"), dict):
-        raise DecodeError(f"holds a HerReplayBuffer without its `her` settings (found {type(state.get('her')).__name__}).")
+        raise DecodeError(
+            f"holds a HerReplayBuffer without its `her` settings (found {type(state.get('her')).__name__})."
+        )
     if "infos" not in state:
         return None
     filled = buffer.buffer_size if state.get("full") else state.get("pos")
@@ -144,9 +145,15 @@ def _decode_infos(saved: Any, rows: int, n_envs: int) -> np.ndarray:
         found = sorted(saved) if isinstance(saved, dict) else type(saved).__name__
         raise DecodeError(f"holds `infos` with {found}, expected `layout` (an array), `layouts` and `columns` (lists).")
     layout, layouts, columns = saved["layout"], saved["layouts"], saved["columns"]
-    if layout.shape != (cells,) or layout.dtype.kind not in "iu" or (cells and not 0 <= layout.min() <= layout.max() < len(layouts)):
-        raise DecodeError(f"`infos.layout` is {layout.dtype}{list(layout.shape)} naming layouts outside 0..{len(layouts) - 1}, "
-                          f"expected one per filled cell ({cells}).")
+    if (
+        layout.shape != (cells,)
+        or layout.dtype.kind not in "iu"
+        or (cells and not 0 <= layout.min() <= layout.max() < len(layouts))
+    ):
+        raise DecodeError(
+            f"`infos.layout` is {layout.dtype}{list(layout.shape)} naming layouts outside 0..{len(layouts) - 1}, "
+            f"expected one per filled cell ({cells})."
+        )
     if not all(isinstance(o, list) and all(type(c) is int and 0 <= c < len(columns) for c in o) for o in layouts):
         raise DecodeError(f"`infos.layouts` must list column numbers 0..{len(columns) - 1}.")
     uses = np.zeros(len(columns), dtype=np.int64)
@@ -187,7 +194,9 @@ def _checked_column(i: int, column: Any, count: int) -> tuple[list[str], str, An
     values: Any = column.get("values")
     ordered: Any = column.get("ordered") or []
     if not (isinstance(path, list) and path and all(isinstance(p, str) for p in path)) or kind not in _KINDS:
-        raise DecodeError(f"`infos` column {i} has path {path!r} and kind {kind!r}; expected key names and one of {list(_KINDS)}.")
+        raise DecodeError(
+            f"`infos` column {i} has path {path!r} and kind {kind!r}; expected key names and one of {list(_KINDS)}."
+        )
     if not (isinstance(ordered, list) and all(type(d) is int and 0 <= d <= len(path) for d in ordered)):
         raise DecodeError(f"`infos` column `{'.'.join(path)}` has ordered={ordered!r}, expected depths 0..{len(path)}.")
     if kind in _ARRAY_KINDS:

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from zipsave._archive import Limits
-from zipsave._trust import TrustPolicy
 from zipsave._sign import Trust
+from zipsave._trust import TrustPolicy
 
 from . import _doors, _policies, _replace, _state
 from ._state import Options
@@ -92,7 +92,9 @@ def install(
         raise TypeError(f"`limits` must be a zipsave.Limits or None, got {type(limits).__name__}.")
     if trust is not None and not isinstance(trust, Trust):
         raise TypeError(f"`trust` must be a zipsave.Trust or None, got {type(trust).__name__}.")
-    options = Options(allow_pickle=policy.allow_pickle, trusted=policy.trusted, strict=strict, limits=limits, trust=trust)
+    options = Options(
+        allow_pickle=policy.allow_pickle, trusted=policy.trusted, strict=strict, limits=limits, trust=trust
+    )
     with _lock:
         if _state.current_options() is None:
             _patch()
@@ -146,8 +148,13 @@ def installed(
             if before is None:
                 uninstall()
             else:
-                install(allow_pickle=before.allow_pickle, trusted=before.trusted, strict=before.strict,
-                        limits=before.limits, trust=before.trust)
+                install(
+                    allow_pickle=before.allow_pickle,
+                    trusted=before.trusted,
+                    strict=before.strict,
+                    limits=before.limits,
+                    trust=before.trust,
+                )
 
 
 # -- patching --------------------------------------------------------------------------------

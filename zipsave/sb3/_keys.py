@@ -16,7 +16,11 @@ from .._core import LoadOptions, check_custom_objects
 from ..exceptions import DecodeError, ZipsaveWarning, caller_stacklevel, describe_path
 
 __all__ = [
-    "blame_given", "check_custom_objects", "given_values", "warn_near_options", "warn_unknown_keys",
+    "blame_given",
+    "check_custom_objects",
+    "given_values",
+    "warn_near_options",
+    "warn_unknown_keys",
     "warn_unmatched_custom_objects",
 ]
 
@@ -96,8 +100,9 @@ def _zipsave_options() -> tuple[str, ...]:
     return ("cls", "component", "exclude", "exact_match", *(f.name for f in dataclasses.fields(LoadOptions)))
 
 
-def warn_near_options(keywords: Mapping[str, Any], data: Mapping[str, Any], cls: type, archive: Any, *,
-                      door: str) -> None:
+def warn_near_options(
+    keywords: Mapping[str, Any], data: Mapping[str, Any], cls: type, archive: Any, *, door: str
+) -> None:
     """One warning per keyword that looks like a misspelt option of the load (``mmpa=True`` for
     ``mmap``, ``enviroment=`` for ``env``): SB3 sets every keyword it does not know as an
     attribute of the model, silently; zipsave still does, and says so. A keyword that is a saved
@@ -145,22 +150,35 @@ def _kind(value: Any) -> str:
     return "object"
 
 
-def blame_given(cls: type, err: BaseException, given: Mapping[str, tuple[str, Any]], raw: Mapping[str, Any] | None,
-                archive: Any) -> DecodeError | None:
+def blame_given(
+    cls: type, err: BaseException, given: Mapping[str, tuple[str, Any]], raw: Mapping[str, Any] | None, archive: Any
+) -> DecodeError | None:
     """The error naming the caller's value that ``cls`` could not be built with, or ``None``
     when no given value is to blame: one whose text the error quotes, or a plain value
     (text, flag, list) of another kind than the saved one."""
     text = str(err)
     suspects = []
     for key, (label, value) in given.items():
-        quoted = isinstance(value, (str, int, float)) and not isinstance(value, bool) and len(str(value)) >= 2 \
+        quoted = (
+            isinstance(value, (str, int, float))
+            and not isinstance(value, bool)
+            and len(str(value)) >= 2
             and str(value) in text
+        )
         saved = (raw or {}).get(key, _ABSENT)
-        other_kind = saved is not _ABSENT and _kind(value) in ("str", "bool", "None", "list", "dict") \
+        other_kind = (
+            saved is not _ABSENT
+            and _kind(value) in ("str", "bool", "None", "list", "dict")
             and _kind(value) != _kind(saved)
+        )
         if quoted or other_kind:
-            saved_text = "" if saved is _ABSENT else (
-                f"; the archive holds a {_kind(saved)}" + (f" ({saved!r})" if _kind(saved) in ("number", "str", "bool") else "")
+            saved_text = (
+                ""
+                if saved is _ABSENT
+                else (
+                    f"; the archive holds a {_kind(saved)}"
+                    + (f" ({saved!r})" if _kind(saved) in ("number", "str", "bool") else "")
+                )
             )
             shown = f"{label}{value!r}" if label.endswith("=") else f"{label} = {value!r}"
             suspects.append((key, label, f"{shown} (a {type(value).__name__}{saved_text})"))
@@ -172,5 +190,6 @@ def blame_given(cls: type, err: BaseException, given: Mapping[str, tuple[str, An
         archive=archive,
         key=suspects[0][1] if len(suspects) == 1 else None,
         hint="Pass a value of the kind the saved one has, or leave "
-        + ("it" if len(suspects) == 1 else "them") + " out to load the saved value.",
+        + ("it" if len(suspects) == 1 else "them")
+        + " out to load the saved value.",
     )

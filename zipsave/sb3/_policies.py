@@ -123,8 +123,12 @@ def read_sb3_policy_file(path: Any, policy: TrustPolicy, limits: Limits | None =
         # A plain zip from outside zipsave's reader: the same limits, so no deflate bomb.
         limits = limits or DEFAULT_LIMITS
         check_zip_infos(
-            archive.infolist(), size=_file_size(path), max_bytes=limits.max_total_bytes,
-            max_ratio=limits.max_compression_ratio, max_members=limits.max_members, archive=path,
+            archive.infolist(),
+            size=_file_size(path),
+            max_bytes=limits.max_total_bytes,
+            max_ratio=limits.max_compression_ratio,
+            max_members=limits.max_members,
+            archive=path,
         )
         pickle_name = next((n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
         if pickle_name is None:
@@ -133,29 +137,40 @@ def read_sb3_policy_file(path: Any, policy: TrustPolicy, limits: Limits | None =
         storages: dict[str, Any] = {}
 
         def storage(pid: Any) -> Any:
-            kind, storage_type, key = (pid[:3] if isinstance(pid, tuple) and len(pid) == 5 else (None, None, None))
-            if kind != "storage" or not isinstance(storage_type, StorageType) or not isinstance(key, str) \
-                    or type(pid[4]) is not int:
+            kind, storage_type, key = pid[:3] if isinstance(pid, tuple) and len(pid) == 5 else (None, None, None)
+            if (
+                kind != "storage"
+                or not isinstance(storage_type, StorageType)
+                or not isinstance(key, str)
+                or type(pid[4]) is not int
+            ):
                 raise DecodeError(f"refers to an external object {pid!r}, not a storage record.", archive=path)
             if key not in storages:
                 member = f"{prefix}data/{key}"
                 try:
                     raw = archive.read(member)
                 except KeyError:
-                    raise DecodeError("refers to a storage record it does not hold.", archive=path, member=member) from None
+                    raise DecodeError(
+                        "refers to a storage record it does not hold.", archive=path, member=member
+                    ) from None
                 if len(raw) != pid[4] * storage_type.dtype.itemsize:
                     raise DecodeError(
                         f"holds {len(raw)} bytes, its reference declares {pid[4]} {storage_type.dtype} elements.",
-                        archive=path, member=member,
+                        archive=path,
+                        member=member,
                     )
                 untyped = torch.UntypedStorage.from_buffer(raw, dtype=torch.uint8) if raw else torch.UntypedStorage(0)
-                storages[key] = torch.storage.TypedStorage(wrap_storage=untyped, dtype=storage_type.dtype, _internal=True)
+                storages[key] = torch.storage.TypedStorage(
+                    wrap_storage=untyped, dtype=storage_type.dtype, _internal=True
+                )
             return storages[key]
 
         saved = restricted_loads(
             archive.read(pickle_name), policy, archive=path, member=pickle_name, storages=storage, limits=limits
         )
-    if not (isinstance(saved, dict) and isinstance(saved.get("data"), dict) and isinstance(saved.get("state_dict"), dict)):
+    if not (
+        isinstance(saved, dict) and isinstance(saved.get("data"), dict) and isinstance(saved.get("state_dict"), dict)
+    ):
         raise zipsave.ArchiveFormatError("is a torch.save file, but not one of SB3's `policy.save`.", archive=path)
     return saved["data"], saved["state_dict"]
 
@@ -180,7 +195,9 @@ def _policy_load(cls: Any, path: Any, device: Any) -> Any:
         if options.trust is not None and options.trust.required:
             raise zipsave.SignatureError(
                 "is a plain torch file, not a zipsave archive, so it cannot be signed, and the trust setting requires "
-                "a signature.", reason="no-signature", archive=path,
+                "a signature.",
+                reason="no-signature",
+                archive=path,
                 hint="Save the policy again with zipsave installed (an archive), then sign it with `zipsave sign`.",
             )
         if options.allow_pickle:
@@ -189,8 +206,14 @@ def _policy_load(cls: Any, path: Any, device: Any) -> Any:
         params = {POLICY: {k: v.to(device) for k, v in state_dict.items()}}
     else:
         data, params, _ = zipsave.load_archive(
-            path, device=device, allow_pickle=options.allow_pickle, trusted=trusted_names((cls,)),
-            strict=options.strict, report=report, limits=options.limits, trust=options.trust,
+            path,
+            device=device,
+            allow_pickle=options.allow_pickle,
+            trusted=trusted_names((cls,)),
+            strict=options.strict,
+            report=report,
+            limits=options.limits,
+            trust=options.trust,
         )
     if data is None or POLICY not in params:
         raise zipsave.ArchiveFormatError(
@@ -205,7 +228,8 @@ def _policy_load(cls: Any, path: Any, device: Any) -> Any:
             f"{cls.__name__} cannot be built from the saved constructor parameters ({type(err).__name__}: {err}).",
             archive=path,
             hint="Trust the classes named in the warnings above, or pass `allow_pickle=True` to install()."
-            if report.skipped else "Was it saved from another version of the class?",
+            if report.skipped
+            else "Was it saved from another version of the class?",
         ) from err
     try:
         model.load_state_dict(params[POLICY])

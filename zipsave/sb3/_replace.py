@@ -59,8 +59,12 @@ def _load_options(**call: Any) -> LoadOptions:
     with the call's own ``device``, ``custom_objects`` and ``print_system_info``."""
     options = current_options()
     return LoadOptions(
-        allow_pickle=options.allow_pickle, trusted=options.trusted, strict=options.strict, limits=options.limits,
-        trust=options.trust, **call
+        allow_pickle=options.allow_pickle,
+        trusted=options.trusted,
+        strict=options.strict,
+        limits=options.limits,
+        trust=options.trust,
+        **call,
     )
 
 
@@ -76,8 +80,13 @@ def save_to_zip_file(
     without a suffix, parent folders created, file objects written and left open)."""
     del verbose
     # zipsave.save_archive, knowing that SB3's schedule closures are rebuilt on load (no warning)
-    parts = Parts(dict(data or {}), list((params or {}).items()), dict(pytorch_variables or {}), [],
-                  rebuilt_on_load=rebuilt_on_load)
+    parts = Parts(
+        dict(data or {}),
+        list((params or {}).items()),
+        dict(pytorch_variables or {}),
+        [],
+        rebuilt_on_load=rebuilt_on_load,
+    )
     write(encode(parts, "", exclude=None, include=None), save_path)
 
 
@@ -138,8 +147,14 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
     _check_exists(path, "zip")
     options = _load_options(device=device, print_system_info=print_system_info)
     with door(path, f"{cls.__name__}.load"), LoadSession(_existing(path, "zip"), options) as src:
-        return build_sb3(src, cls, custom_objects=dict(custom_objects) if custom_objects is not None else None,
-                         exclude=[], overrides=kwargs, door=f"{cls.__name__}.load")
+        return build_sb3(
+            src,
+            cls,
+            custom_objects=dict(custom_objects) if custom_objects is not None else None,
+            exclude=[],
+            overrides=kwargs,
+            door=f"{cls.__name__}.load",
+        )
 
 
 def set_parameters(self: Any, load_path_or_dict: Any, exact_match: bool = True, device: Any = "auto") -> None:
@@ -152,8 +167,10 @@ def set_parameters(self: Any, load_path_or_dict: Any, exact_match: bool = True, 
     if isinstance(load_path_or_dict, dict):
         return original(BaseAlgorithm, "set_parameters")(self, load_path_or_dict, exact_match, device)
     _check_exists(load_path_or_dict, "zip")
-    with door(load_path_or_dict, f"{type(self).__name__}.set_parameters"), \
-            LoadSession(_existing(load_path_or_dict, "zip"), _load_options(device=device)) as src:
+    with (
+        door(load_path_or_dict, f"{type(self).__name__}.set_parameters"),
+        LoadSession(_existing(load_path_or_dict, "zip"), _load_options(device=device)) as src,
+    ):
         load_parameters(src, self, [], exact_match=exact_match)
     return None
 
@@ -225,7 +242,9 @@ def _unsigned_pickle(path: Any, options: Any) -> None:
     if options.trust is not None and options.trust.required:
         raise zipsave.SignatureError(
             "is a plain pickle, not a zipsave archive, so it cannot be signed, and the trust setting requires a "
-            "signature.", reason="no-signature", archive=path,
+            "signature.",
+            reason="no-signature",
+            archive=path,
             hint="Save it again with zipsave installed (an archive), then sign it with `zipsave sign`.",
         )
 
@@ -243,7 +262,11 @@ def load_object(path: Any, expected: type, what: str) -> Any:
             obj = restricted_loads(fp, policy, archive=path, limits=options.limits)
     else:
         data, _, _ = zipsave.load_archive(
-            path, allow_pickle=options.allow_pickle, trusted=trusted_names(), strict=True, limits=options.limits,
+            path,
+            allow_pickle=options.allow_pickle,
+            trusted=trusted_names(),
+            strict=True,
+            limits=options.limits,
             trust=options.trust,
         )
         data = dict(data or {})

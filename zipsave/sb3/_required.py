@@ -14,8 +14,18 @@ from .._trust import BY_VALUE_MARK
 from ..exceptions import ArchiveFormatError, DecodeError
 
 __all__ = [
-    "ARS_WEIGHTS", "OBJECT_CLASS", "OBJECT_VALUE", "REBUILT_FROM_SAVED", "SCHEDULE_GROUPS", "SCHEDULE_KEYS", "Needs",
-    "check_required", "is_ars", "named_classes", "needs", "policy_hint",
+    "ARS_WEIGHTS",
+    "OBJECT_CLASS",
+    "OBJECT_VALUE",
+    "REBUILT_FROM_SAVED",
+    "SCHEDULE_GROUPS",
+    "SCHEDULE_KEYS",
+    "Needs",
+    "check_required",
+    "is_ars",
+    "named_classes",
+    "needs",
+    "policy_hint",
 ]
 
 #: ``data`` keys without which no SB3 model can be built.
@@ -124,9 +134,12 @@ def check_required(src: LoadSession, cls: type, data: dict[str, Any], given: Any
             archive=src.name,
             member=_format.DATA,
             key=lost[0] if len(lost) == 1 else None,
-            hint=_provide(lost) + (
+            hint=_provide(lost)
+            + (
                 ", or trust the global named above with `trusted=[...]` (`zipsave.sb3.install(trusted=[...])` "
-                "for SB3's own `load`)." if trust else "."
+                "for SB3's own `load`)."
+                if trust
+                else "."
             ),
         )
     if absent:

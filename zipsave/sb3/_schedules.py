@@ -112,8 +112,11 @@ def _fill_function(func: Any, state: Any, *rest: Any) -> _Function:
     values = state.get("closure_values")
     if not isinstance(values, list) or len(values) != getattr(func, "cell_count", None):
         raise NotASchedule("a cloudpickle closure that does not fit its skeleton")
-    func.slots = {"__qualname__": state.get("qualname"), "__module__": state.get("module"),
-                  "__closure__": tuple(_Cell(value) for value in values)}
+    func.slots = {
+        "__qualname__": state.get("qualname"),
+        "__module__": state.get("module"),
+        "__closure__": tuple(_Cell(value) for value in values),
+    }
     return func
 
 
@@ -154,8 +157,11 @@ def _attributes(func: _Function) -> dict[str, Any]:
 def _zoo_schedule(func: _Function) -> Any:
     """The RL Zoo's closure (rl-zoo3 < 2.7) as the installed Zoo's schedule, or ``None``."""
     cells = _attributes(func).get("__closure__")
-    if not (isinstance(func.code, _Code) and isinstance(cells, tuple)
-            and all(isinstance(c, _Cell) and len(c.value) == 1 for c in cells)):
+    if not (
+        isinstance(func.code, _Code)
+        and isinstance(cells, tuple)
+        and all(isinstance(c, _Cell) and len(c.value) == 1 for c in cells)
+    ):
         return None
     return rebuild_described(func.code.args, _attributes(func), [c.value[0] for c in cells])
 
@@ -171,8 +177,10 @@ def _closure_values(func: _Function) -> tuple[str, list[Any]]:
     if problem is not None:
         raise NotASchedule(problem)
     cells = slots.get("__closure__")
-    if not isinstance(cells, tuple) or len(cells) != len(_KNOWN[qualname].freevars[0]) or not all(
-        isinstance(c, _Cell) and len(c.value) == 1 for c in cells
+    if (
+        not isinstance(cells, tuple)
+        or len(cells) != len(_KNOWN[qualname].freevars[0])
+        or not all(isinstance(c, _Cell) and len(c.value) == 1 for c in cells)
     ):
         raise NotASchedule(f"`{qualname}` has an unexpected closure")
     return qualname, [c.value[0] for c in cells]

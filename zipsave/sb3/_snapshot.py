@@ -36,9 +36,13 @@ class ReplaySnapshot:
         self.owner = buffer
         self._model = weakref.ref(model)
         self._rows = {
-            id(arr) for name, value in vars(buffer).items() if name not in _REWRITTEN
+            id(arr)
+            for name, value in vars(buffer).items()
+            if name not in _REWRITTEN
             for arr in (value.values() if isinstance(value, dict) else (value,))
-            if isinstance(arr, np.ndarray) and arr.ndim and arr.shape[0] == buffer.buffer_size
+            if isinstance(arr, np.ndarray)
+            and arr.ndim
+            and arr.shape[0] == buffer.buffer_size
             and arr.nbytes >= _ROW_MIN_BYTES
         }
 
@@ -48,8 +52,15 @@ class ReplaySnapshot:
     def state(self) -> tuple[Any, ...]:
         buffer, model = self.owner, self._model()
         steps = getattr(model, "num_timesteps", None)
-        return (type(buffer), buffer.buffer_size, buffer.n_envs, bool(buffer.optimize_memory_usage),
-                int(buffer.pos), bool(buffer.full), steps if type(steps) is int else None)
+        return (
+            type(buffer),
+            buffer.buffer_size,
+            buffer.n_envs,
+            bool(buffer.optimize_memory_usage),
+            int(buffer.pos),
+            bool(buffer.full),
+            steps if type(steps) is int else None,
+        )
 
     def dirty_rows(self, previous: tuple[Any, ...]) -> tuple[list[tuple[int, int]] | None, str]:
         """The row ranges ``add`` wrote since ``previous`` (each call writes row ``pos``,

@@ -155,14 +155,24 @@ def _code_fields(node: Any) -> tuple | None:
 
 def _closure_value(root: _Call, calls: list[_Call]) -> float | None:
     """The number in the closure cell, if ``root`` is exactly the Zoo's function."""
-    if not (isinstance(root.func, _Global) and root.func.name == "_make_function"
-            and root.func.module.startswith("cloudpickle")):
+    if not (
+        isinstance(root.func, _Global)
+        and root.func.name == "_make_function"
+        and root.func.module.startswith("cloudpickle")
+    ):
         return None
     fields = _code_fields(root.args[0]) if isinstance(root.args, tuple) and root.args else None
     if fields is None or shape_problem(fields, _QUALNAME, _SHAPE) is not None:
         return None
-    setters = [c for c in calls if isinstance(c.func, _Global) and c.func.name == "_function_setstate"
-               and isinstance(c.args, tuple) and len(c.args) == 2 and c.args[0] is root]
+    setters = [
+        c
+        for c in calls
+        if isinstance(c.func, _Global)
+        and c.func.name == "_function_setstate"
+        and isinstance(c.args, tuple)
+        and len(c.args) == 2
+        and c.args[0] is root
+    ]
     if len(setters) != 1 or not (isinstance(setters[0].args[1], tuple) and len(setters[0].args[1]) == 2):
         return None
     state, slots = setters[0].args[1]
@@ -175,8 +185,12 @@ def _closure_value(root: _Call, calls: list[_Call]) -> float | None:
     if not (isinstance(closure, tuple) and len(closure) == 1 and isinstance(closure[0], _Call)):
         return None
     cell = closure[0]
-    if not (isinstance(cell.func, _Global) and cell.func.name == "_make_cell" and isinstance(cell.args, tuple)
-            and len(cell.args) == 1):
+    if not (
+        isinstance(cell.func, _Global)
+        and cell.func.name == "_make_cell"
+        and isinstance(cell.args, tuple)
+        and len(cell.args) == 1
+    ):
         return None
     value = cell.args[0]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -264,4 +278,3 @@ def schedules_in(raw: Any, skip: Any = ()) -> dict[str, Any]:
         if schedule is not None:
             out[key] = schedule
     return out
-

@@ -113,12 +113,28 @@ def write(out: pathlib.Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     obs = observations()
-    ppo = PPO("MultiInputPolicy", _Env(obs_space(), multi_action_space()), n_steps=16, batch_size=16,
-              n_epochs=1, policy_kwargs={"net_arch": [16]}, seed=0, device="cpu")
+    ppo = PPO(
+        "MultiInputPolicy",
+        _Env(obs_space(), multi_action_space()),
+        n_steps=16,
+        batch_size=16,
+        n_epochs=1,
+        policy_kwargs={"net_arch": [16]},
+        seed=0,
+        device="cpu",
+    )
     ppo.learn(32)
     zipsave.save(ppo, out / "ppo.zip")
-    sac = SAC("MlpPolicy", _Env(box_obs_space(), box_action_space()), learning_starts=8, batch_size=8,
-              buffer_size=64, policy_kwargs={"net_arch": [16]}, seed=0, device="cpu")
+    sac = SAC(
+        "MlpPolicy",
+        _Env(box_obs_space(), box_action_space()),
+        learning_starts=8,
+        batch_size=8,
+        buffer_size=64,
+        policy_kwargs={"net_arch": [16]},
+        seed=0,
+        device="cpu",
+    )
     sac.learn(16)
     zipsave.save(sac, out / "sac.zip")
     net = _net()
@@ -190,8 +206,14 @@ def check(folder: pathlib.Path) -> dict[str, str]:
     with torch.no_grad():
         for p in net.parameters():
             p.zero_()
-    state: dict[str, Any] = {"model": net, "optim": torch.optim.Adam(net.parameters(), lr=1e-2),
-                             "observation_space": None, "action_space": None, "spaces": None, "step": 0}
+    state: dict[str, Any] = {
+        "model": net,
+        "optim": torch.optim.Adam(net.parameters(), lr=1e-2),
+        "observation_space": None,
+        "action_space": None,
+        "spaces": None,
+        "step": 0,
+    }
     zipsave.restore(state, folder / "app_state.zip", strict=True)
     reference = _app_state(net, state["optim"])
     for name in ("observation_space", "action_space", "spaces", "step"):

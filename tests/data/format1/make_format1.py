@@ -13,8 +13,9 @@ import torch
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE.parents[2])]  # tests/ (model classes), the repo
 
-import zipsave  # noqa: E402
 from models import Algo  # noqa: E402
+
+import zipsave  # noqa: E402
 
 
 def main(out: pathlib.Path = HERE) -> None:

@@ -83,16 +83,50 @@ def build_zip(members: list[Member], *, manifest: bool = True) -> bytes:
         small_csize = 0xFFFFFFFF if zip64 else len(payload)
         offsets.setdefault(m.name, out.tell())
         offset = out.tell()
-        out.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, m.flags, method, 0, 33, crc,
-                              small_csize, small_size, len(name), len(extra)))
+        out.write(
+            struct.pack(
+                "<IHHHHHIIIHH",
+                0x04034B50,
+                45,
+                m.flags,
+                method,
+                0,
+                33,
+                crc,
+                small_csize,
+                small_size,
+                len(name),
+                len(extra),
+            )
+        )
         out.write(name + extra + payload)
         central.append((m, name, method, crc, small_size, small_csize, extra, offset))
     cd_start = out.tell()
     for m, name, method, crc, small_size, small_csize, extra, offset in central:
         if m.offset_of is not None:
             offset = offsets[m.offset_of]
-        out.write(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45, 45, m.flags, method, 0, 33, crc,
-                              small_csize, small_size, len(name), len(extra), 0, 0, 0, 0, offset))
+        out.write(
+            struct.pack(
+                "<IHHHHHHIIIHHHHHII",
+                0x02014B50,
+                45,
+                45,
+                m.flags,
+                method,
+                0,
+                33,
+                crc,
+                small_csize,
+                small_size,
+                len(name),
+                len(extra),
+                0,
+                0,
+                0,
+                0,
+                offset,
+            )
+        )
         out.write(name + extra)
     cd_size = out.tell() - cd_start
     out.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(central), len(central), cd_size, cd_start, 0))
@@ -148,11 +182,11 @@ def tiny_npy(header_shape: tuple | None = None) -> bytes:
     header_len = struct.unpack("<H", raw[8:10])[0]
     header = repr({"descr": "<f4", "fortran_order": False, "shape": header_shape}).encode()
     header = header.ljust(header_len - 1) + b"\n"
-    return raw[:10] + header + raw[10 + header_len:]
+    return raw[:10] + header + raw[10 + header_len :]
 
 
 def flip(data: bytes, at: int) -> bytes:
-    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1:]
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
 
 
 def plain(extra: dict | None = None) -> bytes:
@@ -167,9 +201,21 @@ def cases() -> dict[str, bytes]:
         out[name] = build_zip(members, **kw)
 
     # a consistent archive, the base of the corruption cases
-    valid = [Member("data", plain({"arr": {":type:": "<class 'numpy.ndarray'>", ":zipsave:": {
-        "kind": "ndarray", "dtype": "<f4", "shape": [6], "member": "arrays/0.npy"}}})),
-        Member("policy.pth", tiny_pth()), Member("arrays/0.npy", tiny_npy())]
+    valid = [
+        Member(
+            "data",
+            plain(
+                {
+                    "arr": {
+                        ":type:": "<class 'numpy.ndarray'>",
+                        ":zipsave:": {"kind": "ndarray", "dtype": "<f4", "shape": [6], "member": "arrays/0.npy"},
+                    }
+                }
+            ),
+        ),
+        Member("policy.pth", tiny_pth()),
+        Member("arrays/0.npy", tiny_npy()),
+    ]
     add("valid.zip", valid)
 
     # pickled payloads: each names a global outside the allowlist
@@ -177,8 +223,7 @@ def cases() -> dict[str, bytes]:
         "os_system": _Reduce(os.system, f"echo pwned > {marker('os_system')}"),
         "file_write": _Reduce(open, marker("file_write"), "w"),
         # getattr(__import__("os"), "system")("echo ...")
-        "getattr": _Reduce(_Reduce(getattr, _Reduce(__import__, "os"), "system"),
-                           f"echo pwned > {marker('getattr')}"),
+        "getattr": _Reduce(_Reduce(getattr, _Reduce(__import__, "os"), "system"), f"echo pwned > {marker('getattr')}"),
         "subprocess": _Reduce(__import__("subprocess").Popen, ["touch", marker("subprocess")]),
         "eval": _Reduce(eval, f"open({marker('eval')!r}, 'w')"),
     }
@@ -189,10 +234,25 @@ def cases() -> dict[str, bytes]:
         add(f"pickle_{case}.zip", [Member("data", plain({"evil": serialized(payload)}))])
 
     # init.json naming something that is not a zipsave.Saveable
-    add("init_os_system.zip", [Member("data", plain()), Member("init.json", data_json(
-        {"class": "os:system", "args": {"command": f"echo pwned > {marker('init_os_system')}"}}))])
-    add("init_popen.zip", [Member("data", plain()), Member("init.json", data_json(
-        {"class": "subprocess:Popen", "args": {"args": ["touch", marker("init_popen")]}}))])
+    add(
+        "init_os_system.zip",
+        [
+            Member("data", plain()),
+            Member(
+                "init.json",
+                data_json({"class": "os:system", "args": {"command": f"echo pwned > {marker('init_os_system')}"}}),
+            ),
+        ],
+    )
+    add(
+        "init_popen.zip",
+        [
+            Member("data", plain()),
+            Member(
+                "init.json", data_json({"class": "subprocess:Popen", "args": {"args": ["touch", marker("init_popen")]}})
+            ),
+        ],
+    )
 
     # native references that would hand out, or call, a dangerous global
     def native(body: dict) -> dict:
@@ -200,25 +260,74 @@ def cases() -> dict[str, bytes]:
 
     add("ref_os_system.zip", [Member("data", plain({"evil": native({"kind": "ref", "path": "os:system"})}))])
     add("ref_eval.zip", [Member("data", plain({"evil": native({"kind": "ref", "path": "builtins:eval"})}))])
-    add("namedtuple_os_system.zip", [Member("data", plain({"evil": native(
-        {"kind": "namedtuple", "class": "os:system", "items": [f"echo pwned > {marker('namedtuple')}"]})}))])
-    add("enum_os_system.zip", [Member("data", plain({"evil": native(
-        {"kind": "enum", "class": "os:system", "name": "x", "value": f"echo pwned > {marker('enum')}"})}))])
-    add("defaultdict_eval.zip", [Member("data", plain({"evil": native(
-        {"kind": "defaultdict", "factory": "builtins:eval", "items": []})}))])
+    add(
+        "namedtuple_os_system.zip",
+        [
+            Member(
+                "data",
+                plain(
+                    {
+                        "evil": native(
+                            {
+                                "kind": "namedtuple",
+                                "class": "os:system",
+                                "items": [f"echo pwned > {marker('namedtuple')}"],
+                            }
+                        )
+                    }
+                ),
+            )
+        ],
+    )
+    add(
+        "enum_os_system.zip",
+        [
+            Member(
+                "data",
+                plain(
+                    {
+                        "evil": native(
+                            {
+                                "kind": "enum",
+                                "class": "os:system",
+                                "name": "x",
+                                "value": f"echo pwned > {marker('enum')}",
+                            }
+                        )
+                    }
+                ),
+            )
+        ],
+    )
+    add(
+        "defaultdict_eval.zip",
+        [Member("data", plain({"evil": native({"kind": "defaultdict", "factory": "builtins:eval", "items": []})}))],
+    )
 
     # zip bombs and lying sizes
     spaces = b"{" + b" " * (20 << 20) + b"}"  # 20 MiB that deflates to ~20 KiB
     add("bomb_ratio.zip", [Member("data", spaces, deflate=True)])
     add("bomb_declared_huge.zip", [Member("data", plain(), deflate=True, declared_size=1 << 41)], manifest=False)
     add("data_1gb.zip", [Member("data", plain(), deflate=True, declared_size=1 << 30)], manifest=False)
-    add("declared_too_small.zip", [Member("data", plain({"pad": "x" * 1000}), deflate=True, declared_size=10)],
-        manifest=False)
+    add(
+        "declared_too_small.zip",
+        [Member("data", plain({"pad": "x" * 1000}), deflate=True, declared_size=10)],
+        manifest=False,
+    )
     add("stored_size_lie.zip", [Member("data", plain(), declared_size=10)], manifest=False)
     add("overlap.zip", [Member("data", plain()), Member("data2", plain(), offset_of="data")], manifest=False)
-    add("npy_huge_shape.zip", [Member("data", plain({"arr": native(
-        {"kind": "ndarray", "dtype": "<f4", "shape": [10**12], "member": "arrays/0.npy"})})),
-        Member("arrays/0.npy", tiny_npy(header_shape=(10**12,)))])
+    add(
+        "npy_huge_shape.zip",
+        [
+            Member(
+                "data",
+                plain(
+                    {"arr": native({"kind": "ndarray", "dtype": "<f4", "shape": [10**12], "member": "arrays/0.npy"})}
+                ),
+            ),
+            Member("arrays/0.npy", tiny_npy(header_shape=(10**12,))),
+        ],
+    )
 
     # names
     add("dotdot.zip", [Member("data", plain()), Member("../evil.txt", b"x")], manifest=False)
@@ -245,12 +354,18 @@ def cases() -> dict[str, bytes]:
     bad_npy = flip(npy, len(npy) - 3)
     base_data = valid[0].data
     edited = base_data.replace(b'"n_steps": 16', b'"n_steps": 32')
-    add("mismatch_pth.zip", [Member("data", base_data), Member("policy.pth", bad_pth, manifest_data=pth),
-                              Member("arrays/0.npy", npy)])
-    add("mismatch_npy.zip", [Member("data", base_data), Member("policy.pth", pth),
-                              Member("arrays/0.npy", bad_npy, manifest_data=npy)])
-    add("edited_data.zip", [Member("data", edited, manifest_data=base_data), Member("policy.pth", pth),
-                             Member("arrays/0.npy", npy)])
+    add(
+        "mismatch_pth.zip",
+        [Member("data", base_data), Member("policy.pth", bad_pth, manifest_data=pth), Member("arrays/0.npy", npy)],
+    )
+    add(
+        "mismatch_npy.zip",
+        [Member("data", base_data), Member("policy.pth", pth), Member("arrays/0.npy", bad_npy, manifest_data=npy)],
+    )
+    add(
+        "edited_data.zip",
+        [Member("data", edited, manifest_data=base_data), Member("policy.pth", pth), Member("arrays/0.npy", npy)],
+    )
     add("unlisted_member.zip", [Member("data", plain()), Member("extra.pth", pth, in_manifest=False)])
     # the zip's CRC is the lie here (bytes flipped after the CRC was taken)
     add("crc_mismatch_pth.zip", [Member("data", plain()), Member("policy.pth", bad_pth, crc=zlib.crc32(pth))])

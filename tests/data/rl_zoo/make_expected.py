@@ -53,8 +53,11 @@ def main() -> None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             model = cls.load(path, device="cpu")
-        dropped = {str(w.message).split("object ")[1].split(".")[0] for w in caught
-                   if "Could not deserialize object" in str(w.message)}
+        dropped = {
+            str(w.message).split("object ")[1].split(".")[0]
+            for w in caught
+            if "Could not deserialize object" in str(w.message)
+        }
         space = model.observation_space
         rng = np.random.default_rng(0)
         observations = rng.uniform(np.maximum(space.low, -5), np.minimum(space.high, 5), (5, *space.shape))

@@ -29,15 +29,21 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def _models():
     tiny = {"net_arch": [16]}
-    yield "ppo_cartpole", PPO(
-        "MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, n_epochs=1, policy_kwargs=dict(tiny), seed=0
-    ), 128
-    yield "dqn_cartpole", DQN(
-        "MlpPolicy", "CartPole-v1", learning_starts=32, buffer_size=500, policy_kwargs=dict(tiny), seed=0
-    ), 128
-    yield "sac_pendulum", SAC(
-        "MlpPolicy", "Pendulum-v1", learning_starts=32, buffer_size=500, policy_kwargs=dict(tiny), seed=0
-    ), 96
+    yield (
+        "ppo_cartpole",
+        PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, n_epochs=1, policy_kwargs=dict(tiny), seed=0),
+        128,
+    )
+    yield (
+        "dqn_cartpole",
+        DQN("MlpPolicy", "CartPole-v1", learning_starts=32, buffer_size=500, policy_kwargs=dict(tiny), seed=0),
+        128,
+    )
+    yield (
+        "sac_pendulum",
+        SAC("MlpPolicy", "Pendulum-v1", learning_starts=32, buffer_size=500, policy_kwargs=dict(tiny), seed=0),
+        96,
+    )
 
 
 def main() -> None:

@@ -27,29 +27,65 @@ from stable_baselines3.common.utils import get_linear_fn
 def main(out: pathlib.Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
+
     def small() -> dict:  # a fresh dict each time: SB3 adds keys to the one it is given
         return {"net_arch": [16, 16]}
 
     models = {
         # constant_fn closures: lr_schedule, clip_range
-        "ppo_constant": PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=1, seed=0,
-                            policy_kwargs=small()),
+        "ppo_constant": PPO(
+            "MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=1, seed=0, policy_kwargs=small()
+        ),
         # a linear schedule as learning_rate (get_linear_fn's closure) and as clip_range
-        "ppo_linear": PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=1, seed=0,
-                          learning_rate=get_linear_fn(1e-3, 1e-4, 1.0), clip_range=get_linear_fn(0.3, 0.1, 0.5),
-                          policy_kwargs=small()),
+        "ppo_linear": PPO(
+            "MlpPolicy",
+            "CartPole-v1",
+            n_steps=32,
+            batch_size=32,
+            n_epochs=1,
+            seed=0,
+            learning_rate=get_linear_fn(1e-3, 1e-4, 1.0),
+            clip_range=get_linear_fn(0.3, 0.1, 0.5),
+            policy_kwargs=small(),
+        ),
         # a user's lambda: refused by a safe load
-        "ppo_lambda": PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=1, seed=0,
-                          learning_rate=lambda progress: 5e-4 * progress, policy_kwargs=small()),
+        "ppo_lambda": PPO(
+            "MlpPolicy",
+            "CartPole-v1",
+            n_steps=32,
+            batch_size=32,
+            n_epochs=1,
+            seed=0,
+            learning_rate=lambda progress: 5e-4 * progress,
+            policy_kwargs=small(),
+        ),
         "a2c": A2C("MlpPolicy", "CartPole-v1", n_steps=8, seed=0, learning_rate=7e-4, policy_kwargs=small()),
-        "dqn": DQN("MlpPolicy", "CartPole-v1", buffer_size=500, learning_starts=16, seed=0,
-                   exploration_fraction=0.5, policy_kwargs=small()),
-        "sac": SAC("MlpPolicy", "Pendulum-v1", buffer_size=500, learning_starts=16, seed=0, learning_rate=1e-3,
-                   policy_kwargs=small()),
+        "dqn": DQN(
+            "MlpPolicy",
+            "CartPole-v1",
+            buffer_size=500,
+            learning_starts=16,
+            seed=0,
+            exploration_fraction=0.5,
+            policy_kwargs=small(),
+        ),
+        "sac": SAC(
+            "MlpPolicy",
+            "Pendulum-v1",
+            buffer_size=500,
+            learning_starts=16,
+            seed=0,
+            learning_rate=1e-3,
+            policy_kwargs=small(),
+        ),
     }
     expected: dict = {
-        "versions": {"stable_baselines3": stable_baselines3.__version__, "numpy": np.__version__,
-                     "gymnasium": gym.__version__, "torch": torch.__version__},
+        "versions": {
+            "stable_baselines3": stable_baselines3.__version__,
+            "numpy": np.__version__,
+            "gymnasium": gym.__version__,
+            "torch": torch.__version__,
+        },
         "models": {},
     }
     for name, model in models.items():

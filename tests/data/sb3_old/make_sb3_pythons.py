@@ -41,15 +41,46 @@ def models() -> dict:
 
     return {
         # get_linear_fn's closure as learning_rate, constant_fn's for clip_range
-        "ppo": PPO("MlpPolicy", _env("CartPole-v1"), n_steps=32, batch_size=32, n_epochs=1, seed=0,
-                   learning_rate=get_linear_fn(1e-3, 1e-4, 1.0), clip_range=0.25, policy_kwargs=small()),
+        "ppo": PPO(
+            "MlpPolicy",
+            _env("CartPole-v1"),
+            n_steps=32,
+            batch_size=32,
+            n_epochs=1,
+            seed=0,
+            learning_rate=get_linear_fn(1e-3, 1e-4, 1.0),
+            clip_range=0.25,
+            policy_kwargs=small(),
+        ),
         # exploration_schedule: get_linear_fn's closure
-        "dqn": DQN("MlpPolicy", _env("CartPole-v1"), buffer_size=200, learning_starts=16, seed=0,
-                   learning_rate=5e-4, exploration_fraction=0.5, policy_kwargs=small()),
-        "sac": SAC("MlpPolicy", _env("Pendulum-v1"), buffer_size=200, learning_starts=16, seed=0,
-                   learning_rate=get_linear_fn(3e-3, 3e-4, 0.5), policy_kwargs=small()),
-        "td3": TD3("MlpPolicy", _env("Pendulum-v1"), buffer_size=200, learning_starts=16, seed=0,
-                   learning_rate=7e-4, policy_kwargs=small()),
+        "dqn": DQN(
+            "MlpPolicy",
+            _env("CartPole-v1"),
+            buffer_size=200,
+            learning_starts=16,
+            seed=0,
+            learning_rate=5e-4,
+            exploration_fraction=0.5,
+            policy_kwargs=small(),
+        ),
+        "sac": SAC(
+            "MlpPolicy",
+            _env("Pendulum-v1"),
+            buffer_size=200,
+            learning_starts=16,
+            seed=0,
+            learning_rate=get_linear_fn(3e-3, 3e-4, 0.5),
+            policy_kwargs=small(),
+        ),
+        "td3": TD3(
+            "MlpPolicy",
+            _env("Pendulum-v1"),
+            buffer_size=200,
+            learning_starts=16,
+            seed=0,
+            learning_rate=7e-4,
+            policy_kwargs=small(),
+        ),
     }
 
 
@@ -58,8 +89,13 @@ def main(root: pathlib.Path) -> None:
     out = root / f"py{sys.version_info[0]}.{sys.version_info[1]}-sb3-{stable_baselines3.__version__}"
     out.mkdir(parents=True, exist_ok=True)
     expected: dict = {
-        "versions": {"python": sys.version.split()[0], "stable_baselines3": stable_baselines3.__version__,
-                     "numpy": np.__version__, "gymnasium": gym.__version__, "torch": torch.__version__},
+        "versions": {
+            "python": sys.version.split()[0],
+            "stable_baselines3": stable_baselines3.__version__,
+            "numpy": np.__version__,
+            "gymnasium": gym.__version__,
+            "torch": torch.__version__,
+        },
         "models": {},
     }
     for name, model in models().items():
