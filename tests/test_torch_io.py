@@ -665,3 +665,16 @@ def _torch_zip_of(data_pkl: bytes) -> bytes:
         zf.writestr("archive/byteorder", "little")
         zf.writestr("archive/version", "3\n")
     return out.getvalue()
+
+
+def test_a_tensor_whose_size_one_dimension_has_stride_zero_saves_and_loads(tmp_path):
+    """``torch.tensor(5).expand(1)`` has stride 0: torch calls it contiguous but will not view it
+    as bytes. Saving it (in ``data`` and in a state dict) raised a RuntimeError."""
+    expanded = torch.tensor(7.0).expand(1)
+    assert expanded.stride() == (0,) and expanded.is_contiguous()
+    module = torch.nn.Module()
+    module.register_buffer("b", torch.tensor(3).expand(1))
+    zipsave.save({"t": expanded, "m": module}, tmp_path / "s.zip")
+    loaded = zipsave.load(tmp_path / "s.zip")
+    assert torch.equal(loaded["t"], torch.tensor([7.0]))
+    assert torch.equal(loaded["m"]["b"], torch.tensor([3]))

@@ -12,7 +12,17 @@ from typing import Any
 
 from .exceptions import ArchiveFormatError
 
-__all__ = ["SUPPORTED", "check_tensor", "check_tree", "keyed", "refusal", "validating_sparse", "view_fits", "walk"]
+__all__ = [
+    "SUPPORTED",
+    "check_tensor",
+    "check_tree",
+    "flat_bytes",
+    "keyed",
+    "refusal",
+    "validating_sparse",
+    "view_fits",
+    "walk",
+]
 
 SUPPORTED = "dense tensors and sparse COO, CSR, CSC, BSR and BSC tensors whose indices check out"
 
@@ -155,3 +165,15 @@ def validating_sparse() -> Iterator[None]:
 
     with torch.sparse.check_sparse_tensor_invariants(enable=True):
         yield
+
+
+def flat_bytes(t: Any) -> Any:
+    """A flat ``uint8`` view of a contiguous tensor's memory. torch calls a tensor whose
+    dimensions of size 1 carry any stride contiguous (``torch.tensor(5).expand(1)`` has stride
+    0), and refuses to view such a tensor as bytes: it is given unit strides first."""
+    import torch
+
+    flat = t.reshape(-1)
+    if flat.numel() == 1 and flat.stride(0) != 1:
+        flat = flat.as_strided((1,), (1,))
+    return flat.view(torch.uint8)

@@ -165,7 +165,11 @@ def dense_bytes(t: Any) -> bytes:
         d = d.coalesce().to_dense()
     elif d.layout != torch.strided:
         d = d.to_dense()
-    return d.contiguous().view(-1).view(torch.uint8).numpy().tobytes() if d.numel() else b""
+    return (
+        d.reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8).numpy().tobytes()
+        if d.numel()
+        else b""
+    )
 
 
 def sparse(layout: str, *parts: Any) -> Call:

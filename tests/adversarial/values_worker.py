@@ -36,7 +36,11 @@ def _dense_bytes(t: object) -> bytes:
         d.to(torch.float64).sum()
     else:
         d.sum()
-    return d.contiguous().view(-1).view(torch.uint8).numpy().tobytes() if d.numel() else b""
+    return (
+        d.reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8).numpy().tobytes()
+        if d.numel()
+        else b""
+    )
 
 
 def touch(value: object) -> dict[str, str]:

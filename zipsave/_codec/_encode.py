@@ -21,6 +21,7 @@ import orjson
 import torch
 
 from .. import _codec  # its space encoder loads with the first space
+from .._invariants import flat_bytes
 from ..exceptions import EncodeError
 from ._arrays import INT64, canonical_array, dtype_descr, tz_fields
 from ._pickling import NoNative, b64, pickle_value, type_hint
@@ -375,7 +376,7 @@ class Encoder:
         if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
             raise NoNative
         cpu = t.detach().to("cpu").resolve_conj().resolve_neg().contiguous()
-        raw = cpu.reshape(-1).view(torch.uint8).numpy() if cpu.numel() else np.empty(0, np.uint8)
+        raw = flat_bytes(cpu).numpy() if cpu.numel() else np.empty(0, np.uint8)
         return {
             "kind": "tensor",
             "dtype": str(t.dtype).removeprefix("torch."),

@@ -15,6 +15,7 @@ from torch.autograd.graph import increment_version
 
 from .. import _format
 from .._archive import OrderedCrc, crc32
+from .._invariants import flat_bytes
 from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, UnsafeGlobalError, ZipsaveError
 from ._arena import host_arena
 from ._invariants import check_tree
@@ -190,7 +191,7 @@ def load_pth(
             if _in_place_target(ref, target, length):
                 direct[key] = target
                 if target.device.type != "cpu":
-                    dest[key] = target.detach().reshape(-1).view(torch.uint8)
+                    dest[key] = flat_bytes(target.detach())
                 else:
                     dest[key] = byte_view(target) if length else memoryview(b"")
                 filled.add(path)

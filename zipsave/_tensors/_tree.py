@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from .._invariants import flat_bytes
 from ._invariants import assemble_sparse
 from ._pth_meta import SparseRef, TensorRef
 
@@ -113,7 +114,4 @@ def dotted(path: tuple) -> str:
 # -- destinations --------------------------------------------------------------------------
 def byte_view(t: torch.Tensor) -> memoryview:
     """A writable byte view of a contiguous CPU tensor's memory."""
-    flat = t.detach().reshape(-1)
-    if flat.dtype != torch.uint8:
-        flat = flat.view(torch.uint8)
-    return flat.numpy().data.cast("B")
+    return flat_bytes(t.detach()).numpy().data.cast("B")

@@ -17,6 +17,7 @@ from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
 from .._archive import ArchiveWriter, atomic_output
+from .._invariants import flat_bytes
 from ..exceptions import ZipsaveError
 from . import _layout, _metadata
 from ._metadata import ItemLocation, RankFile
@@ -46,7 +47,7 @@ def _tensor_bytes(tensor: torch.Tensor) -> tuple[torch.Tensor, memoryview]:
     if t.device.type != "cpu":
         t = t.cpu()
     t = t.contiguous()
-    flat = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+    flat = flat_bytes(t) if t.numel() else torch.empty(0, dtype=torch.uint8)
     return t, flat.numpy().data.cast("B")
 
 
