@@ -106,8 +106,19 @@ def test_the_estimate_is_a_lower_bound_of_what_sb3_builds(name):
     buffer_bytes = sum(_nbytes(v) for v in vars(buffer).values())
     key = "buffer_size" if "buffer_size" in vars(model) else "n_steps"
     assert 0 < est.of("policy_kwargs") <= params
-    assert 0.9 * buffer_bytes <= est.of(key) <= buffer_bytes  # the buffer is counted nearly exactly
+    assert est.of(key) <= buffer_bytes  # a lower bound: never refuses a model SB3 can build
+    if _keeps_observation_dtype(buffer, model.observation_space):  # older SB3 widens them to float32
+        assert 0.9 * buffer_bytes <= est.of(key)  # the buffer is counted nearly exactly
     assert est.total == est.of("policy_kwargs") + est.of(key)
+
+
+def _keeps_observation_dtype(buffer, space) -> bool:
+    """Whether the buffer stores observations at the space's dtype (the estimate counts them so;
+    SB3 2.7, the lowest tested, stores a rollout buffer's observations as float32)."""
+    observations = buffer.observations
+    if isinstance(observations, dict):
+        return all(observations[k].dtype == space[k].dtype for k in observations)
+    return observations.dtype == space.dtype
 
 
 def test_an_explicit_net_arch_is_counted_exactly():
