@@ -26,7 +26,7 @@ import zipsave
 from zipsave._tools._verify import verify
 
 
-def _zip(members: dict[str, bytes]) -> bytes:
+def zip_of(members: dict[str, bytes]) -> bytes:
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as zf:
         for name, data in members.items():
@@ -34,19 +34,19 @@ def _zip(members: dict[str, bytes]) -> bytes:
     return out.getvalue()
 
 
-def _saved(obj) -> bytes:
+def saved(obj: object) -> bytes:
     out = io.BytesIO()
     zipsave.save(obj, out)
     return out.getvalue()
 
 
-def _npy(value: np.ndarray) -> bytes:
+def npy(value: np.ndarray) -> bytes:
     out = io.BytesIO()
     np.save(out, value, allow_pickle=False)
     return out.getvalue()
 
 
-def _arrays(n: int) -> bytes:
+def arrays(n: int) -> bytes:
     items = [
         {
             ":type:": "<class 'numpy.ndarray'>",
@@ -55,31 +55,32 @@ def _arrays(n: int) -> bytes:
         for i in range(n)
     ]
     data = {"a": {":type:": "<class 'list'>", ":zipsave:": {"kind": "list", "items": items}}}
-    return _zip({"data": json.dumps(data).encode(), **{f"arrays/{i}.npy": _npy(np.arange(2.0) + i) for i in range(n)}})
+    return zip_of({"data": json.dumps(data).encode(), **{f"arrays/{i}.npy": npy(np.arange(2.0) + i) for i in range(n)}})
 
 
-def _missing_members(n: int) -> bytes:
-    with zipfile.ZipFile(io.BytesIO(_saved({"a": 1}))) as zf:
+def missing_members(n: int) -> bytes:
+    with zipfile.ZipFile(io.BytesIO(saved({"a": 1}))) as zf:
         members = {name: zf.read(name) for name in zf.namelist()}
     manifest = json.loads(members["manifest.json"])
     manifest["members"].update({f"gone{i}.pth": {"size": 1, "crc32": "00000000"} for i in range(n)})
     members["manifest.json"] = json.dumps(manifest).encode()
-    return _zip(members)
+    return zip_of(members)
 
 
-#: dimension -> (base size, archive builder)
+#: dimension -> (base size, archive builder); tests/test_linear_time.py builds its archives with
+#: these builders too.
 DIMENSIONS: dict[str, tuple[int, Callable[[int], bytes]]] = {
-    "members": (2000, lambda n: _zip({"data": b"{}", **{f"extra{i}.txt": b"" for i in range(n)}})),
-    "component folders": (1000, lambda n: _zip({"data": b"{}", **{f"comp{i}/data": b'{"x": 1}' for i in range(n)}})),
-    "folder depth": (150, lambda n: _zip({"data": b"{}", **{"d/" * d + "data": b'{"x": 1}' for d in range(1, n)}})),
-    "data keys": (10000, lambda n: _saved({f"key{i}": i for i in range(n)})),
-    "manifest entries (missing members)": (10000, _missing_members),
+    "members": (2000, lambda n: zip_of({"data": b"{}", **{f"extra{i}.txt": b"" for i in range(n)}})),
+    "component folders": (1000, lambda n: zip_of({"data": b"{}", **{f"comp{i}/data": b'{"x": 1}' for i in range(n)}})),
+    "folder depth": (150, lambda n: zip_of({"data": b"{}", **{"d/" * d + "data": b'{"x": 1}' for d in range(1, n)}})),
+    "data keys": (10000, lambda n: saved({f"key{i}": i for i in range(n)})),
+    "manifest entries (missing members)": (10000, missing_members),
     "tensors per .pth": (
         300,
-        lambda n: _saved({"m": torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(2)) for _ in range(n)])}),
+        lambda n: saved({"m": torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(2)) for _ in range(n)])}),
     ),
-    "arrays": (1000, _arrays),
-    "name length": (3000, lambda n: _zip({"data": json.dumps({"k" * n: 1}).encode(), "e/" * n + "data": b"{}"})),
+    "arrays": (1000, arrays),
+    "name length": (3000, lambda n: zip_of({"data": json.dumps({"k" * n: 1}).encode(), "e/" * n + "data": b"{}"})),
 }
 
 VERBS: dict[str, Callable[[io.BytesIO], object]] = {
@@ -107,7 +108,7 @@ def main() -> None:
     parser.add_argument("--out", help="write the rows as JSON here")
     args = parser.parse_args()
     warnings.simplefilter("ignore")  # skipped entries of hostile shapes warn, one each
-    zipsave.load(io.BytesIO(_saved({"a": 1})))
+    zipsave.load(io.BytesIO(saved({"a": 1})))
     rows = []
     print(f"{'dimension':36s} {'verb':8s} {'N':>7s} {'bytes x':>7s} {'time N':>9s} {'time 10N':>9s} {'time x':>6s}")
     for dimension, (base, build) in DIMENSIONS.items():

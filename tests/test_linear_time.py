@@ -8,14 +8,14 @@ load of component folders, 16 000 of which took 52 s) shows as calls growing 100
 
 from __future__ import annotations
 
+import importlib.util
 import io
-import json
 import sys
 import warnings
 import zipfile
 from collections.abc import Callable
+from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -27,43 +27,16 @@ from zipsave._tools._verify import verify
 MAX_RATIO = 12
 
 
-def _zip(members: dict[str, bytes]) -> bytes:
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as zf:
-        for name, data in members.items():
-            zf.writestr(name, data)
-    return out.getvalue()
+def _scaling():
+    """``benchmarks/scaling.py``, whose archive builders the benchmark times and this test counts."""
+    spec = importlib.util.spec_from_file_location("scaling", Path(__file__).parent.parent / "benchmarks" / "scaling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _saved(obj) -> bytes:
-    out = io.BytesIO()
-    zipsave.save(obj, out)
-    return out.getvalue()
-
-
-def _npy(value: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    np.save(out, value, allow_pickle=False)
-    return out.getvalue()
-
-
-def _array_ref(i: int) -> dict:
-    return {
-        ":type:": "<class 'numpy.ndarray'>",
-        ":zipsave:": {"kind": "ndarray", "dtype": "<f8", "shape": [2], "member": f"arrays/{i}.npy"},
-    }
-
-
-def _with_manifest_entries(n: int) -> bytes:
-    raw = _saved({"a": 1})
-    members = {}
-    with zipfile.ZipFile(io.BytesIO(raw)) as zf:
-        for name in zf.namelist():
-            members[name] = zf.read(name)
-    manifest = json.loads(members["manifest.json"])
-    manifest["members"].update({f"gone{i}.pth": {"size": 1, "crc32": "00000000"} for i in range(n)})
-    members["manifest.json"] = json.dumps(manifest).encode()
-    return _zip(members)
+_build = _scaling()
+_zip, _saved = _build.zip_of, _build.saved
 
 
 #: dimension -> (N, archive with N items)
@@ -73,27 +46,12 @@ DIMENSIONS: dict[str, tuple[int, Callable[[int], bytes]]] = {
     "dict of components": (40, lambda n: _zip({"data": b"{}", **{f"agents/a{i}/data": b'{"x": 1}' for i in range(n)}})),
     "data keys": (100, lambda n: _saved({f"key{i}": i for i in range(n)})),
     "nested data": (40, lambda n: _saved({"d": {f"k{i}": {"v": [i, {"w": i}]} for i in range(n)}})),
-    "manifest entries": (600, _with_manifest_entries),
+    "manifest entries": (600, _build.missing_members),
     "tensors per .pth": (
         30,
         lambda n: _saved({"m": torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(2)) for _ in range(n)])}),
     ),
-    "arrays": (
-        20,
-        lambda n: _zip(
-            {
-                "data": json.dumps(
-                    {
-                        "a": {
-                            ":type:": "<class 'list'>",
-                            ":zipsave:": {"kind": "list", "items": [_array_ref(i) for i in range(n)]},
-                        }
-                    }
-                ).encode(),
-                **{f"arrays/{i}.npy": _npy(np.arange(2.0) + i) for i in range(n)},
-            }
-        ),
-    ),
+    "arrays": (20, _build.arrays),
 }
 
 VERBS: dict[str, Callable[[io.BytesIO], object]] = {
