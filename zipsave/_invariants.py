@@ -48,9 +48,14 @@ def view_fits(offset: int, size: Any, stride: Any, itemsize: int, nbytes: int) -
     bytes of storage? In Python integers, so no product overflows."""
     if offset < 0 or len(size) != len(stride) or any(n < 0 for n in size) or any(s < 0 for s in stride):
         return False
+    return tensor_span(offset, size, stride) * itemsize <= nbytes
+
+
+def tensor_span(offset: int, size: Any, stride: Any) -> int:
+    """Elements of its storage a view reaches, from the storage's start: 0 when it is empty."""
     if any(n == 0 for n in size):
-        return True
-    return (offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1) * itemsize <= nbytes
+        return 0
+    return offset + 1 + sum((n - 1) * s for n, s in zip(size, stride))
 
 
 def walk(tree: Any) -> Iterator[tuple[str, Any]]:

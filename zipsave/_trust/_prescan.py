@@ -278,23 +278,6 @@ def prescan_pickle(payload: bytes, records: dict[str, int] | None = None, *, lim
         raise DecodeError(f"the pickle is malformed ({type(err).__name__}: {err}).", **where) from err
 
 
-#: Bytes per element of torch's legacy storage classes (``torch.FloatStorage``...).
-_LEGACY_ITEMSIZE = {
-    "Double": 8,
-    "Float": 4,
-    "Half": 2,
-    "BFloat16": 2,
-    "Long": 8,
-    "Int": 4,
-    "Short": 2,
-    "Char": 1,
-    "Byte": 1,
-    "Bool": 1,
-    "ComplexFloat": 8,
-    "ComplexDouble": 16,
-}
-
-
 def check_legacy_torch(payload: bytes | bytearray, **where: Any) -> None:
     """Check a legacy (pre-zip) ``torch.save`` stream, as torch pickles a storage: five pickles
     (magic, protocol, system info, the object, the storage keys), then for each key an element

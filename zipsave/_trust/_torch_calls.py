@@ -8,9 +8,10 @@ import sys
 from typing import Any
 
 from .._bounds import AllocBudget
+from .._invariants import tensor_span
 from ..exceptions import ArchiveLimitError
 
-__all__ = ["LEGACY_ITEMSIZE", "StorageRecord", "check_torch_call", "storage_reference", "tensor_span"]
+__all__ = ["LEGACY_ITEMSIZE", "StorageRecord", "check_torch_call", "storage_reference"]
 
 #: Bytes per element of torch's legacy storage classes (``torch.FloatStorage``...).
 LEGACY_ITEMSIZE = {
@@ -46,13 +47,6 @@ class StorageRecord:
 
     def __init__(self, key: Any, nbytes: int, itemsize: int) -> None:
         self.key, self.nbytes, self.itemsize = key, nbytes, itemsize
-
-
-def tensor_span(offset: int, size: tuple, stride: tuple) -> int:
-    """Elements of its storage a tensor reaches, from the storage's start: 0 when it is empty."""
-    if any(n == 0 for n in size):
-        return 0
-    return offset + 1 + sum((n - 1) * s for n, s in zip(size, stride))
 
 
 def _name(obj: Any) -> str:

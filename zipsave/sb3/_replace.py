@@ -103,8 +103,6 @@ def load_from_zip_file(
     del verbose
     options = current_options()
     _check_exists(load_path, "zip")
-    if options.trust is not None:  # before `data` is read for schedule closures below
-        zipsave.verify_signature(_existing(load_path, "zip"), options.trust)
     check_custom_objects(custom_objects)
     loaded = zipsave.load_archive(
         load_path,
