@@ -39,7 +39,7 @@ def _crc_isal(ctx: Ctx) -> None:
 
 
 def _crc_zipsave(ctx: Ctx) -> None:
-    from zipsave._archive import crc32_many  # how zipsave checks mapped records: 2 threads
+    from zipsave._archive import crc32_many  # 2 threads over bytes in memory
 
     ctx.result = crc32_many([memoryview(ctx.buffer)])[0]
 

@@ -152,3 +152,37 @@ def test_where_no_thread_can_start_the_callers_thread_checksums(monkeypatch, sta
     for thread in started:
         thread.join(10)  # the one helper that started ends: nothing waits on it
         assert not thread.is_alive()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6000), st.integers(0, 3000)), max_size=8))
+def test_crc32_read_checks_each_span_of_a_file(spans):
+    data = np.random.default_rng(len(spans)).integers(0, 256, 7000, dtype=np.uint8).tobytes()
+
+    def read_at(offset, buf):
+        chunk = data[offset : offset + len(buf)]
+        buf[: len(chunk)] = chunk
+        return len(chunk)
+
+    old = (_crc.PARALLEL_MIN, _crc.READ_PIECE)
+    _crc.PARALLEL_MIN, _crc.READ_PIECE = 1000, 700  # several pieces per span, shared with the helper
+    try:
+        want = [zlib.crc32(data[o : o + n]) if o + n <= len(data) else None for o, n in spans]
+        assert _crc.crc32_read(read_at, spans) == want  # a span past the end is None
+    finally:
+        _crc.PARALLEL_MIN, _crc.READ_PIECE = old
+
+
+def test_crc32_read_raises_a_read_error_after_both_threads_stop(monkeypatch):
+    monkeypatch.setattr(_crc, "READ_PIECE", 1 << 16)
+    calls = []
+
+    def read_at(offset, buf):
+        calls.append(offset)
+        if offset == 5 << 16:
+            raise OSError("EIO")
+        return len(buf)
+
+    with pytest.raises(OSError, match="EIO"):
+        _crc.crc32_read(read_at, [(0, 64 << 20)])
+    assert len(calls) < 64 << 4  # the first error stopped the rest

@@ -88,6 +88,43 @@ def test_mmap_load_is_verified_unless_asked_not_to(saved, tmp_path):
     assert not torch.equal(tree["0.weight"], _net().state_dict()["0.weight"])
 
 
+def _resident_kib(ptr: int) -> int:
+    """The resident KiB of the mapping that holds ``ptr`` (from /proc/self/smaps)."""
+    with open("/proc/self/smaps") as smaps:
+        lines = iter(smaps)
+        for line in lines:
+            span = line.split()[0]
+            if "-" in span and not line.split()[0].endswith(":"):
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                if lo <= ptr < hi:
+                    return next(int(x.split()[1]) for x in lines if x.startswith("Rss:"))
+    raise AssertionError("mapping not found")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/smaps")
+@pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "pread"])
+def test_a_checked_mapping_leaves_no_page_resident(in_place, tmp_path, monkeypatch):
+    """The check unmaps the pages it mapped (or reads them with ``pread``): a checked mapped
+    load leaves nothing resident until the caller touches it (issue 37)."""
+    import numpy as np
+
+    from zipsave._tensors import _prefault
+
+    monkeypatch.setattr(_prefault, "CHECK_IN_PLACE", in_place)
+    monkeypatch.setattr(_prefault, "CHECK_WINDOW", 100_000)  # several windows, none on a page boundary
+    path = tmp_path / "big.zip"
+    array = np.random.default_rng(0).random(1 << 19)  # 4 MiB: an arrays/<id>.npy member
+    zipsave.save_archive(path, data={"frames": array}, params={"policy": _net().state_dict()})
+    data, params, _ = zipsave.load_archive(path, mmap=True)
+    mapped, weight = data["frames"], params["policy"]["0.weight"]
+    assert _resident_kib(mapped.ctypes.data) == 0
+    assert _resident_kib(weight.untyped_storage().data_ptr()) == 0
+    assert np.array_equal(mapped, array) and torch.equal(weight, _net().state_dict()["0.weight"])
+    assert _resident_kib(mapped.ctypes.data) >= array.nbytes // 1024  # touched: now resident
+    single = zipsave.read(path, "policy/0.weight", mmap=True)
+    assert _resident_kib(single.untyped_storage().data_ptr()) == 0
+
+
 def test_old_mappings_survive_a_later_save(saved):
     _, params, _ = zipsave.load_archive(saved, mmap=True)
     zipsave.save_archive(saved, data={"gamma": 0.5}, params={"policy": _net(seed=1).state_dict()})

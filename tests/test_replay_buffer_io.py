@@ -279,10 +279,14 @@ def test_a_truncated_buffer_member_is_a_zipsave_error(mapped, tmp_path_factory, 
     assert member in str(caught.value)
 
 
-def test_a_mapped_member_is_checked_window_by_window(tmp_path_factory, tmp_path, monkeypatch):
-    from zipsave._tensors import _npy
+@pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "pread"])
+def test_a_mapped_member_is_checked_piece_by_piece(in_place, tmp_path_factory, tmp_path, monkeypatch):
+    from zipsave._archive import _crc
+    from zipsave._tensors import _prefault
 
-    monkeypatch.setattr(_npy, "_CHECK_WINDOW", 10_000)  # many windows, none on a page boundary
+    monkeypatch.setattr(_prefault, "CHECK_IN_PLACE", in_place)
+    monkeypatch.setattr(_prefault, "CHECK_WINDOW", 10_000)  # many windows, none on a page boundary
+    monkeypatch.setattr(_crc, "READ_PIECE", 10_000)
     model, saved = _saved_model("replay", tmp_path_factory)
     _same_buffer(zipsave.load(saved, cls=DQN, mmap=True, device="cpu").replay_buffer, model.replay_buffer)
     path = tmp_path / "bad.zip"

@@ -11,7 +11,7 @@ from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._crc import BACKEND as CRC_BACKEND
-    from ._crc import OrderedCrc, crc32, crc32_combine, crc32_many
+    from ._crc import OrderedCrc, crc32, crc32_combine, crc32_many, crc32_read, share_work
     from ._destination import destination_key, is_url, open_output, open_source
     from ._files import atomic_output, open_input, seekable, with_suffix
     from ._handlers import data_bytes, involve_handlers, member_names
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
 _LAZY: dict[str, str] = {
     "CRC_BACKEND": "._crc:BACKEND",
-    **dict.fromkeys(("OrderedCrc", "crc32", "crc32_combine", "crc32_many"), "._crc"),
+    **dict.fromkeys(("OrderedCrc", "crc32", "crc32_combine", "crc32_many", "crc32_read", "share_work"), "._crc"),
     **dict.fromkeys(("destination_key", "is_url", "open_output", "open_source"), "._destination"),
     **dict.fromkeys(("data_bytes", "involve_handlers", "member_names"), "._handlers"),
     **dict.fromkeys(("atomic_output", "open_input", "seekable", "with_suffix"), "._files"),
@@ -80,6 +80,7 @@ __all__ = [
     "crc32",
     "crc32_combine",
     "crc32_many",
+    "crc32_read",
     "data_bytes",
     "describe",
     "destination_key",
@@ -94,5 +95,6 @@ __all__ = [
     "open_source",
     "parse_version",
     "seekable",
+    "share_work",
     "with_suffix",
 ]

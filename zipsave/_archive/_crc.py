@@ -23,7 +23,17 @@ try:  # a dependency where it has wheels; anywhere else zlib gives the same valu
 except ImportError:  # pragma: no cover - no wheel for this platform
     _fast_crc32 = None
 
-__all__ = ["BACKEND", "OrderedCrc", "crc32", "crc32_combine", "crc32_many", "pool", "submit"]
+__all__ = [
+    "BACKEND",
+    "OrderedCrc",
+    "crc32",
+    "crc32_combine",
+    "crc32_many",
+    "crc32_read",
+    "pool",
+    "share_work",
+    "submit",
+]
 
 #: ``ZIPSAVE_CRC=zlib`` forces the fallback (tests, and benchmarks comparing the two).
 _FORCE_ZLIB = os.environ.get("ZIPSAVE_CRC", "") == "zlib"
@@ -35,6 +45,8 @@ BACKEND = "zlib" if crc32 is zlib.crc32 else "isal"
 PARALLEL_MIN = 1 << 20
 #: Large buffers are split into pieces of this size so both helper threads share one buffer.
 PIECE = 4 << 20
+#: :func:`crc32_read` reads a file this many bytes at a time into each thread's own buffer.
+READ_PIECE = 1 << 20
 
 _POLY = 0xEDB88320
 
@@ -155,6 +167,34 @@ def _as_bytes(buf: Any) -> memoryview:
     return view if view.ndim == 1 and view.format == "B" else view.cast("B")
 
 
+def share_work(count: int, task: Any, *, parallel: bool, scratch: int = 0) -> None:
+    """Run ``task(i, buf)`` for every ``i < count`` on this thread and one :func:`pool` helper
+    (``parallel``), each taking the next ``i`` in turn and passing a ``scratch``-byte buffer of
+    its own. The first error stops both threads and is raised here."""
+    claimed = itertools.count()
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        buf = memoryview(bytearray(scratch))
+        for i in claimed:  # next() on a count is atomic under the GIL
+            if i >= count or failed:
+                return
+            try:
+                task(i, buf)
+            except BaseException as err:
+                failed.append(err)
+                raise
+
+    helper = submit(work) if parallel and count > 1 else None
+    try:
+        work()
+    finally:
+        if helper is not None:
+            helper.exception()  # wait; its error, if any, is failed[0] (or the one raised here)
+    if failed:
+        raise failed[0]
+
+
 def crc32_many(buffers: Sequence[Any]) -> list[int]:
     """The CRC-32 of each buffer, computed by this thread and one :func:`pool` helper together.
 
@@ -166,25 +206,47 @@ def crc32_many(buffers: Sequence[Any]) -> list[int]:
     pieces = [
         (i, view[start : start + PIECE]) for i, view in enumerate(views) for start in range(0, view.nbytes, PIECE)
     ]
-    found: list[int | None] = [None] * len(pieces)
-    claimed = itertools.count()
+    found = [0] * len(pieces)
 
-    def work() -> None:
-        for i in claimed:  # next() on a count is atomic under the GIL
-            if i >= len(pieces):
-                return
-            found[i] = crc32(pieces[i][1])
+    def task(i: int, _scratch: memoryview) -> None:
+        found[i] = crc32(pieces[i][1])
 
-    total = sum(view.nbytes for view in views)
-    helper = submit(work) if total >= PARALLEL_MIN and len(pieces) > 1 else None
-    try:
-        work()
-    finally:
-        if helper is not None:
-            helper.result()
+    share_work(len(pieces), task, parallel=sum(view.nbytes for view in views) >= PARALLEL_MIN)
     crcs = [0] * len(views)
     for (index, piece), piece_crc in zip(pieces, found):
-        crcs[index] = crc32_combine(crcs[index], piece_crc or 0, piece.nbytes)
+        crcs[index] = crc32_combine(crcs[index], piece_crc, piece.nbytes)
+    return crcs
+
+
+def crc32_read(read_at: Any, spans: Sequence[tuple[int, int]]) -> list[int | None]:
+    """The CRC-32 of each ``(offset, length)`` span of a file, read with ``read_at(offset, buf)``
+    (returns the bytes read: ``MemberView.read_at``) into one :data:`READ_PIECE` buffer per
+    thread, by this thread and one :func:`pool` helper; ``None`` for a span that ends early.
+
+    This checks bytes that are then handed back mapped (``mmap=True``) without mapping them:
+    pages read through a mapping count as the process's resident memory until unmapped, and
+    touching a mapping of a file another program truncated is a ``SIGBUS``, where a read
+    only comes back short. It costs more CPU than checking through the mapping window by
+    window (the copy: ``docs/benchmarks.rst``), so that is what Linux does
+    (``_tensors._prefault.mapped_crcs``); this is the other systems' way.
+    """
+    pieces = [
+        (i, start, min(READ_PIECE, offset + length - start))
+        for i, (offset, length) in enumerate(spans)
+        for start in range(offset, offset + length, READ_PIECE)
+    ]
+    found: list[int | None] = [0] * len(pieces)
+
+    def task(i: int, scratch: memoryview) -> None:
+        _, start, length = pieces[i]
+        piece = scratch[:length]
+        found[i] = crc32(piece) if read_at(start, piece) == length else None
+
+    share_work(len(pieces), task, parallel=sum(n for _, n in spans) >= PARALLEL_MIN, scratch=READ_PIECE)
+    crcs: list[int | None] = [0] * len(spans)
+    for (index, _, length), piece_crc in zip(pieces, found):
+        so_far = crcs[index]
+        crcs[index] = None if so_far is None or piece_crc is None else crc32_combine(so_far, piece_crc, length)
     return crcs
 
 

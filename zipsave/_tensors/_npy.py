@@ -27,17 +27,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._archive import crc32, crc32_combine, crc32_many
+from .._archive import crc32
 from ..exceptions import DecodeError, IntegrityError
 from ._arena import fresh_map
-from ._prefault import PREFAULT_MIN, Prefaulter, no_huge_pages, populate_read
+from ._prefault import PREFAULT_MIN, Prefaulter, mapped_crcs, no_huge_pages
 
 __all__ = ["NpyHeader", "fresh_copy", "read_array_header", "read_array_member", "read_array_member_into", "read_npy"]
 
 #: Pieces of a large array read with one call each, then checksummed from the cache.
 _PIECE = 4 << 20
-#: A mapped member is checked this many bytes at a time (the check's peak resident memory).
-_CHECK_WINDOW = 64 << 20
 #: Arrays smaller than this go to ``np.empty``: a mapping of their own costs more.
 _OWN_MAP_MIN = 1 << 20
 
@@ -109,8 +107,8 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
         Return a private (copy-on-write) map of the member's data where the member is stored
         in a local file with its data aligned for the dtype (else the array is read). Writes
         to the array go to private pages; the file never changes. With ``expected_crc`` the
-        mapped bytes are checked once before returning, and the pages that check maps are
-        dropped again, so resident memory grows only with what the caller touches.
+        member is checked once before the array is made, and the check leaves none of its
+        pages resident, so resident memory grows only with what the caller touches.
 
     Returns
     -------
@@ -209,7 +207,10 @@ def _mapped(
     view: Any, member: str, dtype: np.dtype, header_end: int, nbytes: int, expected_crc: int | None
 ) -> np.ndarray | None:
     """The member's data as a flat array over a private map of the file, or ``None`` where it
-    cannot be mapped (no file descriptor, data not aligned for ``dtype``)."""
+    cannot be mapped (no file descriptor, data not aligned for ``dtype``).
+
+    With ``expected_crc`` the whole member is checked once before the array is made, leaving
+    none of its pages resident (:func:`._prefault.mapped_crcs`)."""
     fd = getattr(view, "_fd", None)
     start = view.start + header_end
     if fd is None or start % max(dtype.alignment, 1):
@@ -220,33 +221,11 @@ def _mapped(
     except (OSError, ValueError):
         return None
     if expected_crc is not None:
-        _check_mapped(mapped, member, view.start - first, view.size, expected_crc)
+        crc = mapped_crcs(view, mapped, view.start - first, [(0, view.size)])[0]
+        if crc is None:
+            raise DecodeError(f"array member `{member}` ends early (truncated).")
+        _check_crc(member, crc, expected_crc)
     return np.frombuffer(mapped, dtype=dtype, count=nbytes // dtype.itemsize, offset=start - first)
-
-
-def _check_mapped(mapped: Any, member: str, offset: int, size: int, expected: int) -> None:
-    """Check the mapped member once, a window at a time: the window's pages are mapped in one
-    call, two threads checksum them, and they are unmapped again (``MADV_DONTNEED``: nothing
-    was written, so a later touch maps the same file bytes back). So the check's peak resident
-    memory is one window, not the member."""
-    dontneed = getattr(_mmap, "MADV_DONTNEED", None)
-    whole = memoryview(mapped)
-    crc = 0
-    try:
-        for start in range(offset, offset + size, _CHECK_WINDOW):
-            end = min(offset + size, start + _CHECK_WINDOW)
-            populate_read(mapped, start, end - start)
-            crc = crc32_combine(crc, crc32_many([whole[start:end]])[0], end - start)
-            if dontneed is not None:
-                first = start - start % _mmap.PAGESIZE
-                last = end if end == offset + size else end - end % _mmap.PAGESIZE  # pages wholly checked
-                try:
-                    mapped.madvise(dontneed, first, last - first)
-                except (OSError, ValueError):
-                    pass
-    finally:
-        whole.release()
-    _check_crc(member, crc, expected)
 
 
 def read_array_member(reader: Any, member: str, *, verify: bool = True, mmap: bool = False) -> np.ndarray:

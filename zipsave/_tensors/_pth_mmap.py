@@ -9,9 +9,8 @@ from typing import Any
 import torch
 
 from .. import _format
-from .._archive import crc32_many
-from ..exceptions import IntegrityError
-from ._prefault import populate_read
+from ..exceptions import ArchiveFormatError, IntegrityError
+from ._prefault import mapped_crcs
 from ._pth_meta import PthMeta, TensorRef
 from ._pth_records import check_record
 from ._tree import dotted, replace
@@ -44,9 +43,9 @@ def mmap_tree(
     """The tree with every tensor backed by a private (copy-on-write) map of the file, or
     ``None`` when a record is not aligned for its dtype (e.g. an archive another tool wrote).
 
-    With ``verify_crc`` the mapped bytes are checked once, before any tensor is returned:
-    each record against its own CRC-32 (``records``), else the whole member. That reads the
-    pages through the page cache (no copy); without it nothing is read until used."""
+    With ``verify_crc`` the mapped bytes are checked once, before any tensor is made: each
+    record against its own CRC-32 (``records``), else the whole member, leaving none of their
+    pages resident (:func:`_check_mapped`); without it nothing is read until used."""
     for key in by_storage:
         start, length = meta.records[key]
         if length and (view.start + start) % _format.ALIGNMENT:
@@ -63,7 +62,7 @@ def mmap_tree(
         else:
             bases[key] = torch.frombuffer(mapped, dtype=torch.uint8, count=length, offset=view.start + start)
     if verify_crc is not None:
-        _check_mapped(mapped, view, meta, by_storage, verify_crc, records)
+        _check_mapped(view, mapped, meta, by_storage, verify_crc, records)
     if device.type != "cpu":
         bases = {key: base.to(device) for key, base in bases.items()}
 
@@ -79,16 +78,17 @@ def mmap_tree(
     return replace(meta.tree, build)
 
 
-def _check_mapped(mapped: Any, view: Any, meta: PthMeta, by_storage: dict, expected: int, records: dict | None) -> None:
-    """Check mapped bytes in place: the member's pages are mapped in one call first (cheaper
-    than a fault per page), then this thread and a helper checksum pieces in turn."""
-    populate_read(mapped, view.start, view.size)
-    whole = memoryview(mapped)
+def _check_mapped(view: Any, mapped: Any, meta: PthMeta, by_storage: dict, expected: int, records: dict | None) -> None:
+    """Check the bytes about to be handed back mapped, leaving none of their pages resident
+    (:func:`._prefault.mapped_crcs`)."""
     if records is None:
-        _check_crc(crc32_many([whole[view.start : view.start + view.size]])[0], expected)
+        (crc,) = mapped_crcs(view, mapped, view.start, [(0, view.size)])
+        if crc is None:
+            raise ArchiveFormatError("ends early (truncated).")
+        _check_crc(crc, expected)
         return
     keys = sorted(by_storage, key=lambda k: meta.records[k][0])
-    spans = [meta.records[key] for key in keys]
-    found = crc32_many([whole[view.start + start : view.start + start + length] for start, length in spans])
-    for key, crc in zip(keys, found):
+    for key, crc in zip(keys, mapped_crcs(view, mapped, view.start, [meta.records[key] for key in keys])):
+        if crc is None:
+            raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
         check_record(records, "data/" + key, *meta.records[key], crc, tensors=_names(by_storage[key]))

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .._archive import OrderedCrc, crc32
+from .._archive import OrderedCrc, crc32, crc32_read
 from ..exceptions import ArchiveFormatError, IntegrityError
 
 __all__ = ["RecordingStream", "check_member", "check_record", "read_record", "record_table", "verify_pickle"]
@@ -253,7 +253,11 @@ def read_record(
             raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
     if table is not None:
         verify_pickle(view, meta, table)
-        check_record(table, "data/" + key, start, length, crc32(buf.numpy().data), tensors=tensors)
+        # a mapped record is checked from the file, so the check leaves none of its pages resident
+        crc = crc32_read(view.read_at, [(start, length)])[0] if mapped is not None else crc32(buf.numpy().data)
+        if crc is None:
+            raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
+        check_record(table, "data/" + key, start, length, crc, tensors=tensors)
     elif member_crc is not None:
         check_member(view, member_crc)
     return buf
