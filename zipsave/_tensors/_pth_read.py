@@ -200,12 +200,13 @@ def load_pth(
             storages[key] = dest[key] = torch.empty(length, dtype=torch.uint8, device=device)
             continue
         pending.append(key)
-    # Fresh host storages: one huge-page arena where huge pages are free now (_arena.py),
-    # else plain 4 KiB pages populated ahead of the reads by a Prefaulter (_prefault.py).
+    # Fresh host storages: one arena (_arena.py), an idle one whose pages are resident or a
+    # new one, huge pages where free; else torch.empty (the allocator's free memory, or 4 KiB
+    # pages). New pages are populated ahead of the reads by a Prefaulter (_prefault.py).
     arena = host_arena([meta.records[key][1] for key in pending]) if pending else None
     for index, key in enumerate(pending):
         if arena is not None:
-            storages[key], dest[key] = arena[index]
+            storages[key], dest[key] = arena.parts[index]
             continue
         length = meta.records[key][1]
         buf = torch.empty(length, dtype=torch.uint8)
@@ -217,7 +218,7 @@ def load_pth(
     inline = {key: key in storages and storages[key].device.type == "cpu" for key in dest}
     crc = OrderedCrc(inline=all(inline.values())) if verify_crc is not None and not per_record else None
     record_crcs = {key: OrderedCrc(inline=inline[key]) for key in dest} if per_record else None
-    fresh = [] if arena is not None else sorted(pending, key=lambda k: meta.records[k][0])
+    fresh = [] if arena is not None and not arena.fresh else sorted(pending, key=lambda k: meta.records[k][0])
     prefaulter = Prefaulter(
         [
             (storages[key].data_ptr() + done, min(_PIECE, meta.records[key][1] - done))
