@@ -50,8 +50,8 @@ HUGE_PAGES = os.environ.get("ZIPSAVE_HUGE_PAGES", "") == "1"
 
 #: How many idle arenas are kept for the next loads, and how many bytes they may hold in all
 #: (a load of a model and its optimizer state takes one arena per member).
-KEEP_ARENAS = 4
-KEEP_BYTES = 4 << 30
+KEEP_ARENAS = 2
+KEEP_BYTES = 2 << 30
 
 #: Members whose fresh storages total less than this read into plain ``torch.empty`` buffers.
 ARENA_MIN = 32 << 20
