@@ -73,8 +73,10 @@ def save(
     incremental
         With ``background=True``: keep a copy of an SB3 replay buffer (``include=
         ["replay_buffer"]``) after the save has written, so that the next incremental
-        background save of the same buffer copies only the rows written since (a few
-        milliseconds instead of a copy of the whole buffer). The copy stays, as much memory
+        background save of the same buffer copies only the rows written since. Copies of
+        16 MB of rows or more (the first, which fills the copy) are made by the worker thread
+        while training goes on, behind a write barrier on SB3's buffer methods that keeps
+        the rows written meanwhile out of the archive. The copy stays, as much memory
         again as the buffer, until the buffer is freed or :func:`zipsave.release_snapshots`
         is called; :class:`~zipsave.CheckpointManager` and :class:`zipsave.sb3.CheckpointCallback`
         turn it on. A save that arrives while an earlier one is still writing from that copy

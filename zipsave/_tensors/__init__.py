@@ -8,7 +8,15 @@ from .._lazy import lazy_attributes
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._arena import AnonymousMap
     from ._invariants import check_tensor, check_tree
-    from ._npy import NpyHeader, fresh_copy, read_array_header, read_array_member, read_array_member_into, read_npy
+    from ._npy import (
+        NpyHeader,
+        fresh_copy,
+        fresh_empty,
+        read_array_header,
+        read_array_member,
+        read_array_member_into,
+        read_npy,
+    )
     from ._pth_fallback import load_torch_bytes, torch_load
     from ._pth_meta import Damaged, PthMeta, RefusedRef, SparseRef, TensorRef, Unsupported, read_pth_meta
     from ._pth_read import load_member, load_pth
@@ -24,6 +32,7 @@ _LAZY: dict[str, str] = {
         (
             "NpyHeader",
             "fresh_copy",
+            "fresh_empty",
             "read_array_header",
             "read_array_member",
             "read_array_member_into",
@@ -85,6 +94,7 @@ __all__ = [
     "Damaged",
     "dotted",
     "fresh_copy",
+    "fresh_empty",
     "get_device",
     "load_member",
     "load_pth",
