@@ -26,9 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import _api, _tensors  # the snapshot's copies and shadows, imported by the first background save
 from .._archive import describe, destination_key
-from .._tensors import fresh_copy
-from ._shadow import take
 
 __all__ = ["SaveHandle", "start_background_save", "wait_for_pending"]
 
@@ -220,12 +219,12 @@ def _snapshot(enc: Any, memo: dict, held: list[Callable[[], None]] | None, fills
     what the writer must run to complete them."""
     taken = None
     if held is not None and enc.snapshot is not None and enc.arrays:
-        taken = take(enc.snapshot, enc.arrays, held)
+        taken = _api._shadow.take(enc.snapshot, enc.arrays, held)
         if taken is not None:
             held.append(taken[1])
             if taken[2] is not None:
                 fills.append(taken[2])
-    arrays = [(name, fresh_copy(arr)) for name, arr in enc.arrays] if taken is None else taken[0]
+    arrays = [(name, _tensors.fresh_copy(arr)) for name, arr in enc.arrays] if taken is None else taken[0]
     return dataclasses.replace(
         enc,
         state=[(name, _copy_tree(sd, memo)) for name, sd in enc.state],

@@ -8,9 +8,8 @@ from typing import Any, Iterable
 
 import torch
 
-from .._archive import check_progress
+from .. import _archive, _sign  # the progress bar and the sign extra, imported when asked for
 from .._core import Parts, check_signable, collect, encode, write
-from .._sign import as_signer
 from ._background import start_background_save, wait_for_pending
 
 __all__ = ["save", "save_archive"]
@@ -99,8 +98,9 @@ def save(
     --------
     >>> zipsave.save(model, "model.zip")  # doctest: +SKIP
     """
-    check_progress(progress)
-    signer = as_signer(sign)
+    if progress:
+        _archive.check_progress(progress)
+    signer = _sign.as_signer(sign) if sign is not None else None
     if signer is not None:
         check_signable(path, signer)
     exclude = list(exclude or ())
