@@ -5,7 +5,6 @@ one options record for every load-like verb, and the layer contracts (import-lin
 from __future__ import annotations
 
 import ast
-import dataclasses
 import importlib.util
 import inspect
 import pathlib
@@ -77,10 +76,21 @@ def test_no_function_local_import_of_zipsave(path):
 @pytest.mark.parametrize("verb", [zipsave.load, zipsave.restore, zipsave.load_archive], ids=lambda f: f.__name__)
 def test_load_verbs_take_every_option_with_its_one_default(verb):
     params = inspect.signature(verb).parameters
-    for field in dataclasses.fields(LoadOptions):
-        assert field.name in params, f"{verb.__name__} lacks the option `{field.name}`"
-        assert params[field.name].default == field.default, f"{verb.__name__}: default of `{field.name}` drifted"
-        assert params[field.name].kind is inspect.Parameter.KEYWORD_ONLY
+    for name, default in LoadOptions.DEFAULTS.items():
+        assert name in params, f"{verb.__name__} lacks the option `{name}`"
+        assert params[name].default == default, f"{verb.__name__}: default of `{name}` drifted"
+        assert params[name].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_load_options_defaults_are_its_constructors():
+    # LoadOptions is written out (not a dataclass): its table of defaults, its constructor and
+    # the instance it makes agree, so the verbs' check above checks the constructor's too
+    params = inspect.signature(LoadOptions).parameters
+    assert {n: p.default for n, p in params.items()} == LoadOptions.DEFAULTS
+    made = LoadOptions()
+    assert {n: getattr(made, n) for n in LoadOptions.DEFAULTS} == LoadOptions.DEFAULTS
+    with pytest.raises(AttributeError):
+        made.strict = True
 
 
 def test_saveable_save_accepts_every_option_of_save(tmp_path):

@@ -62,7 +62,7 @@ LOAD_MODULES = frozenset(
         "zipsave._tensors._pth_meta",
         "zipsave._tensors._pth_read",
         "zipsave._tensors._pth_records",
-        "zipsave._tensors._pth_write",
+        "zipsave._tensors._device",
         "zipsave._tensors._tree",
         "zipsave._tools",
         "zipsave._tools._check",
@@ -124,6 +124,7 @@ NEVER_ON_LOAD = (
     "zipsave._tensors._pth_fallback",
     "zipsave._tensors._pth_mmap",
     "zipsave._tensors._staging",
+    "zipsave._tensors._pth_write",  # saving; the device rule a load needs is `_tensors._device`
     "zipsave._archive._remote",
     "zipsave._archive._progress",
     "zipsave._optional",

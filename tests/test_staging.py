@@ -91,7 +91,7 @@ def test_a_device_this_machine_lacks_is_named_not_blamed_on_the_archive(tmp_path
 def test_mmap_with_the_auto_device_stays_on_the_cpu(monkeypatch):
     """A mapping lives in host memory: ``mmap=True`` with ``device="auto"`` keeps tensors mapped
     on the CPU where CUDA is available."""
-    from zipsave._tensors._pth_write import get_device
+    from zipsave._tensors._device import get_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert get_device("auto", mmap=True).type == "cpu"

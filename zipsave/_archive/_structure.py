@@ -4,7 +4,6 @@ and wherever two zip readers could see different members the archive is refused.
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from typing import IO, Any
 
@@ -19,6 +18,8 @@ from ._zipfields import (
     SIG_EOCD64,
     SIG_LOCAL,
     SIG_LOCATOR,
+    Entry,
+    Structure,
     decode_name,
     extras,
     refuse,
@@ -29,29 +30,6 @@ __all__ = ["Entry", "Structure", "check_one_end", "read_structure"]
 
 _U32 = 0xFFFFFFFF
 _U16 = 0xFFFF
-
-
-@dataclasses.dataclass(slots=True)
-class Entry:
-    """One member as the central directory and its local header agree to describe it."""
-
-    name: str
-    raw_name: bytes
-    flags: int
-    method: int
-    crc: int
-    compress_size: int
-    file_size: int
-    header_offset: int
-    data_offset: int = -1
-
-
-@dataclasses.dataclass
-class Structure:
-    """The members of a validated zip and where its central directory starts."""
-
-    entries: list[Entry]
-    cd_start: int
 
 
 def _find_end(fp: IO[bytes], size: int, archive: Any) -> tuple[int, bytes] | None:

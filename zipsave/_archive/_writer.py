@@ -4,7 +4,6 @@ while the bytes stream out, fixed timestamps, and ``manifest.json`` last."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import io
 import struct
@@ -37,19 +36,35 @@ from ._zipfmt import (
 __all__ = ["ArchiveWriter", "MemberInfo"]
 
 
-@dataclasses.dataclass(frozen=True)
 class MemberInfo:
     """What the writer recorded about one member; becomes a manifest entry.
 
     ``records`` (``.pth`` members) maps each stored record of torch's inner zip to
-    ``{"offset", "size", "crc32"}``: the per-tensor checksums of ``manifest.json``.
+    ``{"offset", "size", "crc32"}``: the per-tensor checksums of ``manifest.json``. (A plain
+    class: a dataclass compiles its methods at import, time every first save paid.)
     """
 
-    name: str
-    size: int
-    crc32: int
-    sha256: str | None
-    records: dict[str, dict[str, Any]] | None = None
+    __slots__ = ("name", "size", "crc32", "sha256", "records")
+
+    def __init__(
+        self, name: str, size: int, crc32: int, sha256: str | None, records: dict[str, dict[str, Any]] | None = None
+    ) -> None:
+        self.name = name
+        self.size = size
+        self.crc32 = crc32
+        self.sha256 = sha256
+        self.records = records
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not MemberInfo:
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.size, self.crc32, self.sha256))
+
+    def __repr__(self) -> str:
+        return "MemberInfo(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__) + ")"
 
 
 class _Hasher:
@@ -104,12 +119,14 @@ class _Hasher:
         return MemberInfo(name, self.size, self.crc, self._sha.hexdigest() if self._sha else None)
 
 
-@dataclasses.dataclass
 class _Entry:
-    info: MemberInfo
-    offset: int
-    flags: int
-    padding: bytes
+    __slots__ = ("info", "offset", "flags", "padding")
+
+    def __init__(self, info: MemberInfo, offset: int, flags: int, padding: bytes) -> None:
+        self.info = info
+        self.offset = offset
+        self.flags = flags
+        self.padding = padding
 
 
 class _MemberStream(io.RawIOBase):
@@ -275,7 +292,8 @@ class ArchiveWriter:
             stream.flush()
         finally:
             self._open = False
-        info = dataclasses.replace(hasher.info(name), records=stream.records)
+        done = hasher.info(name)
+        info = MemberInfo(done.name, done.size, done.crc32, done.sha256, stream.records)
         entry.info = info
         if entry.flags & FLAG_DESCRIPTOR:
             self._write(DESCRIPTOR64.pack(0x08074B50, info.crc32, info.size, info.size))

@@ -1,5 +1,6 @@
 """The fields of zip records that the strict reader (``_structure``) checks: signatures, flag
-bits, extra fields and member names, each decoded one way only."""
+bits, extra fields and member names, each decoded one way only; and the records it makes of
+them (:class:`Entry`, :class:`Structure`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from ..exceptions import ArchiveFormatError
 from ._zipfmt import FLAG_DESCRIPTOR, FLAG_UTF8, ZIP64_ID
 
 __all__ = [
+    "Entry",
+    "Structure",
     "HINT",
     "KNOWN_FLAGS",
     "SIG_CENTRAL",
@@ -82,3 +85,59 @@ def decode_name(raw: bytes, flags: int, archive: Any) -> str:
             hint="Re-create the archive with a tool that sets the UTF-8 flag (Python's zipfile, zipsave), "
             "or keep member names ASCII.",
         ) from None
+
+
+class Entry:
+    """One member as the central directory and its local header agree to describe it (a plain
+    class: a dataclass compiles its methods at import, time every first load paid)."""
+
+    __slots__ = (
+        "name",
+        "raw_name",
+        "flags",
+        "method",
+        "crc",
+        "compress_size",
+        "file_size",
+        "header_offset",
+        "data_offset",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        raw_name: bytes,
+        flags: int,
+        method: int,
+        crc: int,
+        compress_size: int,
+        file_size: int,
+        header_offset: int,
+        data_offset: int = -1,
+    ) -> None:
+        self.name = name
+        self.raw_name = raw_name
+        self.flags = flags
+        self.method = method
+        self.crc = crc
+        self.compress_size = compress_size
+        self.file_size = file_size
+        self.header_offset = header_offset
+        self.data_offset = data_offset
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"Entry({fields})"
+
+
+class Structure:
+    """The members of a validated zip and where its central directory starts."""
+
+    __slots__ = ("entries", "cd_start")
+
+    def __init__(self, entries: list[Entry], cd_start: int) -> None:
+        self.entries = entries
+        self.cd_start = cd_start
+
+    def __repr__(self) -> str:
+        return f"Structure(entries={self.entries!r}, cd_start={self.cd_start!r})"

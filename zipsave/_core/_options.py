@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -39,42 +38,94 @@ def check_custom_objects(custom_objects: Any) -> None:
     )
 
 
-@dataclasses.dataclass(frozen=True)
 class LoadOptions:
     """How one load reads an archive. Every field is a keyword argument of the loading verbs,
-    with the same name and default; :data:`OPTION_DOCS` documents each."""
+    with the same name and default (:attr:`DEFAULTS`); :data:`OPTION_DOCS` documents each.
 
-    custom_objects: dict[str, Any] | None = None
-    device: Any = "auto"
-    print_system_info: bool = False
-    allow_pickle: bool = False
-    trusted: Iterable[Any] = ()
-    strict: bool = False
-    limits: Limits | None = None
-    report: LoadReport | None = None
-    verify: bool = True
-    mmap: bool = False
-    storage_options: dict[str, Any] | None = None
-    progress: bool = False
-    skip_broken_tensors: bool = False
-    trust: Trust | None = None
+    Immutable once made. A plain class rather than a frozen dataclass: building that compiled
+    its methods from source at import, 1.6 ms of every first load (``docs/benchmarks.rst``).
+    """
 
-    def __post_init__(self) -> None:
-        check_custom_objects(self.custom_objects)
-        if self.trust is not None and not isinstance(self.trust, _sign.Trust):
-            raise TypeError(f"trust must be a zipsave.Trust or None, found {type(self.trust).__name__}.")
+    #: Every option's name and default, in the order of the constructor's parameters.
+    DEFAULTS: dict[str, Any] = {
+        "custom_objects": None,
+        "device": "auto",
+        "print_system_info": False,
+        "allow_pickle": False,
+        "trusted": (),
+        "strict": False,
+        "limits": None,
+        "report": None,
+        "verify": True,
+        "mmap": False,
+        "storage_options": None,
+        "progress": False,
+        "skip_broken_tensors": False,
+        "trust": None,
+    }
+
+    __slots__ = (*DEFAULTS, "_policy")
+
+    custom_objects: dict[str, Any] | None
+    device: Any
+    print_system_info: bool
+    allow_pickle: bool
+    trusted: Iterable[Any]
+    strict: bool
+    limits: Limits | None
+    report: LoadReport | None
+    verify: bool
+    mmap: bool
+    storage_options: dict[str, Any] | None
+    progress: bool
+    skip_broken_tensors: bool
+    trust: Trust | None
+    _policy: TrustPolicy
+
+    def __init__(
+        self,
+        custom_objects: dict[str, Any] | None = None,
+        device: Any = "auto",
+        print_system_info: bool = False,
+        allow_pickle: bool = False,
+        trusted: Iterable[Any] = (),
+        strict: bool = False,
+        limits: Limits | None = None,
+        report: LoadReport | None = None,
+        verify: bool = True,
+        mmap: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        progress: bool = False,
+        skip_broken_tensors: bool = False,
+        trust: Trust | None = None,
+    ) -> None:
+        check_custom_objects(custom_objects)
+        if trust is not None and not isinstance(trust, _sign.Trust):
+            raise TypeError(f"trust must be a zipsave.Trust or None, found {type(trust).__name__}.")
+        values = locals()
+        for name in self.DEFAULTS:
+            object.__setattr__(self, name, values[name])
         # Built (and checked) once, so a bad `trusted=` fails before the archive is opened.
-        object.__setattr__(self, "_policy", TrustPolicy.make(allow_pickle=self.allow_pickle, trusted=self.trusted))
+        object.__setattr__(self, "_policy", TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"LoadOptions are immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"LoadOptions are immutable: cannot delete {name!r}")
+
+    def __repr__(self) -> str:
+        return "LoadOptions(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in self.DEFAULTS) + ")"
 
     @property
     def policy(self) -> TrustPolicy:
         """The trust policy of ``allow_pickle`` and ``trusted``."""
-        return self._policy  # type: ignore[attr-defined]
+        return self._policy
 
     @classmethod
     def of(cls, call: dict[str, Any]) -> LoadOptions:
         """The options among a verb's arguments (``LoadOptions.of(locals())``)."""
-        return cls(**{f.name: call[f.name] for f in dataclasses.fields(cls) if f.name in call})
+        return cls(**{name: call[name] for name in cls.DEFAULTS if name in call})
 
 
 #: One line of documentation per option, shared by every verb's docstring.

@@ -4,7 +4,6 @@ find stateful objects, live handles and attribute paths."""
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import fnmatch
 import io
 import logging
@@ -125,22 +124,50 @@ def unwrap(module: Any) -> Any:
     return getattr(module, "_orig_mod", module)  # torch.compile'd modules save un-prefixed
 
 
-@dataclasses.dataclass
 class Parts:
-    """What one object is saved as: ``data`` values, state dicts, loose tensors, components."""
+    """What one object is saved as: ``data`` values, state dicts, loose tensors, components.
 
-    data: dict[str, Any]
-    state: list[tuple[str, Any]]  # (name, object with state_dict or a ready state dict)
-    variables: dict[str, torch.Tensor] | None
-    components: list[tuple[str, Any]]
-    init: dict[str, Any] | None = None
-    encoder_options: dict[str, Any] = dataclasses.field(default_factory=dict)  # keyword arguments of Encoder
-    # An integration's incremental snapshot of this component's arrays for background saves
-    # (the protocol is in `_api/_shadow.py`); None copies them whole.
-    snapshot: Any = None
-    # `(key, encoded entry) -> bool`: code stored by value that the integration's loads rebuild
-    # without running it (SB3's schedule closures), so saving it is not warned about.
-    rebuilt_on_load: Any = None
+    A plain class, not a dataclass (a dataclass compiles its methods at import, time every
+    first call paid). Its fields:
+
+    - ``data``: the ``data`` values by key;
+    - ``state``: ``(name, object with state_dict or a ready state dict)``;
+    - ``variables``: loose tensors (``pytorch_variables.pth``), or ``None``;
+    - ``components``: ``(folder, object)`` saved in component folders;
+    - ``init``: the constructor arguments (``init.json``), or ``None``;
+    - ``encoder_options``: keyword arguments of the ``Encoder``;
+    - ``snapshot``: an integration's incremental snapshot of this component's arrays for
+      background saves (the protocol is in ``_api/_shadow.py``); ``None`` copies them whole;
+    - ``rebuilt_on_load``: ``(key, encoded entry) -> bool``, code stored by value that the
+      integration's loads rebuild without running it (SB3's schedule closures), so saving it
+      is not warned about.
+    """
+
+    __slots__ = ("data", "state", "variables", "components", "init", "encoder_options", "snapshot", "rebuilt_on_load")
+
+    def __init__(
+        self,
+        data: dict[str, Any],
+        state: list[tuple[str, Any]],
+        variables: dict[str, torch.Tensor] | None,
+        components: list[tuple[str, Any]],
+        init: dict[str, Any] | None = None,
+        encoder_options: dict[str, Any] | None = None,
+        snapshot: Any = None,
+        rebuilt_on_load: Any = None,
+    ) -> None:
+        self.data = data
+        self.state = state
+        self.variables = variables
+        self.components = components
+        self.init = init
+        self.encoder_options = {} if encoder_options is None else encoder_options
+        self.snapshot = snapshot
+        self.rebuilt_on_load = rebuilt_on_load
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"Parts({fields})"
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:

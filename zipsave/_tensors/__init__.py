@@ -7,6 +7,7 @@ from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._arena import AnonymousMap
+    from ._device import get_device
     from ._invariants import check_tensor, check_tree
     from ._npy import (
         NpyHeader,
@@ -22,7 +23,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._pth_mmap import mmap_tree
     from ._pth_read import load_member, load_pth
     from ._pth_records import check_member, read_record, record_table
-    from ._pth_write import get_device, save_pth
+    from ._pth_write import save_pth
     from ._staging import Stager
     from ._tree import check_views, dotted, lookup, walk_leaves, walk_refs
 
@@ -45,7 +46,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("Damaged", "PthMeta", "TensorRef", "Unsupported", "read_pth_meta"), "._pth_meta"),
     **dict.fromkeys(("load_member", "load_pth"), "._pth_read"),
     **dict.fromkeys(("check_member", "read_record", "record_table"), "._pth_records"),
-    **dict.fromkeys(("get_device", "save_pth"), "._pth_write"),
+    "get_device": "._device",
+    "save_pth": "._pth_write",
     **dict.fromkeys(("check_views", "dotted", "walk_refs"), "._tree"),
     "mmap_tree": "._pth_mmap",
     "Stager": "._staging",
@@ -62,6 +64,7 @@ _LAZY: dict[str, str] = {
 _SUBMODULES = frozenset(
     {
         "_arena",
+        "_device",
         "_invariants",
         "_npy",
         "_prefault",

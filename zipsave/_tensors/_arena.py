@@ -28,7 +28,6 @@ tensor over it is freed.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import functools
 import mmap
 import os
@@ -202,14 +201,19 @@ def release_idle() -> int:
     return freed
 
 
-@dataclasses.dataclass
 class HostArena:
     """The storages of one member: ``parts`` holds ``(uint8 tensor, writable view of its
     bytes)`` per length; ``fresh`` says whether the pages are still to be faulted in (a
     new mapping, which the caller populates ahead of its reads) or resident (an idle one)."""
 
-    parts: list[tuple[torch.Tensor, memoryview]]
-    fresh: bool
+    __slots__ = ("parts", "fresh")
+
+    def __init__(self, parts: list[tuple[torch.Tensor, memoryview]], fresh: bool) -> None:
+        self.parts = parts
+        self.fresh = fresh
+
+    def __repr__(self) -> str:
+        return f"HostArena(parts=<{len(self.parts)} storages>, fresh={self.fresh!r})"
 
 
 def host_arena(lengths: Sequence[int]) -> HostArena | None:

@@ -4,7 +4,6 @@ tensor references (storage record, dtype, shape, strides), no tensor bytes, no f
 from __future__ import annotations
 
 import _compat_pickle
-import dataclasses
 import sys
 import zipfile
 from typing import Any
@@ -136,15 +135,20 @@ def parse_pickle(payload: bytes) -> Any:
         ) from err
 
 
-@dataclasses.dataclass
 class PthMeta:
     """The structure of one ``.pth`` member: the object tree with :class:`TensorRef` leaves
-    and, for each storage key, the byte offset and length of its record in the member."""
+    and, for each storage key, the byte offset and length of its record in the member;
+    ``pickle`` is the ``(offset, size)`` of the ``data.pkl`` record the tree was parsed from."""
 
-    tree: Any
-    records: dict[str, tuple[int, int]]
-    #: ``(offset, size)`` of the ``data.pkl`` record the tree was parsed from.
-    pickle: tuple[int, int] = (0, 0)
+    __slots__ = ("tree", "records", "pickle")
+
+    def __init__(self, tree: Any, records: dict[str, tuple[int, int]], pickle: tuple[int, int] = (0, 0)) -> None:
+        self.tree = tree
+        self.records = records
+        self.pickle = pickle
+
+    def __repr__(self) -> str:
+        return f"PthMeta(tree={self.tree!r}, records={self.records!r}, pickle={self.pickle!r})"
 
 
 def read_pth_meta(view: Any, limits: Any = None) -> PthMeta:

@@ -5,7 +5,6 @@ SB3 is silent on the first two and blames the archive for the third."""
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import types
 import warnings
@@ -97,7 +96,7 @@ def warn_unknown_keys(model: Any, data: Mapping[str, Any], archive: Any, *, give
 
 def _zipsave_options() -> tuple[str, ...]:
     """The options of ``zipsave.load`` (its own and the shared load options)."""
-    return ("cls", "component", "exclude", "exact_match", *(f.name for f in dataclasses.fields(LoadOptions)))
+    return ("cls", "component", "exclude", "exact_match", *LoadOptions.DEFAULTS)
 
 
 def warn_near_options(
