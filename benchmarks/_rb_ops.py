@@ -74,6 +74,24 @@ def fill_from(buffer: Any, path: str) -> None:
     buffer.pos, buffer.full = 0, True
 
 
+def fill_random(buffer: Any, rng: Any, true_share: float) -> Any:
+    """Fill ``buffer``'s arrays with random values, 64 MiB at a time; yields each filled piece
+    (flat, in order), so a caller can write the raw bytes as they are made. Booleans are true
+    with probability ``true_share``."""
+    for arr in buffer_arrays(buffer):
+        flat = arr.reshape(-1)
+        step = max(1, (64 << 20) // arr.itemsize)
+        for start in range(0, flat.size, step):
+            piece = flat[start : start + step]
+            if arr.dtype == np.uint8:
+                piece[:] = np.frombuffer(rng.bytes(piece.size), np.uint8)
+            elif arr.dtype == np.bool_:
+                piece[:] = rng.random(piece.size) < true_share
+            else:
+                piece[:] = rng.random(piece.size)
+            yield piece
+
+
 def prepare(folder: str, n: int) -> dict[str, int]:
     """Write one size's input files (skipped when they exist); returns their sizes."""
     import zipsave
@@ -82,21 +100,10 @@ def prepare(folder: str, n: int) -> dict[str, int]:
     paths = {k: os.path.join(folder, v) for k, v in FILES.items()}
     if not all(os.path.exists(p) for p in paths.values()):
         model = build(n)
-        rng = np.random.default_rng(0)
         buffer = model.replay_buffer
         with open(paths["raw"], "wb") as f:
-            for arr in buffer_arrays(buffer):
-                flat = arr.reshape(-1)
-                step = max(1, (64 << 20) // arr.itemsize)
-                for start in range(0, flat.size, step):
-                    piece = flat[start : start + step]
-                    if arr.dtype == np.uint8:
-                        piece[:] = np.frombuffer(rng.bytes(piece.size), np.uint8)
-                    elif arr.dtype == np.bool_:
-                        piece[:] = rng.random(piece.size) < 0.01
-                    else:
-                        piece[:] = rng.random(piece.size)
-                    f.write(memoryview(piece.view(np.uint8)))
+            for piece in fill_random(buffer, np.random.default_rng(0), true_share=0.01):
+                f.write(memoryview(piece.view(np.uint8)))
         buffer.pos, buffer.full = 0, True
         zipsave.save(model, paths["zipsave"], include=["replay_buffer"])
         model.save(paths["sb3"])

@@ -11,16 +11,32 @@ parameter). For each size and repetition, in one process, warm:
 * ``loop``: a loop of training steps with one save per ``--every`` steps, plain against
   background saves, as a check that the copy is all the loop pays.
 
+With ``--buffers`` (transitions, comma-separated) it measures a DQN replay buffer of Atari
+frames instead (``_rb_ops.build``: 56 KB a transition, 3e4 = 1.69 GB), saved with
+``save(..., include=["replay_buffer"], background=True, incremental=True)`` as
+``CheckpointManager`` saves it. A "training step" is one ``buffer.add`` of a new transition
+and one ``buffer.sample(32)``, so that a stall shows. For the first save (the shadow is
+filled) and a second one after 2% new rows (incremental):
+
+* ``blocked``: wall time of the ``save`` call;
+* ``max step``: the longest training step from the call until the save is written (the call
+  included: what training was blocked for at most), and the median step then and before;
+* ``total``: from the call until ``handle.wait()`` returns;
+* ``exact``: the archive's buffer (loaded back, mapped) hashes to the buffer's arrays at
+  the call, whatever the steps wrote after it.
+
 Usage::
 
     python benchmarks/background_save.py                 # 1e6 and 1e7 parameters
     python benchmarks/background_save.py --sizes 1e6,1e7,1e8 --reps 5
+    python benchmarks/background_save.py --buffers 3e3,3e4   # 0.17 and 1.69 GB replay buffers
     python benchmarks/background_save.py --smoke         # a few seconds, for CI
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -28,9 +44,12 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import torch
 
 import zipsave
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_state(n_params: float) -> dict:
@@ -104,6 +123,143 @@ def measure(n_params: float, reps: int, folder: str, loop_steps: int, every: int
     }
 
 
+def _digests(buffer: object) -> list[str]:
+    from _rb_ops import buffer_arrays
+
+    return [
+        hashlib.blake2b(memoryview(arr.reshape(-1).view(np.uint8)), digest_size=16).hexdigest()
+        for arr in buffer_arrays(buffer)
+    ]
+
+
+def _fill(buffer: object, seed: int) -> None:
+    """Every row different (its index stamped on a tiled random block): a copy that mixes rows
+    up does not hash the same."""
+    from _rb_ops import buffer_arrays
+
+    block = np.random.default_rng(seed).integers(0, 256, 64 << 20, dtype=np.uint8)
+    for arr in buffer_arrays(buffer):
+        flat = arr.reshape(-1).view(np.uint8)
+        for start in range(0, flat.size, block.size):
+            piece = flat[start : start + block.size]
+            piece[:] = block[: piece.size]
+        rows = arr.reshape(arr.shape[0], -1).view(np.uint8)
+        if rows.shape[1] >= 8:
+            rows[:, :8] = np.arange(arr.shape[0], dtype=np.int64).view(np.uint8).reshape(-1, 8)
+
+
+def _saved_during_steps(model: object, path: str, frames: np.ndarray, min_steps: int) -> dict:
+    """One incremental background save while training steps go on; the steps' times."""
+    buffer = model.replay_buffer
+    before = []
+    for i in range(min_steps):
+        t0 = time.perf_counter()
+        _step(model, frames, i)
+        before.append(time.perf_counter() - t0)
+    digests = _digests(buffer)  # the state at the call
+    pos, full = buffer.pos, buffer.full
+    during = []
+    t0 = time.perf_counter()
+    handle = zipsave.save(model, path, include=["replay_buffer"], background=True, incremental=True)
+    blocked = time.perf_counter() - t0
+    _step(model, frames, 0)
+    during.append(time.perf_counter() - t0)  # the first step after the call, the call included
+    i = 1
+    while not handle.done() or i < min_steps:
+        t1 = time.perf_counter()
+        _step(model, frames, i)
+        during.append(time.perf_counter() - t1)
+        i += 1
+    handle.wait()
+    total = time.perf_counter() - t0
+    loaded = zipsave.load(path, cls=type(model), device="cpu", mmap=True, verify=False)
+    exact = _digests(loaded.replay_buffer) == digests and (loaded.replay_buffer.pos, loaded.replay_buffer.full) == (
+        pos,
+        full,
+    )
+    del loaded
+    return {
+        "blocked_s": blocked,
+        "max_step_s": max(during),
+        "median_step_s": statistics.median(during),
+        "median_step_before_s": statistics.median(before),
+        "max_step_before_s": max(before),
+        "steps_during": len(during),
+        "total_s": total,
+        "exact": exact,
+    }
+
+
+def _step(model: object, frames: np.ndarray, i: int) -> None:
+    buffer = model.replay_buffer
+    k = i % (len(frames) - 1)
+    buffer.add(frames[k], frames[k + 1], np.array([1]), np.array([0.5]), np.array([False]), [{}])
+    model.num_timesteps += 1
+    with np.errstate(all="ignore"):  # the random bytes make odd floats
+        buffer.sample(32)
+
+
+def measure_buffer(n: float, folder: str) -> dict:
+    from _rb_ops import FRAME, buffer_bytes, build
+
+    n = int(float(n))
+    model = build(n)
+    buffer = model.replay_buffer
+    _fill(buffer, 0)
+    buffer.pos, buffer.full, model.num_timesteps = 0, True, n
+    frames = np.random.default_rng(1).integers(0, 256, (16, 1, *FRAME), dtype=np.uint8)
+    path = os.path.join(folder, "rb.zip")
+    zipsave.release_snapshots()
+    model_only = []  # the peer: what the same call blocks for without the buffer (the model's tensors)
+    for _ in range(3):
+        t0 = time.perf_counter()
+        handle = zipsave.save(model, os.path.join(folder, "model.zip"), background=True)
+        model_only.append(time.perf_counter() - t0)
+        handle.wait()
+    first = _saved_during_steps(model, path, frames, 50)
+    for i in range(max(1, n // 50) - 50):  # 2% of the buffer rewritten before the second save
+        _step(model, frames, i)
+    second = _saved_during_steps(model, path, frames, 50)
+    os.unlink(path)
+    zipsave.release_snapshots()
+    return {
+        "transitions": n,
+        "buffer_gb": buffer_bytes(n) / 1e9,
+        "model_only_blocked_s": statistics.median(model_only),
+        "first": first,
+        "incremental": second,
+    }
+
+
+def main_buffers(sizes: list[str], json_path: str | None) -> int:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="zipsave-bg-bench-") as folder:
+        measure_buffer(100, folder)  # warm-up: imports, thread pools
+        for size in sizes:
+            rows.append(measure_buffer(float(size), folder))
+    for r in rows:
+        print(
+            f"{r['transitions']:,} transitions: a background save of the model alone blocks {r['model_only_blocked_s']:.4f} s"
+        )
+    print(
+        f"{'transitions':>11} {'GB':>5} {'save':>12} {'blocked s':>10} {'max step s':>11} {'median step s':>14} "
+        f"{'before s':>9} {'max before s':>13} {'steps':>6} {'total s':>8} {'exact':>6}"
+    )
+    for r in rows:
+        for kind in ("first", "incremental"):
+            m = r[kind]
+            print(
+                f"{r['transitions']:>11,} {r['buffer_gb']:>5.2f} {kind:>12} {m['blocked_s']:>10.4f} {m['max_step_s']:>11.4f} "
+                f"{m['median_step_s']:>14.4f} {m['median_step_before_s']:>9.4f} {m['max_step_before_s']:>13.4f} "
+                f"{m['steps_during']:>6} "
+                f"{m['total_s']:>8.3f} {str(m['exact']):>6}"
+            )
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"torch": torch.__version__, "zipsave": zipsave.__version__, "rows": rows}, f, indent=2)
+    return 0 if all(r[k]["exact"] for r in rows for k in ("first", "incremental")) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1e6,1e7", help="comma-separated parameter counts")
@@ -112,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=int, default=10, help="save every this many training steps")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition")
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--buffers", help="replay buffer transitions, comma-separated (instead of --sizes)")
     args = parser.parse_args(argv)
+    if args.buffers:
+        return main_buffers(args.buffers.split(","), args.json)
     sizes = ["1e5"] if args.smoke else args.sizes.split(",")
     reps = 1 if args.smoke else args.reps
     loop_steps, every = (4, 2) if args.smoke else (args.loop_steps, args.every)

@@ -22,6 +22,10 @@ Rows:
 - memory states of a copying load (``zipsave.load`` against ``torch.load``): ``quiet`` (a
   fresh process), ``freed`` (a model of the same size was just freed), ``loop`` (the median of
   loads 2-5 of five in a row, each result freed).
+
+``--peer DIR`` also runs every zipsave op with the zipsave of another checkout (``git worktree
+add /tmp/peer main``) in the same repetitions, shuffled with the rest, and adds the ratios
+``this checkout / peer`` per op: a before/after comparison under the same machine load.
 """
 
 from __future__ import annotations
@@ -83,9 +87,9 @@ RATIOS = [
 ]
 
 
-def _env() -> dict[str, str]:
+def _env(root: str = ROOT) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([ROOT, HERE, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([root, HERE, *filter(None, [env.get("PYTHONPATH")])])
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
@@ -104,9 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--work", default=None, help="folder for the input files (default: a temporary folder)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--peer", default=None, help="another checkout whose zipsave runs the zipsave ops in the same repetitions"
+    )
     args = parser.parse_args(argv)
 
-    compileall.compile_dir(os.path.join(ROOT, "zipsave"), quiet=1)  # as a wheel install writes them
+    roots = {"this": ROOT, **({"peer": os.path.abspath(args.peer)} if args.peer else {})}
+    for root in roots.values():
+        compileall.compile_dir(os.path.join(root, "zipsave"), quiet=1)  # as a wheel install writes them
     os.makedirs(args.out, exist_ok=True)
     folder = args.work or tempfile.mkdtemp(prefix="zipsave-cold-")
     env = _env()
@@ -119,21 +128,24 @@ def main(argv: list[str] | None = None) -> int:
     records: list[dict] = []
     started = time.perf_counter()
     cases = CASES if not args.cases else [tuple(c.split(":")) for c in args.cases.split(",")]
+    envs = {tree: _env(root) for tree, root in roots.items()}
     for rep in range(args.reps):
-        order = list(cases)
+        order = [("this", op, state) for op, state in cases]
+        order += [("peer", op, state) for op, state in cases if args.peer and op.startswith("zipsave")]
         rng.shuffle(order)
-        for op, state in order:
+        for tree, op, state in order:
             out = subprocess.run(
                 [sys.executable, os.path.join(HERE, "_cold_worker.py"), op, state, folder, str(args.n)],
-                env=env,
+                env=envs[tree],
                 capture_output=True,
                 text=True,
                 timeout=600,
             )
             if out.returncode != 0:
-                print(f"FAILED {op} {state} rep {rep}:\n{out.stderr}", file=sys.stderr)
+                print(f"FAILED {op} {state} rep {rep} ({tree}):\n{out.stderr}", file=sys.stderr)
                 return 1
             record = {
+                "tree": tree,
                 "op": op,
                 "state": state,
                 "rep": rep,
@@ -142,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             records.append(record)
             print(
-                f"  {op:22s} {state:6s} rep {rep}: first {record['first'] * 1e3:8.1f} ms, "
+                f"  {'peer ' if tree == 'peer' else ''}{op:22s} {state:6s} rep {rep}: first {record['first'] * 1e3:8.1f} ms, "
                 f"second {record['second'] * 1e3:8.1f} ms",
                 flush=True,
             )
@@ -151,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.work:
         os.rmdir(folder)
 
-    by = {(r["op"], r["state"], r["rep"]): r for r in records}
+    peer = {(r["op"], r["state"], r["rep"]): r for r in records if r["tree"] == "peer"}
+    by = {(r["op"], r["state"], r["rep"]): r for r in records if r["tree"] == "this"}
     summary: dict = {"first_minus_second_ms": {}, "first_ms": {}, "ratios": {}, "modules": {}, "vmstat": {}}
     for op, state in cases:
         rows = [by[(op, state, rep)] for rep in range(args.reps)]
@@ -178,6 +191,25 @@ def main(argv: list[str] | None = None) -> int:
             "min": round(min(pairs), 2),
             "max": round(max(pairs), 2),
         }
+    if peer:
+        summary["peer_first_ms"], summary["vs_peer"] = {}, {}
+        for op, state in cases:
+            if (op, state, 0) not in peer:
+                continue
+            figure = "loop" if state == "loop" else "first"
+            key = f"{op} ({state})" + (" loads 2-5" if figure == "loop" else "")
+            summary["peer_first_ms"][key] = round(
+                statistics.median(_figure(peer[(op, state, rep)], figure) for rep in range(args.reps)) * 1e3, 1
+            )
+            pairs = [
+                _figure(by[(op, state, rep)], figure) / _figure(peer[(op, state, rep)], figure)
+                for rep in range(args.reps)
+            ]
+            summary["vs_peer"][key] = {
+                "median": round(statistics.median(pairs), 2),
+                "min": round(min(pairs), 2),
+                "max": round(max(pairs), 2),
+            }
     loads = sorted(r["loadavg"] for r in records)
     machine = {
         "python": sys.version.split()[0],
@@ -188,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_median": loads[len(loads) // 2],
         "thp": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
         "thp_defrag": _read("/sys/kernel/mm/transparent_hugepage/defrag"),
+        "peer": args.peer,
     }
     with open(os.path.join(args.out, "cold.json"), "w") as f:
         json.dump({"machine": machine, "summary": summary, "records": records}, f, indent=1)
@@ -223,6 +256,16 @@ def _render(machine: dict, summary: dict) -> str:
     lines += ["", f"{'ratio (median of per-repetition ratios)':72s} {'median':>7s} {'min':>6s} {'max':>6s}"]
     for label, r in summary["ratios"].items():
         lines.append(f"{label:72s} {r['median']:7.2f} {r['min']:6.2f} {r['max']:6.2f}")
+    if summary.get("vs_peer"):
+        lines += [
+            "",
+            f"peer: {machine['peer']}",
+            f"{'this checkout / peer, per repetition':50s} {'peer ms':>9s} {'median':>7s} {'min':>6s} {'max':>6s}",
+        ]
+        for key, r in summary["vs_peer"].items():
+            lines.append(
+                f"{key:50s} {summary['peer_first_ms'][key]:9.1f} {r['median']:7.2f} {r['min']:6.2f} {r['max']:6.2f}"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -78,16 +78,8 @@ def _prepare(path: str, n: int) -> None:
     import zipsave
 
     model = _rb_ops.build(n)
-    rng = np.random.default_rng(0)
-    for arr in _rb_ops.buffer_arrays(model.replay_buffer):
-        flat = arr.reshape(-1)
-        step = max(1, (64 << 20) // arr.itemsize)
-        for start in range(0, flat.size, step):
-            piece = flat[start : start + step]
-            if arr.dtype == np.uint8:
-                piece[:] = np.frombuffer(rng.bytes(piece.size), np.uint8)
-            else:
-                piece[:] = rng.random(piece.size) < 0.5 if arr.dtype == np.bool_ else rng.random(piece.size)
+    for _ in _rb_ops.fill_random(model.replay_buffer, np.random.default_rng(0), true_share=0.5):
+        pass
     model.replay_buffer.pos, model.replay_buffer.full = 0, True
     zipsave.save(model, path, include=["replay_buffer"])
 

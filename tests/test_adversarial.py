@@ -25,7 +25,7 @@ import zipfile
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from adversarial import corpus  # noqa: E402
+from adversarial import corpus, worker  # noqa: E402
 
 WORKER = pathlib.Path(__file__).resolve().parent / "adversarial" / "worker.py"
 HOSTILE = pathlib.Path(__file__).resolve().parent / "data" / "hostile"
@@ -187,6 +187,21 @@ def _warmup(assets: dict) -> list:
 
 
 def _run_worker(sandbox: pathlib.Path, jobs: list[dict], assets: dict, timeout: float) -> tuple[list[dict], str]:
+    """Run ``jobs`` in a worker; after a job that timed out (the worker exits: its alarm may have
+    cut an import short), the jobs left run in a fresh one, each worker in its own sandbox."""
+    out: list[dict] = []
+    status = ""
+    left = jobs
+    for attempt in range(len(jobs)):
+        found, status, timed_out = _one_worker(sandbox / f"w{attempt}", left, assets, timeout)
+        out += [r for r in found if r["outcome"] != "not run"] if timed_out else found
+        left = [job for job, r in zip(left, found) if r["outcome"] == "not run"] if timed_out else []
+        if not left:
+            break
+    return out, status
+
+
+def _one_worker(sandbox: pathlib.Path, jobs: list[dict], assets: dict, timeout: float) -> tuple[list[dict], str, bool]:
     sandbox.mkdir(parents=True, exist_ok=True)
     spec = sandbox / "jobs.json"
     results = sandbox / "results.jsonl"
@@ -199,7 +214,7 @@ def _run_worker(sandbox: pathlib.Path, jobs: list[dict], assets: dict, timeout: 
                 "marker": corpus.MARKER,
                 "warmup": [w for w in _warmup(assets) if w[0] in places],
                 # The archives handed to the places, and the files they are made from, may be read.
-                "roots": [str(sandbox.parent.parent), str(assets["root"])],
+                "roots": [str(sandbox.parent.parent.parent), str(assets["root"])],
             }
         )
     )
@@ -210,6 +225,7 @@ def _run_worker(sandbox: pathlib.Path, jobs: list[dict], assets: dict, timeout: 
         ),
     }
     env.pop("PYTHONWARNINGS", None)
+    timed_out = False
     try:
         proc = subprocess.run(
             [sys.executable, str(WORKER), str(spec), str(results)],
@@ -219,7 +235,8 @@ def _run_worker(sandbox: pathlib.Path, jobs: list[dict], assets: dict, timeout: 
             text=True,
             timeout=timeout,
         )
-        status = f"exit {proc.returncode}: {proc.stderr[-2000:]}" if proc.returncode else ""
+        timed_out = proc.returncode == worker.EXIT_AFTER_TIMEOUT
+        status = f"exit {proc.returncode}: {proc.stderr[-2000:]}" if proc.returncode and not timed_out else ""
     except subprocess.TimeoutExpired:
         status = "worker timed out"
     lines = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
@@ -232,7 +249,7 @@ def _run_worker(sandbox: pathlib.Path, jobs: list[dict], assets: dict, timeout: 
             out.append({"id": job["id"], "outcome": "crash", "error": status, "events": [], "seconds": None})
         else:
             out.append({"id": job["id"], "outcome": "not run", "error": status, "events": [], "seconds": None})
-    return out, status
+    return out, status, timed_out
 
 
 def _problems(result: dict, marker_made: bool) -> list[str]:
@@ -276,7 +293,7 @@ def outcomes(assets, tmp_path_factory):
         for future in concurrent.futures.as_completed(futures):
             sandbox = root / "sandbox" / futures[future]
             found, _ = future.result()
-            marker = (sandbox / corpus.MARKER).exists()
+            marker = any((used / corpus.MARKER).exists() for used in sandbox.glob("w*"))
             for result in found:
                 name, place = owner[result["id"]]
                 results[name].append((place, result, marker))

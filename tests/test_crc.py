@@ -22,6 +22,10 @@ def test_combine_matches_zlib(a, b):
     assert _crc.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
 
 
+def test_the_written_out_shift_table_is_the_computed_one():
+    assert list(_crc._X2N) == _crc._x2n_table()
+
+
 def test_combine_long_second_part():
     b = os.urandom(3 << 20)
     assert _crc.crc32_combine(zlib.crc32(b"x"), zlib.crc32(b), len(b)) == zlib.crc32(b"x" + b)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import mmap
+import os
 import sys
 import threading
 
@@ -165,11 +166,28 @@ def huge_pages_free(monkeypatch):
     monkeypatch.setattr(_arena, "allocator_free_bytes", lambda: 0)
 
 
-def test_no_arena_for_small_members_or_without_free_huge_pages(monkeypatch, huge_pages_free):
+@pytest.fixture(autouse=True)
+def no_idle_arenas():
+    """Each test starts and ends without idle arenas (another test's would be reused)."""
+    _arena.release_idle()
+    yield
+    _arena.release_idle()
+
+
+def test_no_arena_for_small_members(huge_pages_free):
     assert host_arena([ARENA_MIN // 2]) is None
-    assert host_arena([ARENA_MIN]) is not None
-    monkeypatch.setattr(_arena, "_huge_pages_free", lambda nbytes: False)
-    assert host_arena([ARENA_MIN]) is None
+    arena = host_arena([ARENA_MIN])
+    assert arena is not None and arena.fresh
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc/self/smaps are Linux's")
+@pytest.mark.parametrize("free", [True, False])
+def test_a_fresh_arena_asks_for_huge_pages_only_where_they_are_free(monkeypatch, huge_pages_free, free):
+    monkeypatch.setattr(_arena, "_huge_pages_free", lambda nbytes: free)
+    arena = host_arena([ARENA_MIN])
+    assert arena is not None and arena.fresh
+    flags = _vm_flags(arena.parts[0][0].data_ptr())
+    assert ("hg" in flags) is free  # never advised where a huge-page fault would compact memory
 
 
 def test_no_arena_where_the_allocator_holds_enough_free_memory(monkeypatch, huge_pages_free):
@@ -193,12 +211,12 @@ def test_allocator_free_bytes_sees_freed_heap_memory():
 
 
 def test_arena_tensors_are_separate_storages_and_free_the_arena_with_the_last(huge_pages_free, tmp_path):
-    parts = host_arena([40 << 20, 1000, 0])
-    assert parts is not None
-    tensors = [tensor for tensor, _ in parts]
-    for (_, view), value in zip(parts, (1, 2, 3)):
+    arena = host_arena([40 << 20, 1000, 0])
+    assert arena is not None
+    tensors = [tensor for tensor, _ in arena.parts]
+    for (_, view), value in zip(arena.parts, (1, 2, 3)):
         view[:] = bytes([value]) * view.nbytes
-    del parts, _, view  # only the tensors hold the arena now
+    del arena, _, view  # only the tensors hold the arena now
     assert [t.untyped_storage().nbytes() for t in tensors] == [40 << 20, 1000, 0]
     assert len({t.data_ptr() for t in tensors[:2]}) == 2 and tensors[1].data_ptr() % 64 == 0
     torch.save(tensors[1], tmp_path / "one.pt")
@@ -206,12 +224,83 @@ def test_arena_tensors_are_separate_storages_and_free_the_arena_with_the_last(hu
     assert torch.equal(torch.load(tmp_path / "one.pt"), torch.full((1000,), 2, dtype=torch.uint8))
     tensors[0].fill_(0)
     assert tensors[1].eq(2).all()  # independent bytes
+    assert not _arena._idle
+    del tensors[1:]
+    gc.collect()
+    assert not _arena._idle  # one tensor still holds it
     if sys.platform.startswith("linux"):
-        gc.collect()
         before = _rss_kib()
         del tensors
         gc.collect()
-        assert before - _rss_kib() > 35 << 10  # the 40 MiB arena went with the last tensor
+        assert len(_arena._idle) == 1  # kept for the next load, its pages lazily freed
+        assert _arena.release_idle() >= 40 << 20
+        assert not _arena._idle
+        gc.collect()
+        assert before - _rss_kib() > 35 << 10  # the 40 MiB arena is unmapped
+
+
+def test_the_next_load_reuses_an_idle_arena_of_about_its_size(monkeypatch, huge_pages_free):
+    monkeypatch.setattr(_arena, "KEEP_ARENAS", 4)  # the three below stay idle together
+    arena = host_arena([80 << 20])
+    assert arena is not None and arena.fresh
+    address = arena.parts[0][0].data_ptr()
+    arena.parts[0][1][:] = b"\1" * (80 << 20)
+    del arena
+    gc.collect()
+    assert host_arena([100 << 20]).fresh  # too small for it: a fresh one (idle once freed)
+    assert host_arena([ARENA_MIN]).fresh  # over twice its size is too wasteful
+    again = host_arena([70 << 20, 1000])  # the smallest idle arena that fits
+    assert again is not None and not again.fresh  # resident pages: nothing to prefault
+    assert again.parts[0][0].data_ptr() == address
+    assert sorted(len(each) for each in _arena._idle) == [ARENA_MIN, 100 << 20]
+    monkeypatch.setattr(_arena, "allocator_free_bytes", lambda: 1 << 40)
+    assert not host_arena([ARENA_MIN]).fresh  # an idle arena goes first: it is this load's own
+
+
+def test_a_loop_of_copying_loads_reads_into_the_arenas_of_the_previous_load(tmp_path, huge_pages_free):
+    model = _model(40)
+    zipsave.save({"model": model}, tmp_path / "m.zip")
+    first = zipsave.load_archive(tmp_path / "m.zip")[1]["model"]
+    addresses = {key: t.data_ptr() for key, t in first.items()}
+    for tensor in first.values():
+        tensor.zero_()  # the next load must not see these bytes
+    del first, tensor
+    gc.collect()
+    assert len(_arena._idle) == 1
+    again = zipsave.load_archive(tmp_path / "m.zip")[1]["model"]
+    assert {key: t.data_ptr() for key, t in again.items()} == addresses
+    for key, value in model.state_dict().items():
+        assert torch.equal(again[key], value), key
+
+
+def test_idle_arenas_are_bounded(monkeypatch, huge_pages_free):
+    monkeypatch.setattr(_arena, "KEEP_ARENAS", 2)
+    monkeypatch.setattr(_arena, "KEEP_BYTES", 3 * ARENA_MIN + (8 << 20))
+    arenas = [host_arena([ARENA_MIN]) for _ in range(3)]
+    addresses = [arena.parts[0][0].data_ptr() for arena in arenas]
+    del arenas
+    gc.collect()
+    assert [a.parts[0][0].data_ptr() for a in (host_arena([ARENA_MIN]), host_arena([ARENA_MIN]))] != addresses[:2]
+    _arena.release_idle()
+    big = host_arena([4 * ARENA_MIN])
+    del big
+    gc.collect()
+    assert not _arena._idle  # larger than KEEP_BYTES alone: unmapped at once
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_reuses_no_arena_of_its_parent(huge_pages_free):
+    arena = host_arena([ARENA_MIN])
+    del arena
+    gc.collect()
+    assert len(_arena._idle) == 1
+    pid = os.fork()
+    if pid == 0:  # the child: its copy of the idle arena is shared copy-on-write with the parent
+        again = host_arena([ARENA_MIN])
+        os._exit(0 if again is not None and again.fresh else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(_arena._idle) == 1
 
 
 def _mapped_rss_kib(start: int, end: int) -> int:
@@ -231,8 +320,9 @@ def _mapped_rss_kib(start: int, end: int) -> int:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
 def test_arena_holds_no_more_than_its_tensors_bytes(huge_pages_free):
     lengths = [(32 << 20) + 12345, 100_000]  # ends 112 KiB into the 17th huge page
-    parts = host_arena(lengths)
-    assert parts is not None
+    arena = host_arena(lengths)
+    assert arena is not None
+    parts = arena.parts
     for _, view in parts:
         view[:] = b"\1" * view.nbytes  # every byte touched, as a load does
     start = parts[0][0].data_ptr()

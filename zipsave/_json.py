@@ -24,7 +24,8 @@ __all__ = ["dump_json", "loads", "nesting_exceeds", "parse_json"]
 ORJSON_MAX_DEPTH = 512
 
 # A JSON string (so brackets inside strings are not counted), or one bracket.
-_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+# Compiled (and cached by `re`) on first use: importing compiles nothing.
+_TOKENS = rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]'
 _OPEN = frozenset(b"[{")
 
 
@@ -37,7 +38,7 @@ def nesting_exceeds(raw: bytes, limit: int) -> bool:
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return False
     depth = 0
-    for match in _TOKENS.finditer(raw):
+    for match in re.finditer(_TOKENS, raw):
         char = raw[match.start()]
         if char == 0x22:  # a string
             continue

@@ -48,8 +48,9 @@ _RULES = (
 )
 
 # SB3 writes "- key: value"; the key never holds a colon, the value (the OS line) may.
-_LINE = re.compile(r"\s*(?:-\s*)?([^:\s][^:]*?)\s*:\s?(.*)")
-_RELEASE = re.compile(r"\s*v?(\d+)(?:\.(\d+))?")
+# Compiled (and cached by `re`) on first use: importing compiles nothing.
+_LINE = r"\s*(?:-\s*)?([^:\s][^:]*?)\s*:\s?(.*)"
+_RELEASE = r"\s*v?(\d+)(?:\.(\d+))?"
 
 
 def get_system_info() -> dict[str, str]:
@@ -136,7 +137,7 @@ def parse_system_info(text: str) -> dict[str, str]:
     """
     info: dict[str, str] = {}
     for line in text.lstrip("\ufeff").splitlines():
-        match = _LINE.fullmatch(line)
+        match = re.fullmatch(_LINE, line)
         if match:
             info[match.group(1)] = match.group(2).strip()
     return info
@@ -221,7 +222,7 @@ def print_system_info(saved_text: str | None, file: TextIO | None = None) -> Non
 
 
 def _release(version: str, parts: int) -> tuple[int, ...] | None:
-    match = _RELEASE.match(version)
+    match = re.match(_RELEASE, version)
     if match is None:
         return None
     return (int(match.group(1)), int(match.group(2) or 0))[:parts]

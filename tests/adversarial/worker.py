@@ -4,7 +4,8 @@
 it. The worker first runs every place once on a valid archive (so what a place legitimately
 imports is imported), then caps its address space, installs an audit hook and runs the jobs,
 writing one line per job start and one per result. A crash leaves a start line without a
-result; the parent reads it as a crash of that job.
+result; the parent reads it as a crash of that job. A job that times out ends the worker (exit
+status ``EXIT_AFTER_TIMEOUT``): the parent runs the jobs left in a fresh one.
 
 The audit hook records what a hostile archive must never cause: a process (``os.system``,
 ``subprocess.Popen``, ``os.exec*``, ``os.posix_spawn``), a socket, the import of a module
@@ -208,12 +209,22 @@ def places() -> dict:
     }
 
 
-def run_job(place: object, files: dict) -> dict:
+#: Each job's alarm. The warm-up has none: an alarm that interrupts a first import (torch's lazy
+#: ``torch.distributed.tensor`` pulls in sympy) leaves a half-made module in ``sys.modules``, and
+#: every later job would fail on it.
+JOB_ALARM = 20
+
+#: The exit status after a job that timed out: the alarm may have cut an import short, so the
+#: parent runs the jobs left in a fresh worker.
+EXIT_AFTER_TIMEOUT = 3
+
+
+def run_job(place: object, files: dict, alarm: int = JOB_ALARM) -> dict:
     import zipsave
 
     started = time.perf_counter()
     outcome, error = "loaded", None
-    signal.alarm(20)
+    signal.alarm(alarm)
     try:
         place(files)  # type: ignore[operator]
     except Timeout:
@@ -256,7 +267,7 @@ def main() -> None:
     table = places()
     # Warm up: every place used, on a valid archive, before anything is recorded.
     for place, files in spec["warmup"]:
-        run_job(table[place], files)
+        run_job(table[place], files, alarm=0)
     baseline.update(sys.modules)
     soft = int(spec.get("memory_headroom", 2 << 30))
     with open("/proc/self/status") as fp:
@@ -277,6 +288,8 @@ def main() -> None:
             result.update(id=job["id"], events=list(events))
             out.write(json.dumps(result) + "\n")
             out.flush()
+            if result["outcome"] == "timeout":
+                sys.exit(EXIT_AFTER_TIMEOUT)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ tensor storage and array (one ``memcpy`` each, on the tensor's own device), so t
 shows the state at the moment of the call however training changes the model afterwards.
 With ``incremental=True`` a component that offers it (an SB3 replay buffer) is copied into a
 shadow kept between saves instead, only its rows written since the last save (``_shadow.py``);
-a save that arrives while an earlier one still writes from that shadow waits for it.
+a save that arrives while an earlier one still writes from that shadow waits for it. A large
+copy into the shadow (the first one) is finished by the writer thread before it writes, while
+a write barrier keeps the rows training writes meanwhile out of it.
 A daemon thread writes the archive; saves to the same destination run one after another
 in call order, and the interpreter waits for pending saves before it exits.
 """
@@ -24,9 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import _api, _tensors  # the snapshot's copies and shadows, imported by the first background save
 from .._archive import describe, destination_key
-from .._tensors import fresh_copy
-from ._shadow import take
 
 __all__ = ["SaveHandle", "start_background_save", "wait_for_pending"]
 
@@ -126,8 +127,9 @@ def start_background_save(
     key = destination_key(path)
     _slots.acquire()
     held: list[Callable[[], None]] = []  # shadows this save's writer holds until it has written
+    fills: list[Callable[[], None]] = []  # what completes them, run by the writer first
     try:
-        snapshot = _snapshot(enc, {}, held if incremental else None)
+        snapshot = _snapshot(enc, {}, held if incremental else None, fills)
     except BaseException:
         _let_go(held)
         _slots.release()
@@ -136,7 +138,10 @@ def start_background_save(
         handle = SaveHandle(path, _latest.get(key))
         _latest[key] = handle
     worker = threading.Thread(
-        target=_run, args=(handle, key, snapshot, save, held), name=f"{_THREAD_PREFIX} {describe(path)}", daemon=True
+        target=_run,
+        args=(handle, key, snapshot, save, held, fills),
+        name=f"{_THREAD_PREFIX} {describe(path)}",
+        daemon=True,
     )
     try:
         worker.start()
@@ -147,9 +152,16 @@ def start_background_save(
 
 
 def _run(
-    handle: SaveHandle, key: Any, snapshot: Any, save: Callable[[Any, Any], None], held: list[Callable[[], None]]
+    handle: SaveHandle,
+    key: Any,
+    snapshot: Any,
+    save: Callable[[Any, Any], None],
+    held: list[Callable[[], None]],
+    fills: list[Callable[[], None]],
 ) -> None:
     try:
+        for fill in fills:  # at once, not after earlier saves: training writes through a barrier meanwhile
+            fill()
         previous = handle._previous
         if previous is not None:
             previous._finished.wait()
@@ -200,22 +212,25 @@ except AttributeError:  # pragma: no cover - CPython < 3.9 or another implementa
 
 
 # -- the snapshot ------------------------------------------------------------------------------
-def _snapshot(enc: Any, memo: dict, held: list[Callable[[], None]] | None) -> Any:
+def _snapshot(enc: Any, memo: dict, held: list[Callable[[], None]] | None, fills: list[Callable[[], None]]) -> Any:
     """A copy of an encoded object whose tensors and arrays no longer share memory with the
     live model. Everything else in it (rendered JSON bytes) is immutable already. ``held``
-    (``None``: no shadows) collects the release of each shadow used for the arrays."""
+    (``None``: no shadows) collects the release of each shadow used for the arrays, ``fills``
+    what the writer must run to complete them."""
     taken = None
     if held is not None and enc.snapshot is not None and enc.arrays:
-        taken = take(enc.snapshot, enc.arrays, held)
+        taken = _api._shadow.take(enc.snapshot, enc.arrays, held)
         if taken is not None:
             held.append(taken[1])
-    arrays = [(name, fresh_copy(arr)) for name, arr in enc.arrays] if taken is None else taken[0]
+            if taken[2] is not None:
+                fills.append(taken[2])
+    arrays = [(name, _tensors.fresh_copy(arr)) for name, arr in enc.arrays] if taken is None else taken[0]
     return dataclasses.replace(
         enc,
         state=[(name, _copy_tree(sd, memo)) for name, sd in enc.state],
         variables=None if enc.variables is None else _copy_tree(enc.variables, memo),
         arrays=arrays,
-        components=[_snapshot(comp, memo, held) for comp in enc.components],
+        components=[_snapshot(comp, memo, held, fills) for comp in enc.components],
         snapshot=None,  # the live model is not needed by the writer
     )
 

@@ -8,9 +8,8 @@ from typing import Any, Iterable
 
 import torch
 
-from .._archive import check_progress
+from .. import _archive, _sign  # the progress bar and the sign extra, imported when asked for
 from .._core import Parts, check_signable, collect, encode, write
-from .._sign import as_signer
 from ._background import start_background_save, wait_for_pending
 
 __all__ = ["save", "save_archive"]
@@ -73,8 +72,10 @@ def save(
     incremental
         With ``background=True``: keep a copy of an SB3 replay buffer (``include=
         ["replay_buffer"]``) after the save has written, so that the next incremental
-        background save of the same buffer copies only the rows written since (a few
-        milliseconds instead of a copy of the whole buffer). The copy stays, as much memory
+        background save of the same buffer copies only the rows written since. Copies of
+        16 MB of rows or more (the first, which fills the copy) are made by the worker thread
+        while training goes on, behind a write barrier on SB3's buffer methods that keeps
+        the rows written meanwhile out of the archive. The copy stays, as much memory
         again as the buffer, until the buffer is freed or :func:`zipsave.release_snapshots`
         is called; :class:`~zipsave.CheckpointManager` and :class:`zipsave.sb3.CheckpointCallback`
         turn it on. A save that arrives while an earlier one is still writing from that copy
@@ -97,8 +98,9 @@ def save(
     --------
     >>> zipsave.save(model, "model.zip")  # doctest: +SKIP
     """
-    check_progress(progress)
-    signer = as_signer(sign)
+    if progress:
+        _archive.check_progress(progress)
+    signer = _sign.as_signer(sign) if sign is not None else None
     if signer is not None:
         check_signable(path, signer)
     exclude = list(exclude or ())

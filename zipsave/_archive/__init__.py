@@ -18,8 +18,9 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._libc import libc_function
     from ._limits import DEFAULT_LIMITS, Limits
     from ._progress import check as check_progress
-    from ._progress import counting_writer, describe, make_bar
+    from ._progress import counting_reader, counting_writer, describe, make_bar
     from ._reader import ArchiveReader, manifest_digest
+    from ._remote import remote_input, remote_output
     from ._source import ArchiveSource, parse_version
     from ._views import MemberView
     from ._writer import ArchiveWriter, MemberInfo
@@ -35,8 +36,9 @@ _LAZY: dict[str, str] = {
     "libc_function": "._libc",
     **dict.fromkeys(("DEFAULT_LIMITS", "Limits"), "._limits"),
     "check_progress": "._progress:check",
-    **dict.fromkeys(("counting_writer", "describe", "make_bar"), "._progress"),
+    **dict.fromkeys(("counting_reader", "counting_writer", "describe", "make_bar"), "._progress"),
     **dict.fromkeys(("ArchiveReader", "manifest_digest"), "._reader"),
+    **dict.fromkeys(("remote_input", "remote_output"), "._remote"),
     **dict.fromkeys(("ArchiveSource", "parse_version"), "._source"),
     "MemberView": "._views",
     **dict.fromkeys(("ArchiveWriter", "MemberInfo"), "._writer"),
@@ -76,6 +78,7 @@ __all__ = [
     "OrderedCrc",
     "atomic_output",
     "check_progress",
+    "counting_reader",
     "counting_writer",
     "crc32",
     "crc32_combine",
@@ -94,6 +97,8 @@ __all__ = [
     "open_output",
     "open_source",
     "parse_version",
+    "remote_input",
+    "remote_output",
     "seekable",
     "share_work",
     "with_suffix",

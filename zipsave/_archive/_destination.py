@@ -12,8 +12,8 @@ import tempfile
 from collections.abc import Iterator
 from typing import IO, Any
 
+from .. import _archive  # its fsspec transfers (_remote), imported only for a URL
 from ..exceptions import ArchiveFormatError, StorageError
-from . import _remote
 from ._files import atomic_output, open_input, seekable, with_suffix
 
 __all__ = ["destination_key", "is_url", "open_output", "open_source"]
@@ -70,7 +70,7 @@ def open_output(
     if hasattr(path, "write"):
         yield path
     elif is_url(path):
-        with _remote.remote_output(path, storage_options=storage_options, progress=progress) as fp:
+        with _archive.remote_output(path, storage_options=storage_options, progress=progress) as fp:
             yield fp
     else:
         with atomic_output(_output_path(path), durable=durable) as fp:
@@ -95,7 +95,7 @@ def open_source(
             yield spool, label
         return
     if is_url(path):
-        with _remote.remote_input(path, storage_options=storage_options, progress=progress) as fp:
+        with _archive.remote_input(path, storage_options=storage_options, progress=progress) as fp:
             yield fp, path
         return
     fp = open_input(_local(path))

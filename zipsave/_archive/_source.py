@@ -7,10 +7,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any, NamedTuple
 
-from .. import _format, _json
+from .. import _archive, _format, _json  # _archive: the progress bar, imported only when one is wanted
 from .._version import __version__
 from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError, as_zipsave_error
-from . import _progress
 from ._destination import is_url, open_source
 from ._limits import DEFAULT_LIMITS, Limits
 from ._reader import ArchiveReader
@@ -70,7 +69,8 @@ class ArchiveSource:
         self._layout_cache: _Layout | None = None
         self._folder_tree: dict[str, dict] | None = None
         self._json_bytes: dict[str, bytes] = {}  # JSON members a handler looked at, until parsed
-        _progress.check(progress)
+        if progress:
+            _archive.check_progress(progress)
         self._stack = contextlib.ExitStack()
         try:
             fp, name = self._stack.enter_context(open_source(path, storage_options=storage_options, progress=progress))
@@ -78,7 +78,8 @@ class ArchiveSource:
             self._stack.close()
             raise
         try:
-            fp = _progress.counting_reader(fp, progress, desc=f"zipsave load {name}", stack=self._stack)
+            if progress:
+                fp = _archive.counting_reader(fp, progress, desc=f"zipsave load {name}", stack=self._stack)
             self.name: str = name
             self.file = fp  # the whole file, for a detached signature's digest (zipsave._sign)
             self.local_path: str | None = name if not hasattr(path, "read") and not is_url(path) else None

@@ -48,6 +48,8 @@ class Entry:
 
 @dataclasses.dataclass
 class Structure:
+    """The members of a validated zip and where its central directory starts."""
+
     entries: list[Entry]
     cd_start: int
 

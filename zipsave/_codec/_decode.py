@@ -125,7 +125,7 @@ class Decoder:
         if kind == "int":
             if "hex" in body:
                 text = _field(body, "hex", str)
-                if not _HEX_INT.fullmatch(text):
+                if not re.fullmatch(_HEX_INT, text):
                     raise DecodeError(f"expected a hexadecimal integer literal, found {text[:40]!r}.")
                 if len(text) > MAX_INT_BITS // 4 + 4:
                     raise DecodeError(
@@ -133,7 +133,7 @@ class Decoder:
                     )
                 return check_int(int(text, 16), "an integer", key=self._key, member=self._member, archive=self._archive)
             text = _field(body, "value", str)
-            if not _DEC_INT.fullmatch(text):
+            if not re.fullmatch(_DEC_INT, text):
                 raise DecodeError(f"expected a decimal integer literal, found {text[:40]!r}.")
             if len(text) > MAX_INT_BITS // 3 + 2:
                 raise DecodeError(f"a decimal integer of {len(text)} digits is longer than {MAX_INT_BITS // 3}.")
@@ -388,8 +388,9 @@ class Decoder:
         return t.requires_grad_(bool(body.get("requires_grad")))
 
 
-_DEC_INT = re.compile(r"-?[0-9]+")
-_HEX_INT = re.compile(r"-?0x[0-9a-f]+")
+# Compiled (and cached by `re`) on first use: importing compiles nothing.
+_DEC_INT = r"-?[0-9]+"
+_HEX_INT = r"-?0x[0-9a-f]+"
 
 
 def _is_number(text: str) -> bool:

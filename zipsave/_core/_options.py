@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .. import _sign  # the sign extra's records, imported only when `trust=` is given
 from .._archive import Limits
-from .._sign import Trust
 from .._trust import TrustPolicy
 from ._report import LoadReport
+
+if TYPE_CHECKING:
+    from .._sign import Trust
 
 __all__ = ["OPTION_DOCS", "LoadOptions", "check_custom_objects"]
 
@@ -58,7 +61,7 @@ class LoadOptions:
 
     def __post_init__(self) -> None:
         check_custom_objects(self.custom_objects)
-        if self.trust is not None and not isinstance(self.trust, Trust):
+        if self.trust is not None and not isinstance(self.trust, _sign.Trust):
             raise TypeError(f"trust must be a zipsave.Trust or None, found {type(self.trust).__name__}.")
         # Built (and checked) once, so a bad `trusted=` fails before the archive is opened.
         object.__setattr__(self, "_policy", TrustPolicy.make(allow_pickle=self.allow_pickle, trusted=self.trusted))

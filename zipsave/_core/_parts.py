@@ -127,6 +127,8 @@ def unwrap(module: Any) -> Any:
 
 @dataclasses.dataclass
 class Parts:
+    """What one object is saved as: ``data`` values, state dicts, loose tensors, components."""
+
     data: dict[str, Any]
     state: list[tuple[str, Any]]  # (name, object with state_dict or a ready state dict)
     variables: dict[str, torch.Tensor] | None

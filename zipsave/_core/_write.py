@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import contextlib
 import dataclasses
 import functools
 import os
@@ -14,15 +15,14 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from .. import _format, _system_info
-from .._archive import ArchiveWriter, counting_writer, describe, is_url, open_output, with_suffix
+from .. import _archive, _format, _sign, _system_info  # _archive, _sign: the progress bar and signing, when asked for
+from .._archive import ArchiveWriter, is_url, open_output, with_suffix
 from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Encoder
 from .._json import dump_json
-from .._sign import embedded_signature, sign_detached
 from .._tensors import save_pth
 from .._trust import pickle_globals
 from .._version import __version__
-from ..exceptions import EncodeError, StorageError, ZipsaveError, ZipsaveWarning, caller_stacklevel
+from ..exceptions import EncodeError, StorageError, ZipsaveError, ZipsaveWarning, caller_stacklevel, describe_path
 from ._collect import collect, holds_state
 from ._parts import Parts, is_live_handle, is_stateful, nested
 
@@ -302,14 +302,19 @@ def write(
     writer: ArchiveWriter | None = None
     try:
         with open_output(path, storage_options=storage_options, progress=progress, durable=durable) as fp:
-            with counting_writer(fp, progress, total=total, desc=f"zipsave save {describe(path)}") as out:
+            counted = (
+                _archive.counting_writer(fp, progress, total=total, desc=f"zipsave save {describe_path(path)}")
+                if progress
+                else contextlib.nullcontext(fp)
+            )
+            with counted as out:
                 embed = sign is not None and sign.embed
                 writer = ArchiveWriter(out, sha256=True if sha256 or embed else None)
                 try:
                     write_encoded(writer, enc, root=True)
                     if embed:
-                        name = os.path.basename(with_suffix(describe(path)))
-                        writer.write_bytes(_format.SIGNATURE, embedded_signature(writer.members, sign, name))
+                        name = os.path.basename(with_suffix(describe_path(path)))
+                        writer.write_bytes(_format.SIGNATURE, _sign.embedded_signature(writer.members, sign, name))
                     writer.close()
                 except BaseException:
                     writer.abort()
@@ -328,7 +333,7 @@ def write(
             errno=cause.errno,
         ) from err
     if sign is not None and not sign.embed:
-        sign_detached(with_suffix(os.fspath(path).removeprefix("file://")), sign)
+        _sign.sign_detached(with_suffix(os.fspath(path).removeprefix("file://")), sign)
 
 
 def check_signable(path: Any, sign: Any) -> None:

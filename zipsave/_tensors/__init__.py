@@ -8,13 +8,23 @@ from .._lazy import lazy_attributes
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._arena import AnonymousMap
     from ._invariants import check_tensor, check_tree
-    from ._npy import NpyHeader, fresh_copy, read_array_header, read_array_member, read_array_member_into, read_npy
+    from ._npy import (
+        NpyHeader,
+        fresh_copy,
+        fresh_empty,
+        read_array_header,
+        read_array_member,
+        read_array_member_into,
+        read_npy,
+    )
     from ._pth_fallback import load_torch_bytes, torch_load
     from ._pth_meta import Damaged, PthMeta, RefusedRef, SparseRef, TensorRef, Unsupported, read_pth_meta
+    from ._pth_mmap import mmap_tree
     from ._pth_read import load_member, load_pth
     from ._pth_records import check_member, read_record, record_table
     from ._pth_write import get_device, save_pth
-    from ._tree import dotted, lookup, walk_leaves, walk_refs
+    from ._staging import Stager
+    from ._tree import check_views, dotted, lookup, walk_leaves, walk_refs
 
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
@@ -24,6 +34,7 @@ _LAZY: dict[str, str] = {
         (
             "NpyHeader",
             "fresh_copy",
+            "fresh_empty",
             "read_array_header",
             "read_array_member",
             "read_array_member_into",
@@ -35,7 +46,9 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("load_member", "load_pth"), "._pth_read"),
     **dict.fromkeys(("check_member", "read_record", "record_table"), "._pth_records"),
     **dict.fromkeys(("get_device", "save_pth"), "._pth_write"),
-    **dict.fromkeys(("dotted", "walk_refs"), "._tree"),
+    **dict.fromkeys(("check_views", "dotted", "walk_refs"), "._tree"),
+    "mmap_tree": "._pth_mmap",
+    "Stager": "._staging",
     "RefusedRef": "._pth_meta",
     "SparseRef": "._pth_meta",
     "check_tensor": "._invariants",
@@ -76,6 +89,7 @@ __all__ = [
     "RefusedRef",
     "SparseRef",
     "check_tensor",
+    "check_views",
     "check_tree",
     "load_torch_bytes",
     "torch_load",
@@ -85,6 +99,7 @@ __all__ = [
     "Damaged",
     "dotted",
     "fresh_copy",
+    "fresh_empty",
     "get_device",
     "load_member",
     "load_pth",
@@ -95,6 +110,8 @@ __all__ = [
     "record_table",
     "save_pth",
     "lookup",
+    "mmap_tree",
+    "Stager",
     "walk_leaves",
     "walk_refs",
 ]

@@ -1,44 +1,57 @@
-"""One huge-page arena for the fresh storages of a copying load, where ``ZIPSAVE_HUGE_PAGES=1``
-asks for one and the OS has huge pages free right now.
+"""Fresh host memory for the storages of a copying load: one anonymous mapping per member (an
+arena), advised for huge pages where the OS has them free, and kept for the next load once its
+tensors are freed.
 
-Reading into memory backed by 2 MiB pages takes a fraction of the page faults of 4 KiB ones
-(the raw read floor of ``docs/benchmarks.rst``). Asking for them is only safe when they are
-free: with ``defrag=madvise`` a fault in an advised region otherwise compacts memory
-synchronously, and a load stalls for longer than it saves. So :func:`host_arena` first reads
-``/proc/buddyinfo`` and builds an arena only when free blocks of 2 MiB or more cover twice
-what it needs; anywhere else (other OS, THP off, memory fragmented) it returns ``None`` and
-the load uses one ``torch.empty`` per storage, as it does by default (:data:`HUGE_PAGES`).
+A copying load reads into fresh memory, and on the benchmark machine (a virtual machine) the
+page faults that back it, not the copy, were most of a load's time (``docs/benchmarks.rst``).
+Three ways around them, cheapest first:
 
-Fresh pages, huge or not, are the slow case: memory the process already holds is faster
-still. When the C allocator holds free memory that covers the load (a model of the same size
-was just freed, or a loop loads one checkpoint after another), ``torch.empty`` reuses those
-resident pages, as ``torch.load`` does, and :func:`host_arena` returns ``None`` to let it:
-glibc's ``mallinfo2`` says how much is free (``fordblks``), in one call that walks its bins.
+- memory the process already holds: when the C allocator holds free memory that covers the
+  load (glibc's ``mallinfo2``: ``fordblks``), ``torch.empty`` reuses those resident pages, as
+  ``torch.load`` does, and :func:`host_arena` returns ``None`` to let it;
+- an idle arena: when every tensor over an arena is freed, the arena is not unmapped but kept
+  (at most :data:`KEEP_ARENAS` of them, :data:`KEEP_BYTES` in all) for the next load of about
+  its size, its pages marked ``MADV_FREE`` so that the kernel may take them back under memory
+  pressure instead of swapping (a loop loading checkpoint after checkpoint faults nothing after
+  its first load); :func:`release_idle` unmaps them at once;
+- a fresh arena, advised for 2 MiB pages when ``/proc/buddyinfo`` shows free blocks of that
+  size covering twice what it needs (with ``defrag=madvise`` a huge-page fault otherwise
+  compacts memory synchronously), which the caller populates on a helper thread ahead of the
+  reads (``_prefault.Prefaulter``); 4 KiB pages elsewhere (:data:`HUGE_PAGES`).
 
 Each storage is its own tensor over a slice of the arena (``torch.frombuffer``): saving,
 sharing or optimising one touches no other, and it cannot be grown in place, as the tensors
-of ``torch.load`` cannot. The arena is unmapped when the last tensor over it is freed.
+of ``torch.load`` cannot. The arena goes back (to the idle list, or to the OS) when the last
+tensor over it is freed.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import mmap
 import os
 import sys
+import weakref
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
-__all__ = ["ARENA_MIN", "AnonymousMap", "fresh_map", "host_arena"]
+__all__ = ["ARENA_MIN", "AnonymousMap", "HostArena", "fresh_map", "host_arena", "release_idle"]
 
-#: Whether fresh storages may come from huge pages at all (``ZIPSAVE_HUGE_PAGES=1``). Off by
-#: default: on the benchmark machine (a VM whose free memory goes back to the host) a fresh
-#: huge page took 16-20 ms to fault in, 4x the cost per byte of 4 KiB pages, and a first load
-#: through the arena took 0.9-1.2 s where ``torch.empty`` took 0.28-0.36 s and ``torch.load``
-#: 0.23-0.36 s (``docs/benchmarks.rst``). Where huge pages pay, the variable turns them on.
+#: Whether fresh arenas may be advised for huge pages (where ``/proc/buddyinfo`` shows them
+#: free): ``ZIPSAVE_HUGE_PAGES=1``. Off by default: on the benchmark machine (a VM whose free
+#: memory goes back to the host) a fresh huge page took 8-16 ms to fault in, and a first load
+#: through a huge-page arena took 4.67x ``torch.load`` (``docs/benchmarks.rst``). Where huge
+#: pages pay, the variable turns them on.
 HUGE_PAGES = os.environ.get("ZIPSAVE_HUGE_PAGES", "") == "1"
+
+#: How many idle arenas are kept for the next loads, and how many bytes they may hold in all
+#: (a load of a model and its optimizer state takes one arena per member).
+KEEP_ARENAS = 2
+KEEP_BYTES = 2 << 30
 
 #: Members whose fresh storages total less than this read into plain ``torch.empty`` buffers.
 ARENA_MIN = 32 << 20
@@ -145,23 +158,86 @@ def fresh_map(nbytes: int, *, huge: bool | None = None) -> tuple[AnonymousMap, b
     return arena, huge
 
 
-def host_arena(lengths: Sequence[int]) -> list[tuple[torch.Tensor, memoryview]] | None:
-    """``(uint8 tensor, writable view of its bytes)`` for each length, all in one anonymous
-    mapping advised for huge pages; ``None`` when the lengths are small, the C allocator holds
-    enough free (resident) memory for them, or huge pages are not free now."""
+# -- idle arenas ------------------------------------------------------------------------------
+_idle: list[AnonymousMap] = []  # most recently freed last; list operations are atomic under the GIL
+_idle_pid = os.getpid()  # a forked child shares these pages copy-on-write: it keeps none of them
+
+
+def _retire(arena: AnonymousMap) -> None:
+    """The last tensor over ``arena`` was freed: keep it for the next load (its pages lazily
+    freed, ``MADV_FREE``), dropping the oldest idle arenas beyond the limits, or let it go."""
+    global _idle_pid
+    if os.getpid() != _idle_pid:
+        _idle.clear()
+        _idle_pid = os.getpid()
+    if len(arena) > KEEP_BYTES or KEEP_ARENAS <= 0:
+        return
+    try:
+        arena.madvise(mmap.MADV_FREE)
+    except (OSError, ValueError, AttributeError):
+        pass  # kept resident as it is (no MADV_FREE before Linux 4.5)
+    _idle.append(arena)
+    while len(_idle) > KEEP_ARENAS or sum(len(each) for each in _idle) > KEEP_BYTES:
+        _idle.pop(0)
+
+
+def _take_idle(nbytes: int) -> AnonymousMap | None:
+    """The smallest idle arena of ``nbytes`` up to twice that, taken off the idle list."""
+    if os.getpid() != _idle_pid:
+        return None
+    fits = [each for each in list(_idle) if nbytes <= len(each) <= 2 * nbytes + _HUGE]
+    for arena in sorted(fits, key=len):
+        try:
+            _idle.remove(arena)
+        except ValueError:  # another thread took it
+            continue
+        return arena
+    return None
+
+
+def release_idle() -> int:
+    """Unmap every idle arena now; returns the bytes given back."""
+    freed = sum(len(each) for each in _idle)
+    _idle.clear()
+    return freed
+
+
+@dataclasses.dataclass
+class HostArena:
+    """The storages of one member: ``parts`` holds ``(uint8 tensor, writable view of its
+    bytes)`` per length; ``fresh`` says whether the pages are still to be faulted in (a
+    new mapping, which the caller populates ahead of its reads) or resident (an idle one)."""
+
+    parts: list[tuple[torch.Tensor, memoryview]]
+    fresh: bool
+
+
+def host_arena(lengths: Sequence[int]) -> HostArena | None:
+    """Storages for ``lengths`` in one anonymous mapping: an idle arena where one fits (its
+    pages resident, unless the kernel took them back under memory pressure), else ``None``
+    when the lengths are small or the C allocator holds enough free (resident) memory for
+    them, else a fresh mapping (advised for huge pages where they are free now)."""
     offsets, total = [], 0
     for length in lengths:
         offsets.append(total)
         total += (length + _ALIGN - 1) // _ALIGN * _ALIGN
-    if total < ARENA_MIN or not _huge_pages_free(total) or allocator_free_bytes() >= total:
+    if total < ARENA_MIN:
         return None
-    mapped = fresh_map(total, huge=True)  # a whole number of huge pages keeps it aligned
-    if mapped is None:
-        return None
-    whole = memoryview(mapped[0])
+    arena = _take_idle(total)
+    fresh = arena is None
+    if arena is None:
+        if allocator_free_bytes() >= total:
+            return None
+        mapped = fresh_map(total)
+        if mapped is None:
+            return None
+        arena = mapped[0]
+    lease = np.frombuffer(arena, dtype=np.uint8)  # every view below holds it; it holds the arena
+    weakref.finalize(lease, _retire, arena).atexit = False
+    whole = lease.data  # a view of the lease, not of the arena
     out = []
     for offset, length in zip(offsets, lengths):
         view = whole[offset : offset + length]
         tensor = torch.frombuffer(view, dtype=torch.uint8) if length else torch.empty(0, dtype=torch.uint8)
         out.append((tensor, view))
-    return out
+    return HostArena(out, fresh)

@@ -32,7 +32,15 @@ from ..exceptions import DecodeError, IntegrityError
 from ._arena import fresh_map
 from ._prefault import PREFAULT_MIN, Prefaulter, mapped_crcs, no_huge_pages
 
-__all__ = ["NpyHeader", "fresh_copy", "read_array_header", "read_array_member", "read_array_member_into", "read_npy"]
+__all__ = [
+    "NpyHeader",
+    "fresh_copy",
+    "fresh_empty",
+    "read_array_header",
+    "read_array_member",
+    "read_array_member_into",
+    "read_npy",
+]
 
 #: Pieces of a large array read with one call each, then checksummed from the cache.
 _PIECE = 4 << 20
@@ -201,6 +209,18 @@ def fresh_copy(arr: np.ndarray) -> np.ndarray:
     finally:
         prefaulter.close()
     return out
+
+
+def fresh_empty(like: np.ndarray) -> np.ndarray:
+    """An uninitialised C-contiguous array of ``like``'s shape and dtype in fresh memory of its
+    own, as :func:`fresh_copy` allocates it; its pages are faulted in as they are first written
+    (a background copy fills it chunk by chunk)."""
+    if like.dtype.hasobject or like.nbytes < _OWN_MAP_MIN:
+        return np.empty(like.shape, like.dtype)
+    fresh = fresh_map(like.nbytes, huge=False)
+    if fresh is None:
+        return np.empty(like.shape, like.dtype)
+    return np.frombuffer(fresh[0], dtype=like.dtype, count=like.size).reshape(like.shape)
 
 
 def _mapped(

@@ -15,43 +15,13 @@ import torch
 from .._archive import DEFAULT_LIMITS, crc32
 from .._trust import check_legacy_torch, check_torch_zip
 from ..exceptions import ArchiveFormatError, ArchiveLimitError, IntegrityError, ZipsaveError
-from ._invariants import check_tree, keyed, refuse_refused, validating_sparse
+from ._invariants import check_tree, validating_sparse
 from ._pth_meta import parse_pickle
-from ._tree import BufferView, dotted, walk_refs
+from ._tree import BufferView, check_views
 
-__all__ = ["check_views", "load_torch_bytes", "torch_load"]
+__all__ = ["load_torch_bytes", "torch_load"]
 
 _PIECE = 4 << 20
-
-
-def check_views(tree: Any, lengths: dict[str, int] | None = None) -> None:
-    """Refuse a metadata tree with a refused value, or a tensor whose view reaches past its
-    storage (``lengths``: each storage record's bytes; else the sizes ``data.pkl`` declares,
-    which torch checks against the records)."""
-    refuse_refused(tree)
-    declared: dict[str, int] = {}
-    for path, ref in walk_refs(tree):
-        key = ref.storage.key
-        length = lengths.get(key) if lengths is not None else declared.setdefault(key, ref.storage.nbytes)
-        name = dotted(path)
-        if length is None:
-            raise keyed(ArchiveFormatError(f"`{name}`: data.pkl names storage record `{key}`, which is missing."), name)
-        if ref.storage.nbytes != length:  # torch.load refuses a record of another size too
-            raise keyed(
-                ArchiveFormatError(
-                    f"`{name}`: data.pkl declares storage `{key}` of {ref.storage.nbytes} bytes; "
-                    + (f"its record holds {length}." if lengths is not None else f"elsewhere of {length}.")
-                ),
-                name,
-            )
-        if ref.offset * ref.dtype.itemsize + ref.extent > length:
-            raise keyed(
-                ArchiveFormatError(
-                    f"`{name}` is a view (size {ref.size}, stride {ref.stride}, offset {ref.offset}) that reaches "
-                    f"past its {length}-byte storage record `{key}`."
-                ),
-                name,
-            )
 
 
 def _census(view: Any) -> None:

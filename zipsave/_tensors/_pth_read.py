@@ -13,19 +13,16 @@ from typing import Any
 import torch
 from torch.autograd.graph import increment_version
 
-from .. import _format
+from .. import _format, _tensors  # _tensors: its rarely used parts, imported on first use
 from .._archive import OrderedCrc, crc32
 from .._invariants import flat_bytes
 from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, UnsafeGlobalError, ZipsaveError
 from ._arena import host_arena
 from ._invariants import check_tree
 from ._prefault import Prefaulter
-from ._pth_fallback import check_views, torch_load
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
-from ._pth_mmap import mmap_tree
 from ._pth_records import check_record, record_table, verify_pickle
-from ._staging import Stager
-from ._tree import BufferView, byte_view, dotted, lookup, replace, walk_leaves, walk_refs
+from ._tree import BufferView, byte_view, check_views, dotted, lookup, replace, walk_leaves, walk_refs
 
 __all__ = ["load_member", "load_pth"]
 
@@ -139,7 +136,7 @@ def load_pth(
     try:
         meta = read_pth_meta(source, limits)
     except Unsupported:
-        tree = torch_load(source, device, verify_crc, limits)
+        tree = _tensors.torch_load(source, device, verify_crc, limits)
         if validate is not None:
             validate(tree)
         if targets is not None and (check_shapes or check_dtypes):
@@ -168,10 +165,10 @@ def load_pth(
     if any(ref.extras for _, ref in refs) or any(
         start + length > next_start for (start, length), (next_start, _) in pairwise(spans)
     ):
-        return torch_load(source, device, verify_crc, limits, census=False), set()
+        return _tensors.torch_load(source, device, verify_crc, limits, census=False), set()
 
     if mmap and source is view and getattr(view, "_fd", None) is not None:
-        mapped = mmap_tree(
+        mapped = _tensors.mmap_tree(
             view, meta, by_storage, device, verify_crc=verify_crc, records=records if per_record else None
         )
         if mapped is not None:
@@ -200,12 +197,13 @@ def load_pth(
             storages[key] = dest[key] = torch.empty(length, dtype=torch.uint8, device=device)
             continue
         pending.append(key)
-    # Fresh host storages: one huge-page arena where huge pages are free now (_arena.py),
-    # else plain 4 KiB pages populated ahead of the reads by a Prefaulter (_prefault.py).
+    # Fresh host storages: one arena (_arena.py), an idle one whose pages are resident or a
+    # new one, huge pages where free; else torch.empty (the allocator's free memory, or 4 KiB
+    # pages). New pages are populated ahead of the reads by a Prefaulter (_prefault.py).
     arena = host_arena([meta.records[key][1] for key in pending]) if pending else None
     for index, key in enumerate(pending):
         if arena is not None:
-            storages[key], dest[key] = arena[index]
+            storages[key], dest[key] = arena.parts[index]
             continue
         length = meta.records[key][1]
         buf = torch.empty(length, dtype=torch.uint8)
@@ -217,7 +215,7 @@ def load_pth(
     inline = {key: key in storages and storages[key].device.type == "cpu" for key in dest}
     crc = OrderedCrc(inline=all(inline.values())) if verify_crc is not None and not per_record else None
     record_crcs = {key: OrderedCrc(inline=inline[key]) for key in dest} if per_record else None
-    fresh = [] if arena is not None else sorted(pending, key=lambda k: meta.records[k][0])
+    fresh = [] if arena is not None and not arena.fresh else sorted(pending, key=lambda k: meta.records[k][0])
     prefaulter = Prefaulter(
         [
             (storages[key].data_ptr() + done, min(_PIECE, meta.records[key][1] - done))
@@ -290,7 +288,7 @@ def _read_records(
     ``prefaulter``'s, in the same order: each is read once the helper made it resident."""
     cursor = 0
     piece_index = 0
-    stager: Stager | None = None
+    stager: _tensors.Stager | None = None
     for key in sorted(dest, key=lambda k: meta.records[k][0]):
         start, length = meta.records[key]
         if crc is not None and start > cursor:
@@ -298,7 +296,7 @@ def _read_records(
         target = dest[key]
         if isinstance(target, torch.Tensor):  # device memory, through pinned staging buffers
             feeds = [c for c in (crc, record_crcs[key] if record_crcs is not None else None) if c is not None]
-            stager = stager or Stager(target.device)
+            stager = stager or _tensors.Stager(target.device)
             stager.read_into(view, start, length, target, feeds)
             cursor = start + length
             continue

@@ -5,7 +5,6 @@ read becomes a :class:`RefusedRef` leaf, and plain values are built with bounded
 from __future__ import annotations
 
 import collections
-import dataclasses
 from typing import Any
 
 import torch
@@ -51,7 +50,7 @@ def _rebuild_v3(storage, storage_offset, size, stride, requires_grad, backward_h
     if not isinstance(dtype, torch.dtype) or dtype in _QUANTIZED or not isinstance(storage, StorageRef):
         return RefusedRef(f"a tensor of dtype {short(dtype)}")
     return _rebuild_v2(
-        dataclasses.replace(storage, dtype=dtype), storage_offset, size, stride, requires_grad, backward_hooks, metadata
+        storage.replace(dtype=dtype), storage_offset, size, stride, requires_grad, backward_hooks, metadata
     )
 
 
@@ -61,11 +60,9 @@ def _rebuild_plain(storage, storage_offset, size, stride):
 
 def _as_parameter(data: Any, requires_grad: Any, extras: bool) -> Any:
     if isinstance(data, TensorRef):
-        return dataclasses.replace(
-            data, requires_grad=requires_grad is True, parameter=True, extras=data.extras or extras
-        )
+        return data.replace(requires_grad=requires_grad is True, parameter=True, extras=data.extras or extras)
     if isinstance(data, SparseRef) and not extras:
-        return dataclasses.replace(data, requires_grad=requires_grad is True, parameter=True)
+        return data.replace(requires_grad=requires_grad is True, parameter=True)
     return data if isinstance(data, RefusedRef) else RefusedRef(f"a parameter around {short(data)}")
 
 
@@ -121,7 +118,7 @@ def _rebuild_from_type(func, new_type, args, state):
     if new_type is _PARAMETER:
         return _as_parameter(built, getattr(built, "requires_grad", False), bool(state))
     if state and isinstance(built, TensorRef):
-        return dataclasses.replace(built, extras=True)
+        return built.replace(extras=True)
     return RefusedRef("a sparse tensor with attributes") if state else built
 
 

@@ -1,4 +1,5 @@
-"""Walking a state-dict tree of tensor references, and byte views of tensors for ``readinto``."""
+"""Walking a state-dict tree of tensor references (and checking that every view lies inside its
+storage record), and byte views of tensors for ``readinto``."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Any
 import torch
 
 from .._invariants import flat_bytes
-from ._invariants import assemble_sparse
+from ..exceptions import ArchiveFormatError
+from ._invariants import assemble_sparse, keyed, refuse_refused
 from ._pth_meta import SparseRef, TensorRef
 
-__all__ = ["BufferView", "byte_view", "dotted", "lookup", "replace", "walk_leaves", "walk_refs"]
+__all__ = ["BufferView", "byte_view", "check_views", "dotted", "lookup", "replace", "walk_leaves", "walk_refs"]
 
 
 class BufferView(io.RawIOBase):
@@ -109,6 +111,36 @@ def replace(tree: Any, build: Callable[[TensorRef], Any], path: tuple = ()) -> A
 
 def dotted(path: tuple) -> str:
     return ".".join(map(str, path))
+
+
+def check_views(tree: Any, lengths: dict[str, int] | None = None) -> None:
+    """Refuse a metadata tree with a refused value, or a tensor whose view reaches past its
+    storage (``lengths``: each storage record's bytes; else the sizes ``data.pkl`` declares,
+    which torch checks against the records)."""
+    refuse_refused(tree)
+    declared: dict[str, int] = {}
+    for path, ref in walk_refs(tree):
+        key = ref.storage.key
+        length = lengths.get(key) if lengths is not None else declared.setdefault(key, ref.storage.nbytes)
+        name = dotted(path)
+        if length is None:
+            raise keyed(ArchiveFormatError(f"`{name}`: data.pkl names storage record `{key}`, which is missing."), name)
+        if ref.storage.nbytes != length:  # torch.load refuses a record of another size too
+            raise keyed(
+                ArchiveFormatError(
+                    f"`{name}`: data.pkl declares storage `{key}` of {ref.storage.nbytes} bytes; "
+                    + (f"its record holds {length}." if lengths is not None else f"elsewhere of {length}.")
+                ),
+                name,
+            )
+        if ref.offset * ref.dtype.itemsize + ref.extent > length:
+            raise keyed(
+                ArchiveFormatError(
+                    f"`{name}` is a view (size {ref.size}, stride {ref.stride}, offset {ref.offset}) that reaches "
+                    f"past its {length}-byte storage record `{key}`."
+                ),
+                name,
+            )
 
 
 # -- destinations --------------------------------------------------------------------------

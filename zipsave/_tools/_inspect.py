@@ -15,13 +15,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from .. import _format, _system_info
+from .. import _format, _sign, _system_info  # _sign: its checker only when `trust=` is given
 from .._archive import ArchiveSource, Limits, MemberView, involve_handlers, manifest_digest, parse_version
 from .._codec import NATIVE_KEY as _N
 from .._codec import SERIALIZED_KEY as _S
 from .._codec import TYPE_KEY as _T
 from .._json import parse_json
-from .._sign import check_source
 from .._tensors import (
     Damaged,
     PthMeta,
@@ -295,7 +294,7 @@ def inspect(
 def _signature(src: ArchiveSource, trust: Any) -> str | None:
     """The signature sentence of :attr:`ArchiveInfo.signature` (checked only with ``trust``)."""
     if trust is not None:
-        checked = check_source(src, trust)
+        checked = _sign.check_source(src, trust)
         return str(checked) if checked is not None else None
     if _format.SIGNATURE in src.reader:
         return f"embedded `{_format.SIGNATURE}`, not checked (inspect with trust= or run `zipsave verify` to check it)"

@@ -7,10 +7,9 @@ from typing import Any
 
 import torch
 
-from .. import _format
+from .. import _format, _sign  # _sign: its checker only when `trust=` is given
 from .._archive import ArchiveSource, Limits, MemberView, involve_handlers
 from .._codec import Decoder
-from .._sign import check_source
 from .._tensors import (
     PthMeta,
     RefusedRef,
@@ -27,7 +26,7 @@ from .._tensors import (
     walk_leaves,
 )
 from .._tensors._invariants import refuse_refused
-from .._tensors._pth_fallback import check_views
+from .._tensors._tree import check_views
 from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, DecodeError, ZipsaveError, nesting_as_error
 from ._inspect import data_folders, pth_meta
@@ -123,7 +122,7 @@ def read(
     target = get_device(device, mmap=mmap)
     with ArchiveSource(path, limits=limits, storage_options=storage_options) as src:
         if trust is not None:
-            check_source(src, trust)
+            _sign.check_source(src, trust)
         for prefix, is_tensor in _candidates(src.reader.names()):
             if prefix and not name.startswith(prefix + "/"):
                 continue

@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlanner, Read
 
 from .._archive import DEFAULT_LIMITS, ArchiveReader, Limits, open_input
 from .._tensors import SparseRef, TensorRef, read_pth_meta
-from .._tensors._pth_fallback import check_views
+from .._tensors._tree import check_views
 from ..exceptions import ArchiveFormatError, ZipsaveError
 from . import _region
 
