@@ -7,10 +7,17 @@ that was most of a restore's time (twice RLlib's own ``restore_from_path`` for a
 parameters). Only where RLlib's own code sets the state (``TorchRLModule.set_state``, and the
 optimizers of a ``TorchLearner``), which turns numpy arrays into torch tensors anyway: handed the
 filled live tensors, ``load_state_dict`` copies each onto itself (a no-op) and the optimizer keeps
-the same tensors, holding exactly the saved bytes. Every read is checked as a fresh one is (each
-header before a byte is read, each member's CRC-32); the reads into live tensors wait until the
-whole tree was read and decoded (:class:`Fills`), so an archive that fails anywhere else leaves
-the live algorithm as it was.
+the same tensors, holding exactly the saved bytes.
+
+A read that fails half way into a live tensor would leave the learner neither the saved one
+nor its own, so no live byte changes before every member to be read in place has passed a
+check of its stored bytes (the CRC-32 its zip directory records, itself checked against the
+manifest), read from the page cache into nothing the caller holds; the reads into live
+tensors also wait until the whole tree was read and decoded and every read into fresh memory
+was made (:class:`Fills`), so an archive that fails anywhere leaves the live algorithm as it
+was. Those reads are checked again as a fresh read is; only a file that changed between the
+check and the read can fail there, and the error then says the learner may be partly
+overwritten. Only a checked restore (``verify=True``, the default) reads in place.
 """
 
 from __future__ import annotations
@@ -157,8 +164,106 @@ def _resolve(value: Any, read: Callable[[NpyHeader], Any]) -> Any:
     return value
 
 
+class _Weights:
+    """A ``.pth`` member read into a module's live parameters and buffers where they fit."""
+
+    def __init__(self, session: Any, folder: str, member: str, state: dict, targets: dict, kind: str | None) -> None:
+        self.session, self.folder, self.member = session, folder, member
+        self.state, self.targets, self.kind = state, targets, kind
+
+    def members(self) -> list[str]:
+        return [self.member]
+
+    def prepare(self, broken: dict[str, ZipsaveError]) -> None:
+        if self.member in broken:
+            raise broken[self.member]
+
+    def write(self) -> None:
+        try:
+            tree, _ = self.session.load_tensors(self.member, self.targets)
+        except (ZipsaveError, OSError) as err:
+            raise _changed_error(self.session, err, None) from err
+        targets, kind = self.targets, self.kind
+        self.state.update({k: v if v is targets.get(k) or kind == "torch" else v.numpy() for k, v in tree.items()})
+
+
+class _Optimizers:
+    """A learner's optimizer state (``state["optimizer"]``, its arrays left unread as
+    :class:`NpyHeader`): each array read into the live state tensor it would replace where
+    one fits (matched as torch's ``load_state_dict`` matches them), else into fresh memory."""
+
+    def __init__(self, session: Any, member: str, state: dict, optimizers: dict, leave_out: str) -> None:
+        self.session, self.member, self.state, self.optimizers = session, member, state, optimizers
+        self.leave_out = leave_out
+        saved = state.get(OPTIMIZER_KEY)
+        self.saved = saved if isinstance(saved, dict) else None
+        self.targets: dict[int, torch.Tensor] = {}
+        self.in_place: list[str] = []
+        for name, entry in (self.saved or {}).items():
+            if name in optimizers:
+                self.targets.update(_saved_targets(optimizers[name], entry))
+
+        def note(header: NpyHeader) -> NpyHeader:
+            if id(header) in self.targets:
+                self.in_place.append(header.member)
+            return header
+
+        _resolve(self.saved, note)
+
+    def members(self) -> list[str]:
+        return self.in_place
+
+    def prepare(self, broken: dict[str, ZipsaveError]) -> None:
+        """Read the arrays that go to fresh memory; a broken one (there, or found by the check
+        of those to be read in place) leaves the optimizer state out under the skip rule."""
+        if self.saved is None:
+            return
+
+        def fresh(header: NpyHeader) -> Any:
+            if id(header) not in self.targets:
+                return _read_fresh(self.session, header)
+            if header.member in broken:
+                raise broken[header.member]
+            return header
+
+        try:
+            _resolve(self.saved, fresh)
+        except ZipsaveError as err:
+            self.state.pop(OPTIMIZER_KEY)
+            self.saved = None
+            self.session.skip(self.member, OPTIMIZER_KEY, None, err, exclude=self.leave_out)
+
+    def write(self) -> None:
+        session, saved = self.session, self.saved
+        if saved is None:
+            return
+        for name, entry in list(saved.items()):
+            filled: list[torch.Tensor] = []
+
+            def into(header: NpyHeader, filled: list = filled) -> Any:
+                target = self.targets[id(header)]
+                filled.append(target)  # before the read: a read that fails may have written part
+                session.read_array_into(header.member, target.numpy(), leave_out=self.leave_out)
+                return target
+
+            try:
+                saved[name] = _resolve(entry, into)
+            except (ZipsaveError, OSError) as err:
+                if filled:
+                    self.optimizers[name].state.clear()  # neither the saved nor its own moments
+                raise _changed_error(session, err, name if filled else None) from err
+            finally:
+                if filled:
+                    increment_version(filled)  # as an in-place copy_ would
+
+
 class Fills:
     """The reads into live tensors of one restore, made after the whole tree was read.
+
+    :meth:`run` first checks every member that is to be read into a live tensor (its stored
+    bytes against the CRC-32 the zip directory records, and that against the manifest),
+    then makes every read into fresh memory, and only then reads into live tensors: a broken
+    member, wherever it is, fails the restore (or is skipped) before a live byte changes.
 
     Parameters
     ----------
@@ -171,80 +276,54 @@ class Fills:
     def __init__(self, session: Any, folder: str) -> None:
         self.session = session
         self.folder = folder
-        self._fills: list[tuple[str, Callable[[], None], bool]] = []  # (folder, read, under the skip rule)
+        self._fills: list[_Weights | _Optimizers] = []
 
     def weights(self, folder: str, member: str, state: dict, targets: dict, kind: str | None) -> None:
         """Read the ``.pth`` member ``member`` into ``targets`` where they fit (fresh memory
         elsewhere), then put its tensors into ``state``: the filled live tensors as themselves,
         the others as ``kind`` (``"numpy"``: as RLlib's ``get_state`` gave them)."""
-
-        def fill() -> None:
-            tree, _ = self.session.load_tensors(member, targets)
-            state.update({k: v if v is targets.get(k) or kind == "torch" else v.numpy() for k, v in tree.items()})
-
-        self._fills.append((folder, fill, True))
+        self._fills.append(_Weights(self.session, folder, member, state, targets, kind))
 
     def optimizers(self, folder: str, member: str, state: dict, optimizers: dict) -> None:
         """Resolve the unread array members (:class:`NpyHeader`) of ``state["optimizer"]``: into
         the live state tensors of ``optimizers`` where they fit, else into fresh memory."""
-        # It applies the skip rule itself: only the optimizer's state is left out, not the learner.
-        self._fills.append((folder, lambda: self._fill_optimizers(folder, member, state, optimizers), False))
+        leave_out = "/".join(p for p in (self._relative(folder), OPTIMIZER_KEY) if p)
+        self._fills.append(_Optimizers(self.session, member, state, optimizers, leave_out))
 
     def run(self, root: Any) -> None:
-        """Make every read, in the tree's order. A component whose weights fail is left out of
-        ``root`` under the skip rule (a broken tensor member is an error unless the caller passed
-        ``skip_broken_tensors=True``), as a component that failed to read is."""
-        for folder, fill, skip_rule in self._fills:
+        """Check, read fresh, then read in place, in the tree's order. A component whose
+        weights member is broken is left out of ``root`` under the skip rule (an error unless
+        the caller passed ``skip_broken_tensors=True``), as a component that failed to read
+        is; a broken optimizer array leaves that learner's optimizer state out."""
+        session = self.session
+        broken: dict[str, ZipsaveError] = {}
+        for member in dict.fromkeys(m for fill in self._fills for m in fill.members()):
             try:
-                fill()
+                session.check_stored(member)
             except ZipsaveError as err:
-                if not skip_rule or folder == self.folder or isinstance(err, UnsafeGlobalError) or self.session.strict:
+                broken[member] = err
+                if session.strict or not session.options.skip_broken_tensors:
+                    break  # the restore fails on it: the rest need no check
+        for fill in list(self._fills):
+            try:
+                fill.prepare(broken)
+            except ZipsaveError as err:
+                if (
+                    not isinstance(fill, _Weights)
+                    or fill.folder == self.folder
+                    or isinstance(err, UnsafeGlobalError)
+                    or session.strict
+                ):
                     raise
-                self.session.skip(folder, None, None, err)
-                parent, _, name = self._relative(folder).rpartition("/")
+                session.skip(fill.folder, None, None, err)
+                parent, _, name = self._relative(fill.folder).rpartition("/")
                 root.find(parent).children.pop(name, None)
+                self._fills.remove(fill)
+        for fill in self._fills:
+            fill.write()
 
     def _relative(self, folder: str) -> str:
         return folder[len(self.folder) :].strip("/") if self.folder else folder
-
-    def _fill_optimizers(self, folder: str, member: str, state: dict, optimizers: dict) -> None:
-        saved = state.get(OPTIMIZER_KEY)
-        if not isinstance(saved, dict):
-            return
-        session = self.session
-        targets: dict[int, torch.Tensor] = {}
-        for name, entry in saved.items():
-            if name in optimizers:
-                targets.update(_saved_targets(optimizers[name], entry))
-        # Fresh memory first: a member that fails there leaves the live optimizers untouched.
-        try:
-            _resolve(saved, lambda header: header if id(header) in targets else _read_fresh(session, header))
-        except ZipsaveError as err:
-            state.pop(OPTIMIZER_KEY)
-            session.skip(member, OPTIMIZER_KEY, None, err)
-            return
-        leave_out = "/".join(p for p in (self._relative(folder), OPTIMIZER_KEY) if p)
-        for name, entry in list(saved.items()):
-            filled: list[torch.Tensor] = []
-
-            def into(header: NpyHeader, filled: list = filled) -> Any:
-                target = targets[id(header)]
-                session.read_array_into(header.member, target.numpy(), leave_out=leave_out)
-                filled.append(target)
-                return target
-
-            try:
-                saved[name] = _resolve(entry, into)
-            except (ZipsaveError, OSError) as err:
-                optimizers[name].state.clear()  # only a live optimizer's tensors are read into
-                error = _reset_error(session, name, err)
-                if session.strict or not session.options.skip_broken_tensors:
-                    raise error from err
-                session.record_skip(member, f"{OPTIMIZER_KEY}.{name}", None, error)
-                saved.pop(name)
-            finally:
-                if filled:
-                    increment_version(filled)  # as an in-place copy_ would
 
 
 def _read_fresh(session: Any, header: NpyHeader) -> np.ndarray:
@@ -260,15 +339,19 @@ def _read_fresh(session: Any, header: NpyHeader) -> np.ndarray:
     return arr
 
 
-def _reset_error(session: Any, name: str, err: BaseException) -> IntegrityError:
+def _changed_error(session: Any, err: BaseException, reset: str | None) -> IntegrityError:
+    """The error for a read into live tensors that failed after the member's stored bytes had
+    passed their check: the archive changed while it was read."""
     detail = err.detail if isinstance(err, ZipsaveError) else f"{type(err).__name__}: {err}"
+    what = f": the state of its optimizer `{reset}` was reset, as a freshly built optimizer's is" if reset else ""
     return IntegrityError(
-        f"{detail.rstrip('.')}. It was being read in place into the state of the learner's optimizer "
-        f"`{name}`, which therefore held neither the saved nor its own moments: its state was reset, as a "
-        "freshly built optimizer's is (the moments start again from the next update).",
+        f"{detail.rstrip('.')}. Its stored bytes had passed their CRC-32 check just before they were read "
+        "into the live learner, so the archive changed while it was being restored (another process "
+        f"writing it?). The live learner may be partly overwritten{what}.",
         archive=session.name,
         member=getattr(err, "member", None),
         expected=getattr(err, "expected", None),
         found=getattr(err, "found", None),
-        hint=getattr(err, "hint", None),
+        hint="Restore it again from an archive nothing writes, or rebuild it; it is neither the saved "
+        "learner nor the one it was.",
     )

@@ -185,7 +185,8 @@ def node_from_archive(
         args = tuple(_config_in(list(decoded.get("args", ()))))
         kwargs = dict(_config_in(decoded.get("kwargs", {})))
     flat = [p for p in exclude if "/" not in p]
-    in_place = fills if live is not None else None
+    # Only a checked restore reads in place: each member is checked before a live byte changes.
+    in_place = fills if live is not None and session.verify else None
     # An mmap=True restore maps the arrays, as asked, rather than reading them anywhere.
     optimizers = optimizer_targets(live) if in_place is not None and not session.mmap else None
     deferred = (OPTIMIZER_KEY,) if optimizers else ()
