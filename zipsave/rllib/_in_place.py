@@ -346,8 +346,8 @@ def _changed_error(session: Any, err: BaseException, reset: str | None) -> Integ
     what = f": the state of its optimizer `{reset}` was reset, as a freshly built optimizer's is" if reset else ""
     return IntegrityError(
         f"{detail.rstrip('.')}. Its stored bytes had passed their CRC-32 check just before they were read "
-        "into the live learner, so the archive changed while it was being restored (another process "
-        f"writing it?). The live learner may be partly overwritten{what}.",
+        "into the live learner, and the read found them otherwise: the archive changed while it was being "
+        f"restored (another process writing it?). The live learner may be partly overwritten{what}.",
         archive=session.name,
         member=getattr(err, "member", None),
         expected=getattr(err, "expected", None),
