@@ -331,3 +331,64 @@ def test_arena_holds_no_more_than_its_tensors_bytes(huge_pages_free):
     resident = _mapped_rss_kib(start, start + (used + (2 << 20) - 1) // (2 << 20) * (2 << 20))
     # a whole 17th huge page would add 1.9 MiB; allow a little for what else the kernel maps
     assert used // 1024 <= resident <= used // 1024 + 512
+
+
+def _stored_member(path, size: int) -> tuple[int, int]:
+    """A zip holding one stored member of ``size`` bytes; its data offset and CRC-32."""
+    import zipfile
+    import zlib
+
+    data = os.urandom(size)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("m.bin", data)
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("m.bin")
+    with open(path, "rb") as f:
+        f.seek(info.header_offset + 26)
+        name_len, extra_len = int.from_bytes(f.read(2), "little"), int.from_bytes(f.read(2), "little")
+    return info.header_offset + 30 + name_len + extra_len, zlib.crc32(data)
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_stored_crc_checks_a_member_from_the_file(tmp_path, monkeypatch, in_place):
+    from zipsave._archive._views import MemberView
+
+    monkeypatch.setattr(_prefault, "CHECK_IN_PLACE", in_place and _prefault.CHECK_IN_PLACE)
+    monkeypatch.setattr(_prefault, "CHECK_WINDOW", 100_000)  # several windows, none on a page boundary
+    size = 3 * 2**20 + 12345
+    start, crc = _stored_member(tmp_path / "a.zip", size)
+    lock = threading.Lock()
+    with open(tmp_path / "a.zip", "rb") as f:
+        assert _prefault.stored_crc(MemberView(f, start, size, lock)) == crc
+        assert _prefault.stored_crc(MemberView(f, start, 0, lock)) == 0
+        assert _prefault.stored_crc(MemberView(f, start, size + 2**20, lock)) is None  # past the file end
+    with open(tmp_path / "a.zip", "rb") as f:
+        import io
+
+        buffered = io.BytesIO(f.read())  # no file descriptor: read, not mapped
+        assert _prefault.stored_crc(MemberView(buffered, start, size, lock)) == crc
+
+
+def test_check_stored_finds_a_flipped_byte_before_anything_is_read(tmp_path):
+    import zipfile
+
+    from zipsave._core import LoadSession
+
+    path = tmp_path / "m.zip"
+    zipsave.save_archive(path, params={"policy": _model(2).state_dict()})
+    with LoadSession(path) as session:
+        session.check_stored("policy.pth")
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("policy.pth")
+    with open(path, "r+b") as f:
+        f.seek(info.header_offset + 26)
+        name_len, extra_len = int.from_bytes(f.read(2), "little"), int.from_bytes(f.read(2), "little")
+        f.seek(info.header_offset + 30 + name_len + extra_len + info.file_size // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([byte ^ 1]))
+    with LoadSession(path) as session:
+        with pytest.raises(zipsave.IntegrityError, match="member `policy.pth`: CRC-32 .* does not match the recorded"):
+            session.check_stored("policy.pth")
+        with pytest.raises(zipsave.DecodeError, match="member `nothing.pth`: is missing"):
+            session.check_stored("nothing.pth")

@@ -125,14 +125,22 @@ class LoadSession:
 
     # -- skip rules --------------------------------------------------------------------------
     def skip(
-        self, member: str, key: str | None, type_hint: str | None, err: BaseException, *, warn: bool = True
+        self,
+        member: str,
+        key: str | None,
+        type_hint: str | None,
+        err: BaseException,
+        *,
+        warn: bool = True,
+        exclude: str | None = None,
     ) -> None:
         """Skip a broken entry with a warning (``strict``: raise). A corrupt or unreadable tensor
         member (``.pth``/``.npy``) is never skipped quietly: it raises :class:`IntegrityError`
-        unless the caller opted in with ``skip_broken_tensors=True``."""
+        unless the caller opted in with ``skip_broken_tensors=True``; its hint names ``exclude``
+        (else the pattern found from ``member`` and ``key``) as what leaves the entry out."""
         broken = broken_tensor_member(member, err)
         if broken is not None and not self.options.skip_broken_tensors:
-            raise self._integrity_error(broken, err, leave_out=leave_out(member, key, broken)) from err
+            raise self._integrity_error(broken, err, leave_out=exclude or leave_out(member, key, broken)) from err
         self.record_skip(member, key, type_hint, err, warn=warn)
 
     def record_skip(
@@ -276,6 +284,34 @@ class LoadSession:
             _tensors.read_array_member_into(self.reader, member, dest, verify=self.verify)
         except (ArchiveFormatError, DecodeError, OSError) as err:
             raise self._integrity_error(member, err, leave_out=leave_out) from err
+
+    def check_stored(self, member: str) -> None:
+        """Check a tensor member's stored bytes against the CRC-32 its zip directory records
+        (and that against ``manifest.json``), reading them into nothing the caller holds: the
+        check a member must pass before it is read into live memory, which a failure half way
+        would leave partly overwritten. Raises what a read would (:class:`IntegrityError`,
+        :class:`ArchiveFormatError`, :class:`DecodeError`), naming the archive and member."""
+        if member not in self.reader:
+            raise DecodeError("is missing from the archive.", archive=self.name, member=member)
+        self.reader.check_recorded(member)
+        expected = self.reader.info(member).CRC
+        view = self.reader.open_view(member)
+        try:
+            crc = _tensors.stored_crc(view)
+        except OSError as err:
+            raise ArchiveFormatError(f"could not be read ({err}).", archive=self.name, member=member) from err
+        finally:
+            view.close()
+        if crc is None:
+            raise ArchiveFormatError("ends early (truncated).", archive=self.name, member=member)
+        if crc != expected:
+            raise IntegrityError(
+                f"CRC-32 {crc:08x} does not match the recorded {expected:08x} (corrupted).",
+                archive=self.name,
+                member=member,
+                expected=f"crc32 {expected:08x}",
+                found=f"crc32 {crc:08x}",
+            )
 
     def _check_member(self, member: str) -> None:
         if self.verify:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
         read_array_member_into,
         read_npy,
     )
+    from ._prefault import stored_crc
     from ._pth_fallback import load_torch_bytes, torch_load
     from ._pth_meta import Damaged, PthMeta, RefusedRef, SparseRef, TensorRef, Unsupported, read_pth_meta
     from ._pth_mmap import mmap_tree
@@ -50,6 +51,7 @@ _LAZY: dict[str, str] = {
     "save_pth": "._pth_write",
     **dict.fromkeys(("check_views", "dotted", "walk_refs"), "._tree"),
     "mmap_tree": "._pth_mmap",
+    "stored_crc": "._prefault",
     "Stager": "._staging",
     "RefusedRef": "._pth_meta",
     "SparseRef": "._pth_meta",
@@ -115,6 +117,7 @@ __all__ = [
     "lookup",
     "mmap_tree",
     "Stager",
+    "stored_crc",
     "walk_leaves",
     "walk_refs",
 ]

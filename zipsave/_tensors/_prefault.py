@@ -25,7 +25,15 @@ from typing import Any
 
 from .._archive import crc32, crc32_combine, crc32_read, libc_function, share_work
 
-__all__ = ["PREFAULT_MIN", "Prefaulter", "mapped_crcs", "no_huge_pages", "populate", "populate_read"]
+__all__ = [
+    "PREFAULT_MIN",
+    "Prefaulter",
+    "mapped_crcs",
+    "no_huge_pages",
+    "populate",
+    "populate_read",
+    "stored_crc",
+]
 
 #: Buffers (all of one member together) smaller than this are left to fault as they are read.
 PREFAULT_MIN = 8 << 20
@@ -185,6 +193,31 @@ def mapped_crcs(view: Any, mapped: Any, base: int, spans: Sequence[tuple[int, in
     for (index, _, length), piece_crc in zip(pieces, found):
         crcs[index] = crc32_combine(crcs[index] or 0, piece_crc, length)
     return crcs
+
+
+def stored_crc(view: Any) -> int | None:
+    """The CRC-32 of a whole member as stored (``view``: a :class:`~zipsave._archive.MemberView`),
+    read from the file without copying it anywhere the caller sees; ``None`` if it ends early.
+
+    For a check that must pass before any byte is read into the caller's live memory. Where
+    the member's file can be mapped, the check runs on a fresh private mapping (which
+    :func:`mapped_crcs` leaves with none of its pages resident); elsewhere it is read with
+    ``pread`` into a small buffer per thread (:func:`~zipsave._archive.crc32_read`)."""
+    fd = getattr(view, "_fd", None)
+    if not view.size:
+        return 0
+    if fd is not None:
+        first = view.start - view.start % _mmap.ALLOCATIONGRANULARITY
+        try:
+            mapped = _mmap.mmap(fd, view.start + view.size - first, access=_mmap.ACCESS_COPY, offset=first)
+        except (OSError, ValueError):  # a file shorter than the member's span, a pipe
+            mapped = None
+        if mapped is not None:
+            try:
+                return mapped_crcs(view, mapped, view.start - first, [(0, view.size)])[0]
+            finally:
+                mapped.close()
+    return crc32_read(view.read_at, [(0, view.size)])[0]
 
 
 def _unmap(mapped: Any, start: int, length: int) -> None:

@@ -14,6 +14,7 @@ from .._registry import Handler
 from ..exceptions import ArchiveFormatError, EncodeError, MissingDependencyError, reading
 from ._allowlist import RLLIB_ALLOWLIST
 from ._ctor_check import check_ctor_args
+from ._in_place import Fills, live_component
 from ._parts import HANDLER_NAME, node_from_archive, node_to_parts
 from ._tree import ComponentReadError, Node, apply, instantiate, walk
 
@@ -121,8 +122,14 @@ class RLlibHandler(Handler):
         into: str | None = None,
     ) -> None:
         require_rllib()
-        node = node_from_archive(session, folder, ctor="none", exclude=exclude)
         target = folder if into is None else into.strip("/")
+        # Where the component lives in this process (a learner in the driver), its weights and
+        # optimizer state are read straight into its own tensors, after the rest of the tree.
+        fills = Fills(session, folder)
+        node = node_from_archive(
+            session, folder, ctor="none", exclude=exclude, live=live_component(obj, target), fills=fills
+        )
+        fills.run(node)
         apply(obj, node, target or None)
 
 

@@ -17,6 +17,7 @@ from .. import _format
 from .._codec import import_path
 from .._core import Parts
 from ..exceptions import ArchiveFormatError, EncodeError, UnsafeGlobalError, ZipsaveError
+from ._in_place import OPTIMIZER_KEY, Fills, live_children, optimizer_targets, weight_targets
 from ._tree import Node
 
 __all__ = ["HANDLER_NAME", "node_from_archive", "node_to_parts"]
@@ -135,7 +136,15 @@ def resolve_class(session: Any, ref: Any, member: str) -> type:
     return found
 
 
-def node_from_archive(session: Any, folder: str, *, ctor: str = "root", exclude: list[str] | tuple = ()) -> Node:
+def node_from_archive(
+    session: Any,
+    folder: str,
+    *,
+    ctor: str = "root",
+    exclude: list[str] | tuple = (),
+    live: Any = None,
+    fills: Fills | None = None,
+) -> Node:
     """Read the component tree under ``folder``.
 
     Parameters
@@ -149,6 +158,10 @@ def node_from_archive(session: Any, folder: str, *, ctor: str = "root", exclude:
         needs), ``"all"`` (every component's: what an RLlib directory needs) or ``"none"``.
     exclude
         Component paths or state keys (relative to ``folder``) to leave out.
+    live, fills
+        The live component ``folder`` is restored into, where it is in this process: its
+        module weights and optimizer state are then read into its own tensors, by ``fills``
+        once the whole tree is read (:mod:`._in_place`).
     """
     init_member = _format.join(folder, _format.INIT)
     record = session.read_json(init_member)
@@ -172,18 +185,31 @@ def node_from_archive(session: Any, folder: str, *, ctor: str = "root", exclude:
         args = tuple(_config_in(list(decoded.get("args", ()))))
         kwargs = dict(_config_in(decoded.get("kwargs", {})))
     flat = [p for p in exclude if "/" not in p]
-    data = session.decode_data(folder, exclude=flat) or {}
+    # Only a checked restore reads in place: each member is checked before a live byte changes.
+    in_place = fills if live is not None and session.verify else None
+    # An mmap=True restore maps the arrays, as asked, rather than reading them anywhere.
+    optimizers = optimizer_targets(live) if in_place is not None and not session.mmap else None
+    deferred = (OPTIMIZER_KEY,) if optimizers else ()
+    data = session.decode_data(folder, exclude=flat, deferred=deferred) or {}
     metadata = data.pop(METADATA_KEY, {}) or {}
     weights = data.pop(WEIGHTS_KEY, None)
     if WRAPPED_KEY in data:
         state = data.pop(WRAPPED_KEY)
     else:
         state = data
+    if in_place is not None and optimizers and OPTIMIZER_KEY in state:
+        in_place.optimizers(folder, _format.join(folder, _format.DATA), state, optimizers)
     if weights is not None:
         member = _format.join(folder, _format.state_dict_member(WEIGHTS))
-        tree, _ = session.load_tensors(member)
-        state = {k: (v if weights == "torch" else v.numpy()) for k, v in tree.items()}
+        targets = weight_targets(live) if in_place is not None else None
+        if in_place is not None and targets is not None:
+            state = {}
+            in_place.weights(folder, member, state, targets, weights)
+        else:
+            tree, _ = session.load_tensors(member)
+            state = {k: (v if weights == "torch" else v.numpy()) for k, v in tree.items()}
     children: dict[str, Node] = {}
+    live_by_name = live_children(live) if fills is not None else {}
     prefix = f"{folder}/" if folder else ""
     for child in session.child_components(folder):
         name = child[len(prefix) :]
@@ -191,7 +217,14 @@ def node_from_archive(session: Any, folder: str, *, ctor: str = "root", exclude:
             continue
         sub = [p[len(name) + 1 :] for p in exclude if p.startswith(name + "/")]
         try:
-            children[name] = node_from_archive(session, child, ctor="all" if ctor == "all" else "none", exclude=sub)
+            children[name] = node_from_archive(
+                session,
+                child,
+                ctor="all" if ctor == "all" else "none",
+                exclude=sub,
+                live=live_by_name.get(name),
+                fills=fills,
+            )
         except ZipsaveError as err:
             if isinstance(err, UnsafeGlobalError) or session.strict:
                 raise

@@ -326,15 +326,23 @@ def _push_weights(algo: Any) -> None:
 
     Not ``sync_weights``: that one sends asynchronously, and an EnvRunner skips weights whose
     sequence number is not newer than its own, while restored weights may carry an older one.
+    A local EnvRunner is handed the state as it is; only remote ones get it through the object
+    store (put once for all of them).
     """
     import ray
     from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE
 
     state = algo.learner_group.get_state(components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True)
-    ref = ray.put({COMPONENT_RL_MODULE: state[COMPONENT_LEARNER][COMPONENT_RL_MODULE]})  # no seq no: always set
-    algo.env_runner_group.foreach_env_runner(lambda w, _s=ref: w.set_state(ray.get(_s)), local_env_runner=True)
-    if algo.eval_env_runner_group:
-        algo.eval_env_runner_group.foreach_env_runner(lambda w, _s=ref: w.set_state(ray.get(_s)), local_env_runner=True)
+    weights = {COMPONENT_RL_MODULE: state[COMPONENT_LEARNER][COMPONENT_RL_MODULE]}  # no seq no: always set
+    ref = None
+    for group in (algo.env_runner_group, algo.eval_env_runner_group):
+        if group is None:
+            continue
+        if group.local_env_runner is not None:
+            group.local_env_runner.set_state(weights)
+        if group.num_remote_env_runners():
+            ref = ref if ref is not None else ray.put(weights)
+            group.foreach_env_runner(lambda w, _s=ref: w.set_state(ray.get(_s)), local_env_runner=False)
 
 
 def instantiate(node: Node, *, cls: Any = None, overrides: dict | None = None, check: Any = None) -> Any:
