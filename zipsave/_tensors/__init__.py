@@ -7,6 +7,7 @@ from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._arena import AnonymousMap
+    from ._copies import copy_storages, release_copies
     from ._invariants import check_tensor, check_tree
     from ._npy import (
         NpyHeader,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
 _LAZY: dict[str, str] = {
     "AnonymousMap": "._arena",
+    **dict.fromkeys(("copy_storages", "release_copies"), "._copies"),
     **dict.fromkeys(
         (
             "NpyHeader",
@@ -62,6 +64,7 @@ _LAZY: dict[str, str] = {
 _SUBMODULES = frozenset(
     {
         "_arena",
+        "_copies",
         "_invariants",
         "_npy",
         "_prefault",
@@ -94,6 +97,8 @@ __all__ = [
     "load_torch_bytes",
     "torch_load",
     "check_member",
+    "copy_storages",
+    "release_copies",
     "TensorRef",
     "Unsupported",
     "Damaged",
