@@ -3,13 +3,17 @@
 The calling thread collects and encodes the object as for a plain save, then copies every
 tensor storage and array (one ``memcpy`` each, on the tensor's own device), so the archive
 shows the state at the moment of the call however training changes the model afterwards.
+Host storages are copied side by side into one mapping (``_tensors/_copies.py``); with
+``incremental=True`` it is the mapping the last save kept once it had written, whose pages are
+in place already (faulting in fresh pages cost more than the copy).
 With ``incremental=True`` a component that offers it (an SB3 replay buffer) is copied into a
 shadow kept between saves instead, only its rows written since the last save (``_shadow.py``);
 a save that arrives while an earlier one still writes from that shadow waits for it. A large
 copy into the shadow (the first one) is finished by the writer thread before it writes, while
 a write barrier keeps the rows training writes meanwhile out of it.
-A daemon thread writes the archive; saves to the same destination run one after another
-in call order, and the interpreter waits for pending saves before it exits.
+One of ``MAX_IN_FLIGHT`` writer threads, started once and kept, writes the archive; saves to
+the same destination run one after another in call order, and the interpreter waits for
+pending saves before it exits.
 """
 
 from __future__ import annotations
