@@ -24,7 +24,8 @@ from ._arena import AnonymousMap, fresh_map
 
 __all__ = ["COPY_MIN", "KEEP", "copy_storages", "release_copies"]
 
-#: Copies that total less than this go into the C allocator's memory, neither mapped nor kept.
+#: Copies that total less than this (and those of a save that keeps nothing) go into the C
+#: allocator's memory, neither mapped nor kept.
 COPY_MIN = 1 << 20
 #: How many mappings are kept for the next saves (one per model saved in turn).
 KEEP = 1
@@ -71,17 +72,18 @@ def copy_storages(storages: Sequence[torch.UntypedStorage], *, keep: bool) -> li
     for length in lengths:
         offsets.append(total)
         total += (length + _ALIGN - 1) // _ALIGN * _ALIGN
-    arena = _take(total) if keep and total >= COPY_MIN else None
-    if arena is None and total >= COPY_MIN:
-        mapped = fresh_map(total, huge=False)
-        arena = None if mapped is None else mapped[0]
-    if arena is None:
-        lease = np.empty(total + _ALIGN, dtype=np.uint8)  # the allocator's own pages
+    arena = None
+    if keep and total >= COPY_MIN:
+        arena = _take(total)
+        if arena is None:
+            mapped = fresh_map(total, huge=False)
+            arena = None if mapped is None else mapped[0]
+    if arena is None:  # the allocator's memory, as `clone()` took (it may reuse pages it holds)
+        lease = np.empty(total + _ALIGN, dtype=np.uint8)
         lease = lease[-lease.ctypes.data % _ALIGN :][:total]
     else:
         lease = np.frombuffer(arena, dtype=np.uint8)  # every copy holds it; it holds the arena
-        if keep:
-            weakref.finalize(lease, _give_back, arena).atexit = False
+        weakref.finalize(lease, _give_back, arena).atexit = False
     out = []
     for storage, offset, length in zip(storages, offsets, lengths):
         if not length:
