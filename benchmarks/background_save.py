@@ -18,12 +18,18 @@ frames instead (``_rb_ops.build``: 56 KB a transition, 3e4 = 1.69 GB), saved wit
 and one ``buffer.sample(32)``, so that a stall shows. For the first save (the shadow is
 filled) and a second one after 2% new rows (incremental):
 
-* ``blocked``: wall time of the ``save`` call;
+* ``blocked``: wall time of the ``save`` call (``cpu``: the CPU time the calling thread spent
+  in it, which a loaded machine inflates less);
 * ``max step``: the longest training step from the call until the save is written (the call
   included: what training was blocked for at most), and the median step then and before;
 * ``total``: from the call until ``handle.wait()`` returns;
 * ``exact``: the archive's buffer (loaded back, mapped) hashes to the buffer's arrays at
   the call, whatever the steps wrote after it.
+
+Before them, the peer: three background saves of the model alone (no buffer: the DQN's
+tensors and Adam state), incremental as ``CheckpointManager`` saves; the first copies into
+fresh memory, the next ones into the memory the last one kept. Everything kept is released
+before the first buffer save, so it starts from nothing, as a first save does.
 
 Usage::
 
@@ -159,9 +165,9 @@ def _saved_during_steps(model: object, path: str, frames: np.ndarray, min_steps:
     digests = _digests(buffer)  # the state at the call
     pos, full = buffer.pos, buffer.full
     during = []
-    t0 = time.perf_counter()
+    c0, t0 = time.thread_time(), time.perf_counter()
     handle = zipsave.save(model, path, include=["replay_buffer"], background=True, incremental=True)
-    blocked = time.perf_counter() - t0
+    blocked, blocked_cpu = time.perf_counter() - t0, time.thread_time() - c0
     _step(model, frames, 0)
     during.append(time.perf_counter() - t0)  # the first step after the call, the call included
     i = 1
@@ -180,6 +186,7 @@ def _saved_during_steps(model: object, path: str, frames: np.ndarray, min_steps:
     del loaded
     return {
         "blocked_s": blocked,
+        "blocked_cpu_s": blocked_cpu,
         "max_step_s": max(during),
         "median_step_s": statistics.median(during),
         "median_step_before_s": statistics.median(before),
@@ -210,12 +217,16 @@ def measure_buffer(n: float, folder: str) -> dict:
     frames = np.random.default_rng(1).integers(0, 256, (16, 1, *FRAME), dtype=np.uint8)
     path = os.path.join(folder, "rb.zip")
     zipsave.release_snapshots()
-    model_only = []  # the peer: what the same call blocks for without the buffer (the model's tensors)
+    # The peer: what the same call blocks for without the buffer (the model's tensors), saved as
+    # CheckpointManager saves (incremental: the first copy into fresh memory, the next ones not).
+    model_only, model_only_cpu = [], []
     for _ in range(3):
-        t0 = time.perf_counter()
-        handle = zipsave.save(model, os.path.join(folder, "model.zip"), background=True)
+        c0, t0 = time.thread_time(), time.perf_counter()
+        handle = zipsave.save(model, os.path.join(folder, "model.zip"), background=True, incremental=True)
         model_only.append(time.perf_counter() - t0)
+        model_only_cpu.append(time.thread_time() - c0)
         handle.wait()
+    zipsave.release_snapshots()  # the buffer's first save starts from nothing kept, as a first save does
     first = _saved_during_steps(model, path, frames, 50)
     for i in range(max(1, n // 50) - 50):  # 2% of the buffer rewritten before the second save
         _step(model, frames, i)
@@ -226,6 +237,8 @@ def measure_buffer(n: float, folder: str) -> dict:
         "transitions": n,
         "buffer_gb": buffer_bytes(n) / 1e9,
         "model_only_blocked_s": statistics.median(model_only),
+        "model_only_blocked_each_s": model_only,
+        "model_only_blocked_cpu_each_s": model_only_cpu,
         "first": first,
         "incremental": second,
     }
@@ -238,18 +251,22 @@ def main_buffers(sizes: list[str], json_path: str | None) -> int:
         for size in sizes:
             rows.append(measure_buffer(float(size), folder))
     for r in rows:
+        each = " ".join(f"{t:.4f}" for t in r["model_only_blocked_each_s"])
+        cpu = " ".join(f"{t:.4f}" for t in r["model_only_blocked_cpu_each_s"])
         print(
             f"{r['transitions']:,} transitions: a background save of the model alone blocks {r['model_only_blocked_s']:.4f} s"
+            f" (median; each: {each} s; CPU of the call: {cpu} s)"
         )
     print(
-        f"{'transitions':>11} {'GB':>5} {'save':>12} {'blocked s':>10} {'max step s':>11} {'median step s':>14} "
-        f"{'before s':>9} {'max before s':>13} {'steps':>6} {'total s':>8} {'exact':>6}"
+        f"{'transitions':>11} {'GB':>5} {'save':>12} {'blocked s':>10} {'cpu s':>7} {'max step s':>11} "
+        f"{'median step s':>14} {'before s':>9} {'max before s':>13} {'steps':>6} {'total s':>8} {'exact':>6}"
     )
     for r in rows:
         for kind in ("first", "incremental"):
             m = r[kind]
             print(
-                f"{r['transitions']:>11,} {r['buffer_gb']:>5.2f} {kind:>12} {m['blocked_s']:>10.4f} {m['max_step_s']:>11.4f} "
+                f"{r['transitions']:>11,} {r['buffer_gb']:>5.2f} {kind:>12} {m['blocked_s']:>10.4f} "
+                f"{m['blocked_cpu_s']:>7.4f} {m['max_step_s']:>11.4f} "
                 f"{m['median_step_s']:>14.4f} {m['median_step_before_s']:>9.4f} {m['max_step_before_s']:>13.4f} "
                 f"{m['steps_during']:>6} "
                 f"{m['total_s']:>8.3f} {str(m['exact']):>6}"

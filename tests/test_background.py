@@ -193,6 +193,27 @@ def test_in_flight_snapshots_are_bounded():
         h.wait(timeout=30)
 
 
+def test_a_save_is_handed_to_a_writer_thread_started_before(tmp_path, monkeypatch):
+    gates = [GatedFile() for _ in range(_background.MAX_IN_FLIGHT)]
+    handles = [zipsave.save({"model": make()}, g, background=True) for g in gates]  # every writer busy
+    for g in gates:
+        g.gate.set()
+    for h in handles:
+        h.wait(timeout=30)
+
+    caller, start = threading.current_thread(), threading.Thread.start
+
+    def refuse(self):  # in the caller; the writer may start its own (closing a replaced file)
+        if threading.current_thread() is caller:
+            raise AssertionError("a background save started a thread")
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    for step in range(2 * _background.MAX_IN_FLIGHT):
+        zipsave.save({"model": make(), "step": step}, tmp_path / "x.zip", background=True).wait(timeout=30)
+    assert zipsave.load(tmp_path / "x.zip")["step"] == 2 * _background.MAX_IN_FLIGHT - 1
+
+
 def test_saveable_save_in_background(tmp_path):
     algo = Holder()
     handle = algo.save(tmp_path / "algo.zip", background=True)

@@ -27,7 +27,7 @@ from stable_baselines3.common.buffers import DictReplayBuffer, NStepReplayBuffer
 from stable_baselines3.her import HerReplayBuffer  # noqa: E402
 from test_background_snapshot import background, make, plain_bytes, snapshots  # noqa: E402
 
-from zipsave._api import _shadow  # noqa: E402
+from zipsave._api import _background, _shadow  # noqa: E402
 from zipsave.sb3 import _snapshot  # noqa: E402
 
 CLASSES = (ReplayBuffer, DictReplayBuffer, NStepReplayBuffer, HerReplayBuffer)
@@ -247,10 +247,11 @@ def test_a_copy_never_run_is_given_up(tmp_path, caplog, monkeypatch):
     fill()
     let_go()
 
-    def refuse(self):
-        raise RuntimeError("can't start new thread")
+    class NoWriters:  # no writer thread takes the save (none can be started)
+        def submit(self, *args):
+            raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(threading.Thread, "start", refuse)
+    monkeypatch.setattr(_background, "_writers", NoWriters)
     model.learn(40, reset_num_timesteps=False)
     with pytest.raises(RuntimeError, match="new thread"):
         background(model, tmp_path / "bg.zip")

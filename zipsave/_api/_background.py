@@ -3,22 +3,28 @@
 The calling thread collects and encodes the object as for a plain save, then copies every
 tensor storage and array (one ``memcpy`` each, on the tensor's own device), so the archive
 shows the state at the moment of the call however training changes the model afterwards.
+Host storages are copied side by side into one mapping (``_tensors/_copies.py``); with
+``incremental=True`` it is the mapping the last save kept once it had written, whose pages are
+in place already (faulting in fresh pages cost more than the copy).
 With ``incremental=True`` a component that offers it (an SB3 replay buffer) is copied into a
 shadow kept between saves instead, only its rows written since the last save (``_shadow.py``);
 a save that arrives while an earlier one still writes from that shadow waits for it. A large
 copy into the shadow (the first one) is finished by the writer thread before it writes, while
 a write barrier keeps the rows training writes meanwhile out of it.
-A daemon thread writes the archive; saves to the same destination run one after another
-in call order, and the interpreter waits for pending saves before it exits.
+One of ``MAX_IN_FLIGHT`` writer threads, started once and kept, writes the archive; saves to
+the same destination run one after another in call order, and the interpreter waits for
+pending saves before it exits.
 """
 
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import concurrent.futures.thread  # noqa: F401 - registers its exit hook before ours (below)
 import copy
 import dataclasses
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +47,8 @@ _lock = threading.Lock()
 _latest: dict[Any, SaveHandle] = {}  # destination -> the most recent save to it
 _slots = threading.BoundedSemaphore(MAX_IN_FLIGHT)
 _THREAD_PREFIX = "zipsave-save"
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_pool_pid = 0
 
 
 class SaveHandle:
@@ -129,7 +137,9 @@ def start_background_save(
     held: list[Callable[[], None]] = []  # shadows this save's writer holds until it has written
     fills: list[Callable[[], None]] = []  # what completes them, run by the writer first
     try:
-        snapshot = _snapshot(enc, {}, held if incremental else None, fills)
+        memo: dict = {}
+        _copy_host_storages(enc, memo, keep=incremental)
+        snapshot = _snapshot(enc, memo, held if incremental else None, fills)
     except BaseException:
         _let_go(held)
         _slots.release()
@@ -137,39 +147,48 @@ def start_background_save(
     with _lock:
         handle = SaveHandle(path, _latest.get(key))
         _latest[key] = handle
-    worker = threading.Thread(
-        target=_run,
-        args=(handle, key, snapshot, save, held, fills),
-        name=f"{_THREAD_PREFIX} {describe(path)}",
-        daemon=True,
-    )
     try:
-        worker.start()
+        _writers().submit(_run, handle, key, [snapshot], save, held, fills)
     except BaseException:
         _finish(handle, key, held)
         raise
     return handle
 
 
+def _writers() -> concurrent.futures.ThreadPoolExecutor:
+    """The writer threads: one per save in flight at most, started once and kept (handing a
+    save to a waiting thread costs the caller nothing; starting a thread made it wait for the
+    new thread to run)."""
+    global _pool, _pool_pid
+    with _lock:
+        if _pool is None or _pool_pid != os.getpid():  # a forked child has none of its threads
+            _pool = concurrent.futures.ThreadPoolExecutor(MAX_IN_FLIGHT, thread_name_prefix=_THREAD_PREFIX)
+            _pool_pid = os.getpid()
+        return _pool
+
+
 def _run(
     handle: SaveHandle,
     key: Any,
-    snapshot: Any,
+    box: list[Any],
     save: Callable[[Any, Any], None],
     held: list[Callable[[], None]],
     fills: list[Callable[[], None]],
 ) -> None:
+    threading.current_thread().name = f"{_THREAD_PREFIX} {describe(handle.path)}"
     try:
         for fill in fills:  # at once, not after earlier saves: training writes through a barrier meanwhile
             fill()
         previous = handle._previous
         if previous is not None:
             previous._finished.wait()
-        save(snapshot, handle.path)
+        save(box[0], handle.path)
     except BaseException as err:  # noqa: BLE001 - surfaced by SaveHandle.wait()
         handle._error = err
     finally:
+        box.clear()  # the copies are freed (kept memory goes back) before the save is done
         _finish(handle, key, held)
+        threading.current_thread().name = _THREAD_PREFIX
 
 
 def _let_go(held: list[Callable[[], None]]) -> None:
@@ -195,9 +214,10 @@ def _wait_at_exit() -> None:
         if handle._error is not None and not handle._retrieved:
             handle._retrieved = True
             _log.error("background save to `%s` failed: %r", describe(handle.path), handle._error)
-    for thread in threading.enumerate():
-        if thread.name.startswith(_THREAD_PREFIX):
-            thread.join()  # let workers end before the interpreter tears torch down
+    with _lock:
+        pool = _pool if _pool_pid == os.getpid() else None
+    if pool is not None:
+        pool.shutdown(wait=True)  # let workers end before the interpreter tears torch down
 
 
 # Pending saves must finish while thread pools still take work (the writer hashes on one):
@@ -271,8 +291,9 @@ def _copy_tree(value: Any, memo: dict) -> Any:
         return value
 
 
-def _copy_tensor(t: torch.Tensor, memo: dict) -> torch.Tensor:
-    plain = (
+def _plain(t: torch.Tensor) -> bool:
+    """A tensor that is its storage seen through a size, stride and offset (copied as such)."""
+    return (
         type(t) in (torch.Tensor, torch.nn.Parameter)
         and t.layout == torch.strided
         and not t.is_quantized
@@ -281,7 +302,40 @@ def _copy_tensor(t: torch.Tensor, memo: dict) -> torch.Tensor:
         and t.device.type != "meta"
         and not vars(t)
     )
-    if not plain:
+
+
+def _copy_host_storages(enc: Any, memo: dict, *, keep: bool) -> None:
+    """Copy the host storages of the plain tensors of ``enc`` (and its components) side by side
+    into ``memo``, where ``_copy_tensor`` finds them: in memory kept resident between saves with
+    ``keep`` (``_tensors.copy_storages``), so that the copy is not page faults."""
+    found: dict[int, torch.UntypedStorage] = {}
+    seen: set[int] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            if value.device.type == "cpu" and _plain(value):
+                storage = value.untyped_storage()
+                found.setdefault(storage._cdata, storage)
+        elif isinstance(value, (dict, list, tuple)) and id(value) not in seen:
+            seen.add(id(value))
+            for item in value.values() if isinstance(value, dict) else value:
+                walk(item)
+
+    def each(node: Any) -> None:
+        for _, sd in node.state:
+            walk(sd)
+        walk(node.variables)
+        for comp in node.components:
+            each(comp)
+
+    each(enc)
+    if found:
+        copies = _tensors.copy_storages(list(found.values()), keep=keep)
+        memo.update((("storage", cdata), copy) for cdata, copy in zip(found, copies))
+
+
+def _copy_tensor(t: torch.Tensor, memo: dict) -> torch.Tensor:
+    if not _plain(t):
         return t.detach().clone()
     storage = t.untyped_storage()
     key = ("storage", storage._cdata)

@@ -80,7 +80,10 @@ def save(
         is called; :class:`~zipsave.CheckpointManager` and :class:`zipsave.sb3.CheckpointCallback`
         turn it on. A save that arrives while an earlier one is still writing from that copy
         waits for it, so there is never a second copy of the buffer. The archive is the same
-        either way. Ignored without ``background``.
+        either way. It also keeps the memory of the copies of the tensors (as much as the
+        model's tensors and optimizer state, also released by :func:`zipsave.release_snapshots`),
+        so that the next save copies into pages already in place instead of faulting in fresh
+        ones. Ignored without ``background``.
     sign
         Sign the archive as it is written (the ``sign`` extra): a :class:`~zipsave.Signer`, or
         the path of a PEM private key (an embedded ``zipsave.sig``). See :doc:`signing`.

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .._tensors import fresh_copy, fresh_empty
+from .._tensors import fresh_copy, fresh_empty, release_copies
 
 __all__ = ["release_snapshots", "take"]
 
@@ -356,13 +356,16 @@ def take(
 
 
 def release_snapshots() -> int:
-    """Drop the shadow copies that background saves keep of replay buffers between saves.
+    """Drop the copies that background saves keep between saves: of replay buffers, and the
+    memory of the copies of the tensors.
 
     A background save with ``incremental=True`` (what :class:`~zipsave.CheckpointManager` and
     :class:`zipsave.sb3.CheckpointCallback` use) keeps a copy of an SB3 replay buffer after it
     has written, so that the next save copies only the rows written since. That copy takes as
     much memory as the buffer until the buffer itself is freed, or until this is called; the
-    next incremental save then makes a full copy again.
+    next incremental save then makes a full copy again. It also keeps the memory its copies of
+    the tensors took (as much as the model's tensors and optimizer state), so that the next
+    save copies into pages already in place instead of faulting in fresh ones.
 
     Returns
     -------
@@ -378,4 +381,4 @@ def release_snapshots() -> int:
     with _lock:
         shadows = list(_shadows.values())
         _shadows.clear()
-    return sum(shadow.nbytes for shadow in shadows)
+    return sum(shadow.nbytes for shadow in shadows) + release_copies()

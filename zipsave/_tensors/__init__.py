@@ -7,6 +7,7 @@ from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._arena import AnonymousMap
+    from ._copies import copy_storages, release_copies
     from ._device import get_device
     from ._invariants import check_tensor, check_tree
     from ._npy import (
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
 _LAZY: dict[str, str] = {
     "AnonymousMap": "._arena",
+    **dict.fromkeys(("copy_storages", "release_copies"), "._copies"),
     **dict.fromkeys(
         (
             "NpyHeader",
@@ -66,6 +68,7 @@ _LAZY: dict[str, str] = {
 _SUBMODULES = frozenset(
     {
         "_arena",
+        "_copies",
         "_device",
         "_invariants",
         "_npy",
@@ -99,6 +102,8 @@ __all__ = [
     "load_torch_bytes",
     "torch_load",
     "check_member",
+    "copy_storages",
+    "release_copies",
     "TensorRef",
     "Unsupported",
     "Damaged",
