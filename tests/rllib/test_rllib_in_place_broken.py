@@ -202,3 +202,29 @@ def test_a_file_changed_between_the_check_and_the_read_is_reported(saved, victim
         assert f"optimizer `{OPTIMIZER}` was reset" in str(caught.value)
         assert len(victim.learner_group._learner._named_optimizers[OPTIMIZER].state) == 0
         victim.train()
+
+
+def test_a_state_dict_refused_before_its_first_byte_is_not_called_a_changed_file(saved, victim, monkeypatch):
+    """``module.pth``'s bytes pass their check, then its reader refuses what they hold (here:
+    its pickle, as a crafted member with matching checksums would be refused): nothing of the
+    live learner was written, so the error is the refusal itself, not "the archive changed"
+    and not "partly overwritten", and the learner is exactly as it was."""
+    path, _ = saved
+    import zipsave._tensors._pth_read as pth_read
+
+    real = pth_read.read_pth_meta
+
+    def refuse(view, limits=None):
+        if getattr(view, "size", 0) > 1 << 20:  # module.pth only: the small members read as usual
+            raise zipsave.ArchiveFormatError("`data.pkl` holds something a state dict does not.")
+        return real(view, limits)
+
+    monkeypatch.setattr(pth_read, "read_pth_meta", refuse)
+    victim.train()
+    before = _live(victim)
+    with pytest.raises(zipsave.ArchiveFormatError, match="holds something a state dict does not") as caught:
+        zipsave.restore(victim, path)
+    assert "partly" not in str(caught.value) and "changed" not in str(caught.value)
+    assert f"member `{MODULE_PTH}`" in str(caught.value)
+    _same_bytes(_live(victim), before)
+    victim.train()

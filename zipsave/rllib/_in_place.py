@@ -164,25 +164,58 @@ def _resolve(value: Any, read: Callable[[NpyHeader], Any]) -> Any:
     return value
 
 
+class _Planned(BaseException):
+    """Raised by :func:`_stop_before_reading` to end a planning read; a BaseException so that
+    no reader's ``except Exception`` turns it into an error about the archive."""
+
+
+def _stop_before_reading(tree: Any) -> None:
+    raise _Planned
+
+
 class _Weights:
     """A ``.pth`` member read into a module's live parameters and buffers where they fit."""
 
-    def __init__(self, session: Any, folder: str, member: str, state: dict, targets: dict, kind: str | None) -> None:
+    def __init__(
+        self, session: Any, folder: str, member: str, state: dict, targets: dict, kind: str | None, touched: list
+    ) -> None:
         self.session, self.folder, self.member = session, folder, member
         self.state, self.targets, self.kind = state, targets, kind
+        self.touched = touched  # the restore's fills that have read into live tensors
 
     def members(self) -> list[str]:
         return [self.member]
+
+    def plan(self) -> None:
+        """Read and check the member's state dict against its targets, up to where its reader
+        would read the first byte into one, and stop there: a state the reader refuses is found
+        before a live byte of the learner changes (its stored bytes passed their CRC check)."""
+        try:
+            self.session.load_tensors(self.member, self.targets, validate=_stop_before_reading)
+        except _Planned:
+            return
 
     def prepare(self, broken: dict[str, ZipsaveError]) -> None:
         if self.member in broken:
             raise broken[self.member]
 
     def write(self) -> None:
+        reading: list[bool] = []  # the reader validates the whole tree before it reads a byte into a target
         try:
-            tree, _ = self.session.load_tensors(self.member, self.targets)
-        except (ZipsaveError, OSError) as err:
+            tree, _ = self.session.load_tensors(self.member, self.targets, validate=lambda _tree: reading.append(True))
+        except ZipsaveError as err:
+            if reading:
+                raise _changed_error(self.session, err, None) from err
+            if self.touched:  # refused before its own first byte, after other parts were read in place
+                err.hint = (
+                    f"{err.hint + ' ' if err.hint else ''}The restore had read {', '.join(self.touched)} into the "
+                    "live learner already: it may be partly restored; restore it again from a sound archive."
+                )
+                err.args = (err._compose(),)
+            raise  # refused before a byte of the live learner changed: its checked bytes are not a state dict
+        except OSError as err:
             raise _changed_error(self.session, err, None) from err
+        self.touched.append(f"`{self.member}`")
         targets, kind = self.targets, self.kind
         self.state.update({k: v if v is targets.get(k) or kind == "torch" else v.numpy() for k, v in tree.items()})
 
@@ -192,9 +225,9 @@ class _Optimizers:
     :class:`NpyHeader`): each array read into the live state tensor it would replace where
     one fits (matched as torch's ``load_state_dict`` matches them), else into fresh memory."""
 
-    def __init__(self, session: Any, member: str, state: dict, optimizers: dict, leave_out: str) -> None:
+    def __init__(self, session: Any, member: str, state: dict, optimizers: dict, leave_out: str, touched: list) -> None:
         self.session, self.member, self.state, self.optimizers = session, member, state, optimizers
-        self.leave_out = leave_out
+        self.leave_out, self.touched = leave_out, touched
         saved = state.get(OPTIMIZER_KEY)
         self.saved = saved if isinstance(saved, dict) else None
         self.targets: dict[int, torch.Tensor] = {}
@@ -255,6 +288,8 @@ class _Optimizers:
             finally:
                 if filled:
                     increment_version(filled)  # as an in-place copy_ would
+            if filled:
+                self.touched.append(f"the state of optimizer `{name}`")
 
 
 class Fills:
@@ -277,18 +312,19 @@ class Fills:
         self.session = session
         self.folder = folder
         self._fills: list[_Weights | _Optimizers] = []
+        self._touched: list[str] = []
 
     def weights(self, folder: str, member: str, state: dict, targets: dict, kind: str | None) -> None:
         """Read the ``.pth`` member ``member`` into ``targets`` where they fit (fresh memory
         elsewhere), then put its tensors into ``state``: the filled live tensors as themselves,
         the others as ``kind`` (``"numpy"``: as RLlib's ``get_state`` gave them)."""
-        self._fills.append(_Weights(self.session, folder, member, state, targets, kind))
+        self._fills.append(_Weights(self.session, folder, member, state, targets, kind, self._touched))
 
     def optimizers(self, folder: str, member: str, state: dict, optimizers: dict) -> None:
         """Resolve the unread array members (:class:`NpyHeader`) of ``state["optimizer"]``: into
         the live state tensors of ``optimizers`` where they fit, else into fresh memory."""
         leave_out = "/".join(p for p in (self._relative(folder), OPTIMIZER_KEY) if p)
-        self._fills.append(_Optimizers(self.session, member, state, optimizers, leave_out))
+        self._fills.append(_Optimizers(self.session, member, state, optimizers, leave_out, self._touched))
 
     def run(self, root: Any) -> None:
         """Check, read fresh, then read in place, in the tree's order. A component whose
@@ -297,13 +333,20 @@ class Fills:
         is; a broken optimizer array leaves that learner's optimizer state out."""
         session = self.session
         broken: dict[str, ZipsaveError] = {}
+        fails = session.strict or not session.options.skip_broken_tensors  # on the first broken member
         for member in dict.fromkeys(m for fill in self._fills for m in fill.members()):
             try:
                 session.check_stored(member)
             except ZipsaveError as err:
                 broken[member] = err
-                if session.strict or not session.options.skip_broken_tensors:
+                if fails:
                     break  # the restore fails on it: the rest need no check
+        for fill in self._fills:
+            if isinstance(fill, _Weights) and fill.member not in broken and not (fails and broken):
+                try:
+                    fill.plan()
+                except ZipsaveError as err:
+                    broken[fill.member] = err
         for fill in list(self._fills):
             try:
                 fill.prepare(broken)
