@@ -46,26 +46,6 @@ class LoadOptions:
     its methods from source at import, 1.6 ms of every first load (``docs/benchmarks.rst``).
     """
 
-    #: Every option's name and default, in the order of the constructor's parameters.
-    DEFAULTS: dict[str, Any] = {
-        "custom_objects": None,
-        "device": "auto",
-        "print_system_info": False,
-        "allow_pickle": False,
-        "trusted": (),
-        "strict": False,
-        "limits": None,
-        "report": None,
-        "verify": True,
-        "mmap": False,
-        "storage_options": None,
-        "progress": False,
-        "skip_broken_tensors": False,
-        "trust": None,
-    }
-
-    __slots__ = (*DEFAULTS, "_policy")
-
     custom_objects: dict[str, Any] | None
     device: Any
     print_system_info: bool
@@ -107,6 +87,13 @@ class LoadOptions:
             object.__setattr__(self, name, values[name])
         # Built (and checked) once, so a bad `trusted=` fails before the archive is opened.
         object.__setattr__(self, "_policy", TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted))
+
+    #: Every option's name and default, in the order of the constructor's parameters (read off
+    #: the constructor, so the two cannot drift).
+    DEFAULTS: dict[str, Any] = dict(
+        zip(__init__.__code__.co_varnames[1 : __init__.__code__.co_argcount], __init__.__defaults__ or ())
+    )
+    __slots__ = (*DEFAULTS, "_policy")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"LoadOptions are immutable: cannot set {name!r}")

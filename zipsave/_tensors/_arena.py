@@ -38,7 +38,16 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-__all__ = ["ARENA_MIN", "AnonymousMap", "HostArena", "fresh_map", "host_arena", "release_idle"]
+__all__ = [
+    "ALIGN",
+    "ARENA_MIN",
+    "AnonymousMap",
+    "HostArena",
+    "aligned_offsets",
+    "fresh_map",
+    "host_arena",
+    "release_idle",
+]
 
 #: Whether fresh arenas may be advised for huge pages (where ``/proc/buddyinfo`` shows them
 #: free): ``ZIPSAVE_HUGE_PAGES=1``. Off by default: on the benchmark machine (a VM whose free
@@ -56,7 +65,7 @@ KEEP_BYTES = 2 << 30
 ARENA_MIN = 32 << 20
 
 _HUGE = 2 << 20
-_ALIGN = 64  # each storage starts on a cache line, as torch's allocator aligns them
+ALIGN = 64  # each storage starts on a cache line, as torch's allocator aligns them
 _HUGE_ORDER = 9  # 2 MiB = 2**9 pages of 4 KiB
 
 
@@ -216,15 +225,22 @@ class HostArena:
         return f"HostArena(parts=<{len(self.parts)} storages>, fresh={self.fresh!r})"
 
 
+def aligned_offsets(lengths: Sequence[int]) -> tuple[list[int], int]:
+    """Where each of ``lengths`` starts when they are laid side by side, each on a cache line,
+    and the bytes they take in all."""
+    offsets, total = [], 0
+    for length in lengths:
+        offsets.append(total)
+        total += (length + ALIGN - 1) // ALIGN * ALIGN
+    return offsets, total
+
+
 def host_arena(lengths: Sequence[int]) -> HostArena | None:
     """Storages for ``lengths`` in one anonymous mapping: an idle arena where one fits (its
     pages resident, unless the kernel took them back under memory pressure), else ``None``
     when the lengths are small or the C allocator holds enough free (resident) memory for
     them, else a fresh mapping (advised for huge pages where they are free now)."""
-    offsets, total = [], 0
-    for length in lengths:
-        offsets.append(total)
-        total += (length + _ALIGN - 1) // _ALIGN * _ALIGN
+    offsets, total = aligned_offsets(lengths)
     if total < ARENA_MIN:
         return None
     arena = _take_idle(total)

@@ -269,6 +269,18 @@ class NpyHeader:
     dtype: np.dtype
     fortran_order: bool
 
+    def as_declared(self, arr: np.ndarray, archive: Any) -> np.ndarray:
+        """``arr``, the member read later, refused unless it is still what this header declared
+        when it was checked (:class:`IntegrityError`: the archive changed while it was read)."""
+        if arr.shape != self.shape or arr.dtype != self.dtype:
+            raise IntegrityError(
+                f"holds {arr.dtype}{list(arr.shape)}, but declared {self.dtype}{list(self.shape)} when it was "
+                "checked (the archive changed while it was read).",
+                archive=archive,
+                member=self.member,
+            )
+        return arr
+
 
 def _open_member(reader: Any, member: str, verify: bool) -> Any:
     if not member.endswith(".npy") or member not in reader:

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
@@ -254,7 +253,7 @@ class _Optimizers:
 
         def fresh(header: NpyHeader) -> Any:
             if id(header) not in self.targets:
-                return _read_fresh(self.session, header)
+                return header.as_declared(self.session.load_array(header.member), self.session.name)
             if header.member in broken:
                 raise broken[header.member]
             return header
@@ -367,19 +366,6 @@ class Fills:
 
     def _relative(self, folder: str) -> str:
         return folder[len(self.folder) :].strip("/") if self.folder else folder
-
-
-def _read_fresh(session: Any, header: NpyHeader) -> np.ndarray:
-    """The member read into fresh memory, still what its header declared when it was checked."""
-    arr = session.load_array(header.member)
-    if arr.shape != header.shape or arr.dtype != header.dtype:
-        raise IntegrityError(
-            f"holds {arr.dtype}{list(arr.shape)}, but declared {header.dtype}{list(header.shape)} when it was "
-            "checked (the archive changed while it was read).",
-            archive=session.name,
-            member=header.member,
-        )
-    return arr
 
 
 def _changed_error(session: Any, err: BaseException, reset: str | None) -> IntegrityError:

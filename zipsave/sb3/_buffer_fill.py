@@ -47,7 +47,15 @@ def fill_buffer(src: LoadSession, buffer: Any, arrays: dict[str, Any]) -> bool:
         if isinstance(saved, NpyHeader) and _fillable(live, saved, everything):
             into.append((saved, live))
         else:
-            replaced.append((name, key, _read(src, saved) if isinstance(saved, NpyHeader) else saved))
+            replaced.append(
+                (
+                    name,
+                    key,
+                    saved.as_declared(src.load_array(saved.member), src.name)
+                    if isinstance(saved, NpyHeader)
+                    else saved,
+                )
+            )
     for saved, live in into:
         try:
             src.read_array_into(saved.member, live, leave_out=_LEAVE_OUT)
@@ -64,19 +72,6 @@ def fill_buffer(src: LoadSession, buffer: Any, arrays: dict[str, Any]) -> bool:
         else:
             getattr(buffer, name)[key] = value  # the live dict keeps its other, filled keys
     return True
-
-
-def _read(src: LoadSession, saved: NpyHeader) -> np.ndarray:
-    """The member read into fresh memory, still what its header declared when it was checked."""
-    arr = src.load_array(saved.member)
-    if arr.shape != saved.shape or arr.dtype != saved.dtype:
-        raise IntegrityError(
-            f"holds {arr.dtype}{list(arr.shape)}, but declared {saved.dtype}{list(saved.shape)} when it was "
-            "checked (the archive changed while it was read).",
-            archive=src.name,
-            member=saved.member,
-        )
-    return arr
 
 
 def _live_arrays(buffer: Any) -> list[np.ndarray]:
