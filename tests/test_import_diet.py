@@ -15,6 +15,7 @@ import pytest
 LOAD_MODULES = frozenset(
     {
         "zipsave._lazy",
+        "zipsave._gcpause",
         "zipsave._version",
         "zipsave.exceptions",
         "zipsave._api",

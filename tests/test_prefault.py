@@ -216,7 +216,9 @@ print(before, _arena.allocator_free_bytes())
 def test_allocator_free_bytes_sees_freed_heap_memory():
     # A fresh process with one arena that never trims its top: in this busy process another
     # thread's allocations, or glibc returning a free top to the OS, move the count either way.
-    env = dict(os.environ, MALLOC_ARENA_MAX="1", MALLOC_TRIM_THRESHOLD_=str(1 << 30), MALLOC_MMAP_THRESHOLD_=str(1 << 20))
+    env = dict(
+        os.environ, MALLOC_ARENA_MAX="1", MALLOC_TRIM_THRESHOLD_=str(1 << 30), MALLOC_MMAP_THRESHOLD_=str(1 << 20)
+    )
     out = subprocess.run([sys.executable, "-c", _FREED_HEAP], env=env, capture_output=True, text=True, check=True)
     before, after = map(int, out.stdout.split())
     assert after >= before + (4 << 20)

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
 
+from . import _gcpause
 from ._printable import visible
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -328,6 +329,7 @@ def boundary(func: _F) -> _F:
 
     @functools.wraps(func)
     def door(*args: Any, **kwargs: Any) -> Any:
+        _gcpause.pause()  # the collector's passes wait until the call has returned
         try:
             return func(*args, **kwargs)
         except (RecursionError, ZipsaveError) as err:
@@ -336,6 +338,8 @@ def boundary(func: _F) -> _F:
             if new is None:
                 raise
             raise new from err
+        finally:
+            _gcpause.resume()
 
     return door  # type: ignore[return-value]
 
