@@ -91,8 +91,9 @@ def test_pauses_nest_across_threads_and_the_last_resumes():
 
 def test_the_first_load_in_a_fresh_process_collects_almost_nothing_while_it_runs(tmp_path):
     """Unpaused, this first load set off seven young-generation passes and one of the middle
-    generation. Paused: none while the lazy ``zipsave.load`` imports its modules, and at most
-    one young pass when the call's own arguments are allocated, before the door pauses."""
+    generation (CPython 3.11). Paused: none while the lazy ``zipsave.load`` imports its modules,
+    and at most one pass when the call's own arguments are allocated, before the door pauses
+    (of whichever generation is due: the middle one on 3.13)."""
     zipsave.save({"w": torch.nn.Linear(4, 4), "step": 3}, tmp_path / "m.zip")
     code = f"""
 import gc, torch
@@ -103,11 +104,11 @@ start = len(passes)
 load = zipsave.load
 imported = len(passes)
 load({str(tmp_path / "m.zip")!r})
-print(imported - start, passes[imported:], gc.isenabled())
+print(imported - start, len(passes) - imported, gc.isenabled())
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(
         maxsplit=1
     )
     imports, rest = out
     assert imports == "0"
-    assert rest.strip() in ("[] True", "[0] True")
+    assert rest.split() in (["0", "True"], ["1", "True"])

@@ -11,10 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import _format
+from .. import _core, _format  # _core: collect, imported when a live object is compared
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, UnsafeNameError, ZipsaveError
 from ._address import check_data_key, resolve, set_variable
-from ._collect import collect
 from ._inplace import fill_in_place
 from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, Parts, is_stateful, matches, unwrap
 from ._session import LoadSession
@@ -151,7 +150,7 @@ def live_parts(obj: Any) -> Parts | None:
     if hasattr(obj, "_get_torch_save_params"):
         return None
     try:
-        return collect(obj, None, None)
+        return _core.collect(obj, None, None)
     except ZipsaveError:
         return None
 

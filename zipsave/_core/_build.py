@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect as _inspect
 from typing import Any
 
-from .. import _format, _registry
+from .. import _core, _format, _registry  # _core: collect, imported when a live object is compared
 from .._archive import data_bytes, member_names
 from .._codec import NATIVE_KEY
 from ..exceptions import (
@@ -20,7 +20,6 @@ from ..exceptions import (
 from ._address import check_data_key, check_name, resolve
 from ._apply import restore_parts
 from ._classes import resolve_class
-from ._collect import collect
 from ._component import Component
 from ._modes import apply_modes
 from ._parts import Parts, matches, nested
@@ -386,7 +385,7 @@ def _check_no_missing_components(
         return  # SB3 models and the like: their handler knows what they hold
     if live is None:  # not collected for the state-dict check (SB3's hooks on a Saveable)
         try:
-            live = collect(obj, None, None)
+            live = _core.collect(obj, None, None)
         except ZipsaveError:
             return
     prefix = f"{folder}/" if folder else ""
