@@ -7,9 +7,10 @@ import contextlib
 import dataclasses
 import functools
 import os
+import reprlib
 import sys
 from collections.abc import Iterator
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, cast
 
 from . import _gcpause
 from ._printable import visible
@@ -211,7 +212,7 @@ class ZipsaveWarning(UserWarning):
         super().__init__(*(visible(a) if isinstance(a, str) else a for a in args))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
 class SkippedEntry:
     """One entry that could not be loaded and was skipped.
 
@@ -231,6 +232,36 @@ class SkippedEntry:
     key: str | None
     type_hint: str | None
     cause: str
+
+    # What `@dataclass(frozen=True)` generates, written out (it compiles them from source at
+    # import, a cost of every first load); the decorator keeps `fields()`, `replace()` and
+    # `asdict()` working and adds the frozen `__setattr__`/`__delattr__` (see `Limits`).
+    def __init__(self, member: str, key: str | None, type_hint: str | None, cause: str) -> None:
+        object.__setattr__(self, "member", member)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "type_hint", type_hint)
+        object.__setattr__(self, "cause", cause)
+
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__qualname__}(member={self.member!r}, key={self.key!r}, "
+            f"type_hint={self.type_hint!r}, cause={self.cause!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            that = cast(SkippedEntry, other)
+            return (self.member, self.key, self.type_hint, self.cause) == (
+                that.member,
+                that.key,
+                that.type_hint,
+                that.cause,
+            )
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.member, self.key, self.type_hint, self.cause))
 
     def __str__(self) -> str:
         what = f"key `{self.key}` of member `{self.member}`" if self.key is not None else f"member `{self.member}`"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import reprlib
+from typing import Any, cast
 
 from .._printable import visible, visible_html
 from ..exceptions import SkippedEntry
@@ -11,7 +12,17 @@ from ..exceptions import SkippedEntry
 __all__ = ["LoadReport"]
 
 
-@dataclasses.dataclass
+class _Factory:
+    """The default of a field built by its ``default_factory`` (shown as dataclass shows it)."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY: Any = _Factory()
+
+
+@dataclasses.dataclass(init=False, repr=False, eq=False)
 class LoadReport:
     """What a load skipped or found suspicious. Pass one as ``report=`` to collect it;
     a loaded :class:`~zipsave.Saveable` also keeps it as ``model.zipsave_report``.
@@ -27,6 +38,41 @@ class LoadReport:
     skipped: list[SkippedEntry] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     signature: Any = None
+
+    # What `@dataclass` generates, written out: the decorator compiles them from source at
+    # import, a cost of every first load in a fresh process; it still makes this a dataclass
+    # (`fields()`, `replace()`, `asdict()`). Not frozen: a load appends to the lists.
+    def __init__(
+        self,
+        archive: str | None = None,
+        skipped: list[SkippedEntry] = _FACTORY,
+        notes: list[str] = _FACTORY,
+        signature: Any = None,
+    ) -> None:
+        self.archive = archive
+        self.skipped = [] if skipped is _FACTORY else skipped
+        self.notes = [] if notes is _FACTORY else notes
+        self.signature = signature
+
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__qualname__}(archive={self.archive!r}, skipped={self.skipped!r}, "
+            f"notes={self.notes!r}, signature={self.signature!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            that = cast(LoadReport, other)
+            return (self.archive, self.skipped, self.notes, self.signature) == (
+                that.archive,
+                that.skipped,
+                that.notes,
+                that.signature,
+            )
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     @property
     def ok(self) -> bool:

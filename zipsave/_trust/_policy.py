@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import reprlib
 import types
-from typing import Any
+from typing import Any, cast
 
 from ..exceptions import DecodeError, UnsafeGlobalError
 from ._allowlist import default_allowlist
@@ -29,7 +30,7 @@ __all__ = ["TrustPolicy"]
 
 
 @seal
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
 class TrustPolicy(metaclass=Sealed):
     """Which globals a pickled entry may import.
 
@@ -60,6 +61,36 @@ class TrustPolicy(metaclass=Sealed):
     trusted: tuple = ()
     #: ``(name, object)`` pairs admitted as looked-up references only (see :meth:`with_references`).
     references: tuple = ()
+
+    # What `@dataclass(frozen=True)` generates, written out: the decorator compiles them from
+    # source at import, a cost of every first load in a fresh process. It still makes this a
+    # frozen dataclass (`fields()`, `replace()`, `asdict()`), and its generated `__setattr__` and
+    # `__delattr__` refuse every write to an instance; the sealed class refuses replacing these.
+    def __init__(self, allow_pickle: bool = False, trusted: tuple = (), references: tuple = ()) -> None:
+        object.__setattr__(self, "allow_pickle", allow_pickle)
+        object.__setattr__(self, "trusted", trusted)
+        object.__setattr__(self, "references", references)
+        self.__post_init__()
+
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__qualname__}(allow_pickle={self.allow_pickle!r}, trusted={self.trusted!r}, "
+            f"references={self.references!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            that = cast(TrustPolicy, other)
+            return (self.allow_pickle, self.trusted, self.references) == (
+                that.allow_pickle,
+                that.trusted,
+                that.references,
+            )
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.allow_pickle, self.trusted, self.references))
 
     def __post_init__(self) -> None:
         # `allow_pickle="no"` is truthy; a switch that disables the safety must be a real bool.

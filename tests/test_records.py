@@ -1,0 +1,282 @@
+"""The four public records a first load builds (``Limits``, ``TrustPolicy``, ``LoadReport``,
+``SkippedEntry``) have their dataclass methods written out by hand: each is compared here with a
+reference built by a real ``@dataclasses.dataclass`` with the same fields."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import pickle
+from collections import OrderedDict
+from typing import Any
+
+import pytest
+
+import zipsave
+from zipsave._trust import TrustPolicy as RealTrustPolicy
+
+# -- the references: what the decorator generated before the methods were written out ---------
+# Named as the real classes so that their reprs (which use `__qualname__`) read the same.
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    max_members: int = 100_000
+    max_member_bytes: int = 1 << 40
+    max_total_bytes: int = 1 << 42
+    max_json_bytes: int = 512 << 20
+    max_json_depth: int = 500
+    max_compression_ratio: float = 200.0
+    alloc_floor: int = 64 << 20
+    alloc_ratio: float = 16.0
+    max_model_bytes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedEntry:
+    member: str
+    key: str | None
+    type_hint: str | None
+    cause: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TrustPolicy:
+    allow_pickle: bool = False
+    trusted: tuple = ()
+    references: tuple = ()
+
+    __post_init__ = RealTrustPolicy.__post_init__  # normalises `trusted`, checks `allow_pickle`
+
+
+@dataclasses.dataclass
+class LoadReport:
+    archive: str | None = None
+    skipped: list[SkippedEntry] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    signature: Any = None
+
+
+_ENTRY = ("data", "lr", "float", "boom")
+
+#: (real class, reference class, argument sets: (args, kwargs))
+CASES = [
+    (
+        zipsave.Limits,
+        Limits,
+        [
+            ((), {}),
+            ((5,), {}),
+            ((1, 2, 3, 4, 5, 6.0, 7, 8.0, 9), {}),
+            ((1, 2), {"max_json_bytes": 4 << 30, "max_model_bytes": 10}),
+            ((), {"alloc_ratio": 1.5}),
+        ],
+    ),
+    (
+        zipsave.SkippedEntry,
+        SkippedEntry,
+        [
+            (_ENTRY, {}),
+            (("policy.pth",), {"key": None, "type_hint": None, "cause": "no"}),
+            ((), dict(zip(("member", "key", "type_hint", "cause"), _ENTRY))),
+        ],
+    ),
+    (
+        RealTrustPolicy,
+        TrustPolicy,
+        [
+            ((), {}),
+            ((True,), {}),
+            ((False, ["collections.OrderedDict", "mypkg.layers.*"]), {}),
+            ((), {"trusted": "a.b:C", "references": (("builtins.int", int),)}),
+        ],
+    ),
+    (
+        zipsave.LoadReport,
+        LoadReport,
+        [
+            ((), {}),
+            (("a.zip",), {}),
+            (("a.zip", [zipsave.SkippedEntry(*_ENTRY)], ["a note"], None), {}),
+            ((), {"notes": ["n"], "signature": "someone"}),
+            ((None, None, None), {}),
+        ],
+    ),
+]
+PAIRS = [(real, ref) for real, ref, _ in CASES]
+BUILDS = [(real, ref, args, kwargs) for real, ref, calls in CASES for args, kwargs in calls]
+FROZEN = [(real, ref) for real, ref in PAIRS if ref.__dataclass_params__.frozen]  # type: ignore[attr-defined]
+
+
+def _values(obj: Any) -> tuple:
+    return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
+
+
+def _changed(obj: Any, which: int) -> Any:
+    """``obj`` with field ``which`` set to a value it does not hold, through ``dataclasses.replace``."""
+    name = dataclasses.fields(obj)[which].name
+    value = not obj.allow_pickle if name == "allow_pickle" else ("changed",)
+    return dataclasses.replace(obj, **{name: value})
+
+
+@pytest.mark.parametrize(("real", "ref", "args", "kwargs"), BUILDS)
+def test_construction_repr_and_equality(real, ref, args, kwargs):
+    obj, want = real(*args, **kwargs), ref(*args, **kwargs)
+    assert type(obj) is real
+    assert _values(obj) == _values(want)
+    assert repr(obj) == repr(want)
+    assert obj == real(*args, **kwargs) and not (obj != real(*args, **kwargs))
+    for which in (0, -1):
+        assert obj != _changed(obj, which) and not (obj == _changed(obj, which))
+        assert want != _changed(want, which) and repr(_changed(obj, which)) == repr(_changed(want, which))
+        assert type(_changed(obj, which)) is real
+    # Only instances of exactly the same class compare by value.
+    assert obj != want and obj.__eq__(want) is NotImplemented and obj.__eq__(_values(obj)) is NotImplemented
+    sub = type("Sub", (real,), {})(*args, **kwargs)
+    assert repr(sub) == repr(type("Sub", (ref,), {})(*args, **kwargs))  # the subclass's name
+    assert obj != sub and sub != obj and ref(*args, **kwargs) != type("Sub", (ref,), {})(*args, **kwargs)
+
+
+@pytest.mark.parametrize(("real", "ref", "args", "kwargs"), BUILDS)
+def test_hash_pickle_copy_and_asdict(real, ref, args, kwargs):
+    obj, want = real(*args, **kwargs), ref(*args, **kwargs)
+    if ref.__hash__ is None:
+        assert real.__hash__ is None
+        with pytest.raises(TypeError, match="unhashable type"):
+            hash(obj)
+    else:
+        assert hash(obj) == hash(want) == hash(_values(want))
+    back = pickle.loads(pickle.dumps(obj))
+    assert type(back) is real and back == obj and repr(back) == repr(want)
+    for copied in (copy.copy(obj), copy.deepcopy(obj)):
+        assert type(copied) is real and copied == obj
+    assert dataclasses.asdict(obj) == dataclasses.asdict(want)
+    assert dataclasses.astuple(obj) == dataclasses.astuple(want)
+
+
+@pytest.mark.parametrize(("real", "ref"), PAIRS)
+def test_fields_signature_and_dataclass_parameters(real, ref):
+    assert dataclasses.is_dataclass(real) and dataclasses.is_dataclass(real.__new__(real))
+    got = [
+        (f.name, f.type, f.default, f.default_factory, f.init, f.repr, f.compare, f.hash)
+        for f in dataclasses.fields(real)
+    ]
+    want = [
+        (f.name, f.type, f.default, f.default_factory, f.init, f.repr, f.compare, f.hash)
+        for f in dataclasses.fields(ref)
+    ]
+    assert got == want
+    assert real.__match_args__ == ref.__match_args__ == tuple(f.name for f in dataclasses.fields(ref))
+    # Frozen as before: a frozen dataclass may still subclass a frozen one (and a restore does
+    # not fill a frozen instance in place, `_core._inplace`).
+    assert real.__dataclass_params__.frozen is ref.__dataclass_params__.frozen
+    signature, reference = inspect.signature(real), inspect.signature(ref)
+    assert [(p.name, p.kind, repr(p.default)) for p in signature.parameters.values()] == [
+        (p.name, p.kind, repr(p.default)) for p in reference.parameters.values()
+    ]
+
+
+@pytest.mark.parametrize(("real", "ref"), PAIRS)
+def test_wrong_arguments_are_refused_as_before(real, ref):
+    count = len(dataclasses.fields(ref))
+    for args, kwargs in [
+        ((None,) * (count + 1), {}),
+        ((), {"nonsense": 1}),
+        ((1,), {dataclasses.fields(ref)[0].name: 1}),
+    ]:
+        with pytest.raises(TypeError):
+            ref(*args, **kwargs)
+        with pytest.raises(TypeError):
+            real(*args, **kwargs)
+
+
+def test_required_fields_and_checks_in_post_init():
+    with pytest.raises(TypeError, match="cause"):
+        zipsave.SkippedEntry("data", None, None)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="cause"):
+        SkippedEntry("data", None, None)  # type: ignore[call-arg]
+    for cls in (RealTrustPolicy, TrustPolicy):
+        with pytest.raises(TypeError, match="must be True or False"):
+            cls(allow_pickle="no")
+        assert cls(trusted="collections:OrderedDict").trusted == ("collections.OrderedDict",)
+        assert dataclasses.replace(cls(), trusted=["a.b.*"]).trusted == ("a.b.",)
+
+
+def test_default_lists_are_fresh_and_explicit_values_are_kept():
+    one, two = zipsave.LoadReport(), zipsave.LoadReport()
+    one.skipped.append(zipsave.SkippedEntry(*_ENTRY))
+    one.notes.append("x")
+    assert two.skipped == [] and two.notes == [] and one.skipped is not two.skipped
+    given: list[str] = []
+    assert zipsave.LoadReport(notes=given).notes is given
+    assert zipsave.LoadReport(skipped=None).skipped is None and LoadReport(skipped=None).skipped is None
+    one.archive = "b.zip"  # not frozen
+    assert one.archive == "b.zip" and one.ok is False and two.ok is True
+
+
+def test_recursive_repr_as_dataclass_writes_it():
+    report, reference = zipsave.LoadReport(), LoadReport()
+    report.notes.append(report)  # type: ignore[arg-type]
+    reference.notes.append(reference)  # type: ignore[arg-type]
+    assert repr(report) == repr(reference) == "LoadReport(archive=None, skipped=[], notes=[...], signature=None)"
+
+
+@pytest.mark.parametrize(("real", "ref"), FROZEN)
+@pytest.mark.parametrize("name", ["first", "nonfield"])
+def test_frozen_instances_refuse_writes_with_dataclass_messages(real, ref, name):
+    args = _ENTRY if real is zipsave.SkippedEntry else ()
+    obj, want = real(*args), ref(*args)
+    attr = dataclasses.fields(ref)[0].name if name == "first" else "extra"
+    for target in (obj, want):
+        with pytest.raises(dataclasses.FrozenInstanceError, match=f"^cannot assign to field '{attr}'$"):
+            setattr(target, attr, 1)
+        with pytest.raises(dataclasses.FrozenInstanceError, match=f"^cannot delete field '{attr}'$"):
+            delattr(target, attr)
+    assert _values(obj) == _values(want)
+    # A subclass may set attributes that are not fields, as before, but no field.
+    sub, sub_ref = type("Sub", (real,), {})(*args), type("Sub", (ref,), {})(*args)
+    for target in (sub, sub_ref):
+        if name == "nonfield":
+            target.extra = 1
+            assert target.extra == 1
+        else:
+            with pytest.raises(dataclasses.FrozenInstanceError, match=f"cannot assign to field '{attr}'"):
+                setattr(target, attr, 1)
+
+
+@pytest.mark.parametrize(("real", "ref"), FROZEN)
+def test_dataclass_subclasses_follow_the_frozen_rules(real, ref):
+    for base in (real, ref):
+        sub = dataclasses.dataclass(frozen=True)(
+            type("Sub", (base,), {"__annotations__": {"extra": "int"}, "extra": 0})
+        )
+        assert [f.name for f in dataclasses.fields(sub)][-1] == "extra"
+        with pytest.raises(TypeError, match="cannot inherit non-frozen dataclass from a frozen one"):
+            dataclasses.dataclass(type("Loose", (base,), {}))
+
+
+def test_match_statement_uses_the_fields():
+    match zipsave.SkippedEntry(*_ENTRY):
+        case zipsave.SkippedEntry(member, key, type_hint, cause):
+            assert (member, key, type_hint, cause) == _ENTRY
+        case _:
+            pytest.fail("the positional pattern did not match")
+
+
+def test_trust_policy_stays_sealed_and_frozen():
+    policy = RealTrustPolicy.make(trusted=["collections.OrderedDict"]).with_references(
+        [OrderedDict, OrderedDict.fromkeys]
+    )
+    assert policy.references == (("collections.OrderedDict", OrderedDict),) and type(policy) is RealTrustPolicy
+    for name in ("__init__", "__setattr__", "__delattr__", "__eq__", "__hash__", "__post_init__", "trusted"):
+        with pytest.raises(AttributeError, match="cannot be changed"):
+            setattr(RealTrustPolicy, name, lambda *a: None)
+        with pytest.raises(AttributeError, match="cannot be changed"):
+            delattr(RealTrustPolicy, name)
+    for name in ("trusted", "references", "allow_pickle", "is_trusted", "_match"):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(policy, name, ("os.",))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            delattr(policy, name)
+    assert not policy.is_trusted("os", "system") and policy.trusted == ("collections.OrderedDict",)
