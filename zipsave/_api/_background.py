@@ -22,7 +22,6 @@ import atexit
 import concurrent.futures
 import concurrent.futures.thread  # noqa: F401 - registers its exit hook before ours (below)
 import copy
-import dataclasses
 import logging
 import os
 import threading
@@ -245,8 +244,7 @@ def _snapshot(enc: Any, memo: dict, held: list[Callable[[], None]] | None, fills
             if taken[2] is not None:
                 fills.append(taken[2])
     arrays = [(name, _tensors.fresh_copy(arr)) for name, arr in enc.arrays] if taken is None else taken[0]
-    return dataclasses.replace(
-        enc,
+    return enc.replace(
         state=[(name, _copy_tree(sd, memo)) for name, sd in enc.state],
         variables=None if enc.variables is None else _copy_tree(enc.variables, memo),
         arrays=arrays,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import collections
 import contextlib
-import dataclasses
 import functools
 import os
 import warnings
@@ -29,18 +28,41 @@ from ._parts import Parts, is_live_handle, is_stateful, nested
 __all__ = ["Encoded", "encode", "encoded_size", "write"]
 
 
-@dataclasses.dataclass
 class Encoded:
-    """An object encoded and ready to write; tensors are still references (no copies)."""
+    """An object encoded and ready to write; tensors are still references (no copies).
+    ``snapshot`` is ``Parts.snapshot``: how a background save may copy ``arrays``. (A plain
+    class: a first save does not compile a dataclass's methods.)"""
 
-    folder: str
-    data: bytes
-    init: bytes | None
-    state: list[tuple[str, Any]]
-    variables: dict[str, torch.Tensor] | None
-    arrays: list[tuple[str, np.ndarray]]
-    components: list[Encoded]
-    snapshot: Any = None  # ``Parts.snapshot``: how a background save may copy ``arrays``
+    __slots__ = ("folder", "data", "init", "state", "variables", "arrays", "components", "snapshot")
+
+    def __init__(
+        self,
+        folder: str,
+        data: bytes,
+        init: bytes | None,
+        state: list[tuple[str, Any]],
+        variables: dict[str, torch.Tensor] | None,
+        arrays: list[tuple[str, np.ndarray]],
+        components: list[Encoded],
+        snapshot: Any = None,
+    ) -> None:
+        self.folder = folder
+        self.data = data
+        self.init = init
+        self.state = state
+        self.variables = variables
+        self.arrays = arrays
+        self.components = components
+        self.snapshot = snapshot
+
+    def replace(self, **changes: Any) -> Encoded:
+        """A copy with ``changes`` (``dataclasses.replace``)."""
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        return Encoded(**fields)
+
+    def __repr__(self) -> str:
+        return f"Encoded(folder={self.folder!r}, {len(self.data)} bytes of data, {len(self.components)} components)"
 
 
 def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include: Iterable[str] | None) -> Encoded:
