@@ -7,6 +7,7 @@ import platform
 import re
 import subprocess
 import sys
+from importlib import metadata
 
 import pytest
 
@@ -263,3 +264,17 @@ def test_print_to_file(fixed_current, capsys):
 def test_print_uses_the_real_current_info(capsys):
     print_system_info(None)
     assert format_system_info(get_system_info()) in capsys.readouterr().out
+
+
+def test_versions_read_from_metadata_headers_are_what_importlib_metadata_says():
+    """The header-only read of each distribution's metadata gives ``metadata.version``'s answer,
+    for every distribution installed here (wheels, editable installs, egg-info)."""
+    names = {dist.metadata["Name"] for dist in metadata.distributions()} - {None}
+    assert len(names) > 20
+    for name in sorted(names):
+        assert _system_info._installed_version(name) == metadata.version(name), name
+
+
+def test_a_missing_distribution_is_left_out():
+    with pytest.raises(metadata.PackageNotFoundError):
+        _system_info._installed_version("surely-not-installed-zipsave-probe")
