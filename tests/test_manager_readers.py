@@ -102,9 +102,18 @@ def test_wait_for_new_returns_the_next_checkpoint_or_none_at_the_timeout(tmp_pat
         later.start()
         assert view.wait_for_new(after_step=5, timeout=30, poll=0.01).step == 9
         later.join()
-        threading.Timer(0.1, lambda: writer.save(12, state(12.0))).start()
-        steps = [c.step for c in view.new_checkpoints(after_step=5, timeout=1, poll=0.01)]
+        # 9 is listed already; 12 is saved only once 9 was yielded (saved sooner, it would be
+        # passed over for the newest), while the iterator waits for it
+        steps, latest = [], threading.Timer(0.1, lambda: writer.save(12, state(12.0)))
+        for checkpoint in view.new_checkpoints(after_step=5, timeout=30, poll=0.01):
+            steps.append(checkpoint.step)
+            if checkpoint.step != 9:
+                break
+            latest.start()
         assert steps == [9, 12]
+        latest.join()
+        # and it stops once `timeout` passes without a new one
+        assert list(view.new_checkpoints(after_step=12, timeout=0.05, poll=0.01)) == []
     with pytest.raises(ValueError, match=re.escape("`poll` must be a positive number of seconds")):
         view.wait_for_new(poll=0)
 
