@@ -8,7 +8,6 @@ import datetime
 import json
 import os
 import signal
-import socket
 import traceback
 import warnings
 
@@ -16,12 +15,6 @@ import torch
 import torch.distributed as dist
 
 GLOBAL_BATCH = 8
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_model(seed: int = 0) -> torch.nn.Module:
@@ -104,18 +97,23 @@ def _report(out: str, rank: int, payload: dict) -> None:
 
 
 def run_steps(rank: int, steps: list, out: str) -> None:
-    """The entry point: run ``steps`` -- ``(name, job, world, port, ckpt)`` -- in order, each
-    in its own gloo process group of ``world`` ranks on 127.0.0.1 (ranks beyond it sit the
-    step out). Starting processes is the slow part of these tests, so one set of processes
-    runs every step. Reports go to ``out/<name>/rank<r>.json``."""
+    """The entry point: run ``steps`` -- ``(name, job, world, store, ckpt)`` -- in order, each
+    in its own gloo process group of ``world`` ranks (ranks beyond it sit the step out),
+    rendezvousing through the file ``store``: no port is picked ahead and raced for by other
+    processes on the machine. Starting processes is the slow part of these tests, so one set
+    of processes runs every step. Reports go to ``out/<name>/rank<r>.json``."""
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    for name, job, world, port, ckpt in steps:
+    for name, job, world, store, ckpt in steps:
         if rank >= world:
             continue
-        os.environ["MASTER_PORT"] = str(port)
-        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+        dist.init_process_group(
+            "gloo",
+            init_method=f"file://{store}",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=120),
+        )
         try:
             payload = JOBS[job](rank, world, ckpt)
         except BaseException as err:  # the parent asserts on the report, so errors go there too

@@ -47,7 +47,7 @@ def read_reports(out, world: int) -> list[dict | None]:
 def runs(tmp_path_factory):
     """Every multi-rank step, run once by one set of 4 spawned processes: {name: reports}."""
     root = tmp_path_factory.mktemp("dcp")
-    steps = [(name, job, world, workers.free_port(), str(root / folder)) for name, job, world, folder in STEPS]
+    steps = [(name, job, world, str(root / f"{name}.store"), str(root / folder)) for name, job, world, folder in STEPS]
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=workers.run_steps, args=(rank, steps, str(root / "out"))) for rank in range(4)]
     for p in procs:
