@@ -29,7 +29,7 @@ from adversarial import corpus, worker  # noqa: E402
 
 WORKER = pathlib.Path(__file__).resolve().parent / "adversarial" / "worker.py"
 HOSTILE = pathlib.Path(__file__).resolve().parent / "data" / "hostile"
-JOB_SECONDS = 15  # each load; the worker's alarm is 20 s
+JOB_SECONDS = 15  # CPU seconds of each load; the worker's alarm is 20 CPU seconds
 
 
 def _make_hostile():

@@ -209,9 +209,11 @@ def places() -> dict:
     }
 
 
-#: Each job's alarm. The warm-up has none: an alarm that interrupts a first import (torch's lazy
-#: ``torch.distributed.tensor`` pulls in sympy) leaves a half-made module in ``sys.modules``, and
-#: every later job would fail on it.
+#: Each job's alarm, in CPU seconds of this process (``ITIMER_PROF``: a bomb or a quadratic parse
+#: spends them, a loaded CI machine only stretches the wall clock; a job that blocks without
+#: spending any is caught by the parent's timeout of the whole worker). The warm-up has none: an
+#: alarm that interrupts a first import (torch's lazy ``torch.distributed.tensor`` pulls in
+#: sympy) leaves a half-made module in ``sys.modules``, and every later job would fail on it.
 JOB_ALARM = 20
 
 #: The exit status after a job that timed out: the alarm may have cut an import short, so the
@@ -222,9 +224,9 @@ EXIT_AFTER_TIMEOUT = 3
 def run_job(place: object, files: dict, alarm: int = JOB_ALARM) -> dict:
     import zipsave
 
-    started = time.perf_counter()
+    started = time.process_time()
     outcome, error = "loaded", None
-    signal.alarm(alarm)
+    signal.setitimer(signal.ITIMER_PROF, alarm)
     try:
         place(files)  # type: ignore[operator]
     except Timeout:
@@ -236,8 +238,8 @@ def run_job(place: object, files: dict, alarm: int = JOB_ALARM) -> dict:
     except BaseException as err:  # noqa: BLE001 - any other exception is what is reported
         outcome, error = "foreign", f"{type(err).__name__}: {str(err)[:300]}\n{traceback.format_exc()[-1500:]}"
     finally:
-        signal.alarm(0)
-    return {"outcome": outcome, "error": error, "seconds": round(time.perf_counter() - started, 3)}
+        signal.setitimer(signal.ITIMER_PROF, 0)
+    return {"outcome": outcome, "error": error, "seconds": round(time.process_time() - started, 3)}
 
 
 def main() -> None:
@@ -263,7 +265,7 @@ def main() -> None:
     }
     allowed_roots = tuple(sorted(roots))
     warnings.simplefilter("ignore")
-    signal.signal(signal.SIGALRM, _alarm)
+    signal.signal(signal.SIGPROF, _alarm)
     table = places()
     # Warm up: every place used, on a valid archive, before anything is recorded.
     for place, files in spec["warmup"]:
