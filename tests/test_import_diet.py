@@ -69,6 +69,7 @@ LOAD_MODULES = frozenset(
         "zipsave._tools._check",
         "zipsave._tools._inspect",
         "zipsave._tools._records",
+        "zipsave._tools._render",
         "zipsave._trust",
         "zipsave._trust._allowlist",
         "zipsave._trust._audit",

@@ -1,12 +1,15 @@
-"""The four public records a first load builds (``Limits``, ``TrustPolicy``, ``LoadReport``,
-``SkippedEntry``) have their dataclass methods written out by hand: each is compared here with a
-reference built by a real ``@dataclasses.dataclass`` with the same fields."""
+"""The public records a first load, inspect or diff builds (``Limits``, ``TrustPolicy``,
+``LoadReport``, ``SkippedEntry``; ``ArchiveMember``, ``DataEntry``, ``TensorInfo``,
+``ComponentInfo``, ``ArchiveInfo``; ``Change``, ``ArchiveDiff``) have their dataclass methods
+written out by hand: each is compared here with a reference built by a real
+``@dataclasses.dataclass`` with the same fields."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import inspect
+import math
 import pickle
 from collections import OrderedDict
 from typing import Any
@@ -14,6 +17,8 @@ from typing import Any
 import pytest
 
 import zipsave
+from zipsave._tools._diff_records import ArchiveDiff as RealArchiveDiff
+from zipsave._tools._diff_records import Change as RealChange
 from zipsave._trust import TrustPolicy as RealTrustPolicy
 
 # -- the references: what the decorator generated before the methods were written out ---------
@@ -58,7 +63,106 @@ class LoadReport:
     signature: Any = None
 
 
+@dataclasses.dataclass(frozen=True)
+class ArchiveMember:
+    name: str
+    size: int
+    compressed_size: int
+    compression: str
+    sha256: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DataEntry:
+    component: str
+    key: str
+    type: str
+    form: str
+    summary: str
+    globals: tuple[str, ...] = ()
+    untrusted: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    member: str
+    key: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentInfo:
+    name: str
+    cls: str | None
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class ArchiveInfo:
+    archive: str
+    layout: str
+    zipsave_version: str | None
+    format_version: int | None
+    sb3_version: str | None
+    system_info: dict[str, str]
+    members: tuple[ArchiveMember, ...]
+    components: tuple[ComponentInfo, ...]
+    data: tuple[DataEntry, ...]
+    tensors: tuple[TensorInfo, ...]
+    manifest_digest: str | None
+    notes: tuple[str, ...]
+    verified: bool | None = None
+    signature: str | None = None
+
+    # its text form, as the real one prints it (that one's own tests check the words)
+    total_size = zipsave.ArchiveInfo.total_size
+    pickled = zipsave.ArchiveInfo.pickled
+    __str__ = __repr__ = zipsave.ArchiveInfo.__str__
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    name: str
+    old: str
+    new: str
+    max_abs_diff: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchiveDiff:
+    a: str
+    b: str
+    data_changed: tuple[Change, ...]
+    data_added: tuple[str, ...]
+    data_removed: tuple[str, ...]
+    tensors_changed: tuple[Change, ...]
+    tensors_added: tuple[str, ...]
+    tensors_removed: tuple[str, ...]
+    tensors_same: int
+    data_stored_differently: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
 _ENTRY = ("data", "lr", "float", "boom")
+_MEMBER = ("policy.pth", 1500, 900, "deflated", "ab" * 32)
+_DATA = ("", "lr", "float", "json", "0.0003")
+_TENSOR = ("policy.pth", "0.weight", "float32", (2, 3), 24)
+_INFO = (
+    "model.zip",
+    "zipsave",
+    "1.0",
+    2,
+    None,
+    {"OS": "Linux"},
+    (zipsave.ArchiveMember(*_MEMBER), zipsave.ArchiveMember("data", 10, 10, "stored", None)),
+    (zipsave.ComponentInfo("", None), zipsave.ComponentInfo("learner", "a.b:C")),
+    (zipsave.DataEntry(*_DATA), zipsave.DataEntry("learner", "f", "x.Y", "pickle", "?", ("x.Y",), ("x.Y",))),
+    (zipsave.TensorInfo(*_TENSOR),),
+    "cd" * 32,
+    ("a note",),
+)
+_DIFF = ("a.zip", "b.zip", (RealChange("lr", "0.1", "0.2"),), ("x",), ("y",), (), (), ("policy/0.bias",), 3)
 
 #: (real class, reference class, argument sets: (args, kwargs))
 CASES = [
@@ -103,10 +207,67 @@ CASES = [
             ((None, None, None), {}),
         ],
     ),
+    (
+        zipsave.ArchiveMember,
+        ArchiveMember,
+        [
+            (_MEMBER, {}),
+            (_MEMBER[:4] + (None,), {}),
+            ((), dict(zip(("name", "size", "compressed_size"), _MEMBER)) | {"compression": "stored", "sha256": None}),
+        ],
+    ),
+    (
+        zipsave.DataEntry,
+        DataEntry,
+        [
+            (_DATA, {}),
+            (_DATA, {"globals": ("a.B", "c.D"), "untrusted": ("c.D",)}),
+            (_DATA[:4] + ("1.0", ("a.B",)), {}),
+            ((), dict(zip(("component", "key", "type", "form", "summary"), _DATA))),
+        ],
+    ),
+    (
+        zipsave.TensorInfo,
+        TensorInfo,
+        [(_TENSOR, {}), (("p.pth", "state.0.step"), {"dtype": "int64", "shape": (), "nbytes": 8})],
+    ),
+    (zipsave.ComponentInfo, ComponentInfo, [(("", None), {}), (("learner",), {"cls": "a.b:C"})]),
+    (
+        zipsave.ArchiveInfo,
+        ArchiveInfo,
+        [
+            (_INFO, {}),
+            (_INFO, {"verified": True, "signature": "signed by someone"}),
+            (
+                _INFO[:5],
+                dict(zip(("system_info", "members", "components", "data", "tensors"), _INFO[5:10]))
+                | {"manifest_digest": None, "notes": (), "verified": False},
+            ),
+        ],
+    ),
+    (
+        RealChange,
+        Change,
+        [
+            (("lr", "0.1", "0.2"), {}),
+            (("policy/0.weight", "(2, 3)", "(2, 3)", 0.5), {}),
+            (("w",), {"old": "a", "new": "b", "max_abs_diff": math.inf}),
+        ],
+    ),
+    (
+        RealArchiveDiff,
+        ArchiveDiff,
+        [
+            (_DIFF, {}),
+            (_DIFF, {"data_stored_differently": ("z",), "notes": ("edited",)}),
+            (_DIFF[:8], {"tensors_same": 0}),
+        ],
+    ),
 ]
 PAIRS = [(real, ref) for real, ref, _ in CASES]
 BUILDS = [(real, ref, args, kwargs) for real, ref, calls in CASES for args, kwargs in calls]
-FROZEN = [(real, ref) for real, ref in PAIRS if ref.__dataclass_params__.frozen]  # type: ignore[attr-defined]
+#: (real class, reference class, arguments of one instance) for each frozen class
+FROZEN = [(real, ref, calls[0][0]) for real, ref, calls in CASES if ref.__dataclass_params__.frozen]  # type: ignore[attr-defined]
 
 
 def _values(obj: Any) -> tuple:
@@ -116,7 +277,8 @@ def _values(obj: Any) -> tuple:
 def _changed(obj: Any, which: int) -> Any:
     """``obj`` with field ``which`` set to a value it does not hold, through ``dataclasses.replace``."""
     name = dataclasses.fields(obj)[which].name
-    value = not obj.allow_pickle if name == "allow_pickle" else ("changed",)
+    old = getattr(obj, name)
+    value = not old if name == "allow_pickle" else "changed" if old is None or isinstance(old, str) else ("changed",)
     return dataclasses.replace(obj, **{name: value})
 
 
@@ -145,6 +307,10 @@ def test_hash_pickle_copy_and_asdict(real, ref, args, kwargs):
         assert real.__hash__ is None
         with pytest.raises(TypeError, match="unhashable type"):
             hash(obj)
+    elif any(isinstance(value, dict) for value in _values(want)):  # ArchiveInfo's system_info
+        for target in (obj, want):
+            with pytest.raises(TypeError, match="unhashable type: 'dict'"):
+                hash(target)
     else:
         assert hash(obj) == hash(want) == hash(_values(want))
     back = pickle.loads(pickle.dumps(obj))
@@ -222,10 +388,9 @@ def test_recursive_repr_as_dataclass_writes_it():
     assert repr(report) == repr(reference) == "LoadReport(archive=None, skipped=[], notes=[...], signature=None)"
 
 
-@pytest.mark.parametrize(("real", "ref"), FROZEN)
+@pytest.mark.parametrize(("real", "ref", "args"), FROZEN)
 @pytest.mark.parametrize("name", ["first", "nonfield"])
-def test_frozen_instances_refuse_writes_with_dataclass_messages(real, ref, name):
-    args = _ENTRY if real is zipsave.SkippedEntry else ()
+def test_frozen_instances_refuse_writes_with_dataclass_messages(real, ref, args, name):
     obj, want = real(*args), ref(*args)
     attr = dataclasses.fields(ref)[0].name if name == "first" else "extra"
     for target in (obj, want):
@@ -245,8 +410,8 @@ def test_frozen_instances_refuse_writes_with_dataclass_messages(real, ref, name)
                 setattr(target, attr, 1)
 
 
-@pytest.mark.parametrize(("real", "ref"), FROZEN)
-def test_dataclass_subclasses_follow_the_frozen_rules(real, ref):
+@pytest.mark.parametrize(("real", "ref", "args"), FROZEN)
+def test_dataclass_subclasses_follow_the_frozen_rules(real, ref, args):
     for base in (real, ref):
         sub = dataclasses.dataclass(frozen=True)(
             type("Sub", (base,), {"__annotations__": {"extra": "int"}, "extra": 0})
@@ -262,6 +427,30 @@ def test_match_statement_uses_the_fields():
             assert (member, key, type_hint, cause) == _ENTRY
         case _:
             pytest.fail("the positional pattern did not match")
+
+    match zipsave.TensorInfo(*_TENSOR), RealChange("w", "a", "b"):
+        case zipsave.TensorInfo(member, key, dtype, shape, nbytes), RealChange(name, old, new, max_abs_diff):
+            assert (member, key, dtype, shape, nbytes) == _TENSOR and (name, old, new, max_abs_diff) == (
+                "w",
+                "a",
+                "b",
+                None,
+            )
+        case _:
+            pytest.fail("the positional pattern did not match")
+
+
+def test_archive_info_text_html_and_json_forms():
+    info, reference = zipsave.ArchiveInfo(*_INFO), ArchiveInfo(*_INFO)
+    assert zipsave.ArchiveInfo.__repr__ is zipsave.ArchiveInfo.__str__
+    assert repr(info) == str(info) == str(reference) and str(info).startswith("model.zip: zipsave archive (format 2")
+    assert "a.b:C" in info._repr_html_() and info._repr_html_().startswith("<div class='zipsave-archive-info'>")
+    want = dataclasses.asdict(reference)
+    want["data"][0].update(name="lr", needs_pickle=False, trusted=True)
+    want["data"][1].update(name="learner/f", needs_pickle=True, trusted=False)
+    want["tensors"][0]["name"] = "policy/0.weight"
+    assert info.to_dict() == want
+    assert info.total_size == 1510 and info.pickled == (info.data[1],)
 
 
 def test_trust_policy_stays_sealed_and_frozen():

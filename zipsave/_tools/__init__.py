@@ -26,7 +26,9 @@ _LAZY: dict[str, str] = {
     "verify": "._verify",
 }
 # Its modules, found as attributes as when this file imported them all.
-_SUBMODULES = frozenset({"_check", "_diff", "_extract", "_inspect", "_read", "_records", "_sharded", "_verify"})
+_SUBMODULES = frozenset(
+    {"_check", "_diff", "_extract", "_inspect", "_read", "_records", "_render", "_sharded", "_verify"}
+)
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 

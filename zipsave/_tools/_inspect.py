@@ -35,7 +35,8 @@ from .._tensors import (
 from .._trust import SUBSTITUTED, TrustPolicy, pickle_globals
 from ..exceptions import ArchiveFormatError, DecodeError, IntegrityError, ZipsaveError, nesting_as_error
 from ._check import check_archive
-from ._records import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo, format_shape, shorten
+from ._records import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo
+from ._render import format_shape, shorten
 
 __all__ = ["data_folders", "inspect", "pth_meta", "stored_type"]
 

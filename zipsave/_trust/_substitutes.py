@@ -55,22 +55,75 @@ SUBSTITUTED = frozenset(
 )
 
 
-@dataclasses.dataclass(frozen=True)
+# The two stand-ins below are handed to a pickle, so nothing of theirs may change once made:
+# each has `__slots__` (no `__dict__` that a BUILD, or pickle's own state-setting, could fill),
+# refuses every attribute write and delete as a frozen dataclass does (they were frozen
+# dataclasses; the decorator compiled their methods at import, about 0.5 ms of a first inspect
+# or load), and has no `__setstate__`. The restricted unpickler refuses every in-place change
+# of an object `find_class` returned anyway (`_check_target`); this is the second lock.
+def _frozen_setattr(self: Any, name: str, value: Any) -> None:
+    raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _frozen_delattr(self: Any, name: str) -> None:
+    raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+
 class StorageType:
     """What a legacy storage class (``torch.FloatStorage``) stands for in a storage reference."""
 
+    __slots__ = ("dtype",)
     dtype: Any
 
+    def __init__(self, dtype: Any) -> None:
+        object.__setattr__(self, "dtype", dtype)
 
-@dataclasses.dataclass(frozen=True)
+    __setattr__, __delattr__ = _frozen_setattr, _frozen_delattr
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copied and pickled by its constructor (no state to set)
+        return type(self), (self.dtype,)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__qualname__}(dtype={self.dtype!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return (self.dtype,) == (other.dtype,)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.dtype,))
+
+
 class Owner:
     """What an untrusted global stands for when a trusted name lies below it: protocols < 4
     pickle ``BasePolicy._dummy_schedule`` as ``getattr(BasePolicy, "_dummy_schedule")``. The
     class itself is never imported nor handed to the pickle; only ``getattr`` takes an
     ``Owner``, and resolves the full name under the trust policy."""
 
+    __slots__ = ("module", "qualname")
     module: str
     qualname: str
+
+    def __init__(self, module: str, qualname: str) -> None:
+        object.__setattr__(self, "module", module)
+        object.__setattr__(self, "qualname", qualname)
+
+    __setattr__, __delattr__ = _frozen_setattr, _frozen_delattr
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.module, self.qualname)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__qualname__}(module={self.module!r}, qualname={self.qualname!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return (self.module, self.qualname) == (other.module, other.qualname)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.module, self.qualname))
 
 
 class Owners:
