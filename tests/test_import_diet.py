@@ -15,7 +15,6 @@ import pytest
 LOAD_MODULES = frozenset(
     {
         "zipsave._lazy",
-        "zipsave._gcpause",
         "zipsave._version",
         "zipsave.exceptions",
         "zipsave._api",

@@ -8,8 +8,6 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import _gcpause
-
 __all__ = ["lazy_attributes"]
 
 #: Helper names of the packages that use this, kept out of their ``dir()``.
@@ -26,19 +24,15 @@ def lazy_attributes(
     namespace = vars(sys.modules[package])
 
     def __getattr__(name: str) -> Any:
-        module = f"{package}.{name}" if name in submodules else names.get(name)
+        if name in submodules:
+            return importlib.import_module(f"{package}.{name}")  # binds itself as an attribute
+        module = names.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module, _, attribute = module.partition(":")
-        _gcpause.pause()  # the imports' allocations set off no collection (zipsave._gcpause)
-        try:
-            found = importlib.import_module(module, package)
-            if name in submodules:
-                return found  # binds itself as an attribute
-            value = namespace[name] = getattr(found, attribute or name)  # later lookups do not come here
-            return value
-        finally:
-            _gcpause.resume()
+        value = getattr(importlib.import_module(module, package), attribute or name)
+        namespace[name] = value  # later lookups do not come here
+        return value
 
     def __dir__() -> list[str]:
         return sorted({*namespace, *names, *submodules} - _HIDDEN)

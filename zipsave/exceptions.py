@@ -12,7 +12,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Callable, TypeVar, cast
 
-from . import _gcpause
 from ._printable import visible
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -360,7 +359,6 @@ def boundary(func: _F) -> _F:
 
     @functools.wraps(func)
     def door(*args: Any, **kwargs: Any) -> Any:
-        _gcpause.pause()  # the collector's passes wait until the call has returned
         try:
             return func(*args, **kwargs)
         except (RecursionError, ZipsaveError) as err:
@@ -369,8 +367,6 @@ def boundary(func: _F) -> _F:
             if new is None:
                 raise
             raise new from err
-        finally:
-            _gcpause.resume()
 
     return door  # type: ignore[return-value]
 

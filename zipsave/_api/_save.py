@@ -10,13 +10,11 @@ import torch
 
 from .. import _archive, _sign  # the progress bar and the sign extra, imported when asked for
 from .._core import Parts, check_signable, collect, encode, write
-from .._gcpause import collector_paused
 from ._background import start_background_save, wait_for_pending
 
 __all__ = ["save", "save_archive"]
 
 
-@collector_paused
 def save(
     obj: Any,
     path: Any,
@@ -122,7 +120,6 @@ def save(
     return None
 
 
-@collector_paused
 def save_archive(
     path: Any,
     data: dict[str, Any] | None = None,
