@@ -98,5 +98,12 @@ def _init_signature(app, what, name, obj, options, signature, return_annotation)
     return str(sig.replace(parameters=params, return_annotation=sig.empty)), return_annotation
 
 
+def _public_bases(app, name, obj, options, bases):
+    """Leave out ``zipsave._record.Record``, the private base that writes out a record's repr,
+    ``==`` and ``hash``: the records are dataclasses to their users."""
+    bases[:] = [base for base in bases if getattr(base, "__module__", "") != "zipsave._record"]
+
+
 def setup(app):
     app.connect("autodoc-process-signature", _init_signature)
+    app.connect("autodoc-process-bases", _public_bases)

@@ -82,6 +82,7 @@ LOAD_MODULES = frozenset(
         "zipsave._invariants",
         "zipsave._tensors._invariants",
         "zipsave._printable",
+        "zipsave._record",
         "zipsave._tensors._pth_refs",
         "zipsave._tensors._pth_vocab",
         "zipsave._trust._torch_calls",

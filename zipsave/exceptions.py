@@ -7,12 +7,12 @@ import contextlib
 import dataclasses
 import functools
 import os
-import reprlib
 import sys
 from collections.abc import Iterator
-from typing import Any, Callable, TypeVar, cast
+from typing import Any, Callable, TypeVar
 
 from ._printable import visible
+from ._record import Record
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -212,7 +212,7 @@ class ZipsaveWarning(UserWarning):
 
 
 @dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
-class SkippedEntry:
+class SkippedEntry(Record):
     """One entry that could not be loaded and was skipped.
 
     Attributes
@@ -240,27 +240,6 @@ class SkippedEntry:
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "type_hint", type_hint)
         object.__setattr__(self, "cause", cause)
-
-    @reprlib.recursive_repr()
-    def __repr__(self) -> str:
-        return (
-            f"{self.__class__.__qualname__}(member={self.member!r}, key={self.key!r}, "
-            f"type_hint={self.type_hint!r}, cause={self.cause!r})"
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            that = cast(SkippedEntry, other)
-            return (self.member, self.key, self.type_hint, self.cause) == (
-                that.member,
-                that.key,
-                that.type_hint,
-                that.cause,
-            )
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash((self.member, self.key, self.type_hint, self.cause))
 
     def __str__(self) -> str:
         what = f"key `{self.key}` of member `{self.member}`" if self.key is not None else f"member `{self.member}`"

@@ -4,14 +4,14 @@ the reader."""
 from __future__ import annotations
 
 import dataclasses
-import reprlib
-from typing import Any, cast
+
+from .._record import Record
 
 __all__ = ["DEFAULT_LIMITS", "Limits"]
 
 
 @dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
-class Limits:
+class Limits(Record):
     """Safety limits applied while reading an archive.
 
     Every limit is a plain number and can be raised for archives you trust, e.g.
@@ -87,39 +87,6 @@ class Limits:
         setattr_(self, "alloc_floor", alloc_floor)
         setattr_(self, "alloc_ratio", alloc_ratio)
         setattr_(self, "max_model_bytes", max_model_bytes)
-
-    @reprlib.recursive_repr()
-    def __repr__(self) -> str:
-        return (
-            f"{self.__class__.__qualname__}(max_members={self.max_members!r}, "
-            f"max_member_bytes={self.max_member_bytes!r}, max_total_bytes={self.max_total_bytes!r}, "
-            f"max_json_bytes={self.max_json_bytes!r}, max_json_depth={self.max_json_depth!r}, "
-            f"max_compression_ratio={self.max_compression_ratio!r}, alloc_floor={self.alloc_floor!r}, "
-            f"alloc_ratio={self.alloc_ratio!r}, max_model_bytes={self.max_model_bytes!r})"
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return _values(self) == _values(cast(Limits, other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(_values(self))
-
-
-def _values(limits: Limits) -> tuple[Any, ...]:
-    """The fields in order, as the generated ``__eq__`` and ``__hash__`` compare them."""
-    return (
-        limits.max_members,
-        limits.max_member_bytes,
-        limits.max_total_bytes,
-        limits.max_json_bytes,
-        limits.max_json_depth,
-        limits.max_compression_ratio,
-        limits.alloc_floor,
-        limits.alloc_ratio,
-        limits.max_model_bytes,
-    )
 
 
 DEFAULT_LIMITS = Limits()

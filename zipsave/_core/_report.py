@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import reprlib
-from typing import Any, cast
+from typing import Any
 
 from .._printable import visible, visible_html
+from .._record import Record
 from ..exceptions import SkippedEntry
 
 __all__ = ["LoadReport"]
@@ -23,7 +23,7 @@ _FACTORY: Any = _Factory()
 
 
 @dataclasses.dataclass(init=False, repr=False, eq=False)
-class LoadReport:
+class LoadReport(Record):
     """What a load skipped or found suspicious. Pass one as ``report=`` to collect it;
     a loaded :class:`~zipsave.Saveable` also keeps it as ``model.zipsave_report``.
 
@@ -53,24 +53,6 @@ class LoadReport:
         self.skipped = [] if skipped is _FACTORY else skipped
         self.notes = [] if notes is _FACTORY else notes
         self.signature = signature
-
-    @reprlib.recursive_repr()
-    def __repr__(self) -> str:
-        return (
-            f"{self.__class__.__qualname__}(archive={self.archive!r}, skipped={self.skipped!r}, "
-            f"notes={self.notes!r}, signature={self.signature!r})"
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            that = cast(LoadReport, other)
-            return (self.archive, self.skipped, self.notes, self.signature) == (
-                that.archive,
-                that.skipped,
-                that.notes,
-                that.signature,
-            )
-        return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 

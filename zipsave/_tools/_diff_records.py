@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import reprlib
-from operator import attrgetter
 from typing import Any
 
 from .._printable import visible
+from .._record import Record
 
 __all__ = ["ArchiveDiff", "Change"]
 
@@ -20,7 +19,7 @@ __all__ = ["ArchiveDiff", "Change"]
 
 
 @dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
-class Change:
+class Change(Record):
     """One changed entry: a ``data`` key, a tensor or a plain state-dict value.
 
     ``old``/``new`` describe the value on each side (text); ``max_abs_diff`` is set for
@@ -39,24 +38,9 @@ class Change:
         set_(self, "new", new)
         set_(self, "max_abs_diff", max_abs_diff)
 
-    @reprlib.recursive_repr()
-    def __repr__(self) -> str:
-        return (
-            f"{self.__class__.__qualname__}(name={self.name!r}, old={self.old!r}, new={self.new!r}, "
-            f"max_abs_diff={self.max_abs_diff!r})"
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return bool(_CHANGE_FIELDS(self) == _CHANGE_FIELDS(other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(_CHANGE_FIELDS(self))
-
 
 @dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
-class ArchiveDiff:
+class ArchiveDiff(Record):
     """What differs between archive ``a`` and archive ``b``."""
 
     a: str
@@ -98,24 +82,6 @@ class ArchiveDiff:
         set_(self, "tensors_same", tensors_same)
         set_(self, "data_stored_differently", data_stored_differently)
         set_(self, "notes", notes)
-
-    @reprlib.recursive_repr()
-    def __repr__(self) -> str:
-        return (
-            f"{self.__class__.__qualname__}(a={self.a!r}, b={self.b!r}, data_changed={self.data_changed!r}, "
-            f"data_added={self.data_added!r}, data_removed={self.data_removed!r}, "
-            f"tensors_changed={self.tensors_changed!r}, tensors_added={self.tensors_added!r}, "
-            f"tensors_removed={self.tensors_removed!r}, tensors_same={self.tensors_same!r}, "
-            f"data_stored_differently={self.data_stored_differently!r}, notes={self.notes!r})"
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return bool(_DIFF_FIELDS(self) == _DIFF_FIELDS(other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(_DIFF_FIELDS(self))
 
     @property
     def identical(self) -> bool:
@@ -168,9 +134,3 @@ class ArchiveDiff:
             lines.append(f"{data} data keys and {tensors} tensor entries differ; {self.tensors_same} tensors equal")
         lines += [f"  note: {v(note)}" for note in self.notes]
         return "\n".join(lines)
-
-
-# The fields in order (`__match_args__` names them), as the generated `__eq__` and `__hash__`
-# compare them.
-_CHANGE_FIELDS = attrgetter(*Change.__match_args__)
-_DIFF_FIELDS = attrgetter(*ArchiveDiff.__match_args__)

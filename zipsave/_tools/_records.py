@@ -4,11 +4,10 @@ and components. Their text, notebook (HTML) and JSON forms are written by ``_ren
 from __future__ import annotations
 
 import dataclasses
-import reprlib
-from operator import attrgetter
 from typing import Any
 
 from .. import _format
+from .._record import Record
 from ._render import info_dict, info_html, info_text
 
 __all__ = ["ArchiveInfo", "ArchiveMember", "ComponentInfo", "DataEntry", "TensorInfo"]
@@ -22,7 +21,7 @@ __all__ = ["ArchiveInfo", "ArchiveMember", "ComponentInfo", "DataEntry", "Tensor
 
 
 @dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
-class ArchiveMember:
+class ArchiveMember(Record):
     """One zip member.
 
     Attributes
@@ -53,25 +52,9 @@ class ArchiveMember:
         set_(self, "compression", compression)
         set_(self, "sha256", sha256)
 
-    @reprlib.recursive_repr()
-    def __repr__(self) -> str:
-        return (
-            f"{self.__class__.__qualname__}(name={self.name!r}, size={self.size!r}, "
-            f"compressed_size={self.compressed_size!r}, compression={self.compression!r}, "
-            f"sha256={self.sha256!r})"
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return bool(_MEMBER_FIELDS(self) == _MEMBER_FIELDS(other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(_MEMBER_FIELDS(self))
-
 
 @dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
-class DataEntry:
+class DataEntry(Record):
     """One key of a ``data`` member, described without decoding it.
 
     Attributes
@@ -122,22 +105,6 @@ class DataEntry:
         set_(self, "globals", globals)
         set_(self, "untrusted", untrusted)
 
-    @reprlib.recursive_repr()
-    def __repr__(self) -> str:
-        return (
-            f"{self.__class__.__qualname__}(component={self.component!r}, key={self.key!r}, "
-            f"type={self.type!r}, form={self.form!r}, summary={self.summary!r}, globals={self.globals!r}, "
-            f"untrusted={self.untrusted!r})"
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return bool(_ENTRY_FIELDS(self) == _ENTRY_FIELDS(other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(_ENTRY_FIELDS(self))
-
     @property
     def name(self) -> str:
         """The address :func:`zipsave.read` accepts for this key."""
@@ -155,7 +122,7 @@ class DataEntry:
 
 
 @dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
-class TensorInfo:
+class TensorInfo(Record):
     """One tensor of a ``.pth`` member, from its metadata only.
 
     Attributes
@@ -187,21 +154,6 @@ class TensorInfo:
         set_(self, "shape", shape)
         set_(self, "nbytes", nbytes)
 
-    @reprlib.recursive_repr()
-    def __repr__(self) -> str:
-        return (
-            f"{self.__class__.__qualname__}(member={self.member!r}, key={self.key!r}, "
-            f"dtype={self.dtype!r}, shape={self.shape!r}, nbytes={self.nbytes!r})"
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return bool(_TENSOR_FIELDS(self) == _TENSOR_FIELDS(other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(_TENSOR_FIELDS(self))
-
     @property
     def name(self) -> str:
         """The address :func:`zipsave.read` accepts for this tensor (``"policy/0.weight"``)."""
@@ -209,7 +161,7 @@ class TensorInfo:
 
 
 @dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
-class ComponentInfo:
+class ComponentInfo(Record):
     """A folder with its own ``data`` member: the top level (``""``) or a nested component.
 
     Attributes
@@ -228,21 +180,9 @@ class ComponentInfo:
         set_(self, "name", name)
         set_(self, "cls", cls)
 
-    @reprlib.recursive_repr()
-    def __repr__(self) -> str:
-        return f"{self.__class__.__qualname__}(name={self.name!r}, cls={self.cls!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return bool(_COMPONENT_FIELDS(self) == _COMPONENT_FIELDS(other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(_COMPONENT_FIELDS(self))
-
 
 @dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
-class ArchiveInfo:
+class ArchiveInfo(Record):
     """What :func:`inspect` found in an archive. Prints as text, renders as a table in Jupyter.
 
     Attributes
@@ -330,14 +270,6 @@ class ArchiveInfo:
         set_(self, "verified", verified)
         set_(self, "signature", signature)
 
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return bool(_INFO_FIELDS(self) == _INFO_FIELDS(other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(_INFO_FIELDS(self))
-
     @property
     def total_size(self) -> int:
         """Sum of the members' uncompressed sizes."""
@@ -359,12 +291,3 @@ class ArchiveInfo:
 
     def _repr_html_(self) -> str:
         return info_html(self)
-
-
-# The fields in order (`__match_args__` names them), as the generated `__eq__` and `__hash__`
-# compare them.
-_MEMBER_FIELDS = attrgetter(*ArchiveMember.__match_args__)
-_ENTRY_FIELDS = attrgetter(*DataEntry.__match_args__)
-_TENSOR_FIELDS = attrgetter(*TensorInfo.__match_args__)
-_COMPONENT_FIELDS = attrgetter(*ComponentInfo.__match_args__)
-_INFO_FIELDS = attrgetter(*ArchiveInfo.__match_args__)
