@@ -9,23 +9,18 @@ from typing import Any
 
 import torch
 
-from .. import _format, _registry
+from .. import _core, _format, _registry  # _core: what builds or restores objects, on first use
 from .._archive import Limits
 from .._core import (
     OPTION_DOCS,
-    Component,
     LoadOptions,
     LoadReport,
     LoadSession,
-    build,
-    check_app_state,
     check_component,
     data_bytes,
     handler_for,
     load_app_state,
     member_names,
-    restore_target,
-    restore_tree,
 )
 from ..exceptions import ArchiveFormatError, ZipsaveError, nesting_as_error
 
@@ -137,7 +132,7 @@ def load(
         check_component(src, folder)
         if folder and not src.has(_format.join(folder, _format.DATA)):  # a dict of components
             return {
-                child.rpartition("/")[2]: build(
+                child.rpartition("/")[2]: _core.build(
                     src,
                     child,
                     cls=cls,
@@ -158,7 +153,7 @@ def load(
             obj = load_app_state(src, folder, custom_objects=custom_objects, exclude=exclude)
             obj.update(overrides)
             return obj
-        obj = build(
+        obj = _core.build(
             src,
             folder,
             cls=cls,
@@ -167,7 +162,7 @@ def load(
             overrides=overrides,
             exact_match=exact_match,
         )
-        if isinstance(obj, Component):
+        if isinstance(obj, _core.Component):
             object.__setattr__(obj, "zipsave_report", src.report)  # a frozen dataclass too
         return obj
 
@@ -245,13 +240,13 @@ def restore(
                 src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match, into=into
             )
             return
-        target = restore_target(src, obj, folder, into)
+        target = _core.restore_target(src, obj, folder, into)
         owner = next((h for h in _registry.handlers(live=True) if h.claims(target)), None)
         if owner is not None:  # values the integration recognises without decoding them
             custom_objects = {**owner.known_values(src, target, folder), **(custom_objects or {})} or None
         if isinstance(target, dict) and strict:
-            check_app_state(src, target, folder, exclude)
-        restore_tree(
+            _core.check_app_state(src, target, folder, exclude)
+        _core.restore_tree(
             src, target, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match, set_data=True
         )
 
@@ -295,4 +290,4 @@ def set_parameters_from_archive(
 ) -> None:
     """Load only the state dicts of an archive into ``obj`` (``data`` is never decoded)."""
     with LoadSession(path, LoadOptions(device=device, limits=limits)) as src:
-        restore_tree(src, obj, "", custom_objects=None, exclude=[], exact_match=exact_match, set_data=False)
+        _core.restore_tree(src, obj, "", custom_objects=None, exclude=[], exact_match=exact_match, set_data=False)

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
+    from ._arrays import descr_dtype
     from ._decode import Decoder
     from ._encode import Encoder, import_path, is_json_native
-    from ._pickling import type_hint
+    from ._pickling import type_hint, unb64
     from ._spaces import is_space
     from ._tags import NATIVE_KEY, RESERVED, SERIALIZED_KEY, TYPE_KEY
 
@@ -24,7 +25,8 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 _LAZY: dict[str, str] = {
     "Decoder": "._decode",
     **dict.fromkeys(("Encoder", "import_path", "is_json_native"), "._encode"),
-    "type_hint": "._pickling",
+    **dict.fromkeys(("type_hint", "unb64"), "._pickling"),
+    "descr_dtype": "._arrays",
     "is_space": "._spaces",
     **dict.fromkeys(("NATIVE_KEY", "RESERVED", "SERIALIZED_KEY", "TYPE_KEY"), "._tags"),
 }
@@ -42,8 +44,10 @@ __all__ = [
     "TYPE_KEY",
     "Decoder",
     "Encoder",
+    "descr_dtype",
     "import_path",
     "is_json_native",
     "is_space",
     "type_hint",
+    "unb64",
 ]

@@ -16,11 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import _codec, _trust  # packages whose parts load on first use: spaces, the unpickler
+from .. import _codec, _trust  # packages whose parts load on first use: arrays, spaces, the unpickler
 from .._bounds import MAX_INT_BITS, KeyGuard, check_int
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
-from ._arrays import descr_dtype
-from ._pickling import unb64
 from ._tags import NATIVE_KEY as N
 from ._tags import SERIALIZED_KEY as S
 
@@ -82,7 +80,7 @@ class Decoder:
             return self._native(value[N], depth + 1)
         if S in value:
             return restricted_loads(
-                unb64(value[S]),
+                _codec.unb64(value[S]),
                 self.policy,
                 key=self._key,
                 member=self._member,
@@ -164,9 +162,9 @@ class Decoder:
         if kind == "frozenset":
             return frozenset(self._members(body, depth))
         if kind == "bytes":
-            return unb64(body.get("b64"))
+            return _codec.unb64(body.get("b64"))
         if kind == "bytearray":
-            return bytearray(unb64(body.get("b64")))
+            return bytearray(_codec.unb64(body.get("b64")))
         if kind == "complex":
             return complex(self.decode(body.get("real"), depth), self.decode(body.get("imag"), depth))
         if kind == "dict":
@@ -226,7 +224,7 @@ class Decoder:
         if kind == "ndarray":
             return self._array(body)
         if kind == "numpy_scalar":
-            dtype = descr_dtype(body.get("dtype"))
+            dtype = _codec.descr_dtype(body.get("dtype"))
             if "value" in body:
                 # "mM": zipsave 0.2 wrote datetime64/timedelta64 in ns as their int count.
                 if dtype.kind not in "biufcmM" or dtype.fields is not None or dtype.subdtype is not None:
@@ -240,14 +238,14 @@ class Decoder:
                         f"expected the numpy scalar `value` to be a number, found {type(body['value']).__name__}."
                     )
                 return np.asarray(body["value"], dtype=dtype)[()]
-            raw = unb64(body.get("b64"))
+            raw = _codec.unb64(body.get("b64"))
             if len(raw) != dtype.itemsize:
                 raise DecodeError(f"numpy scalar holds {len(raw)} bytes, expected {dtype.itemsize} for dtype {dtype}.")
             return np.frombuffer(raw, dtype=dtype)[0].copy()
         if kind == "numpy_dtype":
-            return descr_dtype(body.get("descr"))
+            return _codec.descr_dtype(body.get("descr"))
         if kind == "numpy_type":
-            scalar_type = descr_dtype(body.get("dtype")).type
+            scalar_type = _codec.descr_dtype(body.get("dtype")).type
             if scalar_type is np.void and not isinstance(body.get("dtype"), str):
                 raise DecodeError("a numpy scalar type is described by a plain dtype string.")
             return scalar_type
@@ -321,7 +319,7 @@ class Decoder:
         return generator
 
     def _array(self, body: dict) -> np.ndarray:
-        dtype = descr_dtype(body.get("dtype"))
+        dtype = _codec.descr_dtype(body.get("dtype"))
         shape = _field(body, "shape", list)
         if not all(type(s) is int and s >= 0 for s in shape):
             raise DecodeError(f"expected `shape` to be a list of non-negative integers, found {shape!r}.")
@@ -356,7 +354,7 @@ class Decoder:
             if arr.size != count:
                 raise DecodeError(f"array holds {arr.size} values, expected {count} for shape {shape}.")
             return arr.reshape(shape)
-        raw = unb64(body.get("b64"))
+        raw = _codec.unb64(body.get("b64"))
         if len(raw) != count * dtype.itemsize:
             raise DecodeError(f"array holds {len(raw)} bytes, expected {count * dtype.itemsize} for {dtype}{shape}.")
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()

@@ -9,34 +9,27 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
+    from .._system_info import parse_system_info, print_system_info
     from ._address import check_data_key, check_name, check_path, resolve, set_variable
     from ._app_state import check_app_state
     from ._apply import expected_state_names, load_state_into, restore_parts, set_parameters_from_dict
-    from ._build import (
-        build,
-        check_component,
-        data_bytes,
-        handler_for,
-        load_app_state,
-        member_names,
-        restore_target,
-        restore_tree,
-    )
+    from ._build import build, restore_target, restore_tree
+    from ._classes import resolve_class
     from ._collect import collect
     from ._component import Component
+    from ._folders import check_component, data_bytes, handler_for, load_app_state, member_names
+    from ._modes import apply_modes
     from ._options import OPTION_DOCS, LoadOptions, check_custom_objects
     from ._parts import (
         ALWAYS_EXCLUDED_PREFIXES,
         Parts,
-        flat,
         is_live_handle,
         is_stateful,
-        matches,
-        nested,
         recursive_getattr,
         recursive_setattr,
         unwrap,
     )
+    from ._patterns import flat, matches, nested
     from ._report import LoadReport
     from ._session import LoadSession
     from ._write import Encoded, check_signable, encode, encoded_size, write
@@ -50,44 +43,36 @@ _LAZY: dict[str, str] = {
         (
             "expected_state_names",
             "load_state_into",
+            "resolve_class",
             "restore_parts",
             "set_parameters_from_dict",
         ),
         "._apply",
     ),
-    **dict.fromkeys(
-        (
-            "build",
-            "check_component",
-            "handler_for",
-            "load_app_state",
-            "member_names",
-            "restore_target",
-            "restore_tree",
-            "data_bytes",
-        ),
-        "._build",
-    ),
+    **dict.fromkeys(("build", "restore_target", "restore_tree"), "._build"),
+    **dict.fromkeys(("check_component", "data_bytes", "handler_for", "load_app_state", "member_names"), "._folders"),
     "collect": "._collect",
+    "resolve_class": "._classes",
+    "apply_modes": "._modes",
     "Component": "._component",
     **dict.fromkeys(("OPTION_DOCS", "LoadOptions"), "._options"),
     **dict.fromkeys(
         (
             "ALWAYS_EXCLUDED_PREFIXES",
             "Parts",
-            "flat",
             "is_live_handle",
             "is_stateful",
-            "matches",
-            "nested",
             "recursive_getattr",
             "recursive_setattr",
             "unwrap",
         ),
         "._parts",
     ),
+    **dict.fromkeys(("flat", "matches", "nested"), "._patterns"),
     "LoadReport": "._report",
     "LoadSession": "._session",
+    # the saved system-info report, read when a load prints it or explains a failure
+    **dict.fromkeys(("parse_system_info", "print_system_info"), ".._system_info"),
     **dict.fromkeys(("Encoded", "check_signable", "encode", "encoded_size", "write"), "._write"),
     "check_custom_objects": "._options",
 }
@@ -102,10 +87,12 @@ _SUBMODULES = frozenset(
         "_classes",
         "_collect",
         "_component",
+        "_folders",
         "_inplace",
         "_modes",
         "_options",
         "_parts",
+        "_patterns",
         "_report",
         "_session",
         "_write",
@@ -115,6 +102,7 @@ _SUBMODULES = frozenset(
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 __all__ = [
+    "apply_modes",
     "check_signable",
     "ALWAYS_EXCLUDED_PREFIXES",
     "OPTION_DOCS",
@@ -145,9 +133,12 @@ __all__ = [
     "load_state_into",
     "matches",
     "nested",
+    "parse_system_info",
+    "print_system_info",
     "recursive_getattr",
     "recursive_setattr",
     "resolve",
+    "resolve_class",
     "restore_parts",
     "restore_target",
     "restore_tree",

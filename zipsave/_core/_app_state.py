@@ -7,7 +7,8 @@ from typing import Any
 
 from .. import _format
 from ..exceptions import ParameterMismatchError
-from ._parts import is_stateful, matches
+from ._parts import is_stateful
+from ._patterns import matches
 from ._session import LoadSession
 
 __all__ = ["check_app_state"]

@@ -15,7 +15,8 @@ from .. import _core, _format  # _core: collect, imported when a live object is 
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, UnsafeNameError, ZipsaveError
 from ._address import check_data_key, resolve, set_variable
 from ._inplace import fill_in_place
-from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, Parts, is_stateful, matches, unwrap
+from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, Parts, is_stateful, unwrap
+from ._patterns import matches
 from ._session import LoadSession
 
 __all__ = [

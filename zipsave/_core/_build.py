@@ -1,31 +1,28 @@
 """Rebuilding objects from an archive folder: the class its ``init.json`` names (or the caller's,
-or a handler's), constructed, then restored in place; app-state folders as dicts."""
+or a handler's), constructed, then restored in place (:mod:`._folders` says what a folder is)."""
 
 from __future__ import annotations
 
 import inspect as _inspect
 from typing import Any
 
-from .. import _core, _format, _registry  # _core: collect, imported when a live object is compared
-from .._archive import data_bytes, member_names
+from .. import _core, _format, _registry  # _core: what only a build or a live comparison uses, on first use
 from .._codec import NATIVE_KEY
 from ..exceptions import (
     ArchiveFormatError,
     DecodeError,
-    MissingDependencyError,
     ParameterMismatchError,
     UnsafeNameError,
     ZipsaveError,
 )
 from ._address import check_data_key, check_name, resolve
 from ._apply import restore_parts
-from ._classes import resolve_class
-from ._component import Component
-from ._modes import apply_modes
-from ._parts import Parts, matches, nested
+from ._folders import handler_for
+from ._parts import Parts
+from ._patterns import matches, nested
 from ._session import LoadSession
 
-__all__ = ["build", "check_component", "data_bytes", "handler_for", "load_app_state", "restore_target", "restore_tree"]
+__all__ = ["build", "restore_target", "restore_tree"]
 
 
 def build(
@@ -69,7 +66,7 @@ def build(
             raise ArchiveFormatError(
                 "`positional` must be a list of [name, value] pairs.", archive=src.name, member=init_member
             )
-    klass = resolve_class(src, record, init_member, cls)
+    klass = _core.resolve_class(src, record, init_member, cls)
     raw_args = record.get("args", {})
     built: dict[str, Any] = dict(custom_objects or {})
     for key, raw in raw_args.items():
@@ -142,7 +139,7 @@ def build(
     for key, value in late.items():
         setattr(obj, key, value)
     if "modes" in record:  # train/eval, as saved (`restore` leaves the live modes alone)
-        apply_modes(obj, record["modes"], f"archive `{src.name}`, member `{init_member}`")
+        _core.apply_modes(obj, record["modes"], f"archive `{src.name}`, member `{init_member}`")
     return obj
 
 
@@ -175,39 +172,6 @@ def _positional(src: LoadSession, pairs: list, member: str, overrides: dict[str,
     return values
 
 
-def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) -> _registry.Handler | None:
-    """The registered handler that builds ``folder``: the one its ``init.json`` names, else one
-    that builds ``cls``, else (no ``cls``, no ``init.json``) one that recognises the folder."""
-    init_member = _format.join(folder, _format.INIT)
-    if src.has(init_member):
-        if record is None:  # the caller had not read the folder's init.json yet
-            record = src.read_json(init_member)
-        name = record.get("handler") if isinstance(record, dict) else None
-        if name is None:
-            return None
-        handler = _registry.by_name(str(name))
-        if handler is None:
-            raise MissingDependencyError(
-                f"was written by the zipsave integration `{name}`, which is not installed.",
-                archive=src.name,
-                member=init_member,
-                hint=f"Install the package that provides it (e.g. `pip install zipsave[{name}]`).",
-            )
-        return handler
-    if cls is not None:
-        return next((h for h in _registry.handlers(live=True) if h.builds(cls)), None)
-    asked = _registry.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
-    return next((h for h in asked if h.recognises(src, folder)), None)
-
-
-def check_component(src: LoadSession, folder: str) -> None:
-    """``folder`` must be a component (it has ``data``) or a dict of components."""
-    if folder and not src.has(_format.join(folder, _format.DATA)) and not src.child_components(folder):
-        raise ArchiveFormatError(
-            f"has no component `{folder}`; components: {sorted(src.source.components())}.", archive=src.name
-        )
-
-
 def restore_target(src: LoadSession, obj: Any, folder: str, into: str | None) -> Any:
     """Where a restored component goes: ``into`` (an attribute path in ``obj``, ``""`` for
     ``obj`` itself), else the component's own path when ``obj`` has it, else ``obj``."""
@@ -217,7 +181,7 @@ def restore_target(src: LoadSession, obj: Any, folder: str, into: str | None) ->
     parts = path.split("/")
     if into is None:
         first = obj.get(parts[0]) if isinstance(obj, dict) else getattr(obj, parts[0], None)
-        if not isinstance(first, (Component, dict)):
+        if not isinstance(first, (_core.Component, dict)):
             return obj  # e.g. restore(algo.learner.module["p0"], other, component="learner/module/p1")
     target = obj
     for depth, part in enumerate(parts):
@@ -231,30 +195,6 @@ def restore_target(src: LoadSession, obj: Any, folder: str, into: str | None) ->
             )
         target = found
     return target
-
-
-def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None, exclude: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = dict(src.decode_data(folder, custom_objects=custom_objects, exclude=exclude) or {})
-    prefix = f"{folder}/" if folder else ""
-    for name in src.source.members_in(folder):
-        if not name.endswith(_format.PTH_SUFFIX):
-            continue
-        key = name[len(prefix) : -len(_format.PTH_SUFFIX)]
-        if name[len(prefix) :] == _format.PYTORCH_VARIABLES or (exclude and matches(key, exclude)):
-            continue
-        try:
-            out[key], _ = src.load_tensors(name)
-        except ZipsaveError as err:
-            src.skip(name, None, None, err)
-    for child in src.child_components(folder):
-        key = child[len(prefix) :]
-        if "/" in key or (exclude and matches(key, exclude)):
-            continue
-        if src.has(_format.join(child, _format.INIT)):  # a Saveable held by the app state
-            out[key] = build(src, child, cls=None, custom_objects=None, exclude=nested(exclude, key), overrides={})
-        else:  # a plain object's folder: its values and state dicts, as a dict
-            out[key] = load_app_state(src, child, custom_objects=None, exclude=nested(exclude, key))
-    return out
 
 
 def restore_tree(
@@ -310,11 +250,11 @@ def restore_tree(
             current = _own(holder, last, attr_path, where)
         if not is_dict and any(h.restore_component(src, obj, attr_path) for h in _registry.handlers(live=True)):
             continue  # a handler filled it itself (SB3's replay buffer, VecNormalize)
-        if child in src.built_components and isinstance(current, Component):
+        if child in src.built_components and isinstance(current, _core.Component):
             continue  # built (and restored) from its folder before the constructor ran
         plain = not src.has(_format.join(child, _format.INIT))  # a plain object's folder (`holds_state`)
         live_plain = plain and current is not None and not isinstance(current, (dict, list, tuple))
-        if isinstance(current, Component) or live_plain:
+        if isinstance(current, _core.Component) or live_plain:
             restore_tree(
                 src,
                 current,
@@ -329,7 +269,7 @@ def restore_tree(
             if modes and src.has(child_init):
                 record = src.read_json(child_init)
                 if isinstance(record, dict) and "modes" in record:
-                    apply_modes(current, record["modes"], f"archive `{src.name}`, member `{child_init}`")
+                    _core.apply_modes(current, record["modes"], f"archive `{src.name}`, member `{child_init}`")
         elif plain and handler_for(src, child, None) is None:
             raise ParameterMismatchError(
                 f"component `{child}` was saved from a plain object (it has no init.json, so it cannot be built), "

@@ -24,10 +24,10 @@ from ._parts import (
     is_environment,
     is_live_handle,
     is_stateful,
-    matches,
     recursive_getattr,
     unwrap,
 )
+from ._patterns import matches
 
 __all__ = ["collect"]
 

@@ -4,7 +4,6 @@ find stateful objects, live handles and attribute paths."""
 from __future__ import annotations
 
 import concurrent.futures
-import fnmatch
 import io
 import logging
 import queue
@@ -23,12 +22,9 @@ __all__ = [
     "PLAIN_VALUES",
     "Parts",
     "container_items",
-    "flat",
     "is_environment",
     "is_live_handle",
     "is_stateful",
-    "matches",
-    "nested",
     "recursive_getattr",
     "recursive_setattr",
     "unwrap",
@@ -170,15 +166,6 @@ class Parts:
         return f"Parts({fields})"
 
 
-def matches(name: str, patterns: Iterable[str]) -> bool:
-    """``name`` matches a glob of ``patterns``, or lies below one: ``nets`` covers ``nets.pi``
-    and ``agents`` covers ``agents/0``."""
-    return any(
-        fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, p + ".*") or fnmatch.fnmatchcase(name, p + "/*")
-        for p in patterns
-    )
-
-
 #: Value types that hold no state and nothing that does: skipped without a look when
 #: collecting (a list of a million floats) and taken as they are when restoring.
 PLAIN_VALUES = frozenset({int, float, str, bool, type(None), bytes, complex, np.ndarray})
@@ -196,22 +183,3 @@ def container_items(value: Any) -> Iterable[tuple[Any, Any]] | None:
     ):
         return value.items()
     return None
-
-
-def nested(patterns: Iterable[str] | None, prefix: str) -> list[str]:
-    """Exclude/include patterns addressed to a component: ``"learner/opt"`` -> ``"opt"``.
-
-    A pattern that starts with ``*`` (``"*.optimizer"``) applies at every depth, as
-    fnmatch's ``*`` also matches ``/``.
-    """
-    out = []
-    for p in patterns or ():
-        if p.startswith(prefix + "/"):
-            out.append(p[len(prefix) + 1 :])
-        elif p.startswith("*"):
-            out.append(p)
-    return out
-
-
-def flat(patterns: list[str]) -> list[str]:
-    return [p for p in patterns if "/" not in p]

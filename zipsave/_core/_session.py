@@ -9,11 +9,11 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .. import (  # packages whose parts load on first use (PEP 562)
+from .. import (  # packages whose parts load on first use (PEP 562); _core: the system-info report
     _codec,
+    _core,
     _format,
     _sign,
-    _system_info,
     _tensors,
     _trust,
 )
@@ -32,7 +32,7 @@ from ..exceptions import (
 )
 from ._members import broken_tensor_member, leave_out, stem, unrecognised
 from ._options import LoadOptions
-from ._parts import matches
+from ._patterns import matches
 from ._report import LoadReport
 
 __all__ = ["LoadSession"]
@@ -228,7 +228,7 @@ class LoadSession:
                 text = self.source.read_text(_format.SYSTEM_INFO)
             except ZipsaveError as err:
                 text = f"(unreadable: {err})"
-        _system_info.print_system_info(text)
+        _core.print_system_info(text)
 
     def has(self, member: str) -> bool:
         return member in self.reader
@@ -367,7 +367,7 @@ class LoadSession:
             self._saved_versions = {}
             if self.has(_format.SYSTEM_INFO):
                 try:
-                    self._saved_versions = _system_info.parse_system_info(self.source.read_text(_format.SYSTEM_INFO))
+                    self._saved_versions = _core.parse_system_info(self.source.read_text(_format.SYSTEM_INFO))
                 except ZipsaveError:
                     pass  # only used to word an error; the error itself still comes
         return self._saved_versions

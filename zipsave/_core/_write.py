@@ -23,7 +23,8 @@ from .._trust import pickle_globals
 from .._version import __version__
 from ..exceptions import EncodeError, StorageError, ZipsaveError, ZipsaveWarning, caller_stacklevel, describe_path
 from ._collect import collect, holds_state
-from ._parts import Parts, is_live_handle, is_stateful, nested
+from ._parts import Parts, is_live_handle, is_stateful
+from ._patterns import nested
 
 __all__ = ["Encoded", "encode", "encoded_size", "write"]
 

@@ -1,0 +1,74 @@
+"""What an archive folder is, before anything is built: a component or a dict of them, the
+handler that builds it (named by its ``init.json`` or recognising it), and app-state folders
+read as dicts. A plain load needs only this; :mod:`._build` constructs objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _core, _format, _registry  # _core: build, imported when a folder holds a Saveable
+from .._archive import data_bytes, member_names
+from ..exceptions import ArchiveFormatError, MissingDependencyError, ZipsaveError
+from ._patterns import matches, nested
+from ._session import LoadSession
+
+__all__ = ["check_component", "handler_for", "load_app_state"]
+
+
+def check_component(src: LoadSession, folder: str) -> None:
+    """``folder`` must be a component (it has ``data``) or a dict of components."""
+    if folder and not src.has(_format.join(folder, _format.DATA)) and not src.child_components(folder):
+        raise ArchiveFormatError(
+            f"has no component `{folder}`; components: {sorted(src.source.components())}.", archive=src.name
+        )
+
+
+def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) -> _registry.Handler | None:
+    """The registered handler that builds ``folder``: the one its ``init.json`` names, else one
+    that builds ``cls``, else (no ``cls``, no ``init.json``) one that recognises the folder."""
+    init_member = _format.join(folder, _format.INIT)
+    if src.has(init_member):
+        if record is None:  # the caller had not read the folder's init.json yet
+            record = src.read_json(init_member)
+        name = record.get("handler") if isinstance(record, dict) else None
+        if name is None:
+            return None
+        handler = _registry.by_name(str(name))
+        if handler is None:
+            raise MissingDependencyError(
+                f"was written by the zipsave integration `{name}`, which is not installed.",
+                archive=src.name,
+                member=init_member,
+                hint=f"Install the package that provides it (e.g. `pip install zipsave[{name}]`).",
+            )
+        return handler
+    if cls is not None:
+        return next((h for h in _registry.handlers(live=True) if h.builds(cls)), None)
+    asked = _registry.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
+    return next((h for h in asked if h.recognises(src, folder)), None)
+
+
+def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None, exclude: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = dict(src.decode_data(folder, custom_objects=custom_objects, exclude=exclude) or {})
+    prefix = f"{folder}/" if folder else ""
+    for name in src.source.members_in(folder):
+        if not name.endswith(_format.PTH_SUFFIX):
+            continue
+        key = name[len(prefix) : -len(_format.PTH_SUFFIX)]
+        if name[len(prefix) :] == _format.PYTORCH_VARIABLES or (exclude and matches(key, exclude)):
+            continue
+        try:
+            out[key], _ = src.load_tensors(name)
+        except ZipsaveError as err:
+            src.skip(name, None, None, err)
+    for child in src.child_components(folder):
+        key = child[len(prefix) :]
+        if "/" in key or (exclude and matches(key, exclude)):
+            continue
+        if src.has(_format.join(child, _format.INIT)):  # a Saveable held by the app state
+            out[key] = _core.build(
+                src, child, cls=None, custom_objects=None, exclude=nested(exclude, key), overrides={}
+            )
+        else:  # a plain object's folder: its values and state dicts, as a dict
+            out[key] = load_app_state(src, child, custom_objects=None, exclude=nested(exclude, key))
+    return out
