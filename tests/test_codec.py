@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from zipsave._codec import Decoder, Encoder, import_path, is_json_native
 from zipsave._codec import _decode as _codec_decode
-from zipsave._json import dump_json, nesting_exceeds, parse_json
+from zipsave._json import ORJSON_MIN_BYTES, dump_json, nesting_exceeds, parse_json
 from zipsave._trust import TrustPolicy
 from zipsave.exceptions import DecodeError, EncodeError, UnsafeGlobalError
 
@@ -624,6 +624,43 @@ def test_nesting_scan_ignores_brackets_in_strings():
     assert not nesting_exceeds(b'["\\"' + b"{" * 1000 + b'"]', 2)
     assert nesting_exceeds(b"[[[1]]]", 2)
     assert not nesting_exceeds(b"[[[1]]]", 3)
+
+
+def _padded(text: bytes) -> bytes:
+    """``text`` grown past the size from which orjson parses it (whitespace: the same value)."""
+    return text + b" " * ORJSON_MIN_BYTES
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
+def test_integers_beyond_64_bits_stay_exact(large):
+    # orjson alone parses 2**64 as the float 1.8446744073709552e19: such text goes to Python's json.
+    for value in (2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63) - 1, 2**128 + 1):
+        raw = f'{{"seed": {value}}}'.encode()
+        parsed = parse_json(_padded(raw) if large else raw, max_depth=10)
+        assert type(parsed["seed"]) is int and parsed["seed"] == value
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300)
+@given(json_values)
+def test_small_and_large_json_parse_to_the_same_values(value):
+    # Python's json for small text, orjson for large: one value either way, the one written.
+    import json
+
+    raw = json.dumps(value).encode()
+    small, large = parse_json(raw, max_depth=64), parse_json(_padded(raw), max_depth=64)
+    assert_same(small, value)
+    assert_same(large, value)
 
 
 def test_invalid_json_is_a_decode_error():

@@ -1,4 +1,5 @@
-"""The archive format version and every member name, in one place.
+"""The archive format version, every member name and the keys of a tagged ``data`` value, in
+one place.
 
 Bumping the format: increase ``FORMAT_VERSION`` only for a change an older zipsave could
 misread; add the reader for the old layout beside the new one (never drop it), keep an
@@ -36,6 +37,14 @@ EDITABLE = frozenset({DATA, INIT, SYSTEM_INFO})
 #: Tensor data inside ``.pth`` and ``.npy`` members starts on this boundary in the outer
 #: file, so records can be read in place or memory-mapped.
 ALIGNMENT = 64
+
+#: The keys of a tagged JSON value in ``data``: SB3's ``":type:"`` and ``":serialized:"``
+#: (SB3's spelling; must stay as it is so SB3 reads zipsave's ``data``), and zipsave's
+#: pickle-free ``":zipsave:"`` form beside them.
+TYPE_KEY = ":type:"
+SERIALIZED_KEY = ":serialized:"
+NATIVE_KEY = ":zipsave:"
+RESERVED = frozenset({TYPE_KEY, SERIALIZED_KEY, NATIVE_KEY})
 
 #: Fixed timestamp for every member: same state in, same bytes out.
 DATE_TIME = (1980, 1, 1, 0, 0, 0)

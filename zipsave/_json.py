@@ -5,6 +5,13 @@ orjson (3.8 at least) has no nesting limit of its own and overflows the C stack 
 nested objects, which kills the process; Python's ``json`` raises ``RecursionError``. So the
 nesting depth is measured on the raw bytes first, and only JSON within the limit reaches a
 parser.
+
+Both parsers give the same values for the same text, with one exception this module routes
+around: orjson turns an integer beyond 64 bits into a float (``2**64`` parses as
+``1.8446744073709552e19``), so text with a run of 19 digits or more goes to Python's ``json``,
+which keeps it exact. Small text goes there too: Python's ``json`` is imported with torch, and
+importing orjson would cost a first load more than parsing a ``data`` member does; orjson is
+imported when something large is parsed, or written.
 """
 
 from __future__ import annotations
@@ -13,8 +20,6 @@ import json
 import re
 from typing import Any
 
-import orjson
-
 from .exceptions import DecodeError
 
 __all__ = ["dump_json", "loads", "nesting_exceeds", "parse_json"]
@@ -22,6 +27,12 @@ __all__ = ["dump_json", "loads", "nesting_exceeds", "parse_json"]
 #: The deepest JSON handed to orjson whatever the configured limit; deeper (when a caller
 #: raises the limit) goes to Python's json, which fails cleanly instead of crashing.
 ORJSON_MAX_DEPTH = 512
+
+#: JSON text shorter than this is parsed by Python's json (see above).
+ORJSON_MIN_BYTES = 64 * 1024
+
+#: A run of digits that may be an integer orjson would not keep exact (2**63 has 19 digits).
+_LONG_DIGITS = rb"[0-9]{19}"
 
 # A JSON string (so brackets inside strings are not counted), or one bracket.
 # Compiled (and cached by `re`) on first use: importing compiles nothing.
@@ -71,7 +82,13 @@ def loads(raw: bytes, *, max_depth: int) -> Any:
             hint="Raise it with `limits=zipsave.Limits(max_json_depth=...)` if you trust the archive.",
         )
     first: Exception | None = None
-    if max_depth <= ORJSON_MAX_DEPTH or not nesting_exceeds(raw, ORJSON_MAX_DEPTH):
+    if (
+        len(raw) >= ORJSON_MIN_BYTES
+        and (max_depth <= ORJSON_MAX_DEPTH or not nesting_exceeds(raw, ORJSON_MAX_DEPTH))
+        and re.search(_LONG_DIGITS, raw) is None
+    ):
+        import orjson  # for large text only (see the module docstring)
+
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as err:
@@ -86,6 +103,8 @@ def loads(raw: bytes, *, max_depth: int) -> Any:
 
 def dump_json(obj: Any) -> bytes:
     """Pretty, deterministic JSON (key order as given; SB3's ``data`` is human-read)."""
+    import orjson  # here, so that a load that writes nothing does not import it
+
     return orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"
 
 

@@ -13,9 +13,8 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._crc import BACKEND as CRC_BACKEND
     from ._crc import OrderedCrc, crc32, crc32_combine, crc32_many, crc32_read, share_work
     from ._destination import destination_key, is_url, open_output, open_source
-    from ._files import atomic_output, open_input, seekable, with_suffix
+    from ._files import atomic_output, libc_function, open_input, seekable, with_suffix
     from ._handlers import data_bytes, involve_handlers, member_names
-    from ._libc import libc_function
     from ._limits import DEFAULT_LIMITS, Limits
     from ._progress import check as check_progress
     from ._progress import counting_reader, counting_writer, describe, make_bar
@@ -33,7 +32,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("destination_key", "is_url", "open_output", "open_source"), "._destination"),
     **dict.fromkeys(("data_bytes", "involve_handlers", "member_names"), "._handlers"),
     **dict.fromkeys(("atomic_output", "open_input", "seekable", "with_suffix"), "._files"),
-    "libc_function": "._libc",
+    "libc_function": "._files",
     **dict.fromkeys(("DEFAULT_LIMITS", "Limits"), "._limits"),
     "check_progress": "._progress:check",
     **dict.fromkeys(("counting_reader", "counting_writer", "describe", "make_bar"), "._progress"),
@@ -50,7 +49,6 @@ _SUBMODULES = frozenset(
         "_destination",
         "_files",
         "_handlers",
-        "_libc",
         "_limits",
         "_progress",
         "_reader",
@@ -59,7 +57,6 @@ _SUBMODULES = frozenset(
         "_structure",
         "_views",
         "_writer",
-        "_zipfields",
         "_zipfmt",
     }
 )

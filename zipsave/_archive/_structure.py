@@ -9,22 +9,29 @@ from typing import IO, Any
 
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._limits import Limits
-from ._zipfields import (
+from ._zipfmt import (
+    CENTRAL,
+    EOCD,
+    EOCD64,
+    FLAG_DESCRIPTOR,
     HINT,
     KNOWN_FLAGS,
+    LOCAL,
+    LOCATOR64,
     SIG_CENTRAL,
     SIG_DESCRIPTOR,
     SIG_EOCD,
     SIG_EOCD64,
     SIG_LOCAL,
     SIG_LOCATOR,
+    ZIP64_ID,
     Entry,
     Structure,
+    check_name,
     decode_name,
     extras,
     refuse,
 )
-from ._zipfmt import CENTRAL, EOCD, EOCD64, FLAG_DESCRIPTOR, LOCAL, LOCATOR64, ZIP64_ID, check_name
 
 __all__ = ["Entry", "Structure", "check_one_end", "read_structure"]
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
+    from .._format import NATIVE_KEY, RESERVED, SERIALIZED_KEY, TYPE_KEY
     from ._arrays import descr_dtype
     from ._decode import Decoder
     from ._encode import Encoder, import_path, is_json_native
     from ._pickling import type_hint, unb64
     from ._spaces import is_space
-    from ._tags import NATIVE_KEY, RESERVED, SERIALIZED_KEY, TYPE_KEY
 
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
@@ -28,11 +28,11 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("type_hint", "unb64"), "._pickling"),
     "descr_dtype": "._arrays",
     "is_space": "._spaces",
-    **dict.fromkeys(("NATIVE_KEY", "RESERVED", "SERIALIZED_KEY", "TYPE_KEY"), "._tags"),
+    **dict.fromkeys(("NATIVE_KEY", "RESERVED", "SERIALIZED_KEY", "TYPE_KEY"), ".._format"),
 }
 # Its modules, found as attributes as when this file imported them all.
 _SUBMODULES = frozenset(
-    {"_arrays", "_decode", "_encode", "_pickling", "_space_decode", "_space_encode", "_space_kinds", "_spaces", "_tags"}
+    {"_arrays", "_decode", "_encode", "_pickling", "_space_decode", "_space_encode", "_space_kinds", "_spaces"}
 )
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)

@@ -18,9 +18,9 @@ import torch
 
 from .. import _codec, _trust  # packages whose parts load on first use: arrays, spaces, the unpickler
 from .._bounds import MAX_INT_BITS, KeyGuard, check_int
+from .._format import NATIVE_KEY as N
+from .._format import SERIALIZED_KEY as S
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
-from ._tags import NATIVE_KEY as N
-from ._tags import SERIALIZED_KEY as S
 
 __all__ = ["Decoder"]
 

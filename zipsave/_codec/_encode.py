@@ -20,15 +20,15 @@ import orjson
 import torch
 
 from .. import _codec  # its space encoder loads with the first space
+from .._format import NATIVE_KEY as N
+from .._format import RESERVED
+from .._format import SERIALIZED_KEY as S
+from .._format import TYPE_KEY as T
 from .._invariants import flat_bytes
 from ..exceptions import EncodeError
 from ._arrays import INT64, canonical_array, dtype_descr, tz_fields
 from ._pickling import NoNative, b64, pickle_value, type_hint
 from ._space_kinds import is_space
-from ._tags import NATIVE_KEY as N
-from ._tags import RESERVED
-from ._tags import SERIALIZED_KEY as S
-from ._tags import TYPE_KEY as T
 
 __all__ = ["Encoder", "find_cycle", "import_path", "is_json_native"]
 
