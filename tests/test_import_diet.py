@@ -147,6 +147,15 @@ NEVER_ON_PLAIN_READ = (
     "zipsave._codec._arrays",
     "zipsave._codec._pickling",
     "zipsave._system_info",
+    "zipsave._trust._torch_calls",
+)
+# What inspecting an archive that holds no pickled value, without ``verify=True``, never
+# imports: the byte check, the pickle audit, the unpickler's stand-ins and legacy torch calls.
+NEVER_ON_INSPECT = (
+    "zipsave._tools._check",
+    "zipsave._trust._audit",
+    "zipsave._trust._substitutes",
+    "zipsave._trust._torch_calls",
 )
 # What restoring an app state in place never imports: constructing objects and their modes.
 NEVER_ON_RESTORE = (
@@ -154,6 +163,7 @@ NEVER_ON_RESTORE = (
     "zipsave._core._component",
     "zipsave._core._modes",
     "zipsave._system_info",
+    "zipsave._trust._torch_calls",
 )
 
 _SCRIPT = r"""
@@ -196,7 +206,12 @@ def test_a_first_load_imports_only_what_it_uses(archive, verb):
     assert others == []
     assert [m for m in imported if m.startswith(NEVER + NEVER_ON_LOAD)] == []
     assert "zipsave._tensors._pth_read" in ours or verb == "inspect"  # the call did read tensors
-    never = {"load": NEVER_ON_PLAIN_READ, "load_archive": NEVER_ON_PLAIN_READ, "restore": NEVER_ON_RESTORE}
+    never = {
+        "load": NEVER_ON_PLAIN_READ,
+        "load_archive": NEVER_ON_PLAIN_READ,
+        "restore": NEVER_ON_RESTORE,
+        "inspect": NEVER_ON_INSPECT,
+    }
     assert sorted(ours.intersection(never.get(verb, ()))) == []
     if verb != "inspect":  # small JSON members parse with Python's json, imported with torch
         assert "orjson" not in imported

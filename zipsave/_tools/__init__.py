@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
+    from ._check import check_archive
     from ._diff import diff
     from ._extract import extract
     from ._inspect import inspect
@@ -17,6 +18,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
 _LAZY: dict[str, str] = {
+    "check_archive": "._check",
     "diff": "._diff",
     "extract": "._extract",
     "inspect": "._inspect",
@@ -38,6 +40,7 @@ __all__ = [
     "ComponentInfo",
     "DataEntry",
     "TensorInfo",
+    "check_archive",
     "describe_sharded",
     "diff",
     "extract",

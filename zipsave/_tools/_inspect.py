@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from .. import _format, _sign, _system_info  # _sign: its checker only when `trust=` is given
+from .. import _format, _sign, _system_info, _tools, _trust  # on first use: _sign's checker (`trust=`), the
+
+# byte check (`verify=True`), the pickle audit and stand-ins (pickled values)
 from .._archive import ArchiveSource, Limits, MemberView, involve_handlers, manifest_digest, parse_version
 from .._codec import NATIVE_KEY as _N
 from .._codec import SERIALIZED_KEY as _S
@@ -32,15 +34,14 @@ from .._tensors import (
     read_pth_meta,
     walk_leaves,
 )
-from .._trust import SUBSTITUTED, TrustPolicy, pickle_globals
+from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, DecodeError, IntegrityError, ZipsaveError, nesting_as_error
-from ._check import check_archive
 from ._records import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo
 from ._render import format_shape, shorten
 
 __all__ = ["data_folders", "inspect", "pth_meta", "stored_type"]
 
-_CLASS_HINT = re.compile(r"<class '(.+)'>")
+_CLASS_HINT = r"<class '(.+)'>"  # compiled (and cached by `re`) on first use
 # Native kinds whose decoding imports a global by name (through the trust policy).
 _REF_FIELDS = {"ref": "path", "enum": "class", "namedtuple": "class", "defaultdict": "factory"}
 
@@ -52,7 +53,7 @@ def _json_type(value: Any) -> str:
 def stored_type(value: Any) -> str:
     if isinstance(value, dict) and isinstance(value.get(_T), str):
         hint = value[_T]
-        match = _CLASS_HINT.fullmatch(hint)
+        match = re.fullmatch(_CLASS_HINT, hint)
         return match.group(1) if match else hint
     return _json_type(value)
 
@@ -119,7 +120,7 @@ def _scan(value: Any, pickles: list[str], refs: list[str], native: bool) -> None
 
 def _global_trusted(policy: TrustPolicy, name: str) -> bool:
     module, _, qualname = name.rpartition(".")
-    return name in SUBSTITUTED or (bool(module) and policy.is_trusted(module, qualname))
+    return name in _trust.SUBSTITUTED or (bool(module) and policy.is_trusted(module, qualname))
 
 
 def _describe_entry(component: str, key: str, value: Any, policy: TrustPolicy) -> DataEntry:
@@ -130,7 +131,7 @@ def _describe_entry(component: str, key: str, value: Any, policy: TrustPolicy) -
     for text in pickles:
         try:
             payload = base64.b64decode(text.encode("ascii"), validate=True) if isinstance(text, str) else b""
-            names.update(pickle_globals(payload))
+            names.update(_trust.pickle_globals(payload))
         except (binascii.Error, UnicodeEncodeError, DecodeError) as err:
             names.add(f"<unreadable pickle: {err}>")
     found = tuple(sorted(names))
@@ -271,7 +272,7 @@ def inspect(
                 tensors += _list_tensors(src, name, notes, damaged)
         verified = False if damaged else None  # damage seen while listing: known not intact
         if verify:
-            problems = check_archive(src)
+            problems = _tools.check_archive(src)
             notes += problems
             verified = not problems and not damaged
     return ArchiveInfo(

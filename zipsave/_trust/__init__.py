@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._prescan import BoundedUnpickler, check_legacy_torch, check_torch_zip, prescan_pickle
     from ._space_check import space_problem
     from ._substitutes import SUBSTITUTED, StorageType
+    from ._torch_calls import LEGACY_ITEMSIZE, check_torch_call, storage_reference
     from ._unpickler import restricted_loads
 
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
@@ -47,6 +48,7 @@ _LAZY: dict[str, str] = {
     "space_problem": "._space_check",
     **dict.fromkeys(("SUBSTITUTED", "StorageType"), "._substitutes"),
     "restricted_loads": "._unpickler",
+    **dict.fromkeys(("LEGACY_ITEMSIZE", "check_torch_call", "storage_reference"), "._torch_calls"),
     "check_legacy_torch": "._prescan",
 }
 # Its modules, found as attributes as when this file imported them all.
@@ -72,17 +74,20 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 __all__ = [
     "BY_VALUE_MARK",
+    "BoundedUnpickler",
     "CORE_ALLOWLIST",
     "GROUPS",
+    "LEGACY_ITEMSIZE",
     "SUBSTITUTED",
-    "BoundedUnpickler",
     "StorageType",
     "TrustPolicy",
     "check_legacy_torch",
+    "check_torch_call",
     "check_torch_zip",
     "default_allowlist",
     "pickle_globals",
     "prescan_pickle",
     "restricted_loads",
     "space_problem",
+    "storage_reference",
 ]

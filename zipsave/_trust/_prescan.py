@@ -11,9 +11,9 @@ import struct
 import zipfile
 from typing import Any, ClassVar
 
+from .. import _trust  # on first use: the torch calls of a legacy pickle (`_torch_calls`)
 from .._bounds import AllocBudget, KeyGuard, check_int, check_zip_infos, key_budget
 from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
-from ._torch_calls import LEGACY_ITEMSIZE, check_torch_call, storage_reference
 
 __all__ = ["BoundedUnpickler", "check_legacy_torch", "check_torch_zip", "prescan_pickle"]
 
@@ -221,10 +221,10 @@ class _Prescan(BoundedUnpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         self.pids.append(pid)
-        return storage_reference(pid, self.records, **self.where) or _Stub()
+        return _trust.storage_reference(pid, self.records, **self.where) or _Stub()
 
     def load_newobj(self) -> None:
-        check_torch_call(self.stack[-2], self.stack.pop(), self.budget, **self.where)
+        _trust.check_torch_call(self.stack[-2], self.stack.pop(), self.budget, **self.where)
         self.stack[-1] = _Stub()
 
     dispatch[pickle.NEWOBJ[0]] = load_newobj
@@ -241,7 +241,7 @@ class _Prescan(BoundedUnpickler):
             for arg in args:
                 if type(arg) in (list, tuple, set, frozenset) and len(arg) > 1:
                     self.keys.items_of(arg)
-        check_torch_call(self.stack[-1], args, self.budget, **self.where)
+        _trust.check_torch_call(self.stack[-1], args, self.budget, **self.where)
         self.stack[-1] = _Stub()
 
     dispatch[pickle.REDUCE[0]] = load_reduce
@@ -292,7 +292,7 @@ def check_legacy_torch(payload: bytes | bytearray, **where: Any) -> None:
         for pid in scan.pids:
             kind = getattr(pid[1], "name", "") if type(pid) is tuple and len(pid) > 2 else ""
             size = (
-                LEGACY_ITEMSIZE.get(kind.rpartition(".")[2].removesuffix("Storage"))
+                _trust.LEGACY_ITEMSIZE.get(kind.rpartition(".")[2].removesuffix("Storage"))
                 if kind.startswith("torch.")
                 else None
             )
