@@ -142,12 +142,18 @@ def test_a_distribution_without_entry_points_still_shadows_a_later_one(tmp_path,
         f"[{GROUP}.extra]\nextra = extra_mod:handler\n",
         f"# [{GROUP}]\n[other]\nname = mod:attr\n",
         f"[{GROUP}]\n",
+        f"[ {GROUP} ]\nspaced = spaced_mod:handler\n",  # importlib.metadata keeps the spaces
         "",
     ],
 )
 def test_entry_points_of_other_groups_only_list_nothing(tmp_path, monkeypatch, text):
     _folder(tmp_path, "others-1.0.dist-info", text)
     assert _scanned(monkeypatch, tmp_path) == []
+
+
+def test_a_section_header_is_read_as_importlib_metadata_reads_it(tmp_path, monkeypatch):
+    _folder(tmp_path, "brackets-1.0.dist-info", f"[[{GROUP}]]\nbracketed = bracketed_mod:handler\n")
+    assert _scanned(monkeypatch, tmp_path) == ["bracketed"]
 
 
 def test_missing_repeated_and_empty_path_entries(tmp_path, monkeypatch):

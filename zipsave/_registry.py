@@ -292,7 +292,7 @@ def _group_entries(text: str) -> list[metadata.EntryPoint]:
         if not line or line.startswith(("#", ";")):
             continue
         if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1].strip()
+            section = line.strip("[]")  # as importlib.metadata reads it: '[ g ]' is not 'g'
         elif section == ENTRY_POINT_GROUP and "=" in line:
             name, _, value = line.partition("=")
             entries.append(metadata.EntryPoint(name=name.strip(), value=value.strip(), group=ENTRY_POINT_GROUP))
