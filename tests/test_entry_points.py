@@ -156,6 +156,18 @@ def test_a_section_header_is_read_as_importlib_metadata_reads_it(tmp_path, monke
     assert _scanned(monkeypatch, tmp_path) == ["bracketed"]
 
 
+@pytest.mark.parametrize(("open_at", "ask_at"), [(True, False), (False, True), (False, False)])
+def test_where_files_cannot_be_opened_relative_to_a_folder_the_scan_lists_the_same(
+    tmp_path, monkeypatch, open_at, ask_at
+):
+    monkeypatch.setattr(_registry, "_OPEN_AT", open_at)
+    monkeypatch.setattr(_registry, "_ASK_AT", ask_at)
+    _folder(tmp_path / "a", "quiet-1.0.dist-info")
+    _folder(tmp_path / "a", "loud-1.0.dist-info", _handler("loud"))
+    _folder(tmp_path / "b", "quiet-2.0.dist-info", _handler("quiet"))
+    assert _scanned(monkeypatch, tmp_path / "a", tmp_path / "b") == ["loud"]
+
+
 def test_missing_repeated_and_empty_path_entries(tmp_path, monkeypatch):
     _folder(tmp_path / "a", "here-1.0.dist-info", _handler("here"))
     _folder(tmp_path / "b", "there-1.0.dist-info", _handler("there"))

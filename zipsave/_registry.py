@@ -197,7 +197,8 @@ _O_READ = os.O_RDONLY | getattr(os, "O_BINARY", 0)
 #: Files are opened relative to their ``sys.path`` folder (not walked again for each of some 200
 #: distributions), and whether one exists is asked first: most have no entry points, and the
 #: exception of a failed ``os.open`` costs more than the question (a tenth of a fresh scan).
-_AT = {os.open, os.access} <= os.supports_dir_fd and os.access in os.supports_effective_ids
+_OPEN_AT = os.open in os.supports_dir_fd
+_ASK_AT = os.access in os.supports_dir_fd and os.access in os.supports_effective_ids
 
 
 def _scan_entry_points() -> list[metadata.EntryPoint] | None:
@@ -253,7 +254,7 @@ def _read_entries(path: str, dists: list[str]) -> list[metadata.EntryPoint]:
     """The group's entry points in the ``entry_points.txt`` of the folders ``dists`` of ``path``."""
     found: list[metadata.EntryPoint] = []
     fd = None
-    if _AT:
+    if _OPEN_AT:
         with contextlib.suppress(OSError):
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
@@ -261,7 +262,7 @@ def _read_entries(path: str, dists: list[str]) -> list[metadata.EntryPoint]:
             name = dist + "/entry_points.txt"
             if fd is None:
                 name = os.path.join(path, name)
-            elif not os.access(name, os.F_OK, dir_fd=fd, effective_ids=True):
+            elif _ASK_AT and not os.access(name, os.F_OK, dir_fd=fd, effective_ids=True):
                 continue
             try:
                 file = os.open(name, _O_READ, dir_fd=fd)
