@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import threading
 import warnings
@@ -189,8 +190,15 @@ def unregister(name: str) -> Handler | None:
         return found
 
 
-def _normalized(name: str) -> str:
-    return "_".join(part for part in name.replace("-", "_").replace(".", "_").lower().split("_") if part)
+_SUFFIXES = (".dist-info", ".egg-info")
+_GROUP_BYTES = ENTRY_POINT_GROUP.encode()
+_SEPARATORS = re.compile(r"[-_.]+")
+_O_READ = os.O_RDONLY | getattr(os, "O_BINARY", 0)
+#: Files are opened relative to their ``sys.path`` folder (not walked again for each of some 200
+#: distributions), and whether one exists is asked first: most have no entry points, and the
+#: exception of a failed ``os.open`` costs more than the question (a tenth of a fresh scan).
+_OPEN_AT = os.open in os.supports_dir_fd
+_ASK_AT = os.access in os.supports_dir_fd and os.access in os.supports_effective_ids
 
 
 def _scan_entry_points() -> list[metadata.EntryPoint] | None:
@@ -198,75 +206,83 @@ def _scan_entry_points() -> list[metadata.EntryPoint] | None:
     distribution of a name along ``sys.path`` wins), reading only the ``entry_points.txt`` of
     each distribution instead of parsing every distribution's metadata (11 ms of a first load
     with 190 installed). ``None`` where distributions may also come from elsewhere (a zip on
-    ``sys.path``, a finder that lists its own): the caller then asks importlib.metadata."""
+    ``sys.path``, a finder that lists its own) or where importlib.metadata would name one by its
+    metadata rather than its folder: the caller then asks importlib.metadata."""
     from importlib.machinery import PathFinder
 
     if any(getattr(f, "find_distributions", None) is not None and f is not PathFinder for f in sys.meta_path):
         return None
-    seen: set[str] = set()
+    names: set[str] = set()
+    listed: set[str] = set()
     found: list[metadata.EntryPoint] = []
     for entry in sys.path:
         if not isinstance(entry, str):  # bytes or other path entries: importlib.metadata's rules
             return None
         try:
-            folder = _Folder(entry or ".")
+            # The same folder again (written the same way, or '' and the working directory)
+            # holds no new name; telling other spellings apart (a stat each) costs more than
+            # it saves where nothing is listed twice.
+            folder = entry or os.getcwd()
+            if folder in listed:
+                continue
+            listed.add(folder)
+            children = os.listdir(entry or ".")
         except NotADirectoryError:
-            return None
-        except OSError:
+            return None  # a zip on sys.path
+        except (OSError, ValueError):  # missing, unreadable, a NUL in the path: no distributions
             continue
-        with folder:
-            for child in folder.children:
-                low = child.lower()
-                if not low.endswith((".dist-info", ".egg-info")):
-                    continue
-                name = _normalized(low.rpartition(".")[0].partition("-")[0])
-                if name in seen:
-                    continue
-                seen.add(name)
-                text = folder.read(child + "/entry_points.txt")
-                if text is not None and ENTRY_POINT_GROUP.encode() in text:
-                    found.extend(_group_entries(text.decode("utf-8", "replace")))
+        if entry.lower().endswith(".egg") and any(child.lower() == "egg-info" for child in children):
+            return None  # an unpacked egg, named by its PKG-INFO
+        new = []
+        for child in [child for child in children if child.lower().endswith(_SUFFIXES)]:
+            name = child.lower().rpartition(".")[0].partition("-")[0]
+            if not child.endswith(_SUFFIXES):
+                return None  # importlib.metadata names such a folder by its METADATA
+            if "." in name or "__" in name or not name:  # else already as Prepared.normalize writes it
+                if not name.strip("."):
+                    return None  # no name before the suffix: by its METADATA too
+                name = _SEPARATORS.sub("_", name)
+            if name not in names:
+                names.add(name)
+                new.append(child)
+        if new:
+            found.extend(_read_entries(entry or ".", new))
     return found
 
 
-class _Folder:
-    """One ``sys.path`` folder, its files opened relative to it (``dir_fd``: the path is not
-    walked again for each of some 200 distributions) where the platform allows."""
-
-    def __init__(self, path: str) -> None:
-        self.children = os.listdir(path)  # NotADirectoryError for a zip on sys.path
-        self.path = path
-        self.fd: int | None = None
-        if os.open in os.supports_dir_fd:
-            with contextlib.suppress(OSError):
-                self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-
-    def __enter__(self) -> _Folder:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-
-    def read(self, name: str) -> bytes | None:
-        """The file's bytes, ``None`` when it cannot be read (most distributions have no entry
-        points: a bare ``os.open`` fails fastest)."""
-        try:
-            if self.fd is not None:
-                fd = os.open(name, os.O_RDONLY, dir_fd=self.fd)
-            else:
-                fd = os.open(os.path.join(self.path, name), os.O_RDONLY)
-        except OSError:
-            return None
-        try:
-            chunks = []
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
-            return b"".join(chunks)
-        except OSError:
-            return None
-        finally:
+def _read_entries(path: str, dists: list[str]) -> list[metadata.EntryPoint]:
+    """The group's entry points in the ``entry_points.txt`` of the folders ``dists`` of ``path``."""
+    found: list[metadata.EntryPoint] = []
+    fd = None
+    if _OPEN_AT:
+        with contextlib.suppress(OSError):
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        for dist in dists:
+            name = dist + "/entry_points.txt"
+            if fd is None:
+                name = os.path.join(path, name)
+            elif _ASK_AT and not os.access(name, os.F_OK, dir_fd=fd, effective_ids=True):
+                continue
+            try:
+                file = os.open(name, _O_READ, dir_fd=fd)
+            except OSError:
+                continue
+            try:
+                chunks = []
+                while chunk := os.read(file, 1 << 16):
+                    chunks.append(chunk)
+            except OSError:
+                continue
+            finally:
+                os.close(file)
+            text = b"".join(chunks)
+            if _GROUP_BYTES in text:
+                found.extend(_group_entries(text.decode("utf-8", "replace")))
+    finally:
+        if fd is not None:
             os.close(fd)
+    return found
 
 
 def _group_entries(text: str) -> list[metadata.EntryPoint]:
@@ -277,7 +293,7 @@ def _group_entries(text: str) -> list[metadata.EntryPoint]:
         if not line or line.startswith(("#", ";")):
             continue
         if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1].strip()
+            section = line.strip("[]")  # as importlib.metadata reads it: '[ g ]' is not 'g'
         elif section == ENTRY_POINT_GROUP and "=" in line:
             name, _, value = line.partition("=")
             entries.append(metadata.EntryPoint(name=name.strip(), value=value.strip(), group=ENTRY_POINT_GROUP))
