@@ -166,6 +166,24 @@ NEVER_ON_RESTORE = (
     "zipsave._trust._torch_calls",
 )
 
+# What a first plain save (a dict of a module, an optimizer and numbers; no `background=`,
+# `progress=`, `sign=` or component) never imports: the background saver and its progress
+# bar, the helpers of values JSON does not hold as they are (arrays, pickles, spaces, tensors
+# in `data`), the pickle audit, the glob rules and train/eval modes.
+NEVER_ON_PLAIN_SAVE = (
+    "zipsave._api._background",
+    "zipsave._archive._progress",
+    "zipsave._optional",
+    "zipsave._codec._arrays",
+    "zipsave._codec._pickling",
+    "zipsave._codec._space_kinds",
+    "zipsave._invariants",
+    "zipsave._trust",
+    "zipsave._core._modes",
+    "zipsave._core._address",
+    "zipsave._core._patterns",
+)
+
 _SCRIPT = r"""
 import json, sys, torch
 model = torch.nn.Linear(3, 3)
@@ -177,6 +195,8 @@ before = set(sys.modules)
 import zipsave
 if verb == "save":
     zipsave.save({"model": model, "optimizer": optimizer}, path)
+elif verb == "save_values":
+    zipsave.save({"model": model, "optimizer": optimizer, "step": 1, "lr": 3e-4, "name": "run"}, path)
 elif verb == "restore":
     zipsave.restore({"model": model, "optimizer": optimizer}, path)
 else:
@@ -220,5 +240,11 @@ def test_a_first_load_imports_only_what_it_uses(archive, verb):
 def test_a_first_save_imports_no_space_codec_gymnasium_or_unpickler(tmp_path):
     imported = _first_call(str(tmp_path / "fresh.zip"), "save")
     assert "zipsave._archive._writer" in imported
-    never = tuple(name for name in NEVER if name != "zipsave._api._background")  # save's own module
-    assert [m for m in imported if m.startswith(never)] == []
+    assert [m for m in imported if m.startswith(NEVER)] == []
+
+
+@pytest.mark.parametrize("verb", ["save", "save_values"])
+def test_a_first_plain_save_imports_no_background_saver_progress_bar_or_rare_value_helpers(tmp_path, verb):
+    imported = _first_call(str(tmp_path / "plain.zip"), verb)
+    assert "zipsave._tensors._pth_write" in imported  # the call did write tensors
+    assert sorted(m for m in imported if m.startswith(NEVER_ON_PLAIN_SAVE)) == []

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from ._background import SaveHandle, wait_for_pending
+    from ._background import SaveHandle, start_background_save, wait_for_pending
     from ._env_state import EnvState
     from ._load import load, load_archive, restore, set_parameters_from_archive
     from ._rng import RNGState
@@ -15,10 +15,10 @@ if TYPE_CHECKING:
     from ._shadow import release_snapshots
 
 # Each name's module, imported on first use (PEP 562): a load needs ``_load``, not the
-# background saver, its snapshots or the save path.
+# background saver, its snapshots or the save path; a plain save needs ``_save``, not the
+# background saver.
 _LAZY: dict[str, str] = {
-    "SaveHandle": "._background",
-    "wait_for_pending": "._background",
+    **dict.fromkeys(("SaveHandle", "start_background_save", "wait_for_pending"), "._background"),
     "EnvState": "._env_state",
     "load": "._load",
     "load_archive": "._load",
@@ -51,5 +51,6 @@ __all__ = [
     "save",
     "save_archive",
     "set_parameters_from_archive",
+    "start_background_save",
     "wait_for_pending",
 ]

@@ -4,15 +4,18 @@ background) and ``save_archive`` (SB3's ``save_to_zip_file`` from parts)."""
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any, Iterable
 
 import torch
 
-from .. import _archive, _sign  # the progress bar and the sign extra, imported when asked for
+from .. import _api, _archive, _sign  # the background saver, the progress bar and the sign extra, when asked for
 from .._core import Parts, check_signable, collect, encode, write
-from ._background import start_background_save, wait_for_pending
 
 __all__ = ["save", "save_archive"]
+
+#: The background saver's module: only a save with ``background=True`` imports it.
+_BACKGROUND = f"{_api.__name__}._background"
 
 
 def save(
@@ -114,8 +117,9 @@ def save(
         save_fn = functools.partial(
             write, storage_options=storage_options, progress=progress, sha256=sha256, durable=durable, sign=signer
         )
-        return start_background_save(enc, path, save_fn, incremental=incremental)
-    wait_for_pending(path)  # an earlier background save to the same place must not land last
+        return _api.start_background_save(enc, path, save_fn, incremental=incremental)
+    if _BACKGROUND in sys.modules:  # not imported yet: no background save was ever started
+        _api.wait_for_pending(path)  # an earlier background save to the same place must not land last
     write(enc, path, storage_options=storage_options, progress=progress, sha256=sha256, durable=durable, sign=signer)
     return None
 

@@ -14,21 +14,24 @@ from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from .._format import NATIVE_KEY, RESERVED, SERIALIZED_KEY, TYPE_KEY
-    from ._arrays import descr_dtype
+    from .._invariants import flat_bytes
+    from ._arrays import canonical_array, descr_dtype, dtype_descr, tz_fields
     from ._decode import Decoder
     from ._encode import Encoder, import_path, is_json_native
-    from ._pickling import type_hint, unb64
-    from ._spaces import is_space
+    from ._pickling import NoNative, b64, pickle_value, type_hint, unb64
+    from ._space_kinds import is_space
 
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
 _LAZY: dict[str, str] = {
     "Decoder": "._decode",
     **dict.fromkeys(("Encoder", "import_path", "is_json_native"), "._encode"),
-    **dict.fromkeys(("type_hint", "unb64"), "._pickling"),
-    "descr_dtype": "._arrays",
-    "is_space": "._spaces",
+    **dict.fromkeys(("NoNative", "b64", "pickle_value", "type_hint", "unb64"), "._pickling"),
+    **dict.fromkeys(("canonical_array", "descr_dtype", "dtype_descr", "tz_fields"), "._arrays"),
+    "is_space": "._space_kinds",  # the check only: the space codec (``_spaces``) loads with the first space
     **dict.fromkeys(("NATIVE_KEY", "RESERVED", "SERIALIZED_KEY", "TYPE_KEY"), ".._format"),
+    # a tensor's bytes, read when a tensor is a ``data`` value
+    "flat_bytes": ".._invariants",
 }
 # Its modules, found as attributes as when this file imported them all.
 _SUBMODULES = frozenset(
@@ -44,10 +47,17 @@ __all__ = [
     "TYPE_KEY",
     "Decoder",
     "Encoder",
+    "NoNative",
+    "b64",
+    "canonical_array",
     "descr_dtype",
+    "dtype_descr",
+    "flat_bytes",
     "import_path",
     "is_json_native",
     "is_space",
+    "pickle_value",
     "type_hint",
+    "tz_fields",
     "unb64",
 ]

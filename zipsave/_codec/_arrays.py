@@ -11,9 +11,7 @@ import numpy as np
 from ..exceptions import DecodeError
 from ._pickling import NoNative
 
-__all__ = ["INT64", "canonical_array", "descr_dtype", "dtype_descr", "tz_fields"]
-
-INT64 = (-(2**63), 2**64 - 1)
+__all__ = ["canonical_array", "descr_dtype", "dtype_descr", "tz_fields"]
 
 # x87 extended precision keeps 10 meaningful bytes in a 12- or 16-byte long double; the rest
 # is whatever memory held, which would make equal arrays encode to different bytes.

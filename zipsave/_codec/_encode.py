@@ -19,19 +19,19 @@ import numpy as np
 import orjson
 import torch
 
-from .. import _codec  # its space encoder loads with the first space
+# _codec: the array, pickle, space and tensor helpers load with the first value that is not
+# JSON as it is (a save of modules and numbers needs none of them)
+from .. import _codec
 from .._format import NATIVE_KEY as N
 from .._format import RESERVED
 from .._format import SERIALIZED_KEY as S
 from .._format import TYPE_KEY as T
-from .._invariants import flat_bytes
 from ..exceptions import EncodeError
-from ._arrays import INT64, canonical_array, dtype_descr, tz_fields
-from ._pickling import NoNative, b64, pickle_value, type_hint
-from ._space_kinds import is_space
 
 __all__ = ["Encoder", "find_cycle", "import_path", "is_json_native"]
 
+#: The integers orjson writes as they are: int64 and uint64.
+_JSON_INTS = (-(2**63), 2**64 - 1)
 #: Arrays up to this many elements are written as readable JSON lists.
 _LIST_ELEMENTS = 256
 
@@ -42,7 +42,7 @@ def is_json_native(value: Any, _depth: int = 0) -> bool:
     if value is None or kind is bool or kind is str:
         return True
     if kind is int:
-        return INT64[0] <= value <= INT64[1]
+        return _JSON_INTS[0] <= value <= _JSON_INTS[1]
     if kind is float:
         return math.isfinite(value)
     if _depth > 200:
@@ -148,7 +148,7 @@ class Encoder:
         self._external = False
         try:
             native = self._native(value, ())
-        except NoNative:
+        except _codec.NoNative:
             native = None
         except RecursionError as err:
             cycle = find_cycle(value)
@@ -168,12 +168,12 @@ class Encoder:
                 err.key = key
                 err.args = (err._compose(),)
             raise
-        out: dict[str, Any] = {T: type_hint(value)}
+        out: dict[str, Any] = {T: _codec.type_hint(value)}
         # SB3 reads only the pickle; skip it when the value's arrays live in .npy members
         # (SB3 #2141: a pickled copy would put them back into the JSON).
         if native is None or not self._external:
             try:
-                out[S] = pickle_value(value)
+                out[S] = _codec.pickle_value(value)
             except Exception as err:
                 if native is None:
                     raise EncodeError(
@@ -183,7 +183,7 @@ class Encoder:
                     ) from err
         elif self._stand_in is not None:
             try:
-                out[S] = pickle_value(self._stand_in(key, value))
+                out[S] = _codec.pickle_value(self._stand_in(key, value))
             except Exception:  # noqa: BLE001, S110 - the native form is enough for zipsave
                 pass
         if native is not None:
@@ -196,7 +196,7 @@ class Encoder:
         kind = type(value)
         if value is None or kind is bool or kind is str:
             return value
-        if kind is int and INT64[0] <= value <= INT64[1]:
+        if kind is int and _JSON_INTS[0] <= value <= _JSON_INTS[1]:
             return value
         if kind is float and math.isfinite(value):
             return value
@@ -205,15 +205,15 @@ class Encoder:
         if kind is dict and all(type(k) is str and k not in RESERVED for k in value):
             return {k: self.encode(v, path + (k,)) for k, v in value.items()}
         try:
-            return {T: type_hint(value), N: self._native(value, path)}
-        except NoNative:
+            return {T: _codec.type_hint(value), N: self._native(value, path)}
+        except _codec.NoNative:
             pass
         try:
-            return {T: type_hint(value), S: pickle_value(value)}
+            return {T: _codec.type_hint(value), S: _codec.pickle_value(value)}
         except Exception as err:
             where = ".".join(map(str, path))
             raise EncodeError(
-                f"value at `{where}` of type {type_hint(value)} has no JSON form and does not pickle "
+                f"value at `{where}` of type {_codec.type_hint(value)} has no JSON form and does not pickle "
                 f"({type(err).__name__}: {err})."
             ) from err
 
@@ -241,7 +241,7 @@ class Encoder:
         if isinstance(value, tuple) and hasattr(kind, "_fields"):
             ref = import_path(kind)
             if ref is None:
-                raise NoNative
+                raise _codec.NoNative
             return {
                 "kind": "namedtuple",
                 "class": ref,
@@ -252,7 +252,7 @@ class Encoder:
             items.sort(key=lambda j: orjson.dumps(j, option=orjson.OPT_SORT_KEYS))
             return {"kind": kind.__name__, "items": items}
         if kind in (bytes, bytearray):
-            return {"kind": kind.__name__, "b64": b64(value)}
+            return {"kind": kind.__name__, "b64": _codec.b64(value)}
         if kind is complex:
             return {"kind": "complex", "real": self.encode(value.real), "imag": self.encode(value.imag)}
         if kind is collections.OrderedDict:
@@ -261,7 +261,7 @@ class Encoder:
             factory = value.default_factory
             ref = None if factory is None else import_path(factory)
             if factory is not None and ref is None:
-                raise NoNative
+                raise _codec.NoNative
             return {"kind": "defaultdict", "factory": ref, "items": self._items(value.items(), path)}
         if kind is collections.deque:
             return {
@@ -272,7 +272,7 @@ class Encoder:
         if isinstance(value, enum.Enum):
             ref = import_path(kind)
             if ref is None:
-                raise NoNative
+                raise _codec.NoNative
             return {"kind": "enum", "class": ref, "name": value.name, "value": self.encode(value.value, path)}
         if isinstance(value, pathlib.PurePath):
             flavour = "windows" if isinstance(value, pathlib.PureWindowsPath) else "posix"
@@ -280,7 +280,7 @@ class Encoder:
             return {"kind": "path", "flavour": flavour, "pure": pure, "value": str(value)}
         if kind in (_dt.datetime, _dt.time):
             body = {"kind": "datetime" if kind is _dt.datetime else "time", "value": value.isoformat()}
-            body.update(tz_fields(value.tzinfo))
+            body.update(_codec.tz_fields(value.tzinfo))
             if value.fold:
                 body["fold"] = 1
             return body
@@ -297,9 +297,9 @@ class Encoder:
             return self._array(value)
         if isinstance(value, np.generic):
             if value.dtype.hasobject:
-                raise NoNative
+                raise _codec.NoNative
             item = value.item()
-            body = {"kind": "numpy_scalar", "dtype": dtype_descr(value.dtype)}
+            body = {"kind": "numpy_scalar", "dtype": _codec.dtype_descr(value.dtype)}
             # datetime64/timedelta64 in ns or finer give a bare int from item(): keep the bytes.
             if (
                 value.dtype.kind in "biuf"
@@ -309,19 +309,19 @@ class Encoder:
             ):
                 body["value"] = item
             else:
-                body["b64"] = b64(canonical_array(np.asarray(value)).tobytes())
+                body["b64"] = _codec.b64(_codec.canonical_array(np.asarray(value)).tobytes())
             return body
         if isinstance(value, np.dtype):
             if value.hasobject:
-                raise NoNative
-            return {"kind": "numpy_dtype", "descr": dtype_descr(value)}
+                raise _codec.NoNative
+            return {"kind": "numpy_dtype", "descr": _codec.dtype_descr(value)}
         if isinstance(value, type) and issubclass(value, np.generic) and value is not np.object_:
             try:
                 descr = np.dtype(value)
             except TypeError:  # abstract scalar types (np.floating) have no dtype
                 descr = None
             if descr is not None and descr.type is value:
-                return {"kind": "numpy_type", "dtype": dtype_descr(descr)}
+                return {"kind": "numpy_type", "dtype": _codec.dtype_descr(descr)}
         if isinstance(value, torch.dtype):
             return {"kind": "torch_dtype", "name": str(value).removeprefix("torch.")}
         if kind is torch.device:
@@ -348,24 +348,24 @@ class Encoder:
         if kind is torch.Generator:
             state = value.get_state().numpy()
             return {"kind": "torch_generator", "device": str(value.device), "state": self._array(state)}
-        if is_space(value):  # its encoder loads with the first space
+        if _codec.is_space(value):  # its encoder loads with the first space
             try:
                 return {"kind": "space", **_codec._spaces.encode_space(value, self.encode)}
             except EncodeError:
-                raise NoNative from None
+                raise _codec.NoNative from None
         if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
             ref = import_path(value)
             if ref is None:
-                raise NoNative
+                raise _codec.NoNative
             return {"kind": "ref", "path": ref}
-        raise NoNative
+        raise _codec.NoNative
 
     def _array(self, arr: np.ndarray) -> dict:
         if arr.dtype.hasobject:
-            raise NoNative
-        body: dict[str, Any] = {"kind": "ndarray", "dtype": dtype_descr(arr.dtype), "shape": list(arr.shape)}
+            raise _codec.NoNative
+        body: dict[str, Any] = {"kind": "ndarray", "dtype": _codec.dtype_descr(arr.dtype), "shape": list(arr.shape)}
         if self._add_array is not None and arr.nbytes > self._array_bytes:
-            body["member"] = self._add_array(canonical_array(arr))
+            body["member"] = self._add_array(_codec.canonical_array(arr))
             self._external = True
         elif (
             arr.size <= _LIST_ELEMENTS
@@ -376,14 +376,14 @@ class Encoder:
         ):
             body["values"] = arr.tolist()
         else:
-            body["b64"] = b64(canonical_array(arr).tobytes())
+            body["b64"] = _codec.b64(_codec.canonical_array(arr).tobytes())
         return body
 
     def _tensor(self, t: torch.Tensor) -> dict:
         if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
-            raise NoNative
+            raise _codec.NoNative
         cpu = t.detach().to("cpu").resolve_conj().resolve_neg().contiguous()
-        raw = flat_bytes(cpu).numpy() if cpu.numel() else np.empty(0, np.uint8)
+        raw = _codec.flat_bytes(cpu).numpy() if cpu.numel() else np.empty(0, np.uint8)
         return {
             "kind": "tensor",
             "dtype": str(t.dtype).removeprefix("torch."),

@@ -10,6 +10,7 @@ from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from .._system_info import parse_system_info, print_system_info
+    from .._trust import pickle_globals
     from ._address import check_data_key, check_name, check_path, resolve, set_variable
     from ._app_state import check_app_state
     from ._apply import expected_state_names, load_state_into, restore_parts, set_parameters_from_dict
@@ -18,7 +19,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._collect import collect
     from ._component import Component
     from ._folders import check_component, data_bytes, handler_for, load_app_state, member_names
-    from ._modes import apply_modes
+    from ._modes import apply_modes, module_modes
     from ._options import OPTION_DOCS, LoadOptions, check_custom_objects
     from ._parts import (
         ALWAYS_EXCLUDED_PREFIXES,
@@ -53,7 +54,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("check_component", "data_bytes", "handler_for", "load_app_state", "member_names"), "._folders"),
     "collect": "._collect",
     "resolve_class": "._classes",
-    "apply_modes": "._modes",
+    **dict.fromkeys(("apply_modes", "module_modes"), "._modes"),
     "Component": "._component",
     **dict.fromkeys(("OPTION_DOCS", "LoadOptions"), "._options"),
     **dict.fromkeys(
@@ -73,6 +74,8 @@ _LAZY: dict[str, str] = {
     "LoadSession": "._session",
     # the saved system-info report, read when a load prints it or explains a failure
     **dict.fromkeys(("parse_system_info", "print_system_info"), ".._system_info"),
+    # the audit of a pickle's globals, read when a save meets a pickled value (code by value?)
+    "pickle_globals": ".._trust",
     **dict.fromkeys(("Encoded", "check_signable", "encode", "encoded_size", "write"), "._write"),
     "check_custom_objects": "._options",
 }
@@ -122,6 +125,7 @@ __all__ = [
     "collect",
     "data_bytes",
     "member_names",
+    "module_modes",
     "encode",
     "encoded_size",
     "expected_state_names",
@@ -134,6 +138,7 @@ __all__ = [
     "matches",
     "nested",
     "parse_system_info",
+    "pickle_globals",
     "print_system_info",
     "recursive_getattr",
     "recursive_setattr",

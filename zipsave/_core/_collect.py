@@ -11,10 +11,9 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from .. import _registry
+from .. import _core, _registry  # _core: the glob rules and train/eval modes, on first use
 from ..exceptions import EncodeError
 from ._component import Component
-from ._modes import module_modes
 from ._parts import (
     ALWAYS_EXCLUDED_PREFIXES,
     MODULE_INTERNALS,
@@ -27,7 +26,6 @@ from ._parts import (
     recursive_getattr,
     unwrap,
 )
-from ._patterns import matches
 
 __all__ = ["collect"]
 
@@ -75,7 +73,7 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
 
     def left_out(name: str) -> bool:
         """Named by `_excluded_save_params`/`exclude`, or matched by an `exclude` glob."""
-        return name in excluded or (name not in include and matches(name, patterns))
+        return name in excluded or (name not in include and _core.matches(name, patterns))
 
     for name, value in attrs.items():
         if name.startswith(ALWAYS_EXCLUDED_PREFIXES) or left_out(name):
@@ -139,11 +137,11 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
         variables = {n: v for n, v in variables.items() if not left_out(n)}
         components = [(n, v) for n, v in components if not left_out(n)]
     if deep:
-        components = [(n, v) for n, v in components if not matches(n, deep)]
+        components = [(n, v) for n, v in components if not _core.matches(n, deep)]
     init = None
     if isinstance(obj, Component):
         init = obj._zipsave_init_record()
-        modes = module_modes(obj, state)
+        modes = _core.module_modes(obj, state)
         if modes:
             init["modes"] = modes
     return Parts(data, state, variables, components, init)

@@ -14,17 +14,17 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from .. import _archive, _format, _sign, _system_info  # _archive, _sign: the progress bar and signing, when asked for
+# _archive, _sign: the progress bar and signing, when asked for; _core: the glob rules of a
+# component's patterns and the pickle audit, on first use
+from .. import _archive, _core, _format, _sign, _system_info
 from .._archive import ArchiveWriter, is_url, open_output, with_suffix
 from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Encoder
 from .._json import dump_json
 from .._tensors import save_pth
-from .._trust import pickle_globals
 from .._version import __version__
 from ..exceptions import EncodeError, StorageError, ZipsaveError, ZipsaveWarning, caller_stacklevel, describe_path
 from ._collect import collect, holds_state
 from ._parts import Parts, is_live_handle, is_stateful
-from ._patterns import nested
 
 __all__ = ["Encoded", "encode", "encoded_size", "write"]
 
@@ -128,9 +128,8 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
     components = []
     for name, comp in parts.components:
         sub = _format.join(folder, name)
-        components.append(
-            encode(collect(comp, nested(exclude, name), nested(include, name)), sub, exclude=None, include=None)
-        )
+        collected = collect(comp, _core.nested(exclude, name), _core.nested(include, name))
+        components.append(encode(collected, sub, exclude=None, include=None))
     return Encoded(
         folder, _dump_entries(data, folder), init, state, parts.variables, arrays, components, parts.snapshot
     )
@@ -179,7 +178,7 @@ def _pickled(entry: Any, depth: int = 0) -> Iterable[str]:
 def _stored_as_code(serialized: str) -> bool:
     """Whether a pickle holds code cloudpickle stored by value (it then names cloudpickle)."""
     try:
-        return any(name.startswith("cloudpickle.") for name in pickle_globals(base64.b64decode(serialized)))
+        return any(name.startswith("cloudpickle.") for name in _core.pickle_globals(base64.b64decode(serialized)))
     except Exception:  # noqa: BLE001 - not a readable pickle: the load says what it is
         return False
 
