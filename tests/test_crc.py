@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import warnings
 import zlib
@@ -190,3 +192,53 @@ def test_crc32_read_raises_a_read_error_after_both_threads_stop(monkeypatch):
     with pytest.raises(OSError, match="EIO"):
         _crc.crc32_read(read_at, [(0, 64 << 20)])
     assert len(calls) < 64 << 4  # the first error stopped the rest
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        bytes,
+        bytearray,
+        lambda raw: memoryview(raw),
+        lambda raw: memoryview(np.frombuffer(raw[: len(raw) // 4 * 4], dtype=np.float32)),  # nbytes, not items
+        lambda raw: memoryview(raw)[1::3],  # strided: refused by both alike
+    ],
+)
+def test_crc32_is_zlibs_before_and_after_isal_takes_over(make):
+    raw = os.urandom(10_000)
+    for value in (0, 0xDEADBEEF):
+        try:
+            expected = zlib.crc32(make(raw), value)
+        except (BufferError, TypeError, ValueError) as err:
+            with pytest.raises(type(err)):
+                _crc.crc32(make(raw), value)
+            continue
+        assert _crc.crc32(make(raw), value) == expected
+        big = os.urandom(_crc.ISAL_AFTER)  # takes the process past the switch
+        assert _crc.crc32(big, value) == zlib.crc32(big, value)
+        assert _crc.crc32(make(raw), value) == expected
+
+
+_SWITCH = """
+import os, sys, zlib
+from zipsave._archive import _crc
+small = os.urandom(_crc.ISAL_AFTER // 4)
+for _ in range(3):
+    assert _crc.crc32(small) == zlib.crc32(small)
+before = "isal" in sys.modules
+assert _crc.crc32(small) == zlib.crc32(small)  # the fourth quarter: ISA-L from here on
+print(before, "isal" in sys.modules, _crc.backend())
+"""
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["default", "ZIPSAVE_CRC=zlib"])
+def test_isal_is_imported_only_after_enough_bytes(forced):
+    """A small archive never imports ISA-L (0.9 ms of a first call); a large one switches to it."""
+    env = dict(os.environ)
+    env.pop("ZIPSAVE_CRC", None)
+    if forced:
+        env["ZIPSAVE_CRC"] = "zlib"
+    out = subprocess.run([sys.executable, "-c", _SWITCH], capture_output=True, text=True, check=True, env=env)
+    before, after, backend = out.stdout.split()
+    assert before == "False"
+    assert (after, backend) == (("False", "zlib") if forced else ("True", "isal"))

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
-    from ._crc import BACKEND as CRC_BACKEND
     from ._crc import OrderedCrc, crc32, crc32_combine, crc32_many, crc32_read, share_work
+    from ._crc import backend as crc_backend
     from ._destination import destination_key, is_url, open_output, open_source
     from ._files import atomic_output, libc_function, open_input, seekable, with_suffix
     from ._handlers import data_bytes, involve_handlers, member_names
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
 _LAZY: dict[str, str] = {
-    "CRC_BACKEND": "._crc:BACKEND",
+    "crc_backend": "._crc:backend",
     **dict.fromkeys(("OrderedCrc", "crc32", "crc32_combine", "crc32_many", "crc32_read", "share_work"), "._crc"),
     **dict.fromkeys(("destination_key", "is_url", "open_output", "open_source"), "._destination"),
     **dict.fromkeys(("data_bytes", "involve_handlers", "member_names"), "._handlers"),
@@ -64,7 +64,7 @@ _SUBMODULES = frozenset(
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 __all__ = [
-    "CRC_BACKEND",
+    "crc_backend",
     "DEFAULT_LIMITS",
     "ArchiveReader",
     "ArchiveSource",

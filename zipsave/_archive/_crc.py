@@ -2,13 +2,16 @@
 
 :func:`crc32` is ISA-L's (``isal.isal_zlib.crc32``, 3-6x zlib's speed on the benchmark
 machine, see ``docs/benchmarks.rst``) where the ``isal`` package is installed, else
-``zlib.crc32``; both give the same value. Both release the GIL, so pieces of a member can be
+``zlib.crc32``; both give the same value. ISA-L is imported once a process has checksummed
+:data:`ISAL_AFTER` bytes: importing it costs about what zlib takes for that much, so a small
+archive (most saved agents) never pays for it. Both release the GIL, so pieces of a member can be
 checksummed on a small shared thread pool while the calling thread reads or writes the next piece; the pieces' CRCs are
 joined in order with :func:`crc32_combine` (zlib's algorithm, which Python does not expose).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 import threading
@@ -17,15 +20,10 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-_fast_crc32: Any
-try:  # a dependency where it has wheels; anywhere else zlib gives the same values, slower
-    from isal.isal_zlib import crc32 as _fast_crc32
-except ImportError:  # pragma: no cover - no wheel for this platform
-    _fast_crc32 = None
-
 __all__ = [
-    "BACKEND",
+    "ISAL_AFTER",
     "OrderedCrc",
+    "backend",
     "crc32",
     "crc32_combine",
     "crc32_many",
@@ -37,9 +35,49 @@ __all__ = [
 
 #: ``ZIPSAVE_CRC=zlib`` forces the fallback (tests, and benchmarks comparing the two).
 _FORCE_ZLIB = os.environ.get("ZIPSAVE_CRC", "") == "zlib"
-crc32: Any = zlib.crc32 if _fast_crc32 is None or _FORCE_ZLIB else _fast_crc32
-#: Which implementation :func:`crc32` is: ``"isal"`` or ``"zlib"``.
-BACKEND = "zlib" if crc32 is zlib.crc32 else "isal"
+#: Bytes checksummed with zlib before ISA-L is imported: about 1 ms of zlib on the benchmark
+#: machine, what importing ISA-L's four modules costs.
+ISAL_AFTER = 4 << 20
+
+_isal_crc32: Any = None  # ISA-L's function, once imported
+_isal_missing = _FORCE_ZLIB  # True once its import failed (or zlib is forced)
+_zlib_bytes = 0  # what went through zlib so far (approximate across threads: it only decides when)
+_switch_lock = threading.Lock()
+
+
+def crc32(data: Any, value: int = 0) -> int:
+    """CRC-32 of ``data`` (a bytes-like object) continuing ``value``: ``zlib.crc32``'s
+    signature and values, computed by ISA-L once the process has checksummed
+    :data:`ISAL_AFTER` bytes (see above)."""
+    global _zlib_bytes
+    fast = _isal_crc32
+    if fast is not None:
+        return fast(data, value)
+    if not _isal_missing:
+        _zlib_bytes += data.nbytes if type(data) is memoryview else len(data)
+        if _zlib_bytes >= ISAL_AFTER and _use_isal():
+            return _isal_crc32(data, value)
+    return zlib.crc32(data, value)
+
+
+def _use_isal() -> bool:
+    """Import ISA-L's CRC-32 for every later call; False where it has no wheel."""
+    global _isal_crc32, _isal_missing
+    with _switch_lock:
+        if _isal_crc32 is None and not _isal_missing:
+            try:  # a dependency where it has wheels; anywhere else zlib gives the same values, slower
+                from isal.isal_zlib import crc32 as fast
+            except ImportError:  # pragma: no cover - no wheel for this platform
+                _isal_missing = True
+            else:
+                _isal_crc32 = fast
+    return _isal_crc32 is not None
+
+
+def backend() -> str:
+    """Which implementation checksums large buffers: ``"isal"`` or ``"zlib"``."""
+    return "isal" if not _isal_missing and importlib.util.find_spec("isal") is not None else "zlib"
+
 
 #: Buffers smaller than this are checksummed inline: a thread hand-off costs more.
 PARALLEL_MIN = 1 << 20
