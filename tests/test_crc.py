@@ -214,7 +214,7 @@ def test_crc32_is_zlibs_before_and_after_isal_takes_over(make):
                 _crc.crc32(make(raw), value)
             continue
         assert _crc.crc32(make(raw), value) == expected
-        big = os.urandom(_crc.ISAL_AFTER)  # takes the process past the switch
+        big = os.urandom(_crc.ISAL_BUFFER)  # takes the process past the switch
         assert _crc.crc32(big, value) == zlib.crc32(big, value)
         assert _crc.crc32(make(raw), value) == expected
 
@@ -222,23 +222,31 @@ def test_crc32_is_zlibs_before_and_after_isal_takes_over(make):
 _SWITCH = """
 import os, sys, zlib
 from zipsave._archive import _crc
-small = os.urandom(_crc.ISAL_AFTER // 4)
-for _ in range(3):
+small = os.urandom(_crc.ISAL_BUFFER - 1)
+large = os.urandom(_crc.ISAL_BUFFER)
+if sys.argv[1] == "many":  # small buffers until ISAL_AFTER bytes, then ISA-L
+    count = -(-_crc.ISAL_AFTER // len(small))
+    for _ in range(count - 1):
+        assert _crc.crc32(small) == zlib.crc32(small)
+    before = "isal" in sys.modules
     assert _crc.crc32(small) == zlib.crc32(small)
-before = "isal" in sys.modules
-assert _crc.crc32(small) == zlib.crc32(small)  # the fourth quarter: ISA-L from here on
+else:  # one large buffer: ISA-L from it on
+    assert _crc.crc32(small) == zlib.crc32(small)
+    before = "isal" in sys.modules
+    assert _crc.crc32(large) == zlib.crc32(large)
 print(before, "isal" in sys.modules, _crc.backend())
 """
 
 
+@pytest.mark.parametrize("how", ["many", "large"])
 @pytest.mark.parametrize("forced", [False, True], ids=["default", "ZIPSAVE_CRC=zlib"])
-def test_isal_is_imported_only_after_enough_bytes(forced):
+def test_isal_is_imported_only_after_enough_bytes(forced, how):
     """A small archive never imports ISA-L (0.9 ms of a first call); a large one switches to it."""
     env = dict(os.environ)
     env.pop("ZIPSAVE_CRC", None)
     if forced:
         env["ZIPSAVE_CRC"] = "zlib"
-    out = subprocess.run([sys.executable, "-c", _SWITCH], capture_output=True, text=True, check=True, env=env)
+    out = subprocess.run([sys.executable, "-c", _SWITCH, how], capture_output=True, text=True, check=True, env=env)
     before, after, backend = out.stdout.split()
     assert before == "False"
     assert (after, backend) == (("False", "zlib") if forced else ("True", "isal"))

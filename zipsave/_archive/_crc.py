@@ -2,9 +2,11 @@
 
 :func:`crc32` is ISA-L's (``isal.isal_zlib.crc32``, 3-6x zlib's speed on the benchmark
 machine, see ``docs/benchmarks.rst``) where the ``isal`` package is installed, else
-``zlib.crc32``; both give the same value. ISA-L is imported once a process has checksummed
-:data:`ISAL_AFTER` bytes: importing it costs about what zlib takes for that much, so a small
-archive (most saved agents) never pays for it. Both release the GIL, so pieces of a member can be
+``zlib.crc32``; both give the same value. ISA-L is imported for the first buffer of
+:data:`ISAL_BUFFER` bytes, or once a process has checksummed :data:`ISAL_AFTER` bytes: importing
+it costs about 0.9 ms, what zlib takes for some 4 MiB on the benchmark machine, so a small
+archive (most saved agents) never pays for it and a large one switches at its first large
+tensor. Both release the GIL, so pieces of a member can be
 checksummed on a small shared thread pool while the calling thread reads or writes the next piece; the pieces' CRCs are
 joined in order with :func:`crc32_combine` (zlib's algorithm, which Python does not expose).
 """
@@ -22,6 +24,7 @@ from typing import Any
 
 __all__ = [
     "ISAL_AFTER",
+    "ISAL_BUFFER",
     "OrderedCrc",
     "backend",
     "crc32",
@@ -35,9 +38,11 @@ __all__ = [
 
 #: ``ZIPSAVE_CRC=zlib`` forces the fallback (tests, and benchmarks comparing the two).
 _FORCE_ZLIB = os.environ.get("ZIPSAVE_CRC", "") == "zlib"
-#: Bytes checksummed with zlib before ISA-L is imported: about 1 ms of zlib on the benchmark
-#: machine, what importing ISA-L's four modules costs.
-ISAL_AFTER = 4 << 20
+#: A buffer this large is checksummed by ISA-L, imported for it (see above).
+ISAL_BUFFER = 512 << 10
+#: Bytes checksummed with zlib in smaller buffers before ISA-L is imported: about 0.5 ms of
+#: zlib on the benchmark machine, half what importing ISA-L's four modules costs.
+ISAL_AFTER = 2 << 20
 
 _isal_crc32: Any = None  # ISA-L's function, once imported
 _isal_missing = _FORCE_ZLIB  # True once its import failed (or zlib is forced)
@@ -47,15 +52,15 @@ _switch_lock = threading.Lock()
 
 def crc32(data: Any, value: int = 0) -> int:
     """CRC-32 of ``data`` (a bytes-like object) continuing ``value``: ``zlib.crc32``'s
-    signature and values, computed by ISA-L once the process has checksummed
-    :data:`ISAL_AFTER` bytes (see above)."""
+    signature and values, computed by ISA-L from the first large buffer on (see above)."""
     global _zlib_bytes
     fast = _isal_crc32
     if fast is not None:
         return fast(data, value)
     if not _isal_missing:
-        _zlib_bytes += data.nbytes if type(data) is memoryview else len(data)
-        if _zlib_bytes >= ISAL_AFTER and _use_isal():
+        size = data.nbytes if type(data) is memoryview else len(data)
+        _zlib_bytes += size
+        if (size >= ISAL_BUFFER or _zlib_bytes >= ISAL_AFTER) and _use_isal():
             return _isal_crc32(data, value)
     return zlib.crc32(data, value)
 
