@@ -236,6 +236,7 @@ def test_a_first_load_imports_only_what_it_uses(archive, verb):
     if verb != "inspect":  # small JSON members parse with Python's json, imported with torch
         assert "orjson" not in imported
     assert [m for m in imported if m.split(".")[0] == "isal"] == []  # zlib checksums a small archive
+    assert "encodings.cp437" not in imported  # names are ASCII or flagged UTF-8
 
 
 def test_a_first_save_imports_no_space_codec_gymnasium_or_unpickler(tmp_path):

@@ -48,7 +48,9 @@ class ArchiveReader:
         self.limits = limits
         self._lock = threading.Lock()
         try:
-            self._zip = zipfile.ZipFile(fp)
+            # Names without the UTF-8 flag must be ASCII (the strict reader below refuses any
+            # other): decoded as such, not as cp437, whose codec a first load would import.
+            self._zip = zipfile.ZipFile(fp, metadata_encoding="ascii")
         except (
             zipfile.BadZipFile,
             OSError,
@@ -67,6 +69,8 @@ class ArchiveReader:
             if known is not None:
                 raise ArchiveFormatError(known[0], archive=archive, hint=known[1]) from err
             check_one_end(fp, archive=archive)
+            if isinstance(err, UnicodeDecodeError):  # a name neither ASCII nor flagged UTF-8:
+                read_structure(fp, archive=archive, limits=limits)  # its refusal names the member
             if isinstance(err, zipfile.BadZipFile):
                 raise ArchiveFormatError(
                     f"not a zip archive, or truncated ({err}).",
