@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 import zipsave
+from zipsave._core._inplace import _plain_object
+from zipsave._record import record
 from zipsave._tools._diff_records import ArchiveDiff as RealArchiveDiff
 from zipsave._tools._diff_records import Change as RealChange
 from zipsave._trust import TrustPolicy as RealTrustPolicy
@@ -469,3 +471,137 @@ def test_trust_policy_stays_sealed_and_frozen():
         with pytest.raises(dataclasses.FrozenInstanceError):
             delattr(policy, name)
     assert not policy.is_trusted("os", "system") and policy.trusted == ("collections.OrderedDict",)
+
+
+# -- the frozen `__setattr__`/`__delattr__`, written out by `_record.record` -------------------
+# What `frozen=True` generates (CPython's `_frozen_get_del_attr`) refuses every name on an
+# instance of exactly the decorated class and a field's name on any instance, and hands the rest
+# to the next class; a subclass is a plain class, a frozen dataclass or one with its own hooks.
+
+
+class _Marking:
+    """A base further down the MRO with hooks of its own, which a write handed on reaches."""
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, ("marked", value))
+
+    def __delattr__(self, name):
+        object.__setattr__(self, name, "deleted")
+
+
+def _subclasses(base: type) -> dict[str, type]:
+    plain = type("Sub", (base,), {})
+    data: Any = dataclasses.dataclass(frozen=True)(
+        type("Data", (base,), {"__annotations__": {"added": "int"}, "added": 0})
+    )
+
+    class Hooked(base):  # type: ignore[valid-type, misc]
+        def __setattr__(self, name, value):
+            super().__setattr__(name, value)
+
+        def __delattr__(self, name):
+            super().__delattr__(name)
+
+    return {
+        "class": base,
+        "plain": plain,
+        "plain-of-plain": type("SubSub", (plain,), {}),
+        "dataclass": data,
+        "plain-of-dataclass": type("AfterData", (data,), {}),
+        "hooked": Hooked,
+        "mixed": type("Mixed", (base, _Marking), {}),
+    }
+
+
+def _writes(obj: Any, first: str, last: str) -> list:
+    """What each of a run of writes and deletions does to ``obj``: the error, or the value after."""
+    outcomes: list = []
+    steps = [("set", first), ("set", last), ("set", "extra"), ("set", "added"), ("set", "__class__")]
+    steps += [("del", "extra"), ("del", "extra"), ("del", first), ("del", "added"), ("del", "missing")]
+    for op, name in steps:
+        try:
+            if op == "set":
+                setattr(obj, name, type(obj) if name == "__class__" else ("written",))
+            else:
+                delattr(obj, name)
+        except Exception as err:
+            outcomes.append((op, name, type(err), str(err)))
+        else:
+            value = getattr(obj, name, "<gone>")
+            outcomes.append((op, name, "done", value.__name__ if isinstance(value, type) else value))
+    return outcomes
+
+
+@pytest.mark.parametrize(("real", "ref", "args"), FROZEN)
+@pytest.mark.parametrize(
+    "kind", ["class", "plain", "plain-of-plain", "dataclass", "plain-of-dataclass", "hooked", "mixed"]
+)
+def test_frozen_writes_match_the_decorator_on_instances_and_subclasses(real, ref, args, kind):
+    obj, want = _subclasses(real)[kind](*args), _subclasses(ref)[kind](*args)
+    first, last = dataclasses.fields(ref)[0].name, dataclasses.fields(ref)[-1].name
+    assert _writes(obj, first, last) == _writes(want, first, last)
+    assert vars(obj) == vars(want) and type(obj).__name__ == type(want).__name__
+
+
+@pytest.mark.parametrize(("real", "ref", "args"), FROZEN)
+def test_frozen_methods_sit_on_the_class_as_generated_ones_do(real, ref, args):
+    for name in ("__setattr__", "__delattr__"):
+        method, generated = real.__dict__[name], ref.__dict__[name]
+        assert method.__qualname__ == generated.__qualname__ == f"{ref.__qualname__}.{name}"
+        assert method.__module__ == real.__module__ and generated.__module__ == ref.__module__
+        assert list(inspect.signature(method).parameters) == list(inspect.signature(generated).parameters)
+    # `_core._inplace` fills a user's object in place, but leaves a frozen dataclass whole.
+    assert not _plain_object(real(*args)) and not _plain_object(ref(*args))
+
+
+def _build(decorator: Any, bases: tuple, namespace: dict) -> Any:
+    """What ``decorator`` makes of a fresh class: its generated methods' behaviour, or the error."""
+    try:
+        cls = decorator(type("Made", bases, {"__annotations__": {"x": "int"}, "x": 0} | namespace))
+    except Exception as err:
+        return type(err), str(err)
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "x", 1)
+    return (
+        sorted(name for name in vars(cls) if name.startswith("__") and callable(vars(cls)[name])),
+        repr(cls.__dataclass_params__),
+        "__hash__" in vars(cls) and cls.__hash__ is None,
+        _writes(obj, "x", "x"),
+    )
+
+
+@dataclasses.dataclass
+class _Loose:
+    y: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stiff:
+    y: int = 0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"frozen": True, "init": False, "repr": False, "eq": False},
+        {"frozen": True},
+        {"frozen": True, "init": False, "eq": False, "unsafe_hash": True},
+        {"frozen": True, "init": False, "repr": False, "eq": False, "slots": True},
+        {"frozen": False, "init": False, "repr": False, "eq": False},
+        {"init": False},
+    ],
+)
+@pytest.mark.parametrize(
+    ("bases", "namespace"),
+    [
+        ((), {}),
+        ((_Stiff,), {}),
+        ((_Loose,), {}),
+        ((_Marking,), {}),
+        ((), {"__setattr__": lambda self, name, value: None}),
+        ((), {"__delattr__": lambda self, name: None}),
+    ],
+    ids=["plain", "frozen-base", "loose-base", "hooked-base", "own-setattr", "own-delattr"],
+)
+def test_record_makes_what_the_decorator_makes(options, bases, namespace):
+    assert _build(record(**options), bases, namespace) == _build(dataclasses.dataclass(**options), bases, namespace)

@@ -4,7 +4,6 @@ the builtin a caller would catch."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import os
 import sys
@@ -12,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
 
 from ._printable import visible
-from ._record import Record
+from ._record import Record, record
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -211,7 +210,7 @@ class ZipsaveWarning(UserWarning):
         super().__init__(*(visible(a) if isinstance(a, str) else a for a in args))
 
 
-@dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
+@record(frozen=True, init=False, repr=False, eq=False)
 class SkippedEntry(Record):
     """One entry that could not be loaded and was skipped.
 
@@ -233,8 +232,8 @@ class SkippedEntry(Record):
     cause: str
 
     # What `@dataclass(frozen=True)` generates, written out (it compiles them from source at
-    # import, a cost of every first load); the decorator keeps `fields()`, `replace()` and
-    # `asdict()` working and adds the frozen `__setattr__`/`__delattr__` (see `Limits`).
+    # import, a cost of every first load); `record` keeps `fields()`, `replace()` and `asdict()`
+    # working and adds the frozen `__setattr__`/`__delattr__` (see `Limits`).
     def __init__(self, member: str, key: str | None, type_hint: str | None, cause: str) -> None:
         object.__setattr__(self, "member", member)
         object.__setattr__(self, "key", key)

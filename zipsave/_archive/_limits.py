@@ -3,14 +3,12 @@ the reader."""
 
 from __future__ import annotations
 
-import dataclasses
-
-from .._record import Record
+from .._record import Record, record
 
 __all__ = ["DEFAULT_LIMITS", "Limits"]
 
 
-@dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
+@record(frozen=True, init=False, repr=False, eq=False)
 class Limits(Record):
     """Safety limits applied while reading an archive.
 
@@ -60,11 +58,10 @@ class Limits(Record):
     max_model_bytes: int | None = None
 
     # What `@dataclass(frozen=True)` generates, written out: the decorator compiles its methods
-    # from source, about 0.5 ms of every first load in a fresh process. It still makes this a
-    # dataclass (`fields()`, `replace()`, `asdict()`) and compiles the frozen `__setattr__` and
-    # `__delattr__` (raising FrozenInstanceError), the one part kept: `frozen=False` would let no
-    # frozen dataclass subclass this, and a restore would fill a live instance in place
-    # (`_core._inplace` leaves frozen dataclasses whole).
+    # from source, about 0.5 ms of every first load in a fresh process. `record` still makes this
+    # a frozen dataclass (`fields()`, `replace()`, `asdict()`, frozen subclasses; a restore
+    # leaves an instance whole, `_core._inplace`) whose `__setattr__` and `__delattr__` raise
+    # FrozenInstanceError as the generated ones do, without compiling them either.
     def __init__(
         self,
         max_members: int = 100_000,

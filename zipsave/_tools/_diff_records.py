@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from .._printable import visible
-from .._record import Record
+from .._record import Record, record
 
 __all__ = ["ArchiveDiff", "Change"]
 
@@ -18,7 +18,7 @@ __all__ = ["ArchiveDiff", "Change"]
 # the exact class, on the fields in order; the hash is the hash of those fields.
 
 
-@dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
+@record(frozen=True, init=False, repr=False, eq=False)
 class Change(Record):
     """One changed entry: a ``data`` key, a tensor or a plain state-dict value.
 
@@ -39,7 +39,7 @@ class Change(Record):
         set_(self, "max_abs_diff", max_abs_diff)
 
 
-@dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
+@record(frozen=True, init=False, repr=False, eq=False)
 class ArchiveDiff(Record):
     """What differs between archive ``a`` and archive ``b``."""
 

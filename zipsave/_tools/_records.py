@@ -3,11 +3,10 @@ and components. Their text, notebook (HTML) and JSON forms are written by ``_ren
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from .. import _format
-from .._record import Record
+from .._record import Record, record
 from ._render import info_dict, info_html, info_text
 
 __all__ = ["ArchiveInfo", "ArchiveMember", "ComponentInfo", "DataEntry", "TensorInfo"]
@@ -15,12 +14,12 @@ __all__ = ["ArchiveInfo", "ArchiveMember", "ComponentInfo", "DataEntry", "Tensor
 # Each record is what `@dataclass(frozen=True)` makes of it, with `__init__`, `__repr__`,
 # `__eq__` and `__hash__` written out: the decorator compiles those from source with `exec`,
 # about 0.5 ms a class of every first inspect in a fresh process. It still makes each a frozen
-# dataclass (`fields()`, `replace()`, `asdict()`, frozen subclasses) and compiles its frozen
-# `__setattr__`/`__delattr__`. Equality holds only within the exact class, on the fields in
-# order, as the generated methods compare them; the hash is the hash of those fields.
+# dataclass (`fields()`, `replace()`, `asdict()`, frozen subclasses) with the frozen
+# `__setattr__`/`__delattr__` (`record`). Equality holds only within the exact class, on the
+# fields in order, as the generated methods compare them; the hash is the hash of those fields.
 
 
-@dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
+@record(frozen=True, init=False, repr=False, eq=False)
 class ArchiveMember(Record):
     """One zip member.
 
@@ -53,7 +52,7 @@ class ArchiveMember(Record):
         set_(self, "sha256", sha256)
 
 
-@dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
+@record(frozen=True, init=False, repr=False, eq=False)
 class DataEntry(Record):
     """One key of a ``data`` member, described without decoding it.
 
@@ -121,7 +120,7 @@ class DataEntry(Record):
         return not self.untrusted
 
 
-@dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
+@record(frozen=True, init=False, repr=False, eq=False)
 class TensorInfo(Record):
     """One tensor of a ``.pth`` member, from its metadata only.
 
@@ -160,7 +159,7 @@ class TensorInfo(Record):
         return f"{self.member[: -len(_format.PTH_SUFFIX)]}/{self.key}"
 
 
-@dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
+@record(frozen=True, init=False, repr=False, eq=False)
 class ComponentInfo(Record):
     """A folder with its own ``data`` member: the top level (``""``) or a nested component.
 
@@ -181,7 +180,7 @@ class ComponentInfo(Record):
         set_(self, "cls", cls)
 
 
-@dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
+@record(frozen=True, init=False, repr=False, eq=False)
 class ArchiveInfo(Record):
     """What :func:`inspect` found in an archive. Prints as text, renders as a table in Jupyter.
 

@@ -8,6 +8,7 @@ import reprlib
 import types
 from typing import Any, cast
 
+from .._record import record
 from ..exceptions import DecodeError, UnsafeGlobalError
 from ._allowlist import default_allowlist
 from ._names import (
@@ -30,7 +31,7 @@ __all__ = ["TrustPolicy"]
 
 
 @seal
-@dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)
+@record(frozen=True, init=False, repr=False, eq=False)
 class TrustPolicy(metaclass=Sealed):
     """Which globals a pickled entry may import.
 
@@ -64,8 +65,9 @@ class TrustPolicy(metaclass=Sealed):
 
     # What `@dataclass(frozen=True)` generates, written out: the decorator compiles them from
     # source at import, a cost of every first load in a fresh process. It still makes this a
-    # frozen dataclass (`fields()`, `replace()`, `asdict()`), and its generated `__setattr__` and
-    # `__delattr__` refuse every write to an instance; the sealed class refuses replacing these.
+    # frozen dataclass (`fields()`, `replace()`, `asdict()`), and its `__setattr__` and
+    # `__delattr__` (from `record`, as the decorator's) refuse every write to an instance; the
+    # sealed class refuses replacing these.
     def __init__(self, allow_pickle: bool = False, trusted: tuple = (), references: tuple = ()) -> None:
         object.__setattr__(self, "allow_pickle", allow_pickle)
         object.__setattr__(self, "trusted", trusted)
