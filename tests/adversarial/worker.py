@@ -48,6 +48,7 @@ ALLOWED_IMPORTS = frozenset(
         "unicodedata",
         "numbers",
         "orjson",
+        "isal",  # ISA-L's CRC-32, imported at the first large buffer a load checksums
         "importlib_metadata",
         "textwrap",
         "pprint",
