@@ -17,10 +17,9 @@ from .._core import (
     LoadReport,
     LoadSession,
     check_component,
-    data_bytes,
     handler_for,
     load_app_state,
-    member_names,
+    recognising_handler,
 )
 from ..exceptions import ArchiveFormatError, ZipsaveError, nesting_as_error
 
@@ -76,8 +75,7 @@ def load_archive(
 
 def _known_values(src: LoadSession) -> dict[str, Any]:
     try:
-        asked = _registry.handlers(members=member_names(src, ""), data=lambda: data_bytes(src, ""))
-        owner = next((h for h in asked if h.recognises(src, "")), None)
+        owner = recognising_handler(src, "")
         return owner.known_values(src, None, "") if owner is not None else {}
     except Exception:  # noqa: BLE001 - an unreadable `data` is reported by the decode that follows
         return {}

@@ -18,7 +18,14 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._classes import resolve_class
     from ._collect import collect
     from ._component import Component
-    from ._folders import check_component, data_bytes, handler_for, load_app_state, member_names
+    from ._folders import (
+        check_component,
+        data_bytes,
+        handler_for,
+        load_app_state,
+        member_names,
+        recognising_handler,
+    )
     from ._modes import apply_modes, module_modes
     from ._options import OPTION_DOCS, LoadOptions, check_custom_objects
     from ._parts import (
@@ -51,7 +58,10 @@ _LAZY: dict[str, str] = {
         "._apply",
     ),
     **dict.fromkeys(("build", "restore_target", "restore_tree"), "._build"),
-    **dict.fromkeys(("check_component", "data_bytes", "handler_for", "load_app_state", "member_names"), "._folders"),
+    **dict.fromkeys(
+        ("check_component", "data_bytes", "handler_for", "load_app_state", "member_names", "recognising_handler"),
+        "._folders",
+    ),
     "collect": "._collect",
     "resolve_class": "._classes",
     **dict.fromkeys(("apply_modes", "module_modes"), "._modes"),
@@ -140,6 +150,7 @@ __all__ = [
     "parse_system_info",
     "pickle_globals",
     "print_system_info",
+    "recognising_handler",
     "recursive_getattr",
     "recursive_setattr",
     "resolve",

@@ -12,7 +12,7 @@ from ..exceptions import ArchiveFormatError, MissingDependencyError, ZipsaveErro
 from ._patterns import matches, nested
 from ._session import LoadSession
 
-__all__ = ["check_component", "handler_for", "load_app_state"]
+__all__ = ["check_component", "handler_for", "load_app_state", "recognising_handler"]
 
 
 def check_component(src: LoadSession, folder: str) -> None:
@@ -44,6 +44,11 @@ def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) 
         return handler
     if cls is not None:
         return next((h for h in _registry.handlers(live=True) if h.builds(cls)), None)
+    return recognising_handler(src, folder)
+
+
+def recognising_handler(src: LoadSession, folder: str) -> _registry.Handler | None:
+    """The registered handler that recognises ``folder`` by its members or ``data`` keys."""
     asked = _registry.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
     return next((h for h in asked if h.recognises(src, folder)), None)
 
