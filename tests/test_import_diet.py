@@ -119,9 +119,10 @@ NEVER = (
 )
 # What a plain load (no `trust=`, `mmap=`, URL, `progress=` or device target, a member zipsave's
 # own reader reads) never imports either: the sign extra's modules, the torch.load fallback, the
-# mmap and staging readers, fsspec transfers and the progress bar.
+# mmap and staging readers, fsspec transfers and the progress bar; no exclude globs without
+# `exclude=`.
 NEVER_ON_LOAD = (
-    "zipsave._sign.",
+    "zipsave._sign",
     "zipsave._tensors._pth_fallback",
     "zipsave._tensors._pth_mmap",
     "zipsave._tensors._staging",
@@ -129,6 +130,7 @@ NEVER_ON_LOAD = (
     "zipsave._archive._remote",
     "zipsave._archive._progress",
     "zipsave._optional",
+    "zipsave._core._patterns",
 )
 
 # What reading an app-state archive (no ``init.json``, nothing to construct) never imports:

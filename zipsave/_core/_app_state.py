@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _format
+from .. import _core, _format  # _core: the exclude globs
 from ..exceptions import ParameterMismatchError
 from ._parts import is_stateful
-from ._patterns import matches
 from ._session import LoadSession
 
 __all__ = ["check_app_state"]
@@ -25,8 +24,8 @@ def check_app_state(src: LoadSession, app: dict, folder: str, exclude: Any = Non
     } - {_format.PYTORCH_VARIABLES[: -len(_format.PTH_SUFFIX)]}
     wanted = {k for k, v in app.items() if is_stateful(v)}
     if exclude:
-        saved = {n for n in saved if not matches(n, exclude)}
-        wanted = {n for n in wanted if not matches(n, exclude)}
+        saved = {n for n in saved if not _core.matches(n, exclude)}
+        wanted = {n for n in wanted if not _core.matches(n, exclude)}
     if saved != wanted:
         extra = sorted(saved - wanted)
         raise ParameterMismatchError(

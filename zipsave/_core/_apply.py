@@ -16,7 +16,6 @@ from ..exceptions import ArchiveFormatError, ParameterMismatchError, UnsafeNameE
 from ._address import check_data_key, resolve, set_variable
 from ._inplace import fill_in_place
 from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, Parts, is_stateful, unwrap
-from ._patterns import matches
 from ._session import LoadSession
 
 __all__ = [
@@ -92,8 +91,9 @@ def restore_parts(
         expected = expected_state_names(obj, live)
         if expected is not None and exclude:
             # what the caller left out (``exclude=["*.optimizer"]``) is missing on purpose
-            expected = [n for n in expected if not matches(n, exclude)]
-        if expected is not None and set(expected) != {n for n in state_names if not (exclude and matches(n, exclude))}:
+            expected = [n for n in expected if not _core.matches(n, exclude)]
+        kept = {n for n in state_names if not (exclude and _core.matches(n, exclude))}
+        if expected is not None and set(expected) != kept:
             recorded = src.reader.manifest or {}
             lost = sorted(
                 n[len(prefix) : -len(_format.PTH_SUFFIX)]
@@ -113,7 +113,7 @@ def restore_parts(
             )
     for name in state_names:
         member = prefix + member_of[name] + _format.PTH_SUFFIX
-        if exclude and matches(name, exclude):
+        if exclude and _core.matches(name, exclude):
             continue
         try:
             target = obj[name] if is_dict else resolve(obj, name, archive=src.name, member=member)
@@ -139,7 +139,7 @@ def restore_parts(
             src.skip(var_member, None, None, err)
             variables = {}
         for name, value in (variables or {}).items():
-            if exclude and matches(name, exclude):
+            if exclude and _core.matches(name, exclude):
                 continue
             set_variable(obj, name, value, archive=src.name, member=var_member, key=name)
     return live

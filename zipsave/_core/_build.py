@@ -19,7 +19,6 @@ from ._address import check_data_key, check_name, resolve
 from ._apply import restore_parts
 from ._folders import handler_for
 from ._parts import Parts
-from ._patterns import matches, nested
 from ._session import LoadSession
 
 __all__ = ["build", "restore_target", "restore_tree"]
@@ -81,7 +80,7 @@ def build(
                 child,
                 cls=None,
                 custom_objects=None,
-                exclude=nested(exclude, str(native.get("path"))),
+                exclude=_core.nested(exclude, str(native.get("path"))),
                 overrides={},
                 exact_match=exact_match,
             )
@@ -226,7 +225,7 @@ def restore_tree(
     prefix = f"{folder}/" if folder else ""
     for child in src.child_components(folder):
         attr_path = child[len(prefix) :]
-        if exclude and matches(attr_path, exclude):
+        if exclude and _core.matches(attr_path, exclude):
             continue
         parent, _, last = attr_path.rpartition("/")
         where = {"archive": src.name, "member": child}
@@ -260,7 +259,7 @@ def restore_tree(
                 current,
                 child,
                 custom_objects=None,
-                exclude=nested(exclude, attr_path),
+                exclude=_core.nested(exclude, attr_path),
                 exact_match=exact_match,
                 set_data=set_data,
                 modes=modes,
@@ -283,7 +282,7 @@ def restore_tree(
                 child,
                 cls=None,
                 custom_objects=None,
-                exclude=nested(exclude, attr_path),
+                exclude=_core.nested(exclude, attr_path),
                 overrides={},
                 exact_match=exact_match,
             )
@@ -330,7 +329,9 @@ def _check_no_missing_components(
             return
     prefix = f"{folder}/" if folder else ""
     present = {child[len(prefix) :] for child in src.child_components(folder)}
-    missing = [name for name, _ in live.components if name not in present and not (exclude and matches(name, exclude))]
+    missing = [
+        name for name, _ in live.components if name not in present and not (exclude and _core.matches(name, exclude))
+    ]
     data_member = _format.join(folder, _format.DATA)
     if missing and src.has(data_member):
         # An archive that kept the attribute as a value (older archives pickled some in `data`)

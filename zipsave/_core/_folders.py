@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _core, _format, _registry  # _core: build, imported when a folder holds a Saveable
+from .. import _core, _format, _registry  # _core: build (a folder holds a Saveable), the exclude globs
 from .._archive import data_bytes, member_names
 from ..exceptions import ArchiveFormatError, MissingDependencyError, ZipsaveError
-from ._patterns import matches, nested
 from ._session import LoadSession
 
 __all__ = ["check_component", "handler_for", "load_app_state", "recognising_handler"]
@@ -60,7 +59,7 @@ def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None
         if not name.endswith(_format.PTH_SUFFIX):
             continue
         key = name[len(prefix) : -len(_format.PTH_SUFFIX)]
-        if name[len(prefix) :] == _format.PYTORCH_VARIABLES or (exclude and matches(key, exclude)):
+        if name[len(prefix) :] == _format.PYTORCH_VARIABLES or (exclude and _core.matches(key, exclude)):
             continue
         try:
             out[key], _ = src.load_tensors(name)
@@ -68,12 +67,12 @@ def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None
             src.skip(name, None, None, err)
     for child in src.child_components(folder):
         key = child[len(prefix) :]
-        if "/" in key or (exclude and matches(key, exclude)):
+        if "/" in key or (exclude and _core.matches(key, exclude)):
             continue
         if src.has(_format.join(child, _format.INIT)):  # a Saveable held by the app state
             out[key] = _core.build(
-                src, child, cls=None, custom_objects=None, exclude=nested(exclude, key), overrides={}
+                src, child, cls=None, custom_objects=None, exclude=_core.nested(exclude, key), overrides={}
             )
         else:  # a plain object's folder: its values and state dicts, as a dict
-            out[key] = load_app_state(src, child, custom_objects=None, exclude=nested(exclude, key))
+            out[key] = load_app_state(src, child, custom_objects=None, exclude=_core.nested(exclude, key))
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .. import _sign  # the sign extra's records, imported only when `trust=` is given
+from .. import _core  # the sign extra's records (`_core.Trust`), imported only when `trust=` is given
 from .._archive import Limits
 from .._trust import TrustPolicy
 from ._report import LoadReport
@@ -80,7 +80,7 @@ class LoadOptions:
         trust: Trust | None = None,
     ) -> None:
         check_custom_objects(custom_objects)
-        if trust is not None and not isinstance(trust, _sign.Trust):
+        if trust is not None and not isinstance(trust, _core.Trust):
             raise TypeError(f"trust must be a zipsave.Trust or None, found {type(trust).__name__}.")
         values = locals()
         for name in self.DEFAULTS:

@@ -9,11 +9,12 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .. import (  # packages whose parts load on first use (PEP 562); _core: the system-info report
+# Packages whose parts load on first use (PEP 562); through _core: the system-info report, the
+# signature check (`trust=`) and the exclude globs.
+from .. import (
     _codec,
     _core,
     _format,
-    _sign,
     _tensors,
     _trust,
 )
@@ -32,7 +33,6 @@ from ..exceptions import (
 )
 from ._members import broken_tensor_member, leave_out, stem, unrecognised
 from ._options import LoadOptions
-from ._patterns import matches
 from ._report import LoadReport
 
 __all__ = ["LoadSession"]
@@ -72,7 +72,7 @@ class LoadSession:
         self.signature = None
         try:
             if options.trust is not None:  # before any member but the version line is read
-                self.signature = self.report.signature = _sign.check_source(self.source, options.trust)
+                self.signature = self.report.signature = _core.check_source(self.source, options.trust)
             if self.reader.manifest_error and self.verify:
                 self._integrity(self.reader.manifest_error, None)
             if self.verify and self.reader.manifest is not None:
@@ -399,7 +399,7 @@ class LoadSession:
             if custom_objects is not None and key in custom_objects:
                 out[key] = custom_objects[key]
                 continue
-            if exclude and matches(key, exclude):
+            if exclude and _core.matches(key, exclude):
                 continue
             try:
                 out[key] = (headers if key in deferred else decoder).decode_entry(key, value)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
+    from .._sign import check_source
     from ._check import check_archive
     from ._diff import diff
     from ._extract import extract
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
 _LAZY: dict[str, str] = {
     "check_archive": "._check",
+    "check_source": ".._sign",  # a signature, checked only when `trust=` is given
     "diff": "._diff",
     "extract": "._extract",
     "inspect": "._inspect",
@@ -41,6 +43,7 @@ __all__ = [
     "DataEntry",
     "TensorInfo",
     "check_archive",
+    "check_source",
     "describe_sharded",
     "diff",
     "extract",

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from .. import _format, _sign, _system_info, _tools, _trust  # on first use: _sign's checker (`trust=`), the
+from .. import _format, _system_info, _tools, _trust  # on first use: the signature check (`trust=`), the
 
 # byte check (`verify=True`), the pickle audit and stand-ins (pickled values)
 from .._archive import ArchiveSource, Limits, MemberView, involve_handlers, manifest_digest, parse_version
@@ -296,7 +296,7 @@ def inspect(
 def _signature(src: ArchiveSource, trust: Any) -> str | None:
     """The signature sentence of :attr:`ArchiveInfo.signature` (checked only with ``trust``)."""
     if trust is not None:
-        checked = _sign.check_source(src, trust)
+        checked = _tools.check_source(src, trust)
         return str(checked) if checked is not None else None
     if _format.SIGNATURE in src.reader:
         return f"embedded `{_format.SIGNATURE}`, not checked (inspect with trust= or run `zipsave verify` to check it)"

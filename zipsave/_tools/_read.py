@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .. import _format, _sign  # _sign: its checker only when `trust=` is given
+from .. import _format, _tools  # _tools: the signature check, imported only when `trust=` is given
 from .._archive import ArchiveSource, Limits, MemberView, involve_handlers
 from .._codec import Decoder
 from .._tensors import (
@@ -122,7 +122,7 @@ def read(
     target = get_device(device, mmap=mmap)
     with ArchiveSource(path, limits=limits, storage_options=storage_options) as src:
         if trust is not None:
-            _sign.check_source(src, trust)
+            _tools.check_source(src, trust)
         for prefix, is_tensor in _candidates(src.reader.names()):
             if prefix and not name.startswith(prefix + "/"):
                 continue
