@@ -122,6 +122,32 @@ def test_an_operand_past_the_end_of_its_frame_is_refused(name):
         assert _outcome(BoundedUnpickler, source) == before
 
 
+HOSTILE = {
+    "BINSTRING-negative": _P2 + b"T" + struct.pack("<i", -5) + b"abc.",
+    "LONG4-negative": _P2 + b"\x8b" + struct.pack("<i", -5) + b"abc.",
+    "BINBYTES8-past-maxsize": _P4 + b"\x8e" + struct.pack("<Q", (1 << 64) - 1) + b"abc.",
+    "BINUNICODE8-past-maxsize": _P4 + b"\x8d" + struct.pack("<Q", 1 << 63) + b"abc.",
+    "BYTEARRAY8-past-the-pickle": _P4 + b"\x96" + struct.pack("<Q", 1 << 40) + b"abc.",
+    "FRAME-past-maxsize": _P4 + b"\x95" + struct.pack("<Q", (1 << 64) - 1) + b"N.",
+    "FRAME-in-a-frame": _P4 + b"\x95" + struct.pack("<Q", 11) + b"\x95" + struct.pack("<Q", 2) + b"NN.",
+    "operand-across-a-frame-end": _P4 + b"\x95" + struct.pack("<Q", 3) + b"C\x03a" + b"bc.",
+    "GLOBAL-without-newline": _P2 + b"cbuiltins\nlen",
+    "BINGET-unknown": _P2 + b"h\x07.",
+    "unknown-opcode": _P2 + b"\xff.",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_lengths_and_frames_are_refused_as_under_pickles_own_load(name):
+    payload = HOSTILE[name]
+    before = _outcome(_PicklesOwnLoad, payload)
+    assert before[0][0] != "value", before
+    for source in _sources(payload):
+        assert _outcome(BoundedUnpickler, source) == before
+    with pytest.raises(DecodeError):
+        prescan_pickle(payload)
+
+
 _BENIGN: list = [
     None,
     True,

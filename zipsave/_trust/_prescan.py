@@ -35,10 +35,13 @@ class _Exact:
     def __init__(self, source: Any) -> None:
         in_memory = isinstance(source, (bytes, bytearray, memoryview))
         self._fp = io.BytesIO(source) if in_memory else source
-        # For bytes, BytesIO's own read, called with no Python frame between: `_Frames` checks
-        # the length each operand read returns, `BoundedUnpickler.load` each opcode byte.
-        self.plain_read: Any = self._fp.read if in_memory else None
-        self.readline = self._fp.readline
+        # For bytes, BytesIO's own read and readline, called with no Python frame between:
+        # `_Frames` checks the length each operand read returns, `BoundedUnpickler.load` each
+        # opcode byte (a line is read to its newline or the end, as from a file).
+        self.plain_read: Any = None
+        if in_memory:
+            self.plain_read = self._fp.read
+            self.readline = self._fp.readline  # type: ignore[method-assign]
 
     def read(self, n: int | None = -1) -> bytes:
         data = self._fp.read(n)
@@ -55,6 +58,9 @@ class _Exact:
                 raise _short(len(view), done)
             done += n
         return done
+
+    def readline(self) -> bytes:
+        return self._fp.readline()
 
     def tell(self) -> int:
         return self._fp.tell()
