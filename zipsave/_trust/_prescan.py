@@ -18,6 +18,12 @@ from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
 __all__ = ["BoundedUnpickler", "check_legacy_torch", "check_torch_zip", "prescan_pickle"]
 
 _PurePythonUnpickler: Any = pickle._Unpickler
+_PureUnframer: Any = pickle._Unframer  # type: ignore[attr-defined]
+_Stop: Any = pickle._Stop  # type: ignore[attr-defined]
+
+
+def _short(n: int, got: int) -> pickle.UnpicklingError:
+    return pickle.UnpicklingError(f"the pickle asks for {n} bytes where {got} remain")
 
 
 class _Exact:
@@ -27,12 +33,20 @@ class _Exact:
     is read straight into the object the pickle builds, never copied from a whole-file copy)."""
 
     def __init__(self, source: Any) -> None:
-        self._fp = io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else source
+        in_memory = isinstance(source, (bytes, bytearray, memoryview))
+        self._fp = io.BytesIO(source) if in_memory else source
+        # For bytes, BytesIO's own read and readline, called with no Python frame between:
+        # `_Frames` checks the length each operand read returns, `BoundedUnpickler.load` each
+        # opcode byte (a line is read to its newline or the end, as from a file).
+        self.plain_read: Any = None
+        if in_memory:
+            self.plain_read = self._fp.read
+            self.readline = self._fp.readline  # type: ignore[method-assign]
 
     def read(self, n: int | None = -1) -> bytes:
         data = self._fp.read(n)
         if n is not None and n >= 0 and len(data) != n:
-            raise pickle.UnpicklingError(f"the pickle asks for {n} bytes where {len(data)} remain")
+            raise _short(n, len(data))
         return data
 
     def readinto(self, buf: Any) -> int:
@@ -41,7 +55,7 @@ class _Exact:
         while done < len(view):
             n = self._fp.readinto(view[done:])
             if not n:
-                raise pickle.UnpicklingError(f"the pickle asks for {len(view)} bytes where {done} remain")
+                raise _short(len(view), done)
             done += n
         return done
 
@@ -50,6 +64,24 @@ class _Exact:
 
     def tell(self) -> int:
         return self._fp.tell()
+
+
+class _Frames(_PureUnframer):
+    """pickle's unframer over an in-memory :class:`_Exact`: the same frames and the same
+    refusals, with a read outside a frame one Python call (BytesIO's read, its length checked
+    as `_Exact.read` checks it) where pickle's makes two. Every operand is read through it."""
+
+    def __init__(self, source: _Exact) -> None:
+        super().__init__(source.read, source.readline)
+        self._plain_read = source.plain_read
+
+    def read(self, n: int) -> bytes:
+        if self.current_frame:
+            return super().read(n)
+        data = self._plain_read(n)
+        if len(data) != n and n is not None and n >= 0:
+            raise _short(n, len(data))
+        return data
 
 
 def source_size(source: Any) -> int:
@@ -79,6 +111,30 @@ class BoundedUnpickler(_PurePythonUnpickler):
         self.keys = KeyGuard(key_budget(size), **where)
         self.budget = AllocBudget(size, limits, **where)
         self.size = size
+
+    def load(self) -> Any:
+        # pickle's own `load` (the same in 3.11 to 3.13), whose loop reads each opcode byte of
+        # an in-memory pickle outside a frame with BytesIO's read itself: an empty read is the
+        # refusal `_Exact.read(1)` gives. Operands go through `_Frames`; a file, through
+        # pickle's unframer and `_Exact` as before. tests/test_prescan.py checks it against
+        # pickle's `load`, the state it sets included.
+        source = self._source
+        frames = _Frames(source) if source.plain_read else _PureUnframer(source.read, source.readline)
+        self._unframer = frames
+        self.read, self.readinto, self.readline = frames.read, frames.readinto, frames.readline
+        self.metastack: list[Any] = []
+        self.stack: list[Any] = []
+        self.append = self.stack.append
+        self.proto = 0
+        read, plain_read, dispatch = frames.read, source.plain_read, self.dispatch
+        try:
+            while True:
+                key = read(1) if plain_read is None or frames.current_frame else plain_read(1)
+                if not key:
+                    raise _short(1, 0)
+                dispatch[key[0]](self)
+        except _Stop as stop:
+            return stop.value
 
     def _check_target(self, target: Any, opname: str) -> None:
         """Refuse changing ``target`` in place (a subclass's hook)."""
