@@ -150,6 +150,8 @@ NEVER_ON_PLAIN_READ = (
     "zipsave._codec._pickling",
     "zipsave._system_info",
     "zipsave._trust._torch_calls",
+    "zipsave._trust._policy",  # no pickled value, no import path: the default policy is not built
+    "zipsave._trust._allowlist",
 )
 # What inspecting an archive that holds no pickled value, without ``verify=True``, never
 # imports: the byte check, the pickle audit, the unpickler's stand-ins and legacy torch calls.
@@ -166,6 +168,8 @@ NEVER_ON_RESTORE = (
     "zipsave._core._modes",
     "zipsave._system_info",
     "zipsave._trust._torch_calls",
+    "zipsave._trust._policy",
+    "zipsave._trust._allowlist",
 )
 
 # What a first plain save (a dict of a module, an optimizer and numbers; no `background=`,

@@ -37,7 +37,7 @@ class Decoder:
 
     def __init__(
         self,
-        policy: _trust.TrustPolicy,
+        policy: _trust.TrustPolicy | Callable[[], _trust.TrustPolicy],
         *,
         load_array: Callable[[str], np.ndarray] | None = None,
         device: torch.device | None = None,
@@ -47,7 +47,9 @@ class Decoder:
         saved_versions: Callable[[], Mapping[str, str]] | None = None,
         limits: Any = None,
     ) -> None:
-        self.policy = policy
+        # A policy, or a function giving it on first use (a load's session builds its default
+        # policy only when a value needs one).
+        self._policy = policy
         self._limits = limits  # what a pickled value may allocate (Limits.alloc_floor/alloc_ratio)
         # The archive's system info (versions that wrote it), read only when an error names one.
         self._saved_versions = saved_versions
@@ -58,6 +60,14 @@ class Decoder:
         self._member = member
         self._key: str | None = None
         self._keys = KeyGuard(1 << 62)
+
+    @property
+    def policy(self) -> _trust.TrustPolicy:
+        """The trust policy that pickled values and import paths are decoded under."""
+        policy = self._policy
+        if not isinstance(policy, _trust.TrustPolicy):
+            policy = self._policy = policy()
+        return policy
 
     def decode_entry(self, key: str, value: Any) -> Any:
         self._key = key

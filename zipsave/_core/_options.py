@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .. import _core  # the sign extra's records (`_core.Trust`), imported only when `trust=` is given
+# On first use: the sign extra's records (`_core.Trust`), only when `trust=` is given; the trust
+# policy (`_trust.TrustPolicy`), only when `allow_pickle=`/`trusted=` is given or a load asks it.
+from .. import _core, _trust
 from .._archive import Limits
-from .._trust import TrustPolicy
 from ._report import LoadReport
 
 if TYPE_CHECKING:
     from .._sign import Trust
+    from .._trust import TrustPolicy
 
 __all__ = ["OPTION_DOCS", "LoadOptions", "check_custom_objects"]
 
@@ -60,7 +62,7 @@ class LoadOptions:
     progress: bool
     skip_broken_tensors: bool
     trust: Trust | None
-    _policy: TrustPolicy
+    _policy: TrustPolicy | None
 
     def __init__(
         self,
@@ -85,8 +87,12 @@ class LoadOptions:
         values = locals()
         for name in self.DEFAULTS:
             object.__setattr__(self, name, values[name])
-        # Built (and checked) once, so a bad `trusted=` fails before the archive is opened.
-        object.__setattr__(self, "_policy", TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted))
+        # Built (and checked) once, so a bad `trusted=` fails before the archive is opened. The
+        # default one (nothing trusted, which nothing can make invalid) is built when a load first
+        # asks for it: an archive of tensors and plain values never does.
+        default = allow_pickle is False and type(trusted) is tuple and not trusted
+        policy = None if default else _trust.TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted)
+        object.__setattr__(self, "_policy", policy)
 
     #: Every option's name and default, in the order of the constructor's parameters (read off
     #: the constructor, so the two cannot drift).
@@ -107,7 +113,11 @@ class LoadOptions:
     @property
     def policy(self) -> TrustPolicy:
         """The trust policy of ``allow_pickle`` and ``trusted``."""
-        return self._policy
+        policy = self._policy
+        if policy is None:  # the default: built on first use, the same for every caller
+            policy = _trust.TrustPolicy.make(allow_pickle=False, trusted=())
+            object.__setattr__(self, "_policy", policy)
+        return policy
 
     @classmethod
     def of(cls, call: dict[str, Any]) -> LoadOptions:

@@ -11,13 +11,7 @@ import numpy as np
 
 # Packages whose parts load on first use (PEP 562); through _core: the system-info report, the
 # signature check (`trust=`) and the exclude globs.
-from .. import (
-    _codec,
-    _core,
-    _format,
-    _tensors,
-    _trust,
-)
+from .. import _codec, _core, _format, _tensors, _trust
 from .._archive import ArchiveSource
 from ..exceptions import (
     ArchiveFormatError,
@@ -52,7 +46,7 @@ class LoadSession:
     def __init__(self, path: Any, options: LoadOptions | None = None) -> None:
         options = options or LoadOptions()
         self.options = options
-        self.policy: _trust.TrustPolicy = options.policy
+        self._policy: _trust.TrustPolicy | None = None  # `options.policy`, asked for on first use
         self.device = _tensors.get_device(options.device, mmap=options.mmap)
         self.strict = options.strict
         self.verify = options.verify
@@ -117,11 +111,18 @@ class LoadSession:
     def child_components(self, folder: str) -> list[str]:
         return self.source.child_components(folder)
 
+    @property
+    def policy(self) -> _trust.TrustPolicy:
+        """The trust policy of this load: the caller's, with the references admitted so far."""
+        if self._policy is None:
+            self._policy = self.options.policy
+        return self._policy
+
     def trust_references(self, objects: Iterable[Any]) -> None:
         """Admit ``objects`` (classes the caller named) as looked-up references for the rest of
         this load; a pickle that calls them stays under the allowlist
         (:meth:`~zipsave._trust.TrustPolicy.with_references`)."""
-        self.policy = self.policy.with_references(objects)
+        self._policy = self.policy.with_references(objects)
 
     # -- skip rules --------------------------------------------------------------------------
     def skip(
@@ -350,7 +351,7 @@ class LoadSession:
         """A decoder for one JSON member, under this load's trust policy, device and limits
         (``deferred``: each array member decodes to its checked :class:`NpyHeader`, unread)."""
         return _codec.Decoder(
-            self.policy,
+            lambda: self.policy,  # asked for only by a pickled value or an import path
             load_array=self.array_header if deferred else self.load_array,  # type: ignore[arg-type]
             device=self.device,
             max_depth=self.limits.max_json_depth,
