@@ -154,12 +154,15 @@ NEVER_ON_PLAIN_READ = (
     "zipsave._trust._allowlist",
 )
 # What inspecting an archive that holds no pickled value, without ``verify=True``, never
-# imports: the byte check, the pickle audit, the unpickler's stand-ins and legacy torch calls.
+# imports: the byte check, the pickle audit, the unpickler's stand-ins, legacy torch calls and
+# the trust policy.
 NEVER_ON_INSPECT = (
     "zipsave._tools._check",
     "zipsave._trust._audit",
     "zipsave._trust._substitutes",
     "zipsave._trust._torch_calls",
+    "zipsave._trust._policy",  # asked only when a data entry names a global
+    "zipsave._trust._allowlist",
 )
 # What restoring an app state in place never imports: constructing objects and their modes.
 NEVER_ON_RESTORE = (

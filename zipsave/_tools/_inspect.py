@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from .. import _format, _system_info, _tools, _trust  # on first use: the signature check (`trust=`), the
-
-# byte check (`verify=True`), the pickle audit and stand-ins (pickled values)
+# On first use: the signature check (`trust=`), the byte check (`verify=True`), the pickle
+# audit, stand-ins and default trust policy (an entry that names a global).
+from .. import _format, _system_info, _tools, _trust
 from .._archive import ArchiveSource, Limits, MemberView, involve_handlers, manifest_digest, parse_version
 from .._codec import NATIVE_KEY as _N
 from .._codec import SERIALIZED_KEY as _S
@@ -34,7 +34,6 @@ from .._tensors import (
     read_pth_meta,
     walk_leaves,
 )
-from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, DecodeError, IntegrityError, ZipsaveError, nesting_as_error
 from ._records import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo
 from ._render import format_shape, shorten
@@ -118,12 +117,13 @@ def _scan(value: Any, pickles: list[str], refs: list[str], native: bool) -> None
         _scan(item, pickles, refs, native)
 
 
-def _global_trusted(policy: TrustPolicy, name: str) -> bool:
+def _global_trusted(name: str) -> bool:
+    """Whether a load under the default policy (the allowlist, nothing more) admits ``name``."""
     module, _, qualname = name.rpartition(".")
-    return name in _trust.SUBSTITUTED or (bool(module) and policy.is_trusted(module, qualname))
+    return name in _trust.SUBSTITUTED or (bool(module) and _trust.TrustPolicy().is_trusted(module, qualname))
 
 
-def _describe_entry(component: str, key: str, value: Any, policy: TrustPolicy) -> DataEntry:
+def _describe_entry(component: str, key: str, value: Any) -> DataEntry:
     pickles: list[str] = []
     refs: list[str] = []
     _scan(value, pickles, refs, False)
@@ -135,7 +135,7 @@ def _describe_entry(component: str, key: str, value: Any, policy: TrustPolicy) -
         except (binascii.Error, UnicodeEncodeError, DecodeError) as err:
             names.add(f"<unreadable pickle: {err}>")
     found = tuple(sorted(names))
-    untrusted = tuple(g for g in found if not _global_trusted(policy, g))
+    untrusted = tuple(g for g in found if not _global_trusted(g))
     if pickles:
         form = "pickle"
     elif isinstance(value, dict) and _N in value:
@@ -210,7 +210,6 @@ def inspect(
     >>> [t.name for t in info.tensors][:2]  # doctest: +SKIP
     ['policy/0.weight', 'policy/0.bias']
     """
-    policy = TrustPolicy()
     with ArchiveSource(path, limits=limits, storage_options=storage_options, check_version=False) as src:
         reader = src.reader
         signature = _signature(src, trust)
@@ -261,7 +260,7 @@ def inspect(
             raw = _read_json(src, member, notes, check_digest=True)
             if isinstance(raw, dict):
                 involve_handlers(src, folder)  # judged by their reviewed names, as a load of the folder is
-                data += [_describe_entry(folder, key, value, policy) for key, value in raw.items()]
+                data += [_describe_entry(folder, key, value) for key, value in raw.items()]
             elif raw is not None:
                 notes.append(f"`{member}`: holds a JSON {type(raw).__name__}, expected an object")
 
