@@ -178,8 +178,9 @@ NEVER_ON_RESTORE = (
 # What a first plain save (a dict of a module, an optimizer and numbers; no `background=`,
 # `progress=`, `sign=` or component) never imports: the background saver and its progress
 # bar, the helpers of values JSON does not hold as they are (arrays, pickles, spaces, tensors
-# in `data`), the pickle audit, the glob rules and train/eval modes.
+# in `data`), the pickle audit, the glob rules, train/eval modes and the sign extra.
 NEVER_ON_PLAIN_SAVE = (
+    "zipsave._sign",
     "zipsave._api._background",
     "zipsave._archive._progress",
     "zipsave._optional",

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 
 import torch
 
-from .. import _api, _archive, _sign  # the background saver, the progress bar and the sign extra, when asked for
+from .. import _api, _archive, _core  # the background saver, the progress bar and the sign extra, when asked for
 from .._core import Parts, check_signable, collect, encode, write
 
 __all__ = ["save", "save_archive"]
@@ -106,7 +106,7 @@ def save(
     """
     if progress:
         _archive.check_progress(progress)
-    signer = _sign.as_signer(sign) if sign is not None else None
+    signer = _core.as_signer(sign) if sign is not None else None
     if signer is not None:
         check_signable(path, signer)
     exclude = list(exclude or ())

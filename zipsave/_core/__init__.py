@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
-    from .._sign import Trust, check_source
+    from .._sign import Trust, as_signer, check_source, embedded_signature, sign_detached
     from .._system_info import parse_system_info, print_system_info
     from .._trust import pickle_globals
     from ._address import check_data_key, check_name, check_path, resolve, set_variable
@@ -85,8 +85,8 @@ _LAZY: dict[str, str] = {
     "LoadSession": "._session",
     # the saved system-info report, read when a load prints it or explains a failure
     **dict.fromkeys(("parse_system_info", "print_system_info"), ".._system_info"),
-    # the sign extra's records and check, imported only when a load is given `trust=`
-    **dict.fromkeys(("Trust", "check_source"), ".._sign"),
+    # the sign extra, imported only when a load is given `trust=` or a save `sign=`
+    **dict.fromkeys(("Trust", "as_signer", "check_source", "embedded_signature", "sign_detached"), ".._sign"),
     # the audit of a pickle's globals, read when a save meets a pickled value (code by value?)
     "pickle_globals": ".._trust",
     **dict.fromkeys(("Encoded", "check_signable", "encode", "encoded_size", "write"), "._write"),
@@ -164,7 +164,10 @@ __all__ = [
     "set_parameters_from_dict",
     "set_variable",
     "Trust",
+    "as_signer",
     "check_source",
+    "embedded_signature",
+    "sign_detached",
     "unwrap",
     "write",
 ]

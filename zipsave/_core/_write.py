@@ -16,7 +16,7 @@ import torch
 
 # _archive, _sign: the progress bar and signing, when asked for; _core: the glob rules of a
 # component's patterns and the pickle audit, on first use
-from .. import _archive, _core, _format, _sign, _system_info
+from .. import _archive, _core, _format, _system_info  # _core: the sign extra (`sign=`), on first use
 from .._archive import ArchiveWriter, is_url, open_output, with_suffix
 from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Encoder
 from .._json import dump_json
@@ -336,7 +336,7 @@ def write(
                     write_encoded(writer, enc, root=True)
                     if embed:
                         name = os.path.basename(with_suffix(describe_path(path)))
-                        writer.write_bytes(_format.SIGNATURE, _sign.embedded_signature(writer.members, sign, name))
+                        writer.write_bytes(_format.SIGNATURE, _core.embedded_signature(writer.members, sign, name))
                     writer.close()
                 except BaseException:
                     writer.abort()
@@ -355,7 +355,7 @@ def write(
             errno=cause.errno,
         ) from err
     if sign is not None and not sign.embed:
-        _sign.sign_detached(with_suffix(os.fspath(path).removeprefix("file://")), sign)
+        _core.sign_detached(with_suffix(os.fspath(path).removeprefix("file://")), sign)
 
 
 def check_signable(path: Any, sign: Any) -> None:
