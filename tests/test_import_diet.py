@@ -169,6 +169,7 @@ NEVER_ON_RESTORE = (
     "zipsave._core._classes",
     "zipsave._core._component",
     "zipsave._core._modes",
+    "zipsave._core._address",  # names are resolved only on objects, not in an app-state dict
     "zipsave._system_info",
     "zipsave._trust._torch_calls",
     "zipsave._trust._policy",

@@ -13,7 +13,6 @@ import torch
 
 from .. import _core, _format  # _core: collect, imported when a live object is compared
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, UnsafeNameError, ZipsaveError
-from ._address import check_data_key, resolve, set_variable
 from ._inplace import fill_in_place
 from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, Parts, is_stateful, unwrap
 from ._session import LoadSession
@@ -59,10 +58,10 @@ def restore_parts(
                     where = {"archive": src.name, "member": data_member, "key": f"{key}.{name}"}
                     if "." in str(name):  # a registry holds the module's own entries: `weight`, never `0.weight`
                         raise UnsafeNameError(f"{key}.{name}", "is not an entry of the module's own registry", **where)
-                    set_variable(obj, str(name), tensor, **where)
+                    _core.set_variable(obj, str(name), tensor, **where)
                 continue
             if not is_dict:
-                check_data_key(obj, key, archive=src.name, member=data_member, key=key)
+                _core.check_data_key(obj, key, archive=src.name, member=data_member, key=key)
             if is_dict:
                 if key in obj and is_stateful(obj[key]):
                     continue
@@ -116,7 +115,7 @@ def restore_parts(
         if exclude and _core.matches(name, exclude):
             continue
         try:
-            target = obj[name] if is_dict else resolve(obj, name, archive=src.name, member=member)
+            target = obj[name] if is_dict else _core.resolve(obj, name, archive=src.name, member=member)
         except (AttributeError, KeyError):
             err = ParameterMismatchError(
                 f"`{name}` is not an attribute of {type(obj).__name__}.", archive=src.name, member=member
@@ -141,7 +140,7 @@ def restore_parts(
         for name, value in (variables or {}).items():
             if exclude and _core.matches(name, exclude):
                 continue
-            set_variable(obj, name, value, archive=src.name, member=var_member, key=name)
+            _core.set_variable(obj, name, value, archive=src.name, member=var_member, key=name)
     return live
 
 
@@ -392,7 +391,7 @@ def set_parameters_from_dict(obj: Any, params: dict[str, Any], *, exact_match: b
         )
     for name, state in params.items():
         try:
-            target = unwrap(resolve(obj, name, key=name))
+            target = unwrap(_core.resolve(obj, name, key=name))
         except AttributeError:
             raise ParameterMismatchError(f"`{name}` is not an attribute of {type(obj).__name__}.", key=name) from None
         try:

@@ -15,7 +15,6 @@ from ..exceptions import (
     UnsafeNameError,
     ZipsaveError,
 )
-from ._address import check_data_key, check_name, resolve
 from ._apply import restore_parts
 from ._folders import handler_for
 from ._parts import Parts
@@ -230,7 +229,7 @@ def restore_tree(
         parent, _, last = attr_path.rpartition("/")
         where = {"archive": src.name, "member": child}
         for part in attr_path.split("/"):
-            check_name(part, path=attr_path, **where)
+            _core.check_name(part, path=attr_path, **where)
         if "/" in parent:
             raise UnsafeNameError(attr_path, "nests components deeper than a container of components", **where)
         holder = _own(obj, parent, attr_path, where) if parent else obj
@@ -239,7 +238,7 @@ def restore_tree(
             if is_dict:
                 obj[parent] = holder
             else:
-                check_data_key(obj, parent, **where)
+                _core.check_data_key(obj, parent, **where)
                 setattr(obj, parent, holder)
         if isinstance(holder, dict):
             current = holder.get(last)
@@ -298,7 +297,7 @@ def restore_tree(
                     hint="Create it in the constructor, or hold the components in a list.",
                 )
             else:
-                check_data_key(holder, last, **where)
+                _core.check_data_key(holder, last, **where)
                 setattr(holder, last, built)
     if exact_match and not is_dict:
         _check_no_missing_components(src, obj, folder, exclude, live)
@@ -309,7 +308,7 @@ def _own(holder: Any, name: str, path: str, where: dict) -> Any:
     if isinstance(holder, dict):
         return holder.get(name)
     try:
-        return resolve(holder, name, **where)
+        return _core.resolve(holder, name, **where)
     except AttributeError:
         return None
 
