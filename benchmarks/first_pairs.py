@@ -1,0 +1,73 @@
+"""The first call of a verb in a fresh interpreter (``import zipsave`` included, after ``import
+torch``), this tree against a peer tree in alternating pairs of processes: small differences
+(a millisecond) that the shuffled repetitions of ``cold.py`` cannot resolve on a shared VM.
+Each process times the first call and then the same call again; a pair's ratio divides this
+tree's first call by the peer's. Prints medians and the median of the per-pair ratios and
+differences.
+
+Usage::
+
+    git worktree add --detach /tmp/peer main
+    python benchmarks/first_pairs.py --peer /tmp/peer --verb load --archive model.zip --pairs 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+_CALL = r"""
+import sys, time
+import torch
+t0 = time.perf_counter()
+import zipsave
+getattr(zipsave, sys.argv[1])(sys.argv[2])
+t1 = time.perf_counter()
+getattr(zipsave, sys.argv[1])(sys.argv[2])
+t2 = time.perf_counter()
+print((t1 - t0) * 1e3, (t2 - t1) * 1e3)
+"""
+
+
+def _run(tree: str, verb: str, archive: str) -> tuple[float, float]:
+    env = dict(os.environ, PYTHONPATH=tree)
+    out = subprocess.run(
+        [sys.executable, "-c", _CALL, verb, archive], env=env, cwd="/", capture_output=True, text=True, check=True
+    )
+    first, second = map(float, out.stdout.split())
+    return first, second
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peer", required=True, help="the other zipsave tree")
+    parser.add_argument("--tree", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parser.add_argument("--verb", default="load", choices=("load", "load_archive", "inspect"))
+    parser.add_argument("--archive", required=True)
+    parser.add_argument("--pairs", type=int, default=30)
+    args = parser.parse_args()
+    archive = os.path.abspath(args.archive)
+    trees = {"peer": os.path.abspath(args.peer), "this": os.path.abspath(args.tree)}
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+    for i in range(args.pairs):
+        for name in trees if i % 2 == 0 else reversed(trees):
+            runs[name].append(_run(trees[name], args.verb, archive))
+    print(f"first zipsave.{args.verb} of {archive} in a fresh interpreter, {args.pairs} pairs")
+    for name, values in runs.items():
+        first = statistics.median(f for f, _ in values)
+        extra = statistics.median(f - s for f, s in values)
+        print(f"{name:>5} ({trees[name]}): first {first:.2f} ms, first - second {extra:.2f} ms")
+    pairs = list(zip(runs["peer"], runs["this"]))
+    ratios = [this[0] / peer[0] for peer, this in pairs]
+    saved = [peer[0] - this[0] for peer, this in pairs]
+    print(
+        f"this / peer, first call: {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}); "
+        f"peer - this: {statistics.median(saved):.2f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()
