@@ -619,6 +619,28 @@ def test_deep_json_is_refused_before_parsing(opener):
         parse_json(raw, max_depth=500)
 
 
+@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
+def test_json_deeper_than_python_can_parse_is_refused_unparsed(monkeypatch, large):
+    # With the limit raised past Python's recursion limit, the text is refused before json
+    # recurses into the last frames (where a collector pass's finalizer would fail, lost as an
+    # "exception ignored"); shallower text still parses.
+    import json
+
+    import zipsave._json
+
+    def never(*args, **kwargs):
+        raise AssertionError("the parser was called")
+
+    deep = b"[" * 5000 + b"1" + b"]" * 5000
+    with monkeypatch.context() as patched:
+        patched.setattr(zipsave._json.json, "loads", never)
+        with pytest.raises(DecodeError, match=re.escape("JSON is nested more deeply than Python can parse here (")):
+            parse_json(_padded(deep) if large else deep, max_depth=10**6)
+    shallow = b"[" * 300 + b"1" + b"]" * 300
+    value = parse_json(_padded(shallow) if large else shallow, max_depth=10**6)
+    assert json.dumps(value) == json.dumps(json.loads(shallow))
+
+
 def test_nesting_scan_ignores_brackets_in_strings():
     assert not nesting_exceeds(b'["' + b"[" * 1000 + b'"]', 2)
     assert not nesting_exceeds(b'["\\"' + b"{" * 1000 + b'"]', 2)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 from .exceptions import DecodeError
@@ -30,6 +31,12 @@ ORJSON_MAX_DEPTH = 512
 
 #: JSON text shorter than this is parsed by Python's json (see above).
 ORJSON_MIN_BYTES = 64 * 1024
+
+#: Frames left free below Python's recursion limit when its json parses deep text. Text that
+#: would nest into them is refused unparsed: at the limit, a collector pass that runs a
+#: finalizer (an unreferenced ``ZipFile``'s ``__del__``) would fail in it, and the error would
+#: be lost as an "exception ignored".
+STACK_MARGIN = 200
 
 #: A run of digits that may be an integer orjson would not keep exact (2**63 has 19 digits).
 _LONG_DIGITS = rb"[0-9]{19}"
@@ -60,6 +67,16 @@ def nesting_exceeds(raw: bytes, limit: int) -> bool:
         else:
             depth -= 1
     return False
+
+
+def _python_room() -> int:
+    """How deep Python's json may nest from here: the recursion limit less the frames in use
+    and :data:`STACK_MARGIN`."""
+    frame: Any = sys._getframe()
+    depth = 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return sys.getrecursionlimit() - depth - STACK_MARGIN
 
 
 def loads(raw: bytes, *, max_depth: int) -> Any:
@@ -93,6 +110,8 @@ def loads(raw: bytes, *, max_depth: int) -> Any:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as err:
             first = err
+    if nesting_exceeds(raw, room := max(_python_room(), 0)):
+        raise DecodeError(f"JSON is nested more deeply than Python can parse here ({room} levels).")
     try:
         return json.loads(raw.decode("utf-8"))
     except RecursionError as err:
