@@ -110,7 +110,8 @@ def loads(raw: bytes, *, max_depth: int) -> Any:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as err:
             first = err
-    if nesting_exceeds(raw, room := max(_python_room(), 0)):
+    room = max(_python_room(), 0)  # within `max_depth` (checked above) is within it already
+    if max_depth > room and nesting_exceeds(raw, room):
         raise DecodeError(f"JSON is nested more deeply than Python can parse here ({room} levels).")
     try:
         return json.loads(raw.decode("utf-8"))
