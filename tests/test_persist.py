@@ -384,10 +384,15 @@ def test_app_state_dict_round_trip(tmp_path):
     assert torch.equal(loaded["model"]["weight"], net.weight)
 
 
-def test_demo_runs():
-    out = subprocess.run([sys.executable, "-m", "zipsave", "demo", "--seconds", "1"], capture_output=True, text=True)
+def test_demo_runs(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "zipsave", "demo", "--seconds", "1", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert "demo succeeded" in out.stdout
+    assert (tmp_path / "reinforce_cartpole.zip").is_file()
     assert "policy.optimizer.pth" in out.stdout and "same actions on 200 observations: True" in out.stdout
 
 
