@@ -568,10 +568,23 @@ def test_decode_depth_is_limited():
     decoder = Decoder(TrustPolicy(), max_depth=50)
     with pytest.raises(DecodeError, match=re.escape("value is nested deeper than 50 levels (limit `max_json_depth`).")):
         decoder.decode_entry("k", nest(60))
-    # Deeper than Python's stack, whatever the limit: still a DecodeError, not a RecursionError.
+    # Deeper than Python's stack, whatever the limit: a DecodeError raised `STACK_MARGIN`
+    # frames short of the recursion limit (where a collector pass's finalizer would fail),
+    # not the RecursionError caught at the limit itself.
     decoder = Decoder(TrustPolicy(), max_depth=10**6)
-    with pytest.raises(DecodeError, match=re.escape("value is nested too deeply to decode (limit `max_json_depth`).")):
+    with pytest.raises(DecodeError, match=re.escape("value is nested more deeply than Python can decode here (")):
         decoder.decode_entry("k", nest(5000))
+
+
+def test_decode_takes_one_frame_a_list_level():
+    # 600 levels of plain lists fit in the room below the margin (a frame a level); with a
+    # comprehension's frame each (3.11) they would not.
+    value: Any = 1
+    for _ in range(600):
+        value = [value]
+    assert Decoder(TrustPolicy(), max_depth=10**6).decode_entry("k", value) == value
+    deep = {"a": value}
+    assert Decoder(TrustPolicy(), max_depth=10**6).decode_entry("k", deep) == deep
 
 
 def test_tensor_device_mapping():

@@ -147,6 +147,7 @@ NEVER_ON_PLAIN_READ = (
     "zipsave._core._app_state",
     "zipsave._core._collect",
     "zipsave._codec._arrays",
+    "zipsave._codec._numeric",  # fractions, decimals, random generators: none in a plain archive
     "zipsave._codec._pickling",
     "zipsave._system_info",
     "zipsave._trust._torch_calls",

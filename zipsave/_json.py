@@ -23,7 +23,7 @@ from typing import Any
 
 from .exceptions import DecodeError
 
-__all__ = ["dump_json", "loads", "nesting_exceeds", "parse_json"]
+__all__ = ["STACK_MARGIN", "dump_json", "loads", "nesting_exceeds", "parse_json", "python_room", "stack_low"]
 
 #: The deepest JSON handed to orjson whatever the configured limit; deeper (when a caller
 #: raises the limit) goes to Python's json, which fails cleanly instead of crashing.
@@ -32,8 +32,9 @@ ORJSON_MAX_DEPTH = 512
 #: JSON text shorter than this is parsed by Python's json (see above).
 ORJSON_MIN_BYTES = 64 * 1024
 
-#: Frames left free below Python's recursion limit when its json parses deep text. Text that
-#: would nest into them is refused unparsed: at the limit, a collector pass that runs a
+#: Frames left free below Python's recursion limit when its json parses deep text or the codec
+#: decodes a deep value. Text that would nest into them is refused unparsed, and a value that
+#: reaches them is refused there: at the limit, a collector pass that runs a
 #: finalizer (an unreferenced ``ZipFile``'s ``__del__``) would fail in it, and the error would
 #: be lost as an "exception ignored".
 STACK_MARGIN = 200
@@ -69,7 +70,7 @@ def nesting_exceeds(raw: bytes, limit: int) -> bool:
     return False
 
 
-def _python_room() -> int:
+def python_room() -> int:
     """How deep Python's json may nest from here: the recursion limit less the frames in use
     and :data:`STACK_MARGIN`."""
     frame: Any = sys._getframe()
@@ -77,6 +78,15 @@ def _python_room() -> int:
     while frame is not None:
         frame, depth = frame.f_back, depth + 1
     return sys.getrecursionlimit() - depth - STACK_MARGIN
+
+
+def stack_low() -> bool:
+    """Whether the frames in use reach within :data:`STACK_MARGIN` of the recursion limit."""
+    try:
+        sys._getframe(sys.getrecursionlimit() - STACK_MARGIN)
+    except ValueError:
+        return False
+    return True
 
 
 def loads(raw: bytes, *, max_depth: int) -> Any:
@@ -110,7 +120,7 @@ def loads(raw: bytes, *, max_depth: int) -> Any:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as err:
             first = err
-    room = max(_python_room(), 0)  # within `max_depth` (checked above) is within it already
+    room = max(python_room(), 0)  # within `max_depth` (checked above) is within it already
     if max_depth > room and nesting_exceeds(raw, room):
         raise DecodeError(f"JSON is nested more deeply than Python can parse here ({room} levels).")
     try:

@@ -35,7 +35,17 @@ _LAZY: dict[str, str] = {
 }
 # Its modules, found as attributes as when this file imported them all.
 _SUBMODULES = frozenset(
-    {"_arrays", "_decode", "_encode", "_pickling", "_space_decode", "_space_encode", "_space_kinds", "_spaces"}
+    {
+        "_arrays",
+        "_decode",
+        "_encode",
+        "_numeric",
+        "_pickling",
+        "_space_decode",
+        "_space_encode",
+        "_space_kinds",
+        "_spaces",
+    }
 )
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)

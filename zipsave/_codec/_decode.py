@@ -8,7 +8,6 @@ import datetime as _dt
 import enum
 import math
 import pathlib
-import random
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,9 +19,10 @@ from .. import _codec, _trust  # packages whose parts load on first use: arrays,
 from .._bounds import MAX_INT_BITS, KeyGuard, check_int
 from .._format import NATIVE_KEY as N
 from .._format import SERIALIZED_KEY as S
+from .._json import stack_low
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 
-__all__ = ["Decoder"]
+__all__ = ["Decoder", "field"]
 
 
 def restricted_loads(data: bytes, policy: _trust.TrustPolicy, **where: Any) -> Any:
@@ -69,35 +69,44 @@ class Decoder:
             policy = self._policy = policy()
         return policy
 
+    @property
+    def _where(self) -> dict[str, Any]:
+        return {"key": self._key, "member": self._member, "archive": self._archive}
+
     def decode_entry(self, key: str, value: Any) -> Any:
         self._key = key
         # JSON shares no parts, so hashing is linear; the guard bounds collisions per container.
-        self._keys = KeyGuard(1 << 62, key=key, member=self._member, archive=self._archive)
+        self._keys = KeyGuard(1 << 62, **self._where)
         try:
             return self.decode(value, 0)
         except RecursionError:
             raise DecodeError("value is nested too deeply to decode (limit `max_json_depth`).") from None
 
     def decode(self, value: Any, depth: int = 0) -> Any:
-        if depth > self._max_depth:
-            raise DecodeError(f"value is nested deeper than {self._max_depth} levels (limit `max_json_depth`).")
+        if depth > self._max_depth or (depth > _SHALLOW and stack_low()):
+            # Not at the recursion limit itself, where a collector pass's finalizer would fail
+            # (lost as an "exception ignored"): within `STACK_MARGIN` frames of it.
+            raise DecodeError(
+                f"value is nested deeper than {self._max_depth} levels (limit `max_json_depth`)."
+                if depth > self._max_depth
+                else f"value is nested more deeply than Python can decode here ({depth} levels)."
+            )
         kind = type(value)
-        if kind is list:
-            return [self.decode(v, depth + 1) for v in value]
+        if kind is list:  # loops, not comprehensions: one frame a level on 3.11, not two
+            items = []
+            for v in value:
+                items.append(self.decode(v, depth + 1))
+            return items
         if kind is not dict:
             return value
         if N in value:
             return self._native(value[N], depth + 1)
         if S in value:
-            return restricted_loads(
-                _codec.unb64(value[S]),
-                self.policy,
-                key=self._key,
-                member=self._member,
-                archive=self._archive,
-                limits=self._limits,
-            )
-        return {k: self.decode(v, depth + 1) for k, v in value.items()}
+            return restricted_loads(_codec.unb64(value[S]), self.policy, limits=self._limits, **self._where)
+        out = {}
+        for k, v in value.items():
+            out[k] = self.decode(v, depth + 1)
+        return out
 
     def _written_gymnasium(self) -> str | None:
         return None if self._saved_versions is None else self._saved_versions().get("Gymnasium")
@@ -106,10 +115,10 @@ class Decoder:
         if not isinstance(ref, str) or ":" not in ref:
             raise DecodeError(f"expected an import path `module:qualname`, found {ref!r}.")
         module, qualname = ref.split(":", 1)
-        return self.policy.resolve(module, qualname, key=self._key, member=self._member, archive=self._archive)
+        return self.policy.resolve(module, qualname, **self._where)
 
     def _items(self, body: dict, depth: int) -> list:
-        items = _field(body, "items", list)
+        items = field(body, "items", list)
         out = []
         for pair in items:
             if not isinstance(pair, list) or len(pair) != 2:
@@ -122,7 +131,7 @@ class Decoder:
 
     def _members(self, body: dict, depth: int) -> list:
         """The items of a set or frozenset, checked against hash flooding before hashing."""
-        items = [self.decode(v, depth) for v in _field(body, "items", list)]
+        items = [self.decode(v, depth) for v in field(body, "items", list)]
         self._keys.items_of(items)
         return items
 
@@ -132,29 +141,29 @@ class Decoder:
         kind = body.get("kind")
         if kind == "int":
             if "hex" in body:
-                text = _field(body, "hex", str)
+                text = field(body, "hex", str)
                 if not re.fullmatch(_HEX_INT, text):
                     raise DecodeError(f"expected a hexadecimal integer literal, found {text[:40]!r}.")
                 if len(text) > MAX_INT_BITS // 4 + 4:
                     raise DecodeError(
                         f"a hexadecimal integer of {len(text)} digits is longer than {MAX_INT_BITS // 4}."
                     )
-                return check_int(int(text, 16), "an integer", key=self._key, member=self._member, archive=self._archive)
-            text = _field(body, "value", str)
+                return check_int(int(text, 16), "an integer", **self._where)
+            text = field(body, "value", str)
             if not re.fullmatch(_DEC_INT, text):
                 raise DecodeError(f"expected a decimal integer literal, found {text[:40]!r}.")
             if len(text) > MAX_INT_BITS // 3 + 2:
                 raise DecodeError(f"a decimal integer of {len(text)} digits is longer than {MAX_INT_BITS // 3}.")
-            return check_int(int(text), "an integer", key=self._key, member=self._member, archive=self._archive)
+            return check_int(int(text), "an integer", **self._where)
         if kind == "float":
-            text = _field(body, "value", str)
+            text = field(body, "value", str)
             if text not in ("nan", "inf", "-inf") and not _is_number(text):
                 raise DecodeError(f"expected a float literal, found {text!r}.")
             return float(text)
         if kind == "tuple":
-            return tuple(self.decode(v, depth) for v in _field(body, "items", list))
+            return tuple(self.decode(v, depth) for v in field(body, "items", list))
         if kind == "list":
-            return [self.decode(v, depth) for v in _field(body, "items", list)]
+            return [self.decode(v, depth) for v in field(body, "items", list)]
         if kind == "namedtuple":
             cls: Any = self._resolve(body.get("class"))
             # Checked before the call: the class path came from the archive.
@@ -163,7 +172,7 @@ class Decoder:
             ):
                 raise DecodeError(f"`{body.get('class')}` is not a namedtuple class.")
             fields: tuple = getattr(cls, "_fields", ())
-            items = [self.decode(v, depth) for v in _field(body, "items", list)]
+            items = [self.decode(v, depth) for v in field(body, "items", list)]
             if len(items) != len(fields):
                 raise DecodeError(f"`{body.get('class')}` has {len(fields)} fields, found {len(items)} values.")
             return cls._make(items)  # type: ignore[attr-defined]  # tuple.__new__: no class code runs
@@ -179,7 +188,7 @@ class Decoder:
             return complex(self.decode(body.get("real"), depth), self.decode(body.get("imag"), depth))
         if kind == "dict":
             if "value" in body:
-                return {k: self.decode(v, depth) for k, v in _field(body, "value", dict).items()}
+                return {k: self.decode(v, depth) for k, v in field(body, "value", dict).items()}
             return dict(self._items(body, depth))
         if kind == "OrderedDict":
             return collections.OrderedDict(self._items(body, depth))
@@ -192,7 +201,7 @@ class Decoder:
             maxlen = body.get("maxlen")
             if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
                 raise DecodeError(f"expected `maxlen` to be a non-negative integer or null, found {maxlen!r}.")
-            return collections.deque((self.decode(v, depth) for v in _field(body, "items", list)), maxlen)
+            return collections.deque((self.decode(v, depth) for v in field(body, "items", list)), maxlen)
         if kind == "enum":
             cls = self._resolve(body.get("class"))
             if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
@@ -202,34 +211,34 @@ class Decoder:
                 return cls[name]
             return cls(self.decode(body.get("value"), depth))
         if kind == "path":
-            text = _field(body, "value", str)
+            text = field(body, "value", str)
             windows = body.get("flavour") == "windows"
             if body.get("pure"):
                 return pathlib.PureWindowsPath(text) if windows else pathlib.PurePosixPath(text)
             return pathlib.Path(text)
         if kind in ("datetime", "time"):
             parse = _dt.datetime.fromisoformat if kind == "datetime" else _dt.time.fromisoformat
-            value = parse(_field(body, "value", str))
+            value = parse(field(body, "value", str))
             if "tz" in body:
                 import zoneinfo
 
-                value = value.replace(tzinfo=zoneinfo.ZoneInfo(_field(body, "tz", str)))
+                value = value.replace(tzinfo=zoneinfo.ZoneInfo(field(body, "tz", str)))
             elif "tzname" in body:
                 offset = value.utcoffset()
                 if offset is None:
                     raise DecodeError("a named fixed time zone needs an offset in `value`.")
-                value = value.replace(tzinfo=_dt.timezone(offset, _field(body, "tzname", str)))
+                value = value.replace(tzinfo=_dt.timezone(offset, field(body, "tzname", str)))
             fold = body.get("fold", 0)
             if fold not in (0, 1) or type(fold) is not int:
                 raise DecodeError(f"expected `fold` to be 0 or 1, found {fold!r}.")
             return value.replace(fold=fold) if fold else value
         if kind == "date":
-            return _dt.date.fromisoformat(_field(body, "value", str))
+            return _dt.date.fromisoformat(field(body, "value", str))
         if kind == "timedelta":
             return _dt.timedelta(
-                days=_field(body, "days", int),
-                seconds=_field(body, "seconds", int),
-                microseconds=_field(body, "microseconds", int),
+                days=field(body, "days", int),
+                seconds=field(body, "seconds", int),
+                microseconds=field(body, "microseconds", int),
             )
         if kind == "ndarray":
             return self._array(body)
@@ -260,16 +269,18 @@ class Decoder:
                 raise DecodeError("a numpy scalar type is described by a plain dtype string.")
             return scalar_type
         if kind == "torch_dtype":
-            torch_dtype = getattr(torch, _field(body, "name", str), None)
+            torch_dtype = getattr(torch, field(body, "name", str), None)
             if not isinstance(torch_dtype, torch.dtype):
                 raise DecodeError(f"unknown torch dtype `{body.get('name')}`.")
             return torch_dtype
         if kind == "torch_device":
-            return torch.device(_field(body, "value", str))
+            return torch.device(field(body, "value", str))
         if kind == "tensor":
             return self._tensor(body)
         if kind in ("fraction", "decimal", "random", "torch_generator"):
-            return self._numeric_state(kind, body, depth)
+            return _codec._numeric.decode_numeric(
+                kind, body, lambda j: self.decode(j, depth), lambda state: self._native(state, 0), self._where
+            )
         if kind == "space":
             return _codec._spaces.decode_space(
                 {k: v for k, v in body.items() if k != "kind"},
@@ -281,56 +292,9 @@ class Decoder:
             return self._resolve(body.get("path"))
         raise DecodeError(f"unknown native kind {kind!r}; was the archive written by a newer zipsave?")
 
-    def _numeric_state(self, kind: str, body: dict, depth: int) -> Any:
-        """Fractions, decimals and random generators: checked values, no class from the archive."""
-        if kind == "fraction":
-            import fractions  # a rare value kind: not imported by every load
-
-            numerator, denominator = (
-                self.decode(body.get("numerator"), depth),
-                self.decode(body.get("denominator"), depth),
-            )
-            if type(numerator) is not int or type(denominator) is not int or denominator == 0:
-                raise DecodeError("expected an integer `numerator` and a non-zero integer `denominator`.")
-            for part in (numerator, denominator):  # Fraction() takes a gcd: quadratic in the digits
-                check_int(part, "a fraction's part", key=self._key, member=self._member, archive=self._archive)
-            return fractions.Fraction(numerator, denominator)
-        if kind == "decimal":
-            import decimal
-
-            text = _field(body, "value", str)
-            if len(text) > 10_000:
-                raise DecodeError(f"decimal literal of {len(text)} characters is longer than 10000.")
-            try:
-                return decimal.Decimal(text)
-            except decimal.InvalidOperation:
-                raise DecodeError(f"expected a decimal literal, found {text[:40]!r}.") from None
-        if kind == "random":
-            words = self._native(_field(body, "state", dict), 0)
-            gauss_next = self.decode(body.get("gauss_next"), depth)
-            if not isinstance(words, np.ndarray) or words.dtype != np.uint32 or words.ndim != 1:
-                raise DecodeError("expected the random.Random `state` to be a 1-d uint32 array.")
-            if not (gauss_next is None or type(gauss_next) is float):
-                raise DecodeError(f"expected `gauss_next` to be a float or null, found {type(gauss_next).__name__}.")
-            rng = random.Random()
-            try:
-                rng.setstate((_field(body, "version", int), tuple(words.tolist()), gauss_next))
-            except (TypeError, ValueError) as err:
-                raise DecodeError(f"invalid random.Random state ({err}).") from None
-            return rng
-        raw = self._native(_field(body, "state", dict), 0)
-        if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8 or raw.ndim != 1:
-            raise DecodeError("expected the generator `state` to be a 1-d uint8 array.")
-        try:
-            generator = torch.Generator(device=_field(body, "device", str))
-            generator.set_state(torch.from_numpy(raw.copy()))
-        except (RuntimeError, ValueError) as err:
-            raise DecodeError(f"cannot restore the torch.Generator ({err}).") from None
-        return generator
-
     def _array(self, body: dict) -> np.ndarray:
         dtype = _codec.descr_dtype(body.get("dtype"))
-        shape = _field(body, "shape", list)
+        shape = field(body, "shape", list)
         if not all(type(s) is int and s >= 0 for s in shape):
             raise DecodeError(f"expected `shape` to be a list of non-negative integers, found {shape!r}.")
         count = math.prod(shape)
@@ -339,7 +303,7 @@ class Decoder:
         if "member" in body:
             if self._load_array is None:
                 raise DecodeError("array member given but this archive has no array reader.")
-            name = _field(body, "member", str)
+            name = field(body, "member", str)
             try:
                 arr = self._load_array(name)
             except UnsafeGlobalError:
@@ -370,13 +334,13 @@ class Decoder:
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
     def _tensor(self, body: dict) -> torch.Tensor:
-        dtype = getattr(torch, _field(body, "dtype", str), None)
+        dtype = getattr(torch, field(body, "dtype", str), None)
         if not isinstance(dtype, torch.dtype):
             raise DecodeError(f"unknown torch dtype `{body.get('dtype')}`.")
-        shape = _field(body, "shape", list)
+        shape = field(body, "shape", list)
         if not all(type(s) is int and s >= 0 for s in shape):
             raise DecodeError(f"expected the tensor `shape` to be a list of non-negative integers, found {shape!r}.")
-        raw = self._native(_field(body, "data", dict), 0)
+        raw = self._native(field(body, "data", dict), 0)
         if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8:
             raise DecodeError("tensor data must be a uint8 array.")
         if raw.size != math.prod(shape) * dtype.itemsize:
@@ -396,6 +360,10 @@ class Decoder:
         return t.requires_grad_(bool(body.get("requires_grad")))
 
 
+#: Nesting a value may reach before :meth:`Decoder.decode` asks how close the stack is to the
+#: recursion limit (a walk of the frames in use: shallow values never pay it).
+_SHALLOW = 64
+
 # Compiled (and cached by `re`) on first use: importing compiles nothing.
 _DEC_INT = r"-?[0-9]+"
 _HEX_INT = r"-?0x[0-9a-f]+"
@@ -409,7 +377,8 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _field(body: dict, name: str, kind: type) -> Any:
+def field(body: dict, name: str, kind: type) -> Any:
+    """``body[name]``, which must be exactly of type ``kind``."""
     value = body.get(name)
     if type(value) is not kind:
         raise DecodeError(
