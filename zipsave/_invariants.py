@@ -10,10 +10,12 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from .exceptions import ArchiveFormatError
+from .exceptions import ArchiveFormatError, ArchiveLimitError
 
 __all__ = [
+    "MAX_TREE_DEPTH",
     "SUPPORTED",
+    "check_structure",
     "check_tensor",
     "check_tree",
     "flat_bytes",
@@ -23,6 +25,19 @@ __all__ = [
     "view_fits",
     "walk",
 ]
+
+#: How deeply the containers of a tensor member's tree may nest. A state dict nests a few
+#: levels; zipsave's walkers recurse, and 200 levels keep them clear of the recursion limit.
+MAX_TREE_DEPTH = 200
+
+#: A tree whose containers are shared (one object under several keys, as a pickle's memo
+#: allows) is refused when a walk of all its paths would visit more than this many values and
+#: more than :data:`_SHARING` times the values it holds: 60 lists each holding the one below
+#: twice take 500 bytes of pickle and 2**61 paths.
+_PATHS_FLOOR = 1 << 18
+_SHARING = 16
+
+_FOREIGN_HINT = "torch.save of a state dict writes no such tree; the member is damaged or was made to break readers."
 
 SUPPORTED = "dense tensors and sparse COO, CSR, CSC, BSR and BSC tensors whose indices check out"
 
@@ -76,10 +91,66 @@ def walk(tree: Any) -> Iterator[tuple[str, Any]]:
             stack.append((f"{path}.{k}" if path else str(k), v))
 
 
+def _children(value: Any) -> list | None:
+    """What a walk visits below ``value`` (a dict's keys too, which paths spell), ``None`` for
+    a value that holds none."""
+    if isinstance(value, dict):
+        return [*value, *value.values()]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return list(value)
+    return None
+
+
+def check_structure(tree: Any) -> Any:
+    """Refuse a loaded tree that a walk of its paths could not finish: a container inside
+    itself (a cycle), containers nested past :data:`MAX_TREE_DEPTH`, or shared containers that
+    multiply its paths (see :data:`_PATHS_FLOOR`). Linear in the distinct values, without
+    recursion; returns ``tree``."""
+    below = _children(tree)
+    if below is None:
+        return tree
+    finished: dict[int, int] = {}  # id of a container walked -> the values a walk of it visits
+    frames: list[list] = [[tree, below, 0, 1]]  # container, its children, next child, visits so far
+    active = {id(tree)}
+    held = 0
+    while frames:
+        frame = frames[-1]
+        if frame[2] < len(frame[1]):
+            child = frame[1][frame[2]]
+            frame[2] += 1
+            held += 1
+            grand = _children(child)
+            if grand is None:
+                frame[3] += 1
+            elif id(child) in finished:
+                frame[3] += finished[id(child)]
+            elif id(child) in active:
+                raise ArchiveFormatError("holds a container that contains itself (a cycle).", hint=_FOREIGN_HINT)
+            elif len(frames) >= MAX_TREE_DEPTH:
+                raise ArchiveFormatError(f"nests containers deeper than {MAX_TREE_DEPTH} levels.", hint=_FOREIGN_HINT)
+            else:
+                active.add(id(child))
+                frames.append([child, grand, 0, 1])
+            continue
+        frames.pop()
+        active.discard(id(frame[0]))
+        finished[id(frame[0])] = frame[3]
+        if frames:
+            frames[-1][3] += frame[3]
+    visits = finished[id(tree)]
+    if visits > max(_PATHS_FLOOR, _SHARING * held):
+        raise ArchiveLimitError(
+            f"shares containers so that walking its {held} values would visit {visits}.", hint=_FOREIGN_HINT
+        )
+    return tree
+
+
 def check_tree(tree: Any) -> Any:
-    """Check every tensor of a loaded tree (:func:`check_tensor`); returns ``tree``."""
+    """Check a loaded tree's shape (:func:`check_structure`) and every tensor in it
+    (:func:`check_tensor`); returns ``tree``."""
     import torch
 
+    check_structure(tree)
     for path, value in walk(tree):
         if isinstance(value, torch.Tensor):
             check_tensor(value, key=path)

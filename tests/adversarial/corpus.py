@@ -84,6 +84,18 @@ def _dag_key(levels: int = 80) -> Emit:
     return Emit(ops)
 
 
+def _doubling_lists(levels: int) -> bytes:
+    """``levels`` lists, each holding the one below twice (memo indices from 1: the dict's key
+    is memo 0 where ``body`` memoizes it; BINGET reads the list's own index)."""
+    ops = b""
+    for i in range(levels + 1):
+        items = pickle.MARK + (pickle.BINGET + bytes([100 + i - 1])) * 2 + pickle.APPENDS if i else b""
+        ops += pickle.EMPTY_LIST + items + pickle.PUT + str(100 + i).encode() + b"\n"
+        if i < levels:
+            ops += pickle.POP
+    return ops
+
+
 def _claim(op: bytes, fmt: str, length: int) -> bytes:
     """An opcode that claims ``length`` bytes follow, with only a few there."""
     return raw_program(op + struct.pack(fmt, length) + b"x" * 16)
@@ -176,6 +188,22 @@ def hangs() -> list[Payload]:
         "ordereddict_collide": program(call(G("collections", "OrderedDict"), [(i, 0) for i in ints])),
         "counter_collide": program(call(G("collections", "Counter"), ints)),
         "dag_tuple_key": raw_program(pickle.EMPTY_DICT + _dag_key().data + pickle.NONE + pickle.SETITEM),
+        # A tree a walk of every path never finishes: lists sharing the one below (2**61 paths),
+        # a list inside itself, lists nested 100 000 deep (each under a key, as a state dict).
+        "dag_list_paths": raw_program(pickle.EMPTY_DICT + body("x") + _doubling_lists(60) + pickle.SETITEM),
+        "cyclic_list": raw_program(
+            pickle.EMPTY_DICT
+            + body("x")
+            + pickle.EMPTY_LIST
+            + pickle.MEMOIZE
+            + pickle.BINGET
+            + b"\x00"
+            + pickle.APPEND
+            + pickle.SETITEM
+        ),
+        "deep_list_nesting": raw_program(
+            pickle.EMPTY_DICT + body("x") + pickle.EMPTY_LIST * 100_000 + pickle.APPEND * 99_999 + pickle.SETITEM
+        ),
         "deque_range": program(call(G("collections", "deque"), rng, 0)),
         "list_range": program(call(G("builtins", "list"), call(G("builtins", "range"), 10**9))),
         "counter_range": program(call(G("collections", "Counter"), rng)),

@@ -12,6 +12,7 @@ import torch
 
 from .._archive import DEFAULT_LIMITS
 from .._bounds import check_zip_infos
+from .._invariants import check_structure
 from .._trust import BoundedUnpickler
 from ..exceptions import ArchiveFormatError, UnsafeGlobalError, ZipsaveError
 from ._pth_refs import RefusedRef, SparseRef, StorageRef, TensorRef
@@ -124,9 +125,10 @@ class _MetaUnpickler(BoundedUnpickler):
 
 def parse_pickle(payload: bytes) -> Any:
     """The tree ``data.pkl`` describes: references for tensors, refusals for what zipsave does
-    not build, plain values bounded; a pickle torch.save never writes is an error."""
+    not build, plain values bounded, its shape walkable (:func:`check_structure`); a pickle
+    torch.save never writes is an error."""
     try:
-        return _MetaUnpickler(payload).load()
+        return check_structure(_MetaUnpickler(payload).load())
     except (Unsupported, ZipsaveError):
         raise
     except Exception as err:  # torch.save never writes a pickle this reader cannot follow

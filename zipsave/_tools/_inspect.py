@@ -34,7 +34,14 @@ from .._tensors import (
     read_pth_meta,
     walk_leaves,
 )
-from ..exceptions import ArchiveFormatError, DecodeError, IntegrityError, ZipsaveError, nesting_as_error
+from ..exceptions import (
+    ArchiveFormatError,
+    DecodeError,
+    IntegrityError,
+    ZipsaveError,
+    as_zipsave_error,
+    nesting_as_error,
+)
 from ._records import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo
 from ._render import format_shape, shorten
 
@@ -364,6 +371,9 @@ def pth_meta(src: ArchiveSource, member: str, view: MemberView) -> PthMeta:
             member=member,
             hint="`zipsave.load_archive` reads it with `weights_only=True`.",
         ) from None
+    except ZipsaveError as err:  # a refusal of the pickle or its tree: named here
+        as_zipsave_error(err, src.name, member=member)
+        raise
 
 
 def _list_tensors(src: ArchiveSource, member: str, notes: list[str], damaged: list[str]) -> list[TensorInfo]:

@@ -1,0 +1,146 @@
+"""The shape of a tensor member's tree: what a pickle's memo can make of it (a container shared
+by many keys, a container inside itself, nesting thousands deep) is refused before any walker
+visits it, and the sharing that real state dicts hold (tied weights, one config dict under two
+keys) loads as ``torch.load`` gives it."""
+
+from __future__ import annotations
+
+import collections
+import io
+import pickle
+import zipfile
+
+import pytest
+import torch
+
+import zipsave
+from zipsave._invariants import MAX_TREE_DEPTH, check_structure, check_tree
+
+
+def _archive_with_pickle(tmp_path, data_pkl: bytes):
+    """A zipsave archive whose ``m.pth`` holds ``data_pkl`` (without manifest.json, as SB3's
+    archives have none, so only the tree's shape can refuse it)."""
+    path = tmp_path / "a.zip"
+    zipsave.save({"m": torch.nn.Linear(2, 2)}, path)
+    buf = io.BytesIO()
+    torch.save({"a": 1}, buf)
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as inner:
+        members = {n: inner.read(n) for n in inner.namelist()}
+    members[next(n for n in members if n.endswith("data.pkl"))] = data_pkl
+    pth = io.BytesIO()
+    with zipfile.ZipFile(pth, "w") as z:
+        for name, raw in members.items():
+            z.writestr(name, raw)
+    with zipfile.ZipFile(path) as z:
+        items = {n: z.read(n) for n in z.namelist() if n != "manifest.json"}
+    items["m.pth"] = pth.getvalue()
+    with zipfile.ZipFile(path, "w") as z:
+        for name, raw in items.items():
+            z.writestr(name, raw)
+    return path
+
+
+def _doubling_lists(levels: int) -> bytes:
+    """``levels`` lists, each holding the one below twice: a few hundred bytes, 2**levels paths."""
+    ops = pickle.EMPTY_LIST + pickle.MEMOIZE + pickle.POP
+    for i in range(levels):
+        ops += pickle.EMPTY_LIST + pickle.MARK + (pickle.BINGET + bytes([i])) * 2 + pickle.APPENDS
+        ops += pickle.MEMOIZE + pickle.POP
+    ops += pickle.BINGET + bytes([levels])
+    return b"\x80\x04" + pickle.EMPTY_DICT + pickle.SHORT_BINUNICODE + b"\x01x" + ops + pickle.SETITEM + pickle.STOP
+
+
+DOORS = {
+    "load": lambda p: zipsave.load(p),
+    "load_archive": lambda p: zipsave.load_archive(p),
+    "read": lambda p: zipsave.read(p, "m/x"),
+}
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_shared_containers_that_multiply_paths_are_refused(tmp_path, door):
+    path = _archive_with_pickle(tmp_path, _doubling_lists(60))
+    with pytest.raises(
+        zipsave.ZipsaveError, match=r"shares containers so that walking its \d+ values would visit"
+    ) as info:
+        DOORS[door](path)
+    assert "m.pth" in str(info.value)
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_a_container_inside_itself_is_refused(tmp_path, door):
+    cycle = b"\x80\x04" + pickle.EMPTY_LIST + pickle.MEMOIZE + pickle.BINGET + b"\x00" + pickle.APPEND + pickle.STOP
+    path = _archive_with_pickle(tmp_path, cycle)
+    with pytest.raises(zipsave.ZipsaveError, match=r"holds a container that contains itself \(a cycle\)"):
+        DOORS[door](path)
+
+
+def _nested_lists(depth: int) -> bytes:
+    return b"\x80\x02" + pickle.EMPTY_LIST * depth + pickle.APPEND * (depth - 1) + pickle.STOP
+
+
+@pytest.mark.parametrize("depth", [MAX_TREE_DEPTH + 1, 100_000])
+def test_nesting_past_the_tree_depth_is_refused(tmp_path, depth):
+    path = _archive_with_pickle(tmp_path, _nested_lists(depth))
+    with pytest.raises(zipsave.ArchiveFormatError, match=f"nests containers deeper than {MAX_TREE_DEPTH} levels"):
+        zipsave.load(path)
+
+
+def test_nesting_at_the_tree_depth_loads_as_torch_load_gives_it(tmp_path):
+    value: list = []
+    for _ in range(MAX_TREE_DEPTH - 1):
+        value = [value]
+    torch.save({"deep": value, "w": torch.arange(3.0)}, tmp_path / "t.pt")
+    zipsave.save({"m": torch.load(tmp_path / "t.pt")}, tmp_path / "a.zip")
+    loaded = zipsave.load(tmp_path / "a.zip")["m"]
+    assert loaded["deep"] == value and torch.equal(loaded["w"], torch.arange(3.0))
+
+
+def test_sharing_real_state_dicts_hold_loads(tmp_path):
+    # Tied weights (one tensor under two keys), one config dict and one tuple under several
+    # keys (Adam's `betas` shared by param groups built from one default): all load.
+    weight = torch.randn(4, 3)
+    config = {"lr": 0.1, "betas": (0.9, 0.999)}
+    state = {"enc": weight, "dec": weight, "groups": [config, config, config], "betas": config["betas"]}
+    zipsave.save({"m": state}, tmp_path / "a.zip")
+    loaded = zipsave.load(tmp_path / "a.zip")["m"]
+    assert torch.equal(loaded["enc"], weight) and torch.equal(loaded["dec"], weight)
+    assert loaded["groups"] == [config] * 3 and loaded["betas"] == (0.9, 0.999)
+
+
+def test_check_structure_counts_the_visits_of_a_walk():
+    leaf = [1, 2]
+    shared = {"a": leaf, "b": leaf}  # keys are visited too: paths spell them
+    assert check_structure(shared) is shared  # 2 keys + 2 lists of 2: under the floor
+    # Doubling lists past the floor: refused for how many paths they make, not their size.
+    value: list = [0]
+    for _ in range(19):
+        value = [value, value]
+    with pytest.raises(zipsave.ArchiveLimitError, match=r"walking its 39 values would visit 1572863"):
+        check_structure(value)
+    # The same number of visits with no sharing is a big tree, not an amplified one.
+    assert check_structure([[0] * 1000 for _ in range(600)]) is not None
+
+
+def test_check_structure_looks_into_keys():
+    key: tuple = (1,)
+    for _ in range(20):
+        key = (key, key)  # a tuple whose str() spells 2**20 leaves from 21 distinct tuples
+    with pytest.raises(zipsave.ArchiveLimitError, match="shares containers"):
+        check_structure({key: 1})
+
+
+def test_check_tree_refuses_a_cycle_before_walking_it():
+    cyclic: list = []
+    cyclic.append(cyclic)
+    with pytest.raises(zipsave.ArchiveFormatError, match="contains itself"):
+        check_tree({"x": cyclic})
+    ordered = collections.OrderedDict(a=torch.ones(2))
+    assert check_tree(ordered) is ordered
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_inspect_lists_the_refused_member_in_its_notes(tmp_path, verify):
+    path = _archive_with_pickle(tmp_path, _doubling_lists(60))
+    info = zipsave.inspect(path, verify=verify)
+    assert any("m.pth" in note and "shares containers" in note for note in info.notes), info.notes
