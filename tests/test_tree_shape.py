@@ -144,3 +144,54 @@ def test_inspect_lists_the_refused_member_in_its_notes(tmp_path, verify):
     path = _archive_with_pickle(tmp_path, _doubling_lists(60))
     info = zipsave.inspect(path, verify=verify)
     assert any("m.pth" in note and "shares containers" in note for note in info.notes), info.notes
+
+
+# -- gymnasium spaces a pickle builds: checked once each, sharing bounded, no space inside itself --
+def _doubling_tuples(levels: int):
+    from gymnasium.spaces import Discrete, Tuple
+
+    space = Discrete(3)
+    for _ in range(levels):
+        space = Tuple([space, space])
+    return space
+
+
+def test_a_space_sharing_its_parts_to_multiply_paths_is_refused():
+    from zipsave._trust import TrustPolicy, restricted_loads
+
+    raw = pickle.dumps(_doubling_tuples(30), protocol=4)  # a kilobyte; its repr would spell 2**30 spaces
+    with pytest.raises(zipsave.DecodeError, match="its parts are shared so that a walk of its 83 values would visit"):
+        restricted_loads(raw, TrustPolicy())
+
+
+def test_spaces_that_share_parts_as_real_code_does_load(tmp_path):
+    from gymnasium.spaces import Box, Discrete, Tuple
+
+    from zipsave._trust import TrustPolicy, restricted_loads
+
+    shared = Tuple([Discrete(2)] * 1000 + [Box(-1.0, 1.0, (3,))] * 3)
+    assert restricted_loads(pickle.dumps(shared, protocol=4), TrustPolicy()) == shared
+    small = _doubling_tuples(8)  # 511 spaces from 9: under the floor
+    assert restricted_loads(pickle.dumps(small, protocol=4), TrustPolicy()) == small
+
+
+def test_a_space_inside_itself_is_refused():
+    from gymnasium.spaces import Dict, Discrete
+
+    from zipsave._trust import TrustPolicy, restricted_loads
+    from zipsave._trust._space_check import space_problem
+
+    space = Dict({"a": Discrete(2)})
+    space.spaces["self"] = space
+    with pytest.raises(zipsave.DecodeError, match="the Dict holds itself"):
+        restricted_loads(pickle.dumps(space, protocol=4), TrustPolicy())
+    loop: list = []
+    loop.append(loop)
+    other = Discrete(2)
+    other.__dict__["extra"] = loop
+    assert space_problem(other) == "Discrete.extra holds itself"
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    other.__dict__["extra"] = deep
+    assert space_problem(other) == "spaces are nested more than 64 deep"

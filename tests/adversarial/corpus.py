@@ -96,6 +96,17 @@ def _doubling_lists(levels: int) -> bytes:
     return ops
 
 
+def _space_dag(levels: int) -> bytes:
+    """A gymnasium ``Tuple`` space holding the one below twice, ``levels`` deep: a kilobyte of
+    pickle whose comparison, ``repr`` or check of every path visits 2**levels spaces."""
+    from gymnasium.spaces import Discrete, Tuple
+
+    space: Any = Discrete(3)
+    for _ in range(levels):
+        space = Tuple([space, space])
+    return pickle.dumps(space, protocol=4)
+
+
 def _claim(op: bytes, fmt: str, length: int) -> bytes:
     """An opcode that claims ``length`` bytes follow, with only a few there."""
     return raw_program(op + struct.pack(fmt, length) + b"x" * 16)
@@ -201,6 +212,7 @@ def hangs() -> list[Payload]:
             + pickle.APPEND
             + pickle.SETITEM
         ),
+        "space_dag_tuple": _space_dag(30),
         "deep_list_nesting": raw_program(
             pickle.EMPTY_DICT + body("x") + pickle.EMPTY_LIST * 100_000 + pickle.APPEND * 99_999 + pickle.SETITEM
         ),

@@ -38,7 +38,28 @@ def space_problem(space: Any, depth: int = 0) -> str | None:
     A ``Box``'s ``low``/``high`` (and its ``bounded_*`` masks) must be numpy arrays of its
     ``shape`` (and dtype); every other attribute must be a number, a string, a dtype, a tuple,
     a frozenset or dict of those, a random generator, or a child space checked the same way.
+    A space or container inside itself is refused, and so is sharing that multiplies what a
+    walk visits (see :data:`_PATHS_FLOOR`). Each space and container is checked once, so the
+    check is linear when a pickle's memo shares them.
     """
+    seen: dict[int, int] = {}  # id -> what a walk of it visits; -1 while it is being checked
+    problem = _space_problem(space, depth, seen)
+    if problem is None:
+        visits, distinct = seen[id(space)], seen[_WORK]
+        if visits > max(_PATHS_FLOOR, _SHARING * distinct):
+            return f"its parts are shared so that a walk of its {distinct} values would visit {visits}"
+    return problem
+
+
+#: Sharing is refused when a walk of every path through a space would visit more than this
+#: and more than :data:`_SHARING` times the values the space holds: ``Tuple([s, s])`` nested 30
+#: deep is a kilobyte of pickle whose comparison or ``repr`` visits 2**31 spaces.
+_PATHS_FLOOR = 1 << 16
+_SHARING = 16
+_WORK = 0  # the key of ``seen`` that counts the values checked (no live object has id 0)
+
+
+def _space_problem(space: Any, depth: int, seen: dict[int, int]) -> str | None:
     from gymnasium.spaces import Box, Space
 
     if depth > 64:
@@ -48,14 +69,28 @@ def space_problem(space: Any, depth: int = 0) -> str | None:
     state = getattr(space, "__dict__", None)
     if not isinstance(state, dict):
         return f"the {type(space).__name__} has no attribute dictionary"
-    for name, value in state.items():
+    for name in state:
         if not isinstance(name, str) or name.startswith("__"):
             return f"the {type(space).__name__} has the attribute {name!r}, which no space has"
-        problem = _value_problem(value, f"{type(space).__name__}.{name}", depth)
+    pairs = [(f"{type(space).__name__}.{name}", value) for name, value in state.items()]
+    problem = _walk(space, pairs, f"the {type(space).__name__}", depth, seen)
+    return problem or (_box_problem(space) if isinstance(space, Box) else None)
+
+
+def _walk(owner: Any, pairs: list[tuple[str, Any]], what: str, depth: int, seen: dict[int, int]) -> str | None:
+    """Check each ``(where, value)`` of ``owner`` (a space's attributes, a container's items)
+    once, and record in ``seen`` what a walk of ``owner`` visits."""
+    if id(owner) in seen:
+        return f"{what} holds itself" if seen[id(owner)] < 0 else None
+    seen[id(owner)] = -1
+    visits = 1
+    for where, value in pairs:
+        problem = _value_problem(value, where, depth, seen)
         if problem:
             return problem
-    if isinstance(space, Box):
-        return _box_problem(space)
+        visits += seen.get(id(value), 1)
+    seen[_WORK] = seen.get(_WORK, 0) + len(pairs)
+    seen[id(owner)] = visits
     return None
 
 
@@ -83,7 +118,7 @@ def _box_problem(box: Any) -> str | None:
     return None
 
 
-def _value_problem(value: Any, where: str, depth: int) -> str | None:
+def _value_problem(value: Any, where: str, depth: int, seen: dict[int, int]) -> str | None:
     from gymnasium.spaces import Space
 
     if isinstance(value, _PLAIN) and not isinstance(value, np.ndarray):
@@ -93,19 +128,15 @@ def _value_problem(value: Any, where: str, depth: int) -> str | None:
             return f"{where} is an array of dtype {value.dtype}; a space holds numbers or booleans only"
         return None
     if isinstance(value, Space):
-        return space_problem(value, depth + 1)
+        return _space_problem(value, depth + 1, seen)
     if type(value) in (np.random.Generator, np.random.RandomState):
         return None
     if type(value) in (tuple, list, frozenset, set):
-        for item in value:
-            problem = _value_problem(item, where, depth + 1)
-            if problem:
-                return problem
-        return None
+        if depth >= 64:
+            return "spaces are nested more than 64 deep"
+        return _walk(value, [(where, item) for item in value], where, depth + 1, seen)
     if isinstance(value, dict) and type(value).__module__ in ("builtins", "collections"):
-        for key, item in value.items():
-            problem = _value_problem(key, where, depth + 1) or _value_problem(item, where, depth + 1)
-            if problem:
-                return problem
-        return None
+        if depth >= 64:
+            return "spaces are nested more than 64 deep"
+        return _walk(value, [(where, item) for item in (*value, *value.values())], where, depth + 1, seen)
     return f"{where} is a {type(value).__module__}.{type(value).__qualname__} object; a space holds plain data only"
