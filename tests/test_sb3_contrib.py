@@ -179,3 +179,25 @@ def test_an_ars_linear_policy_of_sb3_contrib_before_1_7_loads_its_weights(tmp_pa
     assert "torch.storage._load_from_bytes" in weights.globals and weights.untrusted == ()
     obs = np.random.default_rng(0).uniform(-1, 1, (8, 4)).astype(np.float32)
     assert np.array_equal(loaded.predict(obs)[0], model.predict(obs)[0])
+
+
+def test_a_named_class_past_many_values_is_still_refused_outside_policy_class(tmp_path):
+    # The walk for misplaced classes looks at every value: a budget of 100 000 let a reference
+    # placed after a long list through.
+    import base64
+    import json
+    import zipfile
+
+    model = MyPPO("MyPolicy", "CartPole-v1", n_steps=32, batch_size=32, policy_kwargs=dict(SMALL), seed=0)
+    model.save(tmp_path / "mine.zip")
+    with zipfile.ZipFile(tmp_path / "mine.zip") as zf:
+        members = {name: zf.read(name) for name in zf.namelist() if name != "manifest.json"}
+    data = json.loads(members["data"])
+    smuggled = {":type:": "<class 'type'>", ":serialized:": base64.b64encode(pickle.dumps(MyPolicy)).decode()}
+    members["data"] = json.dumps({"aaa_padding": list(range(150_000)), **data, "zz_smuggled": smuggled}).encode()
+    with zipfile.ZipFile(tmp_path / "smuggled.zip", "w") as zf:
+        for name, raw in members.items():
+            zf.writestr(name, raw)
+    with pytest.raises(zipsave.UnsafeGlobalError, match="only because the load named it") as info:
+        zipsave.load(tmp_path / "smuggled.zip", cls=MyPPO)
+    assert info.value.key == "zz_smuggled"

@@ -31,8 +31,6 @@ _DATA_BASES = {
 #: ``data`` entries SB3 calls as functions of the progress (schedules): never a class, whose
 #: call would construct whatever the archive named.
 _CALLED = ("learning_rate", "lr_schedule", "clip_range", "clip_range_vf", "exploration_schedule")
-#: How many values the walk for misplaced classes looks at, at most (a bound on time).
-_WALK_LIMIT = 100_000
 
 
 def _base(spec: tuple[str, str]) -> type:
@@ -173,13 +171,13 @@ def _check_classes(data: dict[str, Any], references: tuple, where: Any) -> None:
     from stable_baselines3.common.base_class import BaseAlgorithm
 
     refs = {id(obj): name for name, obj in references}
+    # Every value, however many: each container is expanded once, so the walk is linear in
+    # what the decode built (a budget that stopped early would pass a class past its end).
     seen: set[int] = set()
-    budget = _WALK_LIMIT
     for key, top in data.items():
         stack = [top] if key != "policy_class" else []
-        while stack and budget > 0:
+        while stack:
             value = stack.pop()
-            budget -= 1
             if id(value) in refs:
                 raise UnsafeGlobalError(
                     refs[id(value)],
