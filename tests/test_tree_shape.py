@@ -195,3 +195,38 @@ def test_a_space_inside_itself_is_refused():
         deep = [deep]
     other.__dict__["extra"] = deep
     assert space_problem(other) == "spaces are nested more than 64 deep"
+
+
+# -- keys: Python hashes a tuple by recursing in C, with no guard -----------------------------
+def test_a_key_of_deeply_nested_tuples_is_refused_before_it_is_hashed():
+    # In a child process: before the bound, hashing this key overflowed the C stack (SIGSEGV).
+    import subprocess
+    import sys
+
+    code = (
+        "import pickle, zipsave\n"
+        "from zipsave._trust import TrustPolicy, restricted_loads\n"
+        "raw = b'\\x80\\x04}K\\x01' + b'\\x85' * 300_000 + b'Ns.'\n"
+        "try:\n"
+        "    restricted_loads(raw, TrustPolicy())\n"
+        "except zipsave.ArchiveLimitError as err:\n"
+        "    print(err)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "a set member or dict key nests tuples more than 100 deep" in out.stdout
+
+
+def test_keys_nested_within_the_bound_load():
+    from zipsave._bounds import MAX_KEY_DEPTH
+    from zipsave._trust import TrustPolicy, restricted_loads
+
+    key: tuple = (1,)
+    for _ in range(MAX_KEY_DEPTH - 1):
+        key = (key,)
+    assert restricted_loads(pickle.dumps({key: 2}), TrustPolicy()) == {key: 2}  # 100 tuples deep
+    assert restricted_loads(pickle.dumps({frozenset([key[0]]): 3}), TrustPolicy()) == {frozenset([key[0]]): 3}
+    with pytest.raises(zipsave.ArchiveLimitError, match="nests tuples more than"):
+        restricted_loads(pickle.dumps({(key,): 2}), TrustPolicy())
+    with pytest.raises(zipsave.ArchiveLimitError, match="nests tuples more than"):
+        restricted_loads(pickle.dumps({frozenset([key])}), TrustPolicy())

@@ -18,6 +18,7 @@ __all__ = [
     "KEY_WORK_FLOOR",
     "KEY_WORK_RATIO",
     "MAX_INT_BITS",
+    "MAX_KEY_DEPTH",
     "MAX_SAME_HASH",
     "AllocBudget",
     "KeyGuard",
@@ -35,6 +36,10 @@ MAX_INT_BITS = 1 << 17
 #: Most distinct keys of one container that may share a hash. Real data has a handful (``1``,
 #: ``1.0`` and ``True``); colliding keys make each insertion scan all the others.
 MAX_SAME_HASH = 32
+#: Deepest nesting of tuples (and frozensets) in a set member or dict key. Python hashes a
+#: tuple by recursing in C with no guard: a key nested 300 000 deep (300 KB of pickle) overflows
+#: the C stack and kills the process. Real keys nest a few levels.
+MAX_KEY_DEPTH = 100
 #: What a decoded value may ask to allocate or iterate over, whatever its archive: 64 MiB, plus
 #: :data:`ALLOC_RATIO` times the bytes it was decoded from.
 ALLOC_FLOOR = 64 << 20
@@ -140,17 +145,22 @@ class KeyGuard:
 
     def cost(self, key: Any) -> int:
         """Charge the work of hashing or comparing ``key``; refuse past the budget."""
-        todo, spent = [key], 0
+        todo, spent = [(key, 0)], 0
         while todo:
-            item = todo.pop()
+            item, depth = todo.pop()
             kind = type(item)
             if kind is int:
                 spent += 1 + item.bit_length() // 512
                 if item.bit_length() > MAX_INT_BITS:
                     check_int(item, "a set member or dict key", **self.where)
             elif kind in (tuple, frozenset) or isinstance(item, (tuple, frozenset)):
+                if depth >= MAX_KEY_DEPTH:
+                    raise self._refuse(
+                        f"a set member or dict key nests tuples more than {MAX_KEY_DEPTH} deep "
+                        "(hashing it would overflow the interpreter's C stack)."
+                    )
                 spent += 1
-                todo.extend(item)
+                todo.extend((child, depth + 1) for child in item)
             else:
                 spent += 1
             if spent > self.budget:

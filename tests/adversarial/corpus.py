@@ -184,6 +184,13 @@ def crashes() -> list[Payload]:
             pickle=program(newobj(G("numpy.random._generator", "Generator"), state=_rng_state("PCG64"))),
             crash=True,
         ),
+        # A dict key of tuples nested 300 000 deep: hashing it recursed in C until the stack ran out.
+        Payload(
+            "deep_tuple_key",
+            "crash",
+            pickle=raw_program(pickle.EMPTY_DICT + body(1) + pickle.TUPLE1 * 300_000 + pickle.NONE + pickle.SETITEM),
+            crash=True,
+        ),
     ]
 
 
