@@ -230,3 +230,36 @@ def test_keys_nested_within_the_bound_load():
         restricted_loads(pickle.dumps({(key,): 2}), TrustPolicy())
     with pytest.raises(zipsave.ArchiveLimitError, match="nests tuples more than"):
         restricted_loads(pickle.dumps({frozenset([key])}), TrustPolicy())
+
+
+def test_a_shared_container_is_listed_once_however_many_keys_hold_it(monkeypatch):
+    # Linear in the distinct values: 1 000 references to one list list it once (a listing per
+    # reference would be quadratic: 100 000 references to 100 000 items, 10**10).
+    import zipsave._invariants as invariants
+
+    listed: list[int] = []
+    real = invariants._children
+    monkeypatch.setattr(invariants, "_children", lambda value: listed.append(len(value)) or real(value))
+    shared = list(range(100))
+    assert check_structure([shared] * 1000) is not None  # 101 001 visits: under the floor
+    assert sorted(listed) == [100, 1000]
+    listed.clear()
+    with pytest.raises(zipsave.ArchiveLimitError, match="walking its 2000 values would visit 1001001"):
+        check_structure([list(range(1000))] * 1000)
+    assert sorted(listed) == [1000, 1000]
+
+
+def test_the_space_check_lists_a_shared_container_once(monkeypatch):
+    from gymnasium.spaces import Discrete
+
+    import zipsave._trust._space_check as space_check
+
+    walked: list[int] = []
+    real = space_check._walk
+    monkeypatch.setattr(
+        space_check, "_walk", lambda owner, pairs, *rest: walked.append(len(pairs)) or real(owner, pairs, *rest)
+    )
+    space = Discrete(2)
+    space.__dict__["extra"] = [list(range(10))] * 200
+    assert space_check.space_problem(space) is None  # 2 000 visits: under the floor
+    assert walked.count(200) == 1 and walked.count(10) == 1  # each list once, not 200 times

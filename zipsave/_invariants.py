@@ -91,14 +91,12 @@ def walk(tree: Any) -> Iterator[tuple[str, Any]]:
             stack.append((f"{path}.{k}" if path else str(k), v))
 
 
-def _children(value: Any) -> list | None:
-    """What a walk visits below ``value`` (a dict's keys too, which paths spell), ``None`` for
-    a value that holds none."""
-    if isinstance(value, dict):
-        return [*value, *value.values()]
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return list(value)
-    return None
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def _children(value: Any) -> list:
+    """What a walk visits below the container ``value`` (a dict's keys too, which paths spell)."""
+    return [*value, *value.values()] if isinstance(value, dict) else list(value)
 
 
 def check_structure(tree: Any) -> Any:
@@ -106,11 +104,10 @@ def check_structure(tree: Any) -> Any:
     itself (a cycle), containers nested past :data:`MAX_TREE_DEPTH`, or shared containers that
     multiply its paths (see :data:`_PATHS_FLOOR`). Linear in the distinct values, without
     recursion; returns ``tree``."""
-    below = _children(tree)
-    if below is None:
+    if not isinstance(tree, _CONTAINERS):
         return tree
     finished: dict[int, int] = {}  # id of a container walked -> the values a walk of it visits
-    frames: list[list] = [[tree, below, 0, 1]]  # container, its children, next child, visits so far
+    frames: list[list] = [[tree, _children(tree), 0, 1]]  # container, its children, next child, visits so far
     active = {id(tree)}
     held = 0
     while frames:
@@ -119,8 +116,7 @@ def check_structure(tree: Any) -> Any:
             child = frame[1][frame[2]]
             frame[2] += 1
             held += 1
-            grand = _children(child)
-            if grand is None:
+            if not isinstance(child, _CONTAINERS):
                 frame[3] += 1
             elif id(child) in finished:
                 frame[3] += finished[id(child)]
@@ -129,8 +125,8 @@ def check_structure(tree: Any) -> Any:
             elif len(frames) >= MAX_TREE_DEPTH:
                 raise ArchiveFormatError(f"nests containers deeper than {MAX_TREE_DEPTH} levels.", hint=_FOREIGN_HINT)
             else:
-                active.add(id(child))
-                frames.append([child, grand, 0, 1])
+                active.add(id(child))  # its children listed once: a shared container is not copied again
+                frames.append([child, _children(child), 0, 1])
             continue
         frames.pop()
         active.discard(id(frame[0]))

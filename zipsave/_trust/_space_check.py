@@ -66,6 +66,8 @@ def _space_problem(space: Any, depth: int, seen: dict[int, int]) -> str | None:
         return "spaces are nested more than 64 deep"
     if not isinstance(space, Space):
         return f"expected a gymnasium space, found {type(space).__name__}"
+    if id(space) in seen:  # checked once, however many places hold it; or inside itself
+        return f"the {type(space).__name__} holds itself" if seen[id(space)] < 0 else None
     state = getattr(space, "__dict__", None)
     if not isinstance(state, dict):
         return f"the {type(space).__name__} has no attribute dictionary"
@@ -73,15 +75,13 @@ def _space_problem(space: Any, depth: int, seen: dict[int, int]) -> str | None:
         if not isinstance(name, str) or name.startswith("__"):
             return f"the {type(space).__name__} has the attribute {name!r}, which no space has"
     pairs = [(f"{type(space).__name__}.{name}", value) for name, value in state.items()]
-    problem = _walk(space, pairs, f"the {type(space).__name__}", depth, seen)
+    problem = _walk(space, pairs, depth, seen)
     return problem or (_box_problem(space) if isinstance(space, Box) else None)
 
 
-def _walk(owner: Any, pairs: list[tuple[str, Any]], what: str, depth: int, seen: dict[int, int]) -> str | None:
-    """Check each ``(where, value)`` of ``owner`` (a space's attributes, a container's items)
-    once, and record in ``seen`` what a walk of ``owner`` visits."""
-    if id(owner) in seen:
-        return f"{what} holds itself" if seen[id(owner)] < 0 else None
+def _walk(owner: Any, pairs: list[tuple[str, Any]], depth: int, seen: dict[int, int]) -> str | None:
+    """Check each ``(where, value)`` of ``owner`` (a space's attributes, a container's items;
+    the caller found it not in ``seen``), and record in ``seen`` what a walk of it visits."""
     seen[id(owner)] = -1
     visits = 1
     for where, value in pairs:
@@ -131,12 +131,12 @@ def _value_problem(value: Any, where: str, depth: int, seen: dict[int, int]) -> 
         return _space_problem(value, depth + 1, seen)
     if type(value) in (np.random.Generator, np.random.RandomState):
         return None
-    if type(value) in (tuple, list, frozenset, set):
+    plain_dict = isinstance(value, dict) and type(value).__module__ in ("builtins", "collections")
+    if type(value) in (tuple, list, frozenset, set) or plain_dict:
+        if id(value) in seen:  # checked once (its items are not listed again), or inside itself
+            return f"{where} holds itself" if seen[id(value)] < 0 else None
         if depth >= 64:
             return "spaces are nested more than 64 deep"
-        return _walk(value, [(where, item) for item in value], where, depth + 1, seen)
-    if isinstance(value, dict) and type(value).__module__ in ("builtins", "collections"):
-        if depth >= 64:
-            return "spaces are nested more than 64 deep"
-        return _walk(value, [(where, item) for item in (*value, *value.values())], where, depth + 1, seen)
+        items = (*value, *value.values()) if plain_dict else value
+        return _walk(value, [(where, item) for item in items], depth + 1, seen)
     return f"{where} is a {type(value).__module__}.{type(value).__qualname__} object; a space holds plain data only"
