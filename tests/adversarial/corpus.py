@@ -191,6 +191,8 @@ def crashes() -> list[Payload]:
             pickle=raw_program(pickle.EMPTY_DICT + body(1) + pickle.TUPLE1 * 300_000 + pickle.NONE + pickle.SETITEM),
             crash=True,
         ),
+        # The same tuples as a value: whatever a door does with it (compare, copy, print) must not crash.
+        Payload("deep_tuple_value", "crash", pickle=raw_program(body(1) + pickle.TUPLE1 * 300_000), crash=True),
     ]
 
 
