@@ -238,8 +238,8 @@ def test_a_shared_container_is_listed_once_however_many_keys_hold_it(monkeypatch
     import zipsave._invariants as invariants
 
     listed: list[int] = []
-    real = invariants._children
-    monkeypatch.setattr(invariants, "_children", lambda value: listed.append(len(value)) or real(value))
+    real = invariants._frame
+    monkeypatch.setattr(invariants, "_frame", lambda value: listed.append(len(value)) or real(value))
     shared = list(range(100))
     assert check_structure([shared] * 1000) is not None  # 101 001 visits: under the floor
     assert sorted(listed) == [100, 1000]

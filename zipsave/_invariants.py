@@ -94,39 +94,46 @@ def walk(tree: Any) -> Iterator[tuple[str, Any]]:
 _CONTAINERS = (dict, list, tuple, set, frozenset)
 
 
-def _children(value: Any) -> list:
-    """What a walk visits below the container ``value`` (a dict's keys too, which paths spell)."""
-    return [*value, *value.values()] if isinstance(value, dict) else list(value)
+def _frame(value: Any) -> list:
+    """A walk's frame for the container ``value``: ``[value, its child containers, the next of
+    them, the values its walk visits so far (itself and its other children), its children]``.
+    A dict's keys are children too, which paths spell."""
+    children = [*value, *value.values()] if isinstance(value, dict) else list(value)
+    inner = [child for child in children if isinstance(child, _CONTAINERS)]
+    return [value, inner, 0, 1 + len(children) - len(inner), len(children)]
 
 
 def check_structure(tree: Any) -> Any:
     """Refuse a loaded tree that a walk of its paths could not finish: a container inside
     itself (a cycle), containers nested past :data:`MAX_TREE_DEPTH`, or shared containers that
-    multiply its paths (see :data:`_PATHS_FLOOR`). Linear in the distinct values, without
-    recursion; returns ``tree``."""
+    multiply its paths (see :data:`_PATHS_FLOOR`). Linear in the distinct values (a shared
+    container's items are listed once), without recursion; returns ``tree``."""
     if not isinstance(tree, _CONTAINERS):
         return tree
     finished: dict[int, int] = {}  # id of a container walked -> the values a walk of it visits
-    frames: list[list] = [[tree, _children(tree), 0, 1]]  # container, its children, next child, visits so far
+    frames = [_frame(tree)]
     active = {id(tree)}
-    held = 0
+    held = frames[0][4]
     while frames:
         frame = frames[-1]
         if frame[2] < len(frame[1]):
             child = frame[1][frame[2]]
             frame[2] += 1
-            held += 1
-            if not isinstance(child, _CONTAINERS):
-                frame[3] += 1
-            elif id(child) in finished:
+            if id(child) in finished:
                 frame[3] += finished[id(child)]
             elif id(child) in active:
                 raise ArchiveFormatError("holds a container that contains itself (a cycle).", hint=_FOREIGN_HINT)
             elif len(frames) >= MAX_TREE_DEPTH:
                 raise ArchiveFormatError(f"nests containers deeper than {MAX_TREE_DEPTH} levels.", hint=_FOREIGN_HINT)
             else:
-                active.add(id(child))  # its children listed once: a shared container is not copied again
-                frames.append([child, _children(child), 0, 1])
+                inner = _frame(child)
+                held += inner[4]
+                if inner[1]:
+                    active.add(id(child))
+                    frames.append(inner)
+                else:  # only plain values below (a parameter's state): finished at once
+                    finished[id(child)] = inner[3]
+                    frame[3] += inner[3]
             continue
         frames.pop()
         active.discard(id(frame[0]))
