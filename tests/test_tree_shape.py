@@ -263,3 +263,29 @@ def test_the_space_check_lists_a_shared_container_once(monkeypatch):
     space.__dict__["extra"] = [list(range(10))] * 200
     assert space_check.space_problem(space) is None  # 2 000 visits: under the floor
     assert walked.count(200) == 1 and walked.count(10) == 1  # each list once, not 200 times
+
+
+# -- one tensor under many keys: one object, as torch.load gives it, built and checked once ----
+def test_a_tensor_under_many_keys_is_one_tensor_built_and_checked_once(tmp_path, monkeypatch):
+    import zipsave._invariants as invariants
+
+    weight = torch.arange(6.0).reshape(2, 3)
+    buf = io.BytesIO()
+    torch.save({"x": [weight] * 1000, "enc": weight, "dec": weight}, buf)
+    path = tmp_path / "a.zip"
+    zipsave.save({"m": torch.nn.Linear(1, 1)}, path)
+    with zipfile.ZipFile(path) as z:
+        items = {n: z.read(n) for n in z.namelist() if n != "manifest.json"}
+    items["m.pth"] = buf.getvalue()
+    with zipfile.ZipFile(path, "w") as z:
+        for name, raw in items.items():
+            z.writestr(name, raw)
+    checked: list[str] = []
+    real = invariants.check_tensor
+    monkeypatch.setattr(invariants, "check_tensor", lambda t, *, key="": checked.append(key) or real(t, key=key))
+    loaded = zipsave.load(path)["m"]
+    theirs = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    assert all(t is loaded["enc"] for t in loaded["x"]) and loaded["dec"] is loaded["enc"]
+    assert all(t is theirs["enc"] for t in theirs["x"])  # what torch.load gives
+    assert torch.equal(loaded["enc"], weight)
+    assert len(checked) == 1  # not 1 002 times

@@ -154,9 +154,12 @@ def check_tree(tree: Any) -> Any:
     import torch
 
     check_structure(tree)
+    checked: set[int] = set()  # a tensor under many keys (tied weights) is checked once
     for path, value in walk(tree):
         if isinstance(value, torch.Tensor):
-            check_tensor(value, key=path)
+            if id(value) not in checked:
+                check_tensor(value, key=path)
+                checked.add(id(value))
         elif isinstance(value, (torch.storage.TypedStorage, torch.UntypedStorage)):
             raise refusal(path, "a bare storage, not a tensor")
     return tree

@@ -247,8 +247,14 @@ def load_pth(
         _check_crc(actual, verify_crc, filled=bool(direct))
 
     moved: dict[str, torch.Tensor] = {}
+    built: dict[int, Any] = {}  # one tensor for each tensor the pickle holds, however many keys name it
 
     def build(ref: TensorRef) -> Any:
+        if id(ref) not in built:
+            built[id(ref)] = make(ref)
+        return built[id(ref)]
+
+    def make(ref: TensorRef) -> Any:
         key = ref.storage.key
         if key in direct:
             return direct[key]

@@ -119,7 +119,11 @@ def check_views(tree: Any, lengths: dict[str, int] | None = None) -> None:
     which torch checks against the records)."""
     refuse_refused(tree)
     declared: dict[str, int] = {}
+    checked: set[int] = set()  # a tensor under many keys is one view to check
     for path, ref in walk_refs(tree):
+        if id(ref) in checked:
+            continue
+        checked.add(id(ref))
         key = ref.storage.key
         length = lengths.get(key) if lengths is not None else declared.setdefault(key, ref.storage.nbytes)
         name = dotted(path)
