@@ -20,8 +20,6 @@ from zipsave._invariants import MAX_TREE_DEPTH, check_structure, check_tree
 def _archive_with_pickle(tmp_path, data_pkl: bytes):
     """A zipsave archive whose ``m.pth`` holds ``data_pkl`` (without manifest.json, as SB3's
     archives have none, so only the tree's shape can refuse it)."""
-    path = tmp_path / "a.zip"
-    zipsave.save({"m": torch.nn.Linear(2, 2)}, path)
     buf = io.BytesIO()
     torch.save({"a": 1}, buf)
     with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as inner:
@@ -31,9 +29,16 @@ def _archive_with_pickle(tmp_path, data_pkl: bytes):
     with zipfile.ZipFile(pth, "w") as z:
         for name, raw in members.items():
             z.writestr(name, raw)
+    return _archive_with_pth(tmp_path, pth.getvalue())
+
+
+def _archive_with_pth(tmp_path, pth: bytes):
+    """A zipsave archive whose ``m.pth`` member is ``pth``, without manifest.json."""
+    path = tmp_path / "a.zip"
+    zipsave.save({"m": torch.nn.Linear(2, 2)}, path)
     with zipfile.ZipFile(path) as z:
         items = {n: z.read(n) for n in z.namelist() if n != "manifest.json"}
-    items["m.pth"] = pth.getvalue()
+    items["m.pth"] = pth
     with zipfile.ZipFile(path, "w") as z:
         for name, raw in items.items():
             z.writestr(name, raw)
@@ -272,14 +277,7 @@ def test_a_tensor_under_many_keys_is_one_tensor_built_and_checked_once(tmp_path,
     weight = torch.arange(6.0).reshape(2, 3)
     buf = io.BytesIO()
     torch.save({"x": [weight] * 1000, "enc": weight, "dec": weight}, buf)
-    path = tmp_path / "a.zip"
-    zipsave.save({"m": torch.nn.Linear(1, 1)}, path)
-    with zipfile.ZipFile(path) as z:
-        items = {n: z.read(n) for n in z.namelist() if n != "manifest.json"}
-    items["m.pth"] = buf.getvalue()
-    with zipfile.ZipFile(path, "w") as z:
-        for name, raw in items.items():
-            z.writestr(name, raw)
+    path = _archive_with_pth(tmp_path, buf.getvalue())
     checked: list[str] = []
     real = invariants.check_tensor
     monkeypatch.setattr(invariants, "check_tensor", lambda t, *, key="": checked.append(key) or real(t, key=key))
