@@ -287,3 +287,51 @@ def test_a_tensor_under_many_keys_is_one_tensor_built_and_checked_once(tmp_path,
     assert all(t is theirs["enc"] for t in theirs["x"])  # what torch.load gives
     assert torch.equal(loaded["enc"], weight)
     assert len(checked) == 1  # not 1 002 times
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+def test_a_tensor_under_many_keys_costs_no_path_for_each_key(tmp_path, mmap):
+    """A 400 KB ``data.pkl`` naming one tensor under 200 000 keys (2 bytes a key) took about 470
+    bytes a key in the walks' paths (94 MB); the load now holds what ``torch.load`` holds."""
+    import tracemalloc
+
+    weight = torch.arange(4.0)
+    buf = io.BytesIO()
+    torch.save({"x": [weight] * 200_000}, buf)
+    path = _archive_with_pth(tmp_path, buf.getvalue())
+    tracemalloc.start()
+    try:
+        loaded = zipsave.load(path, mmap=mmap)["m"]["x"]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(loaded) == 200_000 and all(t is loaded[0] for t in loaded)  # one object, as torch.load gives
+    assert torch.equal(loaded[0], weight)
+    assert peak < 40 * 200_000, f"{peak} bytes traced at the peak"  # was about 470 a key
+
+
+def test_walk_holds_only_the_path_it_is_on():
+    from zipsave._invariants import walk
+
+    tree = {"a": [1, {"b": (2, 3)}], "c": {4, 5}, "d": 6}
+    assert [p for p, _ in walk(tree)] == ["", "a", "a.0", "a.1", "a.1.b", "a.1.b.0", "a.1.b.1", "c", "c.0", "c.1", "d"]
+    items = walk({"x": list(range(100_000))})
+    assert next(items) == ("", {"x": list(range(100_000))})
+    next(items)  # "x": the list
+    frame = items.gi_frame
+    assert frame is not None and next(items) == ("x.0", 0)
+    held = [v for v in frame.f_locals.values() if isinstance(v, list)]
+    assert all(len(v) <= 2 for v in held), "walk listed a container's items"  # the stack: one frame a level
+
+
+def test_a_mismatch_under_many_keys_names_the_first_and_counts_the_rest(tmp_path):
+    saved = torch.nn.Sequential(*[torch.nn.Linear(3, 3) for _ in range(10)])
+    path = tmp_path / "s.zip"
+    zipsave.save({"net": saved}, path)
+    live = {"net": torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(10)])}
+    with pytest.raises(zipsave.ParameterMismatchError) as info:
+        zipsave.restore(live, path)
+    message = str(info.value)
+    assert "20 saved tensor(s) do not fit" in message
+    assert "`0.weight`: saved shape (3, 3), expected (4, 4)" in message
+    assert message.count("saved shape") == 8 and "and 12 more" in message

@@ -74,21 +74,33 @@ def tensor_span(offset: int, size: Any, stride: Any) -> int:
 
 
 def walk(tree: Any) -> Iterator[tuple[str, Any]]:
-    """Every value of a loaded tree with its dotted key, iteratively (a deep tree is data)."""
-    stack: list[tuple[str, Any]] = [("", tree)]
+    """Every value of a loaded tree with its dotted key, depth first, without recursion (a deep
+    tree is data) and in memory that grows with the tree's depth only: a million-item list is
+    walked one item at a time, each key spelled as it is reached."""
+    yield "", tree
+    children = _children(tree)
+    if children is None:
+        return
+    stack: list[tuple[str, Iterator[tuple[Any, Any]]]] = [("", children)]
     while stack:
-        path, value = stack.pop()
-        yield path, value
-        if isinstance(value, dict):
-            items = list(value.items())
-        elif isinstance(value, (list, tuple)):
-            items = list(enumerate(value))
-        elif isinstance(value, (set, frozenset)):
-            items = list(enumerate(value))
+        prefix, items = stack[-1]
+        for key, value in items:
+            path = f"{prefix}.{key}" if prefix else str(key)
+            yield path, value
+            below = _children(value)
+            if below is not None:
+                stack.append((path, below))
+                break
         else:
-            continue
-        for k, v in reversed(items):
-            stack.append((f"{path}.{k}" if path else str(k), v))
+            stack.pop()
+
+
+def _children(value: Any) -> Iterator[tuple[Any, Any]] | None:
+    if isinstance(value, dict):
+        return iter(value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return enumerate(value)
+    return None
 
 
 _CONTAINERS = (dict, list, tuple, set, frozenset)

@@ -13,13 +13,9 @@ from ..exceptions import ArchiveFormatError, IntegrityError
 from ._prefault import mapped_crcs
 from ._pth_meta import PthMeta, TensorRef
 from ._pth_records import check_record
-from ._tree import dotted, replace
+from ._tree import named, replace
 
 __all__ = ["mmap_tree"]
-
-
-def _names(users: list[tuple[tuple, TensorRef]]) -> str:
-    return ", ".join(f"`{dotted(path)}`" for path, _ in users)
 
 
 def _check_crc(actual: int, expected: int) -> None:
@@ -91,4 +87,6 @@ def _check_mapped(view: Any, mapped: Any, meta: PthMeta, by_storage: dict, expec
     for key, crc in zip(keys, mapped_crcs(view, mapped, view.start, [meta.records[key] for key in keys])):
         if crc is None:
             raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
-        check_record(records, "data/" + key, *meta.records[key], crc, tensors=_names(by_storage[key]))
+        check_record(
+            records, "data/" + key, *meta.records[key], crc, tensors=named(path for path, _ in by_storage[key])
+        )

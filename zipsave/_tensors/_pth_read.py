@@ -6,7 +6,7 @@ first and after, ``_pth_fallback.py``). Every tensor returned passes :mod:`._inv
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import pairwise
 from typing import Any
 
@@ -22,7 +22,7 @@ from ._invariants import check_tree
 from ._prefault import Prefaulter
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_records import check_record, record_table, verify_pickle
-from ._tree import BufferView, byte_view, check_views, dotted, lookup, replace, walk_leaves, walk_refs
+from ._tree import NAMED, BufferView, byte_view, check_views, dotted, lookup, named, replace, walk_leaves, walk_refs
 
 __all__ = ["load_member", "load_pth"]
 
@@ -52,7 +52,7 @@ def _in_place_target(ref: TensorRef, target: Any, length: int) -> bool:
     )
 
 
-def _check_targets(refs: list[tuple[tuple, Any]], targets: Any, *, shapes: bool, dtypes: bool) -> None:
+def _check_targets(refs: Iterable[tuple[tuple, Any]], targets: Any, *, shapes: bool, dtypes: bool) -> None:
     """Refuse, before a byte is read, saved tensors that do not fit their live targets."""
     problems = []
     for path, ref in refs:
@@ -64,7 +64,9 @@ def _check_targets(refs: list[tuple[tuple, Any]], targets: Any, *, shapes: bool,
         elif dtypes and target.dtype != ref.dtype:
             problems.append((path, f"saved dtype {ref.dtype}, expected {target.dtype}"))
     if problems:
-        listed = "; ".join(f"`{dotted(path)}`: {what}" for path, what in problems)
+        listed = "; ".join(f"`{dotted(path)}`: {what}" for path, what in problems[:NAMED])
+        if len(problems) > NAMED:
+            listed += f"; and {len(problems) - NAMED} more"
         raise ParameterMismatchError(
             f"{len(problems)} saved tensor(s) do not fit the object: {listed}.",
             key=dotted(problems[0][0]),
@@ -140,29 +142,38 @@ def load_pth(
         if validate is not None:
             validate(tree)
         if targets is not None and (check_shapes or check_dtypes):
-            _check_targets(list(walk_leaves(tree, torch.Tensor)), targets, shapes=check_shapes, dtypes=check_dtypes)
+            _check_targets(walk_leaves(tree, torch.Tensor), targets, shapes=check_shapes, dtypes=check_dtypes)
         return tree, set()
     per_record = records is not None and verify_crc is not None
     if records is not None and per_record:
         verify_pickle(source, meta, records)
     # Every tensor is a view inside its record, or a refusal naming its key, before a byte is read.
     check_views(meta.tree, {key: length for key, (_, length) in meta.records.items()})
-    refs = list(walk_refs(meta.tree))
+    # Each tensor the pickle holds, under the first key that names it, by storage record; and
+    # how many keys name each record. A path for each key held only as the walk passes: a
+    # pickle may name one tensor under a million keys in 2 bytes each.
     by_storage: dict[str, list[tuple[tuple, TensorRef]]] = collections.defaultdict(list)
-    for path, ref in refs:
-        by_storage[ref.storage.key].append((path, ref))
+    uses: collections.Counter[str] = collections.Counter()
+    seen: set[int] = set()
+    for path, ref in walk_refs(meta.tree):
+        uses[ref.storage.key] += 1
+        if id(ref) not in seen:
+            seen.add(id(ref))
+            by_storage[ref.storage.key].append((path, ref))
     if per_record:
         for key in by_storage:
             name = "data/" + key
             rec = records.get(name) if records else None
             if rec is None or (rec["offset"], rec["size"]) != meta.records[key]:
-                check_record(records or {}, name, *meta.records[key], 0, tensors=_names(by_storage[key]))
+                check_record(
+                    records or {}, name, *meta.records[key], 0, tensors=named(path for path, _ in by_storage[key])
+                )
     if validate is not None:
         validate(meta.tree)
     if targets is not None and (check_shapes or check_dtypes):
-        _check_targets(refs, targets, shapes=check_shapes, dtypes=check_dtypes)
+        _check_targets(walk_refs(meta.tree), targets, shapes=check_shapes, dtypes=check_dtypes)
     spans = sorted(meta.records.values())
-    if any(ref.extras for _, ref in refs) or any(
+    if any(ref.extras for users in by_storage.values() for _, ref in users) or any(
         start + length > next_start for (start, length), (next_start, _) in pairwise(spans)
     ):
         return _tensors.torch_load(source, device, verify_crc, limits, census=False), set()
@@ -182,7 +193,7 @@ def load_pth(
     pending: list[str] = []  # fresh host storages, allocated together below
     for key, users in by_storage.items():
         length = meta.records[key][1]
-        if targets is not None and len(users) == 1:
+        if targets is not None and uses[key] == 1:
             path, ref = users[0]
             target = lookup(targets, path)
             if _in_place_target(ref, target, length):
@@ -229,7 +240,13 @@ def load_pth(
         if record_crcs is not None:
             for key in sorted(record_crcs, key=lambda k: meta.records[k][0]):
                 found = record_crcs[key].value()
-                check_record(records or {}, "data/" + key, *meta.records[key], found, tensors=_names(by_storage[key]))
+                check_record(
+                    records or {},
+                    "data/" + key,
+                    *meta.records[key],
+                    found,
+                    tensors=named(path for path, _ in by_storage[key]),
+                )
     except BaseException as err:
         if crc is not None:
             crc.cancel()
@@ -247,14 +264,8 @@ def load_pth(
         _check_crc(actual, verify_crc, filled=bool(direct))
 
     moved: dict[str, torch.Tensor] = {}
-    built: dict[int, Any] = {}  # one tensor for each tensor the pickle holds, however many keys name it
 
     def build(ref: TensorRef) -> Any:
-        if id(ref) not in built:
-            built[id(ref)] = make(ref)
-        return built[id(ref)]
-
-    def make(ref: TensorRef) -> Any:
         key = ref.storage.key
         if key in direct:
             return direct[key]
@@ -272,10 +283,6 @@ def load_pth(
         return tensor
 
     return check_tree(replace(meta.tree, build)), filled
-
-
-def _names(users: list[tuple[tuple, TensorRef]]) -> str:
-    return ", ".join(f"`{dotted(path)}`" for path, _ in users)
 
 
 def _read_records(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -15,7 +15,18 @@ from ..exceptions import ArchiveFormatError
 from ._invariants import assemble_sparse, keyed, refuse_refused
 from ._pth_meta import SparseRef, TensorRef
 
-__all__ = ["BufferView", "byte_view", "check_views", "dotted", "lookup", "replace", "walk_leaves", "walk_refs"]
+__all__ = [
+    "NAMED",
+    "BufferView",
+    "byte_view",
+    "check_views",
+    "dotted",
+    "lookup",
+    "named",
+    "replace",
+    "walk_leaves",
+    "walk_refs",
+]
 
 
 class BufferView(io.RawIOBase):
@@ -88,29 +99,51 @@ def lookup(tree: Any, path: tuple) -> Any:
     return tree
 
 
-def replace(tree: Any, build: Callable[[TensorRef], Any], path: tuple = ()) -> Any:
+def replace(tree: Any, build: Callable[[TensorRef], Any]) -> Any:
     """``tree`` with every :class:`TensorRef` built by ``build``, and every sparse tensor
-    assembled from its built parts (its invariants checked)."""
-    if isinstance(tree, TensorRef):
-        return build(tree)
-    if isinstance(tree, SparseRef):
-        return assemble_sparse(tree, [build(part) for part in tree.parts], key=dotted(path))
+    assembled from its built parts (its invariants checked). A tensor the pickle holds once is
+    built once, however many keys name it: one object, as ``torch.load`` gives it (tied
+    weights share the object, not only the storage)."""
+    return _replace(tree, build, (), {})
+
+
+def _replace(tree: Any, build: Callable[[TensorRef], Any], path: tuple, built: dict[int, Any]) -> Any:
+    if isinstance(tree, (TensorRef, SparseRef)):
+        if id(tree) not in built:
+            if isinstance(tree, TensorRef):
+                built[id(tree)] = build(tree)
+            else:
+                parts = [_replace(part, build, path, built) for part in tree.parts]
+                built[id(tree)] = assemble_sparse(tree, parts, key=dotted(path))
+        return built[id(tree)]
     if isinstance(tree, dict):
         out = type(tree)() if isinstance(tree, collections.OrderedDict) else {}
         for k, v in tree.items():
-            out[k] = replace(v, build, path + (k,))
+            out[k] = _replace(v, build, path + (k,), built)
         if hasattr(tree, "_metadata"):
             out._metadata = tree._metadata  # type: ignore[attr-defined]
         return out
     if isinstance(tree, list):
-        return [replace(v, build, path + (i,)) for i, v in enumerate(tree)]
+        return [_replace(v, build, path + (i,), built) for i, v in enumerate(tree)]
     if isinstance(tree, tuple):
-        return tuple(replace(v, build, path + (i,)) for i, v in enumerate(tree))
+        return tuple(_replace(v, build, path + (i,), built) for i, v in enumerate(tree))
     return tree
 
 
 def dotted(path: tuple) -> str:
     return ".".join(map(str, path))
+
+
+#: How many keys an error names before it counts the rest: a hostile pickle may name one
+#: storage under a million keys.
+NAMED = 8
+
+
+def named(paths: Iterable[tuple]) -> str:
+    """The first :data:`NAMED` of ``paths``, quoted and dotted, and how many more there are."""
+    paths = list(paths)
+    listed = ", ".join(f"`{dotted(path)}`" for path in paths[:NAMED])
+    return listed + (f" and {len(paths) - NAMED} more" if len(paths) > NAMED else "")
 
 
 def check_views(tree: Any, lengths: dict[str, int] | None = None) -> None:
