@@ -219,7 +219,18 @@ def test_a_key_of_deeply_nested_tuples_is_refused_before_it_is_hashed():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "a set member or dict key nests tuples more than 100 deep" in out.stdout
+    assert "nests tuples more than 100 deep" in out.stdout  # the key's tuples, refused as they are built
+
+
+def test_the_key_guard_refuses_a_deep_key_built_elsewhere():
+    from zipsave._bounds import MAX_KEY_DEPTH, KeyGuard
+
+    key: tuple = (1,)
+    for _ in range(MAX_KEY_DEPTH):
+        key = (key,)
+    with pytest.raises(zipsave.ArchiveLimitError, match="a set member or dict key nests tuples more than 100 deep"):
+        KeyGuard(1 << 20).add({}, key)
+    KeyGuard(1 << 20).add({}, key[0])  # at the bound
 
 
 def test_keys_nested_within_the_bound_load():
@@ -335,3 +346,76 @@ def test_a_mismatch_under_many_keys_names_the_first_and_counts_the_rest(tmp_path
     assert "20 saved tensor(s) do not fit" in message
     assert "`0.weight`: saved shape (3, 3), expected (4, 4)" in message
     assert message.count("saved shape") == 8 and "and 12 more" in message
+
+
+# -- tuples nested in tuples, as values -----------------------------------------------------
+def _nested_tuples(depth: int) -> bytes:
+    return b"\x80\x04" + pickle.BININT1 + b"\x01" + pickle.TUPLE1 * depth + pickle.STOP
+
+
+def _archive_with_serialized(tmp_path, raw: bytes):
+    import base64
+    import json
+
+    path = tmp_path / "v.zip"
+    zipsave.save({"lr": 0.1, "m": torch.nn.Linear(1, 1)}, path)
+    with zipfile.ZipFile(path) as z:
+        items = {n: z.read(n) for n in z.namelist() if n != "manifest.json"}
+    data = json.loads(items["data"])
+    data["lr"] = {":type:": "<class 'tuple'>", ":serialized:": base64.b64encode(raw).decode()}
+    items["data"] = json.dumps(data).encode()
+    with zipfile.ZipFile(path, "w") as z:
+        for name, raw_member in items.items():
+            z.writestr(name, raw_member)
+    return path
+
+
+def test_a_value_of_tuples_nested_past_the_bound_is_skipped_not_handed_back(tmp_path):
+    """Hashing a tuple recurses in C without a guard: the value zipsave handed back killed the
+    caller that hashed it (SIGSEGV at 300 000 levels, 300 KB of pickle)."""
+    from zipsave._bounds import MAX_KEY_DEPTH
+
+    path = _archive_with_serialized(tmp_path, _nested_tuples(300_000))
+    with pytest.warns(zipsave.SkippedEntryWarning, match=rf"`lr`.*nests tuples more than {MAX_KEY_DEPTH} deep"):
+        loaded = zipsave.load(path)
+    assert "lr" not in loaded and isinstance(loaded["m"], dict)
+
+
+def test_tuples_nested_to_the_bound_load_and_hash(tmp_path):
+    from zipsave._bounds import MAX_KEY_DEPTH
+
+    loaded = zipsave.load(_archive_with_serialized(tmp_path, _nested_tuples(MAX_KEY_DEPTH)))
+    value, depth = loaded["lr"], 0
+    while isinstance(value, tuple):
+        value, depth = value[0], depth + 1
+    assert depth == MAX_KEY_DEPTH and value == 1
+    assert hash(loaded["lr"]) == hash(pickle.loads(_nested_tuples(MAX_KEY_DEPTH)))
+    with pytest.warns(zipsave.SkippedEntryWarning, match="nests tuples"):
+        zipsave.load(_archive_with_serialized(tmp_path, _nested_tuples(MAX_KEY_DEPTH + 1)))
+
+
+def test_the_depth_of_shared_and_called_tuples_is_found_once():
+    import collections as co
+
+    from zipsave._bounds import MAX_KEY_DEPTH, TupleDepths
+    from zipsave._trust import TrustPolicy, restricted_loads
+    from zipsave.exceptions import ArchiveLimitError
+
+    # A tuple under a million keys (the memo) is looked at once, not once per key.
+    inner = tuple(range(1000))
+    raw = pickle.dumps([(inner, inner)] * 3 + [tuple([inner] * 1000)], protocol=4)
+    assert restricted_loads(raw, TrustPolicy())[3][999] == inner
+    depths = TupleDepths()
+    seen = []
+    real = depths._scan
+    depths._scan = lambda t: seen.append(t) or real(t)
+    wide = tuple([inner] * 100_000)
+    depths.check(wide)
+    depths.check((wide, wide))
+    assert len(seen) == 1  # `inner` was scanned with `wide`; the pair found both known
+    # A chain of tuples made by calls (a namedtuple's class, as NEWOBJ and REDUCE build it) counts too.
+    value: object = 1
+    for _ in range(MAX_KEY_DEPTH + 1):
+        value = co.namedtuple("P", "a")(value)  # noqa: PYI024
+    with pytest.raises(ArchiveLimitError, match="nests tuples"):
+        TupleDepths().check(value)

@@ -12,7 +12,7 @@ import zipfile
 from typing import Any, ClassVar
 
 from .. import _trust  # on first use: the torch calls of a legacy pickle (`_torch_calls`)
-from .._bounds import AllocBudget, KeyGuard, check_int, check_zip_infos, key_budget
+from .._bounds import AllocBudget, KeyGuard, TupleDepths, check_int, check_zip_infos, depth_checked, key_budget
 from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
 
 __all__ = ["BoundedUnpickler", "check_legacy_torch", "check_torch_zip", "prescan_pickle"]
@@ -109,8 +109,13 @@ class BoundedUnpickler(_PurePythonUnpickler):
         super().__init__(self._source)
         self.where = where
         self.keys = KeyGuard(key_budget(size), **where)
+        self.tuples = TupleDepths(**where)
         self.budget = AllocBudget(size, limits, **where)
         self.size = size
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        depth_checked(cls.dispatch)
 
     def load(self) -> Any:
         # pickle's own `load` (the same in 3.11 to 3.13), whose loop reads each opcode byte of
@@ -219,6 +224,9 @@ class BoundedUnpickler(_PurePythonUnpickler):
         super().load_reduce()
 
     dispatch[pickle.REDUCE[0]] = load_reduce
+
+
+depth_checked(BoundedUnpickler.dispatch)
 
 
 def _bounded_int(load: Any) -> Any:
