@@ -72,6 +72,7 @@ LOAD_MODULES = frozenset(
         "zipsave._trust._allowlist",
         "zipsave._trust._audit",
         "zipsave._trust._names",
+        "zipsave._trust._nesting",
         "zipsave._trust._policy",
         "zipsave._trust._prescan",
         "zipsave._trust._sealed",

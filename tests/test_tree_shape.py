@@ -219,7 +219,7 @@ def test_a_key_of_deeply_nested_tuples_is_refused_before_it_is_hashed():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "nests tuples more than 100 deep" in out.stdout  # the key's tuples, refused as they are built
+    assert "nests tuples and slices more than 100 deep" in out.stdout  # the key's tuples, refused as built
 
 
 def test_the_key_guard_refuses_a_deep_key_built_elsewhere():
@@ -242,9 +242,9 @@ def test_keys_nested_within_the_bound_load():
         key = (key,)
     assert restricted_loads(pickle.dumps({key: 2}), TrustPolicy()) == {key: 2}  # 100 tuples deep
     assert restricted_loads(pickle.dumps({frozenset([key[0]]): 3}), TrustPolicy()) == {frozenset([key[0]]): 3}
-    with pytest.raises(zipsave.ArchiveLimitError, match="nests tuples more than"):
+    with pytest.raises(zipsave.ArchiveLimitError, match="nests tuples (and slices )?more than"):
         restricted_loads(pickle.dumps({(key,): 2}), TrustPolicy())
-    with pytest.raises(zipsave.ArchiveLimitError, match="nests tuples more than"):
+    with pytest.raises(zipsave.ArchiveLimitError, match="nests tuples (and slices )?more than"):
         restricted_loads(pickle.dumps({frozenset([key])}), TrustPolicy())
 
 
@@ -376,7 +376,9 @@ def test_a_value_of_tuples_nested_past_the_bound_is_skipped_not_handed_back(tmp_
     from zipsave._bounds import MAX_KEY_DEPTH
 
     path = _archive_with_serialized(tmp_path, _nested_tuples(300_000))
-    with pytest.warns(zipsave.SkippedEntryWarning, match=rf"`lr`.*nests tuples more than {MAX_KEY_DEPTH} deep"):
+    with pytest.warns(
+        zipsave.SkippedEntryWarning, match=rf"`lr`.*nests tuples and slices more than {MAX_KEY_DEPTH} deep"
+    ):
         loaded = zipsave.load(path)
     assert "lr" not in loaded and isinstance(loaded["m"], dict)
 
@@ -397,25 +399,123 @@ def test_tuples_nested_to_the_bound_load_and_hash(tmp_path):
 def test_the_depth_of_shared_and_called_tuples_is_found_once():
     import collections as co
 
-    from zipsave._bounds import MAX_KEY_DEPTH, TupleDepths
+    from zipsave._bounds import MAX_KEY_DEPTH
     from zipsave._trust import TrustPolicy, restricted_loads
+    from zipsave._trust._nesting import Nesting
     from zipsave.exceptions import ArchiveLimitError
 
     # A tuple under a million keys (the memo) is looked at once, not once per key.
     inner = tuple(range(1000))
     raw = pickle.dumps([(inner, inner)] * 3 + [tuple([inner] * 1000)], protocol=4)
     assert restricted_loads(raw, TrustPolicy())[3][999] == inner
-    depths = TupleDepths()
+    depths = Nesting()
     seen = []
     real = depths._scan
     depths._scan = lambda t: seen.append(t) or real(t)
     wide = tuple([inner] * 100_000)
-    depths.check(wide)
-    depths.check((wide, wide))
+    depths.built(wide)
+    depths.built((wide, wide))
     assert len(seen) == 1  # `inner` was scanned with `wide`; the pair found both known
     # A chain of tuples made by calls (a namedtuple's class, as NEWOBJ and REDUCE build it) counts too.
     value: object = 1
     for _ in range(MAX_KEY_DEPTH + 1):
         value = co.namedtuple("P", "a")(value)  # noqa: PYI024
     with pytest.raises(ArchiveLimitError, match="nests tuples"):
-        TupleDepths().check(value)
+        Nesting().built(value)
+
+
+# -- values freed in C: slices, deques, defaultdicts, object arrays ---------------------------
+def _freed_in_c_chain(kind: str, depth: int):
+    import numpy as np
+
+    value = None
+    for _ in range(depth):
+        if kind == "deque":
+            value = collections.deque([value])
+        elif kind == "defaultdict":
+            value = collections.defaultdict(None, {1: value})
+        elif kind == "object_array":
+            array = np.empty(1, dtype=object)
+            array[0] = value
+            value = array
+        elif kind == "slice":
+            value = slice(value)
+    return value
+
+
+@pytest.mark.parametrize("kind", ["deque", "defaultdict", "object_array", "slice"])
+def test_values_freed_in_c_load_to_the_bound_and_are_refused_past_it(kind):
+    """Freeing these recurses in C with no trashcan: 150 000 deques nested (1 MB of pickle)
+    killed the process that freed them, the load's own included (tests/adversarial)."""
+    from zipsave._trust import TrustPolicy, restricted_loads
+    from zipsave._trust._nesting import MAX_DEPTH
+
+    loaded = restricted_loads(pickle.dumps(_freed_in_c_chain(kind, MAX_DEPTH), protocol=4), TrustPolicy())
+    depth = 0
+    while loaded is not None:
+        loaded = loaded.stop if kind == "slice" else loaded[1] if kind == "defaultdict" else loaded[0]
+        depth += 1
+    assert depth == MAX_DEPTH
+    raw = pickle.dumps(_freed_in_c_chain(kind, MAX_DEPTH + 1), protocol=4)
+    with pytest.raises(zipsave.ArchiveLimitError, match=f"nests .* more than {MAX_DEPTH} deep"):
+        restricted_loads(raw, TrustPolicy())
+
+
+def test_values_freed_in_c_that_real_code_pickles_load():
+    import numpy as np
+
+    from zipsave._trust import TrustPolicy, restricted_loads
+
+    shared = collections.deque([1, 2])
+    value = {
+        "queues": collections.deque([collections.deque([shared, shared]), shared]),
+        "counts": collections.defaultdict(list, {"a": [1], "b": [collections.deque([3])]}),
+        "ragged": np.array([np.zeros(2), np.ones(3), None], dtype=object),
+        "window": (slice(0, 10, 2), slice(None)),
+    }
+    loaded = restricted_loads(pickle.dumps(value, protocol=4), TrustPolicy())
+    assert loaded["queues"] == value["queues"] and loaded["queues"][0][0] is loaded["queues"][1]
+    assert loaded["counts"] == value["counts"] and loaded["counts"].default_factory is list
+    assert [None if x is None else x.tolist() for x in loaded["ragged"]] == [[0.0, 0.0], [1.0, 1.0, 1.0], None]
+    assert loaded["window"] == value["window"]
+
+
+def test_a_chain_linked_after_it_was_built_is_refused_and_emptied_first():
+    from zipsave._trust._nesting import MAX_DEPTH, Nesting
+
+    nesting = Nesting()
+    queues = [collections.deque() for _ in range(MAX_DEPTH + 1)]
+    for queue in queues:
+        nesting.built(queue)  # each empty as it was built: no depth to see yet
+    for outer, inner in zip(queues, queues[1:]):
+        outer.append(inner)
+    queues[-1].append(queues[0])  # and a cycle: the walk still ends
+    with pytest.raises(zipsave.ArchiveLimitError, match="deques"):
+        nesting.finish()
+    assert all(len(queue) == 0 for queue in queues)  # let go one by one, not in one deep recursion
+    nesting = Nesting()
+    for queue in queues[: MAX_DEPTH - 1]:
+        nesting.built(queue)
+    for outer, inner in zip(queues[: MAX_DEPTH - 1], queues[1 : MAX_DEPTH - 1]):
+        outer.append(inner)
+    nesting.finish()  # 99 deep: kept
+    assert len(queues[0]) == 1
+
+
+def test_a_pickle_failing_part_way_lets_its_chain_go_without_a_crash():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.path.insert(0, 'tests')\n"
+        "import zipsave\n"
+        "from adversarial.corpus import _linked_deques\n"
+        "from zipsave._trust import TrustPolicy, restricted_loads\n"
+        "try:\n"
+        "    restricted_loads(_linked_deques(150_000) + b'\\xff', TrustPolicy())\n"
+        "except zipsave.ZipsaveError as err:\n"
+        "    print(type(err).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]  # SIGSEGV (-11) before: the chain was freed in C
+    assert out.stdout.strip() == "DecodeError"

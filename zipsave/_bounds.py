@@ -8,7 +8,6 @@ and memory proportional to its own bytes, never more.
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 from .exceptions import ArchiveLimitError
@@ -23,12 +22,10 @@ __all__ = [
     "MAX_SAME_HASH",
     "AllocBudget",
     "KeyGuard",
-    "TupleDepths",
     "alloc_budget",
     "check_int",
     "check_size",
     "check_zip_infos",
-    "depth_checked",
     "key_budget",
 ]
 
@@ -42,7 +39,7 @@ MAX_SAME_HASH = 32
 #: Deepest nesting of tuples (and frozensets) in a set member or dict key. Python hashes a
 #: tuple by recursing in C with no guard: a key nested 300 000 deep (300 KB of pickle) overflows
 #: the C stack and kills the process. Real keys nest a few levels. Values are held to it too
-#: (:class:`TupleDepths`): a caller may hash any tuple it is handed.
+#: (``zipsave._trust._nesting``): a caller may hash any tuple it is handed.
 MAX_KEY_DEPTH = 100
 #: What a decoded value may ask to allocate or iterate over, whatever its archive: 64 MiB, plus
 #: :data:`ALLOC_RATIO` times the bytes it was decoded from.
@@ -226,102 +223,6 @@ class KeyGuard:
         for container in containers:
             self._seen.pop(id(container), None)
             self._keep.pop(id(container), None)
-
-
-class TupleDepths:
-    """Refuses a tuple a decoder builds that nests tuples in tuples more than
-    :data:`MAX_KEY_DEPTH` deep. Hashing a tuple (as a dict key, in a set, in ``lru_cache``)
-    recurses in C without the interpreter's guard, so such a value handed back crashes the
-    caller that hashes it: a pickle of 300 000 nested ``TUPLE1`` takes 300 KB.
-
-    Each tuple's depth is found once, from its items' (tuples of more than a few items or
-    holding a tuple are kept with their depth, so ids stay theirs and none is scanned twice):
-    linear in the tuples built."""
-
-    def __init__(self, **where: Any) -> None:
-        self.where = where
-        self._known: dict[int, tuple[tuple, int]] = {}
-
-    def _refuse(self) -> ArchiveLimitError:
-        return ArchiveLimitError(
-            f"a value nests tuples more than {MAX_KEY_DEPTH} deep (hashing it would overflow the "
-            "interpreter's C stack).",
-            **self.where,
-        )
-
-    def check(self, value: Any) -> None:
-        """Refuse ``value`` (just built) if it is a tuple nested too deeply."""
-        if isinstance(value, tuple) and id(value) not in self._known:
-            self._depth(value)
-
-    def _depth(self, value: tuple) -> int:
-        hit = self._known.get(id(value))
-        if hit is not None:
-            return hit[1]
-        inner = [item for item in value if isinstance(item, tuple)]
-        if not inner:  # most tuples: no scan of their items again
-            if len(value) > 8:
-                self._known[id(value)] = (value, 1)
-            return 1
-        if all(id(item) in self._known for item in inner):  # each built (and checked) before it
-            depth = 1 + max(self._known[id(item)][1] for item in inner)
-        else:
-            depth = self._scan(value)
-        if depth > MAX_KEY_DEPTH:
-            raise self._refuse()
-        self._known[id(value)] = (value, depth)
-        return depth
-
-    def _scan(self, value: tuple) -> int:
-        """The depth of ``value`` holding tuples not seen yet, without recursion."""
-        known = self._known
-        frames: list[list[Any]] = [[value, 0, 0]]  # a tuple, its next item, its deepest item so far
-        depth = 1
-        while frames:
-            frame = frames[-1]
-            items = frame[0]
-            if frame[1] < len(items):
-                item = items[frame[1]]
-                frame[1] += 1
-                if isinstance(item, tuple):
-                    hit = known.get(id(item))
-                    if hit is not None:
-                        frame[2] = max(frame[2], hit[1])
-                    elif len(frames) >= MAX_KEY_DEPTH:
-                        raise self._refuse()
-                    else:
-                        frames.append([item, 0, 0])
-                continue
-            frames.pop()
-            depth = frame[2] + 1
-            if depth > MAX_KEY_DEPTH:
-                raise self._refuse()
-            if depth > 1 or len(items) > 8:  # a small flat tuple costs no more to look at again
-                known[id(items)] = (items, depth)
-            if frames:
-                frames[-1][2] = max(frames[-1][2], depth)
-        return depth
-
-
-#: The pickle opcodes that may build a tuple (a call may return a namedtuple).
-_TUPLE_OPS = tuple(op[0] for op in (pickle.TUPLE, pickle.TUPLE1, pickle.TUPLE2, pickle.TUPLE3, pickle.REDUCE))
-_TUPLE_OPS += (pickle.NEWOBJ[0], pickle.NEWOBJ_EX[0])
-
-
-def depth_checked(dispatch: dict[int, Any]) -> None:
-    """Have an unpickler's ``dispatch`` table (whose instances hold a :class:`TupleDepths` as
-    ``tuples``) check every tuple its opcodes build; an entry checked already is left as is."""
-    for op in _TUPLE_OPS:
-        load = dispatch[op]
-        if getattr(load, "checks_depth", False):
-            continue
-
-        def run(self: Any, load: Any = load) -> None:
-            load(self)
-            self.tuples.check(self.stack[-1])
-
-        run.checks_depth = True  # type: ignore[attr-defined]
-        dispatch[op] = run
 
 
 def check_zip_infos(

@@ -193,7 +193,36 @@ def crashes() -> list[Payload]:
         ),
         # The same tuples as a value: whatever a door does with it (compare, copy, print) must not crash.
         Payload("deep_tuple_value", "crash", pickle=raw_program(body(1) + pickle.TUPLE1 * 300_000), crash=True),
+        # Values freed by freeing their items in C, with no trashcan: slices nested 300 000 deep,
+        # deques 150 000 deep, and deques linked into a chain after they were built (so no check
+        # as each is built can see the chain). Freeing any of them killed the process.
+        Payload("deep_slice_chain", "crash", pickle=_chain("builtins", "slice", pickle.TUPLE1, 300_000), crash=True),
+        Payload(
+            "deep_deque_chain", "crash", pickle=_chain("collections", "deque", pickle.TUPLE1 * 2, 150_000), crash=True
+        ),
+        Payload("linked_deques", "crash", pickle=_linked_deques(150_000) + pickle.STOP, crash=True),
+        # The same, failing before its end: what it built is let go inside the load.
+        Payload("linked_deques_unfinished", "crash", pickle=_linked_deques(150_000) + b"\xff", crash=True),
     ]
+
+
+def _chain(module: str, name: str, wrap: bytes, depth: int) -> bytes:
+    """``name(wrap(name(wrap(... None))))``, ``depth`` calls deep: the callable is pushed
+    ``depth`` times, then each call takes the value above it."""
+    ops = G(module, name).data + pickle.MEMOIZE + pickle.POP + (pickle.BINGET + b"\x00") * depth + pickle.NONE
+    return raw_program(ops + (wrap + pickle.REDUCE) * depth)
+
+
+def _linked_deques(n: int) -> bytes:
+    """``n`` empty deques, then each appended to the one before: the chain exists only once
+    the pickle is read (no STOP)."""
+    ops = [b"\x80\x04", G("collections", "deque").data, pickle.MEMOIZE, pickle.POP]
+    for _ in range(n):
+        ops += [pickle.BINGET, b"\x00", pickle.EMPTY_TUPLE, pickle.REDUCE, pickle.MEMOIZE, pickle.POP]
+    for i in range(1, n):
+        ops += [pickle.LONG_BINGET, struct.pack("<I", i), pickle.LONG_BINGET, struct.pack("<I", i + 1), pickle.APPEND]
+        ops += [pickle.POP]
+    return b"".join(ops) + pickle.LONG_BINGET + struct.pack("<I", 1)
 
 
 def hangs() -> list[Payload]:

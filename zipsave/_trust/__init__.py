@@ -59,6 +59,7 @@ _SUBMODULES = frozenset(
         "_checks",
         "_guards",
         "_names",
+        "_nesting",
         "_policy",
         "_prescan",
         "_random",

@@ -12,8 +12,9 @@ import zipfile
 from typing import Any, ClassVar
 
 from .. import _trust  # on first use: the torch calls of a legacy pickle (`_torch_calls`)
-from .._bounds import AllocBudget, KeyGuard, TupleDepths, check_int, check_zip_infos, depth_checked, key_budget
+from .._bounds import AllocBudget, KeyGuard, check_int, check_zip_infos, key_budget
 from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
+from ._nesting import Nesting, nesting_checked
 
 __all__ = ["BoundedUnpickler", "check_legacy_torch", "check_torch_zip", "prescan_pickle"]
 
@@ -109,13 +110,13 @@ class BoundedUnpickler(_PurePythonUnpickler):
         super().__init__(self._source)
         self.where = where
         self.keys = KeyGuard(key_budget(size), **where)
-        self.tuples = TupleDepths(**where)
+        self.nesting = Nesting(**where)
         self.budget = AllocBudget(size, limits, **where)
         self.size = size
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        depth_checked(cls.dispatch)
+        nesting_checked(cls.dispatch)
 
     def load(self) -> Any:
         # pickle's own `load` (the same in 3.11 to 3.13), whose loop reads each opcode byte of
@@ -139,7 +140,11 @@ class BoundedUnpickler(_PurePythonUnpickler):
                     raise _short(1, 0)
                 dispatch[key[0]](self)
         except _Stop as stop:
+            self.nesting.finish()
             return stop.value
+        except BaseException:
+            self.nesting.fail()
+            raise
 
     def _check_target(self, target: Any, opname: str) -> None:
         """Refuse changing ``target`` in place (a subclass's hook)."""
@@ -226,7 +231,7 @@ class BoundedUnpickler(_PurePythonUnpickler):
     dispatch[pickle.REDUCE[0]] = load_reduce
 
 
-depth_checked(BoundedUnpickler.dispatch)
+nesting_checked(BoundedUnpickler.dispatch)
 
 
 def _bounded_int(load: Any) -> Any:
