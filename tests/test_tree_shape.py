@@ -415,7 +415,8 @@ def test_the_depth_of_shared_and_called_tuples_is_found_once():
     wide = tuple([inner] * 100_000)
     depths.built(wide)
     depths.built((wide, wide))
-    assert len(seen) == 1  # `inner` was scanned with `wide`; the pair found both known
+    assert id(inner) in depths._depths and id(wide) in depths._depths  # each looked at once, then known
+    assert seen == []  # no walk: every tuple below was built (and kept) before the one above
     # A chain of tuples made by calls (a namedtuple's class, as NEWOBJ and REDUCE build it) counts too.
     value: object = 1
     for _ in range(MAX_KEY_DEPTH + 1):

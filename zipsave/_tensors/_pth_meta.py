@@ -61,6 +61,10 @@ class _MetaUnpickler(BoundedUnpickler):
     """pickle's pure-Python unpickler (C's preallocates whatever length a pickle claims)
     with linear-time containers, resolving only torch's tensor-rebuilding names."""
 
+    # It builds no slice, deque, defaultdict or array (none is among its names), and its tree's
+    # depth is bounded by `check_structure`, tuples included: no check as each is built.
+    checks_nesting = False
+
     def find_class(self, module: str, name: str) -> Any:
         if self.proto < 3:  # torch pickles with protocol 2: Python 2's names (`__builtin__.set`)
             if (module, name) in _compat_pickle.NAME_MAPPING:

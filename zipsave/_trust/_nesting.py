@@ -44,20 +44,36 @@ _BUILDS = tuple(op[0] for op in (pickle.TUPLE, pickle.TUPLE1, pickle.TUPLE2, pic
 _BUILDS += tuple(op[0] for op in (pickle.NEWOBJ, pickle.NEWOBJ_EX, pickle.INST, pickle.OBJ, pickle.BUILD))
 
 
-def nesting_checked(dispatch: dict[int, Any]) -> None:
+def nesting_checked(dispatch: dict[int, Any], *, check: bool = True) -> None:
     """Have an unpickler's ``dispatch`` table (whose instances hold a :class:`Nesting` as
-    ``nesting``) show it every object its opcodes build; an entry that does already is kept."""
+    ``nesting``) show it every object its opcodes build, or with ``check=False`` no longer (an
+    unpickler that builds none of these values, and bounds the depth of its trees itself)."""
     for op in _BUILDS:
         load = dispatch.get(op)
-        if load is None or getattr(load, "checks_nesting", False):
+        unchecked = getattr(load, "unchecked", None)
+        if load is None or (unchecked is not None) == check:
+            continue
+        if not check:
+            dispatch[op] = unchecked
             continue
 
         def run(self: Any, load: Any = load) -> None:
             load(self)
             self.nesting.built(self.stack[-1])
 
-        run.checks_nesting = True  # type: ignore[attr-defined]
+        run.unchecked = load  # type: ignore[attr-defined]
         dispatch[op] = run
+
+
+#: What hashes (tuples; slices from 3.12) or is freed (slices) by recursing into its items in C.
+_HASHED = (tuple, slice)
+#: A tuple of at most this many items, none of them a tuple or slice, is not kept by id: looking
+#: at it again costs no more than looking it up.
+_SMALL = 8
+
+
+def _items(value: Any) -> Any:
+    return (value.start, value.stop, value.step) if type(value) is slice else value
 
 
 def _ndarray() -> Any:
@@ -94,7 +110,15 @@ class Nesting:
     def built(self, value: Any) -> None:
         """Note ``value``, just built; refuse a tuple or slice nested too deeply."""
         kind = type(value)
-        if kind in _FREED_IN_C or (kind is not tuple and kind is _ndarray()):
+        if kind is tuple:  # most often, and most often flat: no call
+            for item in value:
+                if isinstance(item, _HASHED):
+                    break
+            else:
+                if len(value) > _SMALL:
+                    self._depths[id(value)] = (value, 1)
+                return
+        elif kind in _FREED_IN_C or kind is _ndarray():
             self._freed_in_c.append(value)
         if (kind is tuple or kind is slice or isinstance(value, tuple)) and id(value) not in self._depths:
             self._depth(value)
@@ -102,19 +126,26 @@ class Nesting:
     # -- tuples and slices, as they are built ---------------------------------------------
     def _depth(self, value: Any) -> int:
         known = self._depths
-        items = (value.start, value.stop, value.step) if type(value) is slice else value
-        inner = [item for item in items if isinstance(item, (tuple, slice))]
-        if not inner:  # most tuples: none of their items is looked at again
-            if len(items) > 8:
-                known[id(value)] = (value, 1)
-            return 1
-        if all(id(item) in known for item in inner):  # each built (and checked) before it
-            depth = 1 + max(known[id(item)][1] for item in inner)
-        else:
-            depth = self._scan(value)
+        depth = 0
+        for item in _items(value):
+            if isinstance(item, _HASHED):
+                hit = known.get(id(item))
+                if hit is not None:
+                    below = hit[1]
+                else:  # a small flat tuple (not kept), or one a call built inside its result
+                    for inner in _items(item):
+                        if isinstance(inner, _HASHED):
+                            return self._keep(value, self._scan(value))
+                    below = self._keep(item, 1)
+                if below > depth:
+                    depth = below
+        return self._keep(value, depth + 1)
+
+    def _keep(self, value: Any, depth: int) -> int:
         if depth > MAX_DEPTH:
             raise self._refuse("tuples and slices")
-        known[id(value)] = (value, depth)
+        if depth > 1 or len(_items(value)) > _SMALL:
+            self._depths[id(value)] = (value, depth)
         return depth
 
     def _scan(self, value: Any) -> int:
@@ -124,11 +155,11 @@ class Nesting:
         depth = 1
         while frames:
             frame = frames[-1]
-            items = (frame[0].start, frame[0].stop, frame[0].step) if type(frame[0]) is slice else frame[0]
+            items = _items(frame[0])
             if frame[1] < len(items):
                 item = items[frame[1]]
                 frame[1] += 1
-                if isinstance(item, (tuple, slice)):
+                if isinstance(item, _HASHED):
                     hit = known.get(id(item))
                     if hit is not None:
                         frame[2] = max(frame[2], hit[1])
@@ -141,7 +172,7 @@ class Nesting:
             depth = frame[2] + 1
             if depth > MAX_DEPTH:
                 raise self._refuse("tuples and slices")
-            if depth > 1 or len(items) > 8:  # a small flat tuple costs no more to look at again
+            if depth > 1 or len(items) > _SMALL:
                 known[id(frame[0])] = (frame[0], depth)
             if frames:
                 frames[-1][2] = max(frames[-1][2], depth)

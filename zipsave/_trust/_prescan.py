@@ -114,9 +114,13 @@ class BoundedUnpickler(_PurePythonUnpickler):
         self.budget = AllocBudget(size, limits, **where)
         self.size = size
 
+    #: Whether each tuple, slice, deque, defaultdict and array built is shown to ``nesting``
+    #: (``zipsave._trust._nesting``); a subclass that builds none and bounds depth itself opts out.
+    checks_nesting = True
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        nesting_checked(cls.dispatch)
+        nesting_checked(cls.dispatch, check=cls.checks_nesting)
 
     def load(self) -> Any:
         # pickle's own `load` (the same in 3.11 to 3.13), whose loop reads each opcode byte of
