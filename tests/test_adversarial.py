@@ -113,7 +113,8 @@ def _all_deliveries(payload: corpus.Payload, assets: dict, folder: pathlib.Path)
         entry = {":type:": "<class 'object'>", ":serialized:": base64.b64encode(raw).decode()}
         if "data" in payload.via:
             archive = write("data.zip", _rebuild(assets["ppo"], {}, {"evil": entry}))
-            out += [(place, {"archive": archive}) for place in corpus.PICKLE_PLACES["data"]]
+            peer = write("data_peer.zip", _rebuild(assets["ppo"], {}, {"evil": 0}))
+            out += [(place, {"archive": archive, "peer": peer}) for place in corpus.PICKLE_PLACES["data"]]
         if "side" in payload.via:
             side = write("side.pkl", raw)
             out += [(place, {"side": side}) for place in corpus.PICKLE_PLACES["side"]]
@@ -126,9 +127,10 @@ def _all_deliveries(payload: corpus.Payload, assets: dict, folder: pathlib.Path)
         if "dcp_meta" in payload.via:
             out += [(place, {"dcp_dir": dcp_with(raw)}) for place in corpus.PICKLE_PLACES["dcp_meta"]]
     if payload.json is not None:
-        key = "env" if payload.name == "sb3_env_string" else "evil"
+        key = "env" if payload.name.startswith("sb3_env") else "evil"
         archive = write("json.zip", _rebuild(assets["ppo"], {}, {key: payload.json}))
-        out += [(place, {"archive": archive}) for place in corpus.JSON_PLACES]
+        peer = write("json_peer.zip", _rebuild(assets["ppo"], {}, {key: 0}))
+        out += [(place, {"archive": archive, "peer": peer}) for place in corpus.JSON_PLACES]
     if payload.members is not None:
         members = dict(payload.members)
         if "policy_file" in members:
@@ -163,6 +165,7 @@ def _warmup(assets: dict) -> list:
     import_archive = str(assets["root"] / "ppo.zip")
     files = {
         "archive": import_archive,
+        "peer": import_archive,
         "side": assets["side"],
         "policy_file": assets["policy_file"],
         "dcp_dir": assets["dcp_dir"],
@@ -180,6 +183,7 @@ def _warmup(assets: dict) -> list:
         "policy_file",
         "cli_inspect",
         "cli_verify",
+        "cli_diff",
         "dcp_consolidate",
         "dcp_load",
     ]

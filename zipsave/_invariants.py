@@ -6,7 +6,10 @@ every door checks alike; torch is imported only when a tensor is checked."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import sys
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +41,15 @@ _PATHS_FLOOR = 1 << 18
 _SHARING = 16
 
 _FOREIGN_HINT = "torch.save of a state dict writes no such tree; the member is damaged or was made to break readers."
+_CYCLE_HINT = (
+    "No value SB3, gymnasium, numpy or torch pickles refers back to itself, and zipsave's walkers "
+    "(diff, SB3's checks) need values that do not; if the archive is yours and a class of yours "
+    "holds such a reference, load with allow_pickle=True."
+)
+_PICKLED_HINT = (
+    "No value a program pickles has this shape: printing, comparing or copying it would never finish. "
+    "The entry is damaged or was made to break readers."
+)
 
 SUPPORTED = "dense tensors and sparse COO, CSR, CSC, BSR and BSC tensors whose indices check out"
 
@@ -104,26 +116,96 @@ def _children(value: Any) -> Iterator[tuple[Any, Any]] | None:
 
 
 _CONTAINERS = (dict, list, tuple, set, frozenset)
+#: Values with nothing below them in an object graph, found by type at once.
+_ATOMS = frozenset({str, bytes, bytearray, int, float, complex, bool, type(None), range})
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
 
 
-def _frame(value: Any) -> list:
+def _tree_children(value: Any) -> list:
+    """A tree's container's children (a dict's keys too, which paths spell)."""
+    return [*value, *value.values()] if isinstance(value, dict) else list(value)
+
+
+def _is_tree_node(value: Any) -> bool:
+    return isinstance(value, _CONTAINERS)
+
+
+def _object_children(value: Any) -> list:
+    """What ``repr``, ``==`` or a walk reaches below an object a pickle built: a container's
+    items (and keys), a deque's, a slice's parts, an object array's elements and an
+    instance's attributes (``SimpleNamespace``, a space, a module created empty)."""
+    kind = type(value)
+    if kind in _BARE:  # the common case: no attributes to look for
+        return [*value, *value.values()] if kind is dict else list(value)
+    if isinstance(value, dict):
+        found = [*value, *value.values()]
+    elif isinstance(value, (list, tuple, set, frozenset, collections.deque)):
+        found = list(value)
+    elif kind is slice:
+        found = [value.start, value.stop, value.step]
+    elif _is_object_array(value):
+        found = list(value.reshape(-1))
+    else:
+        found = []
+    state = _state(value)
+    return found + list(state.values()) if state else found
+
+
+#: Containers whose instances carry no attributes.
+_BARE = frozenset({dict, list, tuple, set, frozenset, collections.deque})
+
+
+def _is_object_node(value: Any) -> bool:
+    kind = type(value)
+    if kind in _ATOMS:
+        return False
+    if kind in _BARE:
+        return bool(value)  # an empty one is a plain value to a walk
+    if kind is slice or isinstance(value, _CONTAINERS) or _is_object_array(value):
+        return True
+    return bool(_state(value))
+
+
+def _is_object_array(value: Any) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.ndarray) and value.dtype == object
+
+
+def _state(value: Any) -> dict | None:
+    """An instance's own ``__dict__`` (never a class's, a module's or a function's)."""
+    if isinstance(value, _OPAQUE):
+        return None
+    try:
+        state = object.__getattribute__(value, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+    return state if type(state) is dict else None
+
+
+def _frame(value: Any, children_of: Any, is_node: Any) -> list:
     """A walk's frame for the container ``value``: ``[value, its child containers, the next of
-    them, the values its walk visits so far (itself and its other children), its children]``.
-    A dict's keys are children too, which paths spell."""
-    children = [*value, *value.values()] if isinstance(value, dict) else list(value)
-    inner = [child for child in children if isinstance(child, _CONTAINERS)]
+    them, the values its walk visits so far (itself and its other children), its children]``."""
+    children = children_of(value)
+    inner = [child for child in children if is_node(child)]
     return [value, inner, 0, 1 + len(children) - len(inner), len(children)]
 
 
-def check_structure(tree: Any) -> Any:
+def check_structure(tree: Any, *, objects: bool = False, **where: Any) -> Any:
     """Refuse a loaded tree that a walk of its paths could not finish: a container inside
     itself (a cycle), containers nested past :data:`MAX_TREE_DEPTH`, or shared containers that
     multiply its paths (see :data:`_PATHS_FLOOR`). Linear in the distinct values (a shared
-    container's items are listed once), without recursion; returns ``tree``."""
-    if not isinstance(tree, _CONTAINERS):
+    container's items are listed once), without recursion; returns ``tree``.
+
+    With ``objects=True`` the walk is the one ``repr``, ``==`` and ``copy.deepcopy`` make of
+    what a pickle built (:func:`_object_children`): 60 ``SimpleNamespace`` objects each holding
+    the one below twice are 700 bytes of pickle whose ``repr`` would visit 2**61 values.
+    ``where`` (``archive``, ``member``, ``key``) goes into the error."""
+    children_of, is_node = (_object_children, _is_object_node) if objects else (_tree_children, _is_tree_node)
+    hint = _PICKLED_HINT if objects else _FOREIGN_HINT
+    if not is_node(tree):
         return tree
     finished: dict[int, int] = {}  # id of a container walked -> the values a walk of it visits
-    frames = [_frame(tree)]
+    frames = [_frame(tree, children_of, is_node)]
     active = {id(tree)}
     held = frames[0][4]
     while frames:
@@ -134,11 +216,15 @@ def check_structure(tree: Any) -> Any:
             if id(child) in finished:
                 frame[3] += finished[id(child)]
             elif id(child) in active:
-                raise ArchiveFormatError("holds a container that contains itself (a cycle).", hint=_FOREIGN_HINT)
+                raise ArchiveFormatError(
+                    "holds a container that contains itself (a cycle).",
+                    hint=_CYCLE_HINT if objects else hint,
+                    **where,
+                )
             elif len(frames) >= MAX_TREE_DEPTH:
-                raise ArchiveFormatError(f"nests containers deeper than {MAX_TREE_DEPTH} levels.", hint=_FOREIGN_HINT)
+                raise ArchiveFormatError(f"nests containers deeper than {MAX_TREE_DEPTH} levels.", hint=hint, **where)
             else:
-                inner = _frame(child)
+                inner = _frame(child, children_of, is_node)
                 held += inner[4]
                 if inner[1]:
                     active.add(id(child))
@@ -155,7 +241,7 @@ def check_structure(tree: Any) -> Any:
     visits = finished[id(tree)]
     if visits > max(_PATHS_FLOOR, _SHARING * held):
         raise ArchiveLimitError(
-            f"shares containers so that walking its {held} values would visit {visits}.", hint=_FOREIGN_HINT
+            f"shares containers so that walking its {held} values would visit {visits}.", hint=hint, **where
         )
     return tree
 

@@ -8,10 +8,12 @@ JSON data entry, or whole archive members. Payloads that would have an effect wr
 
 from __future__ import annotations
 
+import base64
 import collections
 import dataclasses
 import pickle
 import struct
+import types
 from typing import Any
 
 from .asm import Emit, G, body, build, call, colliding_ints, newobj, program, raw_program
@@ -25,13 +27,13 @@ SB3_DOORS = frozenset({"load_cls_ppo", "ppo_load", "set_parameters"})
 
 #: Pickle places: where a pickle payload is delivered.
 PICKLE_PLACES = {
-    "data": ("load", "load_archive", "read", "load_cls_ppo", "ppo_load", "set_parameters", "cli_inspect"),
+    "data": ("load", "load_archive", "read", "load_cls_ppo", "ppo_load", "set_parameters", "cli_inspect", "cli_diff"),
     "side": ("replay_buffer", "vecnormalize"),
     "policy_file": ("policy_file",),
     "pth": ("load", "load_archive", "ppo_load", "cli_inspect", "cli_verify", "dcp_load"),
     "dcp_meta": ("dcp_consolidate",),
 }
-JSON_PLACES = ("load", "load_archive", "read", "load_cls_ppo", "ppo_load", "restore", "cli_inspect")
+JSON_PLACES = ("load", "load_archive", "read", "load_cls_ppo", "ppo_load", "restore", "cli_inspect", "cli_diff")
 MEMBER_PLACES = (
     "load",
     "load_archive",
@@ -94,6 +96,16 @@ def _doubling_lists(levels: int) -> bytes:
         if i < levels:
             ops += pickle.POP
     return ops
+
+
+def _object_dag(levels: int, twice: Any) -> bytes:
+    """``levels`` objects made by ``twice(below)``, each holding the one below twice: a few
+    hundred bytes of pickle (the memo writes each once) whose ``repr`` or ``==`` (``zipsave
+    diff``, SB3's note on a saved ``env``) visits 2**levels values."""
+    value: Any = 0
+    for _ in range(levels):
+        value = twice(value)
+    return pickle.dumps(value, protocol=4)
 
 
 def _space_dag(levels: int) -> bytes:
@@ -251,6 +263,10 @@ def hangs() -> list[Payload]:
             + pickle.SETITEM
         ),
         "space_dag_tuple": _space_dag(30),
+        # The same sharing through the other objects repr and == walk into (a data value's).
+        "dag_namespace_paths": _object_dag(60, lambda x: types.SimpleNamespace(a=x, b=x)),
+        "dag_deque_paths": _object_dag(60, lambda x: collections.deque([x, x])),
+        "dag_slice_paths": _object_dag(40, lambda x: slice(x, x, x)),
         "deep_list_nesting": raw_program(
             pickle.EMPTY_DICT + body("x") + pickle.EMPTY_LIST * 100_000 + pickle.APPEND * 99_999 + pickle.SETITEM
         ),
@@ -391,6 +407,15 @@ def json_payloads() -> list[Payload]:
         ),
         Payload("json_int_huge", "hang", json=_native({"kind": "int", "hex": hex(big)})),
         Payload("json_ref_os_system", "classic", json=_native({"kind": "ref", "path": "os:system"})),
+        # SB3's `env` entry, quoted in a note: a pickled value whose str() doubles 60 times.
+        Payload(
+            "sb3_env_dag",
+            "hang",
+            json={
+                ":type:": "<class 'list'>",
+                ":serialized:": base64.b64encode(raw_program(_doubling_lists(60))).decode(),
+            },
+        ),
         Payload(
             "json_namedtuple_os",
             "classic",
@@ -524,13 +549,19 @@ def all_payloads() -> list[Payload]:
 
 
 def sb3_sample(payloads: list[Payload], per_family: int = 5) -> set[str]:
-    """The payloads delivered to SB3's doors too: the first few of each family, every crash
-    and the names-and-imports family (dotted names, init.json classes, SB3 env strings)."""
+    """The payloads delivered to SB3's doors too: the first few of each family, every crash,
+    the names-and-imports family (dotted names, init.json classes, SB3 env strings) and every
+    payload aimed at an SB3 slot (``sb3_*``)."""
     seen: dict[str, int] = {}
     out = set()
     for payload in payloads:
         seen[payload.family] = seen.get(payload.family, 0) + 1
-        if payload.crash or payload.family == "i27a" or seen[payload.family] <= per_family:
+        if (
+            payload.crash
+            or payload.family == "i27a"
+            or payload.name.startswith("sb3_")
+            or seen[payload.family] <= per_family
+        ):
             out.add(payload.name)
     return out
 

@@ -146,13 +146,13 @@ def places() -> dict:
         zipsave.sb3.install()
         return sb3_lib
 
-    def cli_run(*argv: str) -> None:
+    def cli_run(*argv: str, ok: tuple = (0, None)) -> None:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             try:
                 code = cli.main(list(argv))
             except SystemExit as err:
                 code = err.code
-        if code not in (0, None):
+        if code not in ok:
             raise zipsave.ZipsaveError(f"the command exited {code}")  # the CLI's own refusal
 
     def ppo_load(f):
@@ -205,6 +205,9 @@ def places() -> dict:
         "policy_file": policy_file,
         "cli_inspect": lambda f: cli_run("inspect", f["archive"]),
         "cli_verify": lambda f: cli_run("verify", f["archive"]),
+        # Against the same archive with the payload's key a plain 0: diff decodes both values,
+        # compares and prints them (exit status 1: they differ).
+        "cli_diff": lambda f: cli_run("diff", f["archive"], f["peer"], ok=(0, 1, None)),
         "dcp_consolidate": dcp_consolidate,
         "dcp_load": dcp_load,
     }

@@ -11,6 +11,7 @@ import types
 from typing import Any, ClassVar
 
 from .._bounds import check_int
+from .._invariants import check_structure
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
 from ._checks import Memo, check_bit_generator_state, check_dtype, check_seed_sequence, dtype_state_problem
@@ -402,7 +403,7 @@ def restricted_loads(
 
             return cloudpickle.load(payload) if stream else cloudpickle.loads(payload)
         unpickler = _RestrictedUnpickler(payload if stream else bytes(payload), policy, where, storages, limits)
-        return unpickler.owners.checked(unpickler.load())
+        return check_structure(unpickler.owners.checked(unpickler.load()), objects=True, **where)
     except UnsafeGlobalError as err:
         if stream:
             payload.seek(start)
