@@ -394,3 +394,58 @@ def test_an_unseekable_stream_is_read_whole_first():
 
     out = restricted_loads(io.BufferedReader(Pipe(pickle.dumps({"a": np.arange(3)}, protocol=5))), TrustPolicy())
     assert out["a"].tolist() == [0, 1, 2]
+
+
+def _one_array_under_many_keys(tmp_path, keys: int = 200, name: str = "shared.zip", flip: bool = False) -> str:
+    path = tmp_path / name
+    zipsave.save({"a": np.arange(1 << 17, dtype=np.float64)}, path)  # 1 MiB: an arrays/0.npy member
+    with zipfile.ZipFile(path) as z:
+        items = {n: z.read(n) for n in z.namelist() if n != "manifest.json"}
+    data = json.loads(items["data"])
+    assert data["a"][":zipsave:"]["member"] == "arrays/0.npy"
+    named = data["a"]
+    if flip:  # stored differently, the same value: `diff` decodes each key on both sides
+        named = {**named, ":zipsave:": {**named[":zipsave:"], "dtype": "float64"}}
+    data.update({f"k{i}": named for i in range(keys)})  # JSON only: 200 keys naming the member
+    data["many"] = {":type:": "<class 'list'>", ":zipsave:": {"kind": "list", "items": [named] * keys}}
+    items["data"] = json.dumps(data).encode()
+    with zipfile.ZipFile(path, "w") as z:
+        for name, raw in items.items():
+            z.writestr(name, raw)
+    return str(path)
+
+
+@pytest.mark.parametrize("door", ["load", "load_archive", "read", "diff"])
+def test_an_array_member_named_by_many_keys_is_read_once(tmp_path, monkeypatch, door):
+    """zipsave writes a member for each array; a hostile ``data`` naming one 8 MB member under
+    200 keys made a load read it 200 times (1.8 GB from an 8 MB archive)."""
+    import zipsave._tensors._npy as npy
+    from zipsave._tools._diff import diff
+
+    path = _one_array_under_many_keys(tmp_path)
+    reads: list[str] = []
+    real = npy.read_array_member
+    monkeypatch.setattr(
+        npy, "read_array_member", lambda reader, member, **kw: reads.append(member) or real(reader, member, **kw)
+    )
+    tracemalloc.start()
+    try:
+        if door == "load":
+            out = zipsave.load(path)
+        elif door == "load_archive":
+            out = zipsave.load_archive(path)[0]
+        elif door == "read":
+            out = {"many": zipsave.read(path, "many")}
+        else:
+            other = _one_array_under_many_keys(tmp_path, name="other.zip", flip=True)
+            result = diff(path, other)  # each key decoded on both sides: stored differently
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert reads == (["arrays/0.npy"] * (2 if door == "diff" else 1))  # once for each archive
+    if door == "diff":
+        assert not result.data_changed and len(result.data_stored_differently) == 201
+    else:
+        assert peak < 40 << 20, f"{peak >> 20} MiB traced at the peak"  # 200 copies: 200 MiB
+        named = out["many"] if door == "read" else [out[f"k{i}"] for i in range(200)]
+        assert all(arr is named[0] for arr in named) and np.array_equal(named[0], np.arange(1 << 17, dtype=np.float64))

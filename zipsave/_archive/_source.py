@@ -73,6 +73,7 @@ class ArchiveSource:
         self._layout_cache: _Layout | None = None
         self._folder_tree: dict[str, dict] | None = None
         self._json_bytes: dict[str, bytes] = {}  # JSON members a handler looked at, until parsed
+        self.arrays: dict[str, Any] = {}  # array members read, each once (`_tensors.read_array_once`)
         if progress:
             _archive.check_progress(progress)
         self._stack = contextlib.ExitStack()

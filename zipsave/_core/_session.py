@@ -262,7 +262,7 @@ class LoadSession:
 
     def load_array(self, member: str) -> np.ndarray:
         try:
-            return _tensors.read_array_member(self.reader, member, verify=self.verify, mmap=self.mmap)
+            return _tensors.read_array_once(self.source, member, verify=self.verify, mmap=self.mmap)
         except (ArchiveFormatError, DecodeError) as err:
             if self.options.skip_broken_tensors:
                 raise

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
         read_array_header,
         read_array_member,
         read_array_member_into,
+        read_array_once,
         read_npy,
     )
     from ._prefault import stored_crc
@@ -42,6 +43,7 @@ _LAZY: dict[str, str] = {
             "read_array_header",
             "read_array_member",
             "read_array_member_into",
+            "read_array_once",
             "read_npy",
         ),
         "._npy",
@@ -114,6 +116,7 @@ __all__ = [
     "load_member",
     "load_pth",
     "read_array_member",
+    "read_array_once",
     "read_npy",
     "read_pth_meta",
     "read_record",

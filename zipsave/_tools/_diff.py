@@ -24,7 +24,7 @@ import torch
 from .. import _format
 from .._archive import ArchiveSource, involve_handlers
 from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Decoder
-from .._tensors import load_member, read_array_member
+from .._tensors import load_member, read_array_once
 from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, nesting_as_error, reading
 from ._diff_records import ArchiveDiff, Change
@@ -142,7 +142,7 @@ def _decoded(src: ArchiveSource, key: str, value: Any) -> Any:
     involve_handlers(src, folder)  # their reviewed names, as a load of the folder has them
     decoder = Decoder(
         TrustPolicy(),
-        load_array=lambda member: read_array_member(src.reader, member),
+        load_array=lambda member: read_array_once(src, member),
         device=torch.device("cpu"),
         max_depth=src.limits.max_json_depth,
         limits=src.limits,

@@ -20,7 +20,7 @@ from .._tensors import (
     get_device,
     load_member,
     lookup,
-    read_array_member,
+    read_array_once,
     read_record,
     record_table,
     walk_leaves,
@@ -250,7 +250,7 @@ def _decode_key(
 ) -> Any:
     decoder = Decoder(
         policy,
-        load_array=lambda name: read_array_member(src.reader, name),
+        load_array=lambda name: read_array_once(src, name),
         device=device,
         max_depth=src.limits.max_json_depth,
         limits=src.limits,
