@@ -441,10 +441,14 @@ def _freed_in_c_chain(kind: str, depth: int):
             value = array
         elif kind == "slice":
             value = slice(value)
+        elif kind == "structured_array":  # its records' object fields hold the next
+            array = np.empty(1, dtype=[("next", object), ("n", np.int32)])
+            array[0] = (value, 1)
+            value = array
     return value
 
 
-@pytest.mark.parametrize("kind", ["deque", "defaultdict", "object_array", "slice"])
+@pytest.mark.parametrize("kind", ["deque", "defaultdict", "object_array", "slice", "structured_array"])
 def test_values_freed_in_c_load_to_the_bound_and_are_refused_past_it(kind):
     """Freeing these recurses in C with no trashcan: 150 000 deques nested (1 MB of pickle)
     killed the process that freed them, the load's own included (tests/adversarial)."""
@@ -454,7 +458,10 @@ def test_values_freed_in_c_load_to_the_bound_and_are_refused_past_it(kind):
     loaded = restricted_loads(pickle.dumps(_freed_in_c_chain(kind, MAX_DEPTH), protocol=4), TrustPolicy())
     depth = 0
     while loaded is not None:
-        loaded = loaded.stop if kind == "slice" else loaded[1] if kind == "defaultdict" else loaded[0]
+        if kind == "structured_array":
+            loaded = loaded[0]["next"]
+        else:
+            loaded = loaded.stop if kind == "slice" else loaded[1] if kind == "defaultdict" else loaded[0]
         depth += 1
     assert depth == MAX_DEPTH
     raw = pickle.dumps(_freed_in_c_chain(kind, MAX_DEPTH + 1), protocol=4)

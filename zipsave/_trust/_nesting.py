@@ -76,6 +76,10 @@ def _items(value: Any) -> Any:
     return (value.start, value.stop, value.step) if type(value) is slice else value
 
 
+def _ndarray_module() -> Any:
+    return sys.modules["numpy"]
+
+
 def _ndarray() -> Any:
     numpy = sys.modules.get("numpy")
     return None if numpy is None else numpy.ndarray
@@ -89,7 +93,24 @@ def _children(value: Any) -> Any:
         return [value.default_factory, *value.keys(), *value.values()]
     if type(value) is collections.deque:
         return value
-    return value.ravel(order="K").tolist() if value.dtype.hasobject else ()
+    return _array_items(value) if value.dtype.hasobject else ()
+
+
+def _array_items(value: Any) -> list:
+    """The objects an array holds: its elements, and the fields of a structured one's records
+    (which ``tolist`` gives as tuples, a subarray field as lists)."""
+    items = value.ravel(order="K").tolist()
+    if value.dtype.names is None:
+        return items
+    found: list[Any] = []
+    todo = [items]
+    while todo:
+        for item in todo.pop():
+            if type(item) in (tuple, list):
+                todo.append(item)
+            else:
+                found.append(item)
+    return found
 
 
 class Nesting:
@@ -233,8 +254,8 @@ class Nesting:
                 value.default_factory = None
                 value.clear()
             elif type(value) is not slice and value.dtype.hasobject and value.flags.writeable:
-                held.extend(value.ravel(order="K").tolist())
-                value.fill(None)
+                held.extend(_array_items(value))
+                value[...] = _ndarray_module().zeros((), dtype=value.dtype)  # None, or 0 in a record
         self._freed_in_c.clear()
         self._depths.clear()
         while held:
