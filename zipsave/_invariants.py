@@ -18,6 +18,7 @@ from .exceptions import ArchiveFormatError, ArchiveLimitError
 __all__ = [
     "MAX_TREE_DEPTH",
     "SUPPORTED",
+    "array_objects",
     "check_structure",
     "check_tensor",
     "check_tree",
@@ -144,7 +145,7 @@ def _object_children(value: Any) -> list:
     elif kind is slice:
         found = [value.start, value.stop, value.step]
     elif _is_object_array(value):
-        found = list(value.reshape(-1))
+        found = array_objects(value)
     else:
         found = []
     state = _state(value)
@@ -168,7 +169,24 @@ def _is_object_node(value: Any) -> bool:
 
 def _is_object_array(value: Any) -> bool:
     numpy = sys.modules.get("numpy")
-    return numpy is not None and isinstance(value, numpy.ndarray) and value.dtype == object
+    return numpy is not None and isinstance(value, numpy.ndarray) and value.dtype.hasobject
+
+
+def array_objects(value: Any) -> list:
+    """The objects an array of a dtype that holds objects holds: its elements, and the fields
+    of a structured one's records (``tolist`` gives them as tuples, a subarray field as lists)."""
+    items = value.ravel(order="K").tolist()
+    if value.dtype.names is None:
+        return items
+    found: list[Any] = []
+    todo = [items]
+    while todo:
+        for item in todo.pop():
+            if type(item) in (tuple, list):
+                todo.append(item)
+            else:
+                found.append(item)
+    return found
 
 
 def _state(value: Any) -> dict | None:

@@ -26,6 +26,7 @@ import sys
 from typing import Any
 
 from .._bounds import MAX_KEY_DEPTH
+from .._invariants import array_objects
 from ..exceptions import ArchiveLimitError
 
 __all__ = ["MAX_DEPTH", "Nesting", "nesting_checked"]
@@ -93,24 +94,7 @@ def _children(value: Any) -> Any:
         return [value.default_factory, *value.keys(), *value.values()]
     if type(value) is collections.deque:
         return value
-    return _array_items(value) if value.dtype.hasobject else ()
-
-
-def _array_items(value: Any) -> list:
-    """The objects an array holds: its elements, and the fields of a structured one's records
-    (which ``tolist`` gives as tuples, a subarray field as lists)."""
-    items = value.ravel(order="K").tolist()
-    if value.dtype.names is None:
-        return items
-    found: list[Any] = []
-    todo = [items]
-    while todo:
-        for item in todo.pop():
-            if type(item) in (tuple, list):
-                todo.append(item)
-            else:
-                found.append(item)
-    return found
+    return array_objects(value) if value.dtype.hasobject else ()
 
 
 class Nesting:
@@ -254,7 +238,7 @@ class Nesting:
                 value.default_factory = None
                 value.clear()
             elif type(value) is not slice and value.dtype.hasobject and value.flags.writeable:
-                held.extend(_array_items(value))
+                held.extend(array_objects(value))
                 value[...] = _ndarray_module().zeros((), dtype=value.dtype)  # None, or 0 in a record
         self._freed_in_c.clear()
         self._depths.clear()
