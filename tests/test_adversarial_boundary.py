@@ -449,3 +449,44 @@ def test_to_rllib_refuses_a_component_named_as_a_file_before_writing(name, tmp_p
     check_dir_names(
         Node(cls=Module, children={"learner": Node(cls=Module, children={"default_policy": Node(cls=Module)})})
     )
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        # RLlib's example scripts parse sys.argv when imported: this one exited the loading
+        # process with SystemExit(2) (usage printed) before the class was even looked up
+        "ray.rllib.examples.ray_tune.appo_hyperparameter_tune",
+        "ray.rllib.examples.offline_rl.cartpole_recording",
+        "ray.rllib.conftest",
+        "ray.rllib.algorithms.ppo.tests.test_ppo",
+        "ray.rllib.tuned_examples.ppo.cartpole_ppo",
+        "ray.rllibx.algorithms",
+    ],
+)
+def test_an_rllib_class_is_imported_only_from_rllibs_library(module):
+    import types
+
+    from zipsave.rllib import _parts
+
+    session = types.SimpleNamespace(name="m.zip", policy=types.SimpleNamespace(is_trusted=lambda module, name: False))
+    before = set(sys.modules)
+    with pytest.raises(zipsave.UnsafeGlobalError, match="not a class of RLlib's library and not trusted") as excinfo:
+        _parts.resolve_class(session, f"{module}:Anything", "init.json")
+    assert excinfo.value.member == "init.json"
+    assert not {name for name in set(sys.modules) - before if name.startswith("ray")}  # refused before importing
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "ray.rllib.algorithms.ppo.ppo",
+        "ray.rllib.core.learner.learner_group",
+        "ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module",
+        "ray.rllib.examples.rl_modules.classes.tiny_atari_cnn_rlm",  # a class the examples train
+    ],
+)
+def test_rllibs_library_classes_are_still_looked_up(module):
+    from zipsave.rllib import _parts
+
+    assert _parts._library_module(module)

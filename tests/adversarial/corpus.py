@@ -282,7 +282,25 @@ def hangs() -> list[Payload]:
             call(G("numpy.random._pickle", "__generator_ctor"), rng, G("collections", "deque"))
         ),
     }
-    return [Payload(name, "hang", pickle=raw) for name, raw in out.items()]
+    found = [Payload(name, "hang", pickle=raw) for name, raw in out.items()]
+    found.append(Payload("dcp_shared_chunk_list", "hang", members={"dcp_meta": _dcp_shared_chunks(3000)}))
+    return found
+
+
+def _dcp_shared_chunks(n: int) -> bytes:
+    """DCP ``.metadata`` naming one tensor record under ``n`` keys, its list naming one chunk
+    ``n`` times: 35 KB whose check of every tensor's chunks took n**2 steps (about 30 s)."""
+    import torch
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata,
+        Metadata,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+
+    chunk = ChunkStorageMetadata(offsets=torch.Size([0]), sizes=torch.Size([0]))
+    record = TensorStorageMetadata(TensorProperties(dtype=torch.float32), torch.Size([0]), [chunk] * n)
+    return pickle.dumps(Metadata(state_dict_metadata={f"t{i}": record for i in range(n)}, storage_data={}))
 
 
 def memory() -> list[Payload]:

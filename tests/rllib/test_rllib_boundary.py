@@ -111,3 +111,29 @@ def test_to_rllib_refuses_a_component_named_as_a_file(name, ppo_zip, tmp_path):
             warnings.simplefilter("ignore", zipsave.ZipsaveWarning)
             to_rllib(bad, tmp_path / "out", trusted=["rllib_helpers.mean_std_filter"])
     assert not (tmp_path / "out").exists()
+
+
+def test_an_example_script_named_by_init_json_is_never_imported(tmp_path, monkeypatch):
+    # Importing RLlib's example script parsed the loading program's own sys.argv: an unknown
+    # flag there and the load printed RLlib's usage and raised SystemExit(2) out of zipsave.load.
+    import sys
+
+    module = "ray.rllib.examples.ray_tune.appo_hyperparameter_tune"
+    base, bad = tmp_path / "base.zip", tmp_path / "script.zip"
+    zipsave.save({"a": 1}, base)
+    with zipfile.ZipFile(base) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for item in zin.infolist():
+            if item.filename != "manifest.json":
+                zout.writestr(item.filename, zin.read(item))
+        zout.writestr("init.json", json.dumps({"handler": "rllib", "class": f"{module}:APPOConfig", "args": {}}))
+    monkeypatch.setattr(sys, "argv", ["host-program", "--its-own-flag"])
+    with pytest.raises(zipsave.UnsafeGlobalError, match="not a class of RLlib's library") as excinfo:
+        _load_module_root(bad)
+    assert excinfo.value.member == "init.json"
+    assert module not in sys.modules
+
+
+def _load_module_root(path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", zipsave.ZipsaveWarning)
+        return zipsave.load(path)

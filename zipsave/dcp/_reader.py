@@ -166,7 +166,7 @@ class ZipReader(StorageReader):
             file = confined(self.path, rank.file, archive=self.path, member=where, must_exist=False)
             held += os.path.getsize(file) if os.path.isfile(file) else 0
         # Values only from bytes the checkpoint holds: chunks tile each tensor, each stored whole.
-        check_tensors(metadata, held, archive=self.path, member=where)
+        check_tensors(metadata, held, self.limits, archive=self.path, member=where)
         _check_locations(metadata, locations, where, self.path)
         metadata.storage_data = _Sharded(self.path, locations, {r.rank: r for r in ranks})
         return metadata

@@ -113,13 +113,9 @@ def resolve_class(session: Any, ref: Any, member: str) -> type:
     private = any(
         not p.isidentifier() or p.startswith("__") for p in module.split(".") + qualname.split(".")
     )  # `__main__`
-    if (
-        private
-        or not (module == "ray.rllib" or module.startswith("ray.rllib."))
-        and not session.policy.is_trusted(module, qualname)
-    ):
+    if private or not (_library_module(module) or session.policy.is_trusted(module, qualname)):
         raise UnsafeGlobalError(
-            f"names the class `{module}.{qualname}`, which is not part of RLlib and not trusted.",
+            f"names the class `{module}.{qualname}`, which is not a class of RLlib's library and not trusted.",
             archive=session.name,
             member=member,
             hint=f"If you trust this archive, pass `trusted=[{module + '.' + qualname!r}]`.",
@@ -134,6 +130,28 @@ def resolve_class(session: Any, ref: Any, member: str) -> type:
     if not (isinstance(found, type) and issubclass(found, Checkpointable)):
         raise ArchiveFormatError(f"`{ref}` is not an RLlib Checkpointable class.", archive=session.name, member=member)
     return found
+
+
+#: Parts of a module path under ``ray.rllib`` that name no library module: RLlib's example
+#: scripts parse ``sys.argv`` and build experiments when imported (``appo_hyperparameter_tune``
+#: exited the loading process with ``SystemExit(2)``), and ``conftest`` imports Ray's test suite.
+_NOT_LIBRARY = frozenset({"examples", "tuned_examples", "tests", "benchmarks", "conftest", "scripts"})
+
+
+def _library_module(module: str) -> bool:
+    """Is ``module`` one of RLlib's library modules, importing which only defines names: under
+    ``ray.rllib``, and not a script, test or example, except an example's ``classes`` package
+    (the RLModules, environments and connectors the examples train with)."""
+    parts = module.split(".")
+    if parts[:2] != ["ray", "rllib"]:
+        return False
+    below = parts[2:]
+    if "examples" in below:
+        below = below[below.index("examples") + 1 :]
+        if "classes" not in below:
+            return False
+        below = below[below.index("classes") + 1 :]
+    return not any(p in _NOT_LIBRARY or p.startswith("test_") for p in below)
 
 
 def node_from_archive(
