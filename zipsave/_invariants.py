@@ -204,7 +204,7 @@ def _frame(value: Any, children_of: Any, is_node: Any) -> list:
     """A walk's frame for the container ``value``: ``[value, its child containers, the next of
     them, the values its walk visits so far (itself and its other children), its children]``."""
     children = children_of(value)
-    inner = [child for child in children if is_node(child)]
+    inner = [child for child in children if type(child) not in _ATOMS and is_node(child)]  # no call for a number
     return [value, inner, 0, 1 + len(children) - len(inner), len(children)]
 
 
