@@ -7,6 +7,7 @@ import base64
 import collections
 import datetime as dt
 import enum
+import json
 import math
 import pathlib
 import re
@@ -23,11 +24,12 @@ from gymnasium import spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from zipsave import Limits
 from zipsave._codec import Decoder, Encoder, import_path, is_json_native
 from zipsave._codec import _decode as _codec_decode
-from zipsave._json import ORJSON_MIN_BYTES, dump_json, nesting_exceeds, parse_json
+from zipsave._json import ORJSON_MIN_BYTES, check_cost, dump_json, nesting_exceeds, parse_json, scan
 from zipsave._trust import TrustPolicy
-from zipsave.exceptions import DecodeError, EncodeError, UnsafeGlobalError
+from zipsave.exceptions import ArchiveLimitError, DecodeError, EncodeError, UnsafeGlobalError
 
 # -- module-level types, so they have an import path ------------------------------------------
 Point = collections.namedtuple("Point", "x y")
@@ -659,6 +661,68 @@ def test_nesting_scan_ignores_brackets_in_strings():
     assert not nesting_exceeds(b'["\\"' + b"{" * 1000 + b'"]', 2)
     assert nesting_exceeds(b"[[[1]]]", 2)
     assert not nesting_exceeds(b"[[[1]]]", 3)
+
+
+def _reference_shape(raw: bytes) -> tuple[int, int]:
+    """(opens, depth) by walking ``raw`` one byte at a time, as a JSON tokenizer reads strings
+    (an unterminated string runs to the end)."""
+    opens = depth = deepest = 0
+    inside = escaped = False
+    for byte in raw:
+        if inside:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:
+                escaped = True
+            elif byte == 0x22:
+                inside = False
+        elif byte == 0x22:
+            inside = True
+        elif byte in b"[{":
+            opens, depth = opens + 1, depth + 1
+            deepest = max(deepest, depth)
+        elif byte in b"]}":
+            depth -= 1
+    return opens, deepest
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from([b"[", b"]", b"{", b"}", b'"', b"\\", b"a", b",", b"\n", b'\\"']), max_size=60))
+def test_shape_scan_reads_strings_as_a_tokenizer_does(pieces):
+    raw = b"".join(pieces)
+    assert scan(raw) == _reference_shape(raw)
+
+
+def test_shape_scan_is_linear_in_unterminated_strings():
+    # Searching for a string that never closes from each escaped quote inside it took time
+    # quadratic in the text: 80 KB, 31 s. The whole string is one span of the scan now; the
+    # regular expression engine's work is not visible to a counter, so this size is one where
+    # the quadratic scan would not finish within the suite.
+    raw = b"[" * 10 + b'"' + b'\\"' * 500_000 + b"[]" * 600
+    assert scan(raw) == (10, 10)
+    assert scan(raw[:-1200] + b"]") == (10, 10)
+
+
+def test_json_cost_is_charged_before_parsing(monkeypatch):
+    import zipsave._json
+
+    def never(*args, **kwargs):
+        raise AssertionError("the parser was called")
+
+    lists = b"[" + b"[]," * 2_000_000 + b"[]]"  # 6 MB: 2 million lists, about 300 MB decoded
+    with monkeypatch.context() as patched:
+        patched.setattr(zipsave._json.json, "loads", never)
+        patched.setattr(zipsave._json, "ORJSON_MIN_BYTES", 1 << 62)
+        with pytest.raises(ArchiveLimitError, match="2000002 arrays and objects") as err:
+            parse_json(lists, max_depth=10)
+    assert "alloc_ratio" in str(err.value)
+    # Within a raised budget it parses; brackets inside strings cost nothing.
+    assert len(parse_json(lists, max_depth=10, limits=Limits(alloc_ratio=64))) == 2_000_001
+    in_strings = b'["' + b"[]," * 2_000_000 + b'"]'
+    assert parse_json(in_strings, max_depth=10)[0].startswith("[],")
+    # What zipsave and SB3 write stays far within it: check_cost passes them untouched.
+    numbers = json.dumps({"values": [[i, i + 0.5] for i in range(50_000)]}).encode()
+    check_cost(numbers)
 
 
 def _padded(text: bytes) -> bytes:

@@ -10,6 +10,8 @@ import sys
 from importlib import metadata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zipsave import _system_info
 from zipsave._system_info import (
@@ -129,6 +131,31 @@ def test_parse_what_installed_sb3_writes():
     utils = pytest.importorskip("stable_baselines3.common.utils")
     info, text = utils.get_system_info(print_info=False)
     assert parse_system_info(text) == info
+
+
+# The pattern the lines were read with until a 100 KB line took 35 s: the reference for what a
+# line means.
+_OLD_LINE = r"\s*(?:-\s*)?([^:\s][^:]*?)\s*:\s?(.*)"
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.sampled_from(["-", " ", ":", "a", "\t", "b c", "\u3000", "\x85", "\n", "--", "\r", "# 1"]), max_size=14)
+)
+def test_lines_read_as_the_pattern_read_them(pieces):
+    text = "".join(pieces)
+    expected = {}
+    for line in text.splitlines():
+        match = re.fullmatch(_OLD_LINE, line)
+        if match:
+            expected[match.group(1)] = match.group(2).strip()
+    assert parse_system_info(text) == expected
+
+
+def test_long_line_without_colon_is_read_in_linear_time():
+    # The lazy key of the pattern tried every split of a line of spaces with no colon: a 1 MiB
+    # member (what is read of it) took hours. This size would not finish within the suite.
+    assert parse_system_info("- a" + " " * 1_000_000 + "b\n- Python: 3.11\n") == {"Python": "3.11"}
 
 
 def test_parse_is_tolerant():

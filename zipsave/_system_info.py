@@ -47,9 +47,6 @@ _RULES = (
     ("Cloudpickle", 1, "pickled functions may not load"),
 )
 
-# SB3 writes "- key: value"; the key never holds a colon, the value (the OS line) may.
-# Compiled (and cached by `re`) on first use: importing compiles nothing.
-_LINE = r"\s*(?:-\s*)?([^:\s][^:]*?)\s*:\s?(.*)"
 _RELEASE = r"\s*v?(\d+)(?:\.(\d+))?"
 
 
@@ -149,9 +146,16 @@ def parse_system_info(text: str) -> dict[str, str]:
     """
     info: dict[str, str] = {}
     for line in text.lstrip("\ufeff").splitlines():
-        match = re.fullmatch(_LINE, line)
-        if match:
-            info[match.group(1)] = match.group(2).strip()
+        # SB3 writes "- key: value"; the key never holds a colon, the value (the OS line) may.
+        # Split at the first colon rather than by a regular expression: a pattern whose key
+        # part is matched lazily against the whitespace before the colon tries every split of a
+        # long line without one (a 100 KB line of spaces took 35 s).
+        head, colon, value = line.partition(":")
+        key = head.strip()
+        if key.startswith("-") and key[1:].strip():  # the list marker; a lone "-" is the key
+            key = key[1:].strip()
+        if colon and key:
+            info[key] = value.strip()
     return info
 
 

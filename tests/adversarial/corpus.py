@@ -494,6 +494,15 @@ def member_payloads() -> list[Payload]:
         Payload("pth_legacy", "classic", members={"policy.pth": legacy}),
         Payload("pth_inner_deflate_bomb", "memory", members={"policy.pth": bomb_pth}),
         Payload("policy_file_deflate_bomb", "memory", members={"policy_file": bomb_pth}),
+        # Text whose shape is the attack, each well within `max_json_bytes` and the 1 MiB read of
+        # `system_info.txt`: a string that never closes, scanned again from each escaped quote in
+        # it (400 KB took minutes); 7 million empty lists (21 MB: 1 GB and 16 s to decode); a
+        # line of spaces with no colon, which a lazy key pattern split every way (300 KB: minutes).
+        Payload(
+            "json_unterminated_escapes", "hang", members={"data": b"[" * 10 + b'"' + b'\\"' * 200_000 + b"[]" * 600}
+        ),
+        Payload("json_empty_lists", "memory", members={"data": b"[" + b"[]," * 7_000_000 + b"[]]"}),
+        Payload("system_info_spaces", "hang", members={"system_info.txt": b"- a" + b" " * 300_000 + b"b\n"}),
     ]
 
 

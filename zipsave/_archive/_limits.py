@@ -31,8 +31,9 @@ class Limits(Record):
         Largest uncompressed/compressed ratio of a deflated member above 1 MiB.
     alloc_floor
         Bytes any one decoded value (a pickled ``data`` entry, a side pickle such as SB3's
-        replay-buffer file, a ``.pth``'s ``data.pkl``) may allocate whatever its size; arrays,
-        bytes and tensors are counted, in all, before they are built.
+        replay-buffer file, a ``.pth``'s ``data.pkl``, a JSON member) may allocate whatever its
+        size; arrays, bytes and tensors are counted, in all, before they are built, and a JSON
+        member's arrays and objects before it is parsed.
     alloc_ratio
         What it may allocate on top of ``alloc_floor``, per byte it is decoded from. Real
         pickles need about 1 (an array's bytes are in the pickle); the default 64 MiB + 16x

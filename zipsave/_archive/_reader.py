@@ -145,7 +145,7 @@ class ArchiveReader:
             return
         try:
             raw = self.read(_format.MANIFEST, limit=self.limits.max_json_bytes, verify=False)
-            manifest = _json.loads(raw, max_depth=self.limits.max_json_depth)
+            manifest = _json.loads(raw, max_depth=self.limits.max_json_depth, limits=self.limits)
             members = manifest["members"]
             if not isinstance(members, dict):
                 raise TypeError("`members` is not an object")

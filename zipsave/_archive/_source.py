@@ -166,7 +166,7 @@ class ArchiveSource:
 
     def parse_json(self, member: str, raw: bytes) -> Any:
         try:
-            return _json.parse_json(raw, max_depth=self.limits.max_json_depth)
+            return _json.parse_json(raw, max_depth=self.limits.max_json_depth, limits=self.limits)
         except ZipsaveError as err:
             err.archive, err.member = self.name, member
             err.args = (err._compose(),)

@@ -339,7 +339,7 @@ def _read_json(src: ArchiveSource, member: str, notes: list[str], *, check_diges
         except ZipsaveError as err:
             notes.append(f"`{member}`: {err.detail} It was edited after saving.")
     try:
-        return parse_json(raw, max_depth=src.limits.max_json_depth)
+        return parse_json(raw, max_depth=src.limits.max_json_depth, limits=src.limits)
     except ZipsaveError as err:
         notes.append(f"`{member}`: {err.detail}")
         return None

@@ -127,7 +127,9 @@ def _check(reader: ArchiveReader, require_manifest: bool, notes: list[str]) -> l
 
 def _check_manifest_header(reader: ArchiveReader) -> list[str]:
     raw = reader.read(_format.MANIFEST, limit=reader.limits.max_json_bytes, verify=False)
-    head = _json.loads(raw, max_depth=reader.limits.max_json_depth)  # parsed by the reader already
+    head = _json.loads(
+        raw, max_depth=reader.limits.max_json_depth, limits=reader.limits
+    )  # parsed by the reader already
     problems = []
     if head.get("format") != _format.FORMAT_NAME:
         problems.append(f"manifest.json names format {head.get('format')!r}, expected {_format.FORMAT_NAME!r}.")

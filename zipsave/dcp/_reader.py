@@ -159,7 +159,7 @@ class ZipReader(StorageReader):
             reader = ArchiveReader(fp, archive=index, limits=self.limits)
             raw = reader.read(_layout.METADATA)
         where = f"{_layout.INDEX}/{_layout.METADATA}"
-        doc = json_loads(raw, max_depth=64)
+        doc = json_loads(raw, max_depth=64, limits=self.limits)
         metadata, locations, ranks = _metadata.from_json(doc, where)
         held = 0
         for rank in ranks:  # refused before DCP plans a read: a name may not leave the directory
