@@ -77,13 +77,9 @@ def _items(value: Any) -> Any:
     return (value.start, value.stop, value.step) if type(value) is slice else value
 
 
-def _ndarray_module() -> Any:
-    return sys.modules["numpy"]
-
-
-def _ndarray() -> Any:
-    numpy = sys.modules.get("numpy")
-    return None if numpy is None else numpy.ndarray
+def _numpy() -> Any:
+    """numpy, if something imported it (an unpickler builds arrays only through it)."""
+    return sys.modules.get("numpy")
 
 
 def _children(value: Any) -> Any:
@@ -123,7 +119,7 @@ class Nesting:
                 if len(value) > _SMALL:
                     self._depths[id(value)] = (value, 1)
                 return
-        elif kind in _FREED_IN_C or kind is _ndarray():
+        elif kind in _FREED_IN_C or kind is getattr(_numpy(), "ndarray", None):
             self._freed_in_c.append(value)
         if (kind is tuple or kind is slice or isinstance(value, tuple)) and id(value) not in self._depths:
             self._depth(value)
@@ -239,7 +235,7 @@ class Nesting:
                 value.clear()
             elif type(value) is not slice and value.dtype.hasobject and value.flags.writeable:
                 held.extend(array_objects(value))
-                value[...] = _ndarray_module().zeros((), dtype=value.dtype)  # None, or 0 in a record
+                value[...] = _numpy().zeros((), dtype=value.dtype)  # None, or 0 in a record
         self._freed_in_c.clear()
         self._depths.clear()
         while held:
