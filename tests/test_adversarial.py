@@ -128,6 +128,7 @@ def _all_deliveries(payload: corpus.Payload, assets: dict, folder: pathlib.Path)
             out += [(place, {"dcp_dir": dcp_with(raw)}) for place in corpus.PICKLE_PLACES["dcp_meta"]]
     if payload.json is not None:
         key = "env" if payload.name.startswith("sb3_env") else "evil"
+        key = "learning_rate" if payload.name.startswith("sb3_learning_rate") else key
         archive = write("json.zip", _rebuild(assets["ppo"], {}, {key: payload.json}))
         peer = write("json_peer.zip", _rebuild(assets["ppo"], {}, {key: 0}))
         out += [(place, {"archive": archive, "peer": peer}) for place in corpus.JSON_PLACES]

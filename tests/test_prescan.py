@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from zipsave._trust import BoundedUnpickler
 from zipsave._trust._prescan import prescan_pickle
-from zipsave.exceptions import DecodeError
+from zipsave.exceptions import ArchiveLimitError, DecodeError
 
 _P2, _P4 = b"\x80\x02", b"\x80\x04"
 
@@ -234,3 +234,38 @@ def test_load_sets_the_state_pickles_own_load_sets():
     ours = BoundedUnpickler(payload)
     ours.load()
     assert set(vars(theirs)) <= set(vars(ours))
+
+
+# -- memo slots -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "put", [b"r\xff\xff\xff\x3f", b"p1073741823\n", b"r\x0a\x00\x00\x00"], ids=["long", "text", "past"]
+)
+def test_a_memo_slot_past_the_pickle_is_refused(put):
+    # C's unpickler (DCP's metadata, SB3's schedule recogniser, after this pre-scan) grows its
+    # memo to twice the slot written: slot 2**30 - 1 from a 10-byte pickle took 16 GB.
+    payload = b"\x80\x02N" + put + b"."
+    with pytest.raises(ArchiveLimitError, match=re.escape(f"past its {len(payload)} bytes")):
+        prescan_pickle(payload)
+
+
+@pytest.mark.parametrize("protocol", range(6))
+def test_what_picklers_write_keeps_its_memo_within_its_size(protocol):
+    import collections
+
+    import cloudpickle
+    import torch
+
+    shared = [1.5, "x"]
+    value = {"a": shared, "b": shared, "d": collections.OrderedDict(k=(shared, shared)), "f": lambda x: x + 1}
+    for payload in (cloudpickle.dumps(value, protocol=protocol), pickle.dumps([shared] * 3, protocol=protocol)):
+        prescan_pickle(payload)
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(3), "v": torch.ones(2)}, buf)
+    prescan_pickle(_data_pkl(buf.getvalue()), {"0": 12, "1": 8})
+
+
+def _data_pkl(archive: bytes) -> bytes:
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(archive)) as zf:
+        return zf.read(next(n for n in zf.namelist() if n.endswith("data.pkl")))

@@ -24,6 +24,7 @@ __all__ = [
     "KeyGuard",
     "alloc_budget",
     "check_int",
+    "check_memo",
     "check_size",
     "check_zip_infos",
     "key_budget",
@@ -101,6 +102,16 @@ class AllocBudget:
                 **self.where,
             )
         self.spent += requested
+
+
+def check_memo(memo: dict[Any, Any], nbytes: int, **where: Any) -> None:
+    """Refuse a memo slot at or past ``nbytes`` (the pickle's size). A pickler numbers the values
+    it stores from 0, one opcode each, so no real pickle reaches it; C's unpickler (DCP's
+    metadata, SB3's schedule recogniser) grows its memo to twice the slot number written, so a
+    10-byte pickle storing to slot 2**30 - 1 took 16 GB and most of a minute."""
+    far = max(memo, default=-1)
+    if far >= nbytes:
+        raise ArchiveLimitError(f"the pickle stores a value in memo slot {far}, past its {nbytes} bytes.", **where)
 
 
 def check_int(value: int, what: str = "an integer", **where: Any) -> int:

@@ -315,6 +315,9 @@ def memory() -> list[Payload]:
         ),
         "torch_size_range": program(call(G("torch", "Size"), call(G("builtins", "range"), 10**10))),
         "tuple_range": program(call(G("builtins", "tuple"), call(G("builtins", "range"), 10**10))),
+        # A value stored in memo slot 2**30 - 1: C's unpickler (DCP's metadata) grew its memo to
+        # twice that many slots, 16 GB from 10 bytes.
+        "memo_far_slot": raw_program(pickle.NONE + pickle.LONG_BINPUT + b"\xff\xff\xff\x3f"),
         "box_constructor": program(call(G("gymnasium.spaces.box", "Box"), 0.0, 1.0, (10**6, 10**6))),
         "prelu_constructor": program(call(G("torch.nn.modules.activation", "PReLU"), 10**10)),
         "optimizer_constructor": program(call(G("torch.optim.adam", "Adam"), [])),
@@ -402,6 +405,36 @@ def _hex(value: int) -> dict:
     return {":zipsave:": {"kind": "int", "hex": hex(value)}}
 
 
+def _pickled(raw: bytes) -> dict:
+    return {":type:": "<class 'function'>", ":serialized:": base64.b64encode(raw).decode()}
+
+
+#: cloudpickle's function maker: refused by a default load, so a schedule's pickle that names it
+#: goes on to the symbolic readers (SB3's and the RL Zoo's schedule recognisers, the audit).
+_MAKE_FUNCTION = (
+    pickle.SHORT_BINUNICODE + b"\x17cloudpickle.cloudpickle" + pickle.SHORT_BINUNICODE + b"\x0e_make_function"
+)
+
+
+def _mark_scan_pickle(n: int) -> bytes:
+    """``n`` items, then ``n`` empty tuples made from a MARK above them and dropped."""
+    items = pickle.NONE * n + (pickle.MARK + pickle.TUPLE + pickle.POP) * n + pickle.POP * (n - 1)
+    return b"\x80\x04" + _MAKE_FUNCTION + pickle.STACK_GLOBAL + pickle.POP + items + b"."
+
+
+def _far_memo_pickle() -> bytes:
+    """A value stored in memo slot 2**30 - 1."""
+    return b"\x80\x04" + _MAKE_FUNCTION + pickle.STACK_GLOBAL + pickle.LONG_BINPUT + b"\xff\xff\xff\x3f."
+
+
+def _maker_refs_pickle(n: int) -> bytes:
+    """cloudpickle's class maker, memoized, then fetched ``n`` times."""
+    maker = (
+        pickle.SHORT_BINUNICODE + b"\x17cloudpickle.cloudpickle" + pickle.SHORT_BINUNICODE + b"\x14_make_skeleton_class"
+    )
+    return b"\x80\x04" + maker + pickle.STACK_GLOBAL + pickle.MEMOIZE + (pickle.BINGET + b"\x00") * n + b"."
+
+
 def json_payloads() -> list[Payload]:
     ints = colliding_ints(3_000)  # refused at the 33rd; JSON is decoded whole first, so keep it small
     big = 7**1_200_000
@@ -425,6 +458,15 @@ def json_payloads() -> list[Payload]:
         ),
         Payload("json_int_huge", "hang", json=_native({"kind": "int", "hex": hex(big)})),
         Payload("json_ref_os_system", "classic", json=_native({"kind": "ref", "path": "os:system"})),
+        # A `learning_rate` pickle the SB3 doors read symbolically for the RL Zoo's schedule (and
+        # `inspect` for its globals): 200 000 MARK/TUPLE pairs over 200 000 items made each look
+        # for the last MARK scan the stack (minutes); one PUT to slot 2**30 - 1 (10 bytes) grew
+        # a list of that many slots (16 GB, 57 s).
+        Payload("sb3_learning_rate_marks", "hang", json=_pickled(_mark_scan_pickle(200_000))),
+        Payload("sb3_learning_rate_memo", "memory", json=_pickled(_far_memo_pickle())),
+        # Refused (a class stored by value), then named for the message: 200 000 references to
+        # cloudpickle's class maker each scanned every opcode after it (hours).
+        Payload("by_value_maker_refs", "hang", json=_pickled(_maker_refs_pickle(200_000))),
         # SB3's `env` entry, quoted in a note: a pickled value whose str() doubles 60 times.
         Payload(
             "sb3_env_dag",

@@ -3,6 +3,7 @@ executing anything."""
 
 from __future__ import annotations
 
+import bisect
 import pickletools
 from typing import Any
 
@@ -67,6 +68,7 @@ def pickle_globals(payload: bytes) -> list[str]:
         raise TypeError(f"payload must be bytes, got {type(payload).__name__}.")
     found: set[str] = set()
     stack: list[Any] = []
+    marks: list[int] = []  # where each MARK was pushed: the last one is found in O(1), not by a scan
     memo: dict[Any, Any] = {}
     proto: Any = 0
     pos: Any = 0
@@ -92,9 +94,13 @@ def pickle_globals(payload: bytes) -> list[str]:
 
             before, after = opcode.stack_before, opcode.stack_after
             if pickletools.markobject in before or (name == "POP" and stack and stack[-1] is _MARK):
-                if _MARK not in stack:
+                # An entry whose MARK was popped as an operand points past the stack or at
+                # something else: dropped. The last that still holds a MARK is the topmost.
+                while marks and (marks[-1] >= len(stack) or stack[marks[-1]] is not _MARK):
+                    marks.pop()
+                if not marks:
                     raise DecodeError(f"malformed pickle: {name} at byte {pos} has no MARK to pop to.")
-                del stack[len(stack) - 1 - stack[::-1].index(_MARK) :]
+                del stack[marks.pop() :]
                 count = before.index(pickletools.markobject) if pickletools.markobject in before else 0
             else:
                 count = len(before)
@@ -120,7 +126,10 @@ def pickle_globals(payload: bytes) -> list[str]:
                 pushed = [_UNKNOWN]
             else:
                 pushed = [_MARK if item is pickletools.markobject else _UNKNOWN for item in after]
-            stack.extend(pushed)
+            for item in pushed:
+                if item is _MARK:
+                    marks.append(len(stack))
+                stack.append(item)
     except DecodeError:
         raise
     except Exception as err:
@@ -131,6 +140,8 @@ def pickle_globals(payload: bytes) -> list[str]:
 #: cloudpickle's functions that rebuild a class from the code stored in the pickle.
 CLASS_MAKERS = ("_make_skeleton_class", "_make_skeleton_enum")
 _SILENT = frozenset({"PROTO", "FRAME", "MARK", "STOP"})
+#: Most classes :func:`by_value_classes` names (for a message).
+_MOST_NAMED = 8
 
 
 def by_value_classes(payload: bytes) -> list[str]:
@@ -162,25 +173,28 @@ def by_value_classes(payload: bytes) -> list[str]:
                 tokens.append(("op", None))
     except Exception:  # noqa: BLE001 - a malformed pickle names nothing; the load reports it
         return []
+    # For each token, the next string after it, and where `"__module__"` is followed by a
+    # string: each class maker is then named in O(1) plus a bisection, not by scanning all the
+    # tokens after it (a pickle naming the maker 20 000 times took 6 s so).
+    next_text: list[Any] = [None] * (len(tokens) + 1)
+    for at in range(len(tokens) - 1, -1, -1):
+        kind, value = tokens[at]
+        next_text[at] = value if kind == "str" else next_text[at + 1]
+    module_at = [i for i in range(len(tokens) - 1) if tokens[i] == ("str", "__module__") and tokens[i + 1][0] == "str"]
     found: list[str] = []
     for at, (kind, value) in enumerate(tokens):
         if kind != "global" or not value.startswith("cloudpickle.") or value.rpartition(".")[2] not in CLASS_MAKERS:
             continue
-        after = tokens[at + 1 :]
-        class_name = next((text for kind_, text in after if kind_ == "str"), None)
+        class_name = next_text[at + 1]
         if not isinstance(class_name, str):
             continue
-        module = next(
-            (
-                after[i + 1][1]
-                for i in range(len(after) - 1)
-                if after[i] == ("str", "__module__") and after[i + 1][0] == "str"
-            ),
-            None,
-        )
+        after = bisect.bisect_right(module_at, at)
+        module = tokens[module_at[after] + 1][1] if after < len(module_at) else None
         full = f"{module}.{class_name}" if module else class_name
         if full not in found:
             found.append(full)
+            if len(found) == _MOST_NAMED:
+                break
     return found
 
 

@@ -12,7 +12,7 @@ import zipfile
 from typing import Any, ClassVar
 
 from .. import _trust  # on first use: the torch calls of a legacy pickle (`_torch_calls`)
-from .._bounds import AllocBudget, KeyGuard, check_int, check_zip_infos, key_budget
+from .._bounds import AllocBudget, KeyGuard, check_int, check_memo, check_zip_infos, key_budget
 from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
 from ._nesting import Nesting, nesting_checked
 
@@ -343,6 +343,7 @@ def prescan_pickle(payload: bytes, records: dict[str, int] | None = None, *, lim
     try:
         scan = _Prescan(bytes(payload), records, limits=limits, **where)
         scan.load()
+        check_memo(scan.memo, len(payload), **where)
     except ZipsaveError:
         raise
     except RecursionError:

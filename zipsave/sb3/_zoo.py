@@ -66,11 +66,18 @@ _MARK = object()
 def _evaluate(payload: bytes) -> tuple[Any, list[_Call]]:
     """The pickle's result and every call it makes, as nodes. Imports and calls nothing."""
     stack: list[Any] = []
-    memo: list[Any] = []
+    marks: list[int] = []  # where each MARK was pushed, so that finding the last one is O(1)
+    memo: dict[int, Any] = {}  # by index: a slot number is 4 bytes of pickle, a list of that many is not
     calls: list[_Call] = []
 
     def pop_mark() -> list[Any]:
-        index = len(stack) - 1 - stack[::-1].index(_MARK)
+        # An entry whose MARK a malformed pickle popped otherwise points past the stack or at
+        # something else: dropped. The last that still holds a MARK is the topmost one.
+        while marks and (marks[-1] >= len(stack) or stack[marks[-1]] is not _MARK):
+            marks.pop()
+        if not marks:
+            raise _Unsupported("MARK")
+        index = marks.pop()
         items = stack[index + 1 :]
         del stack[index:]
         return items
@@ -83,17 +90,16 @@ def _evaluate(payload: bytes) -> tuple[Any, list[_Call]]:
         if name == "STOP":
             break
         if name == "MARK":
+            marks.append(len(stack))
             stack.append(_MARK)
         elif name == "POP":
             stack.pop()
         elif name == "MEMOIZE":
-            memo.append(stack[-1])
+            memo[len(memo)] = stack[-1]
         elif name in ("BINGET", "LONG_BINGET", "GET"):
             stack.append(memo[int(arg)])
         elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
-            index = int(arg)
-            memo.extend([None] * (index + 1 - len(memo)))
-            memo[index] = stack[-1]
+            memo[int(arg)] = stack[-1]
         elif name == "STACK_GLOBAL":
             qual, module = stack.pop(), stack.pop()
             stack.append(_Global(module, qual))
