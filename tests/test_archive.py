@@ -558,3 +558,18 @@ def test_member_view_over_a_plain_file(tmp_path):
         assert view.read() == bytes(range(10, 30))
         view.close()
         assert not f.closed  # the outer file is not the view's to close
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("zipsave 0.2.0\nformat 1\n", ("0.2.0", 1)),
+        ("zipsave 0.2.0\nformat \u00b2\n", ("0.2.0", None)),  # a digit to `isdigit`, not to `int`
+        ("format \u0663\n", (None, None)),  # Arabic-Indic 3: only ASCII digits name a format
+        ("format one\nzipsave \n", (None, None)),
+    ],
+)
+def test_version_member_reads_only_ascii_format_numbers(text, expected):
+    from zipsave._archive import parse_version
+
+    assert parse_version(text) == expected

@@ -24,8 +24,8 @@ def parse_version(text: str) -> tuple[str | None, int | None]:
         word, _, value = line.partition(" ")
         if word == "zipsave":
             version = value.strip() or None
-        elif word == "format" and value.strip().isdigit():
-            fmt = int(value)
+        elif word == "format" and value.strip().isascii() and value.strip().isdigit():
+            fmt = int(value)  # ASCII digits only: `isdigit` admits `²`, which `int` refuses
     return version, fmt
 
 
