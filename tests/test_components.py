@@ -468,3 +468,18 @@ def test_every_component_saved_loads_without_complaint(tmp_path):
     assert torch.equal(loaded.critic.policy[0].weight, pair.critic.policy[0].weight)
     assert torch.equal(loaded.runner.net.weight, pair.runner.net.weight)
     assert torch.equal(loaded.team[1].policy[0].weight, pair.team[1].policy[0].weight)
+
+
+@pytest.mark.parametrize("name", ["\u00b2", "1" * 5000, "x"], ids=["superscript", "digits", "word"])
+def test_a_list_component_not_named_by_an_index_is_refused_naming_it(tmp_path, name):
+    # `str.isdigit` admits `²` and `int` refuses more than 4300 digits: either raised
+    # ValueError out of a restore (reported as an unreadable archive, no member named).
+    _trained_squad().save(tmp_path / "team.zip")
+    with zipfile.ZipFile(tmp_path / "team.zip") as src, zipfile.ZipFile(tmp_path / "bad.zip", "w") as out:
+        for info in src.infolist():
+            if info.filename != "manifest.json":
+                out.writestr(info.filename.replace("agents/1/", f"agents/{name}/"), src.read(info.filename))
+    for load in (lambda p: Squad.load(p), lambda p: zipsave.restore(Squad(), p), zipsave.load):
+        with pytest.raises(zipsave.ArchiveFormatError, match="whose items are named by their index") as err:
+            load(tmp_path / "bad.zip")
+        assert err.value.member == f"agents/{name}"

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..exceptions import ParameterMismatchError, UnsafeNameError
-from ._parts import MODULE_INTERNALS
+from ._parts import MODULE_INTERNALS, index_of
 
 __all__ = ["MISSING", "assign", "check_data_key", "check_name", "check_path", "resolve", "set_variable"]
 
@@ -131,13 +131,14 @@ def assign(obj: Any, path: str, value: Any, **where: Any) -> None:
     holder = resolve(obj, head, **where) if head else obj
     check_name(last, path=path, **where)
     _check_holder(holder, last, path, where)
+    index = index_of(last)
     if isinstance(holder, dict):
-        holder[int(last) if last.isdigit() and last not in holder and int(last) in holder else last] = value
+        holder[index if index is not None and last not in holder and index in holder else last] = value
         return
     if isinstance(holder, list):
-        if not (last.isdigit() and int(last) < len(holder)):
+        if index is None or index >= len(holder):
             raise AttributeError(f"`{path}`: the list has no index {last}")
-        holder[int(last)] = value
+        holder[index] = value
         return
     if isinstance(holder, tuple):
         raise UnsafeNameError(path, "addresses an item of a tuple, which cannot change", **where)
@@ -197,15 +198,16 @@ def _module_state(module: torch.nn.Module) -> dict:
 
 
 def _step(found: Any, part: str, path: str, where: dict) -> Any:
+    index = index_of(part)
     if isinstance(found, (list, tuple)):
-        if part.isdigit() and int(part) < len(found):
-            return found[int(part)]
+        if index is not None and index < len(found):
+            return found[index]
         raise AttributeError(f"`{path}`: no index {part}")
     if isinstance(found, dict):
         if part in found:
             return found[part]
-        if part.isdigit() and int(part) in found:
-            return found[int(part)]
+        if index is not None and index in found:
+            return found[index]
         raise AttributeError(f"`{path}`: no key {part}")
     _check_holder(found, part, path, where)
     if isinstance(found, torch.nn.Module):

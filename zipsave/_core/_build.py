@@ -17,7 +17,7 @@ from ..exceptions import (
 )
 from ._apply import restore_parts
 from ._folders import handler_for
-from ._parts import Parts
+from ._parts import Parts, index_of
 from ._session import LoadSession
 
 __all__ = ["build", "restore_target", "restore_tree"]
@@ -243,7 +243,13 @@ def restore_tree(
         if isinstance(holder, dict):
             current = holder.get(last)
         elif isinstance(holder, (list, tuple)):  # `self.agents = [a, b]`: folders agents/0, agents/1
-            current = holder[int(last)] if last.isdigit() and int(last) < len(holder) else None
+            index = index_of(last)
+            if index is None:
+                raise ArchiveFormatError(
+                    f"is a component `{last}` of the list `{parent}`, whose items are named by their index (0, 1, ...).",
+                    **where,
+                )
+            current = holder[index] if index < len(holder) else None
         else:
             current = _own(holder, last, attr_path, where)
         if not is_dict and any(h.restore_component(src, obj, attr_path) for h in _registry.handlers(live=True)):
@@ -287,8 +293,8 @@ def restore_tree(
             )
             if isinstance(holder, dict):
                 holder[last] = built
-            elif isinstance(holder, list) and last.isdigit() and int(last) <= len(holder):
-                holder[int(last) : int(last) + 1] = [built]  # replaces, or appends at the end
+            elif isinstance(holder, list) and (index := index_of(last)) is not None and index <= len(holder):
+                holder[index : index + 1] = [built]  # replaces, or appends at the end
             elif isinstance(holder, tuple):
                 raise ParameterMismatchError(
                     f"component `{child}` belongs at index {last} of the tuple `{parent}`, which has "

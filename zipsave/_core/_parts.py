@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "index_of",
     "ALWAYS_EXCLUDED_PREFIXES",
     "PLAIN_VALUES",
     "Parts",
@@ -96,16 +97,24 @@ MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
 LEGACY_CHILD_PREFIX = "_modules."
 
 
+def index_of(part: str) -> int | None:
+    """The list index (or int key) a path part names: ASCII digits, at most 18 of them, else
+    ``None``. ``str.isdigit`` admits ``²``, which ``int`` refuses, and ``int`` refuses more than
+    4300 digits: a folder name reaching either raised ``ValueError`` out of a restore."""
+    return int(part) if part.isascii() and part.isdigit() and len(part) <= 18 else None
+
+
 def recursive_getattr(obj: Any, path: str) -> Any:
     """``a.b.0.c``: attributes, and indexes into lists/dicts holding stateful objects (a dict
     with int keys is indexed by the int: ``{0: net}`` holds ``nets.0``)."""
     for part in path.split("."):
-        if isinstance(obj, (list, tuple)) and part.isdigit():
-            obj = obj[int(part)]
+        index = index_of(part)
+        if isinstance(obj, (list, tuple)) and index is not None:
+            obj = obj[index]
         elif isinstance(obj, dict) and part in obj:
             obj = obj[part]
-        elif isinstance(obj, dict) and part.isdigit() and int(part) in obj:
-            obj = obj[int(part)]
+        elif isinstance(obj, dict) and index is not None and index in obj:
+            obj = obj[index]
         else:
             obj = getattr(obj, part)
     return obj
