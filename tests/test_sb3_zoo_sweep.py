@@ -1,0 +1,53 @@
+"""Archives as SB3 and the RL Zoo write them, read through every door: SB3's own ``load``,
+``zipsave.load(path, cls=...)`` and SB3's ``load`` under ``zipsave.sb3.install()`` give the same
+model, down to the optimizer's class and state. Each case is one a sweep of the Zoo's
+hyperparameter files over every algorithm found refused or changed."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch as th
+
+import zipsave
+import zipsave.sb3
+
+pytest.importorskip("stable_baselines3")
+from stable_baselines3 import A2C  # noqa: E402
+
+
+def _same_optimizer(loaded, reference):
+    assert type(loaded.policy.optimizer) is type(reference.policy.optimizer)
+    want, got = reference.policy.optimizer.state_dict(), loaded.policy.optimizer.state_dict()
+    assert got["param_groups"] == want["param_groups"]
+    for index, state in want["state"].items():
+        for name, value in state.items():
+            other = got["state"][index][name]
+            assert th.equal(other, value) if isinstance(value, th.Tensor) else other == value, (index, name)
+
+
+def _through_every_door(path, cls):
+    """SB3's own load, then zipsave's two doors with the defaults: nothing may be skipped."""
+    reference = cls.load(path, device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", zipsave.ZipsaveWarning)
+        loaded = zipsave.load(path, cls=cls, device="cpu")
+        with zipsave.sb3.installed():
+            adopted = cls.load(path, device="cpu")
+    return reference, loaded, adopted
+
+
+def test_the_zoos_atari_a2c_optimizer_loads_with_the_defaults(tmp_path):
+    # a2c.yml's `atari` entry: policy_kwargs "dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5))"
+    from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+
+    kwargs = {"optimizer_class": RMSpropTFLike, "optimizer_kwargs": {"eps": 1e-5}, "net_arch": [8]}
+    model = A2C("MlpPolicy", "CartPole-v1", n_steps=8, policy_kwargs=kwargs, seed=0)
+    model.learn(16)
+    model.save(tmp_path / "a2c.zip")
+    reference, *doors = _through_every_door(tmp_path / "a2c.zip", A2C)
+    for loaded in doors:
+        assert loaded.policy_kwargs == reference.policy_kwargs
+        assert isinstance(loaded.policy.optimizer, RMSpropTFLike)
+        _same_optimizer(loaded, reference)
