@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch as th
 
@@ -69,3 +70,30 @@ def test_a_recurrent_ppo_archive_with_its_lstm_states_loads_without_a_warning(tm
         for mine, theirs in zip(loaded._last_lstm_states, reference._last_lstm_states):
             assert all(th.equal(a, b) for a, b in zip(mine, theirs))
         _same_optimizer(loaded, reference)
+
+
+@pytest.mark.parametrize("door", ["zipsave.load", "PPO.load under install()"])
+def test_an_env_that_does_not_fit_is_blamed_on_the_env_not_the_archive(tmp_path, door):
+    # An archive written with gymnasium < 1.0 (CartPole's unbounded velocities as float32's
+    # largest value) loaded with today's CartPole (inf): SB3 raises ValueError; the archive is fine.
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+
+    model = PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, n_epochs=1, policy_kwargs={"net_arch": [8]})
+    high = np.finfo(np.float32).max
+    model.observation_space = gym.spaces.Box(
+        np.array([-4.8, -high, -0.42, -high], np.float32), np.array([4.8, high, 0.42, high], np.float32)
+    )
+    path = tmp_path / "old_gymnasium.zip"
+    model.save(path)
+    with pytest.raises(ValueError, match="Observation spaces do not match") as sb3_error:
+        PPO.load(path, env=gym.make("CartPole-v1"))
+    with pytest.raises(zipsave.ParameterMismatchError) as caught:
+        if door == "zipsave.load":
+            zipsave.load(path, cls=PPO, env=gym.make("CartPole-v1"))
+        else:
+            with zipsave.sb3.installed():
+                PPO.load(path, env=gym.make("CartPole-v1"))
+    assert isinstance(caught.value, ValueError) and not isinstance(caught.value, zipsave.ArchiveFormatError)
+    assert str(sb3_error.value) in str(caught.value) and "`env`" in str(caught.value)
+    assert "damaged" not in str(caught.value)
