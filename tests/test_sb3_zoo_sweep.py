@@ -97,3 +97,106 @@ def test_an_env_that_does_not_fit_is_blamed_on_the_env_not_the_archive(tmp_path,
     assert isinstance(caught.value, ValueError) and not isinstance(caught.value, zipsave.ArchiveFormatError)
     assert str(sb3_error.value) in str(caught.value) and "`env`" in str(caught.value)
     assert "damaged" not in str(caught.value)
+
+
+# -- every attribute, as the Zoo configures the model ------------------------------------------
+_NOT_COMPARED = {"env", "_logger", "_custom_logger", "_vec_normalize_env", "replay_buffer", "rollout_buffer"}
+_MODULES = {"policy", "actor", "critic", "critic_target", "actor_target", "q_net", "q_net_target"}
+_PROGRESS = (1.0, 0.7, 0.5, 0.1, 0.0)
+
+
+def _differences(mine, theirs, path, out):
+    """Where two attribute values differ: schedules by their values along the run, modules and
+    optimizers by their state, spaces, arrays and tensors by value and dtype."""
+    if isinstance(theirs, type) or type(mine) is not type(theirs):
+        if mine is not theirs:
+            out.append(f"{path}: {mine!r} is not {theirs!r}")
+    elif isinstance(theirs, (th.nn.Module, th.optim.Optimizer)):
+        _differences(mine.state_dict(), theirs.state_dict(), path, out)
+    elif isinstance(theirs, th.Tensor):
+        if theirs.dtype != mine.dtype or not th.equal(mine, theirs):
+            out.append(f"{path}: tensors differ")
+    elif isinstance(theirs, np.ndarray):
+        if theirs.dtype != mine.dtype or not np.array_equal(mine, theirs):
+            out.append(f"{path}: arrays differ")
+    elif isinstance(theirs, dict):
+        if set(mine) != set(theirs):
+            out.append(f"{path}: keys {sorted(map(str, mine))} != {sorted(map(str, theirs))}")
+        for key in set(mine) & set(theirs):
+            _differences(mine[key], theirs[key], f"{path}[{key!r}]", out)
+    elif isinstance(theirs, (list, tuple)):
+        if len(mine) != len(theirs):
+            out.append(f"{path}: lengths differ")
+        for index, (a, b) in enumerate(zip(mine, theirs)):
+            _differences(a, b, f"{path}[{index}]", out)
+    elif callable(theirs) and not hasattr(theirs, "reset"):  # a schedule (not action noise)
+        if [mine(p) for p in _PROGRESS] != [theirs(p) for p in _PROGRESS]:
+            out.append(f"{path}: schedules differ")
+    elif hasattr(theirs, "__dict__") and not isinstance(theirs, gym_spaces().Space):
+        _differences(vars(mine), vars(theirs), f"{path}.__dict__", out)
+    elif mine != theirs and not (mine != mine and theirs != theirs):  # NaN is NaN
+        out.append(f"{path}: {mine!r} != {theirs!r}")
+    return out
+
+
+def gym_spaces():
+    import gymnasium
+
+    return gymnasium.spaces
+
+
+def _model_differences(mine, theirs):
+    out = []
+    for key in sorted(set(vars(mine)) | set(vars(theirs))):
+        if key in _NOT_COMPARED:
+            continue
+        if key not in vars(mine) or key not in vars(theirs):
+            out.append(f"{key}: only on one side")
+        else:
+            _differences(vars(mine)[key], vars(theirs)[key], key, out)
+    for name in theirs._get_torch_save_params()[0]:  # the optimizers
+        a, b = mine, theirs
+        for part in name.split("."):
+            a, b = getattr(a, part), getattr(b, part)
+        _differences(a, b, name, out)
+    return out
+
+
+def _zoo_model(name):
+    """A model as the Zoo builds it from its hyperparameter files: `lin_` strings become
+    SimpleLinearSchedule, numbers ConstantSchedule (rl-zoo3 >= 2.7)."""
+    zoo = pytest.importorskip("rl_zoo3.utils")
+    import stable_baselines3
+    from stable_baselines3.common.utils import ConstantSchedule
+
+    lin, const = zoo.SimpleLinearSchedule, ConstantSchedule
+    buffer = {"buffer_size": 64, "learning_starts": 8, "batch_size": 8}
+    env, kwargs = {
+        "PPO": ("CartPole-v1", {
+            "n_steps": 16, "batch_size": 16, "n_epochs": 1, "learning_rate": lin(1e-3), "clip_range": lin(0.2),
+            "clip_range_vf": const(0.3), "max_grad_norm": float("inf"),
+            "policy_kwargs": {"net_arch": [8], "activation_fn": th.nn.ReLU, "ortho_init": False},
+        }),
+        "SAC": ("Pendulum-v1", {
+            **buffer, "learning_rate": lin(7.3e-4), "ent_coef": "auto_0.1", "target_entropy": -0.5, "use_sde": True,
+            "policy_kwargs": {"net_arch": [8], "log_std_init": -3, "use_expln": True},
+        }),
+        "DQN": ("CartPole-v1", {
+            **buffer, "learning_rate": const(2.3e-3), "exploration_fraction": 0.16, "exploration_final_eps": 0.04,
+            "train_freq": (4, "step"), "target_update_interval": 4, "policy_kwargs": {"net_arch": [8]},
+        }),
+    }[name]  # fmt: skip
+    return getattr(stable_baselines3, name)("MlpPolicy", env, seed=0, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["PPO", "SAC", "DQN"])
+def test_zoo_configured_models_are_the_same_through_every_door(tmp_path, name):
+    model = _zoo_model(name)
+    model.learn(24)
+    model.save(tmp_path / "zoo.zip")
+    reference, *doors = _through_every_door(tmp_path / "zoo.zip", type(model))
+    for loaded in doors:
+        assert _model_differences(loaded, reference) == []
+    # and zipsave's archive read by SB3 gives SB3's model again
+    zipsave.save(reference, tmp_path / "again.zip")
+    assert _model_differences(type(model).load(tmp_path / "again.zip", device="cpu"), reference) == []
