@@ -42,6 +42,11 @@ SB3_ALLOWLIST: frozenset[str] = frozenset(
         "stable_baselines3.common.torch_layers.FlattenExtractor",
         "stable_baselines3.common.torch_layers.NatureCNN",
         "stable_baselines3.common.torch_layers.CombinedExtractor",
+        # SB3's TF-style RMSprop (``optimizer_class=RMSpropTFLike``: the RL Zoo's A2C Atari
+        # hyperparameters): a torch Optimizer subclass like torch's own, reviewed the same way.
+        # Construction needs real parameters and checks its numbers; ``__setstate__`` is
+        # Optimizer's (``__dict__`` update, ``step`` re-wrapped) plus two ``setdefault``s per group.
+        "stable_baselines3.common.sb2_compat.rmsprop_tf_like.RMSpropTFLike",
         # Action noise (``action_noise`` of off-policy algorithms): plain objects holding numpy
         # arrays and floats; no __setstate__, construction only stores and copies arrays.
         "stable_baselines3.common.noise.NormalActionNoise",

@@ -37,6 +37,10 @@ SB3_CONTRIB_ALLOWLIST: frozenset[str] = frozenset(
         "sb3_contrib.common.recurrent.policies.RecurrentMultiInputActorCriticPolicy",
         "sb3_contrib.common.recurrent.buffers.RecurrentRolloutBuffer",
         "sb3_contrib.common.recurrent.buffers.RecurrentDictRolloutBuffer",
+        # `_last_lstm_states`, which sb3-contrib stored until it joined `_excluded_save_params`
+        # (2.3 still did): a NamedTuple (tuple.__new__) of tuples of tensors, which load
+        # weights-only. `_setup_model` replaces it with zeros, in SB3's `load` as in zipsave's.
+        "sb3_contrib.common.recurrent.type_aliases.RNNStates",
         # TQC
         "sb3_contrib.tqc.policies.TQCPolicy",
         "sb3_contrib.tqc.policies.CnnPolicy",

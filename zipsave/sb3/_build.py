@@ -100,7 +100,14 @@ def build_sb3(
         env = cls._wrap_env(env, data.get("verbose", 0))
         if has_extra(src, "vec_normalize", exclude):
             env = apply_vec_normalize(src, env)
-        check_for_correct_spaces(env, data["observation_space"], data["action_space"])
+        try:
+            check_for_correct_spaces(env, data["observation_space"], data["action_space"])
+        except ValueError as err:  # SB3's error, blamed on the caller's env, not on the archive
+            raise ParameterMismatchError(
+                f"the `env` given does not fit the saved model ({err}).",
+                archive=src.name,
+                hint="Pass an env with the spaces the model was trained on, or load without `env=`.",
+            ) from err
         if force_reset:
             data["_last_obs"] = None  # SB3 #597: reset before training
         data["n_envs"] = env.num_envs
