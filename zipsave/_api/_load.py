@@ -124,6 +124,12 @@ def load(
     **overrides: Any,
 ) -> Any:
     options = LoadOptions.of(locals())
+    if cls is not None and not isinstance(cls, type):
+        raise TypeError(
+            f"cls must be a class, found {type(cls).__name__} {cls!r}. Pass the class itself, e.g. "
+            "`from stable_baselines3 import PPO` and `zipsave.load(path, cls=PPO)`, or leave it out for an "
+            "archive that records its class."
+        )
     exclude = list(exclude or ())
     with LoadSession(path, options) as src:
         folder = (component or "").strip("/")

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -97,10 +99,13 @@ def build_sb3(
         data[key] = _convert_space(data[key])
 
     if env is not None:
-        env = cls._wrap_env(env, data.get("verbose", 0))
+        # The caller's env, not the archive, is wrong here: said as such, not as a damaged archive.
+        with _given_env(cls, env, data, src.name):
+            env = cls._wrap_env(env, data.get("verbose", 0))
         if has_extra(src, "vec_normalize", exclude):
             env = apply_vec_normalize(src, env)
-        check_for_correct_spaces(env, data["observation_space"], data["action_space"])
+        with _given_env(cls, env, data, src.name):
+            check_for_correct_spaces(env, data["observation_space"], data["action_space"])
         if force_reset:
             data["_last_obs"] = None  # SB3 #597: reset before training
         data["n_envs"] = env.num_envs
@@ -224,6 +229,34 @@ def _reason(key: str, skipped: dict, why: dict[str, str]) -> str:
     if key in why:  # a pickled function that is not one of SB3's schedules: code, never run
         return f"{why[key].rstrip('.')}, and a safe load runs no code from the archive"
     return str(skipped[key].cause).split(" To allow it")[0].rstrip(".")
+
+
+@contextlib.contextmanager
+def _given_env(cls: type, env: Any, data: dict[str, Any], archive: str | None) -> Iterator[None]:
+    """Turn SB3's ``ValueError`` about the ``env=`` a caller passed (not an environment, or one
+    whose spaces differ from the saved ones) into an error that names the env, not the archive."""
+    try:
+        yield
+    except ValueError as err:
+        if isinstance(env, str):
+            raise ParameterMismatchError(
+                f"`env=` is the string {env!r}, not an environment.",
+                archive=archive,
+                hint=f"Pass the environment itself: `env=gymnasium.make({env!r})`.",
+            ) from err
+        if not hasattr(env, "observation_space"):
+            raise ParameterMismatchError(
+                f"`env=` is of type {type(env).__name__}, not an environment.",
+                archive=archive,
+                hint="Pass a gymnasium environment or an SB3 VecEnv.",
+            ) from err
+        raise ParameterMismatchError(
+            f"the environment given as `env=` has observation_space={env.observation_space!r} and "
+            f"action_space={env.action_space!r}, but the saved {cls.__name__} was trained with "
+            f"observation_space={data['observation_space']!r} and action_space={data['action_space']!r}.",
+            archive=archive,
+            hint="Pass an environment with the saved spaces (the one it was trained on).",
+        ) from err
 
 
 def sync_ars_weights(model: Any) -> None:
