@@ -4,6 +4,7 @@ of :class:`~zipsave._core.LoadOptions`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -231,6 +232,11 @@ def restore(
     skip_broken_tensors: bool = False,
     trust: Any = None,
 ) -> None:
+    if isinstance(obj, (str, os.PathLike)) and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"restore() restores into the object given first, found the path {os.fspath(obj)!r} there and "
+            f"a {type(path).__name__} as the path: call `zipsave.restore(obj, path)`."
+        )
     options = LoadOptions.of(locals())
     exclude = list(exclude or ())
     with LoadSession(path, options) as src:
