@@ -244,3 +244,27 @@ def test_arguments_in_the_wrong_order_say_so(tmp_path):
     zipsave.save({"model": model}, tmp_path / "m.zip")
     with pytest.raises(TypeError, match=re.escape("call `zipsave.restore(obj, path)`")):
         zipsave.restore(str(tmp_path / "m.zip"), {"model": model})
+
+
+class Holder:
+    def __init__(self):
+        self.net = torch.nn.Linear(2, 2)
+        self.log_alpha = torch.nn.Parameter(torch.full((1,), 0.5))
+        self.count = 3
+
+
+def test_load_without_a_class_returns_the_loose_tensors_too(tmp_path):
+    """`zipsave.load(path)` of a module or plain object saved alone left out its
+    `pytorch_variables.pth`: a Linear came back as {'in_features': 2, 'out_features': 2}."""
+    linear = torch.nn.Linear(2, 2)
+    zipsave.save(linear, tmp_path / "linear.zip")
+    loaded = zipsave.load(tmp_path / "linear.zip")
+    assert sorted(loaded) == ["bias", "in_features", "out_features", "weight"]
+    assert torch.equal(loaded["weight"], linear.weight) and torch.equal(loaded["bias"], linear.bias)
+
+    holder = Holder()
+    zipsave.save({"holder": holder, "step": 1}, tmp_path / "app.zip")
+    loaded = zipsave.load(tmp_path / "app.zip")
+    assert sorted(loaded["holder"]) == ["count", "log_alpha", "net"]
+    assert torch.equal(loaded["holder"]["log_alpha"], holder.log_alpha)
+    assert "log_alpha" not in zipsave.load(tmp_path / "app.zip", exclude=["holder/log_alpha"])["holder"]

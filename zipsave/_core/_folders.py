@@ -59,7 +59,10 @@ def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None
         if not name.endswith(_format.PTH_SUFFIX):
             continue
         key = name[len(prefix) : -len(_format.PTH_SUFFIX)]
-        if name[len(prefix) :] == _format.PYTORCH_VARIABLES or (exclude and _core.matches(key, exclude)):
+        if name[len(prefix) :] == _format.PYTORCH_VARIABLES:
+            _add_variables(src, name, out, exclude)
+            continue
+        if exclude and _core.matches(key, exclude):
             continue
         try:
             out[key], _ = src.load_tensors(name)
@@ -76,3 +79,16 @@ def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None
         else:  # a plain object's folder: its values and state dicts, as a dict
             out[key] = load_app_state(src, child, custom_objects=None, exclude=_core.nested(exclude, key))
     return out
+
+
+def _add_variables(src: LoadSession, member: str, out: dict[str, Any], exclude: list[str]) -> None:
+    """An object's loose tensors (its ``pytorch_variables.pth``) are its values too: without
+    them a module or an object saved on its own would come back without its parameters."""
+    try:
+        variables, _ = src.load_tensors(member)
+    except ZipsaveError as err:
+        src.skip(member, None, None, err)
+        return
+    for key, value in (variables if isinstance(variables, dict) else {}).items():
+        if isinstance(key, str) and key not in out and not (exclude and _core.matches(key, exclude)):
+            out[key] = value
