@@ -20,9 +20,10 @@ from .._core import (
     check_component,
     handler_for,
     load_app_state,
+    no_model_error,
     recognising_handler,
 )
-from ..exceptions import ArchiveFormatError, ZipsaveError, nesting_as_error
+from ..exceptions import ZipsaveError, nesting_as_error
 
 __all__ = ["load", "load_archive", "restore", "set_parameters_from_archive"]
 
@@ -149,11 +150,7 @@ def load(
                 for child in src.child_components(folder)
             }
         if not src.has(_format.join(folder, _format.DATA)) and not src.has(_format.join(folder, _format.INIT)):
-            raise ArchiveFormatError(
-                "has no `data` member, so it holds no model (not a zipsave or SB3 model archive?).",
-                archive=src.name,
-                hint="Use `zipsave.load_archive` to read its tensors, or check the path.",
-            )
+            raise no_model_error(src, "Use `zipsave.load_archive` to read its tensors, or check the path.")
         if cls is None and not src.has(_format.join(folder, _format.INIT)) and handler_for(src, folder, None) is None:
             obj = load_app_state(src, folder, custom_objects=custom_objects, exclude=exclude)
             obj.update(overrides)

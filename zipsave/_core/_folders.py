@@ -11,7 +11,7 @@ from .._archive import data_bytes, member_names
 from ..exceptions import ArchiveFormatError, MissingDependencyError, ZipsaveError
 from ._session import LoadSession
 
-__all__ = ["check_component", "handler_for", "load_app_state", "recognising_handler"]
+__all__ = ["check_component", "handler_for", "load_app_state", "no_model_error", "recognising_handler"]
 
 
 def check_component(src: LoadSession, folder: str) -> None:
@@ -92,3 +92,26 @@ def _add_variables(src: LoadSession, member: str, out: dict[str, Any], exclude: 
     for key, value in (variables if isinstance(variables, dict) else {}).items():
         if isinstance(key, str) and key not in out and not (exclude and _core.matches(key, exclude)):
             out[key] = value
+
+
+def no_model_error(src: LoadSession, hint: str) -> ArchiveFormatError:
+    """The error for an archive without a ``data`` member. ``hint`` fits one that holds
+    ``.pth`` members; a ``torch.save`` file and a zip of other files are named for what they are,
+    since neither holds anything a zipsave function reads."""
+    names = src.source.names()
+    what = "has no `data` member, so it holds no model"
+    if any(n.endswith(_format.PTH_SUFFIX) for n in names):
+        return ArchiveFormatError(f"{what} (not a zipsave or SB3 model archive?).", archive=src.name, hint=hint)
+    pickle = next((n for n in names if n == "data.pkl" or n.endswith("/data.pkl")), None)
+    if pickle is not None:
+        return ArchiveFormatError(
+            f"{what}: it is a `torch.save` file (it holds `{pickle}`), not a model archive.",
+            archive=src.name,
+            hint="Read it with `torch.load(path, weights_only=True)`.",
+        )
+    listed = ", ".join(f"`{n}`" for n in sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+    return ArchiveFormatError(
+        f"{what}: it is a zip file of {len(names)} other member(s) ({listed or 'none'}), not a model archive.",
+        archive=src.name,
+        hint="Check the path.",
+    )

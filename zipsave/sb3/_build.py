@@ -15,8 +15,8 @@ import torch
 
 from .. import _format
 from .._codec import SERIALIZED_KEY, TYPE_KEY
-from .._core import LoadSession, check_data_key
-from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveWarning, caller_stacklevel
+from .._core import LoadSession, check_data_key, no_model_error
+from ..exceptions import DecodeError, ParameterMismatchError, ZipsaveWarning, caller_stacklevel
 from ._checks import check_data, check_names, drop_her_wrapper_class, drop_saved_env
 from ._estimate import check_model_size
 from ._extras import apply_vec_normalize, has_extra, restore_extra, warn_unused_vec_normalize
@@ -81,10 +81,9 @@ def build_sb3(
     recovery = _ScheduleRecovery()
     data = src.decode_data("", custom_objects=given, exclude=exclude, quiet=quiet, recover=recovery)
     if data is None:
-        raise ArchiveFormatError(
-            f"has no `{_format.DATA}` member, so it holds no model (not a zipsave or SB3 model archive?).",
-            archive=src.name,
-            hint=f"Load its weights into a model with `model.set_parameters(path)` or `zipsave.restore(model, path)`; "
+        raise no_model_error(
+            src,
+            f"Load its weights into a model with `model.set_parameters(path)` or `zipsave.restore(model, path)`; "
             f"{cls.__name__} is built only from an archive `model.save` wrote.",
         )
     raw = _raw_data(src)
