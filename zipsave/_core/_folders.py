@@ -17,8 +17,14 @@ __all__ = ["check_component", "handler_for", "load_app_state", "no_model_error",
 def check_component(src: LoadSession, folder: str) -> None:
     """``folder`` must be a component (it has ``data``) or a dict of components."""
     if folder and not src.has(_format.join(folder, _format.DATA)) and not src.child_components(folder):
+        member = folder + _format.PTH_SUFFIX
         raise ArchiveFormatError(
-            f"has no component `{folder}`; components: {sorted(src.source.components())}.", archive=src.name
+            f"has no component `{folder}`; components: {sorted(src.source.components())}.",
+            archive=src.name,
+            hint=f"`{member}` is a state dict, not a component: `zipsave.load_archive(path)[1][{folder!r}]` reads it, "
+            f"`zipsave.read(path, '{folder}/<key>')` one of its tensors."
+            if src.has(member)
+            else None,
         )
 
 
