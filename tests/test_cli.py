@@ -323,6 +323,14 @@ def test_extract_never_writes_through_a_link_in_the_destination(tmp_path: Path):
     assert list(outside.iterdir()) == []
 
 
+def test_extract_into_a_file_says_it_is_not_a_folder(archives, tmp_path: Path):
+    """It named the first member and a FileExistsError."""
+    (tmp_path / "taken").write_text("x")
+    line = one_error_line(run("extract", archives["a"], tmp_path / "taken"))
+    assert f"cannot be extracted into `{tmp_path / 'taken'}`: it is a file, not a folder." in line
+    assert "member" not in line and (tmp_path / "taken").read_text() == "x"
+
+
 def test_extract_warns_about_an_edited_member(archives, tmp_path: Path):
     edited = tmp_path / "edited.zip"
     with zipfile.ZipFile(archives["a"]) as src, zipfile.ZipFile(edited, "w") as dst:
