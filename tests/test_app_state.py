@@ -192,3 +192,79 @@ def test_rng_state_errors():
     with pytest.raises(TypeError, match=re.escape("saved a torch generator state, but the generator is a Random")):
         rng.load_state_dict(other)
     assert repr(rng) == "RNGState(torch, cuda, numpy, python, env)"
+
+
+def test_an_optimizer_saved_alone_is_refused_not_restored_over_the_weights(tmp_path):
+    """Saved by its attributes, an optimizer's `param_groups` held the parameters themselves, and
+    `restore` wrote their saved values into another model's weights and left `state_dict()`
+    raising KeyError."""
+    model, optim = make(0)
+    with pytest.raises(
+        zipsave.EncodeError,
+        match=re.escape(
+            "cannot save torch.optim.adam.Adam as the object of an archive: it is an optimizer or LR scheduler, "
+            "whose attributes are references to live parameters; nothing was written. Save its state in a dict, "
+            "with the model it optimizes: `zipsave.save({'policy': net, 'optimizer': optimizer}, path)`"
+        ),
+    ):
+        zipsave.save(optim, tmp_path / "optim.zip")
+    assert not (tmp_path / "optim.zip").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (torch.ones(3), "torch.Tensor as the object of an archive: it is a tensor or array; nothing was written. "),
+        (np.ones(3), "numpy.ndarray as the object of an archive: it is a tensor or array; nothing was written. "),
+        (lambda: 1, "builtins.function as the object of an archive: it is a function or class"),
+        (torch.nn.Linear, "builtins.type as the object of an archive: it is a function or class"),
+    ],
+    ids=["tensor", "array", "lambda", "class"],
+)
+def test_a_value_whose_attributes_are_not_its_state_is_refused(tmp_path, value, words):
+    """A tensor saved alone (as with `torch.save`) was written as an archive without it."""
+    with pytest.raises(zipsave.EncodeError, match=re.escape(f"cannot save {words}")):
+        zipsave.save(value, tmp_path / "v.zip")
+    assert not (tmp_path / "v.zip").exists()
+    if isinstance(value, torch.Tensor):
+        zipsave.save({"weights": value}, tmp_path / "v.zip")  # what the hint says
+        assert torch.equal(zipsave.load(tmp_path / "v.zip")["weights"], value)
+
+
+def test_an_environment_saved_alone_is_refused_with_envstate_named(tmp_path):
+    gym = pytest.importorskip("gymnasium")
+    with pytest.raises(zipsave.EncodeError, match=re.escape("`zipsave.save({'env': zipsave.EnvState(env)}, path)`")):
+        zipsave.save(gym.make("CartPole-v1"), tmp_path / "env.zip")
+
+
+def test_arguments_in_the_wrong_order_say_so(tmp_path):
+    model, _ = make(0)
+    with pytest.raises(zipsave.EncodeError, match=re.escape("The object comes first: `zipsave.save(model, path)`.")):
+        zipsave.save(str(tmp_path / "m.zip"), model)
+    zipsave.save({"model": model}, tmp_path / "m.zip")
+    with pytest.raises(TypeError, match=re.escape("call `zipsave.restore(obj, path)`")):
+        zipsave.restore(str(tmp_path / "m.zip"), {"model": model})
+
+
+class Holder:
+    def __init__(self):
+        self.net = torch.nn.Linear(2, 2)
+        self.log_alpha = torch.nn.Parameter(torch.full((1,), 0.5))
+        self.count = 3
+
+
+def test_load_without_a_class_returns_the_loose_tensors_too(tmp_path):
+    """`zipsave.load(path)` of a module or plain object saved alone left out its
+    `pytorch_variables.pth`: a Linear came back as {'in_features': 2, 'out_features': 2}."""
+    linear = torch.nn.Linear(2, 2)
+    zipsave.save(linear, tmp_path / "linear.zip")
+    loaded = zipsave.load(tmp_path / "linear.zip")
+    assert sorted(loaded) == ["bias", "in_features", "out_features", "weight"]
+    assert torch.equal(loaded["weight"], linear.weight) and torch.equal(loaded["bias"], linear.bias)
+
+    holder = Holder()
+    zipsave.save({"holder": holder, "step": 1}, tmp_path / "app.zip")
+    loaded = zipsave.load(tmp_path / "app.zip")
+    assert sorted(loaded["holder"]) == ["count", "log_alpha", "net"]
+    assert torch.equal(loaded["holder"]["log_alpha"], holder.log_alpha)
+    assert "log_alpha" not in zipsave.load(tmp_path / "app.zip", exclude=["holder/log_alpha"])["holder"]

@@ -56,7 +56,7 @@ def archives(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 # -- help, usage -------------------------------------------------------------------------------
-@pytest.mark.parametrize("command", ["inspect", "verify", "diff", "extract", "demo"])
+@pytest.mark.parametrize("command", ["inspect", "read", "verify", "diff", "extract", "demo"])
 def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture):
     with pytest.raises(SystemExit) as caught:
         cli.main([command, "--help"])
@@ -110,6 +110,43 @@ def test_inspect_errors_are_one_line(tmp_path: Path):
     junk.write_bytes(b"not a zip at all")
     assert "not a zip archive" in one_error_line(run("inspect", junk))
     assert "is a directory" in one_error_line(run("inspect", tmp_path))
+
+
+# -- read --------------------------------------------------------------------------------------
+def test_read_prints_a_tensor_and_a_data_value(archives):
+    """`zipsave read` did not exist (`invalid choice: 'read'`), though `zipsave.read` does."""
+    done = run("read", archives["a"], "policy/2.bias")
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.splitlines()[0] == "policy/2.bias: torch.float32 (2,)"
+    assert done.stdout.splitlines()[1].startswith("tensor([")
+    assert run("read", archives["a"], "learning_rate").stdout == "learning_rate: 0.001\n"
+
+
+def test_read_json(archives):
+    bias = zipsave.read(archives["a"], "policy/2.bias")
+    out = json.loads(run("read", archives["a"], "policy/2.bias", "--json").stdout)
+    assert out == {
+        "address": "policy/2.bias",
+        "type": "Tensor",
+        "dtype": "torch.float32",
+        "shape": [2],
+        "values": bias.tolist(),
+    }
+    out = json.loads(run("read", archives["a"], "learning_rate", "--json").stdout)
+    assert out == {"address": "learning_rate", "type": "float", "value": 0.001}
+    out = json.loads(run("read", archives["a"], "buffer", "--json").stdout)
+    assert out["type"] == "ndarray" and out["shape"] == [20_000] and len(out["values"]) == 20_000
+
+
+def test_read_of_a_value_json_cannot_hold_gives_its_repr(tmp_path: Path):
+    zipsave.save({"pair": {(1, 2): "a"}}, tmp_path / "m.zip")
+    out = json.loads(run("read", tmp_path / "m.zip", "pair", "--json").stdout)
+    assert out == {"address": "pair", "type": "dict", "repr": "{(1, 2): 'a'}"}
+
+
+def test_read_of_an_unknown_address_is_one_line_naming_the_nearest(archives):
+    line = one_error_line(run("read", archives["a"], "policy.2.bias"))
+    assert "`policy.2.bias` names no tensor and no `data` key. Did you mean `policy/2.bias`?" in line
 
 
 # -- verify ------------------------------------------------------------------------------------
@@ -284,6 +321,14 @@ def test_extract_never_writes_through_a_link_in_the_destination(tmp_path: Path):
     archive = _zip(tmp_path / "a.zip", "sub/file.txt")
     assert "outside the destination" in one_error_line(run("extract", archive, out))
     assert list(outside.iterdir()) == []
+
+
+def test_extract_into_a_file_says_it_is_not_a_folder(archives, tmp_path: Path):
+    """It named the first member and a FileExistsError."""
+    (tmp_path / "taken").write_text("x")
+    line = one_error_line(run("extract", archives["a"], tmp_path / "taken"))
+    assert f"cannot be extracted into `{tmp_path / 'taken'}`: it is a file, not a folder." in line
+    assert "member" not in line and (tmp_path / "taken").read_text() == "x"
 
 
 def test_extract_warns_about_an_edited_member(archives, tmp_path: Path):

@@ -483,3 +483,17 @@ def test_a_list_component_not_named_by_an_index_is_refused_naming_it(tmp_path, n
         with pytest.raises(zipsave.ArchiveFormatError, match="whose items are named by their index") as err:
             load(tmp_path / "bad.zip")
         assert err.value.member == f"agents/{name}"
+
+
+def test_a_state_dict_asked_for_as_a_component_says_how_to_read_it(tmp_path):
+    """`component="policy"` on an SB3-style archive said only `components: []`."""
+    zipsave.save({"policy": torch.nn.Linear(2, 2), "step": 1}, tmp_path / "m.zip")
+    with pytest.raises(
+        zipsave.ArchiveFormatError,
+        match=re.escape(
+            "has no component `policy`; components: []. `policy.pth` is a state dict, not a component: "
+            "`zipsave.load_archive(path)[1]['policy']` reads it, `zipsave.read(path, 'policy/<key>')` one of its tensors."
+        ),
+    ):
+        zipsave.load(tmp_path / "m.zip", component="policy")
+    assert set(zipsave.load_archive(tmp_path / "m.zip")[1]["policy"]) == {"weight", "bias"}

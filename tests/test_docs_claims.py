@@ -102,6 +102,23 @@ def test_inspect_json_has_the_documented_keys(tmp_path, capsys):
     assert {"dtype", "shape", "name"} <= set(out["tensors"][0])
 
 
+def test_read_output_in_cli_rst_is_what_the_command_prints(tmp_path, capsys, monkeypatch):
+    """The output cli.rst shows for `zipsave read`, on model.zip made as the page makes it."""
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    zipsave.save({"policy": policy, "learning_rate": 3e-4, "num_timesteps": 1000}, "model.zip")
+    printed = []
+    for address in ("policy/2.bias", "learning_rate"):
+        assert cli.main(["read", "model.zip", address]) == 0
+        printed += capsys.readouterr().out.splitlines()
+    page = (DOCS / "cli.rst").read_text()
+    shown = page[page.index("Output for the first two::") :].split("\n\n")[1]
+    assert [line.strip() for line in shown.splitlines()] == [line.strip() for line in printed]
+    assert cli.main(["read", "model.zip", "policy.2.bias"]) == 2
+    assert "Did you mean `policy/2.bias`?" in capsys.readouterr().err
+
+
 # -- security.rst: what read checks ---------------------------------------------------------------
 
 

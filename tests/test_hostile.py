@@ -20,7 +20,7 @@ from zipsave._tools import verify
 
 CORPUS = Path(__file__).resolve().parent / "data" / "hostile"
 # Always named; `trusted=` is named too, with a caution for globals that run code.
-OPT_INS = ("custom_objects={key: value}", "allow_pickle=True")
+OPT_INS = ("custom_objects={'evil': ...}", "allow_pickle=True")
 
 
 def _load_maker():

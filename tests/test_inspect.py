@@ -376,6 +376,30 @@ def test_read_errors_name_what_is_there(algo_zip: Path):
         zipsave.read(algo_zip, "/")
 
 
+@pytest.mark.parametrize(
+    ("asked", "meant"),
+    [
+        ("policy/0.wieght", "`policy/0.weight`"),  # misspelt
+        ("policy.0.weight", "`policy/0.weight`"),  # dotted, as a state dict key
+        ("0.weight", "`policy/0.weight`"),  # without its member
+        ("learning_rat", "`learning_rate`"),
+    ],
+)
+def test_read_of_a_near_miss_says_what_was_meant(algo_zip: Path, asked: str, meant: str):
+    with pytest.raises(
+        zipsave.ArchiveFormatError, match=re.escape(f"names no tensor and no `data` key. Did you mean {meant}")
+    ):
+        zipsave.read(algo_zip, asked)
+
+
+def test_read_of_a_zip_without_tensors_or_data_says_so(tmp_path: Path):
+    """It said: 'It holds tensor members none and no `data`'."""
+    with zipfile.ZipFile(tmp_path / "files.zip", "w") as zf:
+        zf.writestr("notes.txt", "hi")
+    with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("It holds no tensor members and no `data`;")):
+        zipsave.read(tmp_path / "files.zip", "gamma")
+
+
 def test_read_one_tensor_of_a_400_mb_archive_costs_little_memory(tmp_path: Path):
     path = tmp_path / "big.zip"
     zipsave.save_archive(path, params={"policy": {f"w{i}": torch.full((1024, 1024), float(i)) for i in range(100)}})

@@ -345,6 +345,30 @@ def test_archive_without_init_or_data(tmp_path):
     assert zipsave.load_archive(tmp_path / "empty.zip") == (None, {}, None)
 
 
+def test_a_torch_save_file_or_a_zip_of_other_files_is_named_for_what_it_is(tmp_path):
+    """The hint was `zipsave.load_archive`, which reads nothing from either."""
+    torch.save({"w": torch.ones(2)}, tmp_path / "weights.pt")
+    with pytest.raises(
+        zipsave.ArchiveFormatError,
+        match=re.escape(
+            "has no `data` member, so it holds no model: it is a `torch.save` file (it holds `weights/data.pkl`), "
+            "not a model archive. Read it with `torch.load(path, weights_only=True)`."
+        ),
+    ):
+        zipsave.load(tmp_path / "weights.pt")
+    with zipfile.ZipFile(tmp_path / "files.zip", "w") as zf:
+        zf.writestr("notes.txt", "hi")
+        zf.writestr("image.png", b"\x89PNG")
+    with pytest.raises(
+        zipsave.ArchiveFormatError,
+        match=re.escape(
+            "has no `data` member, so it holds no model: it is a zip file of 2 other member(s) (`image.png`, "
+            "`notes.txt`), not a model archive. Check the path."
+        ),
+    ):
+        zipsave.load(tmp_path / "files.zip", cls=Algo)
+
+
 def test_unencodable_value_fails_before_writing(tmp_path):
     import threading
 

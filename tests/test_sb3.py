@@ -538,8 +538,13 @@ def test_policy_kwargs_must_match(trained):
 @needs_sb3
 def test_wrong_env_is_refused_as_sb3_does(trained):
     cls, path, _ = trained["ppo"]
-    with pytest.raises(ValueError, match="Observation spaces do not match"):
+    # a ValueError as SB3's, naming the env's spaces and the saved ones (not a damaged archive)
+    with pytest.raises(
+        ValueError, match=re.escape("the environment given as `env=` has observation_space=Box(")
+    ) as err:
         zipsave.load(path, cls=cls, env=gym.make("Acrobot-v1"))
+    assert isinstance(err.value, zipsave.ParameterMismatchError)
+    assert "action_space=Discrete(3), but the saved PPO was trained with observation_space=Box(" in str(err.value)
 
 
 @needs_sb3

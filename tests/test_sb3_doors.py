@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import pickle
 import re
@@ -401,3 +402,49 @@ def test_model_save_with_the_replay_buffer_writes_zipsaves_members(trained, tmp_
         warnings.simplefilter("ignore", UserWarning)  # SB3's own, e.g. about the saved env wrapper
         plain = SAC.load(path, env=venv(), device="cpu")  # SB3 alone: the model, without its buffer
     assert plain.replay_buffer.pos == 0 and not plain.replay_buffer.full
+
+
+@pytest.fixture(scope="module")
+def cartpole_ppo(tmp_path_factory):
+    path = tmp_path_factory.mktemp("env") / "ppo.zip"
+    zipsave.save(PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, policy_kwargs={"net_arch": [8]}), path)
+    return path
+
+
+@pytest.mark.parametrize("door", ["zipsave.load", "PPO.load"])
+def test_an_env_with_other_spaces_is_the_callers_mistake_not_a_damaged_archive(cartpole_ppo, door):
+    """It was an ArchiveFormatError: 'No archive written by zipsave or SB3 holds this; it is
+    damaged or was made to break readers.'"""
+    expected = (
+        "the environment given as `env=` has observation_space=Box(-1.0, 1.0, (3,), float32) and "
+        "action_space=Box(-2.0, 2.0, (1,), float32), but the saved PPO was trained with observation_space=Box("
+    )
+    with zipsave.sb3.installed() if door == "PPO.load" else contextlib.nullcontext():
+        with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(expected)) as caught:
+            env = gym.make("Pendulum-v1", max_episode_steps=10)
+            env.observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)  # a short repr to match
+            if door == "PPO.load":
+                PPO.load(cartpole_ppo, env=env)
+            else:
+                zipsave.load(cartpole_ppo, cls=PPO, env=env)
+    message = str(caught.value)
+    assert "action_space=Discrete(2). Pass an environment with the saved spaces" in message
+    assert "damaged" not in message and isinstance(caught.value, ValueError)
+
+
+def test_an_env_id_instead_of_an_env_says_how_to_make_one(cartpole_ppo):
+    with pytest.raises(
+        zipsave.ParameterMismatchError,
+        match=re.escape(
+            "`env=` is the string 'CartPole-v1', not an environment. "
+            "Pass the environment itself: `env=gymnasium.make('CartPole-v1')`."
+        ),
+    ):
+        zipsave.load(cartpole_ppo, cls=PPO, env="CartPole-v1")
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("`env=` is of type int, not an environment.")):
+        zipsave.load(cartpole_ppo, cls=PPO, env=3)
+
+
+def test_a_class_name_instead_of_the_class_is_a_type_error_before_reading(cartpole_ppo):
+    with pytest.raises(TypeError, match=re.escape("cls must be a class, found str 'PPO'. Pass the class itself")):
+        zipsave.load(cartpole_ppo, cls="PPO")

@@ -160,6 +160,16 @@ def test_sign_embed_rewrites_an_archive_and_resigning_replaces_the_signature(tmp
     assert zipsave.inspect(path, verify=True).verified and zipsave.load_archive(path)[0]["step"] == 7
 
 
+def test_an_unknown_signer_is_named_by_a_short_key_digest(tmp_path, keys):
+    """It was cut twice: `sha256:c986b27fe8d95......`."""
+    path = tmp_path / "m.zip"
+    zipsave.save(state(), path, sign=keys["key"])
+    with pytest.raises(zipsave.SignatureError) as err:
+        zipsave.verify_signature(path, zipsave.Trust(public_keys=[keys["other_pub"]]))
+    assert re.search(r"it is signed by the key sha256:[0-9a-f]{16}\.\.\., which is not among", str(err.value))
+    assert "...." not in str(err.value)
+
+
 def test_signed_archive_reads_everywhere_without_the_signature_mistaken_for_data(tmp_path, keys):
     path = tmp_path / "m.zip"
     zipsave.save(state(), path, sign=keys["key"])

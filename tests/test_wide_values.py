@@ -535,7 +535,7 @@ def test_a_class_from_a_script_is_refused_with_how_to_make_it_loadable(tmp_path)
     assert message.endswith(
         "The value holds `__main__.Config`, which cloudpickle stored as code, not by import path (it does so for "
         "a class defined in `__main__` (a script or notebook), inside a function, or in a module it could not "
-        "import), so `trusted=` cannot admit it. Pass the value with `custom_objects={key: value}` (built with the "
+        "import), so `trusted=` cannot admit it. Pass the value with `custom_objects={'config': ...}` (built with the "
         "class imported), or define the class in an importable module and save again; `allow_pickle=True` only if "
         "you trust the archive completely."
     )

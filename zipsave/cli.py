@@ -1,4 +1,4 @@
-"""The ``zipsave`` command: look inside, check, compare and unpack archives, and a demo.
+"""The ``zipsave`` command: look inside, read, check, compare and unpack archives, and a demo.
 
 Exit status: 0 on success, 1 when ``verify`` finds a problem or ``diff`` finds a difference,
 2 on any error (one line on stderr, never a traceback).
@@ -33,6 +33,7 @@ from ._tools import (
     extract,
     inspect,
     is_checkpoint_dir,
+    read,
     render_sharded,
     verify,
     verify_sharded,
@@ -162,6 +163,31 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_read(args: argparse.Namespace) -> int:
+    value = read(args.archive, args.address, device="cpu", trust=trust_of(args))
+    tensor = hasattr(value, "dtype") and hasattr(value, "tolist")  # a tensor, or an array from `data`
+    if not args.json:
+        head = f"{value.dtype} {tuple(value.shape)}\n" if tensor else ""
+        _say(f"{visible(args.address)}: {head}{visible(repr(value), lines=True)}")
+        return EXIT_OK
+    out = {"address": args.address, "type": type(value).__name__}
+    if tensor:
+        out.update(dtype=str(value.dtype), shape=list(value.shape), values=_strict(value.tolist()))
+    else:
+        try:
+            out["value"] = _strict(json.loads(json.dumps(value)))
+        except (TypeError, ValueError):  # not a JSON value (a space, a tuple key): its repr
+            out["repr"] = repr(value)
+    _print_json(out)
+    return EXIT_OK
+
+
+def _strict(value: Any) -> Any:
+    if isinstance(value, (list, dict)):
+        return {k: _strict(v) for k, v in value.items()} if isinstance(value, dict) else [_strict(v) for v in value]
+    return _json_number(value)
+
+
 def _json_number(value: Any) -> Any:
     """Strict JSON has no NaN or infinity (Python's json writes tokens that jq and JavaScript
     reject): a non-finite metric is written as the string ``"NaN"``, ``"Infinity"`` or
@@ -254,6 +280,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_signer_options(verify, "(exit 1 if not)")
     verify.set_defaults(func=_cmd_verify)
+
+    reading = add(
+        "read",
+        "print one tensor or one data key (zipsave.read)",
+        "Print the tensor (`policy/0.weight`) or data value (`learning_rate`) at ADDRESS, as `zipsave inspect` "
+        "lists them. Only its bytes are read; a pickled value decodes only through the safe-load allowlist.",
+    )
+    reading.add_argument("archive", help="the archive (a path; .zip is tried too)")
+    reading.add_argument("address", help="a tensor (member/key) or a data key")
+    reading.add_argument("--json", action="store_true", help="print JSON: {address, type, value or values}")
+    add_signer_options(reading, "(an error if not)")
+    reading.set_defaults(func=_cmd_read)
 
     signing = add(
         "sign",

@@ -37,6 +37,7 @@ __all__ = [
     "as_zipsave_error",
     "boundary",
     "caller_stacklevel",
+    "named_key",
     "nesting_as_error",
     "reading",
 ]
@@ -65,6 +66,16 @@ def describe_path(path: Any) -> str:
     if isinstance(name, str):
         return name
     return f"<{type(path).__name__}>"
+
+
+#: How a hint written before the key is known spells the fix (``UnsafeGlobalError``'s, the
+#: trust policy's): a message that knows the key shows the call to copy instead.
+_ANY_KEY = "`custom_objects={key: value}`"
+
+
+def named_key(text: str, key: str | None) -> str:
+    """``text`` with its generic ``custom_objects={key: value}`` naming ``key``."""
+    return text if key is None else text.replace(_ANY_KEY, f"`custom_objects={{{key!r}: ...}}`")
 
 
 class ZipsaveError(Exception):
@@ -105,7 +116,7 @@ class ZipsaveError(Exception):
             text = f"{text} {self.hint}"
         # Every field may hold a name from an archive (a member `../\x1b[2J`): the message is
         # the one place they all pass, so it is made visible here, once.
-        return visible(text)
+        return visible(named_key(text, self.key))
 
 
 class ArchiveFormatError(ZipsaveError, ValueError):
@@ -243,7 +254,7 @@ class SkippedEntry(Record):
     def __str__(self) -> str:
         what = f"key `{self.key}` of member `{self.member}`" if self.key is not None else f"member `{self.member}`"
         hint = f" (type {self.type_hint})" if self.type_hint else ""
-        return visible(f"{what}{hint}: {self.cause}")
+        return visible(f"{what}{hint}: {named_key(self.cause, self.key)}")
 
 
 class SkippedEntryWarning(ZipsaveWarning):

@@ -4,6 +4,7 @@ of :class:`~zipsave._core.LoadOptions`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,9 +20,10 @@ from .._core import (
     check_component,
     handler_for,
     load_app_state,
+    no_model_error,
     recognising_handler,
 )
-from ..exceptions import ArchiveFormatError, ZipsaveError, nesting_as_error
+from ..exceptions import ZipsaveError, nesting_as_error
 
 __all__ = ["load", "load_archive", "restore", "set_parameters_from_archive"]
 
@@ -124,6 +126,12 @@ def load(
     **overrides: Any,
 ) -> Any:
     options = LoadOptions.of(locals())
+    if cls is not None and not isinstance(cls, type):
+        raise TypeError(
+            f"cls must be a class, found {type(cls).__name__} {cls!r}. Pass the class itself, e.g. "
+            "`from stable_baselines3 import PPO` and `zipsave.load(path, cls=PPO)`, or leave it out for an "
+            "archive that records its class."
+        )
     exclude = list(exclude or ())
     with LoadSession(path, options) as src:
         folder = (component or "").strip("/")
@@ -142,11 +150,7 @@ def load(
                 for child in src.child_components(folder)
             }
         if not src.has(_format.join(folder, _format.DATA)) and not src.has(_format.join(folder, _format.INIT)):
-            raise ArchiveFormatError(
-                "has no `data` member, so it holds no model (not a zipsave or SB3 model archive?).",
-                archive=src.name,
-                hint="Use `zipsave.load_archive` to read its tensors, or check the path.",
-            )
+            raise no_model_error(src, "Use `zipsave.load_archive` to read its tensors, or check the path.")
         if cls is None and not src.has(_format.join(folder, _format.INIT)) and handler_for(src, folder, None) is None:
             obj = load_app_state(src, folder, custom_objects=custom_objects, exclude=exclude)
             obj.update(overrides)
@@ -225,6 +229,11 @@ def restore(
     skip_broken_tensors: bool = False,
     trust: Any = None,
 ) -> None:
+    if isinstance(obj, (str, os.PathLike)) and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"restore() restores into the object given first, found the path {os.fspath(obj)!r} there and "
+            f"a {type(path).__name__} as the path: call `zipsave.restore(obj, path)`."
+        )
     options = LoadOptions.of(locals())
     exclude = list(exclude or ())
     with LoadSession(path, options) as src:

@@ -111,7 +111,7 @@ def save(
         check_signable(path, signer)
     exclude = list(exclude or ())
     include = list(include or ())
-    parts = collect(obj, exclude, include)
+    parts = collect(obj, exclude, include, top=True)
     enc = encode(parts, "", exclude=exclude, include=include)
     if background:
         save_fn = functools.partial(

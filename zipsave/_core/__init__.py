@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
         handler_for,
         load_app_state,
         member_names,
+        no_model_error,
         recognising_handler,
     )
     from ._modes import apply_modes, module_modes
@@ -60,7 +61,15 @@ _LAZY: dict[str, str] = {
     ),
     **dict.fromkeys(("build", "restore_target", "restore_tree"), "._build"),
     **dict.fromkeys(
-        ("check_component", "data_bytes", "handler_for", "load_app_state", "member_names", "recognising_handler"),
+        (
+            "check_component",
+            "data_bytes",
+            "handler_for",
+            "load_app_state",
+            "member_names",
+            "no_model_error",
+            "recognising_handler",
+        ),
         "._folders",
     ),
     "collect": "._collect",
@@ -150,6 +159,7 @@ __all__ = [
     "load_state_into",
     "matches",
     "nested",
+    "no_model_error",
     "parse_system_info",
     "pickle_globals",
     "print_system_info",

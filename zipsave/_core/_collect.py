@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import types
 from typing import Any, Iterable
 
@@ -30,9 +31,10 @@ from ._parts import (
 __all__ = ["collect"]
 
 
-def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | None) -> Parts:
+def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | None, *, top: bool = False) -> Parts:
     """Split an object into the parts the archive stores. A pattern with a ``/`` names a
-    component (``agents/1``); one below a component (``learner/opt``) is its component's."""
+    component (``agents/1``); one below a component (``learner/opt``) is its component's.
+    ``top``: ``obj`` is what the caller saves, refused where its attributes are not its state."""
     deep = [p for p in exclude or () if "/" in p and p not in set(include or ())]
     exclude = {p for p in exclude or () if "/" not in p}
     include = {p for p in include or () if "/" not in p}
@@ -46,11 +48,16 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
         for handler in _registry.handlers(live=True):
             if handler.claims(obj):
                 return handler.collect(obj, exclude=exclude, include=include)
+    if top:
+        _refuse_top_level(obj)
     attrs = instance_attributes(obj)
     if not hasattr(obj, "__dict__") and not attrs:
         raise EncodeError(
             f"cannot save an object of type {type(obj).__name__}: expected a Saveable, an object with "
-            "attributes, or a dict of stateful objects and values."
+            "attributes, or a dict of stateful objects and values.",
+            hint="The object comes first: `zipsave.save(model, path)`."
+            if isinstance(obj, (str, os.PathLike))
+            else None,
         )
     excluded = set(getattr(obj, "_excluded_save_params", lambda: ())()) | exclude
     excluded -= include
@@ -303,6 +310,37 @@ def _is_root(module: torch.nn.Module, attrs: dict) -> bool:
             if any(sub is module for sub in unwrap(other).modules()):
                 return False
     return True
+
+
+def _refuse_top_level(obj: Any) -> None:
+    """Refuse, before anything is written, an object whose attributes are not its state: a
+    tensor's or a function's ``__dict__`` is empty (the archive would hold nothing of it), an
+    optimizer's or LR scheduler's hold references to live parameters (restored into those, they
+    would overwrite a model's weights), and a live handle has no state to keep."""
+    if isinstance(obj, Component):
+        return  # a Saveable says what it holds
+    what = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    if isinstance(obj, (torch.Tensor, np.ndarray, np.generic)):
+        kind, hint = "a tensor or array", "Name it in a dict: `zipsave.save({'weights': value}, path)`."
+    elif isinstance(obj, (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)):
+        kind = "an optimizer or LR scheduler, whose attributes are references to live parameters"
+        hint = (
+            "Save its state in a dict, with the model it optimizes: `zipsave.save({'policy': net, 'optimizer': "
+            "optimizer}, path)`, and `zipsave.restore({'policy': net, 'optimizer': optimizer}, path)` to load it."
+        )
+    elif callable(obj) and isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)):
+        kind, hint = "a function or class, not an object with state", "Save an instance that holds the state."
+    elif is_live_handle(obj):
+        kind = "a live handle (an environment, a logger, a file, a lock, ...), which an archive cannot hold"
+        hint = (
+            "Save the model that uses it, or an environment's state with `zipsave.save({'env': "
+            "zipsave.EnvState(env)}, path)`."
+            if is_environment(obj)
+            else "Save the object that holds the state instead."
+        )
+    else:
+        return
+    raise EncodeError(f"cannot save {what} as the object of an archive: it is {kind}; nothing was written.", hint=hint)
 
 
 def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:

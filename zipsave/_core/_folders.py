@@ -11,14 +11,20 @@ from .._archive import data_bytes, member_names
 from ..exceptions import ArchiveFormatError, MissingDependencyError, ZipsaveError
 from ._session import LoadSession
 
-__all__ = ["check_component", "handler_for", "load_app_state", "recognising_handler"]
+__all__ = ["check_component", "handler_for", "load_app_state", "no_model_error", "recognising_handler"]
 
 
 def check_component(src: LoadSession, folder: str) -> None:
     """``folder`` must be a component (it has ``data``) or a dict of components."""
     if folder and not src.has(_format.join(folder, _format.DATA)) and not src.child_components(folder):
+        member = folder + _format.PTH_SUFFIX
         raise ArchiveFormatError(
-            f"has no component `{folder}`; components: {sorted(src.source.components())}.", archive=src.name
+            f"has no component `{folder}`; components: {sorted(src.source.components())}.",
+            archive=src.name,
+            hint=f"`{member}` is a state dict, not a component: `zipsave.load_archive(path)[1][{folder!r}]` reads it, "
+            f"`zipsave.read(path, '{folder}/<key>')` one of its tensors."
+            if src.has(member)
+            else None,
         )
 
 
@@ -59,7 +65,10 @@ def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None
         if not name.endswith(_format.PTH_SUFFIX):
             continue
         key = name[len(prefix) : -len(_format.PTH_SUFFIX)]
-        if name[len(prefix) :] == _format.PYTORCH_VARIABLES or (exclude and _core.matches(key, exclude)):
+        if name[len(prefix) :] == _format.PYTORCH_VARIABLES:
+            _add_variables(src, name, out, exclude)
+            continue
+        if exclude and _core.matches(key, exclude):
             continue
         try:
             out[key], _ = src.load_tensors(name)
@@ -76,3 +85,39 @@ def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None
         else:  # a plain object's folder: its values and state dicts, as a dict
             out[key] = load_app_state(src, child, custom_objects=None, exclude=_core.nested(exclude, key))
     return out
+
+
+def _add_variables(src: LoadSession, member: str, out: dict[str, Any], exclude: list[str]) -> None:
+    """An object's loose tensors (its ``pytorch_variables.pth``) are its values too: without
+    them a module or an object saved on its own would come back without its parameters."""
+    try:
+        variables, _ = src.load_tensors(member)
+    except ZipsaveError as err:
+        src.skip(member, None, None, err)
+        return
+    for key, value in (variables if isinstance(variables, dict) else {}).items():
+        if isinstance(key, str) and key not in out and not (exclude and _core.matches(key, exclude)):
+            out[key] = value
+
+
+def no_model_error(src: LoadSession, hint: str) -> ArchiveFormatError:
+    """The error for an archive without a ``data`` member. ``hint`` fits one that holds
+    ``.pth`` members; a ``torch.save`` file and a zip of other files are named for what they are,
+    since neither holds anything a zipsave function reads."""
+    names = src.source.names()
+    what = "has no `data` member, so it holds no model"
+    if any(n.endswith(_format.PTH_SUFFIX) for n in names):
+        return ArchiveFormatError(f"{what} (not a zipsave or SB3 model archive?).", archive=src.name, hint=hint)
+    pickle = next((n for n in names if n == "data.pkl" or n.endswith("/data.pkl")), None)
+    if pickle is not None:
+        return ArchiveFormatError(
+            f"{what}: it is a `torch.save` file (it holds `{pickle}`), not a model archive.",
+            archive=src.name,
+            hint="Read it with `torch.load(path, weights_only=True)`.",
+        )
+    listed = ", ".join(f"`{n}`" for n in sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+    return ArchiveFormatError(
+        f"{what}: it is a zip file of {len(names)} other member(s) ({listed or 'none'}), not a model archive.",
+        archive=src.name,
+        hint="Check the path.",
+    )

@@ -164,7 +164,7 @@ def _verify_key(bundle: Bundle, trust: Trust) -> tuple[Checked | None, str]:
     candidates = [known[hint]] if hint in known else ([] if hint else list(known.values()))
     if not candidates and hint:
         return None, (
-            f"unknown-signer: it is signed by the key sha256:{shown(hint, 16)}..., which is not among the trusted "
+            f"unknown-signer: it is signed by the key sha256:{shown(hint[:16])}..., which is not among the trusted "
             f"public keys ({', '.join(f'`{p}` sha256:{h[:16]}...' for h, p in sorted(known.items()))})."
         )
     why = ""

@@ -18,7 +18,15 @@ from typing import Any
 
 from .. import _format
 from .._archive import ArchiveSource
-from ..exceptions import ArchiveFormatError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel, reading
+from ..exceptions import (
+    ArchiveFormatError,
+    IntegrityError,
+    StorageError,
+    ZipsaveError,
+    ZipsaveWarning,
+    caller_stacklevel,
+    reading,
+)
 
 __all__ = ["extract"]
 
@@ -35,12 +43,20 @@ def extract(path: Any, folder: str | os.PathLike, *, overwrite: bool = False, li
     ZipsaveError
         A file exists already and ``overwrite`` is not set, or a member's path in ``folder``
         is a symbolic link (checked before anything is written).
+    StorageError
+        ``folder`` is a file.
     IntegrityError
         A member's bytes do not match its CRC-32 (the partial file is removed).
     """
     with ArchiveSource(path, limits=limits) as src:
         reader = src.reader
         root = os.path.realpath(os.fspath(folder))
+        if os.path.exists(root) and not os.path.isdir(root):
+            raise StorageError(
+                f"cannot be extracted into `{os.fspath(folder)}`: it is a file, not a folder.",
+                archive=src.name,
+                hint="Name a folder (it is created if missing).",
+            )
         plan: list[tuple[str, str, bool]] = []
         name_max = _name_max(root)
         for name in reader.names():

@@ -3,6 +3,7 @@ read, and they are checked."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import torch
@@ -102,7 +103,8 @@ def read(
     Raises
     ------
     ArchiveFormatError
-        ``name`` addresses nothing in the archive (the message lists what it holds).
+        ``name`` addresses nothing in the archive (the message names the nearest addresses, if
+        any, and lists what it holds).
     UnsafeGlobalError
         The ``data`` key needs a global the trust policy refuses.
     IntegrityError
@@ -140,10 +142,12 @@ def read(
                 if isinstance(raw, dict) and rest in raw:
                     involve_handlers(src, prefix)  # their reviewed names, as a load of the folder has them
                     return _decode_key(src, policy, target, member, rest, raw[rest])
+        near = _near(src, name)
         raise ArchiveFormatError(
             f"`{name}` names no tensor and no `data` key.",
             archive=src.name,
-            hint=f"It holds {_what_it_holds(src)}; `zipsave inspect` lists every address.",
+            hint=(f"Did you mean {' or '.join(f'`{a}`' for a in near)}? " if near else "")
+            + f"It holds {_what_it_holds(src)}; `zipsave inspect` lists every address.",
         )
 
 
@@ -274,4 +278,27 @@ def _what_it_holds(src: ArchiveSource) -> str:
     members = sorted(f"`{n[: -len(_format.PTH_SUFFIX)]}/...`" for n in names if n.endswith(_format.PTH_SUFFIX))
     folders = [f"`{f}`" if f else "the top-level folder" for f in data_folders(names)]
     data = f"`data` keys in {', '.join(folders)}" if folders else "no `data`"
-    return f"tensor members {', '.join(members) or 'none'} and {data}"
+    tensors = f"tensor members {', '.join(members)}" if members else "no tensor members"
+    return f"{tensors} and {data}"
+
+
+def _near(src: ArchiveSource, name: str) -> list[str]:
+    """Addresses that ``name`` may have meant: the same key without its member
+    (``action_net.weight``), dotted (``policy.action_net.weight``), a whole member's tensors
+    (``policy``, ``policy.pth``), or misspelt."""
+    addresses: list[str] = []
+    for prefix, is_tensor in _candidates(src.reader.names()):
+        try:
+            if is_tensor:
+                member = prefix + _format.PTH_SUFFIX
+                with src.reader.open_view(member) as view:
+                    leaves = walk_leaves(pth_meta(src, member, view).tree, (TensorRef, SparseRef, RefusedRef))
+                addresses += [f"{prefix}/{dotted(path)}" for path, _ in leaves]
+            else:
+                raw = src.read_json(_format.join(prefix, _format.DATA))
+                addresses += [f"{prefix}/{key}" if prefix else key for key in raw] if isinstance(raw, dict) else []
+        except ZipsaveError:
+            continue  # a damaged member suggests nothing; the error names the address asked for
+    member = name.removesuffix(_format.PTH_SUFFIX) + "/"  # a whole member: some of its tensors
+    same = [a for a in addresses if a.rpartition("/")[2] == name or a.replace("/", ".") == name or a.startswith(member)]
+    return (same or difflib.get_close_matches(name, addresses, n=3, cutoff=0.8))[:3]

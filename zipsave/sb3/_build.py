@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from .. import _format
 from .._codec import SERIALIZED_KEY, TYPE_KEY
-from .._core import LoadSession, check_data_key
-from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, ZipsaveWarning, caller_stacklevel
+from .._core import LoadSession, check_data_key, no_model_error
+from ..exceptions import DecodeError, ParameterMismatchError, ZipsaveWarning, caller_stacklevel
 from ._checks import check_data, check_names, drop_her_wrapper_class, drop_saved_env
 from ._estimate import check_model_size
 from ._extras import apply_vec_normalize, has_extra, restore_extra, warn_unused_vec_normalize
@@ -79,10 +81,9 @@ def build_sb3(
     recovery = _ScheduleRecovery()
     data = src.decode_data("", custom_objects=given, exclude=exclude, quiet=quiet, recover=recovery)
     if data is None:
-        raise ArchiveFormatError(
-            f"has no `{_format.DATA}` member, so it holds no model (not a zipsave or SB3 model archive?).",
-            archive=src.name,
-            hint=f"Load its weights into a model with `model.set_parameters(path)` or `zipsave.restore(model, path)`; "
+        raise no_model_error(
+            src,
+            f"Load its weights into a model with `model.set_parameters(path)` or `zipsave.restore(model, path)`; "
             f"{cls.__name__} is built only from an archive `model.save` wrote.",
         )
     raw = _raw_data(src)
@@ -97,17 +98,13 @@ def build_sb3(
         data[key] = _convert_space(data[key])
 
     if env is not None:
-        env = cls._wrap_env(env, data.get("verbose", 0))
+        # The caller's env, not the archive, is wrong here: said as such, not as a damaged archive.
+        with _given_env(cls, env, data, src.name):
+            env = cls._wrap_env(env, data.get("verbose", 0))
         if has_extra(src, "vec_normalize", exclude):
             env = apply_vec_normalize(src, env)
-        try:
+        with _given_env(cls, env, data, src.name):
             check_for_correct_spaces(env, data["observation_space"], data["action_space"])
-        except ValueError as err:  # SB3's error, blamed on the caller's env, not on the archive
-            raise ParameterMismatchError(
-                f"the `env` given does not fit the saved model ({err}).",
-                archive=src.name,
-                hint="Pass an env with the spaces the model was trained on, or load without `env=`.",
-            ) from err
         if force_reset:
             data["_last_obs"] = None  # SB3 #597: reset before training
         data["n_envs"] = env.num_envs
@@ -231,6 +228,34 @@ def _reason(key: str, skipped: dict, why: dict[str, str]) -> str:
     if key in why:  # a pickled function that is not one of SB3's schedules: code, never run
         return f"{why[key].rstrip('.')}, and a safe load runs no code from the archive"
     return str(skipped[key].cause).split(" To allow it")[0].rstrip(".")
+
+
+@contextlib.contextmanager
+def _given_env(cls: type, env: Any, data: dict[str, Any], archive: str | None) -> Iterator[None]:
+    """Turn SB3's ``ValueError`` about the ``env=`` a caller passed (not an environment, or one
+    whose spaces differ from the saved ones) into an error that names the env, not the archive."""
+    try:
+        yield
+    except ValueError as err:
+        if isinstance(env, str):
+            raise ParameterMismatchError(
+                f"`env=` is the string {env!r}, not an environment.",
+                archive=archive,
+                hint=f"Pass the environment itself: `env=gymnasium.make({env!r})`.",
+            ) from err
+        if not hasattr(env, "observation_space"):
+            raise ParameterMismatchError(
+                f"`env=` is of type {type(env).__name__}, not an environment.",
+                archive=archive,
+                hint="Pass a gymnasium environment or an SB3 VecEnv.",
+            ) from err
+        raise ParameterMismatchError(
+            f"the environment given as `env=` has observation_space={env.observation_space!r} and "
+            f"action_space={env.action_space!r}, but the saved {cls.__name__} was trained with "
+            f"observation_space={data['observation_space']!r} and action_space={data['action_space']!r}.",
+            archive=archive,
+            hint="Pass an environment with the saved spaces (the one it was trained on).",
+        ) from err
 
 
 def sync_ars_weights(model: Any) -> None:
