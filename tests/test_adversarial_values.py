@@ -276,11 +276,16 @@ def test_genuine_np_save_outputs_load_at_every_door(worker, base):
 # -- tensors pickled into `data` (sb3-contrib's ARS stores its weights so) ----------------------
 def _pickled_tensor(size: tuple, stride: tuple, offset: int = 0) -> dict:
     import base64
+    import warnings
 
     from adversarial.asm import G, call, program
 
     buf = io.BytesIO()
-    torch.save(torch.arange(4.0).untyped_storage(), buf, _use_new_zipfile_serialization=False)
+    # what pickling a tensor writes (Tensor.__reduce_ex__): a TypedStorage in torch's legacy
+    # format; an UntypedStorage there is refused before the view is ever looked at
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # TypedStorage is deprecated
+        torch.save(torch.arange(4.0).storage(), buf, _use_new_zipfile_serialization=False)
     raw = program(
         call(
             G("torch._utils", "_rebuild_tensor_v2"),
@@ -297,7 +302,9 @@ def _pickled_tensor(size: tuple, stride: tuple, offset: int = 0) -> dict:
 
 
 @pytest.mark.parametrize(
-    "view", [((100_000,), (1,), 0), ((2,), (1,), 3), ((2, 2), (1 << 40, 1), 0)], ids=["size", "offset", "stride"]
+    "view",
+    [((100_000,), (1,), 0), ((2,), (1,), 3), ((2, 2), (1 << 40, 1), 0), ((1 << 62,), (0,), 0)],
+    ids=["size", "offset", "stride", "expanded"],
 )
 def test_a_pickled_tensor_past_its_storage_never_loads(view, worker, base):
     # torch's set_() grows a storage too small for the view, with memory it never fills
