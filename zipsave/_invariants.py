@@ -27,6 +27,7 @@ __all__ = [
     "check_tree",
     "flat_bytes",
     "keyed",
+    "quantized_dtypes",
     "refusal",
     "validating_sparse",
     "view_fits",
@@ -305,6 +306,9 @@ def check_tensor(t: Any, *, key: str = "") -> None:
         raise refusal(key, "a meta tensor (it has no data)")
     if t.is_quantized:
         raise refusal(key, "a quantized tensor")
+    if t.dtype in quantized_dtypes():
+        # a plain tensor viewed as qint8...: no quantizer, so its repr and every operation fail
+        raise refusal(key, f"a tensor of the quantized dtype {t.dtype} (without the quantizer to read it)")
     if t.is_nested:
         raise refusal(key, "a nested tensor")
     if t.layout == torch.strided:
@@ -315,6 +319,15 @@ def check_tensor(t: Any, *, key: str = "") -> None:
         _check_compressed(t, key)
     else:
         raise refusal(key, f"a tensor of layout {t.layout}")
+
+
+def quantized_dtypes() -> frozenset:
+    """torch's quantized dtypes (``qint8``...): only a quantized tensor, with its quantizer,
+    can be read as them."""
+    import torch
+
+    names = ("qint8", "quint8", "qint32", "quint4x2", "quint2x4")
+    return frozenset(getattr(torch, name) for name in names if hasattr(torch, name))
 
 
 def _check_dense(t: Any, key: str) -> None:
