@@ -16,7 +16,7 @@ from .._bounds import AllocBudget, KeyGuard
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._names import is_dunder
 
-__all__ = ["array_state_problem", "build_state_problem", "call_problem", "new_problem", "size_problem"]
+__all__ = ["array_state_problem", "build_state_problem", "call_problem", "codec_problem", "new_problem", "size_problem"]
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a `class` statement
 
@@ -93,9 +93,38 @@ def _numpy_dtype_flags(flags: tuple, kwargs: dict) -> bool:
     return not kwargs and len(flags) <= 2 and all(type(f) in (bool, int) and f in (0, 1) for f in flags)
 
 
+#: The text codecs CPython resolves in C, without its codec registry, spelled as its own
+#: normaliser spells them (lower case, ``-`` as ``_``): the ``bytearray(text, "latin-1")`` of
+#: pickle protocols 0-2, and UTF-8 and ASCII.
+_BUILT_IN_CODECS = frozenset({"utf_8", "utf8", "latin_1", "latin1", "iso_8859_1", "iso8859_1", "ascii", "us_ascii"})
+
+
+def codec_problem(name: str | None, func: Any, args: tuple, kwargs: dict) -> str | None:
+    """Why a call of ``str``, ``bytes`` or ``bytearray`` (or a subclass: ``numpy.str_``,
+    ``numpy.bytes_``) would look its text codec up by name, or None. The registry imports
+    ``encodings.<name>`` (``bz2_codec`` imports ``bz2``, ``idna`` ``stringprep`` and
+    ``unicodedata``), and the idna and punycode decoders take time quadratic in their input."""
+    if not (isinstance(func, type) and issubclass(func, (str, bytes, bytearray))):
+        return None
+    if len(args) < 2 and "encoding" not in kwargs:
+        return None
+    encoding = kwargs["encoding"] if "encoding" in kwargs else args[1]
+    if type(encoding) is str and encoding.lower().replace("-", "_") in _BUILT_IN_CODECS:
+        return None
+    shown = repr(encoding[:40]) if type(encoding) is str else f"a {type(encoding).__name__}"
+    return (
+        f"`{name}` is given the text codec {shown}; a pickle decodes or encodes text with "
+        "latin-1 (protocols 0-2), UTF-8 or ASCII only, which need no codec module."
+    )
+
+
 def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: dict, budget: AllocBudget) -> None:
     """Charge ``budget`` with what a call would allocate or iterate over, refusing (raising)
-    past it, before the call runs."""
+    past it, before the call runs; refuse too a text codec the call would look up by name
+    (:func:`codec_problem`)."""
+    codec = codec_problem(name, func, args, kwargs)
+    if codec:
+        raise ArchiveFormatError(codec)
     if name == "numpy.dtype" and args and type(args[0]) is str and not _DTYPE_TEXT.fullmatch(args[0]):
         raise ArchiveLimitError(
             f"`numpy.dtype({args[0][:40]!r})`: a pickled dtype names its kind and size only (like 'f8' or 'V16')."
