@@ -12,7 +12,7 @@ import sys
 import types
 from typing import Any, Callable
 
-from .._bounds import AllocBudget, KeyGuard
+from .._bounds import AllocBudget, KeyGuard, check_int_text
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._names import is_dunder
 
@@ -118,6 +118,10 @@ def codec_problem(name: str | None, func: Any, args: tuple, kwargs: dict) -> str
     )
 
 
+def _parses_int(numpy: Any, func: Any) -> bool:
+    return isinstance(func, type) and (issubclass(func, int) or (numpy is not None and issubclass(func, numpy.integer)))
+
+
 def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: dict, budget: AllocBudget) -> None:
     """Charge ``budget`` with what a call would allocate or iterate over, refusing (raising)
     past it, before the call runs; refuse too a text codec the call would look up by name
@@ -125,6 +129,8 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
     codec = codec_problem(name, func, args, kwargs)
     if codec:
         raise ArchiveFormatError(codec)
+    if args and isinstance(args[0], (str, bytes, bytearray)) and _parses_int(numpy, func):
+        check_int_text(args[0], f"`{name}` given text")  # int("9" * 10**6): quadratic to convert
     if name == "numpy.dtype" and args and type(args[0]) is str and not _DTYPE_TEXT.fullmatch(args[0]):
         raise ArchiveLimitError(
             f"`numpy.dtype({args[0][:40]!r})`: a pickled dtype names its kind and size only (like 'f8' or 'V16')."
