@@ -101,6 +101,12 @@ def _sample_problem(space: Any) -> str | None:
         if not isinstance(size, numbers.Integral):
             return f"Text.max_length must be an integer, found {size!r}"
         what += f" of max_length {int(size)}"
+        # gymnasium's repr shows the charset as it is: a printed model must not carry an
+        # escape sequence, a bidi override or any other character a terminal acts on
+        chars = vars(space).get("_char_str", "")
+        hidden = sorted({ch for ch in chars if isinstance(chars, str) and not (ch.isprintable() or ch in "\t\n")})
+        if hidden:
+            return f"a Text charset holds {len(hidden)} character(s) a terminal acts on ({ascii(''.join(hidden[:8]))})"
     else:
         return None
     if int(size) > _MAX_SAMPLE:
