@@ -252,8 +252,8 @@ def build_state_problem(inst: Any, state: Any, is_random: Callable[[Any], bool])
     """Why BUILD may not set ``state`` on ``inst``, or None.
 
     One rule whatever the shape: the state is ``None``, a plain dict, or a ``(dict, slots)``
-    pair of plain dicts (or ``None``), and no key is a non-string or starts with ``__`` (a
-    dunder, or a name that would be mangled). A list of pairs, a mapping type (a gymnasium
+    pair of plain dicts (or ``None``), and no key is a non-string, starts with ``__`` (a
+    dunder, or a name that would be mangled) or holds a character ``str.isprintable`` refuses. A list of pairs, a mapping type (a gymnasium
     ``Dict`` space) or any other object is refused: classes' ``__setstate__`` and pickle's
     default BUILD accept them, and they would bypass the key check. numpy's random objects
     take their own state shapes, which numpy's setters validate.
@@ -271,7 +271,9 @@ def build_state_problem(inst: Any, state: Any, is_random: Callable[[Any], bool])
         bad = sorted(
             f"`{k}`" if type(k) is str else repr(k)
             for k in part
-            if type(k) is not str or k.startswith("__") or is_dunder(k)
+            # an attribute name shows as it is in reprs (`namespace(<name>=1)`): no escape
+            # sequence or bidi override may reach a terminal that prints a loaded value
+            if type(k) is not str or k.startswith("__") or is_dunder(k) or not k.isprintable()
         )
         # torch keeps hooks (callables it calls on forward/step/load) in `_..._hooks` dicts;
         # saved modules and optimizers have them empty, and a loaded value may not plant one.
