@@ -91,6 +91,7 @@ _MAX_SAMPLE = ALLOC_FLOOR
 def _sample_problem(space: Any) -> str | None:
     from gymnasium.spaces import MultiBinary, Text
 
+    size: Any
     if isinstance(space, MultiBinary):
         shape = vars(space).get("_shape")
         if not (isinstance(shape, tuple) and all(isinstance(n, numbers.Integral) for n in shape)):
