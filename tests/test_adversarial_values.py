@@ -276,11 +276,16 @@ def test_genuine_np_save_outputs_load_at_every_door(worker, base):
 # -- tensors pickled into `data` (sb3-contrib's ARS stores its weights so) ----------------------
 def _pickled_tensor(size: tuple, stride: tuple, offset: int = 0) -> dict:
     import base64
+    import warnings
 
     from adversarial.asm import G, call, program
 
     buf = io.BytesIO()
-    torch.save(torch.arange(4.0).untyped_storage(), buf, _use_new_zipfile_serialization=False)
+    # what pickling a tensor writes (Tensor.__reduce_ex__): a TypedStorage in torch's legacy
+    # format; an UntypedStorage there is refused before the view is ever looked at
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # TypedStorage is deprecated
+        torch.save(torch.arange(4.0).storage(), buf, _use_new_zipfile_serialization=False)
     raw = program(
         call(
             G("torch._utils", "_rebuild_tensor_v2"),
@@ -297,7 +302,9 @@ def _pickled_tensor(size: tuple, stride: tuple, offset: int = 0) -> dict:
 
 
 @pytest.mark.parametrize(
-    "view", [((100_000,), (1,), 0), ((2,), (1,), 3), ((2, 2), (1 << 40, 1), 0)], ids=["size", "offset", "stride"]
+    "view",
+    [((100_000,), (1,), 0), ((2,), (1,), 3), ((2, 2), (1 << 40, 1), 0), ((1 << 62,), (0,), 0)],
+    ids=["size", "offset", "stride", "expanded"],
 )
 def test_a_pickled_tensor_past_its_storage_never_loads(view, worker, base):
     # torch's set_() grows a storage too small for the view, with memory it never fills
@@ -311,3 +318,34 @@ def test_a_pickled_tensor_past_its_storage_never_loads(view, worker, base):
             problems.append(f"{door} returned `evil`")
         problems += _problems({door: result}, ())
     assert not problems, "\n".join(problems)
+
+
+# -- tensors in `data`'s native form (zipsave's own JSON) -------------------------------------
+def _native_tensor(dtype: str, shape: list, data: bytes) -> dict:
+    import base64
+
+    raw = {"kind": "ndarray", "dtype": "|u1", "shape": [len(data)], "b64": base64.b64encode(data).decode()}
+    return {
+        ":type:": "<class 'torch.Tensor'>",
+        ":zipsave:": {"kind": "tensor", "dtype": dtype, "shape": shape, "data": raw},
+    }
+
+
+def test_a_native_tensor_is_checked_like_any_other(base, tmp_path):
+    # The native form built its tensor with `view(dtype)` or `torch.empty` and returned it
+    # unchecked: a quantized tensor (empty), and a plain tensor of a quantized dtype, which has
+    # no quantizer (its repr and every operation raised NotImplementedError).
+    data = {
+        "lr": 0.1,
+        "q_empty": _native_tensor("qint8", [0], b""),
+        "q_dtype": _native_tensor("qint32", [2], bytes(8)),
+        "fine": _native_tensor("float32", [2], np.array([1.5, -2.0], dtype=np.float32).tobytes()),
+    }
+    path = tmp_path / "native.zip"
+    path.write_bytes(_rebuild(base["bytes"], {}, data=data))
+    with pytest.warns(zipsave.SkippedEntryWarning) as caught:
+        model = zipsave.load(path)
+    assert "q_empty" not in model and "q_dtype" not in model
+    assert torch.equal(model["fine"], torch.tensor([1.5, -2.0]))
+    text = " ".join(str(w.message) for w in caught)
+    assert "quantized dtype torch.qint8" in text and "quantized dtype torch.qint32" in text

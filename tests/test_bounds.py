@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import zipfile
 
 import pytest
@@ -86,3 +87,65 @@ def test_the_allocation_budget_follows_limits():
     assert alloc_budget(100, limits) == 260
     assert AllocBudget(100, limits).total == 260
     assert alloc_budget(100) == (64 << 20) + 1600
+
+
+@pytest.mark.skipif(not hasattr(sys, "set_int_max_str_digits"), reason="Python < 3.11 has no digit limit to lift")
+def test_json_integers_are_bounded_where_python_no_longer_bounds_them(tmp_path):
+    # A program may lift Python's limit on integer text (4 300 digits); zipsave's bound (2**17
+    # bits) then still holds: a 2 MB literal in `data` took 24 s to parse and loaded.
+    import json
+
+    previous = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        path = tmp_path / "big-int.zip"
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("data", '{"lr": 0.1, "n": ' + "7" * 50_000 + "}")
+        with pytest.raises(zipsave.ZipsaveError, match="an integer of 50000 digits"):
+            zipsave.load(path)
+        # a random generator's state, given as decimal strings, is bounded alike
+        space = {"space": "Discrete", "n": 3, "start": 0, "dtype": "int64"}
+        rng = {"bit_generator": "PCG64", "state": {"state": "9" * 50_000, "inc": "1"}, "has_uint32": 0, "uinteger": 0}
+        with zipfile.ZipFile(tmp_path / "rng.zip", "w") as zf:
+            zf.writestr("data", json.dumps({"s": {":type:": "x", ":zipsave:": {"kind": "space", **space, "rng": rng}}}))
+        with pytest.warns(zipsave.SkippedEntryWarning, match="must be an int or a decimal string"):
+            assert "s" not in zipsave.load(tmp_path / "rng.zip")
+    finally:
+        sys.set_int_max_str_digits(previous)
+
+
+@pytest.mark.skipif(not hasattr(sys, "set_int_max_str_digits"), reason="Python < 3.11 has no digit limit to lift")
+@pytest.mark.parametrize(
+    "raw",
+    [b"I" + b"7" * 50_000 + b"\n.", b"L" + b"7" * 50_000 + b"L\n.", b"cbuiltins\nint\n(V" + b"7" * 50_000 + b"\ntR."],
+    ids=["INT", "LONG", "int-call"],
+)
+def test_pickled_integer_text_is_bounded_before_it_is_converted(raw, tmp_path):
+    # With Python's digit limit lifted, INT loaded a 166 000-bit integer (unchecked), and every
+    # form converted 2 MB of digits (quadratic: 27 s) before the bit count was checked.
+    import base64
+    import json
+
+    path = tmp_path / "int.zip"
+    value = {":type:": "<class 'int'>", ":serialized:": base64.b64encode(raw).decode()}
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(
+            "data", json.dumps({"v": value, "ok": {**value, ":serialized:": base64.b64encode(b"I123\n.").decode()}})
+        )
+    previous = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        with pytest.warns(zipsave.SkippedEntryWarning, match="50001 characters|50002 characters|50000 characters"):
+            model = zipsave.load(path)
+    finally:
+        sys.set_int_max_str_digits(previous)
+    assert model == {"ok": 123}
+
+
+def test_integer_text_is_bounded_to_the_digits_of_the_largest_integer():
+    import math
+
+    from zipsave import _json
+    from zipsave._bounds import MAX_INT_BITS, MAX_INT_DIGITS
+
+    assert MAX_INT_DIGITS == _json.MAX_INT_DIGITS == math.ceil(MAX_INT_BITS * math.log10(2))

@@ -651,3 +651,65 @@ def test_load_names_the_gymnasium_from_system_info(tmp_path):
     [skipped] = report.skipped
     assert skipped.key == "action_space"
     assert f"It was written with gymnasium {info['- Gymnasium']}; gymnasium {GYM} is installed" in skipped.cause
+
+
+def test_a_space_stands_for_samples_of_bounded_size(tmp_path):
+    # A few bytes stood for samples of any size: MultiBinary([10**6, 10**6]).sample() asked for
+    # 931 GiB, Text(10**12) for 4.6 TiB. Refused natively and pickled; real sizes load.
+    import base64
+    import json
+    import pickle
+    import zipfile
+
+    from gymnasium.spaces import MultiBinary, Text
+
+    import zipsave
+
+    def native(**body):
+        return {":type:": "x", ":zipsave:": {"kind": "space", **body}}
+
+    def pickled(space):
+        return {":type:": "x", ":serialized:": base64.b64encode(pickle.dumps(space)).decode()}
+
+    data = {
+        "mb": native(space="MultiBinary", n=[10**6, 10**6]),
+        "text": native(space="Text", max_length=10**12, min_length=0, charset="ab"),
+        "mb_pickled": pickled(MultiBinary([10**6, 10**6])),
+        "text_pickled": pickled(Text(10**12, charset="ab")),
+        "mb_ok": native(space="MultiBinary", n=[4, 5]),
+        "text_ok": pickled(Text(100, charset="ab")),
+    }
+    path = tmp_path / "big-samples.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("data", json.dumps(data))
+    with pytest.warns(zipsave.SkippedEntryWarning, match="stands for samples of more than") as caught:
+        model = zipsave.load(path)
+    assert sorted(model) == ["mb_ok", "text_ok"]
+    assert len([w for w in caught if "stands for samples" in str(w.message)]) == 4
+    assert model["mb_ok"].sample().shape == (4, 5)
+
+
+def test_a_text_charset_holds_no_character_a_terminal_acts_on(tmp_path):
+    # gymnasium's repr shows the charset as it is: printing a loaded model wrote the archive's
+    # escape sequences and bidi overrides to the terminal. Tabs and newlines stay allowed.
+    import base64
+    import json
+    import pickle
+    import zipfile
+
+    from gymnasium.spaces import Text
+
+    import zipsave
+
+    body = {"kind": "space", "space": "Text", "max_length": 3, "min_length": 1}
+    data = {
+        "native": {":type:": "x", ":zipsave:": {**body, "charset": "ab\x1b]0;title\x07\u202e"}},
+        "pickled": {":type:": "x", ":serialized:": base64.b64encode(pickle.dumps(Text(3, charset="a\x9b"))).decode()},
+        "fine": {":type:": "x", ":zipsave:": {**body, "charset": "ab \t\n"}},
+    }
+    path = tmp_path / "charset.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("data", json.dumps(data))
+    with pytest.warns(zipsave.SkippedEntryWarning, match="a terminal acts on"):
+        model = zipsave.load(path)
+    assert list(model) == ["fine"]

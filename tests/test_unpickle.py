@@ -1291,3 +1291,14 @@ def test_a_datetime_dtype_state_without_its_unit_is_refused(tmp_path):
 def test_what_a_pickle_asks_for_is_bounded(payload, expected):
     with pytest.raises(ZipsaveError, match=re.escape(expected)):
         restricted_loads(payload, DEFAULT)
+
+
+@pytest.mark.parametrize("name", ["a\x1b]0;title\x07", "b\u202ec", "c\x9b31m", "d\u2066"])
+def test_an_attribute_name_holds_no_character_a_terminal_acts_on(name):
+    # A namespace's repr shows its attribute names as they are: print(model) wrote the escape
+    # sequence (here: set the window title) or bidi override of a pickled name to the terminal.
+    import types
+
+    with pytest.raises(ZipsaveError, match="sets the attribute"):
+        restricted_loads(pickle.dumps(types.SimpleNamespace(**{name: 1})), DEFAULT)
+    assert restricted_loads(pickle.dumps(types.SimpleNamespace(**{"dest-with dash": 1})), DEFAULT)

@@ -18,12 +18,15 @@ __all__ = [
     "KEY_WORK_FLOOR",
     "KEY_WORK_RATIO",
     "MAX_INT_BITS",
+    "MAX_INT_DIGITS",
     "MAX_KEY_DEPTH",
     "MAX_SAME_HASH",
     "AllocBudget",
     "KeyGuard",
     "alloc_budget",
+    "bounded_int_opcode",
     "check_int",
+    "check_int_text",
     "check_memo",
     "check_size",
     "check_zip_infos",
@@ -123,6 +126,50 @@ def check_int(value: int, what: str = "an integer", **where: Any) -> int:
             **where,
         )
     return value
+
+
+#: Characters of integer text (digits of the largest integer allowed, a sign, a prefix or a
+#: suffix) a decoder converts: Python's conversion is quadratic in the length, and its own
+#: limit (``sys.set_int_max_str_digits``) is one a program may lift. ``zipsave._json`` holds
+#: JSON literals to the same number of digits.
+MAX_INT_DIGITS = 39_457  # len(str(2**MAX_INT_BITS))
+
+
+def check_int_text(text: Any, what: str = "integer text", **where: Any) -> None:
+    """Refuse (an :class:`ArchiveLimitError`) ``text`` (str or bytes) too long to be an integer
+    of :data:`MAX_INT_BITS` bits, before anything converts it."""
+    if len(text) > MAX_INT_DIGITS + 8:
+        raise ArchiveLimitError(
+            f"{what} of {len(text)} characters; an integer of {MAX_INT_BITS} bits has at most {MAX_INT_DIGITS} digits.",
+            **where,
+        )
+
+
+def bounded_int_opcode(load: Any, *, text: bool = False) -> Any:
+    """An unpickler's integer opcode ``load`` (``INT``, ``LONG``, ``LONG1``, ``LONG4``) whose
+    value is held to :func:`check_int`; with ``text`` (``INT``, ``LONG``), its line is refused
+    past :func:`check_int_text` before pickle converts it."""
+
+    def binary(self: Any) -> None:
+        load(self)
+        check_int(self.stack[-1], "an integer in the pickle", **self.where)
+
+    def run(self: Any) -> None:
+        readline = self.readline
+
+        def line() -> bytes:
+            text = readline()
+            check_int_text(text, "an integer in the pickle", **self.where)
+            return text
+
+        self.readline = line
+        try:
+            load(self)
+        finally:
+            self.readline = readline
+        check_int(self.stack[-1], "an integer in the pickle", **self.where)
+
+    return run if text else binary
 
 
 def check_size(requested: int, budget: int, what: str, **where: Any) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import sys
 import types
 from collections.abc import Iterator
@@ -18,12 +19,15 @@ from .exceptions import ArchiveFormatError, ArchiveLimitError
 __all__ = [
     "MAX_TREE_DEPTH",
     "SUPPORTED",
+    "VIEW_FLOOR",
+    "VIEW_RATIO",
     "array_objects",
     "check_structure",
     "check_tensor",
     "check_tree",
     "flat_bytes",
     "keyed",
+    "quantized_dtypes",
     "refusal",
     "validating_sparse",
     "view_fits",
@@ -51,6 +55,14 @@ _PICKLED_HINT = (
     "No value a program pickles has this shape: printing, comparing or copying it would never finish. "
     "The entry is damaged or was made to break readers."
 )
+
+#: The bytes a dense tensor stands for (its elements times their size) may exceed its storage's
+#: only by this floor plus this many times the storage's bytes: the allocation budget of
+#: ``zipsave._bounds`` (64 MiB + 16x), which a use of the tensor (a sum, a copy, ``==``, ``zipsave
+#: diff``) takes in time or memory. A view may read its storage many times over (a zero stride,
+#: ``expand``), and a 4-byte storage under stride 0 stood for 2**62 elements whose sum never ends.
+VIEW_FLOOR = 64 << 20
+VIEW_RATIO = 16
 
 SUPPORTED = "dense tensors and sparse COO, CSR, CSC, BSR and BSC tensors whose indices check out"
 
@@ -294,6 +306,9 @@ def check_tensor(t: Any, *, key: str = "") -> None:
         raise refusal(key, "a meta tensor (it has no data)")
     if t.is_quantized:
         raise refusal(key, "a quantized tensor")
+    if t.dtype in quantized_dtypes():
+        # a plain tensor viewed as qint8...: no quantizer, so its repr and every operation fail
+        raise refusal(key, f"a tensor of the quantized dtype {t.dtype} (without the quantizer to read it)")
     if t.is_nested:
         raise refusal(key, "a nested tensor")
     if t.layout == torch.strided:
@@ -306,6 +321,15 @@ def check_tensor(t: Any, *, key: str = "") -> None:
         raise refusal(key, f"a tensor of layout {t.layout}")
 
 
+def quantized_dtypes() -> frozenset:
+    """torch's quantized dtypes (``qint8``...): only a quantized tensor, with its quantizer,
+    can be read as them."""
+    import torch
+
+    names = ("qint8", "quint8", "qint32", "quint4x2", "quint2x4")
+    return frozenset(getattr(torch, name) for name in names if hasattr(torch, name))
+
+
 def _check_dense(t: Any, key: str) -> None:
     try:
         nbytes = t.untyped_storage().nbytes()
@@ -315,6 +339,17 @@ def _check_dense(t: Any, key: str) -> None:
     if not view_fits(offset, size, stride, t.element_size(), nbytes):
         raise refusal(
             key, f"a view (size {size}, stride {stride}, offset {offset}) that reaches past its {nbytes}-byte storage"
+        )
+    stands_for = math.prod(size) * t.element_size()
+    if stands_for > VIEW_FLOOR + VIEW_RATIO * nbytes:
+        raise keyed(
+            ArchiveLimitError(
+                f"`{key or '<the member itself>'}` is a view (size {size[:8]}, stride {stride[:8]}) of "
+                f"{stands_for} bytes over a {nbytes}-byte storage: more than {VIEW_FLOOR} plus {VIEW_RATIO} "
+                "times its storage, which every use of it (a sum, a copy, a comparison) would read or allocate.",
+                hint="torch.save of a tensor expanded this far writes such a view; save `.contiguous()` instead.",
+            ),
+            key,
         )
 
 

@@ -27,14 +27,15 @@ from .exceptions import ArchiveLimitError, DecodeError
 __all__ = [
     "BYTE_COST",
     "CONTAINER_COST",
+    "MAX_INT_DIGITS",
     "STACK_MARGIN",
     "check_cost",
     "dump_json",
     "loads",
     "nesting_exceeds",
-    "scan",
     "parse_json",
     "python_room",
+    "scan",
     "stack_low",
 ]
 
@@ -54,6 +55,27 @@ STACK_MARGIN = 200
 
 #: A run of digits that may be an integer orjson would not keep exact (2**63 has 19 digits).
 _LONG_DIGITS = rb"[0-9]{19}"
+
+#: The most digits a JSON integer may have: 2**17 bits, the bound every decoder holds
+#: integers to (``zipsave._bounds.MAX_INT_BITS``). Python's own limit on converting text to
+#: an integer (4 300 digits) is lower, but a program may lift it (``sys.set_int_max_str_digits(0)``),
+#: and then a 2 MB integer literal took 24 s to parse (the conversion is quadratic).
+MAX_INT_DIGITS = 39_457
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text) - text.startswith("-")
+    if digits > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {digits} digits; at most {MAX_INT_DIGITS} (2**17 bits) are read")
+    return int(text)
+
+
+def _int_parser() -> Any:
+    """``parse_int`` for Python's json: None (its own, faster) while the interpreter refuses
+    integer text longer than :data:`MAX_INT_DIGITS` itself."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    return None if 0 < limit <= MAX_INT_DIGITS else _bounded_int
+
 
 # A JSON string (so brackets inside strings are not counted). One with no closing quote runs to
 # the end of the text: were it to fail there, the search would start again from each escaped
@@ -182,7 +204,7 @@ def loads(raw: bytes, *, max_depth: int, limits: Any = None) -> Any:
     if deepest > room or (opens is None and nesting_exceeds(raw, room)):
         raise DecodeError(f"JSON is nested more deeply than Python can parse here ({room} levels).")
     try:
-        return json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"), parse_int=_int_parser())
     except RecursionError as err:
         raise DecodeError(f"JSON is nested more deeply than Python can parse ({first or err}).") from None
     except (ValueError, UnicodeDecodeError) as err:

@@ -281,6 +281,8 @@ def hangs() -> list[Payload]:
         "generator_ctor_deque": program(
             call(G("numpy.random._pickle", "__generator_ctor"), rng, G("collections", "deque"))
         ),
+        # str(bytes, "idna"): the registry's idna decoder is quadratic (1.6 MB: over half a minute)
+        "codec_idna_quadratic": program(call(G("builtins", "str"), b"xn--" + b"a" * 1_600_000, "idna")),
     }
     found = [Payload(name, "hang", pickle=raw) for name, raw in out.items()]
     found.append(Payload("dcp_shared_chunk_list", "hang", members={"dcp_meta": _dcp_shared_chunks(3000)}))
@@ -598,6 +600,15 @@ def names_and_imports() -> list[Payload]:
         ),
         Payload("init_json_venv_main", "i27a", members={"init.json": b'{"class": "venv.__main__:X", "args": {}}'}),
         Payload("sb3_env_string", "i27a", json="wave:Nope-v0"),  # type: ignore[arg-type]
+        # A text codec named to str/bytes/bytearray is looked up in the codec registry, which
+        # imports encodings.<name> (idna imports stringprep, hz _codecs_cn, big5hkscs _codecs_hk)
+        Payload("codec_idna_import", "imports", pickle=program(call(G("builtins", "str"), b"abc", "idna"))),
+        Payload("codec_newobj_str_", "imports", pickle=program(newobj(G("numpy", "str_"), b"abc", "big5hkscs"))),
+        Payload(
+            "codec_newobj_bytearray",
+            "imports",
+            pickle=program(newobj(G("builtins", "bytearray"), "abc", "hz")),
+        ),
     ]
 
 

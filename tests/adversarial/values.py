@@ -243,6 +243,10 @@ def tensor_families() -> dict[str, Any]:
         "dense_size_overflow": dense([1.0, 2.0, 3.0, 4.0], size=(1 << 62, 1 << 62), stride=(1, 1)),
         "dense_wraparound": dense([1.0, 2.0, 3.0, 4.0], size=(2, 3), stride=(1 << 62, 1 << 62)),
         "dense_storage_declared_short": dense([1.0, 2.0, 3.0, 4.0], numel=1),
+        # inside its storage, but standing for 2**62 elements of it (stride 0): a sum or a
+        # comparison (zipsave diff) of it never ended
+        "dense_expanded_past_budget": dense([1.0], size=(1 << 62,), stride=(0,)),
+        "dense_expanded_2d_past_budget": dense([1.0, 2.0], size=(1 << 20, 1 << 20, 2), stride=(0, 0, 1)),
         "dense_missing_record": Call(
             "torch._utils._rebuild_tensor_v2",
             Storage("gone", "FloatStorage", 4, b""),

@@ -19,6 +19,7 @@ from .. import _codec, _trust  # packages whose parts load on first use: arrays,
 from .._bounds import MAX_INT_BITS, KeyGuard, check_int
 from .._format import NATIVE_KEY as N
 from .._format import SERIALIZED_KEY as S
+from .._invariants import check_tensor, quantized_dtypes
 from .._json import stack_low
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 
@@ -337,6 +338,8 @@ class Decoder:
         dtype = getattr(torch, field(body, "dtype", str), None)
         if not isinstance(dtype, torch.dtype):
             raise DecodeError(f"unknown torch dtype `{body.get('dtype')}`.")
+        if dtype in quantized_dtypes():  # torch.empty would make a quantized tensor; zipsave writes none
+            raise DecodeError(f"a tensor of the quantized dtype {dtype} is not a value zipsave writes or loads.")
         shape = field(body, "shape", list)
         if not all(type(s) is int and s >= 0 for s in shape):
             raise DecodeError(f"expected the tensor `shape` to be a list of non-negative integers, found {shape!r}.")
@@ -352,6 +355,10 @@ class Decoder:
             if raw.size
             else torch.empty(shape, dtype=dtype)
         )
+        try:  # every tensor a load returns is checked alike, whichever form it came in
+            check_tensor(t, key=self._key or "")
+        except ZipsaveError as err:
+            raise DecodeError(err.detail) from None
         device = self._device if self._device is not None else torch.device(body.get("device", "cpu"))
         if device.type != "cpu":
             t = t.to(device)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._bounds import alloc_budget
+from .._json import MAX_INT_DIGITS
 from .._trust import space_problem
 from ..exceptions import DecodeError
 from ._space_kinds import (
@@ -362,8 +363,8 @@ class SpaceDecoder:
             return raw
         if type(raw) is int:
             return raw
-        if isinstance(raw, str) and DECIMAL.fullmatch(raw):
-            return int(raw)
+        if isinstance(raw, str) and len(raw) <= MAX_INT_DIGITS + 1 and DECIMAL.fullmatch(raw):
+            return int(raw)  # bounded here: a program may lift Python's own limit on digits
         raise self.error(
             path,
             f"field `{field}` must be an int or a decimal string, got {describe(raw)}.",

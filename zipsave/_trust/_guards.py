@@ -12,11 +12,11 @@ import sys
 import types
 from typing import Any, Callable
 
-from .._bounds import AllocBudget, KeyGuard
+from .._bounds import AllocBudget, KeyGuard, check_int_text
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._names import is_dunder
 
-__all__ = ["array_state_problem", "build_state_problem", "call_problem", "new_problem", "size_problem"]
+__all__ = ["array_state_problem", "build_state_problem", "call_problem", "codec_problem", "new_problem", "size_problem"]
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a `class` statement
 
@@ -93,9 +93,44 @@ def _numpy_dtype_flags(flags: tuple, kwargs: dict) -> bool:
     return not kwargs and len(flags) <= 2 and all(type(f) in (bool, int) and f in (0, 1) for f in flags)
 
 
+#: The text codecs CPython resolves in C, without its codec registry, spelled as its own
+#: normaliser spells them (lower case, ``-`` as ``_``): the ``bytearray(text, "latin-1")`` of
+#: pickle protocols 0-2, and UTF-8 and ASCII.
+_BUILT_IN_CODECS = frozenset({"utf_8", "utf8", "latin_1", "latin1", "iso_8859_1", "iso8859_1", "ascii", "us_ascii"})
+
+
+def codec_problem(name: str | None, func: Any, args: tuple, kwargs: dict) -> str | None:
+    """Why a call of ``str``, ``bytes`` or ``bytearray`` (or a subclass: ``numpy.str_``,
+    ``numpy.bytes_``) would look its text codec up by name, or None. The registry imports
+    ``encodings.<name>`` (``bz2_codec`` imports ``bz2``, ``idna`` ``stringprep`` and
+    ``unicodedata``), and the idna and punycode decoders take time quadratic in their input."""
+    if not (isinstance(func, type) and issubclass(func, (str, bytes, bytearray))):
+        return None
+    if len(args) < 2 and "encoding" not in kwargs:
+        return None
+    encoding = kwargs["encoding"] if "encoding" in kwargs else args[1]
+    if type(encoding) is str and encoding.lower().replace("-", "_") in _BUILT_IN_CODECS:
+        return None
+    shown = repr(encoding[:40]) if type(encoding) is str else f"a {type(encoding).__name__}"
+    return (
+        f"`{name}` is given the text codec {shown}; a pickle decodes or encodes text with "
+        "latin-1 (protocols 0-2), UTF-8 or ASCII only, which need no codec module."
+    )
+
+
+def _parses_int(numpy: Any, func: Any) -> bool:
+    return isinstance(func, type) and (issubclass(func, int) or (numpy is not None and issubclass(func, numpy.integer)))
+
+
 def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: dict, budget: AllocBudget) -> None:
     """Charge ``budget`` with what a call would allocate or iterate over, refusing (raising)
-    past it, before the call runs."""
+    past it, before the call runs; refuse too a text codec the call would look up by name
+    (:func:`codec_problem`)."""
+    codec = codec_problem(name, func, args, kwargs)
+    if codec:
+        raise ArchiveFormatError(codec)
+    if args and isinstance(args[0], (str, bytes, bytearray)) and _parses_int(numpy, func):
+        check_int_text(args[0], f"`{name}` given text")  # int("9" * 10**6): quadratic to convert
     if name == "numpy.dtype" and args and type(args[0]) is str and not _DTYPE_TEXT.fullmatch(args[0]):
         raise ArchiveLimitError(
             f"`numpy.dtype({args[0][:40]!r})`: a pickled dtype names its kind and size only (like 'f8' or 'V16')."
@@ -217,8 +252,8 @@ def build_state_problem(inst: Any, state: Any, is_random: Callable[[Any], bool])
     """Why BUILD may not set ``state`` on ``inst``, or None.
 
     One rule whatever the shape: the state is ``None``, a plain dict, or a ``(dict, slots)``
-    pair of plain dicts (or ``None``), and no key is a non-string or starts with ``__`` (a
-    dunder, or a name that would be mangled). A list of pairs, a mapping type (a gymnasium
+    pair of plain dicts (or ``None``), and no key is a non-string, starts with ``__`` (a
+    dunder, or a name that would be mangled) or holds a character ``str.isprintable`` refuses. A list of pairs, a mapping type (a gymnasium
     ``Dict`` space) or any other object is refused: classes' ``__setstate__`` and pickle's
     default BUILD accept them, and they would bypass the key check. numpy's random objects
     take their own state shapes, which numpy's setters validate.
@@ -236,7 +271,9 @@ def build_state_problem(inst: Any, state: Any, is_random: Callable[[Any], bool])
         bad = sorted(
             f"`{k}`" if type(k) is str else repr(k)
             for k in part
-            if type(k) is not str or k.startswith("__") or is_dunder(k)
+            # an attribute name shows as it is in reprs (`namespace(<name>=1)`): no escape
+            # sequence or bidi override may reach a terminal that prints a loaded value
+            if type(k) is not str or k.startswith("__") or is_dunder(k) or not k.isprintable()
         )
         # torch keeps hooks (callables it calls on forward/step/load) in `_..._hooks` dicts;
         # saved modules and optimizers have them empty, and a loaded value may not plant one.

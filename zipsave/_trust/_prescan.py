@@ -12,7 +12,7 @@ import zipfile
 from typing import Any, ClassVar
 
 from .. import _trust  # on first use: the torch calls of a legacy pickle (`_torch_calls`)
-from .._bounds import AllocBudget, KeyGuard, check_int, check_memo, check_zip_infos, key_budget
+from .._bounds import AllocBudget, KeyGuard, bounded_int_opcode, check_memo, check_zip_infos, key_budget
 from ..exceptions import ArchiveLimitError, DecodeError, ZipsaveError
 from ._nesting import Nesting, nesting_checked
 
@@ -238,16 +238,15 @@ class BoundedUnpickler(_PurePythonUnpickler):
 nesting_checked(BoundedUnpickler.dispatch)
 
 
-def _bounded_int(load: Any) -> Any:
-    def run(self: Any) -> None:
-        load(self)
-        check_int(self.stack[-1], "an integer in the pickle", **self.where)
-
-    return run
-
-
-for _op, _name in ((pickle.LONG, "load_long"), (pickle.LONG1, "load_long1"), (pickle.LONG4, "load_long4")):
-    BoundedUnpickler.dispatch[_op[0]] = _bounded_int(getattr(_PurePythonUnpickler, _name))
+for _op, _name in (
+    (pickle.INT, "load_int"),
+    (pickle.LONG, "load_long"),
+    (pickle.LONG1, "load_long1"),
+    (pickle.LONG4, "load_long4"),
+):
+    BoundedUnpickler.dispatch[_op[0]] = bounded_int_opcode(
+        getattr(_PurePythonUnpickler, _name), text=_op in (pickle.INT, pickle.LONG)
+    )
 del _op, _name
 
 

@@ -4,11 +4,13 @@ from (a ``low`` carrying ``__array_interface__`` crashes the process when spaces
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
 import numpy as np
 
+from .._bounds import ALLOC_FLOOR
 from ._checks import check_bit_generator
 
 __all__ = ["built_problem", "space_problem"]
@@ -76,7 +78,41 @@ def _space_problem(space: Any, depth: int, seen: dict[int, int]) -> str | None:
             return f"the {type(space).__name__} has the attribute {name!r}, which no space has"
     pairs = [(f"{type(space).__name__}.{name}", value) for name, value in state.items()]
     problem = _walk(space, pairs, depth, seen)
-    return problem or (_box_problem(space) if isinstance(space, Box) else None)
+    return problem or (_box_problem(space) if isinstance(space, Box) else _sample_problem(space))
+
+
+#: The most elements a sample of a space whose size is a number (``MultiBinary``'s shape,
+#: ``Text``'s ``max_length``) may take: the allocation floor of ``zipsave._bounds``. Those
+#: few bytes stood for samples of any size (``MultiBinary([10**6, 10**6])``: 931 GiB); a
+#: ``Box`` allocates its bounds when it is built, within the same budget.
+_MAX_SAMPLE = ALLOC_FLOOR
+
+
+def _sample_problem(space: Any) -> str | None:
+    from gymnasium.spaces import MultiBinary, Text
+
+    size: Any
+    if isinstance(space, MultiBinary):
+        shape = vars(space).get("_shape")
+        if not (isinstance(shape, tuple) and all(isinstance(n, numbers.Integral) for n in shape)):
+            return f"MultiBinary.shape must be a tuple of integers, found {shape!r}"
+        size, what = math.prod(max(int(n), 0) for n in shape), f"a MultiBinary of shape {shape}"
+    elif isinstance(space, Text):
+        size, what = vars(space).get("max_length"), "a Text space"
+        if not isinstance(size, numbers.Integral):
+            return f"Text.max_length must be an integer, found {size!r}"
+        what += f" of max_length {int(size)}"
+        # gymnasium's repr shows the charset as it is: a printed model must not carry an
+        # escape sequence, a bidi override or any other character a terminal acts on
+        chars = vars(space).get("_char_str", "")
+        hidden = sorted({ch for ch in chars if isinstance(chars, str) and not (ch.isprintable() or ch in "\t\n")})
+        if hidden:
+            return f"a Text charset holds {len(hidden)} character(s) a terminal acts on ({ascii(''.join(hidden[:8]))})"
+    else:
+        return None
+    if int(size) > _MAX_SAMPLE:
+        return f"{what} stands for samples of more than {_MAX_SAMPLE} elements"
+    return None
 
 
 def _walk(owner: Any, pairs: list[tuple[str, Any]], depth: int, seen: dict[int, int]) -> str | None:
