@@ -1302,3 +1302,16 @@ def test_an_attribute_name_holds_no_character_a_terminal_acts_on(name):
     with pytest.raises(ZipsaveError, match="sets the attribute"):
         restricted_loads(pickle.dumps(types.SimpleNamespace(**{name: 1})), DEFAULT)
     assert restricted_loads(pickle.dumps(types.SimpleNamespace(**{"dest-with dash": 1})), DEFAULT)
+
+
+@pytest.mark.parametrize("protocol", range(6))
+def test_a_namespace_is_built_from_state_not_from_call_arguments(protocol):
+    # From Python 3.13 `SimpleNamespace(mapping)` sets the mapping's names as attributes, which
+    # BUILD's name check never saw: `namespace(a\x1bb=1)` loaded there and printed raw.
+    import types
+
+    value = types.SimpleNamespace(a=1, b=[2])
+    assert restricted_loads(pickle.dumps(value, protocol=protocol), TrustPolicy()) == value
+    called = b"\x80\x04\x8c\x05types\x94\x8c\x0fSimpleNamespace\x94\x93\x94}\x94\x8c\x03a\x1bb\x94K\x01s\x85\x94R\x94."
+    with pytest.raises(ZipsaveError, match="called with arguments"):
+        restricted_loads(called, TrustPolicy())

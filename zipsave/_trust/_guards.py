@@ -129,6 +129,13 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
     codec = codec_problem(name, func, args, kwargs)
     if codec:
         raise ArchiveFormatError(codec)
+    if func is types.SimpleNamespace and (args or kwargs):
+        # pickle writes a namespace as an empty call and its attributes as BUILD's state, whose
+        # names are checked (`build_state_problem`); from Python 3.13 a call takes a mapping of
+        # names too, which would set them unchecked.
+        raise ArchiveFormatError(
+            "`types.SimpleNamespace` is called with arguments; pickle gives its attributes as state."
+        )
     if args and isinstance(args[0], (str, bytes, bytearray)) and _parses_int(numpy, func):
         check_int_text(args[0], f"`{name}` given text")  # int("9" * 10**6): quadratic to convert
     if name == "numpy.dtype" and args and type(args[0]) is str and not _DTYPE_TEXT.fullmatch(args[0]):
