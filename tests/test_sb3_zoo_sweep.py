@@ -167,12 +167,13 @@ def _model_differences(mine, theirs):
 
 def _zoo_model(name):
     """A model as the Zoo builds it from its hyperparameter files: `lin_` strings become
-    SimpleLinearSchedule, numbers ConstantSchedule (rl-zoo3 >= 2.7)."""
+    SimpleLinearSchedule (rl-zoo3 >= 2.7; before, the `linear_schedule` closure, which SB3
+    pickles by value), numbers ConstantSchedule (SB3 >= 2.7)."""
     zoo = pytest.importorskip("rl_zoo3.utils")
     import stable_baselines3
     from stable_baselines3.common.utils import ConstantSchedule
 
-    lin, const = zoo.SimpleLinearSchedule, ConstantSchedule
+    lin, const = getattr(zoo, "SimpleLinearSchedule", zoo.linear_schedule), ConstantSchedule
     buffer = {"buffer_size": 64, "learning_starts": 8, "batch_size": 8}
     env, kwargs = {
         "PPO": ("CartPole-v1", {
