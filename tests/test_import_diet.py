@@ -264,3 +264,71 @@ def test_a_first_plain_save_imports_no_background_saver_progress_bar_or_rare_val
     assert "zipsave._tensors._pth_write" in imported  # the call did write tensors
     assert sorted(m for m in imported if m.startswith(NEVER_ON_PLAIN_SAVE)) == []
     assert [m for m in imported if m.split(".")[0] == "isal"] == []  # zlib checksums a small archive
+
+
+# What the command imports for ``zipsave inspect``, ``read``, ``verify`` and ``diff`` of
+# archives, beyond what the same call from Python imports: its own modules. Never the demo
+# (gymnasium and a trained agent), the checkpoint manager (and with it the whole save side) or
+# the sign extra's modules without a signer option.
+CLI_MODULES = frozenset({"zipsave.cli", "zipsave._cli_sign"})
+NEVER_ON_CLI = (
+    "zipsave._demo",
+    "zipsave._manager",
+    "zipsave._api._save",
+    "zipsave._core._write",
+    "zipsave._archive._writer",
+    "zipsave._sign.",
+    "gymnasium",
+)
+
+_CLI_SCRIPT = r"""
+import contextlib, io, json, sys, torch
+args = json.loads(sys.argv[1])
+before = set(sys.modules)
+import zipsave.cli
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = zipsave.cli.main(args)
+print(json.dumps({"code": code, "out": out.getvalue(), "imported": sorted(set(sys.modules) - before)}))
+"""
+
+
+def _command(*args: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", _CLI_SCRIPT, json.dumps(args)], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("inspect",), ("verify",), ("read", "model/weight"), ("diff", "SELF")],
+    ids=lambda a: " ".join(a),
+)
+def test_the_command_imports_for_an_archive_what_the_call_does(archive, args):
+    command = [args[0], archive, *("" if a == "SELF" else a for a in args[1:])]
+    done = _command(*[a if a else archive for a in command])
+    assert done["code"] == 0, done["out"]
+    assert done["out"].strip()  # it did report on the archive
+    imported = done["imported"]
+    ours = {m for m in imported if m.startswith("zipsave.")}
+    allowed = LOAD_MODULES | CLI_MODULES | {"zipsave._tools._read", "zipsave._tools._verify", "zipsave._tools._diff"}
+    allowed |= {"zipsave._tools._diff_records", "zipsave._tools._values", "zipsave._tensors._npy"}
+    assert sorted(ours - allowed) == []
+    assert [m for m in imported if m.startswith(NEVER_ON_CLI)] == []
+
+
+def test_the_command_still_finds_checkpoint_directories(tmp_path):
+    done = _command("list", str(tmp_path))  # not a manager's directory: an error, said in one line
+    assert done["code"] == 2
+    script = (
+        "import torch, zipsave\n"
+        "m = zipsave.CheckpointManager(__import__('sys').argv[1])\n"
+        "m.save(1, {'w': torch.ones(2)})\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "run")], check=True)
+    listed = _command("list", str(tmp_path / "run"))
+    assert listed["code"] == 0 and "1 checkpoint" in listed["out"]
+    refused = subprocess.run(
+        [sys.executable, "-m", "zipsave", "inspect", str(tmp_path / "run")], capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "checkpoint directory of a CheckpointManager" in refused.stderr

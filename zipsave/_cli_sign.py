@@ -4,17 +4,30 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 from typing import Any
 
-from ._manager import is_manager_directory
-from ._sign import Trust, verify_signature
-from ._tools import is_checkpoint_dir
+from . import _sign, _tools  # packages whose parts load on first use (zipsave._lazy)
 from .exceptions import SignatureError, ZipsaveError
 
-__all__ = ["add_signer_options", "check_signature", "trust_of"]
+__all__ = ["add_signer_options", "check_signature", "is_directory_of", "trust_of"]
 
 
-def trust_of(args: argparse.Namespace) -> Trust | None:
+def is_directory_of(path: Any, kind: str) -> bool:
+    """Whether ``path`` is a checkpoint directory of ``kind``: ``"manager"`` (a
+    CheckpointManager's) or ``"sharded"`` (a zipsave.dcp checkpoint). Asked of a local folder
+    only, so a command given an archive imports neither (the checkpoint manager imports the
+    save side)."""
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else ""
+    if not text or "://" in text or not os.path.isdir(text):
+        return False
+    if kind == "manager":
+        return bool(importlib.import_module("._manager", __package__).is_manager_directory(text))
+    return bool(_tools.is_checkpoint_dir(text))
+
+
+def trust_of(args: argparse.Namespace) -> Any:
     """The ``Trust`` of ``verify``'s signer options; ``None`` when it was given none."""
     identities = list(zip(args.identity or [], args.identity_provider or []))
     if len(args.identity or []) != len(args.identity_provider or []):
@@ -25,7 +38,7 @@ def trust_of(args: argparse.Namespace) -> Trust | None:
                 "--signature needs the signer to accept: --public_key, --certificate_chain or --identity."
             )
         return None
-    return Trust(
+    return _sign.Trust(
         public_keys=args.public_key or (),
         certificates=args.certificate_chain or (),
         identities=identities,
@@ -41,10 +54,10 @@ def check_signature(args: argparse.Namespace, problems: list[str]) -> Any:
     trust = trust_of(args)
     if trust is None:
         return None
-    if is_manager_directory(args.archive) or is_checkpoint_dir(args.archive):
+    if is_directory_of(args.archive, "manager") or is_directory_of(args.archive, "sharded"):
         raise ZipsaveError("signature options check one archive, not a directory.")
     try:
-        return verify_signature(args.archive, trust)
+        return _sign.verify_signature(args.archive, trust)
     except SignatureError as err:
         problems.append(f"signature ({err.reason}): {err.detail}" + (f" {err.hint}" if err.hint else ""))
         return None

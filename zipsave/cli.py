@@ -7,6 +7,7 @@ Exit status: 0 on success, 1 when ``verify`` finds a problem or ``diff`` finds a
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -15,35 +16,23 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from ._cli_sign import add_signer_options, check_signature, trust_of
-from ._demo import run_demo
-from ._manager import (
-    is_manager_directory,
-    list_checkpoints,
-    missing_archives,
-    set_aside_archives,
-    table,
-    verify_directory,
-)
+from . import _sign, _tools  # packages whose parts load on first use (zipsave._lazy)
+from ._cli_sign import add_signer_options, check_signature, is_directory_of, trust_of
 from ._printable import visible, visible_json
-from ._sign import Signer, sign
-from ._tools import (
-    describe_sharded,
-    diff,
-    extract,
-    inspect,
-    is_checkpoint_dir,
-    read,
-    render_sharded,
-    verify,
-    verify_sharded,
-)
 from ._version import __version__
 from .exceptions import CheckpointDirectoryError, ZipsaveError, ZipsaveWarning
 
 __all__ = ["build_parser", "main"]
 
 EXIT_OK, EXIT_FOUND, EXIT_ERROR = 0, 1, 2
+
+
+def _part(module: str) -> Any:
+    """A module only some subcommands use, imported when one of them runs: the demo (gymnasium,
+    a trained agent), the checkpoint manager. ``zipsave inspect`` of an archive imported both,
+    and with them the whole save side, before it opened the archive (about 150-200 ms of CPU,
+    seven times the inspection itself)."""
+    return importlib.import_module(module, __package__)
 
 
 def _print_json(obj: Any) -> None:
@@ -60,11 +49,11 @@ def _say(text: Any) -> None:
 
 # -- subcommands -------------------------------------------------------------------------------
 def _cmd_demo(args: argparse.Namespace) -> int:
-    return run_demo(seconds=args.seconds, out=args.out)
+    return _part("._demo").run_demo(seconds=args.seconds, out=args.out)
 
 
 def _not_an_archive(directory: str) -> CheckpointDirectoryError:
-    newest = list_checkpoints(directory)
+    newest = _part("._manager").list_checkpoints(directory)
     one = f"; `zipsave inspect {newest[-1].path}` looks inside the newest" if newest else ""
     return CheckpointDirectoryError(
         f"`{directory}` is a checkpoint directory of a CheckpointManager, not an archive. "
@@ -73,13 +62,13 @@ def _not_an_archive(directory: str) -> CheckpointDirectoryError:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    if is_manager_directory(args.archive):
+    if is_directory_of(args.archive, "manager"):
         raise _not_an_archive(args.archive)
-    if is_checkpoint_dir(args.archive):  # a sharded (zipsave.dcp) checkpoint directory
-        summary = describe_sharded(args.archive)
-        _print_json(summary) if args.json else _say(render_sharded(summary))
+    if is_directory_of(args.archive, "sharded"):  # a sharded (zipsave.dcp) checkpoint directory
+        summary = _tools.describe_sharded(args.archive)
+        _print_json(summary) if args.json else _say(_tools.render_sharded(summary))
         return EXIT_OK
-    info = inspect(args.archive, verify=args.verify, trust=trust_of(args))
+    info = _tools.inspect(args.archive, verify=args.verify, trust=trust_of(args))
     if args.json:
         _print_json(info.to_dict())
     else:
@@ -90,12 +79,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     notes: list[str] = []
     # A directory is a sharded (zipsave.dcp) checkpoint: the index and every rank archive.
-    if is_manager_directory(args.archive):  # a CheckpointManager's: every checkpoint it lists
-        problems = verify_directory(args.archive, require_manifest=args.require_manifest)
-    elif is_checkpoint_dir(args.archive):
-        problems = verify_sharded(args.archive)
+    if is_directory_of(args.archive, "manager"):  # a CheckpointManager's: every checkpoint it lists
+        problems = _part("._manager").verify_directory(args.archive, require_manifest=args.require_manifest)
+    elif is_directory_of(args.archive, "sharded"):
+        problems = _tools.verify_sharded(args.archive)
     else:
-        problems = verify(args.archive, require_manifest=args.require_manifest, notes=notes)
+        problems = _tools.verify(args.archive, require_manifest=args.require_manifest, notes=notes)
     signed = check_signature(args, problems)
     if args.json:
         report = {"archive": args.archive, "ok": not problems, "problems": problems, "notes": notes}
@@ -119,7 +108,7 @@ def _cmd_sign(args: argparse.Namespace) -> int:
         raise ZipsaveError("give --private_key KEY.pem, or --sigstore to sign keyless.")
     if args.embed and args.signature:
         raise ZipsaveError("--signature names a detached signature; it cannot be combined with --embed.")
-    signer = Signer(
+    signer = _sign.Signer(
         private_key=args.private_key,
         password=args.password,
         signing_certificate=args.signing_certificate,
@@ -129,7 +118,7 @@ def _cmd_sign(args: argparse.Namespace) -> int:
         use_staging=args.use_staging,
         embed=args.embed,
     )
-    written = sign(args.archive, signer, signature=args.signature, embed=args.embed)
+    written = _sign.sign(args.archive, signer, signature=args.signature, embed=args.embed)
     if args.json:
         _print_json({"archive": args.archive, "signature": written, "embedded": args.embed})
     else:
@@ -141,9 +130,9 @@ def _cmd_sign(args: argparse.Namespace) -> int:
 
 def _cmd_diff(args: argparse.Namespace) -> int:
     for path in (args.a, args.b):
-        if is_manager_directory(path):
+        if is_directory_of(path, "manager"):
             raise _not_an_archive(path)
-    result = diff(args.a, args.b, decode=not args.bytes)
+    result = _tools.diff(args.a, args.b, decode=not args.bytes)
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -152,9 +141,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
-    if is_manager_directory(args.archive):
+    if is_directory_of(args.archive, "manager"):
         raise _not_an_archive(args.archive)
-    written = extract(args.archive, args.folder, overwrite=args.overwrite)
+    written = _tools.extract(args.archive, args.folder, overwrite=args.overwrite)
     if args.json:
         _print_json({"archive": args.archive, "folder": args.folder, "files": written})
     else:
@@ -164,7 +153,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
 
 
 def _cmd_read(args: argparse.Namespace) -> int:
-    value = read(args.archive, args.address, device="cpu", trust=trust_of(args))
+    value = _tools.read(args.archive, args.address, device="cpu", trust=trust_of(args))
     tensor = hasattr(value, "dtype") and hasattr(value, "tolist")  # a tensor, or an array from `data`
     if not args.json:
         head = f"{value.dtype} {tuple(value.shape)}\n" if tensor else ""
@@ -198,8 +187,9 @@ def _json_number(value: Any) -> Any:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    checkpoints = list_checkpoints(args.directory)
-    gone = missing_archives(args.directory, checkpoints)
+    manager = _part("._manager")
+    checkpoints = manager.list_checkpoints(args.directory)
+    gone = manager.missing_archives(args.directory, checkpoints)
     if gone:
         steps = ", ".join(str(c.step) for c in gone)
         warnings.warn(
@@ -225,11 +215,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     _say(f"{visible(args.directory)}: {len(checkpoints)} checkpoint{'s' if len(checkpoints) != 1 else ''}")
     if checkpoints:
-        rows = [[visible(cell) for cell in row] for row in table(checkpoints)]
+        rows = [[visible(cell) for cell in row] for row in manager.table(checkpoints)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         for row in rows:
             _say("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip())
-    for broken in set_aside_archives(args.directory):
+    for broken in manager.set_aside_archives(args.directory):
         _say(f"  set aside as damaged by a resume: {visible(broken)}")
     return EXIT_OK
 
