@@ -239,6 +239,23 @@ def test_edited_data_is_reported_and_decoded(tmp_path):
     assert loaded.num_timesteps == 1234
 
 
+def test_an_edited_version_member_is_said_not_used_silently(tmp_path):
+    # Its format line is read before anything else, unchecked, to know how to read the rest;
+    # a change after saving is then reported as any changed member is (format.rst, manifest).
+    zipsave.save({"w": torch.ones(3)}, tmp_path / "a.zip")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a member as saved: nothing to say
+        zipsave.load(tmp_path / "a.zip")
+    _rewrite(tmp_path / "a.zip", "_zipsave_version", lambda raw: raw.replace(b"format 1", b"format 0"))
+    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("member `_zipsave_version` differs from manifest.json")):
+        loaded = zipsave.load(tmp_path / "a.zip")
+    assert torch.equal(loaded["w"], torch.ones(3))
+    with pytest.raises(zipsave.IntegrityError, match=re.escape("member `_zipsave_version`: differs")):
+        zipsave.load(tmp_path / "a.zip", strict=True)
+    with pytest.raises(zipsave.IntegrityError, match="_zipsave_version"):
+        zipsave.restore({"w": torch.zeros(3)}, tmp_path / "a.zip", strict=True)
+
+
 def test_pickled_entry_needs_opt_in(tmp_path):
     algo = Algo()
     algo.schedule = lambda progress: 3e-4 * progress

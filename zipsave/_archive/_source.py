@@ -226,6 +226,18 @@ class ArchiveSource:
             return None, None
         return parse_version(self.reader.read(_format.VERSION, limit=4096, verify=False).decode("utf-8", "replace"))
 
+    def version_mismatch(self) -> IntegrityError | None:
+        """How the version member differs from its manifest entry (``None``: it matches, or
+        there is nothing to compare). Its format line was read unverified, to know how to read
+        the rest: a load says so if that line was changed after saving."""
+        if self.reader.manifest is None or not self.has(_format.VERSION):
+            return None
+        try:
+            self.reader.read(_format.VERSION, limit=4096, verify=True)
+        except IntegrityError as err:
+            return err
+        return None
+
     def _check_format_version(self) -> None:
         """Refuse an archive written in a newer format than this zipsave reads."""
         if self.format_version is not None and self.format_version > _format.FORMAT_VERSION:

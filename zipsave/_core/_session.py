@@ -72,6 +72,8 @@ class LoadSession:
             if self.verify and self.reader.manifest is not None:
                 for lost in sorted(set(self.reader.manifest) - set(self.reader.names())):
                     self._integrity("is listed in manifest.json but missing from the archive.", lost)
+                if (changed := self.source.version_mismatch()) is not None:  # read first, unchecked
+                    self._integrity(f"{changed.detail} Its format line was read as it is.", _format.VERSION)
             if self.has(_format.VERSION) or self.reader.manifest is not None:
                 for name in unrecognised(self.reader.names()):
                     self.record_skip(
