@@ -2,7 +2,8 @@
 torch``), this tree against a peer tree in alternating pairs of processes: small differences
 (a millisecond) that the shuffled repetitions of ``cold.py`` cannot resolve on a shared VM.
 Each process times the first call and then the same call again; a pair's ratio divides this
-tree's first call by the peer's. Prints medians and the median of the per-pair ratios and
+tree's first call by the peer's. ``--verb cli_inspect`` (``cli_verify``) times the ``zipsave``
+command's module and its ``inspect`` (``verify``) subcommand instead, its output dropped. Prints medians and the median of the per-pair ratios and
 differences.
 
 Usage::
@@ -20,14 +21,21 @@ import subprocess
 import sys
 
 _CALL = r"""
-import sys, time
+import contextlib, io, sys, time
 import torch
+verb, archive = sys.argv[1], sys.argv[2]
 t0 = time.perf_counter()
-import zipsave
-getattr(zipsave, sys.argv[1])(sys.argv[2])
-t1 = time.perf_counter()
-getattr(zipsave, sys.argv[1])(sys.argv[2])
-t2 = time.perf_counter()
+if verb.startswith("cli_"):  # the command's own imports, then the subcommand (its output dropped)
+    import zipsave.cli
+    call = lambda: zipsave.cli.main([verb[4:], archive])
+else:
+    import zipsave
+    call = lambda: getattr(zipsave, verb)(archive)
+with contextlib.redirect_stdout(io.StringIO()):
+    call()
+    t1 = time.perf_counter()
+    call()
+    t2 = time.perf_counter()
 print((t1 - t0) * 1e3, (t2 - t1) * 1e3)
 """
 
@@ -45,7 +53,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer", required=True, help="the other zipsave tree")
     parser.add_argument("--tree", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    parser.add_argument("--verb", default="load", choices=("load", "load_archive", "inspect"))
+    parser.add_argument(
+        "--verb", default="load", choices=("load", "load_archive", "inspect", "cli_inspect", "cli_verify")
+    )
     parser.add_argument("--archive", required=True)
     parser.add_argument("--pairs", type=int, default=30)
     args = parser.parse_args()
