@@ -246,8 +246,7 @@ def test_a_first_load_imports_only_what_it_uses(archive, verb):
         "inspect": NEVER_ON_INSPECT,
     }
     assert sorted(ours.intersection(never.get(verb, ()))) == []
-    if verb != "inspect":  # small JSON members parse with Python's json, imported with torch
-        assert "orjson" not in imported
+    assert "orjson" not in imported  # small JSON members parse, and inspect writes, with Python's json
     assert [m for m in imported if m.split(".")[0] == "isal"] == []  # zlib checksums a small archive
     assert "encodings.cp437" not in imported  # names are ASCII or flagged UTF-8
 

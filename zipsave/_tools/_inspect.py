@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
+import json
 import os
 import re
 import warnings
 from typing import Any
 
 import numpy as np
-import orjson
 
 # On first use: the signature check (`trust=`), the byte check (`verify=True`), the pickle
 # audit, stand-ins and default trust policy (an entry that names a global).
@@ -154,16 +153,20 @@ def _describe_entry(component: str, key: str, value: Any) -> DataEntry:
     elif isinstance(value, dict) and _S in value:
         summary = f"pickle, {len(value[_S]) * 3 // 4} bytes" if isinstance(value[_S], str) else "pickle"
     else:
-        summary = shorten(orjson.dumps(value).decode() if _json_dumpable(value) else repr(value))
+        compact = _json_text(value)
+        summary = shorten(compact if compact is not None else repr(value))
     return DataEntry(component, key, stored_type(value), form, summary, found, untrusted)
 
 
-def _json_dumpable(value: Any) -> bool:
+def _json_text(value: Any) -> str | None:
+    """``value`` as compact JSON, ``None`` where JSON cannot say it: a NaN or an infinity
+    anywhere in it (SB3 archives hold them; its repr says them), which orjson wrote as
+    ``null``. Python's json, which torch imported: orjson took 3-5 ms of a first inspect to
+    import (its time zones)."""
     try:
-        orjson.dumps(value)
-    except TypeError:  # NaN/Infinity from SB3 archives parse to floats orjson writes as null
-        return False
-    return not (isinstance(value, float) and not math.isfinite(value))
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 # -- inspect -----------------------------------------------------------------------------------
