@@ -159,10 +159,17 @@ def _vec_normalize_state(vec_normalize: Any) -> dict[str, Any]:
         state[name] = _plain(getattr(vec_normalize, name), name)
     state["norm_obs_keys"] = _plain(getattr(vec_normalize, "norm_obs_keys", None), "norm_obs_keys")
     state["statistics"] = {
-        label: {"mean": np.asarray(rms.mean), "var": np.asarray(rms.var), "count": float(rms.count)}
+        label: {"mean": _moment(rms.mean), "var": _moment(rms.var), "count": float(rms.count)}
         for label, rms in _running_stats(vec_normalize).items()
     }
     return state
+
+
+def _moment(value: Any) -> Any:
+    """A running mean or variance as ``RunningMeanStd`` holds it: an array, or, for a scalar
+    statistic (``ret_rms``) once updated, a ``np.float64`` (``update_from_moments`` makes it
+    one), which SB3's pickle gives back as such and an array would not."""
+    return np.float64(value) if isinstance(value, np.generic) else np.asarray(value)
 
 
 def matches_any(name: str, patterns: list[str]) -> bool:
@@ -311,12 +318,15 @@ def _set_statistics(vec_normalize: Any, state: dict[str, Any]) -> None:
         current[label].mean, current[label].var, current[label].count = mean, var, count
 
 
-def _checked_stats(label: str, saved: Any, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, float]:
+def _checked_stats(label: str, saved: Any, shape: tuple[int, ...]) -> tuple[Any, Any, float]:
     if not isinstance(saved, dict):
         raise DecodeError(f"statistics `{label}` are a {type(saved).__name__}, expected mean, var and count.")
-    arrays = []
+    arrays: list[Any] = []
     for what in ("mean", "var"):
         arr = saved.get(what)
+        if isinstance(arr, np.floating) and shape == ():  # a scalar statistic, kept a np.float64
+            arrays.append(np.float64(arr))
+            continue
         if not isinstance(arr, np.ndarray) or arr.shape != shape:
             found = f"shape {arr.shape}" if isinstance(arr, np.ndarray) else f"a {type(arr).__name__}"
             raise DecodeError(f"`{label}.{what}` is {found}, expected shape {shape}.")

@@ -1,0 +1,63 @@
+"""Every door that loads an SB3 object gives what SB3's own load gives, value for value and type
+for type: ``zipsave.load(cls=...)``, and SB3's ``Algo.load``, ``VecNormalize.load`` and
+``load_replay_buffer`` under ``zipsave.sb3.install()``, compared with SB3 itself (no stand-in)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import zipsave
+
+pytest.importorskip("stable_baselines3")  # the `test` extra installs it
+
+from stable_baselines3 import PPO  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize  # noqa: E402
+
+import zipsave.sb3  # noqa: E402
+
+
+def cartpole():
+    return DummyVecEnv([lambda: gym.make("CartPole-v1")])
+
+
+def statistics(vec_normalize):
+    """Each running statistic of a VecNormalize with its type: (label, type, value)."""
+    out = []
+    for name in ("obs_rms", "ret_rms"):
+        rms = getattr(vec_normalize, name)
+        for field in ("mean", "var", "count"):
+            value = getattr(rms, field)
+            out.append((f"{name}.{field}", type(value), np.asarray(value).tolist()))
+    return out
+
+
+@pytest.mark.parametrize("steps", [0, 16], ids=["fresh", "updated"])
+def test_vec_normalize_statistics_have_the_types_sb3_gives_through_every_door(tmp_path, steps):
+    # an updated RunningMeanStd of shape () holds np.float64 (update_from_moments), a fresh one
+    # 0-d arrays: SB3's pickle gives back either as it was, and so must every zipsave door
+    model = PPO(
+        "MlpPolicy", VecNormalize(cartpole()), n_steps=16, batch_size=16, n_epochs=1, seed=0, device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    )  # fmt: skip
+    if steps:
+        model.learn(steps)
+    model.get_vec_normalize_env().save(tmp_path / "sb3.pkl")
+    expected = statistics(VecNormalize.load(tmp_path / "sb3.pkl", cartpole()))  # SB3's own load
+    if steps:
+        assert ("ret_rms.mean", np.float64, expected[3][2]) == expected[3]
+    path = tmp_path / "model.zip"
+    zipsave.save(model, path, include=["vec_normalize"])
+    loaded = {
+        "zipsave.load(env=venv)": zipsave.load(path, cls=PPO, env=cartpole()).get_vec_normalize_env(),
+        "zipsave.load(env=VecNormalize)": zipsave.load(
+            path, cls=PPO, env=VecNormalize(cartpole())
+        ).get_vec_normalize_env(),
+    }
+    with zipsave.sb3.installed():
+        loaded["VecNormalize.load(archive)"] = VecNormalize.load(path, cartpole())
+        loaded["PPO.load(archive, env=venv)"] = PPO.load(path, env=cartpole()).get_vec_normalize_env()
+        loaded["VecNormalize.load(SB3's pickle)"] = VecNormalize.load(tmp_path / "sb3.pkl", cartpole())
+    for door, vec_normalize in loaded.items():
+        assert statistics(vec_normalize) == expected, door
