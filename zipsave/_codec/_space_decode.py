@@ -119,7 +119,7 @@ class SpaceDecoder:
             self.box_masks(space, body, path)
         problem = space_problem(space)
         if problem:
-            raise self.error(path, f"the decoded {kind} is not plain data: {problem}.")
+            raise self.error(path, f"the decoded {kind} is refused: {problem}.")
         if "rng" in body:
             self.generators.append((space, self.rng(body["rng"], path)))
         return space
