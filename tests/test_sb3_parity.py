@@ -61,3 +61,48 @@ def test_vec_normalize_statistics_have_the_types_sb3_gives_through_every_door(tm
         loaded["VecNormalize.load(SB3's pickle)"] = VecNormalize.load(tmp_path / "sb3.pkl", cartpole())
     for door, vec_normalize in loaded.items():
         assert statistics(vec_normalize) == expected, door
+
+
+@pytest.mark.parametrize("keys", [None, ["vec"]], ids=["all-keys", "vec-only"])
+def test_saved_vec_normalize_wraps_the_env_as_sb3_stacks_it(tmp_path, keys):
+    # SB3 stacks `PPO.load(path, env=VecNormalize.load(pkl, venv))` as it trained:
+    # VecNormalize around the env, and VecTransposeImage outside it only where an image key is
+    # left unnormalized. zipsave's load put VecTransposeImage first and VecNormalize around it:
+    # the saved statistics of channel-last images did not fit (the statistics were skipped and
+    # the load failed on the spaces), or VecNormalize saw transposed images.
+    from stable_baselines3.common.envs import SimpleMultiObsEnv
+
+    def venv():
+        return DummyVecEnv([lambda: SimpleMultiObsEnv(random_start=False)])
+
+    model = PPO(
+        "MultiInputPolicy", VecNormalize(venv(), norm_obs_keys=keys), n_steps=8, batch_size=8, n_epochs=1, seed=0,
+        device="cpu", policy_kwargs={"net_arch": [8]},
+    )  # fmt: skip
+    model.learn(8)
+    model.save(tmp_path / "sb3.zip")
+    model.get_vec_normalize_env().save(tmp_path / "sb3.pkl")
+    expected = PPO.load(tmp_path / "sb3.zip", env=VecNormalize.load(tmp_path / "sb3.pkl", venv()), device="cpu")
+    path = tmp_path / "model.zip"
+    zipsave.save(model, path, include=["vec_normalize"])
+    loaded = {"zipsave.load": zipsave.load(path, cls=PPO, env=venv(), device="cpu")}
+    with zipsave.sb3.installed():
+        loaded["PPO.load"] = PPO.load(path, env=venv(), device="cpu")
+
+    def stack(env):
+        out = []
+        while env is not None:
+            out.append(type(env).__name__)
+            env = getattr(env, "venv", None)
+        return out
+
+    assert stack(expected.env) == ["VecTransposeImage"] * bool(keys) + ["VecNormalize", "DummyVecEnv"]
+    space = expected.observation_space
+    space.seed(0)
+    obs = space.sample()
+    for door, got in loaded.items():
+        assert stack(got.env) == stack(expected.env), door
+        vec_normalize = got.get_vec_normalize_env()
+        for key, rms in expected.get_vec_normalize_env().obs_rms.items():
+            assert np.array_equal(vec_normalize.obs_rms[key].mean, rms.mean), (door, key)
+        assert np.array_equal(got.predict(obs, deterministic=True)[0], expected.predict(obs, deterministic=True)[0])
