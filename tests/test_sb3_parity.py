@@ -61,6 +61,15 @@ def test_vec_normalize_statistics_have_the_types_sb3_gives_through_every_door(tm
         loaded["VecNormalize.load(SB3's pickle)"] = VecNormalize.load(tmp_path / "sb3.pkl", cartpole())
     for door, vec_normalize in loaded.items():
         assert statistics(vec_normalize) == expected, door
+    # the last raw observation and reward SB3's pickle keeps (get_original_obs/_reward), in
+    # every wrapper a load builds (a VecNormalize the caller passed keeps its own)
+    sb3s = VecNormalize.load(tmp_path / "sb3.pkl", cartpole())
+    for door, vec_normalize in loaded.items():
+        if door != "zipsave.load(env=VecNormalize)":
+            for name in ("old_obs", "old_reward"):
+                mine, theirs = getattr(vec_normalize, name, None), getattr(sb3s, name, None)
+                assert type(mine) is type(theirs) and np.asarray(mine).dtype == np.asarray(theirs).dtype, (door, name)
+                assert np.array_equal(mine, theirs), (door, name)
 
 
 @pytest.mark.parametrize("keys", [None, ["vec"]], ids=["all-keys", "vec-only"])
@@ -106,3 +115,30 @@ def test_saved_vec_normalize_wraps_the_env_as_sb3_stacks_it(tmp_path, keys):
         for key, rms in expected.get_vec_normalize_env().obs_rms.items():
             assert np.array_equal(vec_normalize.obs_rms[key].mean, rms.mean), (door, key)
         assert np.array_equal(got.predict(obs, deterministic=True)[0], expected.predict(obs, deterministic=True)[0])
+
+
+@pytest.mark.parametrize(
+    "last_step",
+    [{"old_obs": 5}, {"old_reward": [1.0]}, {"old_obs": None, "env": 1}],
+    ids=["not-an-array", "a-list", "unknown-name"],
+)
+def test_a_saved_last_step_is_checked_before_it_is_set(tmp_path, last_step):
+    import json
+    import zipfile
+
+    model = PPO("MlpPolicy", VecNormalize(cartpole()), n_steps=8, batch_size=8, n_epochs=1, device="cpu")
+    model.learn(8)
+    path, edited = tmp_path / "model.zip", tmp_path / "edited.zip"
+    zipsave.save(model, path, include=["vec_normalize"])
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(edited, "w") as dst:
+        for item in src.infolist():
+            raw = src.read(item)
+            if item.filename == "vec_normalize/data":
+                state = json.loads(raw)
+                assert "last_step" in state
+                raw = json.dumps({**state, "last_step": last_step}).encode()
+            dst.writestr(item, raw)
+    with pytest.warns(zipsave.ZipsaveWarning) as caught:
+        loaded = zipsave.load(edited, cls=PPO, env=cartpole(), device="cpu")
+    assert any("skipped member `vec_normalize/data`: `last_step" in str(w.message) for w in caught)
+    assert loaded.get_vec_normalize_env() is None  # skipped whole, as any broken extra
