@@ -777,3 +777,18 @@ def test_a_space_holds_only_values_its_dtype_and_gymnasium_accept(tmp_path):
         with pytest.raises(DecodeError) as raised:
             zipsave.load(path, strict=True)
         assert raised.value.key == key
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_a_0d_box_decodes_with_the_attribute_types_a_pickle_gives(dtype):
+    # Box(-1, 1, ()) holds 0-d arrays as its masks; rebuilt from its 0-d bounds, gymnasium
+    # compared them to a numpy bool (np.True_), which is what zipsave returned, unlike a pickle
+    import pickle
+
+    space = spaces.Box(-1, 1, (), dtype)
+    body, back = json_round_trip(space)
+    expected = pickle.loads(pickle.dumps(space))
+    for name in ("low", "high", "bounded_below", "bounded_above"):
+        assert type(getattr(back, name)) is type(getattr(expected, name)) is np.ndarray, name
+        assert getattr(back, name).dtype == getattr(expected, name).dtype, name
+    assert back == expected
