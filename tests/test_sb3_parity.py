@@ -142,3 +142,33 @@ def test_a_saved_last_step_is_checked_before_it_is_set(tmp_path, last_step):
         loaded = zipsave.load(edited, cls=PPO, env=cartpole(), device="cpu")
     assert any("skipped member `vec_normalize/data`: `last_step" in str(w.message) for w in caught)
     assert loaded.get_vec_normalize_env() is None  # skipped whole, as any broken extra
+
+
+def test_a_load_that_does_not_fit_raises_what_sb3_raises(tmp_path):
+    # SB3's set_parameters raises torch's RuntimeError for weights of other shapes (and SB3's own
+    # load catches RuntimeError to retry old archives); zipsave's ParameterMismatchError was only
+    # a ValueError, so `except RuntimeError` written for SB3 let it through
+    model = PPO("MlpPolicy", cartpole(), n_steps=8, batch_size=8, device="cpu", policy_kwargs={"net_arch": [8]})
+    path = tmp_path / "ppo.zip"
+    model.save(path)
+
+    def calls():
+        wider = PPO("MlpPolicy", cartpole(), n_steps=8, batch_size=8, device="cpu", policy_kwargs={"net_arch": [16]})
+        yield "set_parameters", lambda: wider.set_parameters(path, device="cpu")
+        yield "env", lambda: PPO.load(path, env=gym.make("Pendulum-v1"), device="cpu")
+        yield "policy_kwargs", lambda: PPO.load(path, device="cpu", policy_kwargs={"net_arch": [16]})
+
+    raised = {}
+    for name, call in calls():
+        with pytest.raises(Exception) as sb3s:
+            call()
+        raised[name] = type(sb3s.value)
+    assert raised == {"set_parameters": RuntimeError, "env": ValueError, "policy_kwargs": ValueError}
+    with zipsave.sb3.installed():
+        for name, call in calls():
+            with pytest.raises(raised[name]) as ours:
+                call()
+            assert isinstance(ours.value, zipsave.ParameterMismatchError), name
+    wider = PPO("MlpPolicy", cartpole(), n_steps=8, batch_size=8, device="cpu", policy_kwargs={"net_arch": [16]})
+    with pytest.raises(RuntimeError):
+        zipsave.restore(wider, path)
