@@ -740,6 +740,10 @@ def test_a_space_holds_only_values_its_dtype_and_gymnasium_accept(tmp_path):
             getattr(space, name)[index] = value
         return space
 
+    def changed(space, **attributes):
+        vars(space).update(attributes)
+        return space
+
     top = 2**63 - 1
     bad = {
         "discrete_past_int64": native(space="Discrete", n=top, start=top, dtype="int64"),
@@ -749,6 +753,8 @@ def test_a_space_holds_only_values_its_dtype_and_gymnasium_accept(tmp_path):
         "box_nan_pickled": pickled(box(low=(0, np.nan))),
         "box_low_above_high_pickled": pickled(box(low=(1, 3.0))),
         "box_infinite_bound_marked_bounded": pickled(box(low=(0, -np.inf))),
+        "multibinary_empty_dimension": pickled(changed(spaces.MultiBinary([2, 3]), _shape=(2, 0))),
+        "text_min_above_max": pickled(changed(spaces.Text(5, min_length=1, charset="ab"), min_length=6)),
     }
     good = {
         "discrete_top": pickled(spaces.Discrete(1, start=top)),

@@ -103,11 +103,15 @@ def _sample_problem(space: Any) -> str | None:
         shape = vars(space).get("_shape")
         if not (isinstance(shape, tuple) and all(isinstance(n, numbers.Integral) for n in shape)):
             return f"MultiBinary.shape must be a tuple of integers, found {shape!r}"
-        size, what = math.prod(max(int(n), 0) for n in shape), f"a MultiBinary of shape {shape}"
+        if not all(int(n) > 0 for n in shape):  # as gymnasium's constructor requires
+            return f"MultiBinary.shape must hold positive sizes, found {shape!r}"
+        size, what = math.prod(int(n) for n in shape), f"a MultiBinary of shape {shape}"
     elif isinstance(space, Text):
-        size, what = vars(space).get("max_length"), "a Text space"
-        if not isinstance(size, numbers.Integral):
-            return f"Text.max_length must be an integer, found {size!r}"
+        size, least, what = vars(space).get("max_length"), vars(space).get("min_length", 0), "a Text space"
+        if not (isinstance(size, numbers.Integral) and isinstance(least, numbers.Integral)):
+            return f"Text.min_length and max_length must be integers, found {least!r} and {size!r}"
+        if not 0 <= int(least) <= int(size):  # as gymnasium's constructor requires
+            return f"a Text space needs 0 <= min_length <= max_length, found {int(least)} and {int(size)}"
         what += f" of max_length {int(size)}"
         # gymnasium's repr shows the charset as it is: a printed model must not carry an
         # escape sequence, a bidi override or any other character a terminal acts on
