@@ -114,6 +114,36 @@ def test_json_integers_are_bounded_where_python_no_longer_bounds_them(tmp_path):
         sys.set_int_max_str_digits(previous)
 
 
+@pytest.mark.parametrize("text", ["1E+999999999", "-1e39456", "1E-999999999", "5E-39457", "1" * 9000 + "E+31000"])
+def test_a_decimal_stands_for_an_integer_of_bounded_size(tmp_path, text):
+    # Decimal("1E+999999999") is a few bytes, but int() of it builds a 3.3-billion-bit integer
+    # (int(Decimal("1E+999999")) alone takes 50 s), as_integer_ratio() of 1E-999999999 too:
+    # held to the digits of an integer zipsave builds (MAX_INT_DIGITS), before and after the point.
+    import decimal
+    import json
+
+    from zipsave._bounds import MAX_INT_DIGITS
+
+    def native(value):
+        return {":type:": "<class 'decimal.Decimal'>", ":zipsave:": {"kind": "decimal", "value": value}}
+
+    digits = MAX_INT_DIGITS - 1  # 10**39456 < 2**MAX_INT_BITS
+    edge = {"top": f"9.9E+{digits - 1}", "bottom": f"1E-{digits}", "nan": "NaN", "inf": "-Infinity"}
+    path = tmp_path / "decimal.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("data", json.dumps({"d": native(text), **{k: native(v) for k, v in edge.items()}}))
+    with pytest.warns(zipsave.SkippedEntryWarning, match=r"skipped key `d`.*stands for an integer of more than"):
+        loaded = zipsave.load(path)
+    assert sorted(loaded) == sorted(edge)
+    assert int(loaded["top"]).bit_length() <= MAX_INT_BITS and loaded["bottom"].as_integer_ratio()[0] == 1
+    assert str(loaded["nan"]) == "NaN" and loaded["inf"] == decimal.Decimal("-Infinity")
+    with pytest.raises(
+        zipsave.ArchiveLimitError,
+        match=re.escape(f"exponent is at least -{digits} and its adjusted exponent at most {digits - 1}."),
+    ):
+        zipsave.load(path, strict=True)
+
+
 @pytest.mark.skipif(not hasattr(sys, "set_int_max_str_digits"), reason="Python < 3.11 has no digit limit to lift")
 @pytest.mark.parametrize(
     "raw",

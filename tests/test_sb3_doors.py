@@ -121,11 +121,18 @@ def test_a_plain_torch_file_through_algorithm_load(installed, tmp_path):
 
 
 def test_custom_objects_as_a_list(installed, trained):
+    # SB3's json_to_data raises a ValueError for custom_objects that is not a dict; under
+    # install() it was a TypeError, which `except ValueError` written for SB3 let through
+    from stable_baselines3.common import save_util
+
     _, path, _ = trained
-    with pytest.raises(
-        TypeError, match=re.escape("found a list: ['learning_rate']. Pass e.g. custom_objects={'learning_rate': ...}")
-    ):
+    with pytest.raises(ValueError, match="custom_objects argument must be a dict or None"):
+        save_util.json_to_data("{}", custom_objects=["learning_rate"])  # SB3's own, never replaced
+    hint = "found a list: ['learning_rate']. Pass e.g. custom_objects={'learning_rate': ...}"
+    with pytest.raises(ValueError, match=re.escape(hint)):
         SAC.load(path, custom_objects=["learning_rate"])
+    with pytest.raises(ValueError, match=re.escape(hint)):
+        save_util.load_from_zip_file(path, custom_objects=["learning_rate"])
 
 
 def test_a_bad_value_is_blamed_on_the_caller(installed, trained):

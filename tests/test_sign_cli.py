@@ -109,6 +109,30 @@ def test_usage_errors_exit_2(setup, capsys):
     assert "give one --identity_provider for each --identity." in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
+def test_a_trusted_file_that_cannot_be_read_is_said_first_and_exits_2(setup, capsys, signed):
+    # `verify --public-key missing.pub` of an unsigned archive said `no-signature` (of a signed
+    # one, `invalid`): the mistyped key is the caller's error, named before the archive is judged
+    archive, folder = str(setup["archive"]), setup["dir"]
+    if signed:
+        zipsave.sign(archive, setup["key"])
+    (folder / "notakey.pub").write_text("not a key\n")
+    cases = {
+        ("--public-key", folder / "missing.pub"): f"the trusted public key `{folder / 'missing.pub'}` does not exist.",
+        ("--public-key", folder): f"the trusted public key `{folder}` cannot be read (Is a directory).",
+        ("--public-key", folder / "notakey.pub"): f"the trusted public key `{folder / 'notakey.pub'}` holds no PEM",
+        ("--certificate-chain", folder / "missing.pem"): f"the trusted certificate `{folder / 'missing.pem'}` does not",
+    }
+    for (option, path), said in cases.items():
+        for command in ("verify", "inspect"):
+            assert cli.main([command, archive, option, str(path)]) == 2, (command, option, path)
+            out, err = capsys.readouterr()
+            assert out == "" and err.startswith("zipsave: error: ") and said in err, err
+            assert "no-signature" not in err and "invalid" not in err
+    with pytest.raises(zipsave.StorageError, match="missing.pub` does not exist"):
+        zipsave.load(archive, trust=zipsave.Trust(public_keys=[folder / "missing.pub"]))
+
+
 def test_inspect_shows_the_signer(setup, capsys):
     archive = setup["archive"]
     zipsave.sign(archive, setup["key"], embed=True)

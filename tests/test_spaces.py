@@ -713,3 +713,88 @@ def test_a_text_charset_holds_no_character_a_terminal_acts_on(tmp_path):
     with pytest.warns(zipsave.SkippedEntryWarning, match="a terminal acts on"):
         model = zipsave.load(path)
     assert list(model) == ["fine"]
+
+
+def test_a_space_holds_only_values_its_dtype_and_gymnasium_accept(tmp_path):
+    # Discrete(2**63 - 1, start=2**63 - 1) is built by gymnasium, but start + n - 1 is past
+    # int64: sample() overflowed (a RuntimeWarning and a negative sample). MultiDiscrete wrapped
+    # silently. A pickled Box skips the constructor that refuses NaN bounds and low > high.
+    # Each is refused, native and pickled, naming its key; what gymnasium can use still loads.
+    import base64
+    import json
+    import pickle
+    import warnings
+    import zipfile
+
+    import zipsave
+
+    def native(**body):
+        return {":type:": "x", ":zipsave:": {"kind": "space", **body}}
+
+    def pickled(space):
+        return {":type:": "x", ":serialized:": base64.b64encode(pickle.dumps(space)).decode()}
+
+    def box(**changed):
+        space = spaces.Box(-1.0, 1.0, (2,))
+        for name, (index, value) in changed.items():
+            getattr(space, name)[index] = value
+        return space
+
+    def changed(space, **attributes):
+        vars(space).update(attributes)
+        return space
+
+    top = 2**63 - 1
+    bad = {
+        "discrete_past_int64": native(space="Discrete", n=top, start=top, dtype="int64"),
+        "discrete_past_int64_pickled": pickled(spaces.Discrete(top, start=top)),
+        "multidiscrete_past_uint8": pickled(spaces.MultiDiscrete([10], dtype=np.uint8, start=[250])),
+        "multidiscrete_past_int64": pickled(spaces.MultiDiscrete([2, 2**62], start=[0, 2**62 + 1])),
+        "box_nan_pickled": pickled(box(low=(0, np.nan))),
+        "box_low_above_high_pickled": pickled(box(low=(1, 3.0))),
+        "box_infinite_bound_marked_bounded": pickled(box(low=(0, -np.inf))),
+        "multibinary_empty_dimension": pickled(changed(spaces.MultiBinary([2, 3]), _shape=(2, 0))),
+        "text_min_above_max": pickled(changed(spaces.Text(5, min_length=1, charset="ab"), min_length=6)),
+    }
+    good = {
+        "discrete_top": pickled(spaces.Discrete(1, start=top)),
+        "discrete_wide": native(space="Discrete", n=top, start=0, dtype="int64"),
+        "discrete_bottom": pickled(spaces.Discrete(3, start=-(2**63))),
+        "multidiscrete_top": pickled(spaces.MultiDiscrete([2, 2**62], start=[0, 2**62 - 1])),
+        "multidiscrete_uint8": pickled(spaces.MultiDiscrete([10], dtype=np.uint8, start=[246])),
+        "box_unbounded": pickled(spaces.Box(-np.inf, np.inf, (2,))),
+        "box_int_unbounded_below": pickled(spaces.Box(-np.inf, 5, (2,), dtype=np.int64)),
+    }
+    path = tmp_path / "spaces.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("data", json.dumps({**bad, **good}))
+    with pytest.warns(zipsave.SkippedEntryWarning) as caught:
+        model = zipsave.load(path)
+    assert sorted(model) == sorted(good)
+    assert sorted(str(w.message).split("`")[3] for w in caught) == sorted(bad), [str(w.message) for w in caught]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an overflow in sample() would be a RuntimeWarning
+        for key, space in model.items():
+            for _ in range(20):
+                assert space.contains(space.sample()), key
+    for key in bad:
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("data", json.dumps({key: bad[key]}))
+        with pytest.raises(DecodeError) as raised:
+            zipsave.load(path, strict=True)
+        assert raised.value.key == key
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_a_0d_box_decodes_with_the_attribute_types_a_pickle_gives(dtype):
+    # Box(-1, 1, ()) holds 0-d arrays as its masks; rebuilt from its 0-d bounds, gymnasium
+    # compared them to a numpy bool (np.True_), which is what zipsave returned, unlike a pickle
+    import pickle
+
+    space = spaces.Box(-1, 1, (), dtype)
+    body, back = json_round_trip(space)
+    expected = pickle.loads(pickle.dumps(space))
+    for name in ("low", "high", "bounded_below", "bounded_above"):
+        assert type(getattr(back, name)) is type(getattr(expected, name)) is np.ndarray, name
+        assert getattr(back, name).dtype == getattr(expected, name).dtype, name
+    assert back == expected

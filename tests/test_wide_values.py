@@ -119,7 +119,8 @@ NATIVE = {
     "decimal": decimal.Decimal("1.10"),
     "decimal-negative-zero": decimal.Decimal("-0"),
     "decimal-infinity": decimal.Decimal("-Infinity"),
-    "decimal-exponent": decimal.Decimal("1E+999999"),
+    "decimal-exponent": decimal.Decimal("9.99E+39455"),  # the largest exponents zipsave reads
+    "decimal-negative-exponent": decimal.Decimal("-1E-39456"),
     "random": _seeded_random(),
     "torch-generator": _seeded_torch(),
     "datetime64-ns": np.datetime64("2020-01-01T00:00:00.123456789"),

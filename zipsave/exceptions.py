@@ -190,8 +190,13 @@ class UnsafeNameError(ZipsaveError, ValueError):
         super().__init__(f"the name `{name}` {reason}; refused.", **kwargs)
 
 
-class ParameterMismatchError(ZipsaveError, ValueError):
-    """Saved parameters do not fit the object they are loaded into."""
+class ParameterMismatchError(ZipsaveError, ValueError, RuntimeError):
+    """Saved parameters do not fit the object they are loaded into.
+
+    A ``ValueError``, as SB3 raises for an environment or ``policy_kwargs`` that differ from
+    the saved ones, and a ``RuntimeError``, as torch's ``load_state_dict`` raises (through
+    SB3's ``set_parameters``) for tensors of other shapes or names: code written to catch
+    SB3's errors catches zipsave's."""
 
 
 class SignatureError(ZipsaveError, ValueError):

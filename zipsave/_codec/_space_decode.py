@@ -119,7 +119,7 @@ class SpaceDecoder:
             self.box_masks(space, body, path)
         problem = space_problem(space)
         if problem:
-            raise self.error(path, f"the decoded {kind} is not plain data: {problem}.")
+            raise self.error(path, f"the decoded {kind} is refused: {problem}.")
         if "rng" in body:
             self.generators.append((space, self.rng(body["rng"], path)))
         return space
@@ -222,6 +222,10 @@ class SpaceDecoder:
 
     def box_masks(self, space: Any, body: dict, path: str) -> None:
         for field in ("bounded_below", "bounded_above"):
+            if field not in body and type(getattr(space, field)) is not np.ndarray:
+                # gymnasium compares 0-d bounds to a numpy bool; a 0-d Box built the usual way,
+                # from scalar bounds (as it was saved and as a pickle gives it back), holds arrays
+                setattr(space, field, np.asarray(getattr(space, field)))
             if field in body:
                 mask = self.array_field(body, field, path, "b")
                 if mask.shape != space.shape:

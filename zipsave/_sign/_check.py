@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import _format
 from .._archive import ArchiveSource, Limits
-from ..exceptions import SignatureError, ZipsaveError
+from ..exceptions import SignatureError, StorageError, ZipsaveError
 from . import _ms
 from ._bundle import MAX_BUNDLE_BYTES, Bundle, parse_bundle, shown
 from ._settings import Trust
@@ -73,6 +73,47 @@ def _read_signature(source: ArchiveSource, trust: Trust) -> tuple[bytes, str, bo
     return raw, path, False
 
 
+#: A PEM key, certificate chain or trust configuration is a few kilobytes; more is not one.
+_MAX_TRUST_FILE = 1 << 20
+
+
+def _check_trust_files(trust: Trust) -> None:
+    """Every file ``trust`` names (public keys, certificates, a trust configuration) can be read,
+    and every public key is a PEM public key: checked before the archive's signature, so a
+    mistyped ``--public_key`` is said as such, not as an unsigned archive or an unknown signer.
+
+    Raises
+    ------
+    StorageError
+        A file is missing or cannot be read (``errno`` is the cause's).
+    ZipsaveError
+        A public key file holds no PEM public key, or a file is too large to be one.
+    """
+    named = [("public key", "--public_key", "public_keys", p) for p in trust.public_keys]
+    named += [("certificate", "--certificate_chain", "certificates", p) for p in trust.certificates]
+    if trust.trust_config is not None:
+        named.append(("trust configuration", "--trust_config", "trust_config", trust.trust_config))
+    for what, option, field, path in named:
+        hint = f"Check the path given to {option} (Trust({field}=...))."
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(_MAX_TRUST_FILE + 1)
+        except OSError as err:
+            found = (
+                "does not exist." if isinstance(err, FileNotFoundError) else f"cannot be read ({err.strerror or err})."
+            )
+            raise StorageError(f"the trusted {what} `{path}` {found}", errno=err.errno, hint=hint) from err
+        if len(raw) > _MAX_TRUST_FILE:
+            raise ZipsaveError(
+                f"the trusted {what} `{path}` is more than {_MAX_TRUST_FILE} bytes: not a PEM file.", hint=hint
+            )
+        if what == "public key" and not _ms.is_public_key(raw):
+            raise ZipsaveError(
+                f"the trusted public key `{path}` holds no PEM public key.",
+                hint="Give the public half of the signing key, in PEM form (-----BEGIN PUBLIC KEY-----).",
+            )
+
+
 def check_source(source: ArchiveSource, trust: Trust) -> SignatureInfo | None:
     """Check the signature of the open archive ``source`` against ``trust``; nothing of it is
     decoded. Returns ``None`` for an unsigned archive when ``trust.required`` is false.
@@ -83,6 +124,7 @@ def check_source(source: ArchiveSource, trust: Trust) -> SignatureInfo | None:
         No signature where one is required, an unknown signer, a member that does not match,
         a signature over another file, or a signature that cannot be read.
     """
+    _check_trust_files(trust)
     found = _read_signature(source, trust)
     if found is None:
         if not trust.required:

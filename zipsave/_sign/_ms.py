@@ -16,7 +16,7 @@ from ..exceptions import ZipsaveError
 from ._bundle import Bundle, shown
 from ._settings import Signer, Trust
 
-__all__ = ["Checked", "manifest_of", "sign_file", "sign_manifest", "verify_bundle"]
+__all__ = ["Checked", "is_public_key", "manifest_of", "sign_file", "sign_manifest", "verify_bundle"]
 
 _FEATURE = "Signing and checking signatures"
 
@@ -124,6 +124,22 @@ def _pb_signature(bundle: Bundle, hint: str | None = None) -> Any:
         for k in ("rawBytes", "keyDetails"):
             material["publicKey"].pop(k, None)
     return sign_sigstore_pb.Signature(bundle_pb.Bundle.from_dict(data))
+
+
+def is_public_key(raw: bytes) -> bool:
+    """Whether ``raw`` is a PEM public key (``True`` where ``cryptography`` is missing: the
+    check that needs it then says what to install)."""
+    try:
+        from cryptography.hazmat.primitives import serialization
+    except ImportError:
+        return True
+    try:
+        serialization.load_pem_public_key(raw)
+    except (ValueError, TypeError):  # not PEM, or not a public key
+        return False
+    except Exception:  # noqa: BLE001 - cryptography's UnsupportedAlgorithm: a key it cannot use
+        return True  # said by model_signing's verifier, with its own words
+    return True
 
 
 def key_hint(path: str) -> str:

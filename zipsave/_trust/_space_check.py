@@ -29,7 +29,7 @@ def built_problem(obj: Any) -> str | None:
         return f"random generator state is out of range: {problem}"
     if type(obj).__module__.startswith("gymnasium.spaces"):
         problem = space_problem(obj)
-        return f"the pickled space is not plain data: {problem}" if problem else None
+        return f"the pickled space is refused: {problem}" if problem else None
     return None
 
 
@@ -40,6 +40,9 @@ def space_problem(space: Any, depth: int = 0) -> str | None:
     A ``Box``'s ``low``/``high`` (and its ``bounded_*`` masks) must be numpy arrays of its
     ``shape`` (and dtype); every other attribute must be a number, a string, a dtype, a tuple,
     a frozenset or dict of those, a random generator, or a child space checked the same way.
+    Its values are ones gymnasium's constructor accepts and ``sample()`` can use: a
+    ``Discrete``'s and ``MultiDiscrete``'s values fit their dtype, a ``Box`` has no NaN bound
+    and no ``low`` above ``high``.
     A space or container inside itself is refused, and so is sharing that multiplies what a
     walk visits (see :data:`_PATHS_FLOOR`). Each space and container is checked once, so the
     check is linear when a pickle's memo shares them.
@@ -89,18 +92,26 @@ _MAX_SAMPLE = ALLOC_FLOOR
 
 
 def _sample_problem(space: Any) -> str | None:
-    from gymnasium.spaces import MultiBinary, Text
+    from gymnasium.spaces import Discrete, MultiBinary, MultiDiscrete, Text
 
     size: Any
+    if isinstance(space, Discrete):
+        return _discrete_problem(vars(space))
+    if isinstance(space, MultiDiscrete):
+        return _multi_discrete_problem(vars(space))
     if isinstance(space, MultiBinary):
         shape = vars(space).get("_shape")
         if not (isinstance(shape, tuple) and all(isinstance(n, numbers.Integral) for n in shape)):
             return f"MultiBinary.shape must be a tuple of integers, found {shape!r}"
-        size, what = math.prod(max(int(n), 0) for n in shape), f"a MultiBinary of shape {shape}"
+        if not all(int(n) > 0 for n in shape):  # as gymnasium's constructor requires
+            return f"MultiBinary.shape must hold positive sizes, found {shape!r}"
+        size, what = math.prod(int(n) for n in shape), f"a MultiBinary of shape {shape}"
     elif isinstance(space, Text):
-        size, what = vars(space).get("max_length"), "a Text space"
-        if not isinstance(size, numbers.Integral):
-            return f"Text.max_length must be an integer, found {size!r}"
+        size, least, what = vars(space).get("max_length"), vars(space).get("min_length", 0), "a Text space"
+        if not (isinstance(size, numbers.Integral) and isinstance(least, numbers.Integral)):
+            return f"Text.min_length and max_length must be integers, found {least!r} and {size!r}"
+        if not 0 <= int(least) <= int(size):  # as gymnasium's constructor requires
+            return f"a Text space needs 0 <= min_length <= max_length, found {int(least)} and {int(size)}"
         what += f" of max_length {int(size)}"
         # gymnasium's repr shows the charset as it is: a printed model must not carry an
         # escape sequence, a bidi override or any other character a terminal acts on
@@ -112,6 +123,64 @@ def _sample_problem(space: Any) -> str | None:
         return None
     if int(size) > _MAX_SAMPLE:
         return f"{what} stands for samples of more than {_MAX_SAMPLE} elements"
+    return None
+
+
+def _integer_range(dtype: Any, what: str) -> tuple[int, int] | str:
+    if not (isinstance(dtype, np.dtype) and dtype.kind in "iu"):
+        return f"{what}.dtype must be an integer dtype, found {dtype!r}"
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def _discrete_problem(state: dict[str, Any]) -> str | None:
+    """A ``Discrete`` gymnasium's constructor accepts (``n > 0``, integers) whose every value
+    ``start .. start + n - 1`` its dtype holds: ``sample()`` and ``contains`` compute
+    ``start + k`` in that dtype, so ``Discrete(2**63 - 1, start=2**63 - 1)``, which gymnasium
+    builds, overflowed (a warning and a wrong sample)."""
+    values = {}
+    for name in ("n", "start"):
+        value = state.get(name, 0)
+        if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)):
+            return f"Discrete.{name} must be an integer, found {type(value).__name__}"
+        values[name] = int(value)
+    n, start = values["n"], values["start"]
+    if n <= 0:
+        return f"Discrete.n must be positive, found {n}"
+    bounds = _integer_range(state.get("dtype"), "Discrete")
+    if isinstance(bounds, str):
+        return bounds
+    high = start + n - 1
+    if start < bounds[0] or high > bounds[1]:
+        return (
+            f"a Discrete of n={n}, start={start} holds values up to {high}, past its "
+            f"dtype {state['dtype']} ({bounds[0]} .. {bounds[1]}): sample() would overflow"
+        )
+    return None
+
+
+def _multi_discrete_problem(state: dict[str, Any]) -> str | None:
+    """A ``MultiDiscrete`` as gymnasium's constructor builds it (``nvec`` and ``start``
+    integer arrays of its dtype and shape, ``nvec > 0``) whose values ``start + nvec - 1``
+    its dtype holds (``sample()`` adds ``start`` in that dtype, wrapping silently)."""
+    bounds = _integer_range(state.get("dtype"), "MultiDiscrete")
+    if isinstance(bounds, str):
+        return bounds
+    nvec, start = state.get("nvec"), state.get("start")
+    for name, value in (("nvec", nvec), ("start", start)):
+        if type(value) is not np.ndarray or value.dtype != state["dtype"]:
+            found = f"dtype {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
+            return f"MultiDiscrete.{name} must be an array of its dtype {state['dtype']}, found {found}"
+        if value.shape != state.get("_shape"):
+            return f"MultiDiscrete.{name} has shape {value.shape}, but the space has shape {state.get('_shape')}"
+    assert isinstance(nvec, np.ndarray) and isinstance(start, np.ndarray)  # for mypy
+    if not (nvec > 0).all():
+        return "MultiDiscrete.nvec must be positive"
+    # start + nvec - 1 <= max, as max - start >= nvec - 1: both sides are exact in uint64
+    # (max - start lies in 0 .. 2**64 - 1 and wraps back to its value)
+    room = np.uint64(bounds[1]) - start.astype(np.uint64)
+    if not (nvec.astype(np.uint64) - np.uint64(1) <= room).all():
+        return f"a MultiDiscrete's start + nvec - 1 goes past its dtype {state['dtype']}: sample() would overflow"
     return None
 
 
@@ -151,6 +220,23 @@ def _box_problem(box: Any) -> str | None:
             return f"Box.{field} must be a bool array, found dtype {value.dtype}"
         if field in ("low", "high") and isinstance(dtype, np.dtype) and value.dtype != dtype:
             return f"Box.{field} has dtype {value.dtype}, but the Box has dtype {dtype}"
+    return _bounds_problem(state)
+
+
+def _bounds_problem(state: dict[str, Any]) -> str | None:
+    """What gymnasium's ``Box`` constructor refuses (a NaN bound, ``low > high``) and what it
+    never builds: a bound marked bounded that is infinite (``sample()`` would draw from it)."""
+    low, high = np.asarray(state["low"]), np.asarray(state["high"])  # a 0-d Box may hold scalars
+    if low.dtype.kind not in _ARRAY_KINDS or high.dtype.kind not in _ARRAY_KINDS:
+        return f"Box bounds must be numbers, found dtypes {low.dtype} and {high.dtype}"
+    if np.isnan(low).any() or np.isnan(high).any():
+        return "a Box bound is NaN"
+    if (low > high).any():
+        return "a Box has a low bound above its high bound"
+    for field, bound in (("bounded_below", low), ("bounded_above", high)):
+        mask = state.get(field)
+        if isinstance(mask, np.ndarray) and mask.shape == bound.shape and (mask & np.isinf(bound)).any():
+            return f"Box.{field} marks an infinite bound as bounded"
     return None
 
 

@@ -99,10 +99,14 @@ def build_sb3(
 
     if env is not None:
         # The caller's env, not the archive, is wrong here: said as such, not as a damaged archive.
+        if has_extra(src, "vec_normalize", exclude):
+            # inside VecTransposeImage, as SB3 stacks `Algo.load(path, env=VecNormalize.load(...))`
+            # and as it was trained: the statistics are of the observations the env returns
+            with _given_env(cls, env, data, src.name):
+                env = _vectorised(env)
+            env = apply_vec_normalize(src, env)
         with _given_env(cls, env, data, src.name):
             env = cls._wrap_env(env, data.get("verbose", 0))
-        if has_extra(src, "vec_normalize", exclude):
-            env = apply_vec_normalize(src, env)
         with _given_env(cls, env, data, src.name):
             check_for_correct_spaces(env, data["observation_space"], data["action_space"])
         if force_reset:
@@ -228,6 +232,22 @@ def _reason(key: str, skipped: dict, why: dict[str, str]) -> str:
     if key in why:  # a pickled function that is not one of SB3's schedules: code, never run
         return f"{why[key].rstrip('.')}, and a safe load runs no code from the archive"
     return str(skipped[key].cause).split(" To allow it")[0].rstrip(".")
+
+
+def _vectorised(env: Any) -> Any:
+    """``env`` as a VecEnv, the way SB3's ``_wrap_env`` makes one of a gymnasium env (a
+    ``Monitor`` unless it has one, in a ``DummyVecEnv``), before any ``VecTransposeImage``."""
+    from stable_baselines3.common.env_util import is_wrapped
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+
+    if isinstance(env, VecEnv):
+        return env
+    if not hasattr(env, "observation_space"):
+        raise ValueError("not an environment")  # said by _given_env, naming what was passed
+    if not is_wrapped(env, Monitor):
+        env = Monitor(env)
+    return DummyVecEnv([lambda: env])
 
 
 @contextlib.contextmanager

@@ -41,6 +41,7 @@ _ALL_ARRAYS_EXTERNAL = {"array_bytes": -1}
 
 _REPLAY_SCALARS = ("buffer_size", "n_envs", "pos", "full", "optimize_memory_usage", "handle_timeout_termination")
 _VEC_NORMALIZE_SCALARS = ("training", "norm_obs", "norm_reward", "clip_obs", "clip_reward", "gamma", "epsilon")
+_LAST_STEP = ("old_obs", "old_reward")
 
 
 # -- saving --------------------------------------------------------------------------------
@@ -159,10 +160,22 @@ def _vec_normalize_state(vec_normalize: Any) -> dict[str, Any]:
         state[name] = _plain(getattr(vec_normalize, name), name)
     state["norm_obs_keys"] = _plain(getattr(vec_normalize, "norm_obs_keys", None), "norm_obs_keys")
     state["statistics"] = {
-        label: {"mean": np.asarray(rms.mean), "var": np.asarray(rms.var), "count": float(rms.count)}
+        label: {"mean": _moment(rms.mean), "var": _moment(rms.var), "count": float(rms.count)}
         for label, rms in _running_stats(vec_normalize).items()
     }
+    # the last raw observation and reward (get_original_obs/_reward), which SB3's pickle keeps
+    last = {name: getattr(vec_normalize, name, None) for name in _LAST_STEP}
+    last = {name: value for name, value in last.items() if _is_array_tree(value)}
+    if last:
+        state["last_step"] = last
     return state
+
+
+def _moment(value: Any) -> Any:
+    """A running mean or variance as ``RunningMeanStd`` holds it: an array, or, for a scalar
+    statistic (``ret_rms``) once updated, a ``np.float64`` (``update_from_moments`` makes it
+    one), which SB3's pickle gives back as such and an array would not."""
+    return np.float64(value) if isinstance(value, np.generic) else np.asarray(value)
 
 
 def matches_any(name: str, patterns: list[str]) -> bool:
@@ -296,7 +309,36 @@ def build_vec_normalize(state: dict[str, Any], venv: Any) -> Any:
     settings = {k: state[k] for k in _VEC_NORMALIZE_SCALARS if k in state}
     wrapped = VecNormalize(venv, norm_obs_keys=state.get("norm_obs_keys"), **settings)
     _set_statistics(wrapped, state)
+    for name, value in _checked_last_step(state.get("last_step"), venv.observation_space).items():
+        setattr(wrapped, name, value)
     return wrapped
+
+
+def _checked_last_step(last: Any, space: Any) -> dict[str, Any]:
+    """The saved ``old_obs`` and ``old_reward``: numeric arrays, one row per environment, of the
+    observation space's shape (its keys for a ``Dict``) and a 1-d reward."""
+    if last is None:
+        return {}
+    if not isinstance(last, dict) or not set(last) <= set(_LAST_STEP):
+        found = sorted(map(str, last)) if isinstance(last, dict) else type(last).__name__
+        raise DecodeError(f"`last_step` holds {found}, expected {list(_LAST_STEP)}.")
+    subspaces = getattr(space, "spaces", None)
+    for name, value in last.items():
+        if isinstance(subspaces, dict) and name == "old_obs":
+            if not isinstance(value, dict) or set(value) != set(subspaces):
+                found = sorted(map(str, value)) if isinstance(value, dict) else type(value).__name__
+                raise DecodeError(f"`last_step.old_obs` has keys {found}, expected {sorted(subspaces)}.")
+            for key, sub in subspaces.items():
+                _check_rows(f"old_obs.{key}", value[key], tuple(sub.shape))
+        else:
+            _check_rows(name, value, tuple(space.shape) if name == "old_obs" else ())
+    return last
+
+
+def _check_rows(name: str, value: Any, shape: tuple[int, ...]) -> None:
+    if not (isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and value.shape[1:] == shape):
+        found = f"{value.dtype}{list(value.shape)}" if isinstance(value, np.ndarray) else type(value).__name__
+        raise DecodeError(f"`last_step.{name}` is {found}, expected a numeric array of rows of shape {list(shape)}.")
 
 
 def _set_statistics(vec_normalize: Any, state: dict[str, Any]) -> None:
@@ -311,12 +353,15 @@ def _set_statistics(vec_normalize: Any, state: dict[str, Any]) -> None:
         current[label].mean, current[label].var, current[label].count = mean, var, count
 
 
-def _checked_stats(label: str, saved: Any, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, float]:
+def _checked_stats(label: str, saved: Any, shape: tuple[int, ...]) -> tuple[Any, Any, float]:
     if not isinstance(saved, dict):
         raise DecodeError(f"statistics `{label}` are a {type(saved).__name__}, expected mean, var and count.")
-    arrays = []
+    arrays: list[Any] = []
     for what in ("mean", "var"):
         arr = saved.get(what)
+        if isinstance(arr, np.floating) and shape == ():  # a scalar statistic, kept a np.float64
+            arrays.append(np.float64(arr))
+            continue
         if not isinstance(arr, np.ndarray) or arr.shape != shape:
             found = f"shape {arr.shape}" if isinstance(arr, np.ndarray) else f"a {type(arr).__name__}"
             raise DecodeError(f"`{label}.{what}` is {found}, expected shape {shape}.")

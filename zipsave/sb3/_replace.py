@@ -103,7 +103,7 @@ def load_from_zip_file(
     del verbose
     options = current_options()
     _check_exists(load_path, "zip")
-    check_custom_objects(custom_objects)
+    _check_custom_objects(custom_objects)
     loaded = zipsave.load_archive(
         load_path,
         load_data=load_data,
@@ -126,6 +126,15 @@ def load_from_zip_file(
     return loaded
 
 
+def _check_custom_objects(custom_objects: Any) -> None:
+    """zipsave's check of ``custom_objects``, raising what SB3's ``json_to_data`` raises for a
+    value that is not a dict: a ``ValueError`` (``zipsave.load`` raises a ``TypeError``)."""
+    try:
+        check_custom_objects(custom_objects)
+    except TypeError as err:
+        raise ValueError(str(err)) from None
+
+
 _LOAD_KEYWORDS = ("env", "device", "custom_objects", "print_system_info", "force_reset")
 
 
@@ -141,7 +150,7 @@ def algorithm_load(cls: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
     device = kwargs.pop("device", "auto")
     custom_objects = kwargs.pop("custom_objects", None)
     print_system_info = bool(kwargs.pop("print_system_info", False))
-    check_custom_objects(custom_objects)
+    _check_custom_objects(custom_objects)
     _check_exists(path, "zip")
     options = _load_options(device=device, print_system_info=print_system_info)
     with door(path, f"{cls.__name__}.load"), LoadSession(_existing(path, "zip"), options) as src:
