@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,14 @@ if TYPE_CHECKING:
     from gymnasium.spaces import Space
 
 __all__ = ["SpaceDecoder"]
+
+
+@functools.cache
+def _scalar_masks_are_arrays() -> bool:
+    """Whether the installed gymnasium's ``Box(-1.0, 1.0, ())`` holds its masks as 0-d arrays."""
+    from gymnasium import spaces
+
+    return type(spaces.Box(-1.0, 1.0, (), np.float32).bounded_below) is np.ndarray
 
 
 class SpaceDecoder:
@@ -222,9 +231,10 @@ class SpaceDecoder:
 
     def box_masks(self, space: Any, body: dict, path: str) -> None:
         for field in ("bounded_below", "bounded_above"):
-            if field not in body and type(getattr(space, field)) is not np.ndarray:
-                # gymnasium compares 0-d bounds to a numpy bool; a 0-d Box built the usual way,
-                # from scalar bounds (as it was saved and as a pickle gives it back), holds arrays
+            if field not in body and not space.shape and _scalar_masks_are_arrays():
+                # gymnasium 1.x compares 0-d bounds to a numpy bool, but a 0-d Box built the
+                # usual way, from scalar bounds (as it was saved, as a pickle gives it back),
+                # holds 0-d arrays; 0.29 holds numpy bools either way
                 setattr(space, field, np.asarray(getattr(space, field)))
             if field in body:
                 mask = self.array_field(body, field, path, "b")

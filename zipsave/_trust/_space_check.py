@@ -134,10 +134,11 @@ def _integer_range(dtype: Any, what: str) -> tuple[int, int] | str:
 
 
 def _discrete_problem(state: dict[str, Any]) -> str | None:
-    """A ``Discrete`` gymnasium's constructor accepts (``n > 0``, integers) whose every value
-    ``start .. start + n - 1`` its dtype holds: ``sample()`` and ``contains`` compute
-    ``start + k`` in that dtype, so ``Discrete(2**63 - 1, start=2**63 - 1)``, which gymnasium
-    builds, overflowed (a warning and a wrong sample)."""
+    """A ``Discrete`` gymnasium's constructor accepts (``n > 0``, integers) whose values
+    ``start .. start + n - 1`` and end ``start + n`` its dtype holds: ``sample()`` computes
+    ``start + k`` in that dtype and gymnasium 0.29's ``contains`` ``start + n``, so
+    ``Discrete(2**63 - 1, start=2**63 - 1)``, which gymnasium builds, overflowed (a warning and
+    a wrong sample), as ``contains`` did on 0.29 for ``Discrete(1, start=2**63 - 1)``."""
     values = {}
     for name in ("n", "start"):
         value = state.get(name, 0)
@@ -150,11 +151,10 @@ def _discrete_problem(state: dict[str, Any]) -> str | None:
     bounds = _integer_range(state.get("dtype"), "Discrete")
     if isinstance(bounds, str):
         return bounds
-    high = start + n - 1
-    if start < bounds[0] or high > bounds[1]:
+    if start < bounds[0] or start + n > bounds[1]:
         return (
-            f"a Discrete of n={n}, start={start} holds values up to {high}, past its "
-            f"dtype {state['dtype']} ({bounds[0]} .. {bounds[1]}): sample() would overflow"
+            f"a Discrete of n={n}, start={start} ends at {start + n}, past its dtype {state['dtype']} "
+            f"({bounds[0]} .. {bounds[1]}): sample() or contains() would overflow"
         )
     return None
 
