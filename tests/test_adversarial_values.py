@@ -256,6 +256,7 @@ def test_genuine_np_save_outputs_load_at_every_door(worker, base):
         if arr.dtype.kind in "mM":
             arr = arr.copy()
             arr.view(np.int64)[...] = np.arange(6).reshape(2, 3)  # no NaT patterns
+        arr = values.legal_bools(arr.copy())  # booleans as numpy makes them: 0 or 1
         buf = io.BytesIO()
         np.save(buf, arr, allow_pickle=False)
         results = _deliver(
@@ -271,6 +272,51 @@ def test_genuine_np_save_outputs_load_at_every_door(worker, base):
             if result["outcome"] != "loaded" or bytes.fromhex(got or "") != arr.tobytes():
                 problems.append(f"{arr.dtype} {door}: {result.get('outcome')} {result.get('error', '')[:200]}")
     assert not problems, "\n".join(problems)
+
+
+STRAY_BOOLS = values.stray_bool_entries()
+
+
+@pytest.mark.parametrize("form", sorted(STRAY_BOOLS))
+def test_a_boolean_byte_other_than_0_or_1_is_refused(form, worker, base):
+    # numpy read an .npy member, a native array and its own pickles of a bool array (or of a
+    # record with bool fields) whatever bytes they held: 2 printed True, compared unequal to
+    # True and stayed True under `~`.
+    members, entry = STRAY_BOOLS[form]
+    archive = _rebuild(base["bytes"], members, data={"lr": 0.1, "evil": entry})
+    results = _deliver(worker, base, f"bools-{form}", archive, ARRAY_DOORS, key="evil")
+    read = results.pop("read")
+    problems = _problems({"read": read}, ("read",))
+    if "boolean byte other than 0 or 1" not in read.get("error", ""):
+        problems.append(f"read: {read}")
+    for door, result in results.items():
+        if result["outcome"] == "loaded" and any(k.split(".")[-1] == "evil" for k in result["values"]):
+            problems.append(f"{door} returned `evil`")
+        problems += _problems({door: result}, ())
+    assert not problems, "\n".join(problems)
+
+
+def test_genuine_booleans_load_at_every_door(worker, base):
+    import base64
+    import pickle
+
+    from zipsave._codec._arrays import dtype_descr
+
+    arr = np.zeros(3, dtype=values.BOOL_RECORD)
+    arr["f"], arr["m"] = [True, False, True], [[True, False]] * 3
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    npy = {"kind": "ndarray", "dtype": dtype_descr(arr.dtype), "shape": [3], "member": "arrays/0.npy"}
+    pickled = base64.b64encode(pickle.dumps(arr, protocol=5)).decode()
+    for form, entry, members in (
+        ("npy", {":zipsave:": npy}, {"arrays/0.npy": buf.getvalue()}),
+        ("pickle", {":serialized:": pickled}, {}),
+    ):
+        value = {":type:": "<class 'numpy.ndarray'>", **entry}
+        archive = _rebuild(base["bytes"], members, data={"lr": 0.1, "evil": value})
+        for door, result in _deliver(worker, base, f"bools-ok-{form}", archive, ("load", "read"), key="evil").items():
+            got = result.get("values", {}).get("evil" if door != "read" else "")
+            assert result["outcome"] == "loaded" and bytes.fromhex(got or "") == arr.tobytes(), (form, door, result)
 
 
 # -- tensors pickled into `data` (sb3-contrib's ARS stores its weights so) ----------------------

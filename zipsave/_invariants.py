@@ -331,6 +331,8 @@ def quantized_dtypes() -> frozenset:
 
 
 def _check_dense(t: Any, key: str) -> None:
+    import torch
+
     try:
         nbytes = t.untyped_storage().nbytes()
     except (RuntimeError, NotImplementedError) as err:
@@ -351,6 +353,8 @@ def _check_dense(t: Any, key: str) -> None:
             ),
             key,
         )
+    if t.dtype is torch.bool and t.numel() and bool(t.view(torch.uint8).max() > 1):
+        raise refusal(key, "a bool tensor holding a byte other than 0 or 1 (undefined in torch, never written by it)")
 
 
 def _validate(check: Any, *args: Any, key: str) -> None:

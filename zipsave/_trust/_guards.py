@@ -12,11 +12,20 @@ import sys
 import types
 from typing import Any, Callable
 
+from .._booleans import bool_problem
 from .._bounds import AllocBudget, KeyGuard, check_int_text
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._names import is_dunder
 
-__all__ = ["array_state_problem", "build_state_problem", "call_problem", "codec_problem", "new_problem", "size_problem"]
+__all__ = [
+    "array_state_problem",
+    "build_state_problem",
+    "call_problem",
+    "codec_problem",
+    "new_problem",
+    "result_problem",
+    "size_problem",
+]
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a `class` statement
 
@@ -182,6 +191,15 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
         pool = kwargs.get("pool_size", args[3] if len(args) > 3 else 4)
         if type(pool) is int:
             budget.charge(pool * 4, "a SeedSequence pool")
+
+
+def result_problem(value: Any) -> str | None:
+    """Why an array (or a structured scalar) a call built is refused, or ``None``: a boolean
+    of it holds a byte other than 0 or 1 (:mod:`zipsave._booleans`)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or not isinstance(value, (numpy.ndarray, numpy.void)):
+        return None
+    return bool_problem(value.dtype, numpy.asarray(value), "an array")
 
 
 def array_state_problem(numpy: Any, state: Any, budget: AllocBudget) -> str | None:
