@@ -274,6 +274,26 @@ def test_genuine_np_save_outputs_load_at_every_door(worker, base):
     assert not problems, "\n".join(problems)
 
 
+UNFILLED = values.unfilled_array_pickles()
+
+
+@pytest.mark.parametrize("name", sorted(UNFILLED))
+def test_a_pickled_array_holds_only_bytes_its_pickle_held(name, worker, base):
+    # `ndarray(shape)` and `_reconstruct` with a shape and no BUILD gave back numpy's unfilled
+    # memory (heap addresses, a freed secret); an unsized `S0` array gave it back on `.repeat(2)`.
+    import base64
+
+    entry = {":type:": "<class 'numpy.ndarray'>", ":serialized:": base64.b64encode(UNFILLED[name]).decode()}
+    archive = _rebuild(base["bytes"], {}, data={"lr": 0.1, "evil": entry})
+    results = _deliver(worker, base, f"unfilled-{name}", archive, ("load", "load_archive", "read"), key="evil")
+    problems = _problems({"read": results.pop("read")}, ("read",))
+    for door, result in results.items():
+        if result["outcome"] == "loaded" and any(k.split(".")[-1] == "evil" for k in result["values"]):
+            problems.append(f"{door} returned `evil`")
+        problems += _problems({door: result}, ())
+    assert not problems, "\n".join(problems)
+
+
 STRAY_BOOLS = values.stray_bool_entries()
 
 

@@ -350,6 +350,33 @@ def legal_bools(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
+def unfilled_array_pickles() -> dict[str, bytes]:
+    """Pickles of arrays numpy allocates and never fills, or whose elements read as bytes it
+    never filled: ``ndarray(shape)`` called or created, ``_reconstruct`` with a shape and no
+    BUILD after it (the array held heap addresses and freed secrets), and states of the
+    unsized ``S0``/``<U0`` (``.repeat(2)`` of one gave back 8 KB of freed heap)."""
+    from .asm import G as G4
+    from .asm import body, build, call, newobj, program
+
+    def dtype(descr: str) -> Emit:
+        return Emit(G4("numpy", "dtype").data + body((descr, False, True)) + pickle.REDUCE)
+
+    empty = call(G4("numpy._core.multiarray", "_reconstruct"), G4("numpy", "ndarray"), (0,), b"b")
+    return {
+        "ndarray_call": program(call(G4("numpy", "ndarray"), (8192,), "f8")),
+        "ndarray_newobj": program(newobj(G4("numpy", "ndarray"), (8192,), "f8")),
+        "reconstruct_unbuilt": program(
+            call(G4("numpy._core.multiarray", "_reconstruct"), G4("numpy", "ndarray"), (65536,), b"b")
+        ),
+        "reconstruct_unbuilt_in_list": program(
+            [call(G4("numpy._core.multiarray", "_reconstruct"), G4("numpy", "ndarray"), (4096, 2), b"b")]
+        ),
+        "state_unsized_bytes": program(build(empty, (1, (4096,), dtype("S0"), False, b"")), 2),
+        "state_unsized_str": program(build(empty, (1, (4096,), dtype("<U0"), False, b"")), 2),
+        "record_unsized_field": pickle.dumps(np.zeros(4096, dtype=[("x", "f4"), ("s", "S0")]), protocol=4),
+    }
+
+
 def stray_bool_entries() -> dict[str, tuple[dict[str, bytes], dict]]:
     """``{name: (members, data entry)}``: an array or scalar whose booleans hold bytes other
     than 0 and 1 (numpy and torch leave them undefined and never write them), in every form a
