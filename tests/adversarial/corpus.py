@@ -321,6 +321,8 @@ def memory() -> list[Payload]:
             call(G("numpy._core.multiarray", "_reconstruct"), G("numpy", "ndarray"), (_numpy_int(40 << 30),), b"b")
         ),
         "ndarray_state_numpy_int_shape": _array_state((_numpy_int(1 << 33),), "O", []),
+        "bytes_numpy_int_6gib": program(call(G("builtins", "bytes"), _numpy_int(huge))),
+        "bytearray_numpy_int_6gib": program(call(G("builtins", "bytearray"), _numpy_int(huge))),
         "torch_size_range": program(call(G("torch", "Size"), call(G("builtins", "range"), 10**10))),
         "tuple_range": program(call(G("builtins", "tuple"), call(G("builtins", "range"), 10**10))),
         # A value stored in memo slot 2**30 - 1: C's unpickler (DCP's metadata) grew its memo to

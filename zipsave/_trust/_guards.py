@@ -169,8 +169,10 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
                 budget.charge(_range_length(item), f"`{name}` given a range")
             elif numpy is not None and isinstance(item, numpy.dtype):
                 budget.charge(item.itemsize, f"`{name}` given a dtype")
-    if name in _SIZED_BY_INT and args and type(args[0]) is int:
-        budget.charge(args[0], f"`{name}({args[0]})`")
+    first: Any = args[0] if args else None
+    if name in _SIZED_BY_INT and (isinstance(first, int) or (numpy is not None and isinstance(first, numpy.integer))):
+        # a numpy integer (or a bool) is a size to bytes(n) as much as an int
+        budget.charge(int(first), f"`{name}({int(first)})`")
     shape: Any = None
     if name == "numpy._core.multiarray._reconstruct" and len(args) >= 3:
         shape = args[1]
