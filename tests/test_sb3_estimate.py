@@ -5,6 +5,7 @@ a real model is never refused for a size it does not have), and the caller's
 
 from __future__ import annotations
 
+import collections
 import re
 
 import gymnasium as gym
@@ -140,6 +141,26 @@ def test_an_explicit_net_arch_is_counted_exactly():
             {"policy_kwargs": {"net_arch": [8, {"pi": [10**5, 10**5]}]}},
             "policy_kwargs",
             "a policy of about 10001200042 ",
+        ),
+        # sizes SB3 and torch take as integers (numpy's, a 1-d array, a deque) that the
+        # estimate counted as nothing: PPO went on to allocate 14 GB for them
+        ({"n_steps": np.int64(10**9)}, "n_steps", "a rollout buffer of 1000000000 steps x 1 envs, about"),
+        ({"buffer_size": np.int32(10**9)}, "buffer_size", "a replay buffer of 1000000000 transitions"),
+        (
+            {"policy_kwargs": {"net_arch": [np.int64(10**5), np.uint32(10**5)]}},
+            "policy_kwargs",
+            "a policy of about 10000800002 parameters",
+        ),
+        ({"policy_kwargs": {"net_arch": np.array([10**5, 10**5])}}, "policy_kwargs", "a policy of about 10000800002 "),
+        (
+            {"policy_kwargs": {"net_arch": collections.deque([10**5, 10**5])}},
+            "policy_kwargs",
+            "a policy of about 10000800002 ",
+        ),
+        (
+            {"policy_kwargs": {"net_arch": {"pi": (np.int16(8),), "vf": np.array([10**5, 10**5])}}},
+            "policy_kwargs",
+            "a policy of about 10000700059 ",
         ),
     ],
 )

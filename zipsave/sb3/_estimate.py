@@ -19,8 +19,10 @@ times the archive's size, since a real archive holds its parameters.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
+import operator
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -45,10 +47,42 @@ class Estimate:
         return sum(part[2] for part in self.parts if part[0] == key)
 
 
-def _ints(value: Any) -> list[int] | None:
-    if type(value) in (list, tuple) and all(type(v) is int and v >= 0 for v in value):
-        return list(value)
+def _int(value: Any) -> int | None:
+    """``value`` as the integer SB3 and torch take it for (an ``int``, a numpy integer, a
+    one-element integer array or tensor: whatever has ``__index__``), or ``None``. A size of
+    ``numpy.int64(60000)`` builds the layer ``60000`` does, so it is counted alike."""
+    if isinstance(value, (str, bytes, bytearray, float)):
+        return None
+    try:
+        return operator.index(value)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return None
+
+
+def _count(value: Any, default: int, *, least: int = 0) -> int:
+    number = _int(value)
+    return number if number is not None and number >= least else default
+
+
+#: Layers of a ``net_arch`` list read for the estimate: SB3 builds one module per item.
+_MAX_LAYERS = 10_000
+
+
+def _items(value: Any) -> list | None:
+    """The items SB3 iterates in a layer list: a list, tuple or deque, or a 1-d array or tensor."""
+    if isinstance(value, (list, tuple, collections.deque)):
+        return list(value)[:_MAX_LAYERS]
+    if getattr(value, "ndim", None) == 1 and hasattr(value, "tolist"):
+        return list(value[:_MAX_LAYERS].tolist())
     return None
+
+
+def _ints(value: Any) -> list[int] | None:
+    items = _items(value)
+    if items is None:
+        return None
+    ints = [n for n in map(_int, items) if n is not None and n >= 0]
+    return ints if len(ints) == len(items) else None
 
 
 def _kind(space: Any) -> str:
@@ -116,10 +150,10 @@ def _extractor(policy_class: Any, space: Any, kwargs: Mapping) -> tuple[int, int
     extra = extra if isinstance(extra, Mapping) else {}
     if name == "NatureCNN":
         dim = extra.get("features_dim", 512)
-        return _nature_cnn(space, dim if type(dim) is int and dim >= 0 else 512)
+        return _nature_cnn(space, _count(dim, 512))
     if name == "CombinedExtractor" and _kind(space) == "Dict":
         out_dim = extra.get("cnn_output_dim", 256)
-        out_dim = out_dim if type(out_dim) is int and out_dim >= 0 else 256
+        out_dim = _count(out_dim, 256)
         params = size = 0
         for sub in space.spaces.values():
             if len(getattr(sub, "shape", None) or ()) == 3 and getattr(getattr(sub, "dtype", None), "kind", "") == "u":
@@ -131,7 +165,7 @@ def _extractor(policy_class: Any, space: Any, kwargs: Mapping) -> tuple[int, int
     if name in ("FlattenExtractor", ""):
         return 0, _features(space)
     dim = extra.get("features_dim")  # another extractor: its output only
-    return 0, dim if type(dim) is int and dim >= 0 else 0
+    return 0, _count(dim, 0)
 
 
 def _mlp(inputs: int, layers: list[int], outputs: int) -> int:
@@ -147,10 +181,11 @@ def _branches(net_arch: Any) -> tuple[list[int], list[list[int]]]:
     (``qf``), and SB3 < 1.8's ``[64, dict(pi=.., vf=..)]``."""
     shared: list[int] = []
     branches: list[list[int]] = []
-    items = [net_arch] if isinstance(net_arch, Mapping) else list(net_arch) if type(net_arch) in (list, tuple) else []
+    items = [net_arch] if isinstance(net_arch, Mapping) else _items(net_arch) or []
     for item in items:
-        if type(item) is int and item >= 0 and not branches:
-            shared.append(item)
+        size = _int(item)
+        if size is not None and size >= 0 and not branches:
+            shared.append(size)
         elif isinstance(item, Mapping):
             branches += [layers for layers in map(_ints, item.values()) if layers is not None]
     return shared, branches
@@ -176,19 +211,19 @@ def estimate_model(params: Mapping[str, Any]) -> Estimate:
     if obs is None or act is None:
         return out
     n_envs = params.get("n_envs")
-    n_envs = n_envs if type(n_envs) is int and n_envs > 0 else 1
+    n_envs = _count(n_envs, 1, least=1)
     kwargs = params.get("policy_kwargs") or {}
     kwargs = kwargs if isinstance(kwargs, Mapping) else {}
     try:
         count = _policy_params(params.get("policy_class"), obs, act, kwargs)
         out.parts.append(("policy_kwargs", f"a policy of about {count} parameters", 4 * count, 4 * count))
-        n_steps, size = params.get("n_steps"), params.get("buffer_size")
-        if type(n_steps) is int and n_steps > 0 and "buffer_size" not in params:  # off-policy: n-step returns
+        n_steps, size = _count(params.get("n_steps"), 0), _count(params.get("buffer_size"), 0)
+        if n_steps > 0 and "buffer_size" not in params:  # off-policy: n-step returns
             rows = n_steps * n_envs
             observations = rows * _stored(obs)  # at their dtype (older SB3 kept float32: more)
             nbytes = observations + rows * (_stored_action(act) + 4 * 6)
             out.parts.append(("n_steps", f"a rollout buffer of {n_steps} steps x {n_envs} envs", nbytes, observations))
-        if type(size) is int and size > 0:
+        if size > 0:
             rows = max(size // n_envs, 1) * n_envs
             copies = 1 if params.get("optimize_memory_usage") is True else 2
             observations = rows * _stored(obs)
