@@ -219,3 +219,18 @@ def test_the_default_bound_follows_the_archive_and_the_address_space(tmp_path):
 def test_install_checks_its_limits():
     with pytest.raises(TypeError, match=re.escape("`limits` must be a zipsave.Limits or None, got dict.")):
         zipsave.sb3.install(limits={"max_model_bytes": 1})
+
+
+def test_layers_are_bounded_like_parameters(tmp_path):
+    # n_critics=3e6 of an 8-wide net: 1.4 GB of parameters but 9 million modules (3.6 KB and
+    # 0.1 ms each), which SAC took minutes to build from 20 bytes of data
+    model = SAC("MlpPolicy", "Pendulum-v1", buffer_size=50, device="cpu", policy_kwargs={"net_arch": [8, 8]})
+    path = tmp_path / "sac.zip"
+    zipsave.save(model, path)
+    params = {**vars(model), "policy_kwargs": {"net_arch": [8, 8], "n_critics": np.int64(3_000_000)}}
+    with pytest.raises(ArchiveLimitError, match=re.escape("asks for a policy of 9000003 layers, about 18432006144")):
+        check_model_size(SAC, params, str(path))
+    with pytest.raises(ArchiveLimitError, match=re.escape("a policy of 9000003 layers")):
+        check_model_size(SAC, params, str(path), limits=zipsave.Limits(max_model_bytes=1 << 32))
+    assert estimate_model(vars(model)).layers == 3 + 2 * 3  # the actor's, and two critics of three layers
+    check_model_size(SAC, vars(model), str(path))  # a real one is admitted

@@ -38,6 +38,8 @@ class Estimate:
     """The bytes a model will allocate, by part: ``(data key, what, bytes, largest array)``."""
 
     parts: list[tuple[str, str, int, int]] = dataclasses.field(default_factory=list)
+    #: Linear layers of the policy: each a module of a few KB of Python objects, however small.
+    layers: int = 0
 
     @property
     def total(self) -> int:
@@ -66,6 +68,8 @@ def _count(value: Any, default: int, *, least: int = 0) -> int:
 
 #: Layers of a ``net_arch`` list read for the estimate: SB3 builds one module per item.
 _MAX_LAYERS = 10_000
+#: What a layer costs at least, whatever its size: SB3's ``nn.Linear`` takes 3.6 KB.
+_LAYER_BYTES = 2048
 
 
 def _items(value: Any) -> list | None:
@@ -191,15 +195,34 @@ def _branches(net_arch: Any) -> tuple[list[int], list[list[int]]]:
     return shared, branches
 
 
-def _policy_params(policy_class: Any, observation_space: Any, action_space: Any, kwargs: Mapping) -> int:
-    extractor, width = _extractor(policy_class, observation_space, kwargs)
-    shared, branches = _branches(kwargs.get("net_arch"))
-    total = extractor + _mlp(width, shared, 0)
-    width = shared[-1] if shared else width
+def _policy_params(policy_class: Any, observation_space: Any, action_space: Any, kwargs: Mapping) -> tuple[int, int]:
+    """(parameters, linear layers) of the policy: its extractor, ``net_arch`` and heads, and
+    the ``n_critics`` Q-networks of SAC's and TD3's policies."""
+    extractor, features = _extractor(policy_class, observation_space, kwargs)
+    net_arch = kwargs.get("net_arch")
+    shared, branches = _branches(net_arch)
+    total = extractor + _mlp(features, shared, 0)
+    width = shared[-1] if shared else features
     outputs = _action_dim(action_space)
     for index, layers in enumerate(branches or [[]]):
         total += _mlp(width, layers, outputs if index == 0 else 1)
-    return total
+    count = len(shared) + sum(len(layers) + 1 for layers in branches or [[]])
+    critics = _default(policy_class, "n_critics")
+    if critics is not None:  # each critic `create_mlp(features + actions, 1, qf)`, as SB3's ContinuousCritic
+        critics = _count(kwargs.get("n_critics", critics), 0)
+        qf = _ints(net_arch.get("qf") if isinstance(net_arch, Mapping) else net_arch) or []
+        total += critics * _mlp(features + outputs, qf, 1)
+        count += critics * (len(qf) + 1)
+    return total, count
+
+
+def _default(policy_class: Any, name: str) -> Any:
+    import inspect
+
+    try:
+        return inspect.signature(policy_class.__init__).parameters[name].default
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def estimate_model(params: Mapping[str, Any]) -> Estimate:
@@ -215,7 +238,7 @@ def estimate_model(params: Mapping[str, Any]) -> Estimate:
     kwargs = params.get("policy_kwargs") or {}
     kwargs = kwargs if isinstance(kwargs, Mapping) else {}
     try:
-        count = _policy_params(params.get("policy_class"), obs, act, kwargs)
+        count, out.layers = _policy_params(params.get("policy_class"), obs, act, kwargs)
         out.parts.append(("policy_kwargs", f"a policy of about {count} parameters", 4 * count, 4 * count))
         n_steps, size = _count(params.get("n_steps"), 0), _count(params.get("buffer_size"), 0)
         if n_steps > 0 and "buffer_size" not in params:  # off-policy: n-step returns
@@ -311,11 +334,25 @@ def check_model_size(cls: Any, params: Mapping[str, Any], source: Any, *, limits
     archive_bytes = archive_size(source)
     name = getattr(cls, "__name__", "the model")
     cap = getattr(limits, "max_model_bytes", None)
+    # SB3 makes every layer a module (3.6 KB of Python objects and 0.1 ms each): n_critics=3e6
+    # took minutes to build; a real archive holds each layer's weights, bias and their names.
+    modules = ("policy_kwargs", f"a policy of {est.layers} layers", est.layers * _LAYER_BYTES, 0)
     if cap is not None:
         if est.total > cap:
             _refuse(name, est, max(est.parts, key=lambda p: p[2]), f"`Limits.max_model_bytes` ({cap})", archive)
+        if modules[2] > cap:
+            _refuse(name, est, modules, f"`Limits.max_model_bytes` ({cap}), at {_LAYER_BYTES} bytes a layer", archive)
         return
     budget = alloc_budget(archive_bytes or 0, limits)
+    if archive_bytes is not None and modules[2] > budget:
+        _refuse(
+            name,
+            est,
+            modules,
+            f"the {budget} bytes an archive of {archive_bytes} bytes may build, at "
+            f"{_LAYER_BYTES} bytes a layer (a real archive holds each layer's weights)",
+            archive,
+        )
     params_part = next((p for p in est.parts if p[0] == "policy_kwargs"), None)
     if archive_bytes is not None and params_part is not None and params_part[2] > budget:
         _refuse(
