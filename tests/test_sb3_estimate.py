@@ -234,3 +234,16 @@ def test_layers_are_bounded_like_parameters(tmp_path):
         check_model_size(SAC, params, str(path), limits=zipsave.Limits(max_model_bytes=1 << 32))
     assert estimate_model(vars(model)).layers == 3 + 2 * 3  # the actor's, and two critics of three layers
     check_model_size(SAC, vars(model), str(path))  # a real one is admitted
+
+
+def test_a_long_layer_list_is_bounded(tmp_path):
+    # 200 000 layers of width 1 (600 KB of JSON): TD3 built 600 000 modules for more than 5 minutes
+    path = tmp_path / "x.zip"
+    path.write_bytes(b"x" * 625_000)
+    model = TD3("MlpPolicy", "Pendulum-v1", buffer_size=50, device="cpu", policy_kwargs={"net_arch": [8]})
+    params = {**vars(model), "policy_kwargs": {"net_arch": [1] * 200_000}}
+    with pytest.raises(ArchiveLimitError, match=re.escape("asks for a policy of 600003 layers")):
+        check_model_size(TD3, params, str(path))
+    ranged = {**vars(model), "policy_kwargs": {"net_arch": range(1, 10**9)}}  # only grows: its first layers tell
+    with pytest.raises(ArchiveLimitError, match=re.escape("a policy of about")):
+        check_model_size(TD3, ranged, str(path))

@@ -66,18 +66,21 @@ def _count(value: Any, default: int, *, least: int = 0) -> int:
     return number if number is not None and number >= least else default
 
 
-#: Layers of a ``net_arch`` list read for the estimate: SB3 builds one module per item.
+#: Layers of a ``range`` read for the estimate (one with more grows past any budget before).
 _MAX_LAYERS = 10_000
 #: What a layer costs at least, whatever its size: SB3's ``nn.Linear`` takes 3.6 KB.
 _LAYER_BYTES = 2048
 
 
 def _items(value: Any) -> list | None:
-    """The items SB3 iterates in a layer list: a list, tuple or deque, or a 1-d array or tensor."""
+    """The items SB3 iterates in a layer list: a list, tuple or deque, a 1-d array or tensor
+    (each held in the archive), or a range (whose first layers bound the rest: it only grows)."""
     if isinstance(value, (list, tuple, collections.deque)):
-        return list(value)[:_MAX_LAYERS]
+        return list(value)
+    if isinstance(value, range):
+        return list(value[:_MAX_LAYERS])
     if getattr(value, "ndim", None) == 1 and hasattr(value, "tolist"):
-        return list(value[:_MAX_LAYERS].tolist())
+        return list(value.tolist())
     return None
 
 
