@@ -294,6 +294,25 @@ def test_a_pickled_array_holds_only_bytes_its_pickle_held(name, worker, base):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize(
+    "text", ["1E+50000000", "-7E-50000000", "1" * 9000 + "E+999999"], ids=["large", "small", "long_digits"]
+)
+def test_a_decimal_is_a_ratio_of_bounded_integers(text, worker, base):
+    # 12 bytes of `data` whose int() never ended: a decimal is held to the range of decimal's
+    # default context (past it its arithmetic overflows; no program computes one)
+    entry = {":type:": "<class 'decimal.Decimal'>", ":zipsave:": {"kind": "decimal", "value": text}}
+    archive = _rebuild(
+        base["bytes"],
+        {},
+        data={"lr": 0.1, "evil": entry, "fine": {**entry, ":zipsave:": {"kind": "decimal", "value": "1.5E-300"}}},
+    )
+    results = _deliver(worker, base, f"decimal-{text[-9:]}", archive, ("load", "read"), key="evil")
+    assert (
+        results["read"]["outcome"] == "refused" and "range of decimal's default context" in results["read"]["error"]
+    ), results
+    assert results["load"]["outcome"] == "loaded", results  # skipped with a warning, the rest loads
+
+
 STRAY_BOOLS = values.stray_bool_entries()
 
 

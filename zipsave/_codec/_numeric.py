@@ -17,6 +17,11 @@ from .._bounds import check_int
 from ..exceptions import DecodeError
 from ._decode import field
 
+#: The adjusted exponents decimal's default context reaches: ``Emax``, and ``Etiny`` (``Emin``
+#: less its 28 digits of precision, less one: its smallest subnormal).
+_DECIMAL_EXP = 999_999
+_DECIMAL_TINY = -1_000_026
+
 __all__ = ["decode_numeric"]
 
 
@@ -38,9 +43,18 @@ def decode_numeric(
         if len(text) > 10_000:
             raise DecodeError(f"decimal literal of {len(text)} characters is longer than 10000.")
         try:
-            return decimal.Decimal(text)
+            value = decimal.Decimal(text)
         except decimal.InvalidOperation:
             raise DecodeError(f"expected a decimal literal, found {text[:40]!r}.") from None
+        # Its exact value is a ratio of integers (`int()`, `Fraction()`, `as_integer_ratio()`):
+        # `1E+50000000` is 12 bytes whose int() never ended. Held to what decimal's default
+        # context reaches (its arithmetic overflows past it): int() of `1E+999999` takes 46 s.
+        if value.is_finite() and value and not _DECIMAL_TINY <= value.adjusted() <= _DECIMAL_EXP:
+            raise DecodeError(
+                f"a decimal of magnitude 1E{value.adjusted()} lies outside 1E{_DECIMAL_TINY} to 1E{_DECIMAL_EXP}, "
+                "the range of decimal's default context, which no computation of it leaves."
+            )
+        return value
     if kind == "random":
         words = native(field(body, "state", dict))
         gauss_next = decode(body.get("gauss_next"))
