@@ -190,6 +190,42 @@ def test_genuine_torch_save_outputs_load_at_every_door(worker, tmp_path):
             assert result["outcome"] == "loaded" and bytes.fromhex(result["values"][""]) == expected[key], (label, key)
 
 
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental:UserWarning")
+def test_genuine_tensors_torch_cannot_print_go_through_every_command(worker, tmp_path):
+    # torch.save writes bits8, complex32 and float4 tensors, whose repr, tolist or == raise:
+    # `zipsave read` blamed itself ("please report"), `read --json` of any complex tensor
+    # raised TypeError, and `zipsave diff` called two such archives damaged.
+    genuine = {
+        "bits8": torch.arange(4, dtype=torch.uint8).view(torch.bits8),
+        "bits16": torch.arange(4, dtype=torch.int16).view(torch.bits16),
+        "complex32": torch.tensor([1 + 2j, -3j]).to(torch.complex32),
+        "complex64": torch.tensor([1 + 2j, float("nan")]),
+    }
+    if hasattr(torch, "float4_e2m1fn_x2"):
+        genuine["float4"] = torch.arange(4, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    buf = io.BytesIO()
+    torch.save(genuine, buf)
+    base = tmp_path / "base.zip"
+    zipsave.save_archive(base, params={"p": {"w": torch.zeros(1)}})
+    archive, other = tmp_path / "genuine.zip", tmp_path / "other.zip"
+    archive.write_bytes(_rebuild(base.read_bytes(), {"p.pth": buf.getvalue()}))
+    changed = dict(genuine, bits8=torch.arange(1, 5, dtype=torch.uint8).view(torch.bits8))
+    buf = io.BytesIO()
+    torch.save(changed, buf)
+    other.write_bytes(_rebuild(base.read_bytes(), {"p.pth": buf.getvalue()}))
+    problems = []
+    for key in genuine:
+        for door in ("cli_read", "cli_read_json"):
+            result = worker.run(door, {"archive": str(archive)}, f"p/{key}")
+            if result["outcome"] != "loaded":
+                problems.append(f"{door} {key}: {result}")
+    for files in ({"clean": str(archive), "archive": str(archive)}, {"clean": str(archive), "archive": str(other)}):
+        result = worker.run("cli_diff", files)
+        if result["outcome"] == "foreign" or "damaged" in result.get("error", ""):
+            problems.append(f"cli_diff: {result}")
+    assert not problems, "\n".join(problems)
+
+
 # -- arrays: every dtype x header mismatch ------------------------------------------------------
 ARRAY_DOORS = ("load", "load_mmap", "load_archive", "read")
 

@@ -247,6 +247,10 @@ def tensor_families() -> dict[str, Any]:
         # `torch.equal` calls it unequal to True, and `~` of it is True again)
         "bool_byte_not_0_or_1": raw_tensor(bytes([1, 0, 2, 255]), "bool", (4,), (1,)),
         "bool_view_byte_not_0_or_1": raw_tensor(bytes([1, 0, 1, 9, 1]), "bool", (2,), (2,), offset=1),
+        # sub-byte integers: torch.load builds them, torch.save writes none, and no operation
+        # reads them (repr, clone, ==, sum: `zipsave read` blamed itself)
+        "sub_byte_int4": raw_tensor(bytes(range(4)), "int4", (4,), (1,)),
+        "sub_byte_uint1": raw_tensor(bytes(range(4)), "uint1", (2, 2), (2, 1)),
         # inside its storage, but standing for 2**62 elements of it (stride 0): a sum or a
         # comparison (zipsave diff) of it never ended
         "dense_expanded_past_budget": dense([1.0], size=(1 << 62,), stride=(0,)),
