@@ -310,6 +310,22 @@ def test_genuine_np_save_outputs_load_at_every_door(worker, base):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize("stride", [1, 2], ids=["contiguous", "strided"])
+def test_dcp_load_refuses_a_bool_byte_other_than_0_or_1(stride, tmp_path):
+    # DCP's reads go straight into the caller's tensors: a bool template took the bytes 2 and 255
+    import zipsave.dcp
+
+    base = tmp_path / "base.zip"
+    zipsave.save_archive(base, params={"p": {"w": torch.zeros(4, dtype=torch.bool)}})
+    stored = values.raw_tensor(bytes([1, 0, 2, 255] * stride), "bool", (4,), (stride,))
+    path = tmp_path / "bools.zip"
+    path.write_bytes(_rebuild(base.read_bytes(), {"p.pth": values.pth({"w": stored})}))
+    with pytest.raises(
+        zipsave.ArchiveFormatError, match=re.escape("tensor `p.w`: a bool holds a byte other than 0 or 1")
+    ):
+        zipsave.dcp.load({"p": {"w": torch.zeros(4, dtype=torch.bool)}}, path)
+
+
 UNFILLED = values.unfilled_array_pickles()
 
 
