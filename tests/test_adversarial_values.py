@@ -326,6 +326,27 @@ def test_dcp_load_refuses_a_bool_byte_other_than_0_or_1(stride, tmp_path):
         zipsave.dcp.load({"p": {"w": torch.zeros(4, dtype=torch.bool)}}, path)
 
 
+def test_restore_leaves_no_live_bool_byte_other_than_0_or_1(tmp_path):
+    # restore reads records straight into the live tensors, then checks them: a bool buffer
+    # kept 2 and 255 after the refusal
+    class Masked(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("mask", torch.zeros(4, dtype=torch.bool))
+
+    base = tmp_path / "base.zip"
+    zipsave.save({"m": Masked()}, base)
+    path = tmp_path / "bools.zip"
+    stored = values.raw_tensor(bytes([1, 0, 2, 255]), "bool", (4,), (1,))
+    path.write_bytes(_rebuild(base.read_bytes(), {"m.pth": values.pth({"mask": stored})}))
+    live = Masked()
+    with pytest.raises(
+        zipsave.ArchiveFormatError, match=re.escape("Tensors of the live object were partly overwritten")
+    ):
+        zipsave.restore({"m": live}, path)
+    assert live.mask.view(torch.uint8).tolist() == [1, 0, 1, 1]
+
+
 UNFILLED = values.unfilled_array_pickles()
 
 
