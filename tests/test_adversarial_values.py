@@ -347,6 +347,27 @@ def test_restore_leaves_no_live_bool_byte_other_than_0_or_1(tmp_path):
     assert live.mask.view(torch.uint8).tolist() == [1, 0, 1, 1]
 
 
+def test_an_array_read_in_place_keeps_no_bool_byte_other_than_0_or_1(tmp_path):
+    # a replay buffer's arrays are read straight into the live ones, then checked
+    from zipsave._archive import ArchiveReader
+    from zipsave._tensors import read_array_member_into
+
+    members, _ = values.stray_bool_entries()["npy_record"]
+    path = tmp_path / "bools.zip"
+    path.write_bytes(values.rebuild_archive(_empty_zip(), members))
+    live = np.zeros(2, dtype=values.BOOL_RECORD)
+    with open(path, "rb") as fp:
+        with pytest.raises(zipsave.DecodeError, match=re.escape("holds a boolean byte other than 0 or 1")):
+            read_array_member_into(ArchiveReader(fp), "arrays/0.npy", live)
+    assert live["f"].view(np.uint8).tolist() == [1, 1]
+
+
+def _empty_zip() -> bytes:
+    buf = io.BytesIO()
+    zipfile.ZipFile(buf, "w").close()
+    return buf.getvalue()
+
+
 UNFILLED = values.unfilled_array_pickles()
 
 

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._archive import crc32
-from .._booleans import bool_problem
+from .._booleans import bool_mask, bool_problem
 from ..exceptions import DecodeError, IntegrityError
 from ._arena import fresh_map
 from ._prefault import PREFAULT_MIN, Prefaulter, mapped_crcs, no_huge_pages
@@ -363,6 +363,12 @@ def read_array_member_into(reader: Any, member: str, dest: np.ndarray, *, verify
         if nbytes >= PREFAULT_MIN:
             no_huge_pages(dest.ctypes.data, nbytes)  # a live buffer never trained is numpy's untouched zeros
         _fill(view, buf, member, header_end, crc, expected_crc, prefault=True)
-        _checked_bools(dest.reshape(-1), member)
+        try:
+            _checked_bools(dest.reshape(-1), member)
+        except DecodeError:  # the live array keeps no byte numpy leaves undefined: 2 reads as True
+            rows = dest.reshape(-1).view(np.uint8).reshape(dest.size, dest.dtype.itemsize)
+            mask = bool_mask(dest.dtype)
+            rows[:, mask] = np.minimum(rows[:, mask], 1)
+            raise
     finally:
         view.close()
