@@ -190,6 +190,42 @@ def test_genuine_torch_save_outputs_load_at_every_door(worker, tmp_path):
             assert result["outcome"] == "loaded" and bytes.fromhex(result["values"][""]) == expected[key], (label, key)
 
 
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental:UserWarning")
+def test_genuine_tensors_torch_cannot_print_go_through_every_command(worker, tmp_path):
+    # torch.save writes bits8, complex32 and float4 tensors, whose repr, tolist or == raise:
+    # `zipsave read` blamed itself ("please report"), `read --json` of any complex tensor
+    # raised TypeError, and `zipsave diff` called two such archives damaged.
+    genuine = {
+        "bits8": torch.arange(4, dtype=torch.uint8).view(torch.bits8),
+        "bits16": torch.arange(4, dtype=torch.int16).view(torch.bits16),
+        "complex32": torch.tensor([1 + 2j, -3j]).to(torch.complex32),
+        "complex64": torch.tensor([1 + 2j, float("nan")]),
+    }
+    if hasattr(torch, "float4_e2m1fn_x2"):
+        genuine["float4"] = torch.arange(4, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    buf = io.BytesIO()
+    torch.save(genuine, buf)
+    base = tmp_path / "base.zip"
+    zipsave.save_archive(base, params={"p": {"w": torch.zeros(1)}})
+    archive, other = tmp_path / "genuine.zip", tmp_path / "other.zip"
+    archive.write_bytes(_rebuild(base.read_bytes(), {"p.pth": buf.getvalue()}))
+    changed = dict(genuine, bits8=torch.arange(1, 5, dtype=torch.uint8).view(torch.bits8))
+    buf = io.BytesIO()
+    torch.save(changed, buf)
+    other.write_bytes(_rebuild(base.read_bytes(), {"p.pth": buf.getvalue()}))
+    problems = []
+    for key in genuine:
+        for door in ("cli_read", "cli_read_json"):
+            result = worker.run(door, {"archive": str(archive)}, f"p/{key}")
+            if result["outcome"] != "loaded":
+                problems.append(f"{door} {key}: {result}")
+    for files in ({"clean": str(archive), "archive": str(archive)}, {"clean": str(archive), "archive": str(other)}):
+        result = worker.run("cli_diff", files)
+        if result["outcome"] == "foreign" or "damaged" in result.get("error", ""):
+            problems.append(f"cli_diff: {result}")
+    assert not problems, "\n".join(problems)
+
+
 # -- arrays: every dtype x header mismatch ------------------------------------------------------
 ARRAY_DOORS = ("load", "load_mmap", "load_archive", "read")
 
@@ -256,6 +292,7 @@ def test_genuine_np_save_outputs_load_at_every_door(worker, base):
         if arr.dtype.kind in "mM":
             arr = arr.copy()
             arr.view(np.int64)[...] = np.arange(6).reshape(2, 3)  # no NaT patterns
+        arr = values.legal_bools(arr.copy())  # booleans as numpy makes them: 0 or 1
         buf = io.BytesIO()
         np.save(buf, arr, allow_pickle=False)
         results = _deliver(
@@ -271,6 +308,148 @@ def test_genuine_np_save_outputs_load_at_every_door(worker, base):
             if result["outcome"] != "loaded" or bytes.fromhex(got or "") != arr.tobytes():
                 problems.append(f"{arr.dtype} {door}: {result.get('outcome')} {result.get('error', '')[:200]}")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("stride", [1, 2], ids=["contiguous", "strided"])
+def test_dcp_load_refuses_a_bool_byte_other_than_0_or_1(stride, tmp_path):
+    # DCP's reads go straight into the caller's tensors: a bool template took the bytes 2 and 255
+    import zipsave.dcp
+
+    base = tmp_path / "base.zip"
+    zipsave.save_archive(base, params={"p": {"w": torch.zeros(4, dtype=torch.bool)}})
+    stored = values.raw_tensor(bytes([1, 0, 2, 255] * stride), "bool", (4,), (stride,))
+    path = tmp_path / "bools.zip"
+    path.write_bytes(_rebuild(base.read_bytes(), {"p.pth": values.pth({"w": stored})}))
+    with pytest.raises(
+        zipsave.ArchiveFormatError, match=re.escape("tensor `p.w`: a bool holds a byte other than 0 or 1")
+    ):
+        zipsave.dcp.load({"p": {"w": torch.zeros(4, dtype=torch.bool)}}, path)
+
+
+def test_restore_leaves_no_live_bool_byte_other_than_0_or_1(tmp_path):
+    # restore reads records straight into the live tensors, then checks them: a bool buffer
+    # kept 2 and 255 after the refusal
+    class Masked(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("mask", torch.zeros(4, dtype=torch.bool))
+
+    base = tmp_path / "base.zip"
+    zipsave.save({"m": Masked()}, base)
+    path = tmp_path / "bools.zip"
+    stored = values.raw_tensor(bytes([1, 0, 2, 255]), "bool", (4,), (1,))
+    path.write_bytes(_rebuild(base.read_bytes(), {"m.pth": values.pth({"mask": stored})}))
+    live = Masked()
+    with pytest.raises(
+        zipsave.ArchiveFormatError, match=re.escape("Tensors of the live object were partly overwritten")
+    ):
+        zipsave.restore({"m": live}, path)
+    assert live.mask.view(torch.uint8).tolist() == [1, 0, 1, 1]
+
+
+def test_an_array_read_in_place_keeps_no_bool_byte_other_than_0_or_1(tmp_path):
+    # a replay buffer's arrays are read straight into the live ones, then checked
+    from zipsave._archive import ArchiveReader
+    from zipsave._tensors import read_array_member_into
+
+    members, _ = values.stray_bool_entries()["npy_record"]
+    path = tmp_path / "bools.zip"
+    path.write_bytes(values.rebuild_archive(_empty_zip(), members))
+    live = np.zeros(2, dtype=values.BOOL_RECORD)
+    with open(path, "rb") as fp:
+        with pytest.raises(zipsave.DecodeError, match=re.escape("holds a boolean byte other than 0 or 1")):
+            read_array_member_into(ArchiveReader(fp), "arrays/0.npy", live)
+    assert live["f"].view(np.uint8).tolist() == [1, 1]
+
+
+def _empty_zip() -> bytes:
+    buf = io.BytesIO()
+    zipfile.ZipFile(buf, "w").close()
+    return buf.getvalue()
+
+
+UNFILLED = values.unfilled_array_pickles()
+
+
+@pytest.mark.parametrize("name", sorted(UNFILLED))
+def test_a_pickled_array_holds_only_bytes_its_pickle_held(name, worker, base):
+    # `ndarray(shape)` and `_reconstruct` with a shape and no BUILD gave back numpy's unfilled
+    # memory (heap addresses, a freed secret); an unsized `S0` array gave it back on `.repeat(2)`.
+    import base64
+
+    entry = {":type:": "<class 'numpy.ndarray'>", ":serialized:": base64.b64encode(UNFILLED[name]).decode()}
+    archive = _rebuild(base["bytes"], {}, data={"lr": 0.1, "evil": entry})
+    results = _deliver(worker, base, f"unfilled-{name}", archive, ("load", "load_archive", "read"), key="evil")
+    problems = _problems({"read": results.pop("read")}, ("read",))
+    for door, result in results.items():
+        if result["outcome"] == "loaded" and any(k.split(".")[-1] == "evil" for k in result["values"]):
+            problems.append(f"{door} returned `evil`")
+        problems += _problems({door: result}, ())
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "text", ["1E+50000000", "-7E-50000000", "1" * 9000 + "E+999999"], ids=["large", "small", "long_digits"]
+)
+def test_a_decimal_is_a_ratio_of_bounded_integers(text, worker, base):
+    # 12 bytes of `data` whose int() never ended: a decimal stands for integers of at most
+    # MAX_INT_BITS bits (its exponent at least -39456, its adjusted exponent at most 39455)
+    entry = {":type:": "<class 'decimal.Decimal'>", ":zipsave:": {"kind": "decimal", "value": text}}
+    archive = _rebuild(
+        base["bytes"],
+        {},
+        data={"lr": 0.1, "evil": entry, "fine": {**entry, ":zipsave:": {"kind": "decimal", "value": "1.5E-300"}}},
+    )
+    results = _deliver(worker, base, f"decimal-{text[-9:]}", archive, ("load", "read"), key="evil")
+    assert (
+        results["read"]["outcome"] == "refused" and "a decimal's exponent is at least" in results["read"]["error"]
+    ), results
+    assert results["load"]["outcome"] == "loaded", results  # skipped with a warning, the rest loads
+
+
+STRAY_BOOLS = values.stray_bool_entries()
+
+
+@pytest.mark.parametrize("form", sorted(STRAY_BOOLS))
+def test_a_boolean_byte_other_than_0_or_1_is_refused(form, worker, base):
+    # numpy read an .npy member, a native array and its own pickles of a bool array (or of a
+    # record with bool fields) whatever bytes they held: 2 printed True, compared unequal to
+    # True and stayed True under `~`.
+    members, entry = STRAY_BOOLS[form]
+    archive = _rebuild(base["bytes"], members, data={"lr": 0.1, "evil": entry})
+    results = _deliver(worker, base, f"bools-{form}", archive, ARRAY_DOORS, key="evil")
+    read = results.pop("read")
+    problems = _problems({"read": read}, ("read",))
+    if "boolean byte other than 0 or 1" not in read.get("error", ""):
+        problems.append(f"read: {read}")
+    for door, result in results.items():
+        if result["outcome"] == "loaded" and any(k.split(".")[-1] == "evil" for k in result["values"]):
+            problems.append(f"{door} returned `evil`")
+        problems += _problems({door: result}, ())
+    assert not problems, "\n".join(problems)
+
+
+def test_genuine_booleans_load_at_every_door(worker, base):
+    import base64
+    import pickle
+
+    from zipsave._codec._arrays import dtype_descr
+
+    arr = np.zeros(3, dtype=values.BOOL_RECORD)
+    arr["f"], arr["m"] = [True, False, True], [[True, False]] * 3
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    npy = {"kind": "ndarray", "dtype": dtype_descr(arr.dtype), "shape": [3], "member": "arrays/0.npy"}
+    pickled = base64.b64encode(pickle.dumps(arr, protocol=5)).decode()
+    for form, entry, members in (
+        ("npy", {":zipsave:": npy}, {"arrays/0.npy": buf.getvalue()}),
+        ("pickle", {":serialized:": pickled}, {}),
+    ):
+        value = {":type:": "<class 'numpy.ndarray'>", **entry}
+        archive = _rebuild(base["bytes"], members, data={"lr": 0.1, "evil": value})
+        for door, result in _deliver(worker, base, f"bools-ok-{form}", archive, ("load", "read"), key="evil").items():
+            got = result.get("values", {}).get("evil" if door != "read" else "")
+            assert result["outcome"] == "loaded" and bytes.fromhex(got or "") == arr.tobytes(), (form, door, result)
 
 
 # -- tensors pickled into `data` (sb3-contrib's ARS stores its weights so) ----------------------

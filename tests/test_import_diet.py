@@ -30,6 +30,7 @@ LOAD_MODULES = frozenset(
         "zipsave._archive._views",
         "zipsave._archive._zipfmt",
         "zipsave._bounds",
+        "zipsave._booleans",  # a bool array or tensor is checked where it is built
         "zipsave._codec",
         "zipsave._codec._arrays",
         "zipsave._codec._decode",

@@ -5,6 +5,7 @@ a real model is never refused for a size it does not have), and the caller's
 
 from __future__ import annotations
 
+import collections
 import re
 
 import gymnasium as gym
@@ -141,6 +142,26 @@ def test_an_explicit_net_arch_is_counted_exactly():
             "policy_kwargs",
             "a policy of about 10001200042 ",
         ),
+        # sizes SB3 and torch take as integers (numpy's, a 1-d array, a deque) that the
+        # estimate counted as nothing: PPO went on to allocate 14 GB for them
+        ({"n_steps": np.int64(10**9)}, "n_steps", "a rollout buffer of 1000000000 steps x 1 envs, about"),
+        ({"buffer_size": np.int32(10**9)}, "buffer_size", "a replay buffer of 1000000000 transitions"),
+        (
+            {"policy_kwargs": {"net_arch": [np.int64(10**5), np.uint32(10**5)]}},
+            "policy_kwargs",
+            "a policy of about 10000800002 parameters",
+        ),
+        ({"policy_kwargs": {"net_arch": np.array([10**5, 10**5])}}, "policy_kwargs", "a policy of about 10000800002 "),
+        (
+            {"policy_kwargs": {"net_arch": collections.deque([10**5, 10**5])}},
+            "policy_kwargs",
+            "a policy of about 10000800002 ",
+        ),
+        (
+            {"policy_kwargs": {"net_arch": {"pi": (np.int16(8),), "vf": np.array([10**5, 10**5])}}},
+            "policy_kwargs",
+            "a policy of about 10000700059 ",
+        ),
     ],
 )
 def test_a_caller_set_limit_bounds_every_door(tmp_path, changes, key, words):
@@ -198,3 +219,31 @@ def test_the_default_bound_follows_the_archive_and_the_address_space(tmp_path):
 def test_install_checks_its_limits():
     with pytest.raises(TypeError, match=re.escape("`limits` must be a zipsave.Limits or None, got dict.")):
         zipsave.sb3.install(limits={"max_model_bytes": 1})
+
+
+def test_layers_are_bounded_like_parameters(tmp_path):
+    # n_critics=3e6 of an 8-wide net: 1.4 GB of parameters but 9 million modules (3.6 KB and
+    # 0.1 ms each), which SAC took minutes to build from 20 bytes of data
+    model = SAC("MlpPolicy", "Pendulum-v1", buffer_size=50, device="cpu", policy_kwargs={"net_arch": [8, 8]})
+    path = tmp_path / "sac.zip"
+    zipsave.save(model, path)
+    params = {**vars(model), "policy_kwargs": {"net_arch": [8, 8], "n_critics": np.int64(3_000_000)}}
+    with pytest.raises(ArchiveLimitError, match=re.escape("asks for a policy of 9000003 layers, about 18432006144")):
+        check_model_size(SAC, params, str(path))
+    with pytest.raises(ArchiveLimitError, match=re.escape("a policy of 9000003 layers")):
+        check_model_size(SAC, params, str(path), limits=zipsave.Limits(max_model_bytes=1 << 32))
+    assert estimate_model(vars(model)).layers == 3 + 2 * 3  # the actor's, and two critics of three layers
+    check_model_size(SAC, vars(model), str(path))  # a real one is admitted
+
+
+def test_a_long_layer_list_is_bounded(tmp_path):
+    # 200 000 layers of width 1 (600 KB of JSON): TD3 built 600 000 modules for more than 5 minutes
+    path = tmp_path / "x.zip"
+    path.write_bytes(b"x" * 625_000)
+    model = TD3("MlpPolicy", "Pendulum-v1", buffer_size=50, device="cpu", policy_kwargs={"net_arch": [8]})
+    params = {**vars(model), "policy_kwargs": {"net_arch": [1] * 200_000}}
+    with pytest.raises(ArchiveLimitError, match=re.escape("asks for a policy of 600003 layers")):
+        check_model_size(TD3, params, str(path))
+    ranged = {**vars(model), "policy_kwargs": {"net_arch": range(1, 10**9)}}  # only grows: its first layers tell
+    with pytest.raises(ArchiveLimitError, match=re.escape("a policy of about")):
+        check_model_size(TD3, ranged, str(path))

@@ -401,12 +401,14 @@ def test_forged_dtype_flags_are_refused(tmp_path):
 
 
 def test_array_state_never_frees_memory_under_a_view(tmp_path):
-    # A = _reconstruct(...); B = _frombuffer(A, ...); BUILD A with a smaller state. numpy's
-    # setstate would free A's buffer while B still points into it.
+    # A = _reconstruct(...) filled by BUILD; B = _frombuffer(A, ...); BUILD A with a smaller
+    # state. numpy's setstate would free A's buffer while B still points into it.
     payload = _p4(
         _global("numpy._core.multiarray", "_reconstruct"),
-        _body((np.ndarray, (1 << 20,), b"b")),
+        _body((np.ndarray, (0,), b"b")),
         pickle.REDUCE,
+        _body((1, (1 << 20,), np.dtype("u1"), False, bytes(1 << 20))),
+        pickle.BUILD,
         pickle.MEMOIZE,
         _global("numpy._core.numeric", "_frombuffer"),
         pickle.MARK,

@@ -64,6 +64,7 @@ _PICKLED_HINT = (
 VIEW_FLOOR = 64 << 20
 VIEW_RATIO = 16
 
+_SUB_BYTE = frozenset(f"torch.{sign}int{bits}" for sign in ("", "u") for bits in range(1, 8))
 SUPPORTED = "dense tensors and sparse COO, CSR, CSC, BSR and BSC tensors whose indices check out"
 
 
@@ -309,6 +310,8 @@ def check_tensor(t: Any, *, key: str = "") -> None:
     if t.dtype in quantized_dtypes():
         # a plain tensor viewed as qint8...: no quantizer, so its repr and every operation fail
         raise refusal(key, f"a tensor of the quantized dtype {t.dtype} (without the quantizer to read it)")
+    if str(t.dtype) in _SUB_BYTE:  # torch.save cannot write one; no operation (repr, clone, ==) reads it
+        raise refusal(key, f"a tensor of the sub-byte dtype {t.dtype}, which torch writes none of and cannot read")
     if t.is_nested:
         raise refusal(key, "a nested tensor")
     if t.layout == torch.strided:
@@ -331,6 +334,8 @@ def quantized_dtypes() -> frozenset:
 
 
 def _check_dense(t: Any, key: str) -> None:
+    import torch
+
     try:
         nbytes = t.untyped_storage().nbytes()
     except (RuntimeError, NotImplementedError) as err:
@@ -351,6 +356,8 @@ def _check_dense(t: Any, key: str) -> None:
             ),
             key,
         )
+    if t.dtype is torch.bool and t.numel() and bool(t.view(torch.uint8).max() > 1):
+        raise refusal(key, "a bool tensor holding a byte other than 0 or 1 (undefined in torch, never written by it)")
 
 
 def _validate(check: Any, *args: Any, key: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import os
 import sys
 import warnings
@@ -154,36 +153,11 @@ def _cmd_extract(args: argparse.Namespace) -> int:
 
 def _cmd_read(args: argparse.Namespace) -> int:
     value = _tools.read(args.archive, args.address, device="cpu", trust=trust_of(args))
-    tensor = hasattr(value, "dtype") and hasattr(value, "tolist")  # a tensor, or an array from `data`
     if not args.json:
-        head = f"{value.dtype} {tuple(value.shape)}\n" if tensor else ""
-        _say(f"{visible(args.address)}: {head}{visible(repr(value), lines=True)}")
+        _say(f"{visible(args.address)}: {visible(_tools.value_text(value), lines=True)}")
         return EXIT_OK
-    out = {"address": args.address, "type": type(value).__name__}
-    if tensor:
-        out.update(dtype=str(value.dtype), shape=list(value.shape), values=_strict(value.tolist()))
-    else:
-        try:
-            out["value"] = _strict(json.loads(json.dumps(value)))
-        except (TypeError, ValueError):  # not a JSON value (a space, a tuple key): its repr
-            out["repr"] = repr(value)
-    _print_json(out)
+    _print_json({"address": args.address, **_tools.value_json(value)})
     return EXIT_OK
-
-
-def _strict(value: Any) -> Any:
-    if isinstance(value, (list, dict)):
-        return {k: _strict(v) for k, v in value.items()} if isinstance(value, dict) else [_strict(v) for v in value]
-    return _json_number(value)
-
-
-def _json_number(value: Any) -> Any:
-    """Strict JSON has no NaN or infinity (Python's json writes tokens that jq and JavaScript
-    reject): a non-finite metric is written as the string ``"NaN"``, ``"Infinity"`` or
-    ``"-Infinity"``."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    return value
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -206,7 +180,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
                     "step": c.step,
                     "time": c.time,
                     "size": c.size,
-                    "metrics": {k: _json_number(v) for k, v in c.metrics.items()},
+                    "metrics": {k: _tools.json_leaf(v) for k, v in c.metrics.items()},
                     "path": c.path,
                 }
                 for c in checkpoints

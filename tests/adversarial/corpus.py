@@ -315,6 +315,14 @@ def memory() -> list[Payload]:
         "reconstruct_huge": program(
             call(G("numpy._core.multiarray", "_reconstruct"), G("numpy", "ndarray"), (1 << 40,), b"b")
         ),
+        # The same shapes spelled in numpy integers (numpy takes them), which the budget saw as
+        # no shape at all: 40 GiB asked of _reconstruct, an object array's 64 GiB of pointers
+        "reconstruct_numpy_int_shape": program(
+            call(G("numpy._core.multiarray", "_reconstruct"), G("numpy", "ndarray"), (_numpy_int(40 << 30),), b"b")
+        ),
+        "ndarray_state_numpy_int_shape": _array_state((_numpy_int(1 << 33),), "O", []),
+        "bytes_numpy_int_6gib": program(call(G("builtins", "bytes"), _numpy_int(huge))),
+        "bytearray_numpy_int_6gib": program(call(G("builtins", "bytearray"), _numpy_int(huge))),
         "torch_size_range": program(call(G("torch", "Size"), call(G("builtins", "range"), 10**10))),
         "tuple_range": program(call(G("builtins", "tuple"), call(G("builtins", "range"), 10**10))),
         # A value stored in memo slot 2**30 - 1: C's unpickler (DCP's metadata) grew its memo to
@@ -346,6 +354,12 @@ def memory() -> list[Payload]:
         "tensor_past_storage_8gib": _persistent_pickle(collections.OrderedDict(weight=_TensorRef(2 << 30))),
     }
     return [Payload(name, "memory", pickle=raw) for name, raw in out.items()]
+
+
+def _numpy_int(value: int) -> Emit:
+    """A numpy int64 scalar of ``value``, as numpy pickles one (``scalar(dtype, bytes)``)."""
+    dtype = Emit(G("numpy", "dtype").data + body(("<i8", False, True)) + pickle.REDUCE)
+    return call(G("numpy._core.multiarray", "scalar"), dtype, value.to_bytes(8, "little"))
 
 
 def _array_state(shape: tuple, dtype: str, data: Any) -> bytes:

@@ -243,6 +243,14 @@ def tensor_families() -> dict[str, Any]:
         "dense_size_overflow": dense([1.0, 2.0, 3.0, 4.0], size=(1 << 62, 1 << 62), stride=(1, 1)),
         "dense_wraparound": dense([1.0, 2.0, 3.0, 4.0], size=(2, 3), stride=(1 << 62, 1 << 62)),
         "dense_storage_declared_short": dense([1.0, 2.0, 3.0, 4.0], numel=1),
+        # a bool's byte other than 0 or 1: torch leaves it undefined (it prints True, yet
+        # `torch.equal` calls it unequal to True, and `~` of it is True again)
+        "bool_byte_not_0_or_1": raw_tensor(bytes([1, 0, 2, 255]), "bool", (4,), (1,)),
+        "bool_view_byte_not_0_or_1": raw_tensor(bytes([1, 0, 1, 9, 1]), "bool", (2,), (2,), offset=1),
+        # sub-byte integers: torch.load builds them, torch.save writes none, and no operation
+        # reads them (repr, clone, ==, sum: `zipsave read` blamed itself)
+        "sub_byte_int4": raw_tensor(bytes(range(4)), "int4", (4,), (1,)),
+        "sub_byte_uint1": raw_tensor(bytes(range(4)), "uint1", (2, 2), (2, 1)),
         # inside its storage, but standing for 2**62 elements of it (stride 0): a sum or a
         # comparison (zipsave diff) of it never ended
         "dense_expanded_past_budget": dense([1.0], size=(1 << 62,), stride=(0,)),
@@ -327,7 +335,86 @@ NORMAL_DTYPES = [
     "<m8[ms]",
     [("x", "<f4"), ("y", "<i2")],
     {"names": ["a"], "formats": ["<u2"], "offsets": [2], "itemsize": 6},
+    [("f", "?"), ("m", "?", (2,)), ("x", "<i2")],
 ]
+
+#: A structured dtype whose booleans are a field and a sub-array field.
+BOOL_RECORD = np.dtype([("x", "<f4"), ("f", "?"), ("m", "?", (2,))])
+
+
+def legal_bools(arr: np.ndarray) -> np.ndarray:
+    """``arr`` (C-contiguous) with every boolean byte of it made 0 or 1 (its low bit), as
+    numpy and torch write them: an array made by viewing other bytes as bool holds others."""
+    from zipsave._booleans import bool_mask
+
+    mask = bool_mask(arr.dtype)
+    if mask is not None and arr.size:
+        rows = arr.reshape(-1).view(np.uint8).reshape(arr.size, arr.dtype.itemsize)
+        rows[:, mask] &= 1
+    return arr
+
+
+def unfilled_array_pickles() -> dict[str, bytes]:
+    """Pickles of arrays numpy allocates and never fills, or whose elements read as bytes it
+    never filled: ``ndarray(shape)`` called or created, ``_reconstruct`` with a shape and no
+    BUILD after it (the array held heap addresses and freed secrets), and states of the
+    unsized ``S0``/``<U0`` (``.repeat(2)`` of one gave back 8 KB of freed heap)."""
+    from .asm import G as G4
+    from .asm import body, build, call, newobj, program
+
+    def dtype(descr: str) -> Emit:
+        return Emit(G4("numpy", "dtype").data + body((descr, False, True)) + pickle.REDUCE)
+
+    empty = call(G4("numpy._core.multiarray", "_reconstruct"), G4("numpy", "ndarray"), (0,), b"b")
+    return {
+        "ndarray_call": program(call(G4("numpy", "ndarray"), (8192,), "f8")),
+        "ndarray_newobj": program(newobj(G4("numpy", "ndarray"), (8192,), "f8")),
+        "reconstruct_unbuilt": program(
+            call(G4("numpy._core.multiarray", "_reconstruct"), G4("numpy", "ndarray"), (65536,), b"b")
+        ),
+        "reconstruct_unbuilt_in_list": program(
+            [call(G4("numpy._core.multiarray", "_reconstruct"), G4("numpy", "ndarray"), (4096, 2), b"b")]
+        ),
+        "state_unsized_bytes": program(build(empty, (1, (4096,), dtype("S0"), False, b"")), 2),
+        "state_unsized_str": program(build(empty, (1, (4096,), dtype("<U0"), False, b"")), 2),
+        "record_unsized_field": pickle.dumps(np.zeros(4096, dtype=[("x", "f4"), ("s", "S0")]), protocol=4),
+    }
+
+
+def stray_bool_entries() -> dict[str, tuple[dict[str, bytes], dict]]:
+    """``{name: (members, data entry)}``: an array or scalar whose booleans hold bytes other
+    than 0 and 1 (numpy and torch leave them undefined and never write them), in every form a
+    ``data`` entry brings one: an ``.npy`` member, zipsave's native base64 form, and numpy's
+    own pickles (``_reconstruct`` + BUILD, protocol 5's ``_frombuffer``)."""
+    import base64
+
+    from zipsave._codec import _arrays
+
+    flat = np.frombuffer(bytes([1, 0, 2, 255]), dtype=np.bool_)
+    record = np.zeros(2, dtype=BOOL_RECORD)
+    record.view(np.uint8)[4::7] = 7  # field `f` of each record
+    out: dict[str, tuple[dict[str, bytes], dict]] = {}
+    for label, arr in (("bool", flat), ("record", record)):
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=False)
+        body = {"kind": "ndarray", "dtype": _arrays.dtype_descr(arr.dtype), "shape": list(arr.shape)}
+        typ = "<class 'numpy.ndarray'>"
+        out[f"npy_{label}"] = (
+            {"arrays/0.npy": buf.getvalue()},
+            {":type:": typ, ":zipsave:": {**body, "member": "arrays/0.npy"}},
+        )
+        b64 = base64.b64encode(arr.tobytes()).decode()
+        out[f"native_{label}"] = ({}, {":type:": typ, ":zipsave:": {**body, "b64": b64}})
+        for protocol in (2, 5):
+            raw = base64.b64encode(pickle.dumps(arr, protocol=protocol)).decode()
+            out[f"pickle{protocol}_{label}"] = ({}, {":type:": typ, ":serialized:": raw})
+    scalar = {
+        "kind": "numpy_scalar",
+        "dtype": _arrays.dtype_descr(BOOL_RECORD),
+        "b64": base64.b64encode(record[:1].tobytes()).decode(),
+    }
+    out["native_record_scalar"] = ({}, {":type:": "<class 'numpy.void'>", ":zipsave:": scalar})
+    return out
 
 
 def npy(header_dtype: Any, shape: tuple, payload: bytes) -> bytes:

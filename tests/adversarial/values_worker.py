@@ -139,6 +139,8 @@ def doors() -> dict:
         "cli_diff": lambda f, key: cli_run("diff", f["clean"], f["archive"]),
         "cli_inspect": lambda f, key: cli_run("inspect", f["archive"]),
         "cli_verify": lambda f, key: cli_run("verify", f["archive"]),
+        "cli_read": lambda f, key: cli_run("read", f["archive"], key),
+        "cli_read_json": lambda f, key: cli_run("read", "--json", f["archive"], key),
         "set_parameters": set_parameters,
         "ppo_load": ppo_load,
     }

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .. import _codec, _trust  # packages whose parts load on first use: arrays, spaces, the unpickler
+from .._booleans import bool_problem
 from .._bounds import MAX_INT_BITS, KeyGuard, check_int
 from .._format import NATIVE_KEY as N
 from .._format import SERIALIZED_KEY as S
@@ -261,6 +262,7 @@ class Decoder:
             raw = _codec.unb64(body.get("b64"))
             if len(raw) != dtype.itemsize:
                 raise DecodeError(f"numpy scalar holds {len(raw)} bytes, expected {dtype.itemsize} for dtype {dtype}.")
+            _check_bools(dtype, raw, "a numpy scalar")
             return np.frombuffer(raw, dtype=dtype)[0].copy()
         if kind == "numpy_dtype":
             return _codec.descr_dtype(body.get("descr"))
@@ -332,6 +334,7 @@ class Decoder:
         raw = _codec.unb64(body.get("b64"))
         if len(raw) != count * dtype.itemsize:
             raise DecodeError(f"array holds {len(raw)} bytes, expected {count * dtype.itemsize} for {dtype}{shape}.")
+        _check_bools(dtype, raw, "an array")
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
     def _tensor(self, body: dict) -> torch.Tensor:
@@ -382,6 +385,12 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _check_bools(dtype: np.dtype, raw: bytes, what: str) -> None:
+    problem = bool_problem(dtype, raw, what)
+    if problem:
+        raise DecodeError(f"{problem}.")
 
 
 def field(body: dict, name: str, kind: type) -> Any:

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._archive import crc32
+from .._booleans import bool_mask, bool_problem
 from ..exceptions import DecodeError, IntegrityError
 from ._arena import fresh_map
 from ._prefault import PREFAULT_MIN, Prefaulter, mapped_crcs, no_huge_pages
@@ -137,7 +138,7 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
     if mmap and nbytes:
         mapped = _mapped(view, member, dtype, header_end, nbytes, expected_crc)
         if mapped is not None and mapped.nbytes == nbytes:
-            return mapped.reshape(shape, order=order)
+            return _checked_bools(mapped, member).reshape(shape, order=order)
     crc = _head_crc(view, header_end) if expected_crc is not None else 0
     count = nbytes // dtype.itemsize
     fresh = fresh_map(nbytes, huge=False) if nbytes >= _OWN_MAP_MIN else None
@@ -153,7 +154,15 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
             f"{dtype}{list(shape)} ({nbytes} bytes)."
         )
     _fill(view, buf, member, header_end, crc, expected_crc, prefault=fresh is not None)
-    return flat.reshape(shape, order=order)
+    return _checked_bools(flat, member).reshape(shape, order=order)
+
+
+def _checked_bools(flat: np.ndarray, member: str) -> np.ndarray:
+    """``flat`` (a member's data, read), refused where a boolean of it is not 0 or 1."""
+    problem = bool_problem(flat.dtype, flat, f"array member `{member}`")
+    if problem:
+        raise DecodeError(f"{problem}.")
+    return flat
 
 
 def _fill(
@@ -354,5 +363,12 @@ def read_array_member_into(reader: Any, member: str, dest: np.ndarray, *, verify
         if nbytes >= PREFAULT_MIN:
             no_huge_pages(dest.ctypes.data, nbytes)  # a live buffer never trained is numpy's untouched zeros
         _fill(view, buf, member, header_end, crc, expected_crc, prefault=True)
+        try:
+            _checked_bools(dest.reshape(-1), member)
+        except DecodeError:  # the live array keeps no byte numpy leaves undefined: 2 reads as True
+            rows = dest.reshape(-1).view(np.uint8).reshape(dest.size, dest.dtype.itemsize)
+            mask = bool_mask(dest.dtype)
+            rows[:, mask] = np.minimum(rows[:, mask], 1)
+            raise
     finally:
         view.close()

@@ -282,7 +282,16 @@ def load_pth(
             tensor.requires_grad_(True)
         return tensor
 
-    return check_tree(replace(meta.tree, build)), filled
+    try:
+        return check_tree(replace(meta.tree, build)), filled
+    except ArchiveFormatError as err:
+        if direct:  # a live bool never keeps a byte torch leaves undefined (2 reads as True)
+            for target in direct.values():
+                if target.dtype is torch.bool:
+                    target.detach().view(torch.uint8).clamp_(max=1)
+            err.detail += " Tensors of the live object were partly overwritten."
+            err.args = (err._compose(),)
+        raise
 
 
 def _read_records(

@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._read import read
     from ._records import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo
     from ._sharded import describe_sharded, is_checkpoint_dir, render_sharded, verify_sharded
+    from ._shown import json_leaf, value_json, value_text
     from ._verify import verify
 
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
@@ -27,11 +28,12 @@ _LAZY: dict[str, str] = {
     "read": "._read",
     **dict.fromkeys(("ArchiveInfo", "ArchiveMember", "ComponentInfo", "DataEntry", "TensorInfo"), "._records"),
     **dict.fromkeys(("describe_sharded", "is_checkpoint_dir", "render_sharded", "verify_sharded"), "._sharded"),
+    **dict.fromkeys(("json_leaf", "value_json", "value_text"), "._shown"),
     "verify": "._verify",
 }
 # Its modules, found as attributes as when this file imported them all.
 _SUBMODULES = frozenset(
-    {"_check", "_diff", "_extract", "_inspect", "_read", "_records", "_render", "_sharded", "_verify"}
+    {"_check", "_diff", "_extract", "_inspect", "_read", "_records", "_render", "_sharded", "_shown", "_verify"}
 )
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
@@ -49,8 +51,11 @@ __all__ = [
     "extract",
     "inspect",
     "is_checkpoint_dir",
+    "json_leaf",
     "read",
     "render_sharded",
+    "value_json",
+    "value_text",
     "verify",
     "verify_sharded",
 ]

@@ -12,11 +12,20 @@ import sys
 import types
 from typing import Any, Callable
 
+from .._booleans import bool_problem
 from .._bounds import AllocBudget, KeyGuard, check_int_text
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._names import is_dunder
 
-__all__ = ["array_state_problem", "build_state_problem", "call_problem", "codec_problem", "new_problem", "size_problem"]
+__all__ = [
+    "array_state_problem",
+    "build_state_problem",
+    "call_problem",
+    "codec_problem",
+    "new_problem",
+    "result_problem",
+    "size_problem",
+]
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a `class` statement
 
@@ -160,28 +169,38 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
                 budget.charge(_range_length(item), f"`{name}` given a range")
             elif numpy is not None and isinstance(item, numpy.dtype):
                 budget.charge(item.itemsize, f"`{name}` given a dtype")
-    if name in _SIZED_BY_INT and args and type(args[0]) is int:
-        budget.charge(args[0], f"`{name}({args[0]})`")
+    first: Any = args[0] if args else None
+    if name in _SIZED_BY_INT and (isinstance(first, int) or (numpy is not None and isinstance(first, numpy.integer))):
+        # a numpy integer (or a bool) is a size to bytes(n) as much as an int
+        budget.charge(int(first), f"`{name}({int(first)})`")
     shape: Any = None
-    dtype: Any = None
     if name == "numpy._core.multiarray._reconstruct" and len(args) >= 3:
-        shape, dtype = args[1], args[2]
+        shape = args[1]
     elif numpy is not None and isinstance(func, type) and issubclass(func, numpy.ndarray):
         shape = args[0] if args else kwargs.get("shape")
-        dtype = args[1] if len(args) > 1 else kwargs.get("dtype", "f8")
-    if shape is not None:
-        dims = (shape,) if type(shape) is int else shape
-        if type(dims) not in (tuple, list) or not all(type(d) is int and d >= 0 for d in dims):
-            return  # numpy refuses it itself
-        try:
-            itemsize = numpy.dtype(dtype).itemsize
-        except (TypeError, ValueError):
-            return
-        budget.charge(math.prod(dims) * max(itemsize, 1), f"`{name}` with shape {tuple(dims)}")
+    if shape is not None or name == "numpy._core.multiarray._reconstruct":
+        # numpy's pickles make an array empty (`_reconstruct(cls, (0,), b"b")`) and give its data
+        # as BUILD state: an array made with elements holds memory numpy never filled (heap
+        # addresses, freed secrets), and a shape of numpy integers escaped the budget.
+        dims: Any = (shape,) if type(shape) is int else shape
+        if type(dims) not in (tuple, list) or not all(type(d) is int and d >= 0 for d in dims) or math.prod(dims):
+            raise ArchiveFormatError(
+                f"`{name}` is called to make an array of shape {_shape_text(shape)}, which numpy would allocate "
+                "without filling; numpy's pickles make an empty array (shape (0,)) and give its data as its state."
+            )
     if name == "numpy.random.bit_generator.SeedSequence":
         pool = kwargs.get("pool_size", args[3] if len(args) > 3 else 4)
         if type(pool) is int:
             budget.charge(pool * 4, "a SeedSequence pool")
+
+
+def result_problem(value: Any) -> str | None:
+    """Why an array (or a structured scalar) a call built is refused, or ``None``: a boolean
+    of it holds a byte other than 0 or 1 (:mod:`zipsave._booleans`)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or not isinstance(value, (numpy.ndarray, numpy.void)):
+        return None
+    return bool_problem(value.dtype, numpy.asarray(value), "an array")
 
 
 def array_state_problem(numpy: Any, state: Any, budget: AllocBudget) -> str | None:
@@ -196,9 +215,14 @@ def array_state_problem(numpy: Any, state: Any, budget: AllocBudget) -> str | No
         return None  # numpy refuses it itself, allocating nothing
     shape, dtype, _, data = parts
     if type(shape) not in (tuple, list) or not all(type(d) is int and d >= 0 for d in shape):
-        return None
+        # numpy takes numpy integers too, and allocated an object array's pointers for them unbudgeted
+        return f"an array's state gives the shape {_shape_text(shape)}; numpy's pickles give non-negative integers"
     if not isinstance(dtype, numpy.dtype):
         return None
+    if _unsized(dtype):
+        # an `S0`/`<U0` element reads as one byte (four) numpy never filled: `.repeat(2)` of it
+        # handed back freed heap memory
+        return f"an array's state has the unsized dtype {dtype}; numpy makes no array of it"
     count = 1
     for dim in shape:
         count *= dim
@@ -212,6 +236,23 @@ def array_state_problem(numpy: Any, state: Any, budget: AllocBudget) -> str | No
     if not dtype.hasobject and not (sized and len(data) == count * dtype.itemsize):
         return f"an array's state of {count * dtype.itemsize} bytes holds {held}; numpy's pickles hold its bytes"
     return None
+
+
+def _shape_text(shape: Any) -> str:
+    dims = (shape,) if type(shape) is int else shape
+    if type(dims) not in (tuple, list):
+        return f"given as a {type(shape).__name__}"
+    inner = ", ".join(str(d) if type(d) is int else f"a {type(d).__name__}" for d in list(dims)[:8])
+    return f"({inner},)" if len(dims) == 1 else f"({inner})"
+
+
+def _unsized(dtype: Any) -> bool:
+    """Does ``dtype`` hold a bytes or str type of no length (``S0``, ``<U0``), anywhere?"""
+    if dtype.names is not None:
+        return any(_unsized(dtype.fields[name][0]) for name in dtype.names)
+    if dtype.subdtype is not None:
+        return _unsized(dtype.subdtype[0])
+    return dtype.kind in "SU" and dtype.itemsize == 0
 
 
 def _range_length(value: range) -> int:

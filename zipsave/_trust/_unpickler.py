@@ -22,6 +22,7 @@ from ._guards import (
     check_keys,
     new_problem,
     numpy_random_kind,
+    result_problem,
     size_problem,
 )
 from ._names import canonical, fix_py2_name, numpy_major
@@ -173,6 +174,8 @@ class _RestrictedUnpickler(BoundedUnpickler):
     def _checked_result(self, value: Any) -> Any:
         if type(value) is int:
             check_int(value, "an integer built by the pickle", **self._where)
+        elif problem := result_problem(value):
+            raise self._error(f"{problem}.")
         return value
 
     def load_reduce(self) -> None:
@@ -310,7 +313,7 @@ class _RestrictedUnpickler(BoundedUnpickler):
                 raise self._error(f"{problem}.")
             fresh = numpy.ndarray.__new__(type(old), (0,), numpy.dtype("b"))
             fresh.__setstate__(state)
-        self.stack[-1] = fresh
+        self.stack[-1] = self._checked_result(fresh)
         for memo_key in self.memo.where.pop(id(old), ()):
             if self.memo.get(memo_key) is old:
                 self.memo[memo_key] = fresh
@@ -357,9 +360,8 @@ def restricted_loads(
     Parameters
     ----------
     payload : bytes or binary file
-        A pickle (protocol 0-5), typically the base64-decoded ``":serialized:"`` of an entry,
-        or an open binary file read from its position (a side pickle, streamed: large bytes
-        and arrays are read straight into what the pickle builds).
+        A pickle (protocol 0-5): an entry's base64-decoded ``":serialized:"``, or an open binary
+        file read from its position (a side pickle, streamed into what the pickle builds).
     policy : TrustPolicy
         With ``allow_pickle=True`` this is ``cloudpickle.loads(payload)``, exactly what SB3
         does. Otherwise every global goes through :meth:`TrustPolicy.resolve`, and calls,
@@ -367,17 +369,15 @@ def restricted_loads(
     key, member, archive, storages : optional
         Where it came from, for the errors; ``storages(pid)`` answers ``torch.save``'s storage references.
     limits : Limits, optional
-        The load's :class:`~zipsave.Limits`: what the value may allocate in all
-        (``alloc_floor`` plus ``alloc_ratio`` times the pickle's size), counted before each
-        array, bytes or tensor is built. The defaults when ``None``.
+        The load's :class:`~zipsave.Limits` (the defaults when ``None``): what the value may
+        allocate in all, counted before each array, bytes or tensor is built.
 
     Raises
     ------
     UnsafeGlobalError
         If the pickle names a global the policy does not trust. Nothing it names is imported.
     DecodeError
-        If the pickle is malformed, uses persistent ids or out-of-band buffers, does something
-        the restricted unpickler refuses, or an allowed constructor fails.
+        If the pickle is malformed, uses out-of-band buffers, or does something refused.
 
     Examples
     --------

@@ -97,6 +97,7 @@ class ArchiveSource:
         full = flat.as_strided(ref.size, ref.stride)
         for dim, (start, length) in enumerate(zip(item.storage_offsets, item.lengths)):
             full = full.narrow(dim, start, length)
+        _region.check_bools(full, f"tensor `{item.storage_index.fqn}`", archive=self.path, member=entry.member)
         target = planner.resolve_tensor(item).detach()
         target.copy_(full)
         planner.commit_tensor(item, target)

@@ -13,7 +13,7 @@ from torch.distributed.checkpoint.planner import LoadPlanner, ReadItem
 from .._archive import OrderedCrc
 from ..exceptions import ArchiveFormatError, IntegrityError
 
-__all__ = ["read_into", "runs"]
+__all__ = ["check_bools", "read_into", "runs"]
 
 #: Pieces read at once: the CRC of one (on the archive layer's helper threads) overlaps
 #: reading the next.
@@ -104,6 +104,14 @@ def read_into(
             member=member,
             hint="Run `zipsave verify` on the checkpoint.",
         )
+    check_bools(buf, where, archive=archive, member=member)
     if not direct:
         target.copy_(buf)
     planner.commit_tensor(item, target)
+
+
+def check_bools(t: torch.Tensor, where: str, **place: Any) -> None:
+    """Refuse a bool tensor read from an archive's bytes that holds a byte other than 0 or 1,
+    which torch leaves undefined and never writes (see :mod:`zipsave._booleans`)."""
+    if t.dtype is torch.bool and t.numel() and bool(t.view(torch.uint8).max() > 1):
+        raise ArchiveFormatError(f"{where}: a bool holds a byte other than 0 or 1, which torch never writes.", **place)

@@ -19,8 +19,10 @@ times the archive's size, since a real archive holds its parameters.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
+import operator
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +38,8 @@ class Estimate:
     """The bytes a model will allocate, by part: ``(data key, what, bytes, largest array)``."""
 
     parts: list[tuple[str, str, int, int]] = dataclasses.field(default_factory=list)
+    #: Linear layers of the policy: each a module of a few KB of Python objects, however small.
+    layers: int = 0
 
     @property
     def total(self) -> int:
@@ -45,10 +49,47 @@ class Estimate:
         return sum(part[2] for part in self.parts if part[0] == key)
 
 
-def _ints(value: Any) -> list[int] | None:
-    if type(value) in (list, tuple) and all(type(v) is int and v >= 0 for v in value):
+def _int(value: Any) -> int | None:
+    """``value`` as the integer SB3 and torch take it for (an ``int``, a numpy integer, a
+    one-element integer array or tensor: whatever has ``__index__``), or ``None``. A size of
+    ``numpy.int64(60000)`` builds the layer ``60000`` does, so it is counted alike."""
+    if isinstance(value, (str, bytes, bytearray, float)):
+        return None
+    try:
+        return operator.index(value)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return None
+
+
+def _count(value: Any, default: int, *, least: int = 0) -> int:
+    number = _int(value)
+    return number if number is not None and number >= least else default
+
+
+#: Layers of a ``range`` read for the estimate (one with more grows past any budget before).
+_MAX_LAYERS = 10_000
+#: What a layer costs at least, whatever its size: SB3's ``nn.Linear`` takes 3.6 KB.
+_LAYER_BYTES = 2048
+
+
+def _items(value: Any) -> list | None:
+    """The items SB3 iterates in a layer list: a list, tuple or deque, a 1-d array or tensor
+    (each held in the archive), or a range (whose first layers bound the rest: it only grows)."""
+    if isinstance(value, (list, tuple, collections.deque)):
         return list(value)
+    if isinstance(value, range):
+        return list(value[:_MAX_LAYERS])
+    if getattr(value, "ndim", None) == 1 and hasattr(value, "tolist"):
+        return list(value.tolist())
     return None
+
+
+def _ints(value: Any) -> list[int] | None:
+    items = _items(value)
+    if items is None:
+        return None
+    ints = [n for n in map(_int, items) if n is not None and n >= 0]
+    return ints if len(ints) == len(items) else None
 
 
 def _kind(space: Any) -> str:
@@ -116,10 +157,10 @@ def _extractor(policy_class: Any, space: Any, kwargs: Mapping) -> tuple[int, int
     extra = extra if isinstance(extra, Mapping) else {}
     if name == "NatureCNN":
         dim = extra.get("features_dim", 512)
-        return _nature_cnn(space, dim if type(dim) is int and dim >= 0 else 512)
+        return _nature_cnn(space, _count(dim, 512))
     if name == "CombinedExtractor" and _kind(space) == "Dict":
         out_dim = extra.get("cnn_output_dim", 256)
-        out_dim = out_dim if type(out_dim) is int and out_dim >= 0 else 256
+        out_dim = _count(out_dim, 256)
         params = size = 0
         for sub in space.spaces.values():
             if len(getattr(sub, "shape", None) or ()) == 3 and getattr(getattr(sub, "dtype", None), "kind", "") == "u":
@@ -131,7 +172,7 @@ def _extractor(policy_class: Any, space: Any, kwargs: Mapping) -> tuple[int, int
     if name in ("FlattenExtractor", ""):
         return 0, _features(space)
     dim = extra.get("features_dim")  # another extractor: its output only
-    return 0, dim if type(dim) is int and dim >= 0 else 0
+    return 0, _count(dim, 0)
 
 
 def _mlp(inputs: int, layers: list[int], outputs: int) -> int:
@@ -147,24 +188,44 @@ def _branches(net_arch: Any) -> tuple[list[int], list[list[int]]]:
     (``qf``), and SB3 < 1.8's ``[64, dict(pi=.., vf=..)]``."""
     shared: list[int] = []
     branches: list[list[int]] = []
-    items = [net_arch] if isinstance(net_arch, Mapping) else list(net_arch) if type(net_arch) in (list, tuple) else []
+    items = [net_arch] if isinstance(net_arch, Mapping) else _items(net_arch) or []
     for item in items:
-        if type(item) is int and item >= 0 and not branches:
-            shared.append(item)
+        size = _int(item)
+        if size is not None and size >= 0 and not branches:
+            shared.append(size)
         elif isinstance(item, Mapping):
             branches += [layers for layers in map(_ints, item.values()) if layers is not None]
     return shared, branches
 
 
-def _policy_params(policy_class: Any, observation_space: Any, action_space: Any, kwargs: Mapping) -> int:
-    extractor, width = _extractor(policy_class, observation_space, kwargs)
-    shared, branches = _branches(kwargs.get("net_arch"))
-    total = extractor + _mlp(width, shared, 0)
-    width = shared[-1] if shared else width
+def _policy_params(policy_class: Any, observation_space: Any, action_space: Any, kwargs: Mapping) -> tuple[int, int]:
+    """(parameters, linear layers) of the policy: its extractor, ``net_arch`` and heads, and
+    the ``n_critics`` Q-networks of SAC's and TD3's policies."""
+    extractor, features = _extractor(policy_class, observation_space, kwargs)
+    net_arch = kwargs.get("net_arch")
+    shared, branches = _branches(net_arch)
+    total = extractor + _mlp(features, shared, 0)
+    width = shared[-1] if shared else features
     outputs = _action_dim(action_space)
     for index, layers in enumerate(branches or [[]]):
         total += _mlp(width, layers, outputs if index == 0 else 1)
-    return total
+    count = len(shared) + sum(len(layers) + 1 for layers in branches or [[]])
+    critics = _default(policy_class, "n_critics")
+    if critics is not None:  # each critic `create_mlp(features + actions, 1, qf)`, as SB3's ContinuousCritic
+        critics = _count(kwargs.get("n_critics", critics), 0)
+        qf = _ints(net_arch.get("qf") if isinstance(net_arch, Mapping) else net_arch) or []
+        total += critics * _mlp(features + outputs, qf, 1)
+        count += critics * (len(qf) + 1)
+    return total, count
+
+
+def _default(policy_class: Any, name: str) -> Any:
+    import inspect
+
+    try:
+        return inspect.signature(policy_class.__init__).parameters[name].default
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def estimate_model(params: Mapping[str, Any]) -> Estimate:
@@ -176,19 +237,19 @@ def estimate_model(params: Mapping[str, Any]) -> Estimate:
     if obs is None or act is None:
         return out
     n_envs = params.get("n_envs")
-    n_envs = n_envs if type(n_envs) is int and n_envs > 0 else 1
+    n_envs = _count(n_envs, 1, least=1)
     kwargs = params.get("policy_kwargs") or {}
     kwargs = kwargs if isinstance(kwargs, Mapping) else {}
     try:
-        count = _policy_params(params.get("policy_class"), obs, act, kwargs)
+        count, out.layers = _policy_params(params.get("policy_class"), obs, act, kwargs)
         out.parts.append(("policy_kwargs", f"a policy of about {count} parameters", 4 * count, 4 * count))
-        n_steps, size = params.get("n_steps"), params.get("buffer_size")
-        if type(n_steps) is int and n_steps > 0 and "buffer_size" not in params:  # off-policy: n-step returns
+        n_steps, size = _count(params.get("n_steps"), 0), _count(params.get("buffer_size"), 0)
+        if n_steps > 0 and "buffer_size" not in params:  # off-policy: n-step returns
             rows = n_steps * n_envs
             observations = rows * _stored(obs)  # at their dtype (older SB3 kept float32: more)
             nbytes = observations + rows * (_stored_action(act) + 4 * 6)
             out.parts.append(("n_steps", f"a rollout buffer of {n_steps} steps x {n_envs} envs", nbytes, observations))
-        if type(size) is int and size > 0:
+        if size > 0:
             rows = max(size // n_envs, 1) * n_envs
             copies = 1 if params.get("optimize_memory_usage") is True else 2
             observations = rows * _stored(obs)
@@ -276,11 +337,25 @@ def check_model_size(cls: Any, params: Mapping[str, Any], source: Any, *, limits
     archive_bytes = archive_size(source)
     name = getattr(cls, "__name__", "the model")
     cap = getattr(limits, "max_model_bytes", None)
+    # SB3 makes every layer a module (3.6 KB of Python objects and 0.1 ms each): n_critics=3e6
+    # took minutes to build; a real archive holds each layer's weights, bias and their names.
+    modules = ("policy_kwargs", f"a policy of {est.layers} layers", est.layers * _LAYER_BYTES, 0)
     if cap is not None:
         if est.total > cap:
             _refuse(name, est, max(est.parts, key=lambda p: p[2]), f"`Limits.max_model_bytes` ({cap})", archive)
+        if modules[2] > cap:
+            _refuse(name, est, modules, f"`Limits.max_model_bytes` ({cap}), at {_LAYER_BYTES} bytes a layer", archive)
         return
     budget = alloc_budget(archive_bytes or 0, limits)
+    if archive_bytes is not None and modules[2] > budget:
+        _refuse(
+            name,
+            est,
+            modules,
+            f"the {budget} bytes an archive of {archive_bytes} bytes may build, at "
+            f"{_LAYER_BYTES} bytes a layer (a real archive holds each layer's weights)",
+            archive,
+        )
     params_part = next((p for p in est.parts if p[0] == "policy_kwargs"), None)
     if archive_bytes is not None and params_part is not None and params_part[2] > budget:
         _refuse(

@@ -1,0 +1,78 @@
+"""How ``zipsave read`` shows a value it read, as text and as JSON: every value a load returns,
+including the tensors torch stores but cannot print (``bits8``, ``float4_e2m1fn_x2``, whose
+``repr`` and ``tolist`` raise), complex numbers, bytes and datetimes (which JSON has no
+spelling for)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from .._invariants import flat_bytes
+
+__all__ = ["json_leaf", "value_json", "value_text"]
+
+#: Bytes of a tensor torch cannot print shown in text (its JSON holds them all).
+_TEXT_BYTES = 256
+#: What torch raises for a dtype it has no kernel for (``repr``, ``tolist``).
+_NO_KERNEL = (NotImplementedError, RuntimeError, TypeError)
+
+
+def _is_array(value: Any) -> bool:
+    return hasattr(value, "dtype") and hasattr(value, "tolist")  # a tensor, or an array from `data`
+
+
+def _raw(value: Any) -> bytes:
+    return bytes(flat_bytes(value.detach().contiguous()).numpy()) if value.numel() else b""
+
+
+def value_text(value: Any) -> str:
+    """``value``'s ``repr``, headed by its dtype and shape for a tensor or an array; a tensor
+    whose dtype torch cannot print is shown as its bytes (in hex)."""
+    if not _is_array(value):
+        return repr(value)
+    head = f"{value.dtype} {tuple(value.shape)}\n"
+    try:
+        return head + repr(value)
+    except _NO_KERNEL:
+        raw = _raw(value)
+        more = f" ... ({len(raw)} bytes)" if len(raw) > _TEXT_BYTES else ""
+        return f"{head}torch cannot print {value.dtype} values; its bytes: {raw[:_TEXT_BYTES].hex()}{more}"
+
+
+def value_json(value: Any) -> dict[str, Any]:
+    """``value`` as strict JSON fields: ``type``, and ``dtype``, ``shape`` and ``values`` (or
+    ``bytes``, in hex, where torch cannot list them) for a tensor or an array, ``value`` for a
+    JSON value, else ``repr``."""
+    out: dict[str, Any] = {"type": type(value).__name__}
+    if _is_array(value):
+        out.update(dtype=str(value.dtype), shape=list(value.shape))
+        try:
+            out["values"] = json_leaf(value.tolist())
+        except _NO_KERNEL:
+            out["bytes"] = _raw(value).hex()
+        return out
+    try:
+        out["value"] = json_leaf(json.loads(json.dumps(value)))
+    except (TypeError, ValueError):  # not a JSON value (a space, a tuple key): its repr
+        out["repr"] = repr(value)
+    return out
+
+
+def json_leaf(value: Any) -> Any:
+    """``value`` (lists, dicts and leaves, as ``tolist`` gives them) in strict JSON: a
+    non-finite float as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (Python's json
+    writes tokens jq and JavaScript reject), a complex number as ``{"real", "imag"}``, and any
+    other leaf JSON has no spelling for (bytes, a datetime) as its ``repr``."""
+    if isinstance(value, dict):
+        return {k: json_leaf(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_leaf(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, complex):
+        return {"real": json_leaf(value.real), "imag": json_leaf(value.imag)}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
