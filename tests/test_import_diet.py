@@ -312,7 +312,12 @@ def test_the_command_imports_for_an_archive_what_the_call_does(archive, args):
     imported = done["imported"]
     ours = {m for m in imported if m.startswith("zipsave.")}
     allowed = LOAD_MODULES | CLI_MODULES | {"zipsave._tools._read", "zipsave._tools._verify", "zipsave._tools._diff"}
-    allowed |= {"zipsave._tools._diff_records", "zipsave._tools._values", "zipsave._tensors._npy"}
+    allowed |= {
+        "zipsave._tools._diff_records",
+        "zipsave._tools._values",
+        "zipsave._tools._shown",
+        "zipsave._tensors._npy",
+    }
     assert sorted(ours - allowed) == []
     assert [m for m in imported if m.startswith(NEVER_ON_CLI)] == []
 
