@@ -371,6 +371,16 @@ def _empty_zip() -> bytes:
 UNFILLED = values.unfilled_array_pickles()
 
 
+def _read_refused_and_no_door_returned_evil(results: dict) -> None:
+    """``read`` of `evil` was refused, and the other doors loaded the rest without it (or refused)."""
+    problems = _problems({"read": results.pop("read")}, ("read",))
+    for door, result in results.items():
+        if result["outcome"] == "loaded" and any(k.split(".")[-1] == "evil" for k in result["values"]):
+            problems.append(f"{door} returned `evil`")
+        problems += _problems({door: result}, ())
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("name", sorted(UNFILLED))
 def test_a_pickled_array_holds_only_bytes_its_pickle_held(name, worker, base):
     # `ndarray(shape)` and `_reconstruct` with a shape and no BUILD gave back numpy's unfilled
@@ -380,12 +390,7 @@ def test_a_pickled_array_holds_only_bytes_its_pickle_held(name, worker, base):
     entry = {":type:": "<class 'numpy.ndarray'>", ":serialized:": base64.b64encode(UNFILLED[name]).decode()}
     archive = _rebuild(base["bytes"], {}, data={"lr": 0.1, "evil": entry})
     results = _deliver(worker, base, f"unfilled-{name}", archive, ("load", "load_archive", "read"), key="evil")
-    problems = _problems({"read": results.pop("read")}, ("read",))
-    for door, result in results.items():
-        if result["outcome"] == "loaded" and any(k.split(".")[-1] == "evil" for k in result["values"]):
-            problems.append(f"{door} returned `evil`")
-        problems += _problems({door: result}, ())
-    assert not problems, "\n".join(problems)
+    _read_refused_and_no_door_returned_evil(results)
 
 
 @pytest.mark.parametrize(
@@ -401,9 +406,9 @@ def test_a_decimal_is_a_ratio_of_bounded_integers(text, worker, base):
         data={"lr": 0.1, "evil": entry, "fine": {**entry, ":zipsave:": {"kind": "decimal", "value": "1.5E-300"}}},
     )
     results = _deliver(worker, base, f"decimal-{text[-9:]}", archive, ("load", "read"), key="evil")
-    assert (
-        results["read"]["outcome"] == "refused" and "a decimal's exponent is at least" in results["read"]["error"]
-    ), results
+    assert results["read"]["outcome"] == "refused" and "a decimal's exponent is at least" in results["read"]["error"], (
+        results
+    )
     assert results["load"]["outcome"] == "loaded", results  # skipped with a warning, the rest loads
 
 
@@ -491,12 +496,7 @@ def test_a_pickled_tensor_past_its_storage_never_loads(view, worker, base):
     results = _deliver(
         worker, base, f"pickled-{view[2]}-{len(view[0])}", archive, ("load", "load_archive", "read"), key="evil"
     )
-    problems = _problems({"read": results.pop("read")}, ("read",))
-    for door, result in results.items():
-        if result["outcome"] == "loaded" and any(k.split(".")[-1] == "evil" for k in result["values"]):
-            problems.append(f"{door} returned `evil`")
-        problems += _problems({door: result}, ())
-    assert not problems, "\n".join(problems)
+    _read_refused_and_no_door_returned_evil(results)
 
 
 # -- tensors in `data`'s native form (zipsave's own JSON) -------------------------------------
