@@ -193,14 +193,18 @@ def _warmup(assets: dict) -> list:
 
 def _run_worker(sandbox: pathlib.Path, jobs: list[dict], assets: dict, timeout: float) -> tuple[list[dict], str]:
     """Run ``jobs`` in a worker; after a job that timed out (the worker exits: its alarm may have
-    cut an import short), the jobs left run in a fresh one, each worker in its own sandbox."""
+    cut an import short) or crashed the worker, the jobs left run in a fresh one, each worker in
+    its own sandbox. A job left unrun by a worker that ran none of them is reported as such."""
     out: list[dict] = []
     status = ""
     left = jobs
     for attempt in range(len(jobs)):
-        found, status, timed_out = _one_worker(sandbox / f"w{attempt}", left, assets, timeout)
-        out += [r for r in found if r["outcome"] != "not run"] if timed_out else found
-        left = [job for job, r in zip(left, found) if r["outcome"] == "not run"] if timed_out else []
+        found, status, _ = _one_worker(sandbox / f"w{attempt}", left, assets, timeout)
+        unrun = [job for job, r in zip(left, found) if r["outcome"] == "not run"]
+        if len(unrun) == len(left):  # the worker ran nothing (it failed to start): no retry
+            return out + found, status
+        out += [r for r in found if r["outcome"] != "not run"]
+        left = unrun
         if not left:
             break
     return out, status
@@ -277,7 +281,7 @@ def outcomes(assets, tmp_path_factory):
     sample = corpus.sb3_sample(payloads)
     root = tmp_path_factory.mktemp("deliveries")
     batched: list[dict] = []
-    alone: list[tuple[str, list[dict]]] = []
+    crashing: list[tuple[int, list[dict]]] = []
     owner: dict[str, tuple[str, str]] = {}
     for payload in payloads:
         jobs = []
@@ -285,10 +289,18 @@ def outcomes(assets, tmp_path_factory):
             job_id = f"{payload.name}#{i}"
             owner[job_id] = (payload.name, place)
             jobs.append({"id": job_id, "place": place, "files": files})
-        (alone.append((payload.name, jobs)) if payload.crash else batched.extend(jobs))
+        cost = len(jobs) * len(payload.pickle or b"")  # the crash family's are deep pickles
+        (crashing.append((cost, jobs)) if payload.crash else batched.extend(jobs))
+    # Four workers, two at a time: the crash family apart from the rest (a job that kills its
+    # worker has the jobs after it run in a fresh one, _run_worker), in two halves of about
+    # equal cost, largest first. Each worker first warms up every place it serves.
+    halves: list[tuple[int, list[dict]]] = [(0, []), (0, [])]
+    for cost, jobs in sorted(crashing, key=lambda c: -c[0]):
+        spent, held = min(halves, key=lambda h: h[0])
+        halves[halves.index((spent, held))] = (spent + cost, held + jobs)
     half = len(batched) // 2
-    runs = [("batch0", batched[:half], 600.0), ("batch1", batched[half:], 600.0)]
-    runs += [(name, jobs, 300.0) for name, jobs in alone]
+    runs = [(f"crash{i}", jobs, 600.0) for i, (_, jobs) in enumerate(halves)]
+    runs += [("batch0", batched[:half], 600.0), ("batch1", batched[half:], 600.0)]
     results: dict[str, list] = {p.name: [] for p in payloads}
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         futures = {
