@@ -64,7 +64,7 @@ def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture):
 
 
 def test_a_command_defines_only_its_own_arguments_and_help_lists_every_command(capsys: pytest.CaptureFixture):
-    # a run defines its command alone (argparse's objects cost a first run 20-50 ms for all eight)
+    # a run defines its command alone (argparse's objects for all eight cost a first run 2-3 ms)
     for command in cli.COMMANDS:
         choices = cli.build_parser(command)._subparsers._group_actions[0].choices  # type: ignore[union-attr]
         assert list(choices) == [command]

@@ -201,8 +201,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 # -- parser ------------------------------------------------------------------------------------
 # Each command's arguments are defined only when that command runs (for help and usage errors,
 # all of them): argparse makes a parser, a help formatter and several translation lookups for
-# every command and argument, 20-50 ms for all eight on a slow machine, which a first
-# `zipsave inspect` paid before it opened the archive.
+# every command and argument, which a first `zipsave inspect` paid for all eight before it
+# opened the archive (3.7 ms of CPU against 1.4 ms for one, after `import torch`).
 def _inspect_args(inspect: argparse.ArgumentParser) -> None:
     inspect.add_argument("archive", help="the archive (a path; .zip is tried too), or a sharded checkpoint directory")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
