@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 from ._lazy import lazy_attributes
 from ._version import __version__
 from .exceptions import (
+    AlgorithmMismatchError,
     ArchiveFormatError,
     ArchiveLimitError,
     ArchiveNotFoundError,
@@ -90,6 +91,7 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 
 __all__ = [
+    "AlgorithmMismatchError",
     "ArchiveFormatError",
     "ArchiveInfo",
     "ArchiveMember",

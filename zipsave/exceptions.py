@@ -16,6 +16,7 @@ from ._record import Record, record
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 __all__ = [
+    "AlgorithmMismatchError",
     "ArchiveFormatError",
     "ArchiveNotFoundError",
     "ArchiveLimitError",
@@ -153,6 +154,22 @@ class ArchiveNotFoundError(StorageError, FileNotFoundError):
 
 class DecodeError(ZipsaveError, ValueError):
     """A value in ``data`` (or another JSON member) could not be decoded."""
+
+
+class AlgorithmMismatchError(DecodeError, TypeError, AttributeError):
+    """The archive holds a model of another algorithm (``PPO.load`` of a SAC archive), and the
+    class asked for cannot be built from its values. ``saved`` names the archive's algorithm
+    (``"SAC"``; ``None`` when only its policy shows it) and ``requested`` the class asked for.
+
+    SB3's own ``load`` fails there with whatever its constructor raises first: a
+    ``TypeError`` (a policy given keywords it does not take), an ``AttributeError`` (a policy
+    without ``q_net`` or ``actor``) or a ``ValueError`` (sb3-contrib's policy checks). This
+    error is all three, so code written to catch SB3's catches it."""
+
+    def __init__(self, message: str, *, saved: str | None = None, requested: str | None = None, **kwargs: Any) -> None:
+        self.saved = saved
+        self.requested = requested
+        super().__init__(message, **kwargs)
 
 
 class EncodeError(ZipsaveError, TypeError):
