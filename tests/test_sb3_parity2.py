@@ -4,6 +4,10 @@ and the attributes SB3 sets on a loaded model. SB3 itself is the reference (no s
 
 from __future__ import annotations
 
+import decimal
+import fractions
+import re
+
 import pytest
 
 import zipsave
@@ -67,3 +71,82 @@ def test_another_algorithms_archive_raises_what_sb3_raises(tmp_path, saved, requ
             f"archive `{path}`, member `data`: holds a {name} model; {wanted} cannot be built from it ("
         ), door
         assert f"Load it with `{name}.load(path)` or `zipsave.load(path, cls={name})`" in str(err), door
+
+
+def test_exact_numbers_pickled_in_data_load_as_sb3_loads_them(tmp_path):
+    # SB3 pickles a Fraction or a Decimal in `data` (cloudpickle by reference: data, not code);
+    # zipsave's doors skipped both with a warning: `fractions.Fraction` was not on the allowlist
+    model = _small(PPO, "CartPole-v1", n_steps=16, batch_size=16)
+    model.share = fractions.Fraction(1, 3)
+    model.prices = {"a": decimal.Decimal("1.10"), "b": decimal.Decimal("-Infinity")}
+    path = tmp_path / "numbers.zip"
+    model.save(path)
+    sb3s = PPO.load(path, device="cpu")
+    expected = (sb3s.share, sb3s.prices)
+    assert expected == (fractions.Fraction(1, 3), model.prices)
+    loaded = {door: load() for door, load in _through_every_door(PPO, path).items()}
+    loaded["load_archive"] = type("Data", (), zipsave.load_archive(path)[0])
+    for door, got in loaded.items():
+        assert (got.share, got.prices) == expected, door
+        assert [type(v) for v in (got.share, *got.prices.values())] == [
+            fractions.Fraction, decimal.Decimal, decimal.Decimal,
+        ], door  # fmt: skip
+        assert str(got.prices["a"]) == "1.10", door  # the exponent as saved
+
+
+def _hostile_number_pickles() -> dict[str, bytes]:
+    def glob(module, name):
+        return b"\x8c" + bytes([len(module)]) + module.encode() + b"\x8c" + bytes([len(name)]) + name.encode() + b"\x93"
+
+    def text(value):
+        raw = value.encode()
+        return b"\x8d" + len(raw).to_bytes(8, "little") + raw
+
+    fraction, dec = glob("fractions", "Fraction"), glob("decimal", "Decimal")
+    return {
+        "fraction-exponent": b"\x80\x05" + fraction + text("1e999999999") + b"\x85R.",
+        "fraction-long-text": b"\x80\x05" + fraction + text("1" * 10**6) + b"\x85R.",
+        "fraction-zero-denominator": b"\x80\x05" + fraction + b"K\x01K\x00\x86R.",
+        "fraction-newobj": b"\x80\x05" + fraction + b"K\x01K\x03\x86\x81.",
+        "fraction-slots": b"\x80\x05" + fraction + b"K\x01K\x03\x86RN}" + text("_numerator") + text("x") + b"s\x86b.",
+        "fraction-reconstructor": b"\x80\x05"
+        + glob("copyreg", "_reconstructor")
+        + fraction
+        + glob("builtins", "object")
+        + b"N\x87R.",
+        "decimal-exponent": b"\x80\x05" + dec + text("1E+999999") + b"\x85R.",
+        "decimal-protocol-0": b"(S'1E-999999'\nidecimal\nDecimal\n.",
+        "decimal-long-text": b"\x80\x05" + dec + text("1" * 10**6) + b"\x85R.",
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_hostile_number_pickles()))
+def test_a_hostile_exact_number_is_refused_before_it_is_built(tmp_path, name):
+    # what the review of Fraction/Decimal as gadgets found: text the constructors parse into
+    # integers of any size (`Fraction('1e999999999')` never ends; `int(Decimal('1E+999999'))` takes
+    # 50 s), and instances made without the constructor (unset or arbitrary slots)
+    import base64
+    import json
+    import time
+    import zipfile
+
+    path = tmp_path / "hostile.zip"
+    _small(PPO, "CartPole-v1", n_steps=16, batch_size=16).save(path)
+    with zipfile.ZipFile(path) as src:
+        members = {info.filename: src.read(info) for info in src.infolist()}
+    data = json.loads(members["data"])
+    data["evil"] = {
+        ":type:": "<class 'fractions.Fraction'>",
+        ":serialized:": base64.b64encode(_hostile_number_pickles()[name]).decode(),
+    }
+    members["data"] = json.dumps(data).encode()
+    with zipfile.ZipFile(path, "w") as dst:
+        for member, raw in members.items():
+            dst.writestr(member, raw)
+    start = time.monotonic()
+    with pytest.raises(zipsave.ZipsaveError):
+        zipsave.read(path, "evil")
+    for door, load in _through_every_door(PPO, path).items():
+        with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("skipped key `evil` of member `data`")):
+            assert not hasattr(load(), "evil"), door
+    assert time.monotonic() - start < 10
