@@ -8,6 +8,7 @@ import decimal
 import fractions
 import re
 
+import gymnasium as gym
 import pytest
 
 import zipsave
@@ -41,27 +42,31 @@ def _contrib_maskable():
 
 
 @pytest.mark.parametrize(
-    "saved, requested",
+    "saved, requested, env",
     [
-        (lambda: _small(SAC, "Pendulum-v1", buffer_size=16), lambda: PPO),  # SB3: TypeError
-        (lambda: _small(PPO, "CartPole-v1", n_steps=16, batch_size=16), lambda: DQN),  # SB3: AttributeError
-        (lambda: _small(PPO, "CartPole-v1", n_steps=16, batch_size=16), _contrib_maskable),  # sb3-contrib: ValueError
+        (lambda: _small(SAC, "Pendulum-v1", buffer_size=16), lambda: PPO, None),  # SB3: TypeError
+        (lambda: _small(PPO, "CartPole-v1", n_steps=16, batch_size=16), lambda: DQN, None),  # SB3: AttributeError
+        # sb3-contrib: ValueError
+        (lambda: _small(PPO, "CartPole-v1", n_steps=16, batch_size=16), _contrib_maskable, None),
+        (lambda: _small(SAC, "Pendulum-v1", buffer_size=16), lambda: DQN, "Pendulum-v1"),  # SB3: AssertionError
     ],
-    ids=["SAC-as-PPO", "PPO-as-DQN", "PPO-as-MaskablePPO"],
+    ids=["SAC-as-PPO", "PPO-as-DQN", "PPO-as-MaskablePPO", "SAC-as-DQN-with-env"],
 )
-def test_another_algorithms_archive_raises_what_sb3_raises(tmp_path, saved, requested):
+def test_another_algorithms_archive_raises_what_sb3_raises(tmp_path, saved, requested, env):
     # SB3 fails with what the constructor raises first (TypeError, AttributeError or ValueError,
-    # by pair); zipsave raised its DecodeError, a ValueError only, so `except TypeError` written
-    # for SB3 let it through, and its message named the saved policy but not the algorithm
+    # by pair; with an env, AssertionError for an action space the class does not support);
+    # zipsave raised its DecodeError, a ValueError only, so `except TypeError` written for SB3
+    # let it through, and its message named the saved policy but not the algorithm
     model, cls = saved(), requested()
     path = tmp_path / "model.zip"
     model.save(path)
+    kwargs = {} if env is None else {"env": gym.make(env)}
     with pytest.raises(Exception) as sb3s:
-        cls.load(path, device="cpu")
+        cls.load(path, device="cpu", **kwargs)
     builtin = type(sb3s.value)
-    assert builtin in (TypeError, AttributeError, ValueError)
+    assert builtin in (TypeError, AttributeError, ValueError, AssertionError)
     name, wanted = type(model).__name__, cls.__name__
-    for door, load in _through_every_door(cls, path).items():
+    for door, load in _through_every_door(cls, path, **kwargs).items():
         with pytest.raises(builtin) as ours:
             load()
         err = ours.value

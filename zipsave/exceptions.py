@@ -156,15 +156,16 @@ class DecodeError(ZipsaveError, ValueError):
     """A value in ``data`` (or another JSON member) could not be decoded."""
 
 
-class AlgorithmMismatchError(DecodeError, TypeError, AttributeError):
+class AlgorithmMismatchError(DecodeError, TypeError, AttributeError, AssertionError):
     """The archive holds a model of another algorithm (``PPO.load`` of a SAC archive), and the
     class asked for cannot be built from its values. ``saved`` names the archive's algorithm
     (``"SAC"``; ``None`` when only its policy shows it) and ``requested`` the class asked for.
 
     SB3's own ``load`` fails there with whatever its constructor raises first: a
     ``TypeError`` (a policy given keywords it does not take), an ``AttributeError`` (a policy
-    without ``q_net`` or ``actor``) or a ``ValueError`` (sb3-contrib's policy checks). This
-    error is all three, so code written to catch SB3's catches it."""
+    without ``q_net`` or ``actor``), a ``ValueError`` (sb3-contrib's policy checks) or, with an
+    ``env=`` whose action space the class does not support, an ``AssertionError``. This error
+    is all four, so code written to catch SB3's catches it."""
 
     def __init__(self, message: str, *, saved: str | None = None, requested: str | None = None, **kwargs: Any) -> None:
         self.saved = saved
