@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import decimal
 import fractions
+import gc
 import re
+import warnings
 
 import gymnasium as gym
 import pytest
@@ -24,15 +26,15 @@ def _small(cls, env_id, **kwargs):
     return cls("MlpPolicy", env_id, device="cpu", policy_kwargs={"net_arch": [8]}, **kwargs)
 
 
-def _through_every_door(cls, path, **kwargs):
+def _through_every_door(cls, path, device="cpu", **kwargs):
     """``{door: callable}`` loading ``path`` as ``cls`` through zipsave.load and SB3's own load under install()."""
 
     def installed():
         with zipsave.sb3.installed():
-            return cls.load(path, device="cpu", **kwargs)
+            return cls.load(path, device=device, **kwargs)
 
     return {
-        "zipsave.load": lambda: zipsave.load(path, cls=cls, device="cpu", **kwargs),
+        "zipsave.load": lambda: zipsave.load(path, cls=cls, device=device, **kwargs),
         f"{cls.__name__}.load under install()": installed,
     }
 
@@ -155,3 +157,28 @@ def test_a_hostile_exact_number_is_refused_before_it_is_built(tmp_path, name):
         with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("skipped key `evil` of member `data`")):
             assert not hasattr(load(), "evil"), door
     assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("device", ["mps", "bogus"])
+def test_a_device_this_machine_lacks_raises_what_sb3_raises_through_every_door(tmp_path, device):
+    # SB3 raises torch's RuntimeError; zipsave.load raised a plain ValueError, and PPO.load under
+    # install() a DecodeError saying the *file's values* were wrong
+    import torch
+
+    if device == "mps" and torch.backends.mps.is_available():
+        pytest.skip("needs a machine without Metal")
+    path = tmp_path / "model.zip"
+    _small(PPO, "CartPole-v1", n_steps=16, batch_size=16).save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # SB3 leaves the file open when it raises
+        with pytest.raises(RuntimeError):
+            PPO.load(path, device=device)
+        gc.collect()
+    messages = set()
+    for door, load in _through_every_door(PPO, path, device=device).items():
+        with pytest.raises(zipsave.DeviceError) as ours:
+            load()
+        assert isinstance(ours.value, (RuntimeError, ValueError)) and not isinstance(ours.value, zipsave.DecodeError)
+        assert f"device={device!r} is " in str(ours.value), door
+        messages.add(str(ours.value))
+    assert len(messages) == 1, messages  # one message, whichever door

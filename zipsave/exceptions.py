@@ -23,6 +23,7 @@ __all__ = [
     "CheckpointDirectoryError",
     "CheckpointLockedError",
     "DecodeError",
+    "DeviceError",
     "EncodeError",
     "IntegrityError",
     "MissingDependencyError",
@@ -215,6 +216,13 @@ class ParameterMismatchError(ZipsaveError, ValueError, RuntimeError):
     the saved ones, and a ``RuntimeError``, as torch's ``load_state_dict`` raises (through
     SB3's ``set_parameters``) for tensors of other shapes or names: code written to catch
     SB3's errors catches zipsave's."""
+
+
+class DeviceError(ZipsaveError, ValueError, RuntimeError):
+    """The ``device=`` a load was given is not a torch device, or not one this machine has
+    (``"mps"`` without Metal, ``"cuda:3"`` on a one-GPU machine); raised before a byte is read.
+    A ``ValueError``, and a ``RuntimeError`` as torch raises it through SB3's own ``load``.
+    (CUDA asked for where there is none falls back to the CPU, as in SB3.)"""
 
 
 class SignatureError(ZipsaveError, ValueError):
