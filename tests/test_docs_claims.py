@@ -172,12 +172,14 @@ def test_error_classes_derive_from_the_builtins_api_rst_names():
         if isinstance(getattr(zipsave, name), type) and issubclass(getattr(zipsave, name), zipsave.ZipsaveError)
     }
     assert builtins == {
+        "AlgorithmMismatchError": "ValueError",
         "ArchiveFormatError": "ValueError",
         "ArchiveLimitError": "ValueError",
         "ArchiveNotFoundError": "FileNotFoundError",
         "CheckpointDirectoryError": "ValueError",
         "CheckpointLockedError": "RuntimeError",
         "DecodeError": "ValueError",
+        "DeviceError": "ValueError",
         "EncodeError": "TypeError",
         "IntegrityError": "ValueError",
         "MissingDependencyError": "ImportError",

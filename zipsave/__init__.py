@@ -6,12 +6,14 @@ from typing import TYPE_CHECKING
 from ._lazy import lazy_attributes
 from ._version import __version__
 from .exceptions import (
+    AlgorithmMismatchError,
     ArchiveFormatError,
     ArchiveLimitError,
     ArchiveNotFoundError,
     CheckpointDirectoryError,
     CheckpointLockedError,
     DecodeError,
+    DeviceError,
     EncodeError,
     IntegrityError,
     MissingDependencyError,
@@ -90,6 +92,7 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 
 __all__ = [
+    "AlgorithmMismatchError",
     "ArchiveFormatError",
     "ArchiveInfo",
     "ArchiveMember",
@@ -102,6 +105,7 @@ __all__ = [
     "ComponentInfo",
     "DataEntry",
     "DecodeError",
+    "DeviceError",
     "EncodeError",
     "EnvState",
     "IntegrityError",

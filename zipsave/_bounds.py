@@ -25,6 +25,8 @@ __all__ = [
     "KeyGuard",
     "alloc_budget",
     "bounded_int_opcode",
+    "MAX_DECIMAL_TEXT",
+    "check_decimal",
     "check_int",
     "check_int_text",
     "check_memo",
@@ -143,6 +145,30 @@ def check_int_text(text: Any, what: str = "integer text", **where: Any) -> None:
             f"{what} of {len(text)} characters; an integer of {MAX_INT_BITS} bits has at most {MAX_INT_DIGITS} digits.",
             **where,
         )
+
+
+#: Characters of a decimal literal a decoder parses (the native form's, a pickled ``Decimal``'s).
+MAX_DECIMAL_TEXT = 10_000
+
+
+def check_decimal(value: Any, **where: Any) -> Any:
+    """``value`` (a ``decimal.Decimal``) if its exact integer parts are integers zipsave would
+    build (at most :data:`MAX_INT_BITS` bits): ``int(value)`` and ``value.as_integer_ratio()``'s
+    denominator have at most ``MAX_INT_DIGITS - 1`` digits (the exponent is at least ``-39456``,
+    the adjusted exponent at most ``39455``), else an :class:`ArchiveLimitError`. A few bytes,
+    ``1E+999999999``, stood for an integer of 3.3 billion bits: ``int()`` of ``1E+999999`` takes
+    50 s, of that one forever. Real values do not come near ``1E+39455``."""
+    if not value.is_finite():  # NaN and the infinities have no integer parts
+        return value
+    exponent, digits = int(value.as_tuple().exponent), MAX_INT_DIGITS - 1
+    if exponent < -digits or value.adjusted() >= digits:
+        raise ArchiveLimitError(
+            f"a decimal with exponent {exponent} and {len(value.as_tuple().digits)} digit(s) stands for an "
+            f"integer of more than {MAX_INT_BITS} bits (int() or as_integer_ratio() on it would take minutes); "
+            f"a decimal's exponent is at least -{digits} and its adjusted exponent at most {digits - 1}.",
+            **where,
+        )
+    return value
 
 
 def bounded_int_opcode(load: Any, *, text: bool = False) -> Any:

@@ -16,12 +16,14 @@ from ._record import Record, record
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 __all__ = [
+    "AlgorithmMismatchError",
     "ArchiveFormatError",
     "ArchiveNotFoundError",
     "ArchiveLimitError",
     "CheckpointDirectoryError",
     "CheckpointLockedError",
     "DecodeError",
+    "DeviceError",
     "EncodeError",
     "IntegrityError",
     "MissingDependencyError",
@@ -155,6 +157,23 @@ class DecodeError(ZipsaveError, ValueError):
     """A value in ``data`` (or another JSON member) could not be decoded."""
 
 
+class AlgorithmMismatchError(DecodeError, TypeError, AttributeError, AssertionError):
+    """The archive holds a model of another algorithm (``PPO.load`` of a SAC archive), and the
+    class asked for cannot be built from its values. ``saved`` names the archive's algorithm
+    (``"SAC"``; ``None`` when only its policy shows it) and ``requested`` the class asked for.
+
+    SB3's own ``load`` fails there with whatever its constructor raises first: a
+    ``TypeError`` (a policy given keywords it does not take), an ``AttributeError`` (a policy
+    without ``q_net`` or ``actor``), a ``ValueError`` (sb3-contrib's policy checks) or, with an
+    ``env=`` whose action space the class does not support, an ``AssertionError``. This error
+    is all four, so code written to catch SB3's catches it."""
+
+    def __init__(self, message: str, *, saved: str | None = None, requested: str | None = None, **kwargs: Any) -> None:
+        self.saved = saved
+        self.requested = requested
+        super().__init__(message, **kwargs)
+
+
 class EncodeError(ZipsaveError, TypeError):
     """A value could not be encoded for saving."""
 
@@ -197,6 +216,13 @@ class ParameterMismatchError(ZipsaveError, ValueError, RuntimeError):
     the saved ones, and a ``RuntimeError``, as torch's ``load_state_dict`` raises (through
     SB3's ``set_parameters``) for tensors of other shapes or names: code written to catch
     SB3's errors catches zipsave's."""
+
+
+class DeviceError(ZipsaveError, ValueError, RuntimeError):
+    """The ``device=`` a load was given is not a torch device, or not one this machine has
+    (``"mps"`` without Metal, ``"cuda:3"`` on a one-GPU machine); raised before a byte is read.
+    A ``ValueError``, and a ``RuntimeError`` as torch raises it through SB3's own ``load``.
+    (CUDA asked for where there is none falls back to the CPU, as in SB3.)"""
 
 
 class SignatureError(ZipsaveError, ValueError):

@@ -13,36 +13,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._bounds import MAX_INT_BITS, MAX_INT_DIGITS, check_int
-from ..exceptions import ArchiveLimitError, DecodeError
+from .._bounds import MAX_DECIMAL_TEXT, check_decimal, check_int
+from ..exceptions import DecodeError
 from ._decode import field
 
 __all__ = ["decode_numeric"]
-
-
-#: Digits of an integer part of a decoded decimal: 10**39456 < 2**MAX_INT_BITS.
-_DECIMAL_DIGITS = MAX_INT_DIGITS - 1
-
-
-def _check_decimal(value: decimal.Decimal, where: dict[str, Any]) -> decimal.Decimal:
-    """``value`` if its exact integer parts are integers zipsave would build (at most
-    :data:`MAX_INT_BITS` bits): ``int(value)`` and ``value.as_integer_ratio()``'s denominator
-    have at most ``MAX_INT_DIGITS - 1`` digits (the exponent is at least ``-39456``, the
-    adjusted exponent at most ``39455``). A few bytes, ``1E+999999999``, stood for an integer
-    of 3.3 billion bits: ``int()`` of ``1E+999999`` takes 50 s, of that one forever. Python's
-    default context keeps results within ``1E+999999``; real values do not come near
-    ``1E+39455``."""
-    if not value.is_finite():  # NaN and the infinities have no integer parts
-        return value
-    exponent, digits = int(value.as_tuple().exponent), _DECIMAL_DIGITS
-    if exponent < -digits or value.adjusted() >= digits:
-        raise ArchiveLimitError(
-            f"a decimal with exponent {exponent} and {len(value.as_tuple().digits)} digit(s) stands for an "
-            f"integer of more than {MAX_INT_BITS} bits (int() or as_integer_ratio() on it would take minutes); "
-            f"a decimal's exponent is at least -{digits} and its adjusted exponent at most {digits - 1}.",
-            **where,
-        )
-    return value
 
 
 def decode_numeric(
@@ -60,13 +35,13 @@ def decode_numeric(
         return fractions.Fraction(numerator, denominator)
     if kind == "decimal":
         text = field(body, "value", str)
-        if len(text) > 10_000:
-            raise DecodeError(f"decimal literal of {len(text)} characters is longer than 10000.")
+        if len(text) > MAX_DECIMAL_TEXT:
+            raise DecodeError(f"decimal literal of {len(text)} characters is longer than {MAX_DECIMAL_TEXT}.")
         try:
             value = decimal.Decimal(text)
         except decimal.InvalidOperation:
             raise DecodeError(f"expected a decimal literal, found {text[:40]!r}.") from None
-        return _check_decimal(value, where)
+        return check_decimal(value, **where)
     if kind == "random":
         words = native(field(body, "state", dict))
         gauss_next = decode(body.get("gauss_next"))

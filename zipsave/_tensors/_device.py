@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from ..exceptions import DeviceError
+
 __all__ = ["get_device"]
 
 
@@ -19,15 +21,17 @@ def get_device(device: Any = "auto", *, mmap: bool = False) -> torch.device:
 
     CUDA asked for where there is none falls back to the CPU, as in SB3. Any other device this
     machine cannot use (``"mps"`` without Metal, ``"cuda:3"`` on a one-GPU machine) is a
-    ``ValueError`` here, before a byte is read, not a corrupt-looking member later.
+    :class:`~zipsave.DeviceError` here (a ``ValueError`` and, as torch raises through SB3's
+    ``load``, a ``RuntimeError``), before a byte is read, not a corrupt-looking member later.
     """
     if device is None or (isinstance(device, str) and device == "auto"):
         device = "cuda" if torch.cuda.is_available() and not mmap else "cpu"
     try:
         dev = device if isinstance(device, torch.device) else torch.device(device)
     except (RuntimeError, TypeError, ValueError) as err:
-        raise ValueError(
-            f"device={device!r} is not a torch device ({err}). Pass 'auto', 'cpu', 'cuda', 'cuda:1' or a torch.device."
+        raise DeviceError(
+            f"device={device!r} is not a torch device ({err}).",
+            hint="Pass 'auto', 'cpu', 'cuda', 'cuda:1' or a torch.device.",
         ) from err
     if dev.type == "cuda" and not torch.cuda.is_available():
         return torch.device("cpu")
@@ -35,7 +39,8 @@ def get_device(device: Any = "auto", *, mmap: bool = False) -> torch.device:
         try:
             torch.empty(0, device=dev)
         except (RuntimeError, AssertionError) as err:
-            raise ValueError(
-                f"device={device!r} is not available on this machine ({str(err).splitlines()[0]}). Pass device='auto' or 'cpu'."
+            raise DeviceError(
+                f"device={device!r} is not available on this machine ({str(err).splitlines()[0]}).",
+                hint="Pass device='auto' or 'cpu'.",
             ) from err
     return dev

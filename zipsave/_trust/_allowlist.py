@@ -85,6 +85,11 @@ _STDLIB = frozenset(
         "datetime.time",
         "datetime.timedelta",
         "datetime.timezone",
+        # Exact numbers: called with their value only, checked and bounded first (_numbers.py:
+        # `Fraction('1e999999999')` would build a power of ten of any size, `Decimal('1E+999999')`
+        # an integer whose int() takes 50 s).
+        "decimal.Decimal",
+        "fractions.Fraction",
         # Building a path only manipulates strings; nothing touches the filesystem.
         "pathlib.Path",
         "pathlib.PosixPath",

@@ -16,6 +16,7 @@ from .._booleans import bool_problem
 from .._bounds import AllocBudget, KeyGuard, check_int_text
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._names import is_dunder
+from ._numbers import check_number_call, number_made_problem
 
 __all__ = [
     "array_state_problem",
@@ -51,6 +52,7 @@ _NEW_IS_ENOUGH = frozenset(
 _CALLABLE_PY_CLASSES = frozenset(
     {
         "collections.Counter",
+        "fractions.Fraction",  # its arguments are checked (check_number_call)
         "pathlib.Path",
         "pathlib.PosixPath",
         "pathlib.WindowsPath",
@@ -77,6 +79,9 @@ def new_problem(cls: type) -> str | None:
     by ``__new__`` alone; numpy's bit generators then write through them on BUILD (SIGSEGV).
     Python-level ``__init__`` only sets attributes, which BUILD sets instead.
     """
+    number = number_made_problem(cls)
+    if number:
+        return number
     for klass in cls.__mro__:
         init = vars(klass).get("__init__")
         if init is None or klass in _NEW_IS_ENOUGH or isinstance(init, types.FunctionType):
@@ -138,6 +143,7 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
     codec = codec_problem(name, func, args, kwargs)
     if codec:
         raise ArchiveFormatError(codec)
+    check_number_call(func, args, kwargs)
     if func is types.SimpleNamespace and (args or kwargs):
         # pickle writes a namespace as an empty call and its attributes as BUILD's state, whose
         # names are checked (`build_state_problem`); from Python 3.13 a call takes a mapping of
@@ -308,6 +314,9 @@ def build_state_problem(inst: Any, state: Any, is_random: Callable[[Any], bool])
     """
     if is_random(inst):
         return None
+    number = number_made_problem(type(inst))
+    if number:
+        return f"sets the state of a `{type(inst).__qualname__}`: {number}"
     parts: tuple = (state,)
     if type(state) is tuple and len(state) == 2:
         parts = state

@@ -16,7 +16,7 @@ import torch
 from .. import _format
 from .._codec import SERIALIZED_KEY, TYPE_KEY
 from .._core import LoadSession, check_data_key, no_model_error
-from ..exceptions import DecodeError, ParameterMismatchError, ZipsaveWarning, caller_stacklevel
+from ..exceptions import ParameterMismatchError, ZipsaveWarning, caller_stacklevel
 from ._checks import check_data, check_names, drop_her_wrapper_class, drop_saved_env
 from ._estimate import check_model_size
 from ._extras import apply_vec_normalize, has_extra, restore_extra, warn_unused_vec_normalize
@@ -27,11 +27,11 @@ from ._required import (
     REBUILT_FROM_SAVED,
     SCHEDULE_GROUPS,
     SCHEDULE_KEYS,
+    build_error,
     check_required,
     is_ars,
     named_classes,
     needs,
-    policy_hint,
 )
 from ._schedules import NotASchedule, recognise_schedule
 from ._zoo import recognise as recognise_zoo_schedule
@@ -116,12 +116,7 @@ def build_sb3(
     try:
         model = cls(policy=data["policy_class"], env=env, device=src.device, _init_setup_model=False)
     except Exception as err:
-        raise DecodeError(
-            f"{cls.__name__} cannot be built from this archive's data ({type(err).__name__}: {err}).",
-            archive=src.name,
-            member=_format.DATA,
-            hint=policy_hint(cls, data["policy_class"]),
-        ) from err
+        raise build_error(src, cls, data, raw, err, door) from err
     for key in data:  # what `__dict__.update` writes must not replace the model's code
         check_data_key(model, key, archive=src.name, member=_format.DATA, key=key)
     check_model_size(cls, {**vars(model), **data, **kwargs}, src, limits=src.limits)  # before SB3 allocates it
@@ -133,12 +128,7 @@ def build_sb3(
         blamed = blame_given(cls, err, passed, raw, src.name) if passed else None
         if blamed is not None:
             raise blamed from err
-        raise DecodeError(
-            f"{cls.__name__} cannot be built from this archive's data ({type(err).__name__}: {err}).",
-            archive=src.name,
-            member=_format.DATA,
-            hint=policy_hint(cls, data["policy_class"]),
-        ) from err
+        raise build_error(src, cls, data, raw, err, door) from err
 
     if env is None and has_extra(src, "vec_normalize", exclude):  # said once the model is built, not before an error
         warn_unused_vec_normalize(src)

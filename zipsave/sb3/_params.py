@@ -13,6 +13,7 @@ from .. import _format
 from .._core import LoadSession, load_state_into, recursive_getattr, resolve, set_variable, unwrap
 from ..exceptions import ParameterMismatchError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._extras import matches_any
+from ._guess import import_line, suggest_algorithm
 
 __all__ = ["load_parameters", "load_variables"]
 
@@ -31,10 +32,14 @@ def load_parameters(src: LoadSession, model: Any, exclude: list[str], *, exact_m
         and not matches_any(name[: -len(_format.PTH_SUFFIX)], exclude)
     ]
     if exact_match and set(saved) != set(expected):
+        other = _other_algorithm(src, model)
         raise ParameterMismatchError(
             f"holds state dicts {sorted(saved)}, but {type(model).__name__} has {sorted(expected)}.",
             archive=src.name,
-            hint="Was it saved from another algorithm? Leave members out with `exclude=[...]`.",
+            hint=f"It holds a {other} model: load it with `{other}.load(path)` or `zipsave.load(path, cls={other})` "
+            f"(`{import_line(other)}`)."
+            if other
+            else "Was it saved from another algorithm? Leave members out with `exclude=[...]`.",
         )
     for name in saved:
         member = name + _format.PTH_SUFFIX
@@ -51,6 +56,16 @@ def load_parameters(src: LoadSession, model: Any, exclude: list[str], *, exact_m
                 raise
         except ZipsaveError as err:
             src.skip(member, None, None, err)
+
+
+def _other_algorithm(src: LoadSession, model: Any) -> str | None:
+    """The algorithm the archive's ``data`` says it holds (read, never decoded), when it is not
+    ``model``'s own (nor one ``model``'s class derives from); else ``None``."""
+    try:
+        name = suggest_algorithm(src.read_json(_format.DATA))
+    except Exception:  # noqa: BLE001 - no readable data: nothing to name, the mismatch is said anyway
+        return None
+    return None if name is None or name in {k.__name__ for k in type(model).__mro__} else name
 
 
 def _load_legacy(src: LoadSession, name: str, target: Any, err: ParameterMismatchError) -> bool:

@@ -11,10 +11,12 @@ from typing import Any
 from .. import _format
 from .._core import LoadSession
 from .._trust import BY_VALUE_MARK
-from ..exceptions import ArchiveFormatError, DecodeError
+from ..exceptions import AlgorithmMismatchError, ArchiveFormatError, DecodeError
+from ._guess import import_line, suggest_algorithm
 
 __all__ = [
     "ARS_WEIGHTS",
+    "build_error",
     "OBJECT_CLASS",
     "OBJECT_VALUE",
     "REBUILT_FROM_SAVED",
@@ -98,6 +100,36 @@ def policy_hint(cls: type, policy_class: Any) -> str | None:
             "was it saved by another algorithm?"
         )
     return None
+
+
+def build_error(src: LoadSession, cls: type, data: dict[str, Any], raw: Any, err: Exception, door: str) -> DecodeError:
+    """The error for ``cls`` failing to build from the archive's values (its constructor or
+    ``_setup_model`` raised ``err``): an :class:`AlgorithmMismatchError` naming both algorithms
+    when the archive holds another algorithm's model (its policy, or what ``suggest_algorithm``
+    reads from ``data``), else a :class:`DecodeError`."""
+    cause = f"({type(err).__name__}: {err})"
+    saved = suggest_algorithm(raw)
+    if saved is not None and saved in {k.__name__ for k in getattr(cls, "__mro__", ())}:
+        saved = None  # the archive's own algorithm (or cls subclasses it): not a mismatch
+    hint = policy_hint(cls, data.get("policy_class"))
+    if saved is None and hint is None:
+        return DecodeError(
+            f"{cls.__name__} cannot be built from this archive's data {cause}.", archive=src.name, member=_format.DATA
+        )
+    what = f"a {saved} model" if saved else "a model of another algorithm"
+    fix = (
+        f"Load it with `{saved}.load(path)` or `zipsave.load(path, cls={saved})` (`{import_line(saved)}`)."
+        if saved
+        else f"Load it with the algorithm that saved it (`zipsave.load(path, cls=...)`); {door} cannot."
+    )
+    return AlgorithmMismatchError(
+        f"holds {what}; {cls.__name__} cannot be built from it {cause}.",
+        archive=src.name,
+        member=_format.DATA,
+        hint=fix if saved else f"{hint} {fix}",
+        saved=saved,
+        requested=cls.__name__,
+    )
 
 
 def _keys(keys: list[str]) -> str:
