@@ -67,6 +67,9 @@ def test_another_algorithms_archive_raises_what_sb3_raises(tmp_path, saved, requ
         cls.load(path, device="cpu", **kwargs)
     builtin = type(sb3s.value)
     assert builtin in (TypeError, AttributeError, ValueError, AssertionError)
+    # SB3's TypeError and ValueError are zipsave's too; its AttributeError and AssertionError
+    # are not (docs/api.rst: hasattr would swallow the one, the other is no file check)
+    builtin = builtin if builtin in (TypeError, ValueError) else TypeError
     name, wanted = type(model).__name__, cls.__name__
     for door, load in _through_every_door(cls, path, **kwargs).items():
         with pytest.raises(builtin) as ours:

@@ -157,16 +157,20 @@ class DecodeError(ZipsaveError, ValueError):
     """A value in ``data`` (or another JSON member) could not be decoded."""
 
 
-class AlgorithmMismatchError(DecodeError, TypeError, AttributeError, AssertionError):
+class AlgorithmMismatchError(DecodeError, TypeError):
     """The archive holds a model of another algorithm (``PPO.load`` of a SAC archive), and the
     class asked for cannot be built from its values. ``saved`` names the archive's algorithm
     (``"SAC"``; ``None`` when only its policy shows it) and ``requested`` the class asked for.
 
-    SB3's own ``load`` fails there with whatever its constructor raises first: a
-    ``TypeError`` (a policy given keywords it does not take), an ``AttributeError`` (a policy
-    without ``q_net`` or ``actor``), a ``ValueError`` (sb3-contrib's policy checks) or, with an
-    ``env=`` whose action space the class does not support, an ``AssertionError``. This error
-    is all four, so code written to catch SB3's catches it."""
+    SB3's own ``load`` fails there with whatever its constructor raises first: mostly a
+    ``TypeError`` (a policy given keywords it does not take) or a ``ValueError``
+    (sb3-contrib's policy checks); this error is both. For some pairs SB3 raises an
+    ``AttributeError`` (a policy without ``q_net``) or, with an ``env=`` whose action space the
+    class does not support, an ``AssertionError``: this error is neither, on purpose. An
+    ``AttributeError`` raised in a property is taken by Python as a missing attribute (the
+    message lost to ``__getattr__``, ``hasattr`` answering ``False``), and an assertion is not
+    how a file's content is refused (a file that holds no model is an ``ArchiveFormatError``
+    where SB3 asserts too)."""
 
     def __init__(self, message: str, *, saved: str | None = None, requested: str | None = None, **kwargs: Any) -> None:
         self.saved = saved
