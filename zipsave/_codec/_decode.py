@@ -16,11 +16,11 @@ import numpy as np
 import torch
 
 from .. import _codec, _trust  # packages whose parts load on first use: arrays, spaces, the unpickler
-from .._booleans import bool_problem
-from .._bounds import MAX_INT_BITS, KeyGuard, check_int
+from .._bounds import MAX_INT_BITS, AllocBudget, KeyGuard, check_int
 from .._format import NATIVE_KEY as N
 from .._format import SERIALIZED_KEY as S
 from .._invariants import check_tensor, quantized_dtypes
+from .._items import item_problem
 from .._json import stack_low
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 
@@ -301,8 +301,8 @@ class Decoder:
         if not all(type(s) is int and s >= 0 for s in shape):
             raise DecodeError(f"expected `shape` to be a list of non-negative integers, found {shape!r}.")
         count = math.prod(shape)
-        if dtype.itemsize == 0 and count:  # numpy would make it one unfilled byte an element
-            raise DecodeError(f"an array of {count} elements of dtype {dtype.str} (0 bytes an item) holds no data.")
+        if dtype.itemsize == 0 and count:
+            return self._unsized_array(dtype, shape, count, body)
         if "member" in body:
             if self._load_array is None:
                 raise DecodeError("array member given but this archive has no array reader.")
@@ -336,6 +336,23 @@ class Decoder:
             raise DecodeError(f"array holds {len(raw)} bytes, expected {count * dtype.itemsize} for {dtype}{shape}.")
         _check_bools(dtype, raw, "an array")
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+    def _unsized_array(self, dtype: np.dtype, shape: list, count: int, body: dict) -> np.ndarray:
+        """An array of items of no bytes (``V0``, records of ``V0`` or ``S0`` fields), which
+        holds nothing but its shape: made by numpy, its elements counted as bytes against the
+        budget (``tolist()`` makes an object of each). ``S0``/``U0`` themselves are refused:
+        numpy makes them one unfilled byte (four) an element."""
+        if dtype.kind != "V" or dtype.subdtype is not None or "member" in body or "values" in body:
+            raise DecodeError(f"an array of {count} elements of dtype {dtype.str} (0 bytes an item) holds no data.")
+        if _codec.unb64(body.get("b64")):
+            raise DecodeError(f"an array of dtype {dtype} holds no bytes, found base64 data.")
+        AllocBudget(0, self._limits, **self._where).charge(
+            count, f"an array of {count} elements of dtype {dtype} (0 bytes each, counted as 1)"
+        )
+        arr = np.zeros(shape, dtype=dtype)
+        if arr.dtype != dtype or arr.nbytes:
+            raise DecodeError(f"numpy made an array of dtype {arr.dtype} for {dtype}{shape}.")
+        return arr
 
     def _tensor(self, body: dict) -> torch.Tensor:
         dtype = getattr(torch, field(body, "dtype", str), None)
@@ -388,7 +405,7 @@ def _is_number(text: str) -> bool:
 
 
 def _check_bools(dtype: np.dtype, raw: bytes, what: str) -> None:
-    problem = bool_problem(dtype, raw, what)
+    problem = item_problem(dtype, raw, what)
     if problem:
         raise DecodeError(f"{problem}.")
 

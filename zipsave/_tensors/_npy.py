@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._archive import crc32
-from .._booleans import bool_mask, bool_problem
+from .._items import item_problem, scrub_items
 from ..exceptions import DecodeError, IntegrityError
 from ._arena import fresh_map
 from ._prefault import PREFAULT_MIN, Prefaulter, mapped_crcs, no_huge_pages
@@ -159,7 +159,7 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
 
 def _checked_bools(flat: np.ndarray, member: str) -> np.ndarray:
     """``flat`` (a member's data, read), refused where a boolean of it is not 0 or 1."""
-    problem = bool_problem(flat.dtype, flat, f"array member `{member}`")
+    problem = item_problem(flat.dtype, flat, f"array member `{member}`")
     if problem:
         raise DecodeError(f"{problem}.")
     return flat
@@ -365,10 +365,8 @@ def read_array_member_into(reader: Any, member: str, dest: np.ndarray, *, verify
         _fill(view, buf, member, header_end, crc, expected_crc, prefault=True)
         try:
             _checked_bools(dest.reshape(-1), member)
-        except DecodeError:  # the live array keeps no byte numpy leaves undefined: 2 reads as True
-            rows = dest.reshape(-1).view(np.uint8).reshape(dest.size, dest.dtype.itemsize)
-            mask = bool_mask(dest.dtype)
-            rows[:, mask] = np.minimum(rows[:, mask], 1)
+        except DecodeError:  # the live array keeps no item numpy never writes: a bool of 2 reads as True
+            scrub_items(dest)
             raise
     finally:
         view.close()

@@ -12,8 +12,8 @@ import sys
 import types
 from typing import Any, Callable
 
-from .._booleans import bool_problem
 from .._bounds import AllocBudget, KeyGuard, check_int_text
+from .._items import item_problem
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._names import is_dunder
 
@@ -195,12 +195,12 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
 
 
 def result_problem(value: Any) -> str | None:
-    """Why an array (or a structured scalar) a call built is refused, or ``None``: a boolean
-    of it holds a byte other than 0 or 1 (:mod:`zipsave._booleans`)."""
+    """Why an array (or a numpy scalar) a call built is refused, or ``None``: an item of it
+    holds bytes numpy never writes (:mod:`zipsave._items`: a boolean other than 0 or 1...)."""
     numpy = sys.modules.get("numpy")
-    if numpy is None or not isinstance(value, (numpy.ndarray, numpy.void)):
+    if numpy is None or not isinstance(value, (numpy.ndarray, numpy.generic)):
         return None
-    return bool_problem(value.dtype, numpy.asarray(value), "an array")
+    return item_problem(value.dtype, numpy.asarray(value), "an array")
 
 
 def array_state_problem(numpy: Any, state: Any, budget: AllocBudget) -> str | None:
