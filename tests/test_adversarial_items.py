@@ -190,3 +190,46 @@ def test_zero_size_items_are_counted_against_the_allocation_budget(tmp_path):
     path = _archive(tmp_path, {}, {":type:": "<class 'numpy.ndarray'>", ":zipsave:": body})
     with pytest.raises(zipsave.ArchiveLimitError, match=re.escape("1000000000000000 elements")):
         zipsave.load(path, strict=True)
+
+
+# -- dtypes numpy builds from text but cannot use: a datetime unit of multiplier 0 -------------
+def _zero_unit_entries() -> dict[str, tuple[dict[str, bytes], dict]]:
+    from adversarial.asm import Emit, G, body, build, call, program
+
+    raw = np.array([5, -(2**63)], dtype="<i8").tobytes()
+    out: dict[str, tuple[dict[str, bytes], dict]] = {}
+    typ = "<class 'numpy.ndarray'>"
+    for unit in ("<M8[0s]", "<m8[0D]"):
+        array = {"kind": "ndarray", "dtype": unit, "shape": [2], "b64": base64.b64encode(raw).decode()}
+        out[f"native_{unit}"] = ({}, {":type:": typ, ":zipsave:": array})
+        scalar = {"kind": "numpy_scalar", "dtype": unit, "b64": base64.b64encode(raw[:8]).decode()}
+        out[f"scalar_{unit}"] = ({}, {":type:": "<class 'numpy.datetime64'>", ":zipsave:": scalar})
+        out[f"dtype_{unit}"] = (
+            {},
+            {":type:": "<class 'numpy.dtype'>", ":zipsave:": {"kind": "numpy_dtype", "descr": unit}},
+        )
+        header = f"{{'descr': '{unit}', 'fortran_order': False, 'shape': (2,), }}".encode().ljust(117) + b"\n"
+        npy = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + raw
+        out[f"npy_{unit}"] = ({"arrays/0.npy": npy}, {":type:": typ, ":zipsave:": {**array, "member": "arrays/0.npy"}})
+        # numpy's pickle of the dtype carries its unit as BUILD state, which numpy refuses to
+        # set; a dtype made by its text alone (no BUILD) reaches the array's state
+        dtype = Emit(G("numpy", "dtype").data + body((unit, False, True)) + b"R")
+        empty = call(G("numpy._core.multiarray", "_reconstruct"), G("numpy", "ndarray"), (0,), b"b")
+        pickled = program(build(empty, (1, (2,), dtype, False, raw)), 2)
+        out[f"pickle_{unit}"] = ({}, {":type:": typ, ":serialized:": base64.b64encode(pickled).decode()})
+    return out
+
+
+ZERO_UNITS = _zero_unit_entries()
+
+
+@pytest.mark.parametrize("form", sorted(ZERO_UNITS))
+def test_a_datetime_unit_of_multiplier_zero_is_refused(form, tmp_path):
+    # numpy parses `M8[0s]` and then cannot print, compare or pickle what has it (OverflowError,
+    # TypeError): every value of such a dtype failed on use
+    path = _archive(tmp_path, *ZERO_UNITS[form])
+    expected = "unit of multiplier 0"
+    with pytest.raises(zipsave.ZipsaveError, match=re.escape(expected)):
+        zipsave.load(path, strict=True)
+    with pytest.raises(zipsave.ZipsaveError, match=re.escape(expected)):
+        zipsave.read(path, "evil")

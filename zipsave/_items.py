@@ -4,7 +4,8 @@ an array, but some it never writes fail on use: a boolean other than 0 or 1
 raise ``SystemError``; no Python string holds one). An array or scalar built from an archive's
 bytes is checked where it is built, and a live array read in place is left holding neither.
 (A generic-unit ``datetime64`` other than NaT fails ``repr`` too, but numpy writes it:
-``np.zeros(2, "M8")``.)"""
+``np.zeros(2, "M8")``.) A dtype is checked likewise (:func:`dtype_problem`): numpy parses a
+date unit of multiplier 0 (``<M8[0s]``) and then cannot print, compare or pickle its values."""
 
 from __future__ import annotations
 
@@ -13,11 +14,33 @@ from typing import Any
 
 from ._booleans import bool_mask, bool_problem
 
-__all__ = ["item_problem", "scrub_items"]
+__all__ = ["dtype_problem", "item_problem", "scrub_items"]
 
 _MAX_CODE = 0x10FFFF
 #: Items compared at a time: a scrub's mask of one chunk is what it allocates.
 _CHUNK = 1 << 20
+
+
+def dtype_problem(dtype: Any) -> str | None:
+    """Why the numpy ``dtype`` (a field, a sub-array's base, however nested) is refused, or
+    ``None``: a ``datetime64``/``timedelta64`` unit of multiplier 0, which ``np.dtype`` parses
+    and nothing else takes (``repr`` and ``==`` of a value raise ``OverflowError``; numpy's own
+    pickle of the dtype does not load)."""
+    import numpy as np
+
+    todo = [dtype]
+    while todo:
+        current = todo.pop()
+        if current.subdtype is not None:
+            todo.append(current.subdtype[0])
+        elif current.names is not None:
+            todo.extend(current.fields[name][0] for name in current.names)
+        elif current.kind in "mM" and np.datetime_data(current)[1] == 0:
+            return (
+                f"dtype {dtype} has a date unit of multiplier 0 ({current.str}), which numpy parses but cannot "
+                "print, compare or pickle; numpy's units count at least 1"
+            )
+    return None
 
 
 def _leaves(dtype: Any, offset: int = 0, dims: tuple = ()) -> Iterator[tuple[str, int, tuple, tuple]]:

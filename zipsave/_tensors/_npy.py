@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._archive import crc32
-from .._items import item_problem, scrub_items
+from .._items import dtype_problem, item_problem, scrub_items
 from ..exceptions import DecodeError, IntegrityError
 from ._arena import fresh_map
 from ._prefault import PREFAULT_MIN, Prefaulter, mapped_crcs, no_huge_pages
@@ -67,6 +67,9 @@ def _header(view: Any, member: str) -> tuple[tuple[int, ...], bool, np.dtype, in
         raise DecodeError(f"array member `{member}` is not a valid .npy file ({err}).") from None
     if dtype.hasobject:
         raise DecodeError(f"array member `{member}` holds Python objects; refusing to read it without pickle.")
+    problem = dtype_problem(dtype)
+    if problem:
+        raise DecodeError(f"array member `{member}`: {problem}.")
     # What numpy would allocate without filling: an unsized dtype (`|S0`, `<U0`, `V0`) becomes
     # one byte per element, a sub-array dtype more elements than the header's shape.
     if dtype.itemsize == 0 or dtype.subdtype is not None:

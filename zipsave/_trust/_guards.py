@@ -13,7 +13,7 @@ import types
 from typing import Any, Callable
 
 from .._bounds import AllocBudget, KeyGuard, check_int_text
-from .._items import item_problem
+from .._items import dtype_problem, item_problem
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._names import is_dunder
 
@@ -195,12 +195,17 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
 
 
 def result_problem(value: Any) -> str | None:
-    """Why an array (or a numpy scalar) a call built is refused, or ``None``: an item of it
-    holds bytes numpy never writes (:mod:`zipsave._items`: a boolean other than 0 or 1...)."""
+    """Why an array, a numpy scalar or a dtype a call built is refused, or ``None``: its dtype
+    is one numpy cannot use, or an item holds bytes numpy never writes (:mod:`zipsave._items`:
+    a date unit of multiplier 0, a boolean other than 0 or 1...)."""
     numpy = sys.modules.get("numpy")
-    if numpy is None or not isinstance(value, (numpy.ndarray, numpy.generic)):
+    if numpy is None:
         return None
-    return item_problem(value.dtype, numpy.asarray(value), "an array")
+    if isinstance(value, numpy.dtype):
+        return dtype_problem(value)
+    if not isinstance(value, (numpy.ndarray, numpy.generic)):
+        return None
+    return dtype_problem(value.dtype) or item_problem(value.dtype, numpy.asarray(value), "an array")
 
 
 def array_state_problem(numpy: Any, state: Any, budget: AllocBudget) -> str | None:
