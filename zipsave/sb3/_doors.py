@@ -16,11 +16,15 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from .. import _format
 from .._archive import ArchiveSource
+from .._bounds import alloc_budget
 from .._core import LoadOptions, LoadSession
-from ..exceptions import DecodeError
+from ..exceptions import ArchiveLimitError, DecodeError
 from ._boundary import door
+from ._estimate import archive_size
 from ._extras import build_vec_normalize, restore_extra
 from ._state import current_options, original
 
@@ -152,6 +156,7 @@ def _fit_buffer(src: LoadSession, model: Any) -> bool:
         return False
     if (size, n_envs) == (buffer.buffer_size, buffer.n_envs):
         return False
+    _check_buffer_fits(src, buffer, size, n_envs)
     kwargs = dict(getattr(model, "replay_buffer_kwargs", None) or {})
     if "env" in kwargs or hasattr(buffer, "env"):  # HerReplayBuffer samples through the env
         kwargs["env"] = model.env
@@ -165,6 +170,31 @@ def _fit_buffer(src: LoadSession, model: Any) -> bool:
         **kwargs,
     )
     return True
+
+
+def _check_buffer_fits(src: LoadSession, buffer: Any, size: int, n_envs: int) -> None:
+    """Refuse a buffer of ``size`` rows of ``n_envs`` (from ``replay_buffer/data``) that the
+    archive's bytes cannot hold, before SB3 allocates it: its arrays (the model's own, a row's
+    bytes each as now) may take at most ``Limits.alloc_floor`` plus ``Limits.alloc_ratio`` times
+    the archive's bytes, which a saved buffer's arrays are within. ``buffer_size=10**13`` in a
+    few bytes asked numpy for 146 TiB."""
+    rows = max(1, buffer.buffer_size * buffer.n_envs)
+    row_bytes = 0
+    for value in vars(buffer).values():
+        for array in value.values() if isinstance(value, dict) else (value,):
+            if isinstance(array, np.ndarray):
+                row_bytes += -(-array.nbytes // rows)
+    need, budget = row_bytes * size * n_envs, alloc_budget(archive_size(src) or 0, src.limits)
+    if need > budget:
+        raise ArchiveLimitError(
+            f"holds a replay buffer with buffer_size={size} and n_envs={n_envs}, which this model's buffer would "
+            f"hold in {need} bytes, more than the {budget} an archive of its size may ask for (`Limits.alloc_floor` "
+            "plus `Limits.alloc_ratio` times its bytes; a saved buffer holds its rows).",
+            archive=src.name,
+            member=_format.join("replay_buffer", _format.DATA),
+            key="buffer_size",
+            hint="If you trust the archive, raise them: `zipsave.sb3.install(limits=zipsave.Limits(alloc_ratio=...))`.",
+        )
 
 
 # -- VecNormalize.load -----------------------------------------------------------------------

@@ -1,0 +1,73 @@
+"""``model.load_replay_buffer(archive)`` under ``zipsave.sb3.install()``: SB3's door replaces the
+model's buffer with one of the saved size, and zipsave built that buffer from the
+``buffer_size`` in ``replay_buffer/data`` before it looked at the arrays. A few bytes then
+asked SB3 for any buffer: ``buffer_size=10**13`` raised numpy's ``MemoryError`` (146 TiB),
+``10**9`` allocated 16 GB of zeros and left the model holding them after the load was refused.
+A new buffer is built only for as many rows as the archive's bytes can hold."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import sys
+import zipfile
+
+import pytest
+
+import zipsave
+
+pytest.importorskip("stable_baselines3")
+
+from stable_baselines3 import DQN  # noqa: E402
+
+import zipsave.sb3  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from adversarial.printed import write_zip  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("buffer")
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=64, learning_starts=0, device="cpu", seed=0)
+    model.learn(40)
+    zipsave.save(model, folder / "dqn.zip", include=["replay_buffer"])
+    with zipfile.ZipFile(folder / "dqn.zip") as zf:
+        members = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    return folder, members
+
+
+def _with_size(folder: pathlib.Path, members: dict[str, bytes], size: int) -> str:
+    state = json.loads(members["replay_buffer/data"])
+    state["buffer_size"] = size
+    edited = {**members, "replay_buffer/data": json.dumps(state).encode()}
+    return write_zip(str(folder / f"size_{size}.zip"), edited, manifest=False)
+
+
+@pytest.mark.parametrize("size", [10**13, 10**7])
+def test_a_buffer_size_the_archive_cannot_hold_builds_nothing(saved, size):
+    folder, members = saved
+    path = _with_size(folder, members, size)
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=32, device="cpu")
+    before = model.replay_buffer
+    zipsave.sb3.install()
+    try:
+        with pytest.raises(zipsave.ArchiveLimitError, match=re.escape(f"buffer_size={size}")) as caught:
+            model.load_replay_buffer(path)
+    finally:
+        zipsave.sb3.uninstall()
+    assert "replay_buffer/data" in str(caught.value) and path in str(caught.value)
+    assert model.replay_buffer is before and before.buffer_size == 32  # the model is as it was
+
+
+def test_a_saved_buffer_of_another_size_still_loads(saved):
+    folder, members = saved
+    path = write_zip(str(folder / "as_saved.zip"), members, manifest=False)
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=32, device="cpu")
+    zipsave.sb3.install()
+    try:
+        model.load_replay_buffer(path)
+    finally:
+        zipsave.sb3.uninstall()
+    assert model.replay_buffer.buffer_size == 64 and model.replay_buffer.pos > 0
