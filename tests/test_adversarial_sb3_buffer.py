@@ -61,6 +61,21 @@ def test_a_buffer_size_the_archive_cannot_hold_builds_nothing(saved, size):
     assert model.replay_buffer is before and before.buffer_size == 32  # the model is as it was
 
 
+def test_a_refused_buffer_of_another_size_leaves_the_model_its_own(saved):
+    # within the budget, but its arrays do not fit: the model kept the empty buffer built for it
+    folder, members = saved
+    path = _with_size(folder, members, 1000)
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=32, device="cpu")
+    before = model.replay_buffer
+    zipsave.sb3.install()
+    try:
+        with pytest.raises(zipsave.ZipsaveError, match=re.escape("expected float32[1000, 1, 4]")):
+            model.load_replay_buffer(path)
+    finally:
+        zipsave.sb3.uninstall()
+    assert model.replay_buffer is before
+
+
 def test_a_saved_buffer_of_another_size_still_loads(saved):
     folder, members = saved
     path = write_zip(str(folder / "as_saved.zip"), members, manifest=False)

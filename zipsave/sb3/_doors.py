@@ -118,6 +118,7 @@ def load_replay_buffer(self: Any, path: Any, truncate_last_traj: bool = True) ->
         with door(archive, f"{type(self).__name__}.load_replay_buffer"):
             return original(_owner(), "load_replay_buffer")(self, path, truncate_last_traj)
     with door(archive, f"{type(self).__name__}.load_replay_buffer"), _session(archive, strict=True) as src:
+        buffer = getattr(self, "replay_buffer", None)
         live = not _fit_buffer(src, self)  # a buffer built for the saved size holds untouched zeros
         before = getattr(self, "_last_obs", None)
         # the restore ends HER's episode under way when there is no last observation (a reset
@@ -125,6 +126,10 @@ def load_replay_buffer(self: Any, path: Any, truncate_last_traj: bool = True) ->
         self._last_obs = None if truncate_last_traj else _KEEP_EPISODE
         try:
             restore_extra(src, self, "replay_buffer", in_place=live)  # strict: a buffer that does not fit raises
+        except BaseException:
+            if not live:  # refused: the model keeps its own buffer, not the empty one built for the saved size
+                self.replay_buffer = buffer
+            raise
         finally:
             self._last_obs = before
     return None
