@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._archive import crc32
+from .._bounds import alloc_budget
 from .._items import dtype_problem, item_problem, scrub_items
 from ..exceptions import DecodeError, IntegrityError
 from ._arena import fresh_map
@@ -87,6 +88,12 @@ def _header(view: Any, member: str) -> tuple[tuple[int, ...], bool, np.dtype, in
         )
     header_end = view.tell()
     nbytes = math.prod(shape) * dtype.itemsize
+    walked = math.prod(max(d, 1) for d in shape)
+    if walked > alloc_budget(nbytes):  # a zero-size (2**62, 0): 2**62 rows for tolist() and iteration
+        raise DecodeError(
+            f"array member `{member}` declares shape {tuple(shape)[:8]} of {nbytes} bytes, which stands for {walked} "
+            "elements (each zero dimension counted as 1), past the budget of its bytes; np.save writes no such header."
+        )
     if nbytes != view.size - header_end:
         raise DecodeError(
             f"array member `{member}` declares {dtype}{list(shape)} ({nbytes} bytes) but holds "

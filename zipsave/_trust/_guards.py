@@ -228,12 +228,15 @@ def array_state_problem(numpy: Any, state: Any, budget: AllocBudget) -> str | No
         # an `S0`/`<U0` element reads as one byte (four) numpy never filled: `.repeat(2)` of it
         # handed back freed heap memory
         return f"an array's state has the unsized dtype {dtype}; numpy makes no array of it"
-    count = 1
+    count = walked = 1
     for dim in shape:
         count *= dim
-        if count > budget.total:
+        walked *= max(dim, 1)  # a zero-size (2**62, 0): 2**62 rows for tolist() and iteration
+        if walked > budget.total:
             break
-    budget.charge(count * max(dtype.itemsize, 1), f"an ndarray state of shape {tuple(shape)[:8]} and dtype {dtype}")
+    budget.charge(
+        max(count * max(dtype.itemsize, 1), walked), f"an ndarray state of shape {tuple(shape)[:8]} and dtype {dtype}"
+    )
     sized = isinstance(data, (bytes, bytearray, str))
     held = len(data) if sized or type(data) is list else type(data).__name__
     if dtype.hasobject and (type(data) is not list or len(data) != count):
