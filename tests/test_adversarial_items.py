@@ -233,3 +233,17 @@ def test_a_datetime_unit_of_multiplier_zero_is_refused(form, tmp_path):
         zipsave.load(path, strict=True)
     with pytest.raises(zipsave.ZipsaveError, match=re.escape(expected)):
         zipsave.read(path, "evil")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [np.zeros(2, "M8"), np.zeros(2, "M8")[0], np.zeros(3, [("t", "M8"), ("x", "<i4")])],
+    ids=["array", "scalar", "record"],
+)
+def test_the_command_shows_a_value_numpy_writes_but_cannot_print(value, tmp_path):
+    # np.zeros(2, "M8") holds generic-unit dates of 0, whose repr raises ValueError: `zipsave
+    # read` called the archive's value a zipsave bug
+    zipsave.save({"d": value}, tmp_path / "m8.zip")
+    code, text = _cli(["read", str(tmp_path / "m8.zip"), "d"])
+    assert code == 0 and "zipsave bug" not in text, text
+    assert "M8" in text.replace("datetime64", "M8") and "numpy cannot print" in text, text
