@@ -86,3 +86,57 @@ def test_a_saved_buffer_of_another_size_still_loads(saved):
     finally:
         zipsave.sb3.uninstall()
     assert model.replay_buffer.buffer_size == 64 and model.replay_buffer.pos > 0
+
+
+def _side_pickle(folder: pathlib.Path, name: str, edit) -> str:
+    """A replay buffer pickled by SB3's own ``save_replay_buffer`` (not installed), edited."""
+    from stable_baselines3.common.save_util import save_to_pkl
+
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=64, learning_starts=0, device="cpu", seed=0)
+    model.learn(40)
+    edit(model.replay_buffer)
+    path = str(folder / f"{name}.pkl")
+    save_to_pkl(path, model.replay_buffer)
+    return path
+
+
+def _pos(buffer) -> None:
+    buffer.pos = 10**6
+
+
+def _rows(buffer) -> None:
+    buffer.observations = buffer.observations[:5]
+
+
+def _obs_shape(buffer) -> None:
+    buffer.next_observations = buffer.next_observations[..., :2].copy()
+
+
+def _full(buffer) -> None:
+    buffer.full = "yes"
+
+
+@pytest.mark.parametrize("edit", [_pos, _rows, _obs_shape, _full], ids=lambda f: f.__name__.strip("_"))
+def test_an_inconsistent_pickled_buffer_is_refused(edit, tmp_path):
+    # SB3's pickle of a buffer sets its state as it is: pos=10**6 or 5 rows of a 64-row buffer
+    # loaded, and the first sample() raised IndexError
+    path = _side_pickle(tmp_path, edit.__name__, edit)
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=64, device="cpu")
+    zipsave.sb3.install()
+    try:
+        with pytest.raises(zipsave.ZipsaveError, match=re.escape("replay buffer")) as caught:
+            model.load_replay_buffer(path)
+    finally:
+        zipsave.sb3.uninstall()
+    assert path in str(caught.value)
+
+
+def test_a_consistent_pickled_buffer_loads(tmp_path):
+    path = _side_pickle(tmp_path, "fine", lambda buffer: None)
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=64, device="cpu")
+    zipsave.sb3.install()
+    try:
+        model.load_replay_buffer(path)
+    finally:
+        zipsave.sb3.uninstall()
+    assert model.replay_buffer.pos == 40 and model.replay_buffer.sample(8).observations.shape == (8, 4)

@@ -1,6 +1,6 @@
 """The error boundary of SB3's doors under ``install()``: what SB3's own code raises on a file's
 values leaves as a zipsave error naming the file, and values SB3 would use unchecked (a
-``VecNormalize`` count) are checked first."""
+``VecNormalize`` count, a pickled buffer's position and arrays) are checked first."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from ..exceptions import ArchiveNotFoundError, DecodeError, ZipsaveError, as_zipsave_error
 
-__all__ = ["check_statistics", "door"]
+__all__ = ["check_buffer", "check_statistics", "door"]
 
 
 @contextlib.contextmanager
@@ -75,3 +75,39 @@ def check_statistics(vec_normalize: Any, path: Any) -> None:
                     repr(count) if len(repr(count)) <= 40 else f"{repr(count)[:20]}... ({len(repr(count))} characters)"
                 )
                 raise DecodeError(f"`{name}.count` is {shown}, not a finite count.", archive=path, key=name)
+
+
+def check_buffer(buffer: Any, path: Any) -> None:
+    """A pickled SB3 buffer (``load_replay_buffer`` of a side file) holds what SB3's own code
+    keeps in one: sizes of at least 1, ``0 <= pos < buffer_size`` (``<=`` for a rollout
+    buffer, which stops there), a bool ``full``, and arrays of ``(buffer_size, n_envs)`` rows
+    (or one item per environment) of the buffer's observation and action shapes. A pickle sets
+    the state as it is: ``pos=10**6`` or 5 rows of a 64-row buffer loaded, and the first
+    ``sample()`` raised ``IndexError``."""
+    import numpy as np
+
+    state = vars(buffer)
+    size, n_envs, pos, full = (state.get(k) for k in ("buffer_size", "n_envs", "pos", "full"))
+    problem = None
+    if not (type(size) is int and type(n_envs) is int and size >= 1 and n_envs >= 1):
+        problem = f"buffer_size={size!r} and n_envs={n_envs!r}, where SB3 keeps integers of at least 1"
+    elif type(pos) is not int or not 0 <= pos <= size - ("timeouts" in state) or type(full) is not bool:
+        problem = f"pos={pos!r} and full={full!r}, where SB3 keeps 0 <= pos < {size} and a bool"
+    shapes = {"observations": state.get("obs_shape"), "next_observations": state.get("obs_shape")}
+    shapes["actions"] = (state["action_dim"],) if type(state.get("action_dim")) is int else None
+    for name, value in state.items():
+        for key, array in value.items() if isinstance(value, dict) else [(None, value)]:
+            if problem is not None or not isinstance(array, np.ndarray) or array.shape == (n_envs,):
+                continue
+            rows = (size, n_envs)
+            want = shapes.get(name)
+            want = want.get(key) if isinstance(want, dict) and key is not None else want
+            if array.shape[:2] != rows or (isinstance(want, tuple) and array.shape[2:] != want):
+                problem = (
+                    f"array `{name}{'' if key is None else '.' + str(key)}` of shape {array.shape}, where SB3 "
+                    f"keeps {rows} rows" + (f" of {want}" if isinstance(want, tuple) else "")
+                )
+    if problem is not None:
+        raise DecodeError(
+            f"holds a {type(buffer).__name__} with {problem}; SB3 writes no such replay buffer.", archive=path
+        )
