@@ -140,3 +140,26 @@ def test_a_consistent_pickled_buffer_loads(tmp_path):
     finally:
         zipsave.sb3.uninstall()
     assert model.replay_buffer.pos == 40 and model.replay_buffer.sample(8).observations.shape == (8, 4)
+
+
+def test_pickled_statistics_of_another_shape_are_refused(tmp_path):
+    # VecNormalize.load of SB3's pickle took a mean of 5 numbers for 3 observations; the first
+    # step raised ValueError (operands could not be broadcast)
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    vec = VecNormalize(DummyVecEnv([lambda: gym.make("Pendulum-v1")]))
+    vec.obs_rms.mean, vec.obs_rms.var = np.zeros(5), np.ones(5)
+    path = str(tmp_path / "vec.pkl")
+    vec.save(path)  # SB3's own pickle (not installed)
+    zipsave.sb3.install()
+    try:
+        with pytest.raises(zipsave.ZipsaveError, match=re.escape("`obs_rms.mean` is of shape (5,)")) as caught:
+            VecNormalize.load(path, DummyVecEnv([lambda: gym.make("Pendulum-v1")]))
+        vec.obs_rms.mean, vec.obs_rms.var = np.zeros(3), np.ones(3)
+        vec.save(path)  # through zipsave now, as it is
+        assert VecNormalize.load(path, DummyVecEnv([lambda: gym.make("Pendulum-v1")])).obs_rms.mean.shape == (3,)
+    finally:
+        zipsave.sb3.uninstall()
+    assert path in str(caught.value)

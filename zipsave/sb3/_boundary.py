@@ -50,16 +50,34 @@ def _name(path: Any) -> Any:
 
 
 def check_statistics(vec_normalize: Any, path: Any) -> None:
-    """The running statistics of a loaded ``VecNormalize`` are arrays of floats and a finite
-    count (a count of 10**400, an int past float's range, would fail at the first step)."""
+    """The running statistics of a loaded ``VecNormalize`` are arrays of floats of the shapes
+    its observations (one statistic per ``norm_obs_keys``) and returns have, and a finite count
+    (a count of 10**400, an int past float's range, or a mean of another shape than the
+    observations, failed at the first step)."""
     import numpy as np
 
+    space = getattr(vec_normalize, "observation_space", None)
     for name in ("obs_rms", "ret_rms"):
         rms = getattr(vec_normalize, name, None)
-        parts = rms.values() if isinstance(rms, dict) else [rms]
-        for part in parts:
+        if isinstance(rms, dict) and set(rms) != set(getattr(vec_normalize, "norm_obs_keys", None) or ()):
+            raise DecodeError(
+                f"`{name}` keeps statistics of {sorted(map(str, rms))}, not of `norm_obs_keys`.", archive=path
+            )
+        parts = rms.items() if isinstance(rms, dict) else [(None, rms)]
+        for key, part in parts:
             if part is None:
                 continue
+            sub = getattr(space, "spaces", {}).get(key) if key is not None else space
+            want = () if name == "ret_rms" else getattr(sub, "shape", None)
+            for stat in ("mean", "var"):
+                value: Any = getattr(part, stat, None)
+                if want is not None and (np.shape(value) != want or np.asarray(value).dtype.kind not in "fiu"):
+                    raise DecodeError(
+                        f"`{name}{'' if key is None else '.' + str(key)}.{stat}` is of shape {np.shape(value)}, where "
+                        f"the observations and returns it normalizes have shape {want}.",
+                        archive=path,
+                        key=name,
+                    )
             count = getattr(part, "count", None)
             try:
                 fine = (
