@@ -103,6 +103,22 @@ def test_printing_the_system_info_shows_controls_visibly(made):
     assert "\\x1b[2J" in out.getvalue()
 
 
+def test_a_version_of_many_digits_is_compared_as_text(tmp_path):
+    # print_system_info=True converted each version's numbers with int(): 5 000 digits passed
+    # Python's limit and the whole load failed (where a program lifts the limit, 200 000 digits
+    # took seconds, quadratic); such a version is compared as text
+    members = printed.base_members()
+    members["system_info.txt"] = (
+        "- OS: Linux\n- Python: 3." + "9" * 5000 + "\n- Numpy: 1" + "0" * 5000 + ".0\n"
+    ).encode()
+    path = printed.write_zip(str(tmp_path / "digits.zip"), members)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        model = zipsave.load(path, print_system_info=True)
+    assert model["lr"] == 0.5
+    assert "Python differs: saved 3.999" in out.getvalue() and "Numpy differs" in out.getvalue()
+
+
 def test_checkpoint_table_and_html_show_controls_visibly(made):
     directory = made["metric_value"]["directory"]
     manager = zipsave.CheckpointManager(directory, read_only=True)

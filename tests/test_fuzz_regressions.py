@@ -84,8 +84,15 @@ def test_a_shape_no_array_has_is_a_decode_error(raw, shape, why):
 
 
 def test_a_zero_size_array_with_large_dimensions_still_loads():
+    raw = _npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (1048576, 0, 3), }")
+    assert _npy(raw).shape == (1048576, 0, 3)
+
+
+def test_a_zero_size_array_stands_for_the_rows_it_walks():
+    # (2**30, 2**30, 0) holds no byte, but tolist() and iteration visit its 2**60 rows
     raw = _npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (1073741824, 1073741824, 0), }")
-    assert _npy(raw).shape == (1073741824, 1073741824, 0)
+    with pytest.raises(DecodeError, match=re.escape(f"stands for {2**60} elements")):
+        _npy(raw)
 
 
 def _sb3_style(data_text_edit) -> bytes:

@@ -31,6 +31,7 @@ LOAD_MODULES = frozenset(
         "zipsave._archive._zipfmt",
         "zipsave._bounds",
         "zipsave._booleans",  # a bool array or tensor is checked where it is built
+        "zipsave._items",  # so is every array's items
         "zipsave._codec",
         "zipsave._codec._arrays",
         "zipsave._codec._decode",

@@ -60,7 +60,8 @@ _PICKLED_HINT = (
 #: only by this floor plus this many times the storage's bytes: the allocation budget of
 #: ``zipsave._bounds`` (64 MiB + 16x), which a use of the tensor (a sum, a copy, ``==``, ``zipsave
 #: diff``) takes in time or memory. A view may read its storage many times over (a zero stride,
-#: ``expand``), and a 4-byte storage under stride 0 stood for 2**62 elements whose sum never ends.
+#: ``expand``), and a 4-byte storage under stride 0 stood for 2**62 elements whose sum never ends;
+#: a zero dimension counts as 1 (``(2**62, 0)``: 2**62 rows for ``tolist()`` and iteration).
 VIEW_FLOOR = 64 << 20
 VIEW_RATIO = 16
 
@@ -345,7 +346,7 @@ def _check_dense(t: Any, key: str) -> None:
         raise refusal(
             key, f"a view (size {size}, stride {stride}, offset {offset}) that reaches past its {nbytes}-byte storage"
         )
-    stands_for = math.prod(size) * t.element_size()
+    stands_for = math.prod(max(n, 1) for n in size) * t.element_size()  # a zero-size one: the rows tolist() makes
     if stands_for > VIEW_FLOOR + VIEW_RATIO * nbytes:
         raise keyed(
             ArchiveLimitError(

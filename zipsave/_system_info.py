@@ -48,6 +48,8 @@ _RULES = (
 )
 
 _RELEASE = r"\s*v?(\d+)(?:\.(\d+))?"
+#: Digits of a release number compared as a number; longer ones are text.
+_MAX_DIGITS = 18
 
 
 def get_system_info() -> dict[str, str]:
@@ -239,6 +241,6 @@ def print_system_info(saved_text: str | None, file: TextIO | None = None) -> Non
 
 def _release(version: str, parts: int) -> tuple[int, ...] | None:
     match = re.match(_RELEASE, version)
-    if match is None:
-        return None
+    if match is None or max(len(match.group(1)), len(match.group(2) or "")) > _MAX_DIGITS:
+        return None  # not a release number: compared as text (int() of 200 000 digits takes seconds)
     return (int(match.group(1)), int(match.group(2) or 0))[:parts]

@@ -343,14 +343,17 @@ BOOL_RECORD = np.dtype([("x", "<f4"), ("f", "?"), ("m", "?", (2,))])
 
 
 def legal_bools(arr: np.ndarray) -> np.ndarray:
-    """``arr`` (C-contiguous) with every boolean byte of it made 0 or 1 (its low bit), as
-    numpy and torch write them: an array made by viewing other bytes as bool holds others."""
+    """``arr`` (C-contiguous) with every boolean byte of it made 0 or 1 (its low bit), and every
+    ``U`` character within U+FFFF, as numpy and torch write them: an array made by viewing
+    other bytes as bool (or str) holds others."""
     from zipsave._booleans import bool_mask
 
     mask = bool_mask(arr.dtype)
     if mask is not None and arr.size:
         rows = arr.reshape(-1).view(np.uint8).reshape(arr.size, arr.dtype.itemsize)
         rows[:, mask] &= 1
+    if arr.dtype.kind == "U" and arr.size:  # characters as numpy writes them: at most U+10FFFF
+        arr.reshape(-1).view(arr.dtype.str[0] + "u4")[...] &= 0xFFFF
     return arr
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .._items import dtype_problem
 from ..exceptions import DecodeError
 from ._pickling import NoNative
 
@@ -121,4 +122,7 @@ def descr_dtype(descr: Any, _depth: int = 0) -> np.dtype:
         raise DecodeError(f"expected a dtype description, found {type(descr).__name__}.")
     if dtype.hasobject:
         raise DecodeError(f"dtype `{dtype}` holds Python objects; refusing to decode it without pickle.")
+    problem = dtype_problem(dtype)
+    if problem:
+        raise DecodeError(f"{problem}.")
     return dtype

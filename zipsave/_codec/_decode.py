@@ -16,13 +16,13 @@ import numpy as np
 import torch
 
 from .. import _codec, _trust  # packages whose parts load on first use: arrays, spaces, the unpickler
-from .._booleans import bool_problem
-from .._bounds import MAX_INT_BITS, KeyGuard, check_int
+from .._bounds import MAX_INT_BITS, KeyGuard, alloc_budget, check_int
 from .._format import NATIVE_KEY as N
 from .._format import SERIALIZED_KEY as S
 from .._invariants import check_tensor, quantized_dtypes
+from .._items import item_problem
 from .._json import stack_low
-from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
+from ..exceptions import ArchiveLimitError, DecodeError, UnsafeGlobalError, ZipsaveError
 
 __all__ = ["Decoder", "field"]
 
@@ -300,9 +300,14 @@ class Decoder:
         shape = field(body, "shape", list)
         if not all(type(s) is int and s >= 0 for s in shape):
             raise DecodeError(f"expected `shape` to be a list of non-negative integers, found {shape!r}.")
-        count = math.prod(shape)
-        if dtype.itemsize == 0 and count:  # numpy would make it one unfilled byte an element
-            raise DecodeError(f"an array of {count} elements of dtype {dtype.str} (0 bytes an item) holds no data.")
+        count, walked = math.prod(shape), math.prod(max(s, 1) for s in shape)
+        if walked > alloc_budget(count * dtype.itemsize, self._limits):  # what tolist() and iteration visit
+            raise ArchiveLimitError(
+                f"an array of shape {shape[:8]} and dtype {dtype} holds {count * dtype.itemsize} bytes and stands for "
+                f"{walked} elements (each zero dimension or item size counted as 1), past the budget of its bytes."
+            )
+        if dtype.itemsize == 0 and count:
+            return self._unsized_array(dtype, shape, count, body)
         if "member" in body:
             if self._load_array is None:
                 raise DecodeError("array member given but this archive has no array reader.")
@@ -336,6 +341,16 @@ class Decoder:
             raise DecodeError(f"array holds {len(raw)} bytes, expected {count * dtype.itemsize} for {dtype}{shape}.")
         _check_bools(dtype, raw, "an array")
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+    def _unsized_array(self, dtype: np.dtype, shape: list, count: int, body: dict) -> np.ndarray:
+        """An array of items of no bytes (``V0``, records of ``V0`` or ``S0`` fields: its shape,
+        bounded by :meth:`_array`). ``S0``/``U0``: numpy makes one unfilled byte (four) each."""
+        if dtype.kind != "V" or dtype.subdtype is not None or body.get("b64") != "":  # no member, values, bytes
+            raise DecodeError(f"an array of {count} elements of dtype {dtype.str} (0 bytes an item) holds no data.")
+        arr = np.zeros(shape, dtype=dtype)
+        if arr.dtype != dtype or arr.nbytes:
+            raise DecodeError(f"numpy made an array of dtype {arr.dtype} for {dtype}{shape}.")
+        return arr
 
     def _tensor(self, body: dict) -> torch.Tensor:
         dtype = getattr(torch, field(body, "dtype", str), None)
@@ -388,7 +403,7 @@ def _is_number(text: str) -> bool:
 
 
 def _check_bools(dtype: np.dtype, raw: bytes, what: str) -> None:
-    problem = bool_problem(dtype, raw, what)
+    problem = item_problem(dtype, raw, what)
     if problem:
         raise DecodeError(f"{problem}.")
 

@@ -28,7 +28,8 @@ from typing import Any, Literal
 import numpy as np
 
 from .._archive import crc32
-from .._booleans import bool_mask, bool_problem
+from .._bounds import alloc_budget
+from .._items import dtype_problem, item_problem, scrub_items
 from ..exceptions import DecodeError, IntegrityError
 from ._arena import fresh_map
 from ._prefault import PREFAULT_MIN, Prefaulter, mapped_crcs, no_huge_pages
@@ -67,6 +68,9 @@ def _header(view: Any, member: str) -> tuple[tuple[int, ...], bool, np.dtype, in
         raise DecodeError(f"array member `{member}` is not a valid .npy file ({err}).") from None
     if dtype.hasobject:
         raise DecodeError(f"array member `{member}` holds Python objects; refusing to read it without pickle.")
+    problem = dtype_problem(dtype)
+    if problem:
+        raise DecodeError(f"array member `{member}`: {problem}.")
     # What numpy would allocate without filling: an unsized dtype (`|S0`, `<U0`, `V0`) becomes
     # one byte per element, a sub-array dtype more elements than the header's shape.
     if dtype.itemsize == 0 or dtype.subdtype is not None:
@@ -84,6 +88,12 @@ def _header(view: Any, member: str) -> tuple[tuple[int, ...], bool, np.dtype, in
         )
     header_end = view.tell()
     nbytes = math.prod(shape) * dtype.itemsize
+    walked = math.prod(max(d, 1) for d in shape)
+    if walked > alloc_budget(nbytes):  # a zero-size (2**62, 0): 2**62 rows for tolist() and iteration
+        raise DecodeError(
+            f"array member `{member}` declares shape {tuple(shape)[:8]} of {nbytes} bytes, which stands for {walked} "
+            "elements (each zero dimension counted as 1), past the budget of its bytes; np.save writes no such header."
+        )
     if nbytes != view.size - header_end:
         raise DecodeError(
             f"array member `{member}` declares {dtype}{list(shape)} ({nbytes} bytes) but holds "
@@ -159,7 +169,7 @@ def read_npy(view: Any, *, member: str, expected_crc: int | None = None, mmap: b
 
 def _checked_bools(flat: np.ndarray, member: str) -> np.ndarray:
     """``flat`` (a member's data, read), refused where a boolean of it is not 0 or 1."""
-    problem = bool_problem(flat.dtype, flat, f"array member `{member}`")
+    problem = item_problem(flat.dtype, flat, f"array member `{member}`")
     if problem:
         raise DecodeError(f"{problem}.")
     return flat
@@ -365,10 +375,8 @@ def read_array_member_into(reader: Any, member: str, dest: np.ndarray, *, verify
         _fill(view, buf, member, header_end, crc, expected_crc, prefault=True)
         try:
             _checked_bools(dest.reshape(-1), member)
-        except DecodeError:  # the live array keeps no byte numpy leaves undefined: 2 reads as True
-            rows = dest.reshape(-1).view(np.uint8).reshape(dest.size, dest.dtype.itemsize)
-            mask = bool_mask(dest.dtype)
-            rows[:, mask] = np.minimum(rows[:, mask], 1)
+        except DecodeError:  # the live array keeps no item numpy never writes: a bool of 2 reads as True
+            scrub_items(dest)
             raise
     finally:
         view.close()

@@ -12,6 +12,7 @@ Tensors are read with zipsave's own loader (``torch.load`` only with ``weights_o
 from __future__ import annotations
 
 import base64
+import json
 import math
 import pickletools
 import re
@@ -230,8 +231,11 @@ def _data(src: ArchiveSource, notes: list[str]) -> dict[str, Any]:
 
 
 def _comparable(src: ArchiveSource, value: Any) -> Any:
-    """The stored value with pickles dropped where a native form exists and array members
-    replaced by their size and CRC-32."""
+    """The stored value with pickles dropped where a native form exists, array members
+    replaced by their size and CRC-32, and a NaN by a marker equal to itself (Python's json,
+    and so SB3, writes NaN; an archive holding one is identical to itself)."""
+    if isinstance(value, float) and value != value:
+        return _NAN
     if isinstance(value, list):
         return [_comparable(src, v) for v in value]
     if not isinstance(value, dict):
@@ -243,6 +247,10 @@ def _comparable(src: ArchiveSource, value: Any) -> Any:
     if value.get("kind") == "ndarray" and isinstance(member, str):
         out["member"] = _member_digest(src, member)
     return out
+
+
+#: A stored NaN, as compared: no JSON value is a tuple.
+_NAN = ("NaN",)
 
 
 def _member_digest(src: ArchiveSource, member: str) -> str:
@@ -262,9 +270,20 @@ def _describe(value: Any) -> str:
         return f"<{stored_type(value)}>"
     try:
         text = orjson.dumps(value).decode()
-    except TypeError:
+        if "null" in text and value is not None and not _finite(value):  # orjson wrote NaN as null
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _finite(value: Any) -> bool:
+    """Does the JSON value hold no NaN or infinity?"""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return False
+    return True
 
 
 def _leaves(src: ArchiveSource, member: str) -> dict[str, Any]:

@@ -9,6 +9,8 @@ import json
 import math
 from typing import Any
 
+import numpy as np
+
 from .._invariants import flat_bytes
 
 __all__ = ["json_leaf", "value_json", "value_text"]
@@ -24,6 +26,8 @@ def _is_array(value: Any) -> bool:
 
 
 def _raw(value: Any) -> bytes:
+    if not hasattr(value, "detach"):  # a numpy array or scalar
+        return np.ascontiguousarray(value).tobytes()
     return bytes(flat_bytes(value.detach().contiguous()).numpy()) if value.numel() else b""
 
 
@@ -35,10 +39,11 @@ def value_text(value: Any) -> str:
     head = f"{value.dtype} {tuple(value.shape)}\n"
     try:
         return head + repr(value)
-    except _NO_KERNEL:
+    except (*_NO_KERNEL, ValueError):  # numpy: a generic-unit datetime64 other than NaT (np.zeros(2, "M8"))
         raw = _raw(value)
         more = f" ... ({len(raw)} bytes)" if len(raw) > _TEXT_BYTES else ""
-        return f"{head}torch cannot print {value.dtype} values; its bytes: {raw[:_TEXT_BYTES].hex()}{more}"
+        who = "torch" if hasattr(value, "detach") else "numpy"
+        return f"{head}{who} cannot print {value.dtype} values; its bytes: {raw[:_TEXT_BYTES].hex()}{more}"
 
 
 def value_json(value: Any) -> dict[str, Any]:

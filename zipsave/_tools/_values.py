@@ -62,6 +62,10 @@ def same_value(a: Any, b: Any, depth: int = 0) -> bool:
         return False
     if isinstance(a, (type, types.FunctionType, types.BuiltinFunctionType)) or a is None:
         return a is b
+    if isinstance(a, float):  # NaN equal to NaN, as in arrays
+        return _same_float(a, b)
+    if isinstance(a, complex):
+        return _same_float(a.real, b.real) and _same_float(a.imag, b.imag)
     if isinstance(a, (torch.Tensor, np.ndarray)):
         return a.dtype == b.dtype and a.shape == b.shape and _same_array(a, b)
     if isinstance(a, dict):
@@ -81,6 +85,10 @@ def same_value(a: Any, b: Any, depth: int = 0) -> bool:
         pass
     state_a, state_b = getattr(a, "__dict__", None), getattr(b, "__dict__", None)
     return isinstance(state_a, dict) and isinstance(state_b, dict) and same_value(state_a, state_b, depth + 1)
+
+
+def _same_float(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)
 
 
 def _same_array(a: Any, b: Any) -> bool:

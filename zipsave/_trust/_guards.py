@@ -12,8 +12,8 @@ import sys
 import types
 from typing import Any, Callable
 
-from .._booleans import bool_problem
 from .._bounds import AllocBudget, KeyGuard, check_int_text
+from .._items import dtype_problem, item_problem
 from ..exceptions import ArchiveFormatError, ArchiveLimitError
 from ._names import is_dunder
 from ._numbers import check_number_call, number_made_problem
@@ -201,12 +201,17 @@ def size_problem(numpy: Any, name: str | None, func: Any, args: tuple, kwargs: d
 
 
 def result_problem(value: Any) -> str | None:
-    """Why an array (or a structured scalar) a call built is refused, or ``None``: a boolean
-    of it holds a byte other than 0 or 1 (:mod:`zipsave._booleans`)."""
+    """Why an array, a numpy scalar or a dtype a call built is refused, or ``None``: its dtype
+    is one numpy cannot use, or an item holds bytes numpy never writes (:mod:`zipsave._items`:
+    a date unit of multiplier 0, a boolean other than 0 or 1...)."""
     numpy = sys.modules.get("numpy")
-    if numpy is None or not isinstance(value, (numpy.ndarray, numpy.void)):
+    if numpy is None:
         return None
-    return bool_problem(value.dtype, numpy.asarray(value), "an array")
+    if isinstance(value, numpy.dtype):
+        return dtype_problem(value)
+    if not isinstance(value, (numpy.ndarray, numpy.generic)):
+        return None
+    return dtype_problem(value.dtype) or item_problem(value.dtype, numpy.asarray(value), "an array")
 
 
 def array_state_problem(numpy: Any, state: Any, budget: AllocBudget) -> str | None:
@@ -229,12 +234,15 @@ def array_state_problem(numpy: Any, state: Any, budget: AllocBudget) -> str | No
         # an `S0`/`<U0` element reads as one byte (four) numpy never filled: `.repeat(2)` of it
         # handed back freed heap memory
         return f"an array's state has the unsized dtype {dtype}; numpy makes no array of it"
-    count = 1
+    count = walked = 1
     for dim in shape:
         count *= dim
-        if count > budget.total:
+        walked *= max(dim, 1)  # a zero-size (2**62, 0): 2**62 rows for tolist() and iteration
+        if walked > budget.total:
             break
-    budget.charge(count * max(dtype.itemsize, 1), f"an ndarray state of shape {tuple(shape)[:8]} and dtype {dtype}")
+    budget.charge(
+        max(count * max(dtype.itemsize, 1), walked), f"an ndarray state of shape {tuple(shape)[:8]} and dtype {dtype}"
+    )
     sized = isinstance(data, (bytes, bytearray, str))
     held = len(data) if sized or type(data) is list else type(data).__name__
     if dtype.hasobject and (type(data) is not list or len(data) != count):

@@ -1,6 +1,6 @@
 """The error boundary of SB3's doors under ``install()``: what SB3's own code raises on a file's
 values leaves as a zipsave error naming the file, and values SB3 would use unchecked (a
-``VecNormalize`` count) are checked first."""
+``VecNormalize`` count, a pickled buffer's position and arrays) are checked first."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from ..exceptions import ArchiveNotFoundError, DecodeError, ZipsaveError, as_zipsave_error
 
-__all__ = ["check_statistics", "door"]
+__all__ = ["check_buffer", "check_statistics", "door"]
 
 
 @contextlib.contextmanager
@@ -50,16 +50,34 @@ def _name(path: Any) -> Any:
 
 
 def check_statistics(vec_normalize: Any, path: Any) -> None:
-    """The running statistics of a loaded ``VecNormalize`` are arrays of floats and a finite
-    count (a count of 10**400, an int past float's range, would fail at the first step)."""
+    """The running statistics of a loaded ``VecNormalize`` are arrays of floats of the shapes
+    its observations (one statistic per ``norm_obs_keys``) and returns have, and a finite count
+    (a count of 10**400, an int past float's range, or a mean of another shape than the
+    observations, failed at the first step)."""
     import numpy as np
 
+    space = getattr(vec_normalize, "observation_space", None)
     for name in ("obs_rms", "ret_rms"):
         rms = getattr(vec_normalize, name, None)
-        parts = rms.values() if isinstance(rms, dict) else [rms]
-        for part in parts:
+        if isinstance(rms, dict) and set(rms) != set(getattr(vec_normalize, "norm_obs_keys", None) or ()):
+            raise DecodeError(
+                f"`{name}` keeps statistics of {sorted(map(str, rms))}, not of `norm_obs_keys`.", archive=path
+            )
+        parts = rms.items() if isinstance(rms, dict) else [(None, rms)]
+        for key, part in parts:
             if part is None:
                 continue
+            sub = getattr(space, "spaces", {}).get(key) if key is not None else space
+            want = () if name == "ret_rms" else getattr(sub, "shape", None)
+            for stat in ("mean", "var"):
+                value: Any = getattr(part, stat, None)
+                if want is not None and (np.shape(value) != want or np.asarray(value).dtype.kind not in "fiu"):
+                    raise DecodeError(
+                        f"`{name}{'' if key is None else '.' + str(key)}.{stat}` is of shape {np.shape(value)}, where "
+                        f"the observations and returns it normalizes have shape {want}.",
+                        archive=path,
+                        key=name,
+                    )
             count = getattr(part, "count", None)
             try:
                 fine = (
@@ -75,3 +93,39 @@ def check_statistics(vec_normalize: Any, path: Any) -> None:
                     repr(count) if len(repr(count)) <= 40 else f"{repr(count)[:20]}... ({len(repr(count))} characters)"
                 )
                 raise DecodeError(f"`{name}.count` is {shown}, not a finite count.", archive=path, key=name)
+
+
+def check_buffer(buffer: Any, path: Any) -> None:
+    """A pickled SB3 buffer (``load_replay_buffer`` of a side file) holds what SB3's own code
+    keeps in one: sizes of at least 1, ``0 <= pos < buffer_size`` (``<=`` for a rollout
+    buffer, which stops there), a bool ``full``, and arrays of ``(buffer_size, n_envs)`` rows
+    (or one item per environment) of the buffer's observation and action shapes. A pickle sets
+    the state as it is: ``pos=10**6`` or 5 rows of a 64-row buffer loaded, and the first
+    ``sample()`` raised ``IndexError``."""
+    import numpy as np
+
+    state = vars(buffer)
+    size, n_envs, pos, full = (state.get(k) for k in ("buffer_size", "n_envs", "pos", "full"))
+    problem = None
+    if not (type(size) is int and type(n_envs) is int and size >= 1 and n_envs >= 1):
+        problem = f"buffer_size={size!r} and n_envs={n_envs!r}, where SB3 keeps integers of at least 1"
+    elif type(pos) is not int or not 0 <= pos <= size - ("timeouts" in state) or type(full) is not bool:
+        problem = f"pos={pos!r} and full={full!r}, where SB3 keeps 0 <= pos < {size} and a bool"
+    shapes = {"observations": state.get("obs_shape"), "next_observations": state.get("obs_shape")}
+    shapes["actions"] = (state["action_dim"],) if type(state.get("action_dim")) is int else None
+    for name, value in state.items():
+        for key, array in value.items() if isinstance(value, dict) else [(None, value)]:
+            if problem is not None or not isinstance(array, np.ndarray) or array.shape == (n_envs,):
+                continue
+            rows = (size, n_envs)
+            want = shapes.get(name)
+            want = want.get(key) if isinstance(want, dict) and key is not None else want
+            if array.shape[:2] != rows or (isinstance(want, tuple) and array.shape[2:] != want):
+                problem = (
+                    f"array `{name}{'' if key is None else '.' + str(key)}` of shape {array.shape}, where SB3 "
+                    f"keeps {rows} rows" + (f" of {want}" if isinstance(want, tuple) else "")
+                )
+    if problem is not None:
+        raise DecodeError(
+            f"holds a {type(buffer).__name__} with {problem}; SB3 writes no such replay buffer.", archive=path
+        )

@@ -16,11 +16,15 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from .. import _format
 from .._archive import ArchiveSource
+from .._bounds import alloc_budget
 from .._core import LoadOptions, LoadSession
-from ..exceptions import DecodeError
+from ..exceptions import ArchiveLimitError, DecodeError
 from ._boundary import door
+from ._estimate import archive_size
 from ._extras import build_vec_normalize, restore_extra
 from ._state import current_options, original
 
@@ -114,6 +118,7 @@ def load_replay_buffer(self: Any, path: Any, truncate_last_traj: bool = True) ->
         with door(archive, f"{type(self).__name__}.load_replay_buffer"):
             return original(_owner(), "load_replay_buffer")(self, path, truncate_last_traj)
     with door(archive, f"{type(self).__name__}.load_replay_buffer"), _session(archive, strict=True) as src:
+        buffer = getattr(self, "replay_buffer", None)
         live = not _fit_buffer(src, self)  # a buffer built for the saved size holds untouched zeros
         before = getattr(self, "_last_obs", None)
         # the restore ends HER's episode under way when there is no last observation (a reset
@@ -121,6 +126,10 @@ def load_replay_buffer(self: Any, path: Any, truncate_last_traj: bool = True) ->
         self._last_obs = None if truncate_last_traj else _KEEP_EPISODE
         try:
             restore_extra(src, self, "replay_buffer", in_place=live)  # strict: a buffer that does not fit raises
+        except BaseException:
+            if not live:  # refused: the model keeps its own buffer, not the empty one built for the saved size
+                self.replay_buffer = buffer
+            raise
         finally:
             self._last_obs = before
     return None
@@ -152,6 +161,7 @@ def _fit_buffer(src: LoadSession, model: Any) -> bool:
         return False
     if (size, n_envs) == (buffer.buffer_size, buffer.n_envs):
         return False
+    _check_buffer_fits(src, buffer, size, n_envs)
     kwargs = dict(getattr(model, "replay_buffer_kwargs", None) or {})
     if "env" in kwargs or hasattr(buffer, "env"):  # HerReplayBuffer samples through the env
         kwargs["env"] = model.env
@@ -165,6 +175,31 @@ def _fit_buffer(src: LoadSession, model: Any) -> bool:
         **kwargs,
     )
     return True
+
+
+def _check_buffer_fits(src: LoadSession, buffer: Any, size: int, n_envs: int) -> None:
+    """Refuse a buffer of ``size`` rows of ``n_envs`` (from ``replay_buffer/data``) that the
+    archive's bytes cannot hold, before SB3 allocates it: its arrays (the model's own, a row's
+    bytes each as now) may take at most ``Limits.alloc_floor`` plus ``Limits.alloc_ratio`` times
+    the archive's bytes, which a saved buffer's arrays are within. ``buffer_size=10**13`` in a
+    few bytes asked numpy for 146 TiB."""
+    rows = max(1, buffer.buffer_size * buffer.n_envs)
+    row_bytes = 0
+    for value in vars(buffer).values():
+        for array in value.values() if isinstance(value, dict) else (value,):
+            if isinstance(array, np.ndarray):
+                row_bytes += -(-array.nbytes // rows)
+    need, budget = row_bytes * size * n_envs, alloc_budget(archive_size(src) or 0, src.limits)
+    if need > budget:
+        raise ArchiveLimitError(
+            f"holds a replay buffer with buffer_size={size} and n_envs={n_envs}, which this model's buffer would "
+            f"hold in {need} bytes, more than the {budget} an archive of its size may ask for (`Limits.alloc_floor` "
+            "plus `Limits.alloc_ratio` times its bytes; a saved buffer holds its rows).",
+            archive=src.name,
+            member=_format.join("replay_buffer", _format.DATA),
+            key="buffer_size",
+            hint="If you trust the archive, raise them: `zipsave.sb3.install(limits=zipsave.Limits(alloc_ratio=...))`.",
+        )
 
 
 # -- VecNormalize.load -----------------------------------------------------------------------

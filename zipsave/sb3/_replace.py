@@ -15,7 +15,7 @@ from zipsave._core import LoadOptions, LoadSession, Parts, check_name, encode, w
 from zipsave._trust import TrustPolicy, restricted_loads
 from zipsave.exceptions import DecodeError
 
-from ._boundary import check_statistics, door
+from ._boundary import check_buffer, check_statistics, door
 from ._build import build_sb3
 from ._checks import check_data, check_names, drop_saved_env
 from ._doors import holds_extra, is_zip, vec_normalize_from_model
@@ -319,7 +319,10 @@ def load_from_pkl(path: Any, verbose: int = 0) -> Any:
     if not hasattr(path, "read") and not os.path.exists(path):
         _check_exists(path, "pkl")
         path = f"{os.fspath(path)}.pkl"
-    return load_object(path, object, "saved object")
+    obj = load_object(path, object, "saved object")
+    if any(cls.__name__ == "BaseBuffer" for cls in type(obj).__mro__):  # SB3's buffers, without importing them
+        check_buffer(obj, path)
+    return obj
 
 
 def vec_normalize_save(self: Any, save_path: Any) -> None:
