@@ -51,12 +51,9 @@ def test_a_buffer_size_the_archive_cannot_hold_builds_nothing(saved, size):
     path = _with_size(folder, members, size)
     model = DQN("MlpPolicy", "CartPole-v1", buffer_size=32, device="cpu")
     before = model.replay_buffer
-    zipsave.sb3.install()
-    try:
+    with zipsave.sb3.installed():
         with pytest.raises(zipsave.ArchiveLimitError, match=re.escape(f"buffer_size={size}")) as caught:
             model.load_replay_buffer(path)
-    finally:
-        zipsave.sb3.uninstall()
     assert "replay_buffer/data" in str(caught.value) and path in str(caught.value)
     assert model.replay_buffer is before and before.buffer_size == 32  # the model is as it was
 
@@ -67,12 +64,9 @@ def test_a_refused_buffer_of_another_size_leaves_the_model_its_own(saved):
     path = _with_size(folder, members, 1000)
     model = DQN("MlpPolicy", "CartPole-v1", buffer_size=32, device="cpu")
     before = model.replay_buffer
-    zipsave.sb3.install()
-    try:
+    with zipsave.sb3.installed():
         with pytest.raises(zipsave.ZipsaveError, match=re.escape("expected float32[1000, 1, 4]")):
             model.load_replay_buffer(path)
-    finally:
-        zipsave.sb3.uninstall()
     assert model.replay_buffer is before
 
 
@@ -80,11 +74,8 @@ def test_a_saved_buffer_of_another_size_still_loads(saved):
     folder, members = saved
     path = write_zip(str(folder / "as_saved.zip"), members, manifest=False)
     model = DQN("MlpPolicy", "CartPole-v1", buffer_size=32, device="cpu")
-    zipsave.sb3.install()
-    try:
+    with zipsave.sb3.installed():
         model.load_replay_buffer(path)
-    finally:
-        zipsave.sb3.uninstall()
     assert model.replay_buffer.buffer_size == 64 and model.replay_buffer.pos > 0
 
 
@@ -122,23 +113,17 @@ def test_an_inconsistent_pickled_buffer_is_refused(edit, tmp_path):
     # loaded, and the first sample() raised IndexError
     path = _side_pickle(tmp_path, edit.__name__, edit)
     model = DQN("MlpPolicy", "CartPole-v1", buffer_size=64, device="cpu")
-    zipsave.sb3.install()
-    try:
+    with zipsave.sb3.installed():
         with pytest.raises(zipsave.ZipsaveError, match=re.escape("replay buffer")) as caught:
             model.load_replay_buffer(path)
-    finally:
-        zipsave.sb3.uninstall()
     assert path in str(caught.value)
 
 
 def test_a_consistent_pickled_buffer_loads(tmp_path):
     path = _side_pickle(tmp_path, "fine", lambda buffer: None)
     model = DQN("MlpPolicy", "CartPole-v1", buffer_size=64, device="cpu")
-    zipsave.sb3.install()
-    try:
+    with zipsave.sb3.installed():
         model.load_replay_buffer(path)
-    finally:
-        zipsave.sb3.uninstall()
     assert model.replay_buffer.pos == 40 and model.replay_buffer.sample(8).observations.shape == (8, 4)
 
 
@@ -153,13 +138,10 @@ def test_pickled_statistics_of_another_shape_are_refused(tmp_path):
     vec.obs_rms.mean, vec.obs_rms.var = np.zeros(5), np.ones(5)
     path = str(tmp_path / "vec.pkl")
     vec.save(path)  # SB3's own pickle (not installed)
-    zipsave.sb3.install()
-    try:
+    with zipsave.sb3.installed():
         with pytest.raises(zipsave.ZipsaveError, match=re.escape("`obs_rms.mean` is of shape (5,)")) as caught:
             VecNormalize.load(path, DummyVecEnv([lambda: gym.make("Pendulum-v1")]))
         vec.obs_rms.mean, vec.obs_rms.var = np.zeros(3), np.ones(3)
         vec.save(path)  # through zipsave now, as it is
         assert VecNormalize.load(path, DummyVecEnv([lambda: gym.make("Pendulum-v1")])).obs_rms.mean.shape == (3,)
-    finally:
-        zipsave.sb3.uninstall()
     assert path in str(caught.value)
