@@ -255,3 +255,34 @@ def test_the_command_shows_a_value_numpy_writes_but_cannot_print(value, tmp_path
     code, text = _cli(["read", str(tmp_path / "m8.zip"), "d"])
     assert code == 0 and "zipsave bug" not in text, text
     assert "M8" in text.replace("datetime64", "M8") and "numpy cannot print" in text, text
+
+
+# -- dtypes whose fields share one dtype: 2**depth fields from a few hundred bytes ------------
+def _shared_fields(depth: int, *, shared: bool) -> np.dtype:
+    dtype = np.dtype("<u1")
+    for _ in range(depth):
+        other = dtype if shared else pickle.loads(pickle.dumps(dtype))  # another object, same value
+        dtype = np.dtype([("a", dtype), ("b", other)])
+    return dtype
+
+
+@pytest.mark.parametrize("value", ["dtype", "array"])
+def test_a_dtype_whose_fields_share_one_dtype_is_refused_before_it_is_walked(value, tmp_path):
+    # pickle writes a dtype object used by two fields once, so 1.3 KB stood for 2**19 fields;
+    # numpy's repr of it, zipsave's own checks and a rebuild walked every one (2**30: never ending)
+    dtype = _shared_fields(18, shared=True)
+    raw = pickle.dumps(dtype if value == "dtype" else np.zeros(0, dtype), protocol=2)
+    assert len(raw) < 2000
+    entry = {":type:": "<class 'numpy.dtype'>", ":serialized:": base64.b64encode(raw).decode()}
+    with pytest.raises(zipsave.ZipsaveError, match="counted through its nesting"):
+        zipsave.load(_archive(tmp_path, {}, entry), strict=True)
+
+
+def test_a_dtype_of_many_fields_each_its_own_still_loads(tmp_path):
+    dtype = _shared_fields(9, shared=False)  # 2**10 - 1 fields and dtypes, none shared
+    arr = np.zeros(3, dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", zipsave.ZipsaveWarning)
+        zipsave.save({"a": arr, "p": {"x": arr}}, tmp_path / "ok.zip")
+    got = zipsave.load(tmp_path / "ok.zip", strict=True)
+    assert got["a"].dtype == dtype and got["p"]["x"].dtype == dtype

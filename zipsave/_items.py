@@ -14,20 +14,49 @@ from typing import Any
 
 from ._booleans import bool_mask, bool_problem
 
-__all__ = ["dtype_problem", "item_problem", "scrub_items"]
+__all__ = ["MAX_DTYPE_NODES", "dtype_problem", "dtype_size_problem", "item_problem", "scrub_items"]
 
 _MAX_CODE = 0x10FFFF
 #: Items compared at a time: a scrub's mask of one chunk is what it allocates.
 _CHUNK = 1 << 20
+#: Fields and sub-arrays of one dtype, counted through its nesting as numpy walks them to print
+#: or compare it (and zipsave to check it). A pickle may give two fields one dtype object, so a
+#: few hundred bytes stood for 2**30 of them: ``repr`` never ended. Real dtypes have a few
+#: hundred; ``np.load`` reads headers of at most 10 000 bytes.
+MAX_DTYPE_NODES = 1 << 16
+
+
+def dtype_size_problem(dtype: Any) -> str | None:
+    """Why the numpy ``dtype`` is too large to walk, or ``None``: more than
+    :data:`MAX_DTYPE_NODES` fields and sub-arrays, a dtype shared by several fields counted for
+    each. Stops counting there: its cost is bounded whatever the dtype."""
+    count, todo = 0, [dtype]
+    while todo:
+        current = todo.pop()
+        count += 1
+        if count > MAX_DTYPE_NODES:
+            return (
+                f"a dtype has more than {MAX_DTYPE_NODES} fields and sub-arrays counted through its nesting (a "
+                "field dtype shared by several fields counts for each), which numpy walks to print or compare it"
+            )
+        if current.subdtype is not None:
+            todo.append(current.subdtype[0])
+        elif current.names is not None:
+            todo.extend(current.fields[name][0] for name in current.names)
+    return None
 
 
 def dtype_problem(dtype: Any) -> str | None:
     """Why the numpy ``dtype`` (a field, a sub-array's base, however nested) is refused, or
-    ``None``: a ``datetime64``/``timedelta64`` unit of multiplier 0, which ``np.dtype`` parses
-    and nothing else takes (``repr`` and ``==`` of a value raise ``OverflowError``; numpy's own
-    pickle of the dtype does not load)."""
+    ``None``: too many fields to walk (:func:`dtype_size_problem`), or a
+    ``datetime64``/``timedelta64`` unit of multiplier 0, which ``np.dtype`` parses and nothing
+    else takes (``repr`` and ``==`` of a value raise ``OverflowError``; numpy's own pickle of
+    the dtype does not load)."""
     import numpy as np
 
+    size = dtype_size_problem(dtype)
+    if size:
+        return size
     todo = [dtype]
     while todo:
         current = todo.pop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from .._items import dtype_size_problem
 from ._names import is_dunder
 
 __all__ = [
@@ -81,6 +82,9 @@ def check_dtype(numpy: Any, dtype: Any) -> str | None:
     numpy trusts the flags in a dtype's pickled state: one that hides an object field (or
     places a field outside the item) lets any array of it read raw bytes as pointers.
     """
+    size = dtype_size_problem(dtype)  # rebuilding walks every field as often as it is shared
+    if size:
+        return size
     try:
         canonical = rebuild_dtype(numpy, dtype)
     except (TypeError, ValueError, OverflowError, RecursionError) as err:
