@@ -298,8 +298,8 @@ class Decoder:
     def _array(self, body: dict) -> np.ndarray:
         dtype = _codec.descr_dtype(body.get("dtype"))
         shape = field(body, "shape", list)
-        if not all(type(s) is int and s >= 0 for s in shape):
-            raise DecodeError(f"expected `shape` to be a list of non-negative integers, found {shape!r}.")
+        if len(shape) > 64 or not all(type(s) is int and s >= 0 for s in shape):  # a product of more: quadratic
+            raise DecodeError(f"expected `shape` to be a list of non-negative integers, found {shape[:65]!r}.")
         count, walked = math.prod(shape), math.prod(max(s, 1) for s in shape)
         if walked > alloc_budget(count * dtype.itemsize, self._limits):  # what tolist() and iteration visit
             raise ArchiveLimitError(
@@ -359,8 +359,10 @@ class Decoder:
         if dtype in quantized_dtypes():  # torch.empty would make a quantized tensor; zipsave writes none
             raise DecodeError(f"a tensor of the quantized dtype {dtype} is not a value zipsave writes or loads.")
         shape = field(body, "shape", list)
-        if not all(type(s) is int and s >= 0 for s in shape):
-            raise DecodeError(f"expected the tensor `shape` to be a list of non-negative integers, found {shape!r}.")
+        if len(shape) > 64 or not all(type(s) is int and s >= 0 for s in shape):  # numpy's most dimensions
+            raise DecodeError(
+                f"expected the tensor `shape` to be a list of non-negative integers, found {shape[:65]!r}."
+            )
         raw = self._native(field(body, "data", dict), 0)
         if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8:
             raise DecodeError("tensor data must be a uint8 array.")
