@@ -286,3 +286,94 @@ def test_a_damaged_legacy_torch_stream_is_refused_by_name(tmp_path):
     with pytest.raises(zipsave.IntegrityError, match=re.escape("member `policy.pth`")) as raised:
         zipsave.load(path, cls=SAC, device="cpu")
     assert "a legacy torch storage" in str(raised.value)
+
+
+# -- SB3 1.x's HER agents: `online_sampling`, which SB3 2.0 removed ---------------------------
+HER_AGENT = ZOO_AGENTS / "tqc_PandaReach-v1.zip"  # rl-trained-agents cd35bde, sb3-contrib 1.2
+
+
+def her_env(path=HER_AGENT):
+    import gymnasium as gym
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    data = zipsave.load_archive(path)[0]
+
+    class GoalEnv(gym.Env):  # the saved spaces and a reward, all HerReplayBuffer asks of an env
+        observation_space, action_space = data["observation_space"], data["action_space"]
+
+        def reset(self, seed=None, options=None):
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            return self.observation_space.sample(), 0.0, False, False, {}
+
+        def compute_reward(self, achieved_goal, desired_goal, info):
+            return -np.ones(len(achieved_goal), dtype=np.float32)
+
+    return DummyVecEnv([GoalEnv])
+
+
+def saved_weights(path, member):
+    import io
+
+    import torch
+
+    with zipfile.ZipFile(path) as archive:
+        return torch.load(io.BytesIO(archive.read(member)), weights_only=True)
+
+
+@pytest.mark.parametrize("door", ["load", "install"])
+def test_an_sb3_1_her_agent_loads_without_its_removed_buffer_arguments(door):
+    from sb3_contrib import TQC
+    from stable_baselines3 import HerReplayBuffer
+
+    # SB3 2.x's own TQC.load stops at "HerReplayBuffer.__init__() got an unexpected keyword
+    # argument 'online_sampling'" for this published agent
+    report = zipsave.LoadReport()
+    if door == "install":
+        with zipsave_sb3().installed():
+            model = TQC.load(HER_AGENT, env=her_env(), device="cpu")
+    else:
+        model = zipsave.load(HER_AGENT, cls=TQC, env=her_env(), device="cpu", report=report)
+        assert any("`online_sampling=True`" in note and "SB3 2.0 removed" in note for note in report.notes)
+    assert type(model.replay_buffer) is HerReplayBuffer
+    assert model.replay_buffer.n_sampled_goal == 4 and model.replay_buffer.goal_selection_strategy.name == "FUTURE"
+    assert "online_sampling" not in model.replay_buffer_kwargs
+    saved, loaded = saved_weights(HER_AGENT, "policy.pth"), model.policy.state_dict()
+    assert saved.keys() == loaded.keys()
+    assert all(torch_equal(saved[name], loaded[name]) for name in saved)
+    assert model.learning_rate(1.0) == pytest.approx(1e-3)  # the Zoo's schedule, which SB3 2.x drops
+
+
+def torch_equal(a, b):
+    import torch
+
+    return torch.equal(a, b)
+
+
+def test_an_sb3_1_her_agent_without_an_env_names_the_fix():
+    from sb3_contrib import TQC
+
+    with pytest.raises(zipsave.DecodeError, match=re.escape("key `replay_buffer_class`")) as raised:
+        zipsave.load(HER_AGENT, cls=TQC, device="cpu")
+    assert "zipsave.load(path, cls=TQC, env=env)" in str(raised.value)
+    assert "HerReplayBuffer" in str(raised.value)
+
+
+def test_offline_her_sampling_warns_that_sb3_2_samples_online(tmp_path):
+    from sb3_contrib import TQC
+
+    path = tmp_path / "offline.zip"
+    with zipfile.ZipFile(HER_AGENT) as src, zipfile.ZipFile(path, "w") as out:
+        for item in src.infolist():
+            payload = src.read(item)
+            if item.filename == "data":
+                data = json.loads(payload)
+                data["replay_buffer_kwargs"].update(online_sampling=False, max_episode_length=50)
+                payload = json.dumps(data).encode()
+            out.writestr(item, payload)
+    report = zipsave.LoadReport()
+    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("`online_sampling=False`")):
+        model = zipsave.load(path, cls=TQC, env=her_env(), device="cpu", report=report)
+    assert not {"online_sampling", "max_episode_length"} & set(model.replay_buffer_kwargs)
+    assert any("`max_episode_length=50`" in note for note in report.notes)

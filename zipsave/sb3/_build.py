@@ -17,7 +17,14 @@ from .. import _format
 from .._codec import SERIALIZED_KEY, TYPE_KEY
 from .._core import LoadSession, check_data_key, no_model_error
 from ..exceptions import ParameterMismatchError, ZipsaveWarning, caller_stacklevel
-from ._checks import check_data, check_names, drop_her_wrapper_class, drop_saved_env
+from ._checks import (
+    check_data,
+    check_her_env,
+    check_names,
+    drop_her_wrapper_class,
+    drop_old_her_arguments,
+    drop_saved_env,
+)
 from ._estimate import check_model_size
 from ._extras import apply_vec_normalize, has_extra, restore_extra, warn_unused_vec_normalize
 from ._keys import blame_given, given_values, warn_near_options, warn_unknown_keys, warn_unmatched_custom_objects
@@ -91,6 +98,7 @@ def build_sb3(
     check_required(src, cls, data, given)
     drop_saved_env(data, src.report.notes)
     drop_her_wrapper_class(data, src.report.notes)
+    drop_old_her_arguments(data, src.report.notes, src.name)
     check_data(data, archive=src.name, references=src.policy.references)
     check_names(cls, data=data, params=(), variables=(), archive=src.name)
     _fix_policy_kwargs(src, data, kwargs)
@@ -112,6 +120,8 @@ def build_sb3(
         if force_reset:
             data["_last_obs"] = None  # SB3 #597: reset before training
         data["n_envs"] = env.num_envs
+    else:
+        check_her_env(cls, data, src.name)
 
     try:
         model = cls(policy=data["policy_class"], env=env, device=src.device, _init_setup_model=False)

@@ -4,6 +4,8 @@ names safe to set on the model, no environment made from a string, spaces of pla
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from typing import Any
 
 import numpy as np
@@ -12,9 +14,17 @@ import torch
 from .. import _format
 from .._core import check_name, check_path
 from .._trust import space_problem
-from ..exceptions import DecodeError, UnsafeGlobalError
+from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveWarning
 
-__all__ = ["check_data", "check_names", "check_policy_arguments", "drop_her_wrapper_class", "drop_saved_env"]
+__all__ = [
+    "check_data",
+    "check_her_env",
+    "check_names",
+    "check_policy_arguments",
+    "drop_her_wrapper_class",
+    "drop_old_her_arguments",
+    "drop_saved_env",
+]
 
 #: ``policy_kwargs`` entries SB3 policies call, and the base class each must derive from.
 _POLICY_KWARG_BASES = {
@@ -66,6 +76,67 @@ def drop_her_wrapper_class(data: dict[str, Any], notes: list[str]) -> None:
         notes.append(
             f"`model_class` ({saved.__name__}) is what SB3 1.0's HER wrapper saved; no SB3 since reads it, "
             "so it was left out."
+        )
+
+
+#: ``HerReplayBuffer`` arguments of SB3 1.x that SB3 2.0 removed: ``online_sampling`` (2.0
+#: always samples online) and ``max_episode_length`` (2.0 keeps each episode's bounds itself).
+_OLD_HER_ARGUMENTS = ("online_sampling", "max_episode_length")
+
+
+def _her_buffer(data: dict[str, Any]) -> type | None:
+    """The ``replay_buffer_class`` of ``data`` where it is SB3's ``HerReplayBuffer`` or a subclass."""
+    from stable_baselines3 import HerReplayBuffer
+
+    saved = data.get("replay_buffer_class")
+    return saved if isinstance(saved, type) and issubclass(saved, HerReplayBuffer) else None
+
+
+def drop_old_her_arguments(data: dict[str, Any], notes: list[str], archive: Any) -> None:
+    """SB3 1.x's HER agents (the RL Zoo's published FetchReach and PandaReach TQC and SAC) saved
+    ``replay_buffer_kwargs`` with ``online_sampling`` (and possibly ``max_episode_length``),
+    which SB3 2.0's ``HerReplayBuffer`` no longer takes: SB3 2.x's own ``load`` stops at a
+    ``TypeError``. They are left out, with a note; ``online_sampling=False`` (virtual
+    transitions stored in the buffer) has no SB3 2.x equivalent, so that one also warns.
+    Only what the installed buffer class does not name is left out."""
+    buffer = _her_buffer(data)
+    saved = data.get("replay_buffer_kwargs")
+    if buffer is None or not isinstance(saved, dict):
+        return
+    taken = inspect.signature(buffer).parameters  # its constructor's
+    dropped = [name for name in _OLD_HER_ARGUMENTS if name in saved and name not in taken]
+    if not dropped:
+        return
+    data["replay_buffer_kwargs"] = {k: v for k, v in saved.items() if k not in dropped}
+    listed = ", ".join(f"`{name}={saved[name]!r}`" for name in dropped)
+    notes.append(
+        f"`replay_buffer_kwargs` held {listed}, arguments of SB3 1.x's HerReplayBuffer that SB3 2.0 removed "
+        "(it always samples goals online); they were left out."
+    )
+    if "online_sampling" in dropped and saved["online_sampling"] is not True:
+        warnings.warn(
+            ZipsaveWarning(
+                f"archive `{archive}`, member `data`, key `replay_buffer_kwargs`: the model was trained with "
+                "`online_sampling=False` (HER transitions stored in the buffer), which SB3 2.x no longer has; "
+                "its buffer samples goals online. The weights are the saved ones."
+            ),
+            stacklevel=4,
+        )
+
+
+def check_her_env(cls: type, data: dict[str, Any], archive: Any) -> None:
+    """A HER model is built with an environment (SB3 asserts one: its buffer asks the env for
+    ``compute_reward``); without ``env=`` say so, naming the fix, rather than blaming ``data``."""
+    buffer = _her_buffer(data)
+    if buffer is not None:
+        raise DecodeError(
+            f"holds a {cls.__name__} model that samples with `{buffer.__name__}`, which SB3 builds only with an "
+            "environment.",
+            archive=archive,
+            member=_format.DATA,
+            key="replay_buffer_class",
+            hint=f"Pass one with the saved spaces and a `compute_reward`: `{cls.__name__}.load(path, env=env)` or "
+            f"`zipsave.load(path, cls={cls.__name__}, env=env)`.",
         )
 
 
