@@ -8,6 +8,7 @@ import pathlib
 import re
 import sys
 
+import numpy as np
 import pytest
 
 import zipsave
@@ -91,3 +92,147 @@ def test_a_huge_count_in_pickled_statistics_is_named(tmp_path):
     with zipsave.sb3.installed():
         with pytest.raises(zipsave.DecodeError, match=re.escape("`obs_rms.count` is an integer of 16610 bits")):
             VecNormalize.load(path, DummyVecEnv([lambda: gym.make("Pendulum-v1")]))
+
+
+# -- SB3's action noises: what the first learn step needs ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def td3_saved(tmp_path_factory):
+    from stable_baselines3 import TD3
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    path = tmp_path_factory.mktemp("td3") / "td3.zip"
+    noise = NormalActionNoise(np.zeros(1), np.full(1, 0.1))
+    kwargs = {"learning_starts": 4, "buffer_size": 64, "batch_size": 4, "policy_kwargs": {"net_arch": [8]}}
+    TD3("MlpPolicy", "Pendulum-v1", action_noise=noise, seed=0, device="cpu", **kwargs).save(path)
+    return path.read_bytes()
+
+
+def _with_noise(tmp_path, saved: bytes, noise) -> str:
+    import base64
+    import io
+    import json
+    import pickle
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(saved)) as zf:
+        items = {n: zf.read(n) for n in zf.namelist()}
+    data = json.loads(items["data"])
+    data["action_noise"] = {
+        ":type:": f"<class '{type(noise).__module__}.{type(noise).__qualname__}'>",
+        ":serialized:": base64.b64encode(pickle.dumps(noise)).decode(),
+    }
+    items["data"] = json.dumps(data).encode()
+    path = str(tmp_path / "noise.zip")
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, raw in items.items():
+            zf.writestr(name, raw)
+    return path
+
+
+def _normal(mu=(0.0,), sigma=(0.1,), **attributes):
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    noise = NormalActionNoise(np.asarray(mu, dtype=float), np.asarray(sigma, dtype=float))
+    vars(noise).update(attributes)
+    return noise
+
+
+def _ou(**attributes):
+    from stable_baselines3.common.noise import OrnsteinUhlenbeckActionNoise
+
+    noise = OrnsteinUhlenbeckActionNoise(np.zeros(1), np.full(1, 0.1))
+    vars(noise).update(attributes)
+    return noise
+
+
+def _vectorized(**attributes):
+    from stable_baselines3.common.noise import VectorizedActionNoise
+
+    noise = VectorizedActionNoise(_normal(), 2)
+    vars(noise).update(attributes)
+    return noise
+
+
+def _no_sigma():
+    noise = _normal()
+    del noise._sigma
+    return noise
+
+
+HOSTILE_NOISES = {
+    "shapes-that-do-not-broadcast": lambda: _normal((0.0, 0.0), (0.1, 0.1, 0.1)),
+    "shapes-that-broadcast-to-a-square": lambda: _normal(np.zeros((1, 500)), np.ones((500, 1))),
+    "negative-sigma": lambda: _normal(sigma=(-0.1,)),
+    "nan-sigma": lambda: _normal(sigma=(float("nan"),)),
+    "infinite-mean": lambda: _normal(mu=(float("inf"),)),
+    "mean-a-list": lambda: _normal(_mu=[0.0]),
+    "huge-integer-sigma": lambda: _normal(_sigma=HUGE),
+    "no-sigma": _no_sigma,
+    "scalars-drawing-a-float": lambda: _normal(_mu=0.0, _sigma=0.1),
+    "ou-mean-a-float": lambda: _ou(_mu=0.0, noise_prev=0.0),
+    "dtype-of-bytes": lambda: _normal(_dtype=np.dtype("S3")),
+    "ou-previous-of-another-shape": lambda: _ou(noise_prev=np.zeros(5)),
+    "ou-negative-dt": lambda: _ou(_dt=-0.01),
+    "ou-initial-noise-nan": lambda: _ou(initial_noise=np.full(1, np.nan)),
+    "vectorized-n_envs-disagrees": lambda: _vectorized(n_envs=3),
+    "vectorized-n_envs-huge": lambda: _vectorized(n_envs=HUGE),
+    "vectorized-noises-of-another-kind": lambda: _vectorized(_noises=[_ou(), _ou()]),
+    "vectorized-noises-of-other-shapes": lambda: _vectorized(_noises=[_normal(), _normal((0.0, 0.0), (1.0, 1.0))]),
+    "vectorized-noise-refused-inside": lambda: _vectorized(_noises=[_normal(), _normal(sigma=(-1.0,))]),
+}
+
+
+@pytest.mark.parametrize("make", HOSTILE_NOISES.values(), ids=HOSTILE_NOISES.keys())
+def test_a_noise_its_first_call_would_fail_on_is_refused(tmp_path, td3_saved, make):
+    # a pickle sets a noise's state as it is: each of these loaded, and the first learn step
+    # (SB3 adds the noise to every action, warm-up too) raised numpy's errors or drew NaN
+    from stable_baselines3 import TD3
+
+    path = _with_noise(tmp_path, td3_saved, make())
+    with pytest.raises(zipsave.DecodeError, match="action") as caught:
+        zipsave.load(path, cls=TD3, device="cpu", strict=True)
+    assert caught.value.key == "action_noise"
+    with pytest.warns(zipsave.SkippedEntryWarning, match="action_noise"):
+        data, _, _ = zipsave.load_archive(path, device="cpu")
+    assert "action_noise" not in data  # load_archive hands back no such noise either
+    with pytest.warns(zipsave.SkippedEntryWarning, match="action_noise"):
+        model = zipsave.load(path, cls=TD3, device="cpu")
+    assert model.action_noise is None
+
+
+def test_a_noise_of_another_shape_than_the_actions_is_refused(tmp_path, td3_saved):
+    # consistent in itself, but Pendulum's actions are of shape (1,): SB3's first step added a
+    # noise of shape (3,) to them and stored actions of shape (1, 3) in the buffer
+    from stable_baselines3 import TD3
+
+    path = _with_noise(tmp_path, td3_saved, _normal((0.0, 0.0, 0.0), (0.1, 0.1, 0.1)))
+    message = re.escape("it draws noise of shape (3,), which does not fit 1 action(s) of shape (1,)")
+    with pytest.raises(zipsave.DecodeError, match=message) as caught:
+        zipsave.load(path, cls=TD3, device="cpu")
+    assert caught.value.key == "action_noise"
+    with zipsave.sb3.installed(), pytest.raises(zipsave.DecodeError, match=message):
+        TD3.load(path, device="cpu")
+
+
+REAL_NOISES = {
+    "normal": lambda: _normal(),
+    "normal-of-a-float-sigma": lambda: _normal(_sigma=0.1),
+    "ou-of-numpy-scalars": lambda: _ou(_mu=np.float64(0.0), _sigma=0.1, noise_prev=np.float64(0.0)),
+    "normal-float64": lambda: _normal(_dtype=np.float64),
+    "ou": lambda: _ou(),
+    "vectorized": lambda: _vectorized(),
+}
+
+
+@pytest.mark.parametrize("make", REAL_NOISES.values(), ids=REAL_NOISES.keys())
+def test_noises_sb3_writes_load_and_learn(tmp_path, td3_saved, make):
+    from stable_baselines3 import TD3
+    from stable_baselines3.common.env_util import make_vec_env
+
+    path = _with_noise(tmp_path, td3_saved, make())
+    n_envs = 2 if "Vectorized" in type(make()).__name__ else 1
+    model = zipsave.load(path, cls=TD3, device="cpu", strict=True, env=make_vec_env("Pendulum-v1", n_envs))
+    assert type(model.action_noise) is type(make())
+    model.learn(8)

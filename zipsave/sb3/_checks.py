@@ -13,6 +13,7 @@ from .. import _format
 from .._core import check_name, check_path
 from .._trust import space_problem
 from ..exceptions import DecodeError, UnsafeGlobalError
+from ._noise import check_noise
 
 __all__ = ["check_data", "check_names", "check_policy_arguments", "drop_her_wrapper_class", "drop_saved_env"]
 
@@ -120,6 +121,7 @@ def check_data(data: dict[str, Any], *, archive: Any, references: tuple = ()) ->
             problem = space_problem(data[key])
             if problem:
                 raise DecodeError(f"is not a plain gymnasium space: {problem}.", **where(key))
+    check_noise(data.get("action_noise"), data.get("action_space"), data.get("n_envs"), where("action_noise"))
     _check_classes(data, references, where)
 
 
