@@ -110,6 +110,10 @@ def td3_saved(tmp_path_factory):
 
 
 def _with_noise(tmp_path, saved: bytes, noise) -> str:
+    return _with_value(tmp_path, saved, "action_noise", noise)
+
+
+def _with_value(tmp_path, saved: bytes, key: str, value) -> str:
     import base64
     import io
     import json
@@ -119,12 +123,12 @@ def _with_noise(tmp_path, saved: bytes, noise) -> str:
     with zipfile.ZipFile(io.BytesIO(saved)) as zf:
         items = {n: zf.read(n) for n in zf.namelist()}
     data = json.loads(items["data"])
-    data["action_noise"] = {
-        ":type:": f"<class '{type(noise).__module__}.{type(noise).__qualname__}'>",
-        ":serialized:": base64.b64encode(pickle.dumps(noise)).decode(),
+    data[key] = {
+        ":type:": f"<class '{type(value).__module__}.{type(value).__qualname__}'>",
+        ":serialized:": base64.b64encode(pickle.dumps(value)).decode(),
     }
     items["data"] = json.dumps(data).encode()
-    path = str(tmp_path / "noise.zip")
+    path = str(tmp_path / f"{key}.zip")
     with zipfile.ZipFile(path, "w") as zf:
         for name, raw in items.items():
             zf.writestr(name, raw)
@@ -236,3 +240,79 @@ def test_noises_sb3_writes_load_and_learn(tmp_path, td3_saved, make):
     model = zipsave.load(path, cls=TD3, device="cpu", strict=True, env=make_vec_env("Pendulum-v1", n_envs))
     assert type(model.action_noise) is type(make())
     model.learn(8)
+
+
+# -- SB3's schedule objects: what their first call needs --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ppo_saved(tmp_path_factory):
+    from stable_baselines3 import PPO
+
+    path = tmp_path_factory.mktemp("ppo") / "ppo.zip"
+    kwargs = {"n_steps": 32, "batch_size": 32, "n_epochs": 1, "policy_kwargs": {"net_arch": [8]}}
+    PPO("MlpPolicy", "CartPole-v1", device="cpu", seed=0, **kwargs).save(path)
+    return path.read_bytes()
+
+
+def _float_schedule(inner):
+    from stable_baselines3.common.utils import FloatSchedule
+
+    schedule = FloatSchedule(0.2)
+    schedule.value_schedule = inner
+    return schedule
+
+
+def _constant(val):
+    from stable_baselines3.common.utils import ConstantSchedule
+
+    schedule = ConstantSchedule(0.2)
+    schedule.val = val
+    return schedule
+
+
+def _linear(**attributes):
+    from stable_baselines3.common.utils import LinearSchedule
+
+    schedule = LinearSchedule(0.2, 0.1, 0.5)
+    vars(schedule).update(attributes)
+    return schedule
+
+
+HOSTILE_SCHEDULES = {
+    "constant-text": lambda: _float_schedule(_constant("abc")),
+    "constant-huge-integer": lambda: _float_schedule(_constant(HUGE)),
+    "constant-list": lambda: _float_schedule(_constant([0.2])),
+    "constant-nan": lambda: _float_schedule(_constant(float("nan"))),
+    "linear-text": lambda: _float_schedule(_linear(end="x")),
+    "linear-missing": lambda: _float_schedule(_linear(start=None)),
+    "wraps-bytearray": lambda: _float_schedule(bytearray),
+    "wraps-a-class": lambda: _float_schedule(type(_constant(0.2))),
+    "wraps-nothing-callable": lambda: _float_schedule(0.2),
+}
+
+
+@pytest.mark.parametrize("make", HOSTILE_SCHEDULES.values(), ids=HOSTILE_SCHEDULES.keys())
+def test_a_schedule_its_first_call_would_fail_on_is_skipped(tmp_path, ppo_saved, make):
+    # PPO's clip_range loaded as it was pickled, and the first train() raised ValueError,
+    # OverflowError or TypeError from float(); now the entry is skipped (the default is used)
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+
+    path = _with_value(tmp_path, ppo_saved, "clip_range", make())
+    with pytest.raises(zipsave.DecodeError) as caught:
+        zipsave.load(path, cls=PPO, device="cpu", strict=True)
+    assert caught.value.key == "clip_range"
+    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("falls back to `clip_range=FloatSchedule")):
+        model = zipsave.load(path, cls=PPO, device="cpu", env=gym.make("CartPole-v1"))
+    model.learn(32)
+
+
+def test_schedules_sb3_writes_load(tmp_path, ppo_saved):
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+
+    for schedule in (_float_schedule(_constant(0.1)), _float_schedule(_linear()), _float_schedule(_constant(1))):
+        path = _with_value(tmp_path, ppo_saved, "clip_range", schedule)
+        model = zipsave.load(path, cls=PPO, device="cpu", strict=True, env=gym.make("CartPole-v1"))
+        model.learn(32)
