@@ -316,3 +316,23 @@ def test_schedules_sb3_writes_load(tmp_path, ppo_saved):
         path = _with_value(tmp_path, ppo_saved, "clip_range", schedule)
         model = zipsave.load(path, cls=PPO, device="cpu", strict=True, env=gym.make("CartPole-v1"))
         model.learn(32)
+
+
+# -- the command line on what a load returns --------------------------------------------------
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("key", ["big", "nested", "kept"])
+def test_read_prints_an_integer_of_5000_digits(tmp_path, capsys, key, as_json):
+    # zipsave saves and loads integers up to 131 072 bits; `zipsave read` of one past Python's
+    # 4 300 digits of text printed "unexpected ValueError ... please report this as a zipsave bug"
+    import collections
+
+    from zipsave.cli import main
+
+    path = str(tmp_path / "big.zip")
+    zipsave.save({"big": HUGE, "nested": [(-HUGE,)], "kept": collections.OrderedDict(a=HUGE)}, path)
+    assert main(["read", path, key, *(["--json"] if as_json else [])]) == 0
+    out = capsys.readouterr().out
+    assert "1" + "0" * 5000 in out
+    assert sys.get_int_max_str_digits() == 4300  # the limit is the process's again
