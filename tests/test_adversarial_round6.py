@@ -336,3 +336,18 @@ def test_read_prints_an_integer_of_5000_digits(tmp_path, capsys, key, as_json):
     out = capsys.readouterr().out
     assert "1" + "0" * 5000 in out
     assert sys.get_int_max_str_digits() == 4300  # the limit is the process's again
+
+
+def test_a_json_integer_past_the_interpreters_limit_is_named(tmp_path):
+    # a writer that lifted Python's limit writes a 5 001-digit literal; the refusal quoted
+    # Python's own message ("Exceeds the limit (4300 digits)...") and named no place
+    import zipfile
+
+    path = str(tmp_path / "literal.zip")
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("data", b'{"lr": 0.1,\n "big": 1' + b"0" * 5000 + b"}")
+    with pytest.raises(zipsave.DecodeError) as caught:
+        zipsave.load_archive(path)
+    message = str(caught.value)
+    assert "an integer literal of 5001 digits (line 2)" in message and "Exceeds" not in message
+    assert caught.value.member == "data"
