@@ -351,3 +351,29 @@ def test_a_json_integer_past_the_interpreters_limit_is_named(tmp_path):
     message = str(caught.value)
     assert "an integer literal of 5001 digits (line 2)" in message and "Exceeds" not in message
     assert caught.value.member == "data"
+
+
+@pytest.fixture(scope="module")
+def dqn_saved(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dqn") / "dqn.zip"
+    DQN("MlpPolicy", "CartPole-v1", buffer_size=64, device="cpu", policy_kwargs={"net_arch": [8]}).save(path)
+    return path.read_bytes()
+
+
+def test_a_huge_saved_env_is_noted_by_its_size(tmp_path, dqn_saved):
+    # SB3's `env` entry is information only; its note formatted str(env), which raised
+    # "Exceeds the limit (4300 digits)" for a pickled integer and refused the archive
+    path = _with_value(tmp_path, dqn_saved, "env", HUGE)
+    model = zipsave.load(path, cls=DQN, device="cpu")
+    assert model.env is None
+
+
+@pytest.mark.parametrize("key", ["n_envs", "buffer_size"])
+def test_a_huge_model_size_is_refused_by_its_size(tmp_path, dqn_saved, key):
+    # the estimate of what SB3 would build formatted its numbers, and raised the same ValueError
+    path = _with_value(tmp_path, dqn_saved, key, HUGE)
+    for load in (lambda: zipsave.load(path, cls=DQN, device="cpu"), lambda: DQN.load(path, device="cpu")):
+        with zipsave.sb3.installed(), pytest.raises(zipsave.ArchiveLimitError) as caught:
+            load()
+        assert caught.value.key == "buffer_size" and "integer of 16610 bits" in str(caught.value)
+        assert "more than 2**166" in str(caught.value) and "4300" not in str(caught.value)

@@ -11,6 +11,7 @@ import torch
 
 from .. import _format
 from .._core import check_name, check_path
+from .._printable import shown
 from .._trust import space_problem
 from ..exceptions import DecodeError, UnsafeGlobalError
 from ._noise import check_noise
@@ -50,7 +51,7 @@ def drop_saved_env(data: dict[str, Any], notes: list[str] | None = None) -> None
     data["env"] = None
     if notes is not None:
         notes.append(
-            f"`env` in data ({type(saved).__name__} {str(saved)[:80]!r}) is information only: no environment "
+            f"`env` in data ({type(saved).__name__} {shown(saved)}) is information only: no environment "
             "is made from an archive. Pass `env=` to give the model one."
         )
 
