@@ -107,7 +107,7 @@ def noise_problem(noise: Any) -> str | None:
     if type(noises) is not list or len(noises) != n_envs or any(type(n) is not type(base) for n in noises):
         return f"`_noises` is not a list of {n_envs} noises of its base noise's kind (`n_envs` = {n_envs})"
     shapes = set()
-    for inner in (base, *noises):
+    for inner in {id(n): n for n in (base, *noises)}.values():  # one noise listed n times is checked once
         drawn = noise_shape(inner)
         if isinstance(drawn, str):
             return f"one of its noises is refused: {drawn}"
