@@ -393,3 +393,29 @@ def test_a_noise_listed_many_times_is_checked_once():
     loaded = restricted_loads(pickle.dumps(vectorized), TrustPolicy.make())
     assert time.process_time() - start < 1.0
     assert len(loaded.noises) == 40_000
+
+
+@pytest.mark.parametrize("key", ["pos", "buffer_size"])
+def test_a_huge_integer_in_an_archived_buffer_is_shown_by_its_size(tmp_path, buffer_model, key):
+    # replay_buffer/ in a model archive: the refusal formatted pos or buffer_size with repr()
+    import base64
+    import io
+    import json
+    import pickle
+    import zipfile
+
+    buffer = io.BytesIO()
+    zipsave.save(buffer_model, buffer, include=["replay_buffer"])
+    with zipfile.ZipFile(buffer) as zf:
+        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    state = json.loads(items["replay_buffer/data"])
+    state[key] = {":type:": "<class 'int'>", ":serialized:": base64.b64encode(pickle.dumps(HUGE)).decode()}
+    items["replay_buffer/data"] = json.dumps(state).encode()
+    path = str(tmp_path / "buffer.zip")
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, raw in items.items():
+            zf.writestr(name, raw)
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=64, device="cpu")
+    with zipsave.sb3.installed(), pytest.raises(zipsave.DecodeError) as caught:
+        model.load_replay_buffer(path)
+    assert f"{key}=an integer of 16610 bits" in str(caught.value) and "4300" not in str(caught.value)
