@@ -419,3 +419,34 @@ def test_a_huge_integer_in_an_archived_buffer_is_shown_by_its_size(tmp_path, buf
     with zipsave.sb3.installed(), pytest.raises(zipsave.DecodeError) as caught:
         model.load_replay_buffer(path)
     assert f"{key}=an integer of 16610 bits" in str(caught.value) and "4300" not in str(caught.value)
+
+
+@pytest.mark.parametrize("keys", [["a", "c"], ["a", "zz"]], ids=["real", "unknown-key"])
+def test_pickled_statistics_name_only_keys_the_observations_have(tmp_path, keys):
+    # VecNormalize.load of SB3's pickle took statistics of `zz`, a key its Dict observation
+    # space lacks; the first reset() raised KeyError('zz')
+    import gymnasium as gym
+    from stable_baselines3.common.running_mean_std import RunningMeanStd
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    class DictEnv(gym.Env):
+        observation_space = gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2,)), "c": gym.spaces.Box(-1, 1, ())})
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, seed=None, options=None):
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            return self.observation_space.sample(), 0.0, False, False, {}
+
+    vec = VecNormalize(DummyVecEnv([DictEnv]), norm_obs_keys=["a", "c"])
+    vec.norm_obs_keys = keys
+    vec.obs_rms = {key: RunningMeanStd(shape=(2,) if key == "a" else ()) for key in keys}
+    path = str(tmp_path / "vec.pkl")
+    vec.save(path)  # SB3's own pickle (not installed)
+    with zipsave.sb3.installed():
+        if keys[1] == "zz":
+            with pytest.raises(zipsave.DecodeError, match=re.escape("statistics of ['zz'], which its observation")):
+                VecNormalize.load(path, DummyVecEnv([DictEnv]))
+        else:
+            VecNormalize.load(path, DummyVecEnv([DictEnv])).reset()

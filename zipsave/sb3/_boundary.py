@@ -64,6 +64,14 @@ def check_statistics(vec_normalize: Any, path: Any) -> None:
             raise DecodeError(
                 f"`{name}` keeps statistics of {sorted(map(str, rms))}, not of `norm_obs_keys`.", archive=path
             )
+        observed = getattr(space, "spaces", None)
+        if isinstance(rms, dict) and not (isinstance(observed, dict) and set(rms) <= set(observed)):
+            missing = sorted(map(str, set(rms) - set(observed or ())))
+            raise DecodeError(  # the first step normalized `obs[key]` of each: KeyError
+                f"`{name}` keeps statistics of {missing}, which its observation space has no key for.",
+                archive=path,
+                key="norm_obs_keys",
+            )
         parts = rms.items() if isinstance(rms, dict) else [(None, rms)]
         for key, part in parts:
             if part is None:
