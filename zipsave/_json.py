@@ -208,7 +208,24 @@ def loads(raw: bytes, *, max_depth: int, limits: Any = None) -> Any:
     except RecursionError as err:
         raise DecodeError(f"JSON is nested more deeply than Python can parse ({first or err}).") from None
     except (ValueError, UnicodeDecodeError) as err:
-        raise DecodeError(f"not valid JSON: {err}.") from None
+        raise DecodeError(_long_integer(raw, err) or f"not valid JSON: {err}.") from None
+
+
+def _long_integer(raw: bytes, err: Exception) -> str | None:
+    """What to say of an integer literal longer than the interpreter converts (Python's message
+    names neither where it is nor what was expected), or ``None`` if there is none."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if "integer string conversion" not in str(err) or not 0 < limit <= MAX_INT_DIGITS:
+        return None
+    found = re.search(rb"[0-9]{%d,}" % (limit + 1), raw)
+    if found is None:
+        return None
+    line = raw.count(b"\n", 0, found.start()) + 1
+    return (
+        f"holds an integer literal of {found.end() - found.start()} digits (line {line}); this interpreter "
+        f"reads integer text of at most {limit} digits (`sys.set_int_max_str_digits`), zipsave at most "
+        f"{MAX_INT_DIGITS}."
+    )
 
 
 def dump_json(obj: Any) -> bytes:

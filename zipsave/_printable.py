@@ -3,9 +3,10 @@ made visible by :func:`visible` before it reaches a terminal, a log, a warning o
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
-__all__ = ["visible", "visible_html", "visible_json"]
+__all__ = ["shown", "visible", "visible_html", "visible_json"]
 
 #: Shorter spellings of the common controls, as ``repr`` writes them.
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
@@ -56,6 +57,32 @@ def _visible_line(line: str, escape: Any) -> str:
     if line.isprintable():
         return line
     return "".join(ch if ch.isprintable() else escape(ch) for ch in line)
+
+
+#: Integers longer than this are described by their size: Python refuses to write one of more
+#: than 4 300 digits as text (``repr`` raises ``ValueError``), and a message needs no more.
+_SHOWN_BITS = 256
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+
+
+def shown(value: Any) -> str:
+    """A short, visible ``repr`` of a value read from an archive, for a message: an integer of
+    more than 256 bits is described by its size (``an integer of 16610 bits``), containers and
+    long strings are cut as :mod:`reprlib` cuts them, and what cannot be written at all is
+    named by its type.
+
+    Examples
+    --------
+    >>> shown(-10**100)
+    'a negative integer of 333 bits'
+    """
+    if isinstance(value, int) and value.bit_length() > _SHOWN_BITS:
+        return f"{'a negative' if value < 0 else 'an'} integer of {value.bit_length()} bits"
+    try:
+        return visible(_REPR.repr(value))
+    except Exception:  # a huge integer inside a container, a repr that raises
+        return f"a {visible(type(value).__name__)}"
 
 
 def visible_html(text: Any) -> str:

@@ -33,7 +33,7 @@ import re
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from importlib import metadata
 from typing import Any, ClassVar
@@ -91,6 +91,10 @@ class Handler:
     #: import for every load that involves this handler (``selected()``; e.g. SB3's policy
     #: and schedule classes). Not imported to look a name up: until then the names are refused.
     allowlist: ClassVar[frozenset[str]] = frozenset()
+    #: ``{"module.qualname": check}`` for classes of :attr:`allowlist` that a pickle creates
+    #: empty and fills: ``check(obj)`` says what is wrong with one once the whole pickle is read
+    #: (a value its library would fail on at first use: SB3's action noises), or ``None``.
+    value_checks: ClassVar[Mapping[str, Callable[[Any], str | None]]] = {}
 
     # -- saving -------------------------------------------------------------------------------
     def claims(self, obj: Any) -> bool:

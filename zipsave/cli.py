@@ -153,10 +153,11 @@ def _cmd_extract(args: argparse.Namespace) -> int:
 
 def _cmd_read(args: argparse.Namespace) -> int:
     value = _tools.read(args.archive, args.address, device="cpu", trust=trust_of(args))
-    if not args.json:
-        _say(f"{visible(args.address)}: {visible(_tools.value_text(value), lines=True)}")
-        return EXIT_OK
-    _print_json({"address": args.address, **_tools.value_json(value)})
+    with _tools.whole_integers():  # an integer of 5 000 digits is a value zipsave writes and reads
+        if not args.json:
+            _say(f"{visible(args.address)}: {visible(_tools.value_text(value), lines=True)}")
+        else:
+            _print_json({"address": args.address, **_tools.value_json(value)})
     return EXIT_OK
 
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._read import read
     from ._records import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo
     from ._sharded import describe_sharded, is_checkpoint_dir, render_sharded, verify_sharded
-    from ._shown import json_leaf, value_json, value_text
+    from ._shown import json_leaf, value_json, value_text, whole_integers
     from ._verify import verify
 
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
@@ -28,7 +28,7 @@ _LAZY: dict[str, str] = {
     "read": "._read",
     **dict.fromkeys(("ArchiveInfo", "ArchiveMember", "ComponentInfo", "DataEntry", "TensorInfo"), "._records"),
     **dict.fromkeys(("describe_sharded", "is_checkpoint_dir", "render_sharded", "verify_sharded"), "._sharded"),
-    **dict.fromkeys(("json_leaf", "value_json", "value_text"), "._shown"),
+    **dict.fromkeys(("json_leaf", "value_json", "value_text", "whole_integers"), "._shown"),
     "verify": "._verify",
 }
 # Its modules, found as attributes as when this file imported them all.
@@ -56,6 +56,7 @@ __all__ = [
     "render_sharded",
     "value_json",
     "value_text",
+    "whole_integers",
     "verify",
     "verify_sharded",
 ]

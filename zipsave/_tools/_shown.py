@@ -5,15 +5,18 @@ spelling for)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from .._invariants import flat_bytes
 
-__all__ = ["json_leaf", "value_json", "value_text"]
+__all__ = ["json_leaf", "value_json", "value_text", "whole_integers"]
 
 #: Bytes of a tensor torch cannot print shown in text (its JSON holds them all).
 _TEXT_BYTES = 256
@@ -29,6 +32,22 @@ def _raw(value: Any) -> bytes:
     if not hasattr(value, "detach"):  # a numpy array or scalar
         return np.ascontiguousarray(value).tobytes()
     return bytes(flat_bytes(value.detach().contiguous()).numpy()) if value.numel() else b""
+
+
+@contextlib.contextmanager
+def whole_integers() -> Iterator[None]:
+    """Integers written as text in full while the block runs: a load returns integers of at most
+    131 072 bits (about 39 500 digits, 20 ms to write), past Python's default limit on integer
+    text (4 300 digits), at which ``repr`` and ``json.dumps`` of a value holding one raised
+    ``ValueError``. For a command printing what it read; the limit is put back after."""
+    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else None
+    if limit:
+        sys.set_int_max_str_digits(0)
+    try:
+        yield
+    finally:
+        if limit:
+            sys.set_int_max_str_digits(limit)
 
 
 def value_text(value: Any) -> str:

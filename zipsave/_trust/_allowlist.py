@@ -4,12 +4,13 @@ allowlist, plus what every registered handler reviewed for its library (SB3's cl
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .. import _registry
 from ._sealed import seal_module
 
-__all__ = ["CORE_ALLOWLIST", "GROUPS", "default_allowlist"]
+__all__ = ["CORE_ALLOWLIST", "GROUPS", "default_allowlist", "value_checks"]
 
 
 # -- the default allowlist -------------------------------------------------------------------
@@ -319,6 +320,20 @@ def default_allowlist() -> frozenset[str]:
     if _cache[0] != generation:
         _cache = (generation, CORE_ALLOWLIST.union(*(h.allowlist for h in found)))
     return _cache[1]
+
+
+_checks_cache: tuple[int, Mapping[str, Callable[[Any], str | None]]] = (-1, {})
+
+
+def value_checks() -> Mapping[str, Callable[[Any], str | None]]:
+    """``{"module.qualname": check}`` of the handlers the load involves so far (as
+    :func:`default_allowlist`): what the unpickler asks of each object of such a class it
+    created, once the pickle is read (:attr:`zipsave._registry.Handler.value_checks`)."""
+    global _checks_cache
+    generation, found = _registry.selected()
+    if _checks_cache[0] != generation:
+        _checks_cache = (generation, types.MappingProxyType({k: v for h in found for k, v in h.value_checks.items()}))
+    return _checks_cache[1]
 
 
 seal_module(__name__)  # CORE_ALLOWLIST, GROUPS and the cache cannot be rebound by loaded data

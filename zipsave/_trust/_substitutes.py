@@ -12,7 +12,7 @@ from typing import Any, Callable
 from .._bounds import alloc_budget
 from .._invariants import check_tensor, view_fits
 from ..exceptions import UnsafeGlobalError
-from ._allowlist import default_allowlist
+from ._allowlist import default_allowlist, value_checks
 from ._names import CODE_HINT
 from ._prescan import check_legacy_torch, check_torch_zip
 
@@ -128,10 +128,26 @@ class Owner:
 
 class Owners:
     """The :class:`Owner` stand-ins one load made; each must be used by ``getattr``. One left
-    over means the pickle used an untrusted global otherwise (kept it as a value): refused."""
+    over means the pickle used an untrusted global otherwise (kept it as a value): refused.
+    Also the objects it created of a class a handler checks (:func:`value_checks`), each checked
+    by :meth:`valid` once the whole pickle is read: a list a BUILD handed one may be filled later."""
 
     def __init__(self) -> None:
         self.pending: dict[int, Owner] = {}
+        self.checks, self.made_objects = value_checks(), list[tuple[str, Any]]()
+
+    def made(self, obj: Any) -> Any:
+        name = f"{type(obj).__module__}.{type(obj).__qualname__}"
+        if name in self.checks:
+            self.made_objects.append((name, obj))
+        return obj
+
+    def valid(self, value: Any, error: Callable[[str], Exception]) -> Any:
+        for name, obj in self.made_objects:
+            problem = self.checks[name](obj)
+            if problem:
+                raise error(f"the pickled `{name}` is refused: {problem}.")
+        return value
 
     def make(self, module: str, qualname: str) -> Owner:
         owner = Owner(module, qualname)

@@ -51,8 +51,7 @@ class _RestrictedUnpickler(BoundedUnpickler):
         # Sets and dicts, integers, reads and allocations bounded by the payload's size (BoundedUnpickler).
         super().__init__(payload, limits=limits, **where)
         self._budget, self._keys = self.budget, self.keys
-        self._storages, self.owners = storages, Owners()
-        self.memo = Memo()
+        self._storages, self.owners, self.memo = storages, Owners(), Memo()
         self._policy = policy
         self._where = where
         # id -> object for everything find_class returned (the references keep ids unique).
@@ -169,7 +168,7 @@ class _RestrictedUnpickler(BoundedUnpickler):
         if problem:
             raise self._error(f"{opname} creates `{self._describe(cls)}` without `__init__`: {problem}.")
         self._check_call(cls, args, kwargs, opname, calls_init=False)
-        return self._checked_result(cls.__new__(cls, *args, **kwargs))
+        return self.owners.made(self._checked_result(cls.__new__(cls, *args, **kwargs)))
 
     def _checked_result(self, value: Any) -> Any:
         if type(value) is int:
@@ -226,7 +225,7 @@ class _RestrictedUnpickler(BoundedUnpickler):
                     f"copyreg._reconstructor creates `{self._describe(cls)}` without `__init__`: {problem}."
                 )
         self._check_call(base, (state,), {}, "copyreg._reconstructor")
-        return copyreg._reconstructor(cls, base, state)  # type: ignore[attr-defined]
+        return self.owners.made(copyreg._reconstructor(cls, base, state))  # type: ignore[attr-defined]
 
     def _latin1_encode(self, obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
         normal = encoding.lower().replace("-", "").replace("_", "") if isinstance(encoding, str) else ""
@@ -403,7 +402,8 @@ def restricted_loads(
 
             return cloudpickle.load(payload) if stream else cloudpickle.loads(payload)
         unpickler = _RestrictedUnpickler(payload if stream else bytes(payload), policy, where, storages, limits)
-        return check_structure(unpickler.owners.checked(unpickler.load()), objects=True, **where)
+        value = check_structure(unpickler.owners.checked(unpickler.load()), objects=True, **where)
+        return unpickler.owners.valid(value, unpickler._error)  # what a handler checks, once all is read
     except UnsafeGlobalError as err:
         if stream:
             payload.seek(start)

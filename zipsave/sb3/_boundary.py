@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from .._printable import shown
 from ..exceptions import ArchiveNotFoundError, DecodeError, ZipsaveError, as_zipsave_error
 
 __all__ = ["check_buffer", "check_statistics", "door"]
@@ -63,6 +64,14 @@ def check_statistics(vec_normalize: Any, path: Any) -> None:
             raise DecodeError(
                 f"`{name}` keeps statistics of {sorted(map(str, rms))}, not of `norm_obs_keys`.", archive=path
             )
+        observed = getattr(space, "spaces", None)
+        if isinstance(rms, dict) and not (isinstance(observed, dict) and set(rms) <= set(observed)):
+            missing = sorted(map(str, set(rms) - set(observed or ())))
+            raise DecodeError(  # the first step normalized `obs[key]` of each: KeyError
+                f"`{name}` keeps statistics of {missing}, which its observation space has no key for.",
+                archive=path,
+                key="norm_obs_keys",
+            )
         parts = rms.items() if isinstance(rms, dict) else [(None, rms)]
         for key, part in parts:
             if part is None:
@@ -89,10 +98,7 @@ def check_statistics(vec_normalize: Any, path: Any) -> None:
             except OverflowError:
                 fine = False
             if not fine:
-                shown = (
-                    repr(count) if len(repr(count)) <= 40 else f"{repr(count)[:20]}... ({len(repr(count))} characters)"
-                )
-                raise DecodeError(f"`{name}.count` is {shown}, not a finite count.", archive=path, key=name)
+                raise DecodeError(f"`{name}.count` is {shown(count)}, not a finite count.", archive=path, key=name)
 
 
 def check_buffer(buffer: Any, path: Any) -> None:
@@ -106,11 +112,15 @@ def check_buffer(buffer: Any, path: Any) -> None:
 
     state = vars(buffer)
     size, n_envs, pos, full = (state.get(k) for k in ("buffer_size", "n_envs", "pos", "full"))
-    problem = None
-    if not (type(size) is int and type(n_envs) is int and size >= 1 and n_envs >= 1):
-        problem = f"buffer_size={size!r} and n_envs={n_envs!r}, where SB3 keeps integers of at least 1"
-    elif type(pos) is not int or not 0 <= pos <= size - ("timeouts" in state) or type(full) is not bool:
-        problem = f"pos={pos!r} and full={full!r}, where SB3 keeps 0 <= pos < {size} and a bool"
+    problem = None  # (the attribute, what it holds and what SB3 keeps)
+    for name in ("buffer_size", "n_envs"):
+        if problem is None and not (type(state.get(name)) is int and state[name] >= 1):
+            problem = (name, f"{shown(state.get(name))}, where SB3 keeps an integer of at least 1")
+    if problem is None and not (type(pos) is int and 0 <= pos <= size - ("timeouts" in state)):
+        bound = f"< {shown(size)}" if "timeouts" in state else f"<= {shown(size)}"  # a rollout buffer stops there
+        problem = ("pos", f"{shown(pos)}, where SB3 keeps 0 <= pos {bound}")
+    if problem is None and type(full) is not bool:
+        problem = ("full", f"{shown(full)}, where SB3 keeps a bool")
     shapes = {"observations": state.get("obs_shape"), "next_observations": state.get("obs_shape")}
     shapes["actions"] = (state["action_dim"],) if type(state.get("action_dim")) is int else None
     for name, value in state.items():
@@ -122,10 +132,13 @@ def check_buffer(buffer: Any, path: Any) -> None:
             want = want.get(key) if isinstance(want, dict) and key is not None else want
             if array.shape[:2] != rows or (isinstance(want, tuple) and array.shape[2:] != want):
                 problem = (
-                    f"array `{name}{'' if key is None else '.' + str(key)}` of shape {array.shape}, where SB3 "
-                    f"keeps {rows} rows" + (f" of {want}" if isinstance(want, tuple) else "")
+                    f"{name}{'' if key is None else '.' + str(key)}",
+                    f"an array of shape {array.shape}, where SB3 keeps (buffer_size, n_envs) = "
+                    f"({shown(size)}, {n_envs}) rows" + (f" of {want}" if isinstance(want, tuple) else ""),
                 )
     if problem is not None:
         raise DecodeError(
-            f"holds a {type(buffer).__name__} with {problem}; SB3 writes no such replay buffer.", archive=path
+            f"holds a {type(buffer).__name__} whose `{problem[0]}` is {problem[1]}; SB3 writes no such replay buffer.",
+            archive=path,
+            key=problem[0],
         )

@@ -16,6 +16,7 @@ import torch
 from .. import _format
 from .._codec import SERIALIZED_KEY, TYPE_KEY
 from .._core import LoadSession, check_data_key, no_model_error
+from .._printable import shown
 from ..exceptions import ParameterMismatchError, ZipsaveWarning, caller_stacklevel
 from ._checks import (
     check_data,
@@ -297,7 +298,7 @@ def _fix_policy_kwargs(src: LoadSession, data: dict[str, Any], kwargs: dict[str,
             stored["net_arch"] = net_arch[0]  # SB3 < 1.8 layout
     if "policy_kwargs" in kwargs and "policy_kwargs" in data and kwargs["policy_kwargs"] != stored:
         raise ParameterMismatchError(
-            f"the `policy_kwargs` given ({kwargs['policy_kwargs']!r}) differ from the saved ones ({stored!r}).",
+            f"the `policy_kwargs` given ({kwargs['policy_kwargs']!r}) differ from the saved ones ({shown(stored)}).",
             archive=src.name,
             member=_format.DATA,
             key="policy_kwargs",

@@ -13,8 +13,10 @@ import torch
 
 from .. import _format
 from .._core import check_name, check_path
+from .._printable import shown
 from .._trust import space_problem
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveWarning
+from ._noise import check_noise
 
 __all__ = [
     "check_data",
@@ -59,7 +61,7 @@ def drop_saved_env(data: dict[str, Any], notes: list[str] | None = None) -> None
     data["env"] = None
     if notes is not None:
         notes.append(
-            f"`env` in data ({type(saved).__name__} {str(saved)[:80]!r}) is information only: no environment "
+            f"`env` in data ({type(saved).__name__} {shown(saved)}) is information only: no environment "
             "is made from an archive. Pass `env=` to give the model one."
         )
 
@@ -191,6 +193,7 @@ def check_data(data: dict[str, Any], *, archive: Any, references: tuple = ()) ->
             problem = space_problem(data[key])
             if problem:
                 raise DecodeError(f"is not a plain gymnasium space: {problem}.", **where(key))
+    check_noise(data.get("action_noise"), data.get("action_space"), data.get("n_envs"), where("action_noise"))
     _check_classes(data, references, where)
 
 

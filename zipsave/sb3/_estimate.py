@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._bounds import alloc_budget
+from .._printable import shown
 from ..exceptions import ArchiveLimitError
 
 __all__ = ["archive_size", "check_model_size", "estimate_model", "load_overrides"]
@@ -242,19 +243,22 @@ def estimate_model(params: Mapping[str, Any]) -> Estimate:
     kwargs = kwargs if isinstance(kwargs, Mapping) else {}
     try:
         count, out.layers = _policy_params(params.get("policy_class"), obs, act, kwargs)
-        out.parts.append(("policy_kwargs", f"a policy of about {count} parameters", 4 * count, 4 * count))
+        out.parts.append(("policy_kwargs", f"a policy of about {shown(count)} parameters", 4 * count, 4 * count))
         n_steps, size = _count(params.get("n_steps"), 0), _count(params.get("buffer_size"), 0)
         if n_steps > 0 and "buffer_size" not in params:  # off-policy: n-step returns
             rows = n_steps * n_envs
             observations = rows * _stored(obs)  # at their dtype (older SB3 kept float32: more)
             nbytes = observations + rows * (_stored_action(act) + 4 * 6)
-            out.parts.append(("n_steps", f"a rollout buffer of {n_steps} steps x {n_envs} envs", nbytes, observations))
+            out.parts.append(
+                ("n_steps", f"a rollout buffer of {shown(n_steps)} steps x {shown(n_envs)} envs", nbytes, observations)
+            )
         if size > 0:
             rows = max(size // n_envs, 1) * n_envs
             copies = 1 if params.get("optimize_memory_usage") is True else 2
             observations = rows * _stored(obs)
             nbytes = copies * observations + rows * (_stored_action(act) + 12)
-            out.parts.append(("buffer_size", f"a replay buffer of {size} transitions", nbytes, observations))
+            what = f"a replay buffer of {shown(size)} transitions" + (f" x {shown(n_envs)} envs" if rows > size else "")
+            out.parts.append(("buffer_size", what, nbytes, observations))
     except (AttributeError, TypeError, ValueError, OverflowError):
         pass  # spaces SB3 itself will refuse; nothing to estimate
     return out
@@ -339,7 +343,7 @@ def check_model_size(cls: Any, params: Mapping[str, Any], source: Any, *, limits
     cap = getattr(limits, "max_model_bytes", None)
     # SB3 makes every layer a module (3.6 KB of Python objects and 0.1 ms each): n_critics=3e6
     # took minutes to build; a real archive holds each layer's weights, bias and their names.
-    modules = ("policy_kwargs", f"a policy of {est.layers} layers", est.layers * _LAYER_BYTES, 0)
+    modules = ("policy_kwargs", f"a policy of {shown(est.layers)} layers", est.layers * _LAYER_BYTES, 0)
     if cap is not None:
         if est.total > cap:
             _refuse(name, est, max(est.parts, key=lambda p: p[2]), f"`Limits.max_model_bytes` ({cap})", archive)
@@ -381,11 +385,15 @@ def check_model_size(cls: Any, params: Mapping[str, Any], source: Any, *, limits
         )
 
 
+def _bytes(n: int) -> str:
+    return f"about {n} bytes" if n.bit_length() <= 64 else f"more than 2**{n.bit_length() - 1} bytes"
+
+
 def _refuse(name: str, est: Estimate, part: tuple[str, str, int, int], bound: str, archive: Any) -> None:
     key, what, nbytes, _ = part
     raise ArchiveLimitError(
-        f"building this {name} would allocate about {est.total} bytes before its saved state is read: `{key}` "
-        f"asks for {what}, about {nbytes} bytes, more than {bound}.",
+        f"building this {name} would allocate {_bytes(est.total)} before its saved state is read: `{key}` "
+        f"asks for {what}, {_bytes(nbytes)}, more than {bound}.",
         archive=archive,
         member="data",
         key=key,

@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _format
 from .._core import LoadSession, Parts, check_data_key, matches
+from .._printable import shown
 from .._tensors import NpyHeader
 from ..exceptions import DecodeError, EncodeError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._buffer_fill import fill_buffer
@@ -225,7 +226,7 @@ def _restore_replay_buffer(src: LoadSession, model: Any, state: dict[str, Any]) 
     for key in ("buffer_size", "n_envs", "optimize_memory_usage"):
         if key in state and state[key] != getattr(buffer, key, None):
             raise DecodeError(
-                f"holds a replay buffer with {key}={state[key]!r}, but the model's has {getattr(buffer, key, None)!r}.",
+                f"holds a replay buffer with {key}={shown(state[key])}, but the model's has {shown(getattr(buffer, key, None))}.",
                 hint="Load with the saved settings (no `buffer_size=` override, the same number of envs).",
             )
     arrays = state.get("arrays")
@@ -236,7 +237,9 @@ def _restore_replay_buffer(src: LoadSession, model: Any, state: dict[str, Any]) 
         _check_like(n, value, getattr(buffer, n, None))
     pos, full = state.get("pos"), state.get("full")
     if type(pos) is not int or not 0 <= pos < buffer.buffer_size or type(full) is not bool:
-        raise DecodeError(f"holds pos={pos!r}, full={full!r}; expected 0 <= pos < {buffer.buffer_size} and a bool.")
+        raise DecodeError(
+            f"holds pos={shown(pos)}, full={shown(full)}; expected 0 <= pos < {shown(buffer.buffer_size)} and a bool."
+        )
     her = is_her(buffer)
     infos = check_her(buffer, state, arrays) if her else None  # checked before anything changes
     if not fill_buffer(src, buffer, arrays):
@@ -368,7 +371,7 @@ def _checked_stats(label: str, saved: Any, shape: tuple[int, ...]) -> tuple[Any,
         arrays.append(arr.astype(np.float64, copy=False))
     count = saved.get("count")
     if not isinstance(count, (int, float)) or isinstance(count, bool):
-        raise DecodeError(f"`{label}.count` is {count!r}, expected a number.")
+        raise DecodeError(f"`{label}.count` is {shown(count)}, expected a number.")
     return arrays[0], arrays[1], float(count)
 
 

@@ -14,6 +14,8 @@ from ._allowlist_contrib import SB3_CONTRIB_ALLOWLIST
 from ._build import build_sb3
 from ._extras import EXTRAS, collect_extras, restore_extra, sb3_stand_in
 from ._guess import import_line, suggest_algorithm
+from ._noise import NOISE_CHECKS
+from ._schedule_check import SCHEDULE_CHECKS
 from ._schedules import closures_in, rebuilt_on_load
 from ._zoo import schedules_in
 
@@ -42,6 +44,7 @@ class SB3Handler(Handler):
     markers = (_format.SB3_VERSION,)
     data_keys = ("policy_class",)  # zipsave's own SB3 archives have no version member; their data names the policy
     allowlist = SB3_ALLOWLIST | SB3_CONTRIB_ALLOWLIST
+    value_checks = {**NOISE_CHECKS, **SCHEDULE_CHECKS}  # what a first call needs, checked once a pickle is read
 
     def claims(self, obj: Any) -> bool:
         return not isinstance(obj, Component) and not isinstance(obj, type) and _is_sb3_like(obj)

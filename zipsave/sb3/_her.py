@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._printable import shown
 from ..exceptions import DecodeError, EncodeError
 
 __all__ = ["HER_ARRAYS", "check_her", "end_unfinished_episodes", "her_state", "is_her", "settings_note"]
@@ -195,10 +196,12 @@ def _checked_column(i: int, column: Any, count: int) -> tuple[list[str], str, An
     ordered: Any = column.get("ordered") or []
     if not (isinstance(path, list) and path and all(isinstance(p, str) for p in path)) or kind not in _KINDS:
         raise DecodeError(
-            f"`infos` column {i} has path {path!r} and kind {kind!r}; expected key names and one of {list(_KINDS)}."
+            f"`infos` column {i} has path {shown(path)} and kind {shown(kind)}; expected key names and one of {list(_KINDS)}."
         )
     if not (isinstance(ordered, list) and all(type(d) is int and 0 <= d <= len(path) for d in ordered)):
-        raise DecodeError(f"`infos` column `{'.'.join(path)}` has ordered={ordered!r}, expected depths 0..{len(path)}.")
+        raise DecodeError(
+            f"`infos` column `{'.'.join(path)}` has ordered={shown(ordered)}, expected depths 0..{len(path)}."
+        )
     if kind in _ARRAY_KINDS:
         ok = isinstance(values, np.ndarray) and values.shape[:1] == (count,) and not values.dtype.hasobject
         if ok and kind != "ndarray":  # one scalar per cell; Python numbers of the matching kind
@@ -232,7 +235,7 @@ def settings_note(buffer: Any, state: dict[str, Any]) -> str | None:
     differ = sorted(k for k in _SETTINGS if k in saved and saved[k] != current[k])
     if not differ:
         return None
-    pairs = ", ".join(f"{k}={saved[k]!r} saved, {current[k]!r} used" for k in differ)
+    pairs = ", ".join(f"{k}={shown(saved[k])} saved, {shown(current[k])} used" for k in differ)
     return f"the HerReplayBuffer keeps the model's settings ({pairs})."
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._core import LoadOptions, check_custom_objects
+from .._printable import shown
 from ..exceptions import DecodeError, ZipsaveWarning, caller_stacklevel, describe_path
 
 __all__ = [
@@ -193,11 +194,11 @@ def blame_given(
                 if saved is _ABSENT
                 else (
                     f"; the archive holds a {_kind(saved)}"
-                    + (f" ({saved!r})" if _kind(saved) in ("number", "str", "bool") else "")
+                    + (f" ({shown(saved)})" if _kind(saved) in ("number", "str", "bool") else "")
                 )
             )
-            shown = f"{label}{value!r}" if label.endswith("=") else f"{label} = {value!r}"
-            suspects.append((key, label, f"{shown} (a {type(value).__name__}{saved_text})"))
+            written = f"{label}{value!r}" if label.endswith("=") else f"{label} = {value!r}"
+            suspects.append((key, label, f"{written} (a {type(value).__name__}{saved_text})"))
     if not suspects:
         return None
     return DecodeError(
