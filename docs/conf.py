@@ -53,6 +53,8 @@ nitpick_ignore = [
         "collections.abc.Mapping",
         "collections.abc.Iterator",
         "Iterator",
+        "collections.abc.Callable",
+        "Callable",
         "torch.Tensor",
         "torch.device",
         "torch.dtype",

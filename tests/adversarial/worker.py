@@ -266,6 +266,9 @@ def main() -> None:
         os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
         *(os.path.realpath(p) for p in sysconfig.get_paths().values()),
         *(os.path.realpath(p) for p in sys.path if p),
+        # the interpreter's own bytecode cache where PYTHONPYCACHEPREFIX moves it (CI's venv
+        # steps): the imports that read and write it are checked by the import event
+        *((os.path.realpath(sys.pycache_prefix),) if sys.pycache_prefix else ()),
     }
     allowed_roots = tuple(sorted(roots))
     warnings.simplefilter("ignore")
