@@ -377,3 +377,27 @@ def test_offline_her_sampling_warns_that_sb3_2_samples_online(tmp_path):
         model = zipsave.load(path, cls=TQC, env=her_env(), device="cpu", report=report)
     assert not {"online_sampling", "max_episode_length"} & set(model.replay_buffer_kwargs)
     assert any("`max_episode_length=50`" in note for note in report.notes)
+
+
+def test_a_huge_removed_her_argument_is_named_by_its_size(tmp_path):
+    import pickle
+
+    from sb3_contrib import TQC
+
+    # a pickled `replay_buffer_kwargs` whose removed argument is a 5 000-digit integer: the note
+    # that names it raised Python's limit on integer text, which failed the whole load
+    path = tmp_path / "huge.zip"
+    kwargs = {"online_sampling": True, "max_episode_length": 10**5000, "n_sampled_goal": 4}
+    with zipfile.ZipFile(HER_AGENT) as src, zipfile.ZipFile(path, "w") as out:
+        for item in src.infolist():
+            payload = src.read(item)
+            if item.filename == "data":
+                data = json.loads(payload)
+                serialized = base64.b64encode(pickle.dumps(kwargs)).decode()
+                data["replay_buffer_kwargs"] = {":type:": "<class 'dict'>", ":serialized:": serialized}
+                payload = json.dumps(data).encode()
+            out.writestr(item, payload)
+    report = zipsave.LoadReport()
+    model = zipsave.load(path, cls=TQC, env=her_env(), device="cpu", report=report)
+    assert "max_episode_length" not in model.replay_buffer_kwargs
+    assert any("`max_episode_length=an integer of 16610 bits`" in note for note in report.notes)

@@ -110,7 +110,7 @@ def drop_old_her_arguments(data: dict[str, Any], notes: list[str], archive: Any)
     if not dropped:
         return
     data["replay_buffer_kwargs"] = {k: v for k, v in saved.items() if k not in dropped}
-    listed = ", ".join(f"`{name}={saved[name]!r}`" for name in dropped)
+    listed = ", ".join(f"`{name}={shown(saved[name])}`" for name in dropped)
     notes.append(
         f"`replay_buffer_kwargs` held {listed}, arguments of SB3 1.x's HerReplayBuffer that SB3 2.0 removed "
         "(it always samples goals online); they were left out."
