@@ -250,6 +250,8 @@ def test_a_first_load_imports_only_what_it_uses(archive, verb):
     assert sorted(ours.intersection(never.get(verb, ()))) == []
     assert "orjson" not in imported  # small JSON members parse, and inspect writes, with Python's json
     assert [m for m in imported if m.split(".")[0] == "isal"] == []  # zlib checksums a small archive
+    # small members are read whole into fresh memory: no arena, no prefaulting thread
+    assert sorted(ours.intersection({"zipsave._tensors._arena", "zipsave._tensors._prefault"})) == []
     assert "encodings.cp437" not in imported  # names are ASCII or flagged UTF-8
 
 

@@ -411,3 +411,11 @@ def test_check_stored_finds_a_flipped_byte_before_anything_is_read(tmp_path):
             session.check_stored("policy.pth")
         with pytest.raises(zipsave.DecodeError, match="member `nothing.pth`: is missing"):
             session.check_stored("nothing.pth")
+
+
+def test_small_members_are_under_the_sizes_at_which_arenas_and_prefaulting_start():
+    """A member read whole (``_pth_read._SMALL_MEMBER``) skips the arena and the prefaulter
+    without asking them: both would have declined storages that small."""
+    from zipsave._tensors import _pth_read
+
+    assert _pth_read._SMALL_MEMBER <= min(ARENA_MIN, PREFAULT_MIN)

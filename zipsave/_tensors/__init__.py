@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
-    from ._arena import AnonymousMap
+    from ._arena import AnonymousMap, host_arena
     from ._copies import copy_storages, release_copies
     from ._device import get_device
     from ._invariants import check_tensor, check_tree
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
         read_array_once,
         read_npy,
     )
-    from ._prefault import stored_crc
+    from ._prefault import Prefaulter, stored_crc
     from ._pth_fallback import load_torch_bytes, torch_load
     from ._pth_meta import Damaged, PthMeta, RefusedRef, SparseRef, TensorRef, Unsupported, read_pth_meta
     from ._pth_mmap import mmap_tree
@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
 _LAZY: dict[str, str] = {
-    "AnonymousMap": "._arena",
+    **dict.fromkeys(("AnonymousMap", "host_arena"), "._arena"),
     **dict.fromkeys(("copy_storages", "release_copies"), "._copies"),
     **dict.fromkeys(
         (
@@ -55,7 +55,7 @@ _LAZY: dict[str, str] = {
     "save_pth": "._pth_write",
     **dict.fromkeys(("check_views", "dotted", "walk_refs"), "._tree"),
     "mmap_tree": "._pth_mmap",
-    "stored_crc": "._prefault",
+    **dict.fromkeys(("Prefaulter", "stored_crc"), "._prefault"),
     "Stager": "._staging",
     "RefusedRef": "._pth_meta",
     "SparseRef": "._pth_meta",
@@ -92,6 +92,7 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 __all__ = [
     "AnonymousMap",
+    "host_arena",
     "NpyHeader",
     "read_array_header",
     "read_array_member_into",
@@ -125,6 +126,7 @@ __all__ = [
     "lookup",
     "mmap_tree",
     "Stager",
+    "Prefaulter",
     "stored_crc",
     "walk_leaves",
     "walk_refs",

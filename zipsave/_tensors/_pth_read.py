@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Iterable
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.autograd.graph import increment_version
@@ -17,16 +17,20 @@ from .. import _format, _tensors  # _tensors: its rarely used parts, imported on
 from .._archive import OrderedCrc, crc32
 from .._invariants import flat_bytes
 from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, UnsafeGlobalError, ZipsaveError
-from ._arena import host_arena
 from ._invariants import check_tree
-from ._prefault import Prefaulter
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_records import check_record, record_table, verify_pickle
 from ._tree import NAMED, BufferView, byte_view, check_views, dotted, lookup, named, replace, walk_leaves, walk_refs
 
+if TYPE_CHECKING:
+    from ._prefault import Prefaulter
+
 __all__ = ["load_member", "load_pth"]
 
 #: Members up to this size are read whole with one call, checked, then parsed from memory.
+#: Their fresh storages are under the sizes at which an arena (``_arena.ARENA_MIN``) or a
+#: prefaulting thread (``_prefault.PREFAULT_MIN``) starts to pay (a test keeps it so), so a
+#: load of small members never imports either.
 _SMALL_MEMBER = 1 << 20
 #: Large records are read in pieces of this size, so checksumming starts on the first piece.
 _PIECE = 4 << 20
@@ -211,7 +215,8 @@ def load_pth(
     # Fresh host storages: one arena (_arena.py), an idle one whose pages are resident or a
     # new one, huge pages where free; else torch.empty (the allocator's free memory, or 4 KiB
     # pages). New pages are populated ahead of the reads by a Prefaulter (_prefault.py).
-    arena = host_arena([meta.records[key][1] for key in pending]) if pending else None
+    small = source is not view  # read whole already (see _SMALL_MEMBER)
+    arena = _tensors.host_arena([meta.records[key][1] for key in pending]) if pending and not small else None
     for index, key in enumerate(pending):
         if arena is not None:
             storages[key], dest[key] = arena.parts[index]
@@ -226,13 +231,19 @@ def load_pth(
     inline = {key: key in storages and storages[key].device.type == "cpu" for key in dest}
     crc = OrderedCrc(inline=all(inline.values())) if verify_crc is not None and not per_record else None
     record_crcs = {key: OrderedCrc(inline=inline[key]) for key in dest} if per_record else None
-    fresh = [] if arena is not None and not arena.fresh else sorted(pending, key=lambda k: meta.records[k][0])
-    prefaulter = Prefaulter(
-        [
-            (storages[key].data_ptr() + done, min(_PIECE, meta.records[key][1] - done))
-            for key in fresh
-            for done in range(0, meta.records[key][1], _PIECE)
-        ]
+    fresh = (
+        [] if small or (arena is not None and not arena.fresh) else sorted(pending, key=lambda k: meta.records[k][0])
+    )
+    prefaulter = (
+        _tensors.Prefaulter(
+            [
+                (storages[key].data_ptr() + done, min(_PIECE, meta.records[key][1] - done))
+                for key in fresh
+                for done in range(0, meta.records[key][1], _PIECE)
+            ]
+        )
+        if fresh
+        else None
     )
     try:
         _read_records(source, meta, dest, crc, record_crcs, prefaulter, frozenset(fresh))
@@ -257,7 +268,8 @@ def load_pth(
             err.args = (err._compose(),)
         raise
     finally:
-        prefaulter.close()
+        if prefaulter is not None:
+            prefaulter.close()
         if direct:
             increment_version(list(direct.values()))  # as an in-place copy_ would
     if actual is not None and verify_crc is not None:
