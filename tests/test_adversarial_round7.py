@@ -1,0 +1,167 @@
+"""Round seven of the adversarial suite: values a default load hands back that fail on first use
+or allocate beyond the caller's limits (HER's episode bookkeeping, action noises of SB3 1.x and
+of another number of envs, ``train_freq`` and the numbers SB3 trains with)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import pickle
+import re
+import zipfile
+
+import numpy as np
+import pytest
+
+import zipsave
+
+pytest.importorskip("stable_baselines3")
+
+from stable_baselines3 import DQN, HerReplayBuffer  # noqa: E402
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
+from stable_baselines3.common.envs import BitFlippingEnv  # noqa: E402
+
+import zipsave.sb3  # noqa: E402
+
+
+def _rewrite(saved: bytes, path, *, data=None, members=None) -> str:
+    """``saved`` with ``data`` keys replaced (a value is pickled as SB3 does; a ``raw`` wrapper
+    is written as JSON) and ``members`` replaced (arrays as ``.npy``); no manifest."""
+    with zipfile.ZipFile(io.BytesIO(saved)) as zf:
+        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    if data:
+        raw = json.loads(items["data"])
+        for key, value in data.items():
+            if isinstance(value, _Raw):
+                raw[key] = value.value
+            else:
+                raw[key] = {
+                    ":type:": f"<class '{type(value).__module__}.{type(value).__qualname__}'>",
+                    ":serialized:": base64.b64encode(pickle.dumps(value)).decode(),
+                }
+        items["data"] = json.dumps(raw).encode()
+    for name, value in (members or {}).items():
+        out = io.BytesIO()
+        np.save(out, value, allow_pickle=False)
+        items[name] = out.getvalue()
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, raw_bytes in items.items():
+            zf.writestr(name, raw_bytes)
+    return str(path)
+
+
+class _Raw:
+    def __init__(self, value):
+        self.value = value
+
+
+# -- HER's episode bookkeeping ----------------------------------------------------------------
+
+
+def _bits_env():
+    return make_vec_env(BitFlippingEnv, n_envs=1, seed=0, env_kwargs={"n_bits": 4, "max_steps": 4})
+
+
+def _her_model(buffer_size=300):
+    kwargs = {"n_sampled_goal": 2, "goal_selection_strategy": "future"}
+    return DQN(
+        "MultiInputPolicy",
+        _bits_env(),
+        buffer_size=buffer_size,
+        learning_starts=8,
+        replay_buffer_class=HerReplayBuffer,
+        replay_buffer_kwargs=kwargs,
+        policy_kwargs={"net_arch": [8]},
+        device="cpu",
+        seed=0,
+    )
+
+
+@pytest.fixture(scope="module")
+def her_trained():
+    model = _her_model()
+    model.learn(42)  # stops inside an episode: loading ends it
+    assert (model.replay_buffer._current_ep_start != model.replay_buffer.pos).any()
+    return model
+
+
+@pytest.fixture(scope="module")
+def her_saved(her_trained):
+    out = io.BytesIO()
+    zipsave.save(her_trained, out, include=["replay_buffer"])
+    return out.getvalue()
+
+
+def _member_of(saved: bytes, array: str) -> str:
+    with zipfile.ZipFile(io.BytesIO(saved)) as zf:
+        state = json.loads(zf.read("replay_buffer/data"))
+    return state["arrays"][":zipsave:"]["value"][array][":zipsave:"]["member"]
+
+
+def _bookkeeping(her_trained, name):
+    buffer = her_trained.replay_buffer
+    if name == "_current_ep_start":
+        return np.array([-(10**7)])  # the old tree allocated 80 MB for it (7.5 GiB for -10**9)
+    if name == "ep_start":
+        return np.full_like(buffer.ep_start, 10**12)
+    short = buffer.ep_length.copy()
+    short[: buffer.pos] = np.where(short[: buffer.pos] > 0, 1, 0)  # rows past an episode's first
+    return short
+
+
+@pytest.mark.parametrize("name", ["_current_ep_start", "ep_start", "ep_length"])
+def test_her_bookkeeping_out_of_step_is_refused(tmp_path, her_trained, her_saved, name):
+    # ending the unfinished episode at load ran `np.arange(_current_ep_start, pos)`: -10**9
+    # allocated 7.5 GiB (MemoryError, or the memory taken); a start or length out of step with
+    # its row loaded, and the first sample() raised numpy's `low >= high`
+    member = _member_of(her_saved, name)
+    path = _rewrite(her_saved, tmp_path / "her.zip", members={member: _bookkeeping(her_trained, name)})
+    with pytest.raises(zipsave.DecodeError, match=re.escape("holds a HerReplayBuffer whose")) as caught:
+        zipsave.load(path, cls=DQN, env=_bits_env(), device="cpu", strict=True)
+    assert caught.value.key == name and caught.value.member == "replay_buffer/data"
+    assert "where SB3 keeps" in str(caught.value)
+    with pytest.warns(zipsave.SkippedEntryWarning, match="replay_buffer/data"):
+        model = zipsave.load(path, cls=DQN, env=_bits_env(), device="cpu")
+    assert model.replay_buffer.pos == 0 and not model.replay_buffer.ep_length.any()  # untouched
+    model.learn(20)
+
+
+HOSTILE_HER_PICKLES = {
+    "_current_ep_start": np.array([-(10**7)]),
+    "her_ratio": float("nan"),
+    "goal_selection_strategy": "future",
+    "n_sampled_goal": -0.5,
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_HER_PICKLES, ids=HOSTILE_HER_PICKLES)
+def test_a_pickled_her_buffer_out_of_step_is_refused(tmp_path, her_trained, name):
+    # SB3's own pickle under install() loaded; its first episode end (or truncate_last_trajectory)
+    # allocated as above, and a NaN her_ratio or a strategy of text failed at the first sample()
+    buffer = her_trained.replay_buffer
+    old = getattr(buffer, name)
+    setattr(buffer, name, HOSTILE_HER_PICKLES[name])
+    try:
+        her_trained.save_replay_buffer(tmp_path / "buffer.pkl")  # SB3's own pickle (not installed)
+    finally:
+        setattr(buffer, name, old)
+    model = _her_model()
+    with zipsave.sb3.installed(), pytest.raises(zipsave.DecodeError, match=re.escape(f"`{name}`")) as caught:
+        model.load_replay_buffer(tmp_path / "buffer.pkl", truncate_last_traj=False)
+    assert caught.value.key == name and "SB3 writes no such replay buffer" in str(caught.value)
+
+
+def test_a_wrapped_her_buffer_sb3_wrote_loads(tmp_path):
+    # the check must take what SB3 writes: a buffer that wrapped around, episodes across its end
+    model = _her_model(buffer_size=30)
+    model.learn(150)
+    assert model.replay_buffer.full
+    path = tmp_path / "wrapped.zip"
+    zipsave.save(model, path, include=["replay_buffer"])
+    loaded = zipsave.load(path, cls=DQN, env=_bits_env(), device="cpu", strict=True)
+    assert (loaded.replay_buffer.ep_start == model.replay_buffer.ep_start).all()
+    loaded.learn(20)
+    model.save_replay_buffer(tmp_path / "wrapped.pkl")
+    with zipsave.sb3.installed():
+        _her_model(buffer_size=30).load_replay_buffer(tmp_path / "wrapped.pkl", truncate_last_traj=False)
