@@ -18,7 +18,7 @@ import zipsave
 
 pytest.importorskip("stable_baselines3")
 
-from stable_baselines3 import DQN, HerReplayBuffer  # noqa: E402
+from stable_baselines3 import DQN, TD3, HerReplayBuffer  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.envs import BitFlippingEnv  # noqa: E402
 
@@ -165,3 +165,85 @@ def test_a_wrapped_her_buffer_sb3_wrote_loads(tmp_path):
     model.save_replay_buffer(tmp_path / "wrapped.pkl")
     with zipsave.sb3.installed():
         _her_model(buffer_size=30).load_replay_buffer(tmp_path / "wrapped.pkl", truncate_last_traj=False)
+
+
+# -- action noises: SB3 1.x's, and one for another number of envs ------------------------------
+
+
+@pytest.fixture(scope="module")
+def td3_saved(tmp_path_factory):
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    path = tmp_path_factory.mktemp("td3") / "td3.zip"
+    noise = NormalActionNoise(np.zeros(1), np.full(1, 0.1))
+    kwargs = {"learning_starts": 4, "buffer_size": 64, "batch_size": 4, "policy_kwargs": {"net_arch": [8]}}
+    TD3("MlpPolicy", "Pendulum-v1", action_noise=noise, seed=0, device="cpu", **kwargs).save(path)
+    return path.read_bytes()
+
+
+def _pendulums(n_envs=1):
+    return make_vec_env("Pendulum-v1", n_envs=n_envs, seed=0)
+
+
+def _sb3_1x(noise):
+    """``noise`` as SB3 1.x pickled it: without the ``_dtype`` SB3 2.0 added."""
+    del noise._dtype
+    return noise
+
+
+def _old_noises():
+    from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise, VectorizedActionNoise
+
+    return {
+        "normal": lambda: _sb3_1x(NormalActionNoise(np.zeros(1), np.full(1, 0.1))),
+        "ornstein-uhlenbeck": lambda: _sb3_1x(OrnsteinUhlenbeckActionNoise(np.zeros(1), np.full(1, 0.1))),
+        "vectorized": lambda: VectorizedActionNoise(_sb3_1x(NormalActionNoise(np.zeros(1), np.full(1, 0.1))), 2),
+    }
+
+
+@pytest.mark.parametrize("kind", ["normal", "ornstein-uhlenbeck", "vectorized"])
+def test_an_sb3_1x_noise_loads_and_learns(tmp_path, td3_saved, kind):
+    # SB3 1.x pickled its noises without `_dtype`; SB3 2.x's own load takes them and its first
+    # learn step raises AttributeError ('NormalActionNoise' object has no attribute '_dtype'),
+    # and so did zipsave's
+    noise = _old_noises()[kind]()  # a vectorized one's copies lack `_dtype` too
+    path = _rewrite(td3_saved, tmp_path / "old.zip", data={"action_noise": noise})
+    n_envs = 2 if kind == "vectorized" else 1
+    report = zipsave.LoadReport()
+    model = zipsave.load(path, cls=TD3, env=_pendulums(n_envs), device="cpu", strict=True, report=report)
+    model.learn(8)
+    assert any("pickled by SB3 1.x" in note for note in report.notes)
+    inner = [model.action_noise] if kind != "vectorized" else model.action_noise.noises
+    assert all(n._dtype is np.float64 for n in inner)
+    with zipsave.sb3.installed():
+        TD3.load(path, env=_pendulums(n_envs), device="cpu").learn(8)
+
+
+def test_an_sb3_1x_scalar_noise_is_refused(tmp_path, td3_saved):
+    # of scalars numpy draws a Python float, which SB3 2.x cannot cast (with or without `_dtype`)
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    path = _rewrite(td3_saved, tmp_path / "scalar.zip", data={"action_noise": _sb3_1x(NormalActionNoise(0.0, 0.1))})
+    with pytest.raises(zipsave.DecodeError, match="scalars") as caught:
+        zipsave.load(path, cls=TD3, env=_pendulums(), device="cpu", strict=True)
+    assert caught.value.key == "action_noise"
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_a_vectorized_noise_for_other_envs_is_made_for_the_envs_passed(tmp_path, td3_saved, n_envs):
+    # a VectorizedActionNoise for 2 envs and an env of 1 or 3: SB3 (its own load too) stacked 2
+    # noises onto the actions and its first learn step raised ValueError ('cannot reshape array
+    # of size 2 into shape (1,1)', 'operands could not be broadcast together')
+    from stable_baselines3.common.noise import NormalActionNoise, VectorizedActionNoise
+
+    noise = VectorizedActionNoise(NormalActionNoise(np.zeros(1), np.full(1, 0.1)), 2)
+    path = _rewrite(td3_saved, tmp_path / "vectorized.zip", data={"action_noise": noise})
+    report = zipsave.LoadReport()
+    model = zipsave.load(path, cls=TD3, env=_pendulums(n_envs), device="cpu", strict=True, report=report)
+    model.learn(8)
+    assert any("VectorizedActionNoise for 2 envs, and the env passed has" in note for note in report.notes)
+    assert getattr(model.action_noise, "n_envs", 1) == n_envs
+    with zipsave.sb3.installed():
+        TD3.load(path, env=_pendulums(n_envs), device="cpu").learn(8)
+    kept = zipsave.load(path, cls=TD3, env=_pendulums(2), device="cpu", strict=True)
+    assert kept.action_noise.n_envs == 2  # the same envs: as it was saved

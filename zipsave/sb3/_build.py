@@ -29,6 +29,7 @@ from ._checks import (
 from ._estimate import check_model_size
 from ._extras import apply_vec_normalize, has_extra, restore_extra, warn_unused_vec_normalize
 from ._keys import blame_given, given_values, warn_near_options, warn_unknown_keys, warn_unmatched_custom_objects
+from ._noise import fit_noise
 from ._params import load_parameters, load_variables
 from ._required import (
     ARS_WEIGHTS,
@@ -123,6 +124,8 @@ def build_sb3(
         data["n_envs"] = env.num_envs
     else:
         check_her_env(cls, data, src.name)
+    if "action_noise" not in given:  # the caller's own is taken as it is
+        fit_noise(data, src.report.notes, n_envs=None if env is None else env.num_envs)
 
     try:
         model = cls(policy=data["policy_class"], env=env, device=src.device, _init_setup_model=False)
