@@ -247,3 +247,81 @@ def test_a_vectorized_noise_for_other_envs_is_made_for_the_envs_passed(tmp_path,
         TD3.load(path, env=_pendulums(n_envs), device="cpu").learn(8)
     kept = zipsave.load(path, cls=TD3, env=_pendulums(2), device="cpu", strict=True)
     assert kept.action_noise.n_envs == 2  # the same envs: as it was saved
+
+
+# -- train_freq and the numbers SB3 trains with -------------------------------------------------
+
+
+def _decimal(text):
+    return _Raw({":type:": "<class 'decimal.Decimal'>", ":zipsave:": {"kind": "decimal", "value": text}})
+
+
+def _train_freq(frequency, unit="step"):
+    from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
+
+    return TrainFreq(frequency, TrainFrequencyUnit(unit) if unit in ("step", "episode") else unit)
+
+
+HOSTILE_VALUES = {
+    "train_freq-0": ("train_freq", _Raw(0)),
+    "train_freq-negative": ("train_freq", _Raw(-3)),
+    "train_freq-of-0": ("train_freq", lambda: _train_freq(0)),
+    "train_freq-of-text": ("train_freq", lambda: _train_freq("abc")),
+    "train_freq-unit-text": ("train_freq", lambda: _train_freq(1, "step!")),
+    "train_freq-of-nan": ("train_freq", lambda: _train_freq(float("nan"))),
+    "gamma-decimal-snan": ("gamma", _decimal("sNaN")),
+    "batch_size-decimal-nan": ("batch_size", _decimal("NaN")),
+    "tau-text": ("tau", _Raw("0.005")),
+    "verbose-decimal-snan": ("verbose", _decimal("-sNaN7")),
+    "_n_updates-decimal-infinity": ("_n_updates", _decimal("Infinity")),
+    "batch_size-huge": ("batch_size", _Raw(2**70)),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_VALUES.values(), ids=HOSTILE_VALUES.keys())
+def test_a_value_the_first_learn_cannot_use_is_skipped(tmp_path, td3_saved, case):
+    # each loaded, and the first learn() raised SB3's AssertionError ('Should at least collect
+    # one step or episode'), TypeError, ValueError or decimal.InvalidOperation; now the entry is
+    # skipped (the model keeps its default) with a warning, and strict refuses it
+    key, value = case
+    value = value() if callable(value) else value
+    path = _rewrite(td3_saved, tmp_path / "values.zip", data={key: value})
+    with pytest.raises(zipsave.DecodeError, match=re.escape("where ")) as caught:
+        zipsave.load(path, cls=TD3, env=_pendulums(), device="cpu", strict=True)
+    assert caught.value.key == key and caught.value.member == "data"
+    assert "keeps" in str(caught.value)
+    fresh = TD3("MlpPolicy", _pendulums(), device="cpu")
+    for load in (
+        lambda: zipsave.load(path, cls=TD3, env=_pendulums(), device="cpu"),
+        lambda: TD3.load(path, env=_pendulums(), device="cpu"),
+    ):
+        with zipsave.sb3.installed(), pytest.warns(zipsave.SkippedEntryWarning, match=re.escape(f"`{key}`")):
+            model = load()
+        if key != "train_freq":
+            assert getattr(model, key) == getattr(fresh, key)  # the default
+        model.learn(8)
+
+
+def test_values_sb3_writes_load(tmp_path, td3_saved):
+    # what real libraries wrote: SB3 1.x's integer train_freq, numpy numbers, None before learn
+    from stable_baselines3.common.type_aliases import TrainFrequencyUnit
+
+    values = {"train_freq": _Raw(4), "gamma": np.float32(0.98), "start_time": _Raw(None), "verbose": _Raw(True)}
+    path = _rewrite(td3_saved, tmp_path / "real.zip", data=values)
+    model = zipsave.load(path, cls=TD3, env=_pendulums(), device="cpu", strict=True)
+    assert model.train_freq == (4, TrainFrequencyUnit.STEP)
+    model.learn(8)
+
+
+def test_a_her_n_sampled_goal_the_buffer_cannot_use_is_skipped(tmp_path, her_saved):
+    # replay_buffer_kwargs with n_sampled_goal=-0.5 or NaN loaded (HerReplayBuffer built), and
+    # the first sample() raised ValueError ('cannot reshape array of size 0', 'cannot convert
+    # float NaN to integer')
+    for goals in (-0.5, float("nan")):
+        path = _rewrite(her_saved, tmp_path / "goals.zip", data={"replay_buffer_kwargs": {"n_sampled_goal": goals}})
+        with pytest.raises(zipsave.DecodeError, match=re.escape("`n_sampled_goal` =")) as caught:
+            zipsave.load(path, cls=DQN, env=_bits_env(), device="cpu", strict=True)
+        assert caught.value.key == "replay_buffer_kwargs"
+        with pytest.warns(zipsave.SkippedEntryWarning, match="replay_buffer_kwargs"):
+            model = zipsave.load(path, cls=DQN, env=_bits_env(), device="cpu")
+        model.learn(60)

@@ -17,7 +17,7 @@ from .. import _format
 from .._codec import SERIALIZED_KEY, TYPE_KEY
 from .._core import LoadSession, check_data_key, no_model_error
 from .._printable import shown
-from ..exceptions import ParameterMismatchError, ZipsaveWarning, caller_stacklevel
+from ..exceptions import DecodeError, ParameterMismatchError, ZipsaveWarning, caller_stacklevel
 from ._checks import (
     check_data,
     check_her_env,
@@ -25,6 +25,7 @@ from ._checks import (
     drop_her_wrapper_class,
     drop_old_her_arguments,
     drop_saved_env,
+    unusable_values,
 )
 from ._estimate import check_model_size
 from ._extras import apply_vec_normalize, has_extra, restore_extra, warn_unused_vec_normalize
@@ -133,6 +134,11 @@ def build_sb3(
         raise build_error(src, cls, data, raw, err, door) from err
     for key in data:  # what `__dict__.update` writes must not replace the model's code
         check_data_key(model, key, archive=src.name, member=_format.DATA, key=key)
+    for key, problem in unusable_values(model, data).items():  # skipped: the model keeps its default
+        if key not in given and key not in kwargs:
+            value = data.pop(key)
+            error = DecodeError(problem, archive=src.name, member=_format.DATA, key=key)
+            src.record_skip(_format.DATA, key, str(type(value)), error)
     check_model_size(cls, {**vars(model), **data, **kwargs}, src, limits=src.limits)  # before SB3 allocates it
     try:
         model.__dict__.update(data)

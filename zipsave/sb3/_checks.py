@@ -5,6 +5,7 @@ names safe to set on the model, no environment made from a string, spaces of pla
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = [
     "drop_her_wrapper_class",
     "drop_old_her_arguments",
     "drop_saved_env",
+    "unusable_values",
 ]
 
 #: ``policy_kwargs`` entries SB3 policies call, and the base class each must derive from.
@@ -140,6 +142,71 @@ def check_her_env(cls: type, data: dict[str, Any], archive: Any) -> None:
             hint=f"Pass one with the saved spaces and a `compute_reward`: `{cls.__name__}.load(path, env=env)` or "
             f"`zipsave.load(path, cls={cls.__name__}, env=env)`.",
         )
+
+
+def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
+    """The ``data`` keys whose values the first ``learn`` of ``model`` (built, not set up) cannot
+    use, each with what is wrong. ``__dict__.update`` sets them as they are, and a model loaded
+    with ``gamma=Decimal('sNaN')``, ``batch_size`` of text or ``train_freq=0`` failed only at its
+    first ``learn`` (``InvalidOperation``, ``TypeError``, SB3's ``AssertionError``):
+
+    * where the fresh model holds a number (``int`` or ``float``) and its constructor takes no
+      other kind there (``train_freq``, ``clip_range``: see the signature), a real number (a
+      ``bool``, ``int`` of at most 63 bits, ``float`` or numpy number) or ``None``;
+    * ``train_freq``: as SB3 keeps it, a ``TrainFreq`` of an integer of at least 1 and a
+      ``TrainFrequencyUnit`` (SB3 1.x saved the integer, or a tuple with ``"step"``/``"episode"``);
+    * a ``HerReplayBuffer``'s ``n_sampled_goal`` in ``replay_buffer_kwargs``: a finite number of
+      at least 0 (``her_ratio = 1 - 1 / (n_sampled_goal + 1)`` is a fraction of each batch).
+    """
+    fresh, taken = vars(model), inspect.signature(type(model)).parameters
+    numbers = {
+        key
+        for key, value in fresh.items()
+        if type(value) in (int, float)  # and no argument that may be something else (a schedule)
+        and (key not in taken or taken[key].annotation in (int, float, "int", "float"))
+    }
+    out = {
+        key: f"is {_kind(value)}, where {type(model).__name__} keeps a number"
+        for key, value in data.items()
+        if key in numbers and value is not None and not _number(value, 63)
+    }
+    if "train_freq" in data and not _train_freq(data["train_freq"]):
+        out["train_freq"] = (
+            f"is {_kind(data['train_freq'])}, where SB3 keeps a TrainFreq of an integer of at least 1 and a unit"
+        )
+    kwargs = data.get("replay_buffer_kwargs")
+    goals = kwargs.get("n_sampled_goal", 0) if isinstance(kwargs, dict) and _her_buffer(data) else 0
+    if not (_number(goals, 63) and 0 <= goals < math.inf):  # NaN: never
+        out["replay_buffer_kwargs"] = (
+            f"holds `n_sampled_goal` = {_kind(goals)}, where SB3 keeps a finite number of at least 0"
+        )
+    return out
+
+
+def _number(value: Any, bits: int) -> bool:
+    if isinstance(value, int):
+        return value.bit_length() <= bits
+    return isinstance(value, (float, np.integer, np.floating))
+
+
+def _train_freq(value: Any) -> bool:
+    from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
+
+    if type(value) is int:
+        return 1 <= value < 2**63
+    if type(value) not in (tuple, TrainFreq) or len(value) != 2:
+        return False
+    frequency, unit = value
+    units = (TrainFrequencyUnit.STEP, TrainFrequencyUnit.EPISODE)
+    known = type(unit) is TrainFrequencyUnit or (
+        type(value) is tuple and type(unit) is str and unit in ("step", "episode")
+    )
+    return isinstance(frequency, int) and 1 <= frequency < 2**63 and known and (type(unit) is str or unit in units)
+
+
+def _kind(value: Any) -> str:
+    plain = isinstance(value, (int, float, str, tuple, np.generic))
+    return shown(value) if plain else f"a {type(value).__name__}"
 
 
 def check_names(cls: type | None, *, data: Any, params: Any, variables: Any, archive: Any) -> None:

@@ -152,7 +152,7 @@ def check_her(buffer: Any, state: dict[str, Any], arrays: dict[str, Any]) -> Any
 
 def her_settings_problem(state: dict[str, Any]) -> tuple[str, str] | None:
     """The setting, and what is wrong with a pickled HER buffer's sampling settings, or ``None``:
-    SB3 keeps a ``GoalSelectionStrategy``, ``n_sampled_goal`` a number of at least 0 and
+    SB3 keeps a ``GoalSelectionStrategy``, ``n_sampled_goal`` a finite number of at least 0 and
     ``her_ratio = 1 - 1 / (n_sampled_goal + 1)`` (``sample()`` takes ``int(her_ratio * batch_size)``)."""
     from stable_baselines3.her.goal_selection_strategy import GoalSelectionStrategy
 
@@ -162,8 +162,8 @@ def her_settings_problem(state: dict[str, Any]) -> tuple[str, str] | None:
             "goal_selection_strategy",
             f"`goal_selection_strategy` is {shown(strategy)}, where SB3 keeps a GoalSelectionStrategy",
         )
-    if not _real(goals) >= 0:  # NaN and what is no number: never
-        return "n_sampled_goal", f"`n_sampled_goal` is {shown(goals)}, where SB3 keeps a number of at least 0"
+    if not 0 <= _real(goals) < math.inf:  # NaN and what is no number: never
+        return "n_sampled_goal", f"`n_sampled_goal` is {shown(goals)}, where SB3 keeps a finite number of at least 0"
     if not 0 <= _real(ratio) <= 1:
         return "her_ratio", f"`her_ratio` is {shown(ratio)}, where SB3 keeps a number from 0 to 1"
     return None
