@@ -17,7 +17,7 @@ from .. import _format
 from .._codec import SERIALIZED_KEY, TYPE_KEY
 from .._core import LoadSession, check_data_key, no_model_error
 from .._printable import shown
-from ..exceptions import DecodeError, ParameterMismatchError, ZipsaveWarning, caller_stacklevel
+from ..exceptions import AlgorithmMismatchError, DecodeError, ParameterMismatchError, ZipsaveWarning, caller_stacklevel
 from ._checks import (
     check_data,
     check_her_env,
@@ -134,11 +134,7 @@ def build_sb3(
         raise build_error(src, cls, data, raw, err, door) from err
     for key in data:  # what `__dict__.update` writes must not replace the model's code
         check_data_key(model, key, archive=src.name, member=_format.DATA, key=key)
-    for key, problem in unusable_values(model, data).items():  # skipped: the model keeps its default
-        if key not in given and key not in kwargs:
-            value = data.pop(key)
-            error = DecodeError(problem, archive=src.name, member=_format.DATA, key=key)
-            src.record_skip(_format.DATA, key, str(type(value)), error)
+    _skip_unusable(src, cls, model, data, raw, door, taken={*given, *kwargs})
     check_model_size(cls, {**vars(model), **data, **kwargs}, src, limits=src.limits)  # before SB3 allocates it
     try:
         model.__dict__.update(data)
@@ -168,6 +164,22 @@ def build_sb3(
     if model.use_sde:
         model.policy.reset_noise()  # sample the gSDE matrix on the right device (SB3 #44)
     return model
+
+
+def _skip_unusable(src: LoadSession, cls: type, model: Any, data: dict, raw: Any, door: str, taken: set) -> None:
+    """Skip the ``data`` values the model's first ``learn`` cannot use (the model keeps its
+    default); the caller's own are taken as given. Another algorithm's archive (a SAC's
+    ``ent_coef='auto'`` where PPO keeps a number) is named as such, as when it fails to build."""
+    problems = {k: p for k, p in unusable_values(model, data).items() if k not in taken}
+    if not problems:
+        return
+    key = next(iter(problems))
+    mismatch = build_error(src, cls, data, raw, ValueError(f"`{key}` {problems[key]}"), door)
+    if isinstance(mismatch, AlgorithmMismatchError):
+        raise mismatch
+    for key, problem in problems.items():
+        value = data.pop(key)
+        src.record_skip(_format.DATA, key, str(type(value)), DecodeError(problem, member=_format.DATA, key=key))
 
 
 def _raw_data(src: LoadSession) -> dict[str, Any] | None:
