@@ -325,3 +325,31 @@ def test_a_her_n_sampled_goal_the_buffer_cannot_use_is_skipped(tmp_path, her_sav
         with pytest.warns(zipsave.SkippedEntryWarning, match="replay_buffer_kwargs"):
             model = zipsave.load(path, cls=DQN, env=_bits_env(), device="cpu")
         model.learn(60)
+
+
+# -- instance attributes that stand in for methods ----------------------------------------------
+
+
+def test_a_pickled_attribute_named_as_a_method_is_refused(tmp_path, td3_saved):
+    # BUILD set `reset` on a VectorizedActionNoise and `sample` on a ReplayBuffer: each loaded,
+    # and SB3 called them in place of the methods (`action_noise.reset(indices=[0])` made an
+    # OrderedDict; `replay_buffer.sample(batch_size)` raised TypeError at the first train)
+    import collections
+
+    from stable_baselines3.common.noise import NormalActionNoise, VectorizedActionNoise
+
+    noise = VectorizedActionNoise(NormalActionNoise(np.zeros(1), np.full(1, 0.1)), 2)
+    noise.reset = collections.OrderedDict
+    path = _rewrite(td3_saved, tmp_path / "noise.zip", data={"action_noise": noise})
+    with pytest.raises(zipsave.DecodeError, match=re.escape("would stand in for its method")) as caught:
+        zipsave.load(path, cls=TD3, env=_pendulums(2), device="cpu", strict=True)
+    assert caught.value.key == "action_noise" and "`reset`" in str(caught.value)
+
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=64, learning_starts=0, device="cpu")
+    model.learn(8)
+    model.replay_buffer.sample = collections.OrderedDict
+    model.save_replay_buffer(tmp_path / "buffer.pkl")  # SB3's own pickle (not installed)
+    fresh = DQN("MlpPolicy", "CartPole-v1", buffer_size=64, learning_starts=0, device="cpu")
+    with zipsave.sb3.installed(), pytest.raises(zipsave.DecodeError, match=re.escape("`sample`")):
+        fresh.load_replay_buffer(tmp_path / "buffer.pkl")
+    assert "sample" not in vars(fresh.replay_buffer)
