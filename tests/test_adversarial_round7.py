@@ -353,3 +353,59 @@ def test_a_pickled_attribute_named_as_a_method_is_refused(tmp_path, td3_saved):
     with zipsave.sb3.installed(), pytest.raises(zipsave.DecodeError, match=re.escape("`sample`")):
         fresh.load_replay_buffer(tmp_path / "buffer.pkl")
     assert "sample" not in vars(fresh.replay_buffer)
+
+
+# -- zipsave.restore into a live SB3 model: the checks of load ----------------------------------
+
+
+def _live_td3(n_envs=1):
+    kwargs = {"learning_starts": 4, "buffer_size": 64, "batch_size": 4, "policy_kwargs": {"net_arch": [8]}}
+    return TD3("MlpPolicy", _pendulums(n_envs), device="cpu", seed=0, **kwargs)
+
+
+LIVE_PARTS = {
+    "env": _Raw("Pendulum-v1"),
+    "policy": _Raw({"a": 1}),
+    "replay_buffer": _Raw(None),
+    "_vec_normalize_env": _Raw(3),
+    "device": _Raw("meta"),
+}
+
+
+@pytest.mark.parametrize("key", LIVE_PARTS, ids=LIVE_PARTS)
+def test_restore_keeps_the_live_parts_of_a_model(tmp_path, td3_saved, key):
+    # restore set them from `data` on the live model: env a string, policy a dict (left so when
+    # the state dict then failed), replay_buffer None; the next learn() raised AttributeError
+    path = _rewrite(td3_saved, tmp_path / "live.zip", data={key: LIVE_PARTS[key]})
+    model = _live_td3()
+    before = getattr(model, key)
+    if LIVE_PARTS[key].value is None:  # as SB3 1.x saved `env`: left out without a word
+        zipsave.restore(model, path, device="cpu", strict=True)
+    else:
+        with pytest.raises(zipsave.DecodeError, match=re.escape("is a live part of the model")) as caught:
+            zipsave.restore(model, path, device="cpu", strict=True)
+        assert caught.value.key == key
+        with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape(f"`{key}`")):
+            zipsave.restore(model, path, device="cpu")
+    assert getattr(model, key) is before
+    model.learn(8)
+
+
+def test_restore_applies_the_checks_of_load(tmp_path, td3_saved):
+    # restore set an `lr_schedule` that is a class (SB3 calls it: a class of the allowlist was
+    # constructed), a TrainFreq of 0 and an SB3 1.x noise without `_dtype` on the live model
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    path = _rewrite(td3_saved, tmp_path / "class.zip", data={"lr_schedule": np.float64})
+    with pytest.raises(zipsave.DecodeError, match=re.escape("is a schedule SB3 calls, found the class")):
+        zipsave.restore(_live_td3(), path, device="cpu")
+    path = _rewrite(
+        td3_saved,
+        tmp_path / "values.zip",
+        data={"train_freq": _train_freq(0), "action_noise": _sb3_1x(NormalActionNoise(np.zeros(1), np.full(1, 0.1)))},
+    )
+    model = _live_td3()
+    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("`train_freq`")):
+        zipsave.restore(model, path, device="cpu")
+    assert model.train_freq.frequency == 1 and model.action_noise._dtype is np.float64
+    model.learn(8)

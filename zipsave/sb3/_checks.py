@@ -17,7 +17,7 @@ from .._core import check_name, check_path
 from .._printable import shown
 from .._trust import space_problem
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveWarning
-from ._noise import check_noise
+from ._noise import check_noise, fit_noise
 
 __all__ = [
     "check_data",
@@ -27,6 +27,7 @@ __all__ = [
     "drop_her_wrapper_class",
     "drop_old_her_arguments",
     "drop_saved_env",
+    "restore_checks",
     "unusable_values",
 ]
 
@@ -207,6 +208,34 @@ def _train_freq(value: Any) -> bool:
 def _kind(value: Any) -> str:
     plain = isinstance(value, (int, float, str, tuple, np.generic))
     return shown(value) if plain else f"a {type(value).__name__}"
+
+
+def restore_checks(src: Any, model: Any, data: dict[str, Any], given: Any) -> dict[str, Any]:
+    """``data`` to set on a live SB3 ``model`` (:func:`zipsave.restore`), checked as ``load``
+    checks it. A key naming a live part of the model (its env, policy, buffers, logger: what
+    SB3 never saves) or a space other than the model's, and a value its first ``learn`` cannot
+    use, are skipped (the model keeps its own); a class or noise SB3 would call unsafely is
+    refused. An archive set ``env`` to a string, ``policy`` to a dict (left so when its state
+    dict then failed), ``replay_buffer`` to None or ``lr_schedule`` to a class on the model."""
+    parts = model._get_torch_save_params()
+    live = {*model._excluded_save_params(), *(name.split(".")[0] for names in parts for name in names)}
+    checked = {k: v for k, v in data.items() if k not in given}
+    problems = {k: "is a live part of the model, which SB3 never saves" for k in checked if k in live}
+    with_env = getattr(model, "env", None) is not None  # then n_envs is its env's
+    for key in ("observation_space", "action_space", *(("n_envs",) if with_env else ())):
+        if key in checked and key not in problems and checked[key] != getattr(model, key, None):
+            problems[key] = f"is {shown(checked[key])}, where the model has {shown(getattr(model, key, None))}"
+    for key, problem in problems.items():
+        value = checked.pop(key)
+        if value is not None or key not in live:  # SB3 1.x saved `env=None`: nothing to say
+            error = DecodeError(f"{problem}; the model keeps its own.", member=_format.DATA, key=key)
+            src.record_skip(_format.DATA, key, str(type(value)), error)
+    check_data(checked, archive=src.name, references=src.policy.references)
+    for key, problem in unusable_values(model, checked).items():
+        src.record_skip(_format.DATA, key, str(type(checked.pop(key))), DecodeError(problem, key=key))
+    if "action_noise" in checked:
+        fit_noise(checked, src.report.notes, n_envs=model.n_envs if with_env else None)
+    return {**checked, **{k: v for k, v in data.items() if k in given}}
 
 
 def check_names(cls: type | None, *, data: Any, params: Any, variables: Any, archive: Any) -> None:
