@@ -409,3 +409,35 @@ def test_restore_applies_the_checks_of_load(tmp_path, td3_saved):
         zipsave.restore(model, path, device="cpu")
     assert model.train_freq.frequency == 1 and model.action_noise._dtype is np.float64
     model.learn(8)
+
+
+# -- archive values that refuse comparison --------------------------------------------------------
+
+
+def test_a_buffer_setting_that_refuses_comparison_skips_the_buffer(tmp_path, her_saved):
+    # replay_buffer/data's buffer_size of Decimal('sNaN'): comparing it with the model's raised
+    # InvalidOperation, and the whole load failed ('could not be read'), naming no member or key
+    with zipfile.ZipFile(io.BytesIO(her_saved)) as zf:
+        state = json.loads(zf.read("replay_buffer/data"))
+    state["buffer_size"] = _decimal("sNaN").value
+    path = tmp_path / "setting.zip"
+    with zipfile.ZipFile(io.BytesIO(her_saved)) as src, zipfile.ZipFile(path, "w") as zf:
+        for name in src.namelist():
+            if name != "manifest.json":
+                zf.writestr(name, json.dumps(state) if name == "replay_buffer/data" else src.read(name))
+    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("buffer_size=Decimal('sNaN')")):
+        model = zipsave.load(path, cls=DQN, env=_bits_env(), device="cpu")
+    assert model.replay_buffer.pos == 0
+
+
+def test_saved_policy_kwargs_that_refuse_comparison_are_named(tmp_path, td3_saved):
+    path = _rewrite(td3_saved, tmp_path / "kwargs.zip", data={"policy_kwargs": {"net_arch": [_decimal_value("sNaN")]}})
+    with pytest.raises(zipsave.ParameterMismatchError) as caught:
+        zipsave.load(path, cls=TD3, env=_pendulums(), device="cpu", policy_kwargs={"net_arch": [8]})
+    assert caught.value.key == "policy_kwargs"
+
+
+def _decimal_value(text):
+    import decimal
+
+    return decimal.Decimal(text)

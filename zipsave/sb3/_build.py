@@ -43,6 +43,7 @@ from ._required import (
     named_classes,
     needs,
 )
+from ._same import same
 from ._schedules import NotASchedule, recognise_schedule
 from ._zoo import recognise as recognise_zoo_schedule
 
@@ -317,7 +318,7 @@ def _fix_policy_kwargs(src: LoadSession, data: dict[str, Any], kwargs: dict[str,
         net_arch = stored.get("net_arch")
         if net_arch and isinstance(net_arch, list) and isinstance(net_arch[0], dict):
             stored["net_arch"] = net_arch[0]  # SB3 < 1.8 layout
-    if "policy_kwargs" in kwargs and "policy_kwargs" in data and kwargs["policy_kwargs"] != stored:
+    if "policy_kwargs" in kwargs and "policy_kwargs" in data and not same(kwargs["policy_kwargs"], stored):
         raise ParameterMismatchError(
             f"the `policy_kwargs` given ({kwargs['policy_kwargs']!r}) differ from the saved ones ({shown(stored)}).",
             archive=src.name,

@@ -18,6 +18,7 @@ from .._printable import shown
 from .._trust import space_problem
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveWarning
 from ._noise import check_noise, fit_noise
+from ._same import same
 
 __all__ = [
     "check_data",
@@ -223,7 +224,7 @@ def restore_checks(src: Any, model: Any, data: dict[str, Any], given: Any) -> di
     problems = {k: "is a live part of the model, which SB3 never saves" for k in checked if k in live}
     with_env = getattr(model, "env", None) is not None  # then n_envs is its env's
     for key in ("observation_space", "action_space", *(("n_envs",) if with_env else ())):
-        if key in checked and key not in problems and checked[key] != getattr(model, key, None):
+        if key in checked and key not in problems and not same(checked[key], getattr(model, key, None)):
             problems[key] = f"is {shown(checked[key])}, where the model has {shown(getattr(model, key, None))}"
     for key, problem in problems.items():
         value = checked.pop(key)

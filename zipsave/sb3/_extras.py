@@ -15,6 +15,7 @@ from .._tensors import NpyHeader
 from ..exceptions import DecodeError, EncodeError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._buffer_fill import fill_buffer
 from ._her import HER_ARRAYS, bookkeeping_problem, check_her, end_unfinished_episodes, her_state, is_her, settings_note
+from ._same import same
 from ._snapshot import replay_snapshot
 
 __all__ = [
@@ -219,12 +220,12 @@ def _restore_replay_buffer(src: LoadSession, model: Any, state: dict[str, Any]) 
     buffer = getattr(model, "replay_buffer", None)
     if buffer is None:
         raise DecodeError(f"holds a replay buffer, but {type(model).__name__} has none to fill.")
-    if state.get("class") != _class_path(buffer):
+    if not same(state.get("class"), _class_path(buffer)):
         raise DecodeError(
             f"holds a `{state.get('class')}`, but the model's replay buffer is a `{_class_path(buffer)}`."
         )
     for key in ("buffer_size", "n_envs", "optimize_memory_usage"):
-        if key in state and state[key] != getattr(buffer, key, None):
+        if key in state and not same(state[key], getattr(buffer, key, None)):
             raise DecodeError(
                 f"holds a replay buffer with {key}={shown(state[key])}, but the model's has {shown(getattr(buffer, key, None))}.",
                 hint="Load with the saved settings (no `buffer_size=` override, the same number of envs).",

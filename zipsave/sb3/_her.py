@@ -12,6 +12,7 @@ import numpy as np
 
 from .._printable import shown
 from ..exceptions import DecodeError, EncodeError
+from ._same import same
 
 __all__ = [
     "HER_ARRAYS",
@@ -304,7 +305,7 @@ def settings_note(buffer: Any, state: dict[str, Any]) -> str | None:
     (they come from its ``replay_buffer_kwargs``), the transitions are the saved ones."""
     saved = state.get("her") or {}
     current = _settings(buffer)
-    differ = sorted(k for k in _SETTINGS if k in saved and saved[k] != current[k])
+    differ = sorted(k for k in _SETTINGS if k in saved and not same(saved[k], current[k]))
     if not differ:
         return None
     pairs = ", ".join(f"{k}={shown(saved[k])} saved, {shown(current[k])} used" for k in differ)
