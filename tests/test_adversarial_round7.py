@@ -441,3 +441,11 @@ def _decimal_value(text):
     import decimal
 
     return decimal.Decimal(text)
+
+
+def test_an_old_her_argument_is_quoted_as_saved(tmp_path, her_saved):
+    # SB3 1.x's online_sampling of something other than True was reported as
+    # `online_sampling=False` whatever it held
+    path = _rewrite(her_saved, tmp_path / "old.zip", data={"replay_buffer_kwargs": {"online_sampling": [1]}})
+    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("`online_sampling=[1]`")):
+        zipsave.load(path, cls=DQN, env=_bits_env(), device="cpu")

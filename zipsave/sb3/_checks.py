@@ -123,7 +123,8 @@ def drop_old_her_arguments(data: dict[str, Any], notes: list[str], archive: Any)
         warnings.warn(
             ZipsaveWarning(
                 f"archive `{archive}`, member `data`, key `replay_buffer_kwargs`: the model was trained with "
-                "`online_sampling=False` (HER transitions stored in the buffer), which SB3 2.x no longer has; "
+                f"`online_sampling={shown(saved['online_sampling'])}` (HER transitions stored in the buffer), which "
+                "SB3 2.x no longer has; "
                 "its buffer samples goals online. The weights are the saved ones."
             ),
             stacklevel=4,
