@@ -449,3 +449,21 @@ def test_an_old_her_argument_is_quoted_as_saved(tmp_path, her_saved):
     path = _rewrite(her_saved, tmp_path / "old.zip", data={"replay_buffer_kwargs": {"online_sampling": [1]}})
     with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("`online_sampling=[1]`")):
         zipsave.load(path, cls=DQN, env=_bits_env(), device="cpu")
+
+
+def test_a_published_pre_1_0_sac_collects_by_episodes(tmp_path):
+    # the RL Zoo's SAC agents of SB3 < 1.0 saved train_freq=-1 with n_episodes_rollout=1 (one
+    # episode per rollout); SB3 2.x's own load and zipsave's gave TrainFreq(-1, "step"), and
+    # the first learn() raised AssertionError ('Should at least collect one step or episode')
+    import pathlib
+
+    import gymnasium as gym
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.type_aliases import TrainFrequencyUnit
+
+    path = pathlib.Path(__file__).parent / "data" / "rl_zoo" / "sac_Pendulum-v1.zip"
+    report = zipsave.LoadReport()
+    env = gym.make("Pendulum-v1")
+    model = zipsave.load(path, cls=SAC, env=env, device="cpu", report=report)
+    assert model.train_freq == (1, TrainFrequencyUnit.EPISODE)  # what learn() collects by (SB3 >= 1.0)
+    assert any("n_episodes_rollout=1" in note for note in report.notes)

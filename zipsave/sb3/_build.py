@@ -26,6 +26,7 @@ from ._checks import (
     drop_old_her_arguments,
     drop_saved_env,
     unusable_values,
+    upgrade_old_train_freq,
 )
 from ._estimate import check_model_size
 from ._extras import apply_vec_normalize, has_extra, restore_extra, warn_unused_vec_normalize
@@ -103,6 +104,7 @@ def build_sb3(
     drop_saved_env(data, src.report.notes)
     drop_her_wrapper_class(data, src.report.notes)
     drop_old_her_arguments(data, src.report.notes, src.name)
+    upgrade_old_train_freq(data, src.report.notes)
     check_data(data, archive=src.name, references=src.policy.references)
     check_names(cls, data=data, params=(), variables=(), archive=src.name)
     _fix_policy_kwargs(src, data, kwargs)
@@ -135,8 +137,9 @@ def build_sb3(
         raise build_error(src, cls, data, raw, err, door) from err
     for key in data:  # what `__dict__.update` writes must not replace the model's code
         check_data_key(model, key, archive=src.name, member=_format.DATA, key=key)
-    _skip_unusable(src, cls, model, data, raw, door, taken={*given, *kwargs})
     check_model_size(cls, {**vars(model), **data, **kwargs}, src, limits=src.limits)  # before SB3 allocates it
+    if _skip_unusable(src, cls, model, data, raw, door, taken={*given, *kwargs}):
+        check_model_size(cls, {**vars(model), **data, **kwargs}, src, limits=src.limits)  # with the defaults kept
     try:
         model.__dict__.update(data)
         model.__dict__.update(kwargs)
@@ -167,13 +170,13 @@ def build_sb3(
     return model
 
 
-def _skip_unusable(src: LoadSession, cls: type, model: Any, data: dict, raw: Any, door: str, taken: set) -> None:
+def _skip_unusable(src: LoadSession, cls: type, model: Any, data: dict, raw: Any, door: str, taken: set) -> bool:
     """Skip the ``data`` values the model's first ``learn`` cannot use (the model keeps its
-    default); the caller's own are taken as given. Another algorithm's archive (a SAC's
+    default; returns whether one was skipped); the caller's own are taken as given. Another algorithm's archive (a SAC's
     ``ent_coef='auto'`` where PPO keeps a number) is named as such, as when it fails to build."""
     problems = {k: p for k, p in unusable_values(model, data).items() if k not in taken}
     if not problems:
-        return
+        return False
     key = next(iter(problems))
     mismatch = build_error(src, cls, data, raw, ValueError(f"`{key}` {problems[key]}"), door)
     if isinstance(mismatch, AlgorithmMismatchError):
@@ -181,6 +184,7 @@ def _skip_unusable(src: LoadSession, cls: type, model: Any, data: dict, raw: Any
     for key, problem in problems.items():
         value = data.pop(key)
         src.record_skip(_format.DATA, key, str(type(value)), DecodeError(problem, member=_format.DATA, key=key))
+    return True
 
 
 def _raw_data(src: LoadSession) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ __all__ = [
     "drop_saved_env",
     "restore_checks",
     "unusable_values",
+    "upgrade_old_train_freq",
 ]
 
 #: ``policy_kwargs`` entries SB3 policies call, and the base class each must derive from.
@@ -131,6 +132,20 @@ def drop_old_her_arguments(data: dict[str, Any], notes: list[str], archive: Any)
         )
 
 
+def upgrade_old_train_freq(data: dict[str, Any], notes: list[str]) -> None:
+    """SB3 before 1.0 (the RL Zoo's published SAC agents) saved ``train_freq=-1`` with
+    ``n_episodes_rollout=k`` to collect ``k`` episodes per rollout; SB3 1.0 spells that
+    ``train_freq=(k, "episode")``, and SB3 2.x's ``learn`` asserts a frequency of at least 1 (its
+    own load of such an archive fails there). The pair becomes 1.0's spelling, with a note."""
+    frequency, episodes = data.get("train_freq"), data.get("n_episodes_rollout")
+    if type(frequency) is int and frequency <= 0 and type(episodes) is int and 1 <= episodes < 2**63:
+        data["train_freq"] = (episodes, "episode")
+        notes.append(
+            f"`train_freq={frequency}` with `n_episodes_rollout={episodes}` is what SB3 before 1.0 saved for "
+            f"`train_freq=({episodes}, 'episode')`, which the model was given."
+        )
+
+
 def check_her_env(cls: type, data: dict[str, Any], archive: Any) -> None:
     """A HER model is built with an environment (SB3 asserts one: its buffer asks the env for
     ``compute_reward``); without ``env=`` say so, naming the fix, rather than blaming ``data``."""
@@ -222,6 +237,7 @@ def restore_checks(src: Any, model: Any, data: dict[str, Any], given: Any) -> di
     parts = model._get_torch_save_params()
     live = {*model._excluded_save_params(), *(name.split(".")[0] for names in parts for name in names)}
     checked = {k: v for k, v in data.items() if k not in given}
+    upgrade_old_train_freq(checked, src.report.notes)
     problems = {k: "is a live part of the model, which SB3 never saves" for k in checked if k in live}
     with_env = getattr(model, "env", None) is not None  # then n_envs is its env's
     for key in ("observation_space", "action_space", *(("n_envs",) if with_env else ())):
