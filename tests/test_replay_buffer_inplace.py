@@ -166,7 +166,7 @@ def test_a_corrupt_member_read_in_place_empties_the_buffer(skip, tmp_path_factor
 
 def test_a_corrupt_her_member_empties_the_episodes_too(tmp_path_factory, tmp_path):
     _, saved = _saved_model("her", tmp_path_factory)
-    member = _member_of(saved, "ep_length")
+    member = _member_of(saved, "actions")
     bad = _flip_last_byte(saved, member, tmp_path)
     live = _live("her")
     assert live.replay_buffer.ep_length.any()
@@ -175,6 +175,21 @@ def test_a_corrupt_her_member_empties_the_episodes_too(tmp_path_factory, tmp_pat
     buffer = live.replay_buffer
     assert (buffer.pos, buffer.full) == (0, False)
     assert not buffer.ep_length.any() and not buffer.ep_start.any() and not buffer._current_ep_start.any()
+
+
+def test_a_corrupt_her_bookkeeping_member_is_found_before_the_live_buffer_changes(tmp_path_factory, tmp_path):
+    # the episode bookkeeping is read (and checked) before anything is read in place
+    _, saved = _saved_model("her", tmp_path_factory)
+    member = _member_of(saved, "ep_length")
+    bad = _flip_last_byte(saved, member, tmp_path)
+    live = _live("her")
+    kept = {name: arr.copy() for name, arr in _arrays(live.replay_buffer).items()}
+    pos = live.replay_buffer.pos
+    with pytest.raises(zipsave.IntegrityError, match=re.escape(f"member `{member}`")):
+        zipsave.restore(live, bad, device="cpu")
+    assert live.replay_buffer.pos == pos
+    for name, arr in _arrays(live.replay_buffer).items():
+        assert np.array_equal(arr, kept[name]), name
 
 
 def test_a_truncated_member_is_found_before_the_live_buffer_changes(tmp_path_factory, tmp_path):

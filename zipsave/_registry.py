@@ -154,6 +154,12 @@ class Handler:
         go in as ``custom_objects`` the caller did not name."""
         return {}
 
+    def checked_data(self, session: Any, obj: Any, data: dict[str, Any], given: AbstractSet[str]) -> dict[str, Any]:
+        """The decoded ``data`` :func:`zipsave.restore` is to set on a live ``obj`` this handler
+        :meth:`claims`: raise to refuse it, leave a key out to keep ``obj``'s own (``given``:
+        the caller's ``custom_objects``, taken as they are)."""
+        return data
+
     def restore_component(self, session: Any, obj: Any, name: str) -> bool:
         """Fill the component folder ``name`` of ``obj`` itself (e.g. SB3's replay buffer);
         False lets the core rebuild or restore it as usual."""

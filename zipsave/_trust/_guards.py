@@ -345,12 +345,35 @@ def build_state_problem(inst: Any, state: Any, is_random: Callable[[Any], bool])
         bad += sorted(f"`{k}`" for k in part if type(k) is str and k.endswith("hooks") and part[k])
         if bad:
             return f"sets the attribute(s) {', '.join(bad[:5])} on a `{type(inst).__qualname__}` instance"
+        # an instance attribute named as a method of its class is called in its place
+        # (`buffer.sample(batch_size)`, `noise.reset(indices=...)`): no object saves one
+        shadowing = sorted(f"`{k}`" for k in part if type(k) is str and k in _method_names(type(inst)))
+        if shadowing:
+            return (
+                f"sets the attribute(s) {', '.join(shadowing[:5])} on a `{type(inst).__qualname__}` instance, "
+                "which would stand in for its method(s) of that name"
+            )
     if type(state) is tuple and len(state) == 2 and state[1]:
         slots = {s for klass in type(inst).__mro__ for s in _slots_of(klass)}
         extra = sorted(k for k in state[1] if k not in slots)
         if extra:
             return f"sets {', '.join(map(repr, extra[:5]))} on a `{type(inst).__qualname__}` instance, which are not its slots"
     return None
+
+
+_METHODS: dict[type, frozenset[str]] = {}  # per class a BUILD set the state of (allowlisted ones)
+
+
+def _method_names(cls: type) -> frozenset[str]:
+    """The methods ``cls`` and its bases (not ``object``) define: what an instance attribute of
+    the same name would replace when code calls ``obj.name(...)``."""
+    names = _METHODS.get(cls)
+    if names is None:
+        kinds = (types.FunctionType, staticmethod, classmethod, types.BuiltinFunctionType, types.MethodDescriptorType)
+        names = _METHODS[cls] = frozenset(
+            name for klass in cls.__mro__[:-1] for name, value in vars(klass).items() if isinstance(value, kinds)
+        )
+    return names
 
 
 def _slots_of(klass: type) -> tuple:

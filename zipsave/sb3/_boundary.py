@@ -12,6 +12,7 @@ from typing import Any
 
 from .._printable import shown
 from ..exceptions import ArchiveNotFoundError, DecodeError, ZipsaveError, as_zipsave_error
+from ._her import bookkeeping_problem, her_settings_problem, is_her
 
 __all__ = ["check_buffer", "check_statistics", "door"]
 
@@ -142,3 +143,11 @@ def check_buffer(buffer: Any, path: Any) -> None:
             archive=path,
             key=problem[0],
         )
+    if is_her(buffer):
+        her = her_settings_problem(state) or bookkeeping_problem(size, n_envs, state)
+        if her is not None:
+            raise DecodeError(
+                f"holds a {type(buffer).__name__} whose {her[1]}; SB3 writes no such replay buffer.",
+                archive=path,
+                key=her[0],
+            )

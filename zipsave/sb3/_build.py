@@ -17,7 +17,7 @@ from .. import _format
 from .._codec import SERIALIZED_KEY, TYPE_KEY
 from .._core import LoadSession, check_data_key, no_model_error
 from .._printable import shown
-from ..exceptions import ParameterMismatchError, ZipsaveWarning, caller_stacklevel
+from ..exceptions import AlgorithmMismatchError, DecodeError, ParameterMismatchError, ZipsaveWarning, caller_stacklevel
 from ._checks import (
     check_data,
     check_her_env,
@@ -25,10 +25,13 @@ from ._checks import (
     drop_her_wrapper_class,
     drop_old_her_arguments,
     drop_saved_env,
+    unusable_values,
+    upgrade_old_train_freq,
 )
 from ._estimate import check_model_size
 from ._extras import apply_vec_normalize, has_extra, restore_extra, warn_unused_vec_normalize
 from ._keys import blame_given, given_values, warn_near_options, warn_unknown_keys, warn_unmatched_custom_objects
+from ._noise import fit_noise
 from ._params import load_parameters, load_variables
 from ._required import (
     ARS_WEIGHTS,
@@ -41,6 +44,7 @@ from ._required import (
     named_classes,
     needs,
 )
+from ._same import same
 from ._schedules import NotASchedule, recognise_schedule
 from ._zoo import recognise as recognise_zoo_schedule
 
@@ -100,6 +104,7 @@ def build_sb3(
     drop_saved_env(data, src.report.notes)
     drop_her_wrapper_class(data, src.report.notes)
     drop_old_her_arguments(data, src.report.notes, src.name)
+    upgrade_old_train_freq(data, src.report.notes)
     check_data(data, archive=src.name, references=src.policy.references)
     check_names(cls, data=data, params=(), variables=(), archive=src.name)
     _fix_policy_kwargs(src, data, kwargs)
@@ -123,6 +128,8 @@ def build_sb3(
         data["n_envs"] = env.num_envs
     else:
         check_her_env(cls, data, src.name)
+    if "action_noise" not in given:  # the caller's own is taken as it is
+        fit_noise(data, src.report.notes, n_envs=None if env is None else env.num_envs)
 
     try:
         model = cls(policy=data["policy_class"], env=env, device=src.device, _init_setup_model=False)
@@ -131,6 +138,8 @@ def build_sb3(
     for key in data:  # what `__dict__.update` writes must not replace the model's code
         check_data_key(model, key, archive=src.name, member=_format.DATA, key=key)
     check_model_size(cls, {**vars(model), **data, **kwargs}, src, limits=src.limits)  # before SB3 allocates it
+    if _skip_unusable(src, cls, model, data, raw, door, taken={*given, *kwargs}):
+        check_model_size(cls, {**vars(model), **data, **kwargs}, src, limits=src.limits)  # with the defaults kept
     try:
         model.__dict__.update(data)
         model.__dict__.update(kwargs)
@@ -159,6 +168,23 @@ def build_sb3(
     if model.use_sde:
         model.policy.reset_noise()  # sample the gSDE matrix on the right device (SB3 #44)
     return model
+
+
+def _skip_unusable(src: LoadSession, cls: type, model: Any, data: dict, raw: Any, door: str, taken: set) -> bool:
+    """Skip the ``data`` values the model's first ``learn`` cannot use (the model keeps its
+    default; returns whether one was skipped); the caller's own are taken as given. Another algorithm's archive (a SAC's
+    ``ent_coef='auto'`` where PPO keeps a number) is named as such, as when it fails to build."""
+    problems = {k: p for k, p in unusable_values(model, data).items() if k not in taken}
+    if not problems:
+        return False
+    key = next(iter(problems))
+    mismatch = build_error(src, cls, data, raw, ValueError(f"`{key}` {problems[key]}"), door)
+    if isinstance(mismatch, AlgorithmMismatchError):
+        raise mismatch
+    for key, problem in problems.items():
+        value = data.pop(key)
+        src.record_skip(_format.DATA, key, str(type(value)), DecodeError(problem, member=_format.DATA, key=key))
+    return True
 
 
 def _raw_data(src: LoadSession) -> dict[str, Any] | None:
@@ -296,7 +322,7 @@ def _fix_policy_kwargs(src: LoadSession, data: dict[str, Any], kwargs: dict[str,
         net_arch = stored.get("net_arch")
         if net_arch and isinstance(net_arch, list) and isinstance(net_arch[0], dict):
             stored["net_arch"] = net_arch[0]  # SB3 < 1.8 layout
-    if "policy_kwargs" in kwargs and "policy_kwargs" in data and kwargs["policy_kwargs"] != stored:
+    if "policy_kwargs" in kwargs and "policy_kwargs" in data and not same(kwargs["policy_kwargs"], stored):
         raise ParameterMismatchError(
             f"the `policy_kwargs` given ({kwargs['policy_kwargs']!r}) differ from the saved ones ({shown(stored)}).",
             archive=src.name,

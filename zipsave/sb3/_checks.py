@@ -5,6 +5,7 @@ names safe to set on the model, no environment made from a string, spaces of pla
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 from typing import Any
 
@@ -16,7 +17,8 @@ from .._core import check_name, check_path
 from .._printable import shown
 from .._trust import space_problem
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveWarning
-from ._noise import check_noise
+from ._noise import check_noise, fit_noise
+from ._same import same
 
 __all__ = [
     "check_data",
@@ -26,6 +28,9 @@ __all__ = [
     "drop_her_wrapper_class",
     "drop_old_her_arguments",
     "drop_saved_env",
+    "restore_checks",
+    "unusable_values",
+    "upgrade_old_train_freq",
 ]
 
 #: ``policy_kwargs`` entries SB3 policies call, and the base class each must derive from.
@@ -119,10 +124,25 @@ def drop_old_her_arguments(data: dict[str, Any], notes: list[str], archive: Any)
         warnings.warn(
             ZipsaveWarning(
                 f"archive `{archive}`, member `data`, key `replay_buffer_kwargs`: the model was trained with "
-                "`online_sampling=False` (HER transitions stored in the buffer), which SB3 2.x no longer has; "
+                f"`online_sampling={shown(saved['online_sampling'])}` (HER transitions stored in the buffer), which "
+                "SB3 2.x no longer has; "
                 "its buffer samples goals online. The weights are the saved ones."
             ),
             stacklevel=4,
+        )
+
+
+def upgrade_old_train_freq(data: dict[str, Any], notes: list[str]) -> None:
+    """SB3 before 1.0 (the RL Zoo's published SAC agents) saved ``train_freq=-1`` with
+    ``n_episodes_rollout=k`` to collect ``k`` episodes per rollout; SB3 1.0 spells that
+    ``train_freq=(k, "episode")``, and SB3 2.x's ``learn`` asserts a frequency of at least 1 (its
+    own load of such an archive fails there). The pair becomes 1.0's spelling, with a note."""
+    frequency, episodes = data.get("train_freq"), data.get("n_episodes_rollout")
+    if type(frequency) is int and frequency <= 0 and type(episodes) is int and 1 <= episodes < 2**63:
+        data["train_freq"] = (episodes, "episode")
+        notes.append(
+            f"`train_freq={frequency}` with `n_episodes_rollout={episodes}` is what SB3 before 1.0 saved for "
+            f"`train_freq=({episodes}, 'episode')`, which the model was given."
         )
 
 
@@ -140,6 +160,100 @@ def check_her_env(cls: type, data: dict[str, Any], archive: Any) -> None:
             hint=f"Pass one with the saved spaces and a `compute_reward`: `{cls.__name__}.load(path, env=env)` or "
             f"`zipsave.load(path, cls={cls.__name__}, env=env)`.",
         )
+
+
+def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
+    """The ``data`` keys whose values the first ``learn`` of ``model`` (built, not set up) cannot
+    use, each with what is wrong. ``__dict__.update`` sets them as they are, and a model loaded
+    with ``gamma=Decimal('sNaN')``, ``batch_size`` of text or ``train_freq=0`` failed only at its
+    first ``learn`` (``InvalidOperation``, ``TypeError``, SB3's ``AssertionError``):
+
+    * where the fresh model holds a number (``int`` or ``float``) and its constructor takes no
+      other kind there (``train_freq``, ``clip_range``: see the signature), a real number (a
+      ``bool``, ``int`` of at most 63 bits, ``float`` or numpy number) or ``None``;
+    * ``train_freq``: as SB3 keeps it, a ``TrainFreq`` of an integer of at least 1 and a
+      ``TrainFrequencyUnit`` (SB3 1.x saved the integer, or a tuple with ``"step"``/``"episode"``);
+    * a ``HerReplayBuffer``'s ``n_sampled_goal`` in ``replay_buffer_kwargs``: a finite number of
+      at least 0 (``her_ratio = 1 - 1 / (n_sampled_goal + 1)`` is a fraction of each batch).
+    """
+    fresh, taken = vars(model), inspect.signature(type(model)).parameters
+    numbers = {
+        key
+        for key, value in fresh.items()
+        if type(value) in (int, float)  # and no argument that may be something else (a schedule)
+        and (key not in taken or taken[key].annotation in (int, float, "int", "float"))
+    }
+    out = {
+        key: f"is {_kind(value)}, where {type(model).__name__} keeps a number"
+        for key, value in data.items()
+        if key in numbers and value is not None and not _number(value, 63)
+    }
+    if "train_freq" in data and not _train_freq(data["train_freq"]):
+        out["train_freq"] = (
+            f"is {_kind(data['train_freq'])}, where SB3 keeps a TrainFreq of an integer of at least 1 and a unit"
+        )
+    kwargs = data.get("replay_buffer_kwargs")
+    goals = kwargs.get("n_sampled_goal", 0) if isinstance(kwargs, dict) and _her_buffer(data) else 0
+    if not (_number(goals, 63) and 0 <= goals < math.inf):  # NaN: never
+        out["replay_buffer_kwargs"] = (
+            f"holds `n_sampled_goal` = {_kind(goals)}, where SB3 keeps a finite number of at least 0"
+        )
+    return out
+
+
+def _number(value: Any, bits: int) -> bool:
+    if isinstance(value, int):
+        return value.bit_length() <= bits
+    return isinstance(value, (float, np.integer, np.floating))
+
+
+def _train_freq(value: Any) -> bool:
+    from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
+
+    if type(value) is int:
+        return 1 <= value < 2**63
+    if type(value) not in (tuple, TrainFreq) or len(value) != 2:
+        return False
+    frequency, unit = value
+    units = (TrainFrequencyUnit.STEP, TrainFrequencyUnit.EPISODE)
+    known = type(unit) is TrainFrequencyUnit or (
+        type(value) is tuple and type(unit) is str and unit in ("step", "episode")
+    )
+    return isinstance(frequency, int) and 1 <= frequency < 2**63 and known and (type(unit) is str or unit in units)
+
+
+def _kind(value: Any) -> str:
+    plain = isinstance(value, (int, float, str, tuple, np.generic))
+    return shown(value) if plain else f"a {type(value).__name__}"
+
+
+def restore_checks(src: Any, model: Any, data: dict[str, Any], given: Any) -> dict[str, Any]:
+    """``data`` to set on a live SB3 ``model`` (:func:`zipsave.restore`), checked as ``load``
+    checks it. A key naming a live part of the model (its env, policy, buffers, logger: what
+    SB3 never saves) or a space other than the model's, and a value its first ``learn`` cannot
+    use, are skipped (the model keeps its own); a class or noise SB3 would call unsafely is
+    refused. An archive set ``env`` to a string, ``policy`` to a dict (left so when its state
+    dict then failed), ``replay_buffer`` to None or ``lr_schedule`` to a class on the model."""
+    parts = model._get_torch_save_params()
+    live = {*model._excluded_save_params(), *(name.split(".")[0] for names in parts for name in names)}
+    checked = {k: v for k, v in data.items() if k not in given}
+    upgrade_old_train_freq(checked, src.report.notes)
+    problems = {k: "is a live part of the model, which SB3 never saves" for k in checked if k in live}
+    with_env = getattr(model, "env", None) is not None  # then n_envs is its env's
+    for key in ("observation_space", "action_space", *(("n_envs",) if with_env else ())):
+        if key in checked and key not in problems and not same(checked[key], getattr(model, key, None)):
+            problems[key] = f"is {shown(checked[key])}, where the model has {shown(getattr(model, key, None))}"
+    for key, problem in problems.items():
+        value = checked.pop(key)
+        if value is not None or key not in live:  # SB3 1.x saved `env=None`: nothing to say
+            error = DecodeError(f"{problem}; the model keeps its own.", member=_format.DATA, key=key)
+            src.record_skip(_format.DATA, key, str(type(value)), error)
+    check_data(checked, archive=src.name, references=src.policy.references)
+    for key, problem in unusable_values(model, checked).items():
+        src.record_skip(_format.DATA, key, str(type(checked.pop(key))), DecodeError(problem, key=key))
+    if "action_noise" in checked:
+        fit_noise(checked, src.report.notes, n_envs=model.n_envs if with_env else None)
+    return {**checked, **{k: v for k, v in data.items() if k in given}}
 
 
 def check_names(cls: type | None, *, data: Any, params: Any, variables: Any, archive: Any) -> None:

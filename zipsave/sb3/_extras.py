@@ -14,7 +14,8 @@ from .._printable import shown
 from .._tensors import NpyHeader
 from ..exceptions import DecodeError, EncodeError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._buffer_fill import fill_buffer
-from ._her import check_her, end_unfinished_episodes, her_state, is_her, settings_note
+from ._her import HER_ARRAYS, bookkeeping_problem, check_her, end_unfinished_episodes, her_state, is_her, settings_note
+from ._same import same
 from ._snapshot import replay_snapshot
 
 __all__ = [
@@ -219,12 +220,12 @@ def _restore_replay_buffer(src: LoadSession, model: Any, state: dict[str, Any]) 
     buffer = getattr(model, "replay_buffer", None)
     if buffer is None:
         raise DecodeError(f"holds a replay buffer, but {type(model).__name__} has none to fill.")
-    if state.get("class") != _class_path(buffer):
+    if not same(state.get("class"), _class_path(buffer)):
         raise DecodeError(
             f"holds a `{state.get('class')}`, but the model's replay buffer is a `{_class_path(buffer)}`."
         )
     for key in ("buffer_size", "n_envs", "optimize_memory_usage"):
-        if key in state and state[key] != getattr(buffer, key, None):
+        if key in state and not same(state[key], getattr(buffer, key, None)):
             raise DecodeError(
                 f"holds a replay buffer with {key}={shown(state[key])}, but the model's has {shown(getattr(buffer, key, None))}.",
                 hint="Load with the saved settings (no `buffer_size=` override, the same number of envs).",
@@ -242,14 +243,28 @@ def _restore_replay_buffer(src: LoadSession, model: Any, state: dict[str, Any]) 
         )
     her = is_her(buffer)
     infos = check_her(buffer, state, arrays) if her else None  # checked before anything changes
+    bookkeeping = {n: _read(src, arrays.pop(n)) for n in HER_ARRAYS} if her else {}  # small: read and checked first
+    problem = bookkeeping_problem(buffer.buffer_size, buffer.n_envs, bookkeeping) if her else None
+    if problem:
+        raise DecodeError(f"holds a HerReplayBuffer whose {problem[1]}.", key=problem[0])
     if not fill_buffer(src, buffer, arrays):
         return  # emptied, and said so (skip_broken_tensors=True)
+    for n, value in bookkeeping.items():
+        live = getattr(buffer, n)
+        if live.shape == value.shape and live.dtype == value.dtype and live.flags.writeable:
+            live[...] = value  # where it lives (a live model's buffer keeps its memory)
+        else:
+            setattr(buffer, n, value)
     buffer.pos, buffer.full = pos, full
     if "handle_timeout_termination" in state:
         buffer.handle_timeout_termination = bool(state["handle_timeout_termination"])
     buffer.device = model.device  # SB3 #1561
     if her:
         _finish_her(src, model, buffer, state, infos)
+
+
+def _read(src: LoadSession, saved: Any) -> Any:
+    return saved.as_declared(src.load_array(saved.member), src.name) if isinstance(saved, NpyHeader) else saved
 
 
 def _finish_her(src: LoadSession, model: Any, buffer: Any, state: dict[str, Any], infos: Any) -> None:

@@ -12,6 +12,7 @@ from ..exceptions import ArchiveFormatError
 from ._allowlist import SB3_ALLOWLIST
 from ._allowlist_contrib import SB3_CONTRIB_ALLOWLIST
 from ._build import build_sb3
+from ._checks import restore_checks
 from ._extras import EXTRAS, collect_extras, restore_extra, sb3_stand_in
 from ._guess import import_line, suggest_algorithm
 from ._noise import NOISE_CHECKS
@@ -120,6 +121,10 @@ class SB3Handler(Handler):
         except Exception:  # noqa: BLE001 - the decode that follows reports the cause
             return {}
         return {**closures_in(raw), **schedules_in(raw)}
+
+    def checked_data(self, session: LoadSession, obj: Any, data: dict[str, Any], given: Any) -> dict[str, Any]:
+        """What ``load`` checks of ``data``, for a live model (:func:`restore_checks`)."""
+        return restore_checks(session, obj, data, given)
 
     def restore_component(self, session: LoadSession, obj: Any, name: str) -> bool:
         if name not in EXTRAS or not hasattr(obj, "_setup_model"):

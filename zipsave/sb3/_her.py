@@ -5,14 +5,25 @@ when a resumed run resets the environments."""
 from __future__ import annotations
 
 import collections
+import math
 from typing import Any
 
 import numpy as np
 
 from .._printable import shown
 from ..exceptions import DecodeError, EncodeError
+from ._same import same
 
-__all__ = ["HER_ARRAYS", "check_her", "end_unfinished_episodes", "her_state", "is_her", "settings_note"]
+__all__ = [
+    "HER_ARRAYS",
+    "bookkeeping_problem",
+    "check_her",
+    "her_settings_problem",
+    "end_unfinished_episodes",
+    "her_state",
+    "is_her",
+    "settings_note",
+]
 
 #: The episode bookkeeping HER samples goals from; a saved HER buffer must hold all of it.
 HER_ARRAYS = ("ep_start", "ep_length", "_current_ep_start")
@@ -140,6 +151,68 @@ def check_her(buffer: Any, state: dict[str, Any], arrays: dict[str, Any]) -> Any
     return _decode_infos(state["infos"], int(filled or 0), buffer.n_envs)
 
 
+def her_settings_problem(state: dict[str, Any]) -> tuple[str, str] | None:
+    """The setting, and what is wrong with a pickled HER buffer's sampling settings, or ``None``:
+    SB3 keeps a ``GoalSelectionStrategy``, ``n_sampled_goal`` a finite number of at least 0 and
+    ``her_ratio = 1 - 1 / (n_sampled_goal + 1)`` (``sample()`` takes ``int(her_ratio * batch_size)``)."""
+    from stable_baselines3.her.goal_selection_strategy import GoalSelectionStrategy
+
+    strategy, goals, ratio = (state.get(k) for k in ("goal_selection_strategy", "n_sampled_goal", "her_ratio"))
+    if type(strategy) is not GoalSelectionStrategy:
+        return (
+            "goal_selection_strategy",
+            f"`goal_selection_strategy` is {shown(strategy)}, where SB3 keeps a GoalSelectionStrategy",
+        )
+    if not 0 <= _real(goals) < math.inf:  # NaN and what is no number: never
+        return "n_sampled_goal", f"`n_sampled_goal` is {shown(goals)}, where SB3 keeps a finite number of at least 0"
+    if not 0 <= _real(ratio) <= 1:
+        return "her_ratio", f"`her_ratio` is {shown(ratio)}, where SB3 keeps a number from 0 to 1"
+    return None
+
+
+def _real(value: Any) -> float:
+    """``value`` as a float where it is a real number (not a bool) a float holds, else NaN."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.nan
+
+
+def bookkeeping_problem(size: int, n_envs: int, arrays: dict[str, Any]) -> tuple[str, str] | None:
+    """The array, and what is wrong with a HER buffer's episode bookkeeping (``ep_start``, ``ep_length`` of
+    shape ``(size, n_envs)``, ``_current_ep_start`` of ``(n_envs,)``), or ``None``. SB3 keeps
+    every start in ``0..size-1`` and every length in ``0..size``, and a transition it may sample
+    (length > 0) lies inside its episode: ``(row - ep_start) % size < ep_length``. A pickle or an
+    archive sets them as they are: ``_current_ep_start=-10**9`` made ending the unfinished
+    episode (at load, or SB3's ``truncate_last_trajectory``) allocate 7.5 GiB, and a start or
+    length out of step with its row raised ``low >= high`` at the first ``sample()``."""
+    bounds: dict[str, tuple[tuple[int, ...], int]] = {
+        "ep_start": ((size, n_envs), size - 1),
+        "ep_length": ((size, n_envs), size),
+        "_current_ep_start": ((n_envs,), size - 1),
+    }
+    for name, (shape, top) in bounds.items():
+        value = arrays.get(name)
+        if not (isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.shape == shape):
+            found = f"{value.dtype}{list(value.shape)}" if isinstance(value, np.ndarray) else type(value).__name__
+            return name, f"`{name}` is {found}, where SB3 keeps integers of shape {shape}"
+        outside = (value < 0) | (value > top)
+        if outside.any():
+            at = tuple(int(i) for i in np.argwhere(outside)[0])
+            return name, f"`{name}` holds {shown(int(value[at]))} at {list(at)}, where SB3 keeps 0..{top}"
+    start, length = arrays["ep_start"].astype(np.int64), arrays["ep_length"].astype(np.int64)
+    outside = (length > 0) & ((np.arange(size)[:, None] - start) % size >= length)
+    if outside.any():
+        row, env = (int(i) for i in np.argwhere(outside)[0])
+        return "ep_length", (
+            f"row {row} (env {env}) lies outside its episode (ep_start={int(start[row, env])}, "
+            f"ep_length={int(length[row, env])}), where SB3 keeps (row - ep_start) % buffer_size < ep_length"
+        )
+    return None
+
+
 def _decode_infos(saved: Any, rows: int, n_envs: int) -> np.ndarray:
     cells = rows * n_envs
     if not isinstance(saved, dict) or not all(isinstance(saved.get(k), t) for k, t in _INFOS_FIELDS.items()):
@@ -232,7 +305,7 @@ def settings_note(buffer: Any, state: dict[str, Any]) -> str | None:
     (they come from its ``replay_buffer_kwargs``), the transitions are the saved ones."""
     saved = state.get("her") or {}
     current = _settings(buffer)
-    differ = sorted(k for k in _SETTINGS if k in saved and saved[k] != current[k])
+    differ = sorted(k for k in _SETTINGS if k in saved and not same(saved[k], current[k]))
     if not differ:
         return None
     pairs = ", ".join(f"{k}={shown(saved[k])} saved, {shown(current[k])} used" for k in differ)

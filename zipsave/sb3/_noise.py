@@ -8,6 +8,7 @@ and the first ``learn`` step (SB3 adds the noise to every action) raised numpy's
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -16,7 +17,7 @@ import numpy as np
 from .._printable import shown
 from ..exceptions import DecodeError
 
-__all__ = ["NOISE_CHECKS", "check_noise", "noise_problem"]
+__all__ = ["NOISE_CHECKS", "check_noise", "fit_noise", "noise_problem"]
 
 _NOISE = "stable_baselines3.common.noise."
 _NORMAL, _OU, _VECTORIZED = (
@@ -24,7 +25,7 @@ _NORMAL, _OU, _VECTORIZED = (
     f"{_NOISE}OrnsteinUhlenbeckActionNoise",
     f"{_NOISE}VectorizedActionNoise",
 )
-#: What each kind keeps (SB3 1.0 to 2.9; ``_dtype`` came later and may be absent): the
+#: What each kind keeps (SB3 1.0 to 2.9; ``_dtype`` came with 2.0, see :func:`fit_noise`): the
 #: attributes every call reads, then those that broadcast into the shape the noise draws.
 _PARTS = {
     _NORMAL: (("_mu", "_sigma"), ()),
@@ -72,7 +73,7 @@ def noise_shape(noise: Any) -> tuple[int, ...] | str:
             raise ValueError
     except ValueError:
         return f"its parts have the shapes {shapes}, which do not broadcast to the shape of its mean or sigma"
-    if _name(noise) == _NORMAL and drawn == () and "_dtype" in state:
+    if _name(noise) == _NORMAL and drawn == ():  # SB3 >= 2.0 casts each draw (SB3 1.x did not)
         return "its mean and sigma are scalars, of which numpy draws a Python float, which SB3 cannot cast"
     if _name(noise) == _OU and not isinstance(state["_mu"], (np.ndarray, np.generic)):
         return f"`_mu` is a {type(state['_mu']).__name__}, where SB3 reads the shape of a numpy array"
@@ -146,3 +147,35 @@ def check_noise(noise: Any, action_space: Any, n_envs: Any, where: dict[str, Any
 
 
 NOISE_CHECKS = {_NORMAL: noise_problem, _OU: noise_problem, _VECTORIZED: noise_problem}
+
+
+def fit_noise(data: dict[str, Any], notes: list[str], *, n_envs: int | None) -> None:
+    """Make ``data``'s checked action noise one SB3 >= 2.0 can call for the model: a noise SB3
+    1.x pickled has no ``_dtype`` (2.0's every call casts to it: ``AttributeError`` at the first
+    ``learn`` step), so it gets ``numpy.float64``, what 1.x drew; and a ``VectorizedActionNoise``
+    for another number of envs than the env the caller passed (``n_envs``; SB3 stacked 2 noises
+    onto 1 action and failed at the first step, or at the first episode end) is made again from
+    its base noise for the env's number, as SB3 makes one for a new model. Each is noted."""
+    noise: Any = data.get("action_noise")
+    name = _name(noise)
+    if name not in (*_PARTS, _VECTORIZED):
+        return
+    inner = [noise] if name != _VECTORIZED else [noise._base_noise, *noise._noises]
+    old = {id(n): n for n in inner if "_dtype" not in vars(n)}
+    for each in old.values():
+        each._dtype = np.float64
+    if old:
+        notes.append(
+            "`action_noise` was pickled by SB3 1.x, without the `_dtype` SB3 2.x casts each draw to; it was given "
+            "numpy.float64, what SB3 1.x drew."
+        )
+    if name == _VECTORIZED and n_envs is not None and noise.n_envs != n_envs:
+        from stable_baselines3.common.noise import VectorizedActionNoise
+
+        base = noise._base_noise
+        data["action_noise"] = VectorizedActionNoise(base, n_envs) if n_envs > 1 else copy.deepcopy(base)
+        notes.append(
+            f"`action_noise` was a VectorizedActionNoise for {noise.n_envs} envs, and the env passed has {n_envs}: "
+            f"it was made again from its base noise for {n_envs}, as SB3 makes one for a new model (each env's "
+            "noise starts afresh)."
+        )
