@@ -4,6 +4,7 @@ under install(), plus what zipsave adds (manifest, safe loads)."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -141,6 +142,18 @@ def test_file_objects_are_written_and_read_and_left_open(installed):
 def test_missing_file_raises_file_not_found(tmp_path, installed):
     with pytest.raises(FileNotFoundError, match=re.escape("also tried")):
         PPO.load(tmp_path / "nothing")
+
+
+def test_missing_file_is_zipsave_error_naming_the_archive(tmp_path, installed):
+    # as zipsave.load raises it: an ArchiveNotFoundError (a FileNotFoundError too, as SB3's)
+    missing = tmp_path / "nothing"
+    for call in (lambda: PPO.load(missing), lambda: ppo().set_parameters(missing)):
+        with pytest.raises(
+            zipsave.ArchiveNotFoundError,
+            match=re.escape(f"archive `{missing}`: no such file (also tried `{missing}.zip`). Check the path"),
+        ) as err:
+            call()
+        assert err.value.errno == errno.ENOENT
 
 
 def test_exclude_and_include_follow_sb3(tmp_path, installed):

@@ -5,6 +5,7 @@ and documented behaviour, with zipsave's archives and load rules underneath. ``A
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pathlib
 from typing import Any
@@ -12,8 +13,9 @@ from typing import Any
 import zipsave
 from zipsave._archive import atomic_output
 from zipsave._core import LoadOptions, LoadSession, Parts, check_name, encode, write
+from zipsave._printable import visible
 from zipsave._trust import TrustPolicy, restricted_loads
-from zipsave.exceptions import DecodeError
+from zipsave.exceptions import ArchiveNotFoundError, DecodeError
 
 from ._boundary import check_buffer, check_statistics, door
 from ._build import build_sb3
@@ -204,12 +206,18 @@ def _existing(path: Any, suffix: str) -> Any:
 
 
 def _check_exists(path: Any, suffix: str) -> None:
-    """SB3 raises ``FileNotFoundError`` for a missing path (after trying the suffix)."""
+    """SB3 raises ``FileNotFoundError`` for a missing path (after trying the suffix); so does
+    :class:`ArchiveNotFoundError`, which names the archive as ``zipsave.load`` does."""
     if hasattr(path, "read") or (isinstance(path, str) and "://" in path):
         return
     text = os.fspath(path)
     if not os.path.exists(text) and not os.path.exists(f"{text}.{suffix}"):
-        raise FileNotFoundError(f"no such file: {text!r} (also tried {text}.{suffix}).")
+        raise ArchiveNotFoundError(
+            f"no such file (also tried `{visible(f'{text}.{suffix}')}`).",
+            archive=text,
+            errno=errno.ENOENT,
+            hint="Check the path, or pass an open binary file object.",
+        )
 
 
 # -- replay buffers and VecNormalize (object archives) ---------------------------------------
