@@ -114,6 +114,37 @@ def test_vec_normalize_load_reads_the_archive_folder(installed, trained, which):
     same_statistics(loaded, sac.get_vec_normalize_env())
 
 
+def test_a_model_archive_without_the_extra_names_the_folder_and_the_fix(installed, trained, tmp_path):
+    # a model saved without include=[...]: SB3's doors said "holds no `_zipsave_object_class`"
+    sac, _, _ = trained
+    bare = tmp_path / "bare.zip"
+    sac.save(bare)
+    fresh = SAC("MlpPolicy", "Pendulum-v1", buffer_size=200, device="cpu", policy_kwargs={"net_arch": [8]})
+    with pytest.raises(
+        zipsave.ArchiveFormatError,
+        match=re.escape(
+            f"archive `{bare}`, member `data`: holds a model (its `data` names a `policy_class`) without a "
+            "`replay_buffer/` folder: it is not a replay buffer file. Pass a file written by "
+            "`model.save_replay_buffer(path)` or `model.save(path, include=['replay_buffer'])`"
+        ),
+    ):
+        fresh.load_replay_buffer(bare)
+    with pytest.raises(
+        zipsave.ArchiveFormatError,
+        match=re.escape("without a `vec_normalize/` folder: it is not a VecNormalize file. Pass a file written by "),
+    ):
+        VecNormalize.load(bare, venv())
+    not_a_buffer = tmp_path / "state.zip"
+    zipsave.save({"step": 3}, not_a_buffer)
+    with pytest.raises(
+        zipsave.ArchiveFormatError,
+        match=re.escape(
+            "has no `_zipsave_object_class` in its `data` and no `replay_buffer/` folder: it is not a replay"
+        ),
+    ):
+        fresh.load_replay_buffer(not_a_buffer)
+
+
 def test_a_plain_torch_file_through_algorithm_load(installed, tmp_path):
     torch.save({"w": torch.ones(2)}, tmp_path / "plain.pth")
     with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("has no `data` member, so it holds no model")):

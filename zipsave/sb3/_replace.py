@@ -276,6 +276,7 @@ def load_object(path: Any, expected: type, what: str) -> Any:
         with contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb") as fp:
             obj = restricted_loads(fp, policy, archive=path, limits=options.limits)
     else:
+        _check_object_archive(path, what)
         data, _, _ = zipsave.load_archive(
             path,
             allow_pickle=options.allow_pickle,
@@ -303,6 +304,40 @@ def load_object(path: Any, expected: type, what: str) -> Any:
         else:
             obj.__dict__.update(data)
     return _checked(obj, expected, what, path)
+
+
+#: What each object door reads: ``(the folder of a model archive, the file's name, how to write one)``.
+_OBJECT_FILES = {
+    "VecNormalize": (
+        "vec_normalize",
+        "VecNormalize",
+        "`vec_env.save(path)` or `zipsave.save(model, path, include=['vec_normalize'])`",
+    ),
+    "saved object": (
+        "replay_buffer",
+        "replay buffer",
+        "`model.save_replay_buffer(path)` or `model.save(path, include=['replay_buffer'])`",
+    ),
+}
+
+
+def _check_object_archive(path: Any, what: str) -> None:
+    """A zip that is not a file ``save_object`` wrote (most often a model archive saved without
+    the extra) is named as such before any value is decoded."""
+    keys = {entry.key for entry in zipsave.inspect(path).data}
+    if OBJECT_CLASS in keys or OBJECT_VALUE in keys:
+        return
+    folder, noun, how = _OBJECT_FILES.get(what, ("replay_buffer", what, "SB3's own save"))
+    if "policy_class" in keys:
+        found = f"holds a model (its `data` names a `policy_class`) without a `{folder}/` folder"
+    else:
+        found = f"has no `{OBJECT_CLASS}` in its `data` and no `{folder}/` folder"
+    raise zipsave.ArchiveFormatError(
+        f"{found}: it is not a {noun} file.",
+        archive=path,
+        member="data",
+        hint=f"Pass a file written by {how} (under `zipsave.sb3.install()`), or SB3's pickle of one.",
+    )
 
 
 def _checked(obj: Any, expected: type, what: str, path: Any) -> Any:
