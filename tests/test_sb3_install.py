@@ -261,6 +261,25 @@ def test_replay_buffer_pickled_by_sb3_loads_safely(tmp_path):
     np.testing.assert_array_equal(fresh.replay_buffer.observations, model.replay_buffer.observations)
 
 
+def test_a_pickle_given_as_a_model_names_the_safe_doors_that_read_it(tmp_path):
+    # the hint said only that SB3's `load_replay_buffer` runs the pickle's code, also for a
+    # VecNormalize pickle; the doors under install() read both under the allowlist
+    venv = VecNormalize(make_venv())
+    venv.save(tmp_path / "vecnormalize.pkl")  # SB3's own pickle
+    with pytest.raises(
+        zipsave.ArchiveFormatError,
+        match=re.escape(
+            "is a pickle file, not a zip archive. zipsave reads zip archives and never unpickles. SB3's "
+            "`save_replay_buffer` and `VecNormalize.save` write such files: read one with "
+            "`model.load_replay_buffer(path)` or `VecNormalize.load(path, venv)` under `zipsave.sb3.install()`"
+        ),
+    ):
+        zipsave.load(tmp_path / "vecnormalize.pkl", cls=PPO)
+    with zipsave.sb3.installed():
+        loaded = VecNormalize.load(tmp_path / "vecnormalize.pkl", make_venv())
+    np.testing.assert_array_equal(loaded.obs_rms.mean, venv.obs_rms.mean)
+
+
 def test_policy_save_and_load(tmp_path, installed):
     model = ppo()
     model.policy.save(tmp_path / "policy.pth")
