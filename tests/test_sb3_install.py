@@ -4,6 +4,7 @@ under install(), plus what zipsave adds (manifest, safe loads)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
@@ -259,6 +260,30 @@ def test_replay_buffer_pickled_by_sb3_loads_safely(tmp_path):
         fresh = dqn()
         fresh.load_replay_buffer(tmp_path / "sb3_buffer.pkl")
     np.testing.assert_array_equal(fresh.replay_buffer.observations, model.replay_buffer.observations)
+
+
+@pytest.mark.parametrize("writer", ["sb3", "zipsave"])
+def test_a_buffer_of_another_environment_is_refused_and_the_model_keeps_its_own(tmp_path, writer):
+    # it loaded, and the next learn() failed in numpy: could not broadcast (1,3) into (1,4)
+    model = dqn()
+    model.learn(30)
+    with zipsave.sb3.installed() if writer == "zipsave" else contextlib.nullcontext():
+        model.save_replay_buffer(tmp_path / "buffer.pkl")
+    other = DQN("MlpPolicy", "Acrobot-v1", buffer_size=200, learning_starts=0, seed=0, device="cpu")
+    own = other.replay_buffer
+    with zipsave.sb3.installed():
+        with pytest.raises(
+            zipsave.ParameterMismatchError,
+            match=re.escape(
+                f"archive `{tmp_path / 'buffer.pkl'}`: holds a replay buffer of transitions with observations of "
+                "shape (4,) and actions of size 1 ("
+            ),
+        ) as err:
+            other.load_replay_buffer(tmp_path / "buffer.pkl")
+    assert "but this DQN has observation_space=Box(" in str(err.value)
+    assert "whose transitions have (6,) and 1: training would fail at its first add or sample." in str(err.value)
+    assert other.replay_buffer is own
+    other.learn(20)
 
 
 def test_a_pickle_given_as_a_model_names_the_safe_doors_that_read_it(tmp_path):
