@@ -466,8 +466,42 @@ def test_an_env_with_other_spaces_is_the_callers_mistake_not_a_damaged_archive(c
             else:
                 zipsave.load(cartpole_ppo, cls=PPO, env=env)
     message = str(caught.value)
-    assert "action_space=Discrete(2). Pass an environment with the saved spaces" in message
+    assert (
+        "action_space=Discrete(2). The observation_space differs: shape (3,) where the saved one has (4,). "
+        "Pass an environment with the saved spaces"
+    ) in message
     assert "damaged" not in message and isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("observation_space", "action_space", "how"),
+    [
+        # CartPole's spaces with unbounded observations: the two reprs differ in bounds only
+        (
+            gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+            gym.spaces.Discrete(2),
+            "observation_space differs only in its bounds (`low`, `high`): the same shape and dtype.",
+        ),
+        (
+            gym.spaces.Box(-1.0, 1.0, (4,), np.float64),
+            gym.spaces.Discrete(2),
+            "observation_space differs: dtype float64 where the saved one has float32.",
+        ),
+        (None, gym.spaces.Discrete(3), "action_space differs: n=3 where the saved one has 2."),
+        (
+            None,
+            gym.spaces.MultiDiscrete([2]),
+            "action_space differs: a MultiDiscrete where the saved one is a Discrete.",
+        ),
+    ],
+)
+def test_an_env_with_other_spaces_says_which_differs_and_how(cartpole_ppo, observation_space, action_space, how):
+    # both spaces were shown in full, with nothing said of which one SB3 found different
+    env = gym.make("CartPole-v1", max_episode_steps=10)
+    env.observation_space = observation_space or env.observation_space
+    env.action_space = action_space
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(f"). The {how} Pass an environment")):
+        zipsave.load(cartpole_ppo, cls=PPO, env=env)
 
 
 def test_an_env_id_instead_of_an_env_says_how_to_make_one(cartpole_ppo):
