@@ -179,6 +179,11 @@ def test_read_of_an_untrusted_value_names_the_option_that_trusts_it(tmp_path: Pa
     )
     done = run("read", tmp_path / "m.zip", "host", "--trust", "ipaddress.IPv4Address")
     assert (done.returncode, done.stdout.strip()) == (0, "host: IPv4Address('10.0.0.1')")
+    # a global that rebuilds code keeps its own hint: the command never suggests trusting it
+    with pytest.warns(zipsave.ZipsaveWarning, match="holds code that cloudpickle stores by value"):
+        zipsave.save({"schedule": lambda progress: 3e-4 * progress}, tmp_path / "code.zip")
+    line = one_error_line(run("read", tmp_path / "code.zip", "schedule"))
+    assert "It rebuilds code stored in the archive" in line and "--trust" not in line
 
 
 # -- verify ------------------------------------------------------------------------------------

@@ -155,10 +155,10 @@ def _cmd_read(args: argparse.Namespace) -> int:
     try:
         value = _tools.read(args.archive, args.address, device="cpu", trusted=args.trust, trust=trust_of(args))
     except UnsafeGlobalError as err:
-        if not err.by_value:  # the hint names the Python call's `trusted=`: say this command's option
+        if not err.by_value and (err.hint or "").startswith("To allow it, pass `trusted="):  # say this command's option
             err.hint = f"To allow it, pass `--trust {err.global_name}` (which imports it) if you trust it."
             err.args = (err._compose(),)
-        raise
+        raise  # a global that rebuilds code keeps its hint: no option of this command may trust it safely
     with _tools.whole_integers():  # an integer of 5 000 digits is a value zipsave writes and reads
         if not args.json:
             _say(f"{visible(args.address)}: {visible(_tools.value_text(value), lines=True)}")
