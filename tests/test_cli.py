@@ -167,6 +167,25 @@ def test_read_of_an_unknown_address_is_one_line_naming_the_nearest(archives):
     assert "`policy.2.bias` names no tensor and no `data` key. Did you mean `policy/2.bias`?" in line
 
 
+def test_read_of_an_untrusted_value_names_the_option_that_trusts_it(tmp_path: Path):
+    # the hint named the Python call's `trusted=[...]`, which the command had no way to pass
+    from ipaddress import IPv4Address  # stands for a class of your own, pickled in `data`
+
+    zipsave.save({"host": IPv4Address("10.0.0.1")}, tmp_path / "m.zip")
+    line = one_error_line(run("read", tmp_path / "m.zip", "host"))
+    assert line.endswith(
+        "key `host`: refusing to import untrusted global `ipaddress.IPv4Address`. To allow it, pass "
+        "`--trust ipaddress.IPv4Address` (which imports it) if you trust it."
+    )
+    done = run("read", tmp_path / "m.zip", "host", "--trust", "ipaddress.IPv4Address")
+    assert (done.returncode, done.stdout.strip()) == (0, "host: IPv4Address('10.0.0.1')")
+    # a global that rebuilds code keeps its own hint: the command never suggests trusting it
+    with pytest.warns(zipsave.ZipsaveWarning, match="holds code that cloudpickle stores by value"):
+        zipsave.save({"schedule": lambda progress: 3e-4 * progress}, tmp_path / "code.zip")
+    line = one_error_line(run("read", tmp_path / "code.zip", "schedule"))
+    assert "It rebuilds code stored in the archive" in line and "--trust" not in line
+
+
 # -- verify ------------------------------------------------------------------------------------
 def test_verify_ok(archives):
     done = run("verify", archives["a"])

@@ -390,7 +390,10 @@ def test_cli_names_a_pickle_file_sb3_replay_buffer(tmp_path, capsys):
     ]:
         assert main([str(a) for a in args]) == status
         err = capsys.readouterr().err
-        assert err.startswith(f"zipsave: error: archive `{buffer}`: {PICKLE_ERROR}") and "`load_replay_buffer`" in err
+        assert (
+            err.startswith(f"zipsave: error: archive `{buffer}`: {PICKLE_ERROR}")
+            and "`model.load_replay_buffer(path)`" in err
+        )
     assert main(["verify", str(buffer)]) == 1
     assert PICKLE_ERROR in capsys.readouterr().out
     assert not (tmp_path / "out").exists()

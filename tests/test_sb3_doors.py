@@ -22,6 +22,7 @@ import zipsave
 
 pytest.importorskip("stable_baselines3")  # the `test` extra installs it
 
+import stable_baselines3  # noqa: E402
 from stable_baselines3 import PPO, SAC  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize  # noqa: E402
 
@@ -112,6 +113,37 @@ def test_vec_normalize_load_reads_the_archive_folder(installed, trained, which):
     loaded = VecNormalize.load(model_path if which == "model" else checkpoint_path, inner)
     assert loaded.venv is inner
     same_statistics(loaded, sac.get_vec_normalize_env())
+
+
+def test_a_model_archive_without_the_extra_names_the_folder_and_the_fix(installed, trained, tmp_path):
+    # a model saved without include=[...]: SB3's doors said "holds no `_zipsave_object_class`"
+    sac, _, _ = trained
+    bare = tmp_path / "bare.zip"
+    sac.save(bare)
+    fresh = SAC("MlpPolicy", "Pendulum-v1", buffer_size=200, device="cpu", policy_kwargs={"net_arch": [8]})
+    with pytest.raises(
+        zipsave.ArchiveFormatError,
+        match=re.escape(
+            f"archive `{bare}`, member `data`: holds a model (its `data` names a `policy_class`) without a "
+            "`replay_buffer/` folder: it is not a replay buffer file. Pass a file written by "
+            "`model.save_replay_buffer(path)` or `model.save(path, include=['replay_buffer'])`"
+        ),
+    ):
+        fresh.load_replay_buffer(bare)
+    with pytest.raises(
+        zipsave.ArchiveFormatError,
+        match=re.escape("without a `vec_normalize/` folder: it is not a VecNormalize file. Pass a file written by "),
+    ):
+        VecNormalize.load(bare, venv())
+    not_a_buffer = tmp_path / "state.zip"
+    zipsave.save({"step": 3}, not_a_buffer)
+    with pytest.raises(
+        zipsave.ArchiveFormatError,
+        match=re.escape(
+            "has no `_zipsave_object_class` in its `data` and no `replay_buffer/` folder: it is not a replay"
+        ),
+    ):
+        fresh.load_replay_buffer(not_a_buffer)
 
 
 def test_a_plain_torch_file_through_algorithm_load(installed, tmp_path):
@@ -435,8 +467,67 @@ def test_an_env_with_other_spaces_is_the_callers_mistake_not_a_damaged_archive(c
             else:
                 zipsave.load(cartpole_ppo, cls=PPO, env=env)
     message = str(caught.value)
-    assert "action_space=Discrete(2). Pass an environment with the saved spaces" in message
+    assert (
+        "action_space=Discrete(2). The observation_space differs: shape (3,) where the saved one has (4,). "
+        "Pass an environment with the saved spaces"
+    ) in message
     assert "damaged" not in message and isinstance(caught.value, ValueError)
+
+
+def test_a_value_a_newer_sb3_wrote_names_both_versions(tmp_path):
+    # a policy class of a module this SB3 lacks was refused with no word of the SB3 that wrote it
+    PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, policy_kwargs={"net_arch": [8]}).save(tmp_path / "a.zip")
+    with zipfile.ZipFile(tmp_path / "a.zip") as zin, zipfile.ZipFile(tmp_path / "newer.zip", "w") as zout:
+        for name in zin.namelist():
+            raw = zin.read(name)
+            if name == "system_info.txt":
+                raw = re.sub(rb"Stable-Baselines3: [^ \n]+", b"Stable-Baselines3: 9.1.0", raw)
+            if name == "data":
+                data = json.loads(raw)
+                pickled = base64.b64decode(data["policy_class"][":serialized:"]).replace(b".policies", b".policiez")
+                data["policy_class"][":serialized:"] = base64.b64encode(pickled).decode()
+                raw = json.dumps(data).encode()
+            zout.writestr(name, raw)
+    with pytest.raises(
+        zipsave.DecodeError,
+        match=re.escape(
+            f"The archive was written by Stable-Baselines3 9.1.0, newer than the {stable_baselines3.__version__} "
+            "installed here; if the value names something that version added, upgrade"
+        ),
+    ) as err:
+        zipsave.load(tmp_path / "newer.zip", cls=PPO)
+    assert "`stable_baselines3.common.policiez.ActorCriticPolicy`" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("observation_space", "action_space", "how"),
+    [
+        # CartPole's spaces with unbounded observations: the two reprs differ in bounds only
+        (
+            gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+            gym.spaces.Discrete(2),
+            "observation_space differs only in its bounds (`low`, `high`): the same shape and dtype.",
+        ),
+        (
+            gym.spaces.Box(-1.0, 1.0, (4,), np.float64),
+            gym.spaces.Discrete(2),
+            "observation_space differs: dtype float64 where the saved one has float32.",
+        ),
+        (None, gym.spaces.Discrete(3), "action_space differs: n=3 where the saved one has 2."),
+        (
+            None,
+            gym.spaces.MultiDiscrete([2]),
+            "action_space differs: a MultiDiscrete where the saved one is a Discrete.",
+        ),
+    ],
+)
+def test_an_env_with_other_spaces_says_which_differs_and_how(cartpole_ppo, observation_space, action_space, how):
+    # both spaces were shown in full, with nothing said of which one SB3 found different
+    env = gym.make("CartPole-v1", max_episode_steps=10)
+    env.observation_space = observation_space or env.observation_space
+    env.action_space = action_space
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(f"). The {how} Pass an environment")):
+        zipsave.load(cartpole_ppo, cls=PPO, env=env)
 
 
 def test_an_env_id_instead_of_an_env_says_how_to_make_one(cartpole_ppo):

@@ -4,6 +4,8 @@ under install(), plus what zipsave adds (manifest, safe loads)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import json
 import os
@@ -143,6 +145,18 @@ def test_missing_file_raises_file_not_found(tmp_path, installed):
         PPO.load(tmp_path / "nothing")
 
 
+def test_missing_file_is_zipsave_error_naming_the_archive(tmp_path, installed):
+    # as zipsave.load raises it: an ArchiveNotFoundError (a FileNotFoundError too, as SB3's)
+    missing = tmp_path / "nothing"
+    for call in (lambda: PPO.load(missing), lambda: ppo().set_parameters(missing)):
+        with pytest.raises(
+            zipsave.ArchiveNotFoundError,
+            match=re.escape(f"archive `{missing}`: no such file (also tried `{missing}.zip`). Check the path"),
+        ) as err:
+            call()
+        assert err.value.errno == errno.ENOENT
+
+
 def test_exclude_and_include_follow_sb3(tmp_path, installed):
     model = ppo()
     model.save(tmp_path / "m.zip", exclude=["gamma"], include=["device"])
@@ -246,6 +260,49 @@ def test_replay_buffer_pickled_by_sb3_loads_safely(tmp_path):
         fresh = dqn()
         fresh.load_replay_buffer(tmp_path / "sb3_buffer.pkl")
     np.testing.assert_array_equal(fresh.replay_buffer.observations, model.replay_buffer.observations)
+
+
+@pytest.mark.parametrize("writer", ["sb3", "zipsave"])
+def test_a_buffer_of_another_environment_is_refused_and_the_model_keeps_its_own(tmp_path, writer):
+    # it loaded, and the next learn() failed in numpy: could not broadcast (1,3) into (1,4)
+    model = dqn()
+    model.learn(30)
+    with zipsave.sb3.installed() if writer == "zipsave" else contextlib.nullcontext():
+        model.save_replay_buffer(tmp_path / "buffer.pkl")
+    other = DQN("MlpPolicy", "Acrobot-v1", buffer_size=200, learning_starts=0, seed=0, device="cpu")
+    own = other.replay_buffer
+    with zipsave.sb3.installed():
+        with pytest.raises(
+            zipsave.ParameterMismatchError,
+            match=re.escape(
+                f"archive `{tmp_path / 'buffer.pkl'}`: holds a replay buffer of transitions with observations of "
+                "shape (4,) and actions of size 1 ("
+            ),
+        ) as err:
+            other.load_replay_buffer(tmp_path / "buffer.pkl")
+    assert "but this DQN has observation_space=Box(" in str(err.value)
+    assert "whose transitions have (6,) and 1: training would fail at its first add or sample." in str(err.value)
+    assert other.replay_buffer is own
+    other.learn(20)
+
+
+def test_a_pickle_given_as_a_model_names_the_safe_doors_that_read_it(tmp_path):
+    # the hint said only that SB3's `load_replay_buffer` runs the pickle's code, also for a
+    # VecNormalize pickle; the doors under install() read both under the allowlist
+    venv = VecNormalize(make_venv())
+    venv.save(tmp_path / "vecnormalize.pkl")  # SB3's own pickle
+    with pytest.raises(
+        zipsave.ArchiveFormatError,
+        match=re.escape(
+            "is a pickle file, not a zip archive. zipsave reads zip archives and never unpickles. SB3's "
+            "`save_replay_buffer` and `VecNormalize.save` write such files: read one with "
+            "`model.load_replay_buffer(path)` or `VecNormalize.load(path, venv)` under `zipsave.sb3.install()`"
+        ),
+    ):
+        zipsave.load(tmp_path / "vecnormalize.pkl", cls=PPO)
+    with zipsave.sb3.installed():
+        loaded = VecNormalize.load(tmp_path / "vecnormalize.pkl", make_venv())
+    np.testing.assert_array_equal(loaded.obs_rms.mean, venv.obs_rms.mean)
 
 
 def test_policy_save_and_load(tmp_path, installed):

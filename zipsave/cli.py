@@ -19,7 +19,7 @@ from . import _sign, _tools  # packages whose parts load on first use (zipsave._
 from ._cli_sign import add_signer_options, check_signature, is_directory_of, trust_of
 from ._printable import visible, visible_json
 from ._version import __version__
-from .exceptions import CheckpointDirectoryError, ZipsaveError, ZipsaveWarning
+from .exceptions import CheckpointDirectoryError, UnsafeGlobalError, ZipsaveError, ZipsaveWarning
 
 __all__ = ["build_parser", "main"]
 
@@ -152,7 +152,13 @@ def _cmd_extract(args: argparse.Namespace) -> int:
 
 
 def _cmd_read(args: argparse.Namespace) -> int:
-    value = _tools.read(args.archive, args.address, device="cpu", trust=trust_of(args))
+    try:
+        value = _tools.read(args.archive, args.address, device="cpu", trusted=args.trust, trust=trust_of(args))
+    except UnsafeGlobalError as err:
+        if not err.by_value and (err.hint or "").startswith("To allow it, pass `trusted="):  # say this command's option
+            err.hint = f"To allow it, pass `--trust {err.global_name}` (which imports it) if you trust it."
+            err.args = (err._compose(),)
+        raise  # a global that rebuilds code keeps its hint: no option of this command may trust it safely
     with _tools.whole_integers():  # an integer of 5 000 digits is a value zipsave writes and reads
         if not args.json:
             _say(f"{visible(args.address)}: {visible(_tools.value_text(value), lines=True)}")
@@ -233,6 +239,8 @@ def _read_args(reading: argparse.ArgumentParser) -> None:
     reading.add_argument("archive", help="the archive (a path; .zip is tried too)")
     reading.add_argument("address", help="a tensor (member/key) or a data key")
     reading.add_argument("--json", action="store_true", help="print JSON: {address, type, value or values}")
+    trust = "also trust a global that a pickled value needs (pkg.module.Class or pkg.module.*); repeatable"
+    reading.add_argument("--trust", action="append", default=[], metavar="NAME", help=trust)
     add_signer_options(reading, "(an error if not)")
     reading.set_defaults(func=_cmd_read)
 

@@ -98,9 +98,10 @@ def describe_non_zip(fp: IO[bytes]) -> tuple[str, str] | None:
     if len(head) == 2 and head[0] == 0x80 and head[1] in (2, 3, 4, 5):
         return (
             "is a pickle file, not a zip archive.",
-            "zipsave reads zip archives and never unpickles. A replay buffer saved by SB3's "
-            "`save_replay_buffer` is one: SB3's `load_replay_buffer` reads it, running the code it holds, "
-            "so only for a file you trust.",
+            "zipsave reads zip archives and never unpickles. SB3's `save_replay_buffer` and `VecNormalize.save` "
+            "write such files: read one with `model.load_replay_buffer(path)` or `VecNormalize.load(path, venv)` "
+            "under `zipsave.sb3.install()`, which unpickles it under the allowlist (SB3's own runs any code it "
+            "holds).",
         )
     if size < MIN_ZIP_SIZE:
         return (

@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
 from .. import _format
@@ -299,10 +300,39 @@ def _given_env(cls: type, env: Any, data: dict[str, Any], archive: str | None) -
         raise ParameterMismatchError(
             f"the environment given as `env=` has observation_space={env.observation_space!r} and "
             f"action_space={env.action_space!r}, but the saved {cls.__name__} was trained with "
-            f"observation_space={data['observation_space']!r} and action_space={data['action_space']!r}.",
+            f"observation_space={data['observation_space']!r} and action_space={data['action_space']!r}."
+            f"{_how_spaces_differ(str(err), data, env)}",
             archive=archive,
             hint="Pass an environment with the saved spaces (the one it was trained on).",
         ) from err
+
+
+def _how_spaces_differ(cause: str, data: dict[str, Any], env: Any) -> str:
+    """Which space SB3 found different (it names the first), and how, so that a reader need not
+    compare two long reprs: bounds of a Box of the same shape are the usual surprise."""
+    for name, said in (("observation_space", "Observation spaces"), ("action_space", "Action spaces")):
+        if not cause.startswith(f"{said} do not match"):
+            continue
+        saved, given = data.get(name), getattr(env, name, None)
+        old_shape, new_shape = getattr(saved, "shape", None), getattr(given, "shape", None)
+        if type(saved) is not type(given):
+            how = f": a {type(given).__name__} where the saved one is a {type(saved).__name__}"
+        elif old_shape != new_shape:
+            # an image's channels move first in SB3's VecTransposeImage: that is no difference to name
+            moved = isinstance(old_shape, tuple) and sorted(old_shape) == sorted(new_shape or ())
+            how = "" if moved else f": shape {shown(new_shape)} where the saved one has {shown(old_shape)}"
+        elif getattr(saved, "dtype", None) != getattr(given, "dtype", None):
+            how = f": dtype {getattr(given, 'dtype', None)} where the saved one has {getattr(saved, 'dtype', None)}"
+        elif hasattr(saved, "low") and hasattr(saved, "high"):
+            how = " only in its bounds (`low`, `high`): the same shape and dtype"
+        elif hasattr(saved, "n") or hasattr(saved, "nvec"):
+            field = "n" if hasattr(saved, "n") else "nvec"
+            new, old = (shown(np.asarray(getattr(space, field)).tolist()) for space in (given, saved))
+            how = f": {field}={new} where the saved one has {old}"
+        else:
+            how = ""
+        return f" The {name} differs{how}."
+    return ""
 
 
 def sync_ars_weights(model: Any) -> None:

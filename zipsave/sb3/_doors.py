@@ -22,7 +22,8 @@ from .. import _format
 from .._archive import ArchiveSource
 from .._bounds import alloc_budget
 from .._core import LoadOptions, LoadSession
-from ..exceptions import ArchiveLimitError, DecodeError
+from .._printable import shown
+from ..exceptions import ArchiveLimitError, DecodeError, ParameterMismatchError
 from ._boundary import door
 from ._estimate import archive_size
 from ._extras import build_vec_normalize, restore_extra
@@ -115,8 +116,15 @@ def load_replay_buffer(self: Any, path: Any, truncate_last_traj: bool = True) ->
     method (a buffer file ``save_replay_buffer`` wrote, zipsave's or SB3's pickle)."""
     archive = _archive_path(path, "pkl", "zip")
     if not holds_extra(archive, "replay_buffer"):
+        own = getattr(self, "replay_buffer", None)
         with door(archive, f"{type(self).__name__}.load_replay_buffer"):
-            return original(_owner(), "load_replay_buffer")(self, path, truncate_last_traj)
+            original(_owner(), "load_replay_buffer")(self, path, truncate_last_traj)
+            try:
+                _check_transitions(self, archive)
+            except ParameterMismatchError:
+                self.replay_buffer = own  # refused: the model keeps its own buffer
+                raise
+        return None
     with door(archive, f"{type(self).__name__}.load_replay_buffer"), _session(archive, strict=True) as src:
         buffer = getattr(self, "replay_buffer", None)
         live = not _fit_buffer(src, self)  # a buffer built for the saved size holds untouched zeros
@@ -133,6 +141,30 @@ def load_replay_buffer(self: Any, path: Any, truncate_last_traj: bool = True) ->
         finally:
             self._last_obs = before
     return None
+
+
+def _check_transitions(model: Any, archive: Any) -> None:
+    """A buffer file holds transitions of the spaces it was filled with: those of another
+    environment would load, and fail at the first ``add`` or sample with numpy's broadcast error.
+    The archive folder's door checks its arrays; this checks what SB3's door loaded."""
+    from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
+
+    buffer = model.replay_buffer
+    wanted = (get_obs_shape(model.observation_space), get_action_dim(model.action_space))
+    held = (getattr(buffer, "obs_shape", None), getattr(buffer, "action_dim", None))
+    if held == wanted:
+        return
+    saved = f"observation_space={shown(getattr(buffer, 'observation_space', None))} and action_space=" + shown(
+        getattr(buffer, "action_space", None)
+    )
+    raise ParameterMismatchError(
+        f"holds a replay buffer of transitions with observations of shape {shown(held[0])} and actions of size "
+        f"{shown(held[1])} ({saved}), but this {type(model).__name__} has observation_space="
+        f"{shown(model.observation_space)} and action_space={shown(model.action_space)}, whose transitions have "
+        f"{shown(wanted[0])} and {shown(wanted[1])}: training would fail at its first add or sample.",
+        archive=archive,
+        hint="Load it into a model of the environment it was collected on; this model keeps its own buffer.",
+    )
 
 
 def _owner() -> type:

@@ -1,5 +1,5 @@
 """``VecEnvState``: :class:`zipsave.EnvState` as the SB3 integration has named it since 0.1,
-with the state as numpy values, for a model attribute or an app-state value."""
+with the state as numpy values, for a ``data`` value (``CheckpointCallback(env_state=True)``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ __all__ = ["VecEnvState"]
 
 
 class VecEnvState(EnvState):
-    """The state of a ``DummyVecEnv`` and its wrappers, for ``CheckpointCallback(env_state=True)``
-    or an app-state value: :class:`zipsave.EnvState` whose :meth:`state_dict` keeps numpy arrays
-    (the ``data`` codec stores them as ``.npy`` members). In an app state, put
-    ``zipsave.EnvState(venv)`` itself instead.
+    """The state of a ``DummyVecEnv`` and its wrappers, for ``CheckpointCallback(env_state=True)``:
+    :class:`zipsave.EnvState` whose :meth:`state_dict` keeps numpy arrays (the ``data`` codec
+    stores them as ``.npy`` members). It cannot be an app-state value itself (a stateful object's
+    state goes to a ``.pth`` member, which holds no numpy arrays; the save refuses it): put
+    ``zipsave.EnvState(venv)`` there.
 
     Parameters
     ----------

@@ -5,6 +5,7 @@ and documented behaviour, with zipsave's archives and load rules underneath. ``A
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pathlib
 from typing import Any
@@ -12,8 +13,9 @@ from typing import Any
 import zipsave
 from zipsave._archive import atomic_output
 from zipsave._core import LoadOptions, LoadSession, Parts, check_name, encode, write
+from zipsave._printable import visible
 from zipsave._trust import TrustPolicy, restricted_loads
-from zipsave.exceptions import DecodeError
+from zipsave.exceptions import ArchiveNotFoundError, DecodeError
 
 from ._boundary import check_buffer, check_statistics, door
 from ._build import build_sb3
@@ -204,12 +206,18 @@ def _existing(path: Any, suffix: str) -> Any:
 
 
 def _check_exists(path: Any, suffix: str) -> None:
-    """SB3 raises ``FileNotFoundError`` for a missing path (after trying the suffix)."""
+    """SB3 raises ``FileNotFoundError`` for a missing path (after trying the suffix); so does
+    :class:`ArchiveNotFoundError`, which names the archive as ``zipsave.load`` does."""
     if hasattr(path, "read") or (isinstance(path, str) and "://" in path):
         return
     text = os.fspath(path)
     if not os.path.exists(text) and not os.path.exists(f"{text}.{suffix}"):
-        raise FileNotFoundError(f"no such file: {text!r} (also tried {text}.{suffix}).")
+        raise ArchiveNotFoundError(
+            f"no such file (also tried `{visible(f'{text}.{suffix}')}`).",
+            archive=text,
+            errno=errno.ENOENT,
+            hint="Check the path, or pass an open binary file object.",
+        )
 
 
 # -- replay buffers and VecNormalize (object archives) ---------------------------------------
@@ -268,6 +276,7 @@ def load_object(path: Any, expected: type, what: str) -> Any:
         with contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb") as fp:
             obj = restricted_loads(fp, policy, archive=path, limits=options.limits)
     else:
+        _check_object_archive(path, what)
         data, _, _ = zipsave.load_archive(
             path,
             allow_pickle=options.allow_pickle,
@@ -295,6 +304,40 @@ def load_object(path: Any, expected: type, what: str) -> Any:
         else:
             obj.__dict__.update(data)
     return _checked(obj, expected, what, path)
+
+
+#: What each object door reads: ``(the folder of a model archive, the file's name, how to write one)``.
+_OBJECT_FILES = {
+    "VecNormalize": (
+        "vec_normalize",
+        "VecNormalize",
+        "`vec_env.save(path)` or `zipsave.save(model, path, include=['vec_normalize'])`",
+    ),
+    "saved object": (
+        "replay_buffer",
+        "replay buffer",
+        "`model.save_replay_buffer(path)` or `model.save(path, include=['replay_buffer'])`",
+    ),
+}
+
+
+def _check_object_archive(path: Any, what: str) -> None:
+    """A zip that is not a file ``save_object`` wrote (most often a model archive saved without
+    the extra) is named as such before any value is decoded."""
+    keys = {entry.key for entry in zipsave.inspect(path).data}
+    if OBJECT_CLASS in keys or OBJECT_VALUE in keys:
+        return
+    folder, noun, how = _OBJECT_FILES.get(what, ("replay_buffer", what, "SB3's own save"))
+    if "policy_class" in keys:
+        found = f"holds a model (its `data` names a `policy_class`) without a `{folder}/` folder"
+    else:
+        found = f"has no `{OBJECT_CLASS}` in its `data` and no `{folder}/` folder"
+    raise zipsave.ArchiveFormatError(
+        f"{found}: it is not a {noun} file.",
+        archive=path,
+        member="data",
+        hint=f"Pass a file written by {how} (under `zipsave.sb3.install()`), or SB3's pickle of one.",
+    )
 
 
 def _checked(obj: Any, expected: type, what: str, path: Any) -> Any:

@@ -5,6 +5,8 @@ when it is not there."""
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
 import typing
 from typing import Any
 
@@ -140,6 +142,23 @@ def _provide(keys: list[str]) -> str:
     return "Provide the value with `custom_objects={" + ", ".join(f"{k!r}: ..." for k in keys) + "}`"
 
 
+def _release(version: str) -> tuple[int, ...]:
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    return tuple(int(part or 0) for part in match.groups()) if match else ()
+
+
+def _newer_sb3(src: LoadSession) -> str:
+    """For an archive a newer SB3 wrote: the value may name what only that version defines."""
+    saved = src.saved_versions().get("Stable-Baselines3", "")
+    installed = getattr(sys.modules.get("stable_baselines3"), "__version__", "")
+    if not installed or not _release(saved) > _release(installed) > ():
+        return ""
+    return (
+        f" The archive was written by Stable-Baselines3 {saved}, newer than the {installed} installed here; if the "
+        "value names something that version added, upgrade (`pip install -U stable-baselines3 sb3-contrib`)."
+    )
+
+
 def check_required(src: LoadSession, cls: type, data: dict[str, Any], given: Any) -> None:
     """Name the root cause when a key ``cls`` needs is missing, instead of SB3's ``KeyError``
     later (SB3 #1682) or a policy built with default layers that the weights do not fit.
@@ -172,7 +191,8 @@ def check_required(src: LoadSession, cls: type, data: dict[str, Any], given: Any
                 "for SB3's own `load`)."
                 if trust
                 else "."
-            ),
+            )
+            + _newer_sb3(src),
         )
     if absent:
         if OBJECT_CLASS in data or OBJECT_VALUE in data:
