@@ -186,6 +186,25 @@ def test_read_of_an_untrusted_value_names_the_option_that_trusts_it(tmp_path: Pa
     assert "It rebuilds code stored in the archive" in line and "--trust" not in line
 
 
+def test_read_never_hands_back_an_archive_name_as_an_option_to_paste(tmp_path: Path):
+    # a pickle may name any text as its global; the hint suggested `--trust os; rm -rf ~.system`
+    import base64
+
+    zipsave.save({"x": 1}, tmp_path / "plain.zip")
+    for module in ("os; rm -rf ~", "evil\x1b[31mpkg"):
+        pickled = b"\x80\x04\x8c" + bytes([len(module)]) + module.encode() + b"\x8c\x06system\x93)\x81."
+        value = {":type:": "<class 'x'>", ":serialized:": base64.b64encode(pickled).decode()}
+        with zipfile.ZipFile(tmp_path / "plain.zip") as src, zipfile.ZipFile(tmp_path / "h.zip", "w") as out:
+            for name in src.namelist():
+                if name != "manifest.json":
+                    out.writestr(name, json.dumps({"x": value}) if name == "data" else src.read(name))
+        line = one_error_line(run("read", tmp_path / "h.zip", "x"))
+        assert "refusing to import untrusted global" in line and "--trust" not in line and "trusted=" not in line
+        assert "No module or class is named so" in line and "\x1b" not in line
+        with pytest.warns(zipsave.SkippedEntryWarning, match="No module or class is named so"):
+            assert zipsave.load_archive(tmp_path / "h.zip")[0] == {}
+
+
 # -- verify ------------------------------------------------------------------------------------
 def test_verify_ok(archives):
     done = run("verify", archives["a"])

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import json
 import os
+import shlex
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -156,7 +157,7 @@ def _cmd_read(args: argparse.Namespace) -> int:
         value = _tools.read(args.archive, args.address, device="cpu", trusted=args.trust, trust=trust_of(args))
     except UnsafeGlobalError as err:
         if not err.by_value and (err.hint or "").startswith("To allow it, pass `trusted="):  # say this command's option
-            err.hint = f"To allow it, pass `--trust {err.global_name}` (which imports it) if you trust it."
+            err.hint = f"To allow it, pass `--trust {shlex.quote(err.global_name)}` (which imports it) if you trust it."
             err.args = (err._compose(),)
         raise  # a global that rebuilds code keeps its hint: no option of this command may trust it safely
     with _tools.whole_integers():  # an integer of 5 000 digits is a value zipsave writes and reads

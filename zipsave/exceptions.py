@@ -189,11 +189,16 @@ class UnsafeGlobalError(ZipsaveError):
         self.global_name = global_name
         #: Classes the pickle stores as code (cloudpickle's by-value classes), when it is one.
         self.by_value: tuple[str, ...] = ()
+        # Only a module path can be trusted; any other text is no name a library pickles, and a
+        # hint must not hand it back as something to paste (a shell line, for the command).
+        dotted = all(part.isidentifier() for part in global_name.split("."))
         kwargs.setdefault(
             "hint",
             f"To allow it, pass `trusted=[{global_name!r}]`, replace the entry with "
             "`custom_objects={key: value}`, or pass `allow_pickle=True` if you trust "
-            "the archive completely.",
+            "the archive completely."
+            if dotted
+            else "No module or class is named so: the archive is damaged or was made to break readers.",
         )
         super().__init__(f"refusing to import untrusted global `{global_name}`.", **kwargs)
 
