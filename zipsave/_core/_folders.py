@@ -44,7 +44,11 @@ def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) 
                 f"was written by the zipsave integration `{name}`, which is not installed.",
                 archive=src.name,
                 member=init_member,
-                hint=f"Install the package that provides it (e.g. `pip install zipsave[{name}]`).",
+                # only zipsave's own integrations have a command to give: any other name is the
+                # archive's text, never handed back as something to paste into a shell
+                hint=f"Install it with `pip install zipsave[{name}]`."
+                if name in _registry.ENTRY_HINTS
+                else "Install the package that provides a zipsave handler of that name.",
             )
         return handler
     if cls is not None:

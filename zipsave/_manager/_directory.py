@@ -63,9 +63,11 @@ def _check_folder(store: Store, *, must_exist: bool) -> None:
             break
     if folder and os.path.exists(folder) and not os.path.isdir(folder):
         if folder == store.folder:
+            import shlex  # a command to paste: the path quoted for the shell (only on this error)
+
             raise CheckpointDirectoryError(
                 f"`{store.location}` is a file, not a checkpoint directory. Nothing was changed.",
-                hint=f"`zipsave inspect {store.location}` looks inside an archive.",
+                hint=f"`zipsave inspect {shlex.quote(store.location)}` looks inside an archive.",
             )
         raise CheckpointDirectoryError(
             f"checkpoint directory `{store.location}` lies below `{folder}`, which is a file. Nothing was changed."

@@ -361,11 +361,14 @@ def pth_meta(src: ArchiveSource, member: str, view: MemberView) -> PthMeta:
     try:
         return read_pth_meta(view, src.limits)
     except Damaged as err:
+        import shlex  # a command to paste: the path quoted for the shell (only on this error)
+
         raise IntegrityError(
             f"is damaged ({err}): its bytes are not the torch file that was saved.",
             archive=src.name,
             member=member,
-            hint=f"Run `zipsave verify {src.name}` to check every byte of the archive against its checksums.",
+            hint=f"Run `zipsave verify {shlex.quote(src.name)}` to check every byte of the archive against its "
+            "checksums.",
         ) from None
     except Unsupported as err:
         raise ArchiveFormatError(
