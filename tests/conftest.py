@@ -38,3 +38,18 @@ def installed():
         yield
     finally:
         zipsave.sb3.uninstall()
+
+
+@pytest.fixture(scope="session")
+def td3_saved(tmp_path_factory):
+    """The bytes of a small TD3 archive with a NormalActionNoise (the noise suites change it)."""
+    pytest.importorskip("stable_baselines3")
+    import numpy as np
+    from stable_baselines3 import TD3
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    path = tmp_path_factory.mktemp("td3") / "td3.zip"
+    noise = NormalActionNoise(np.zeros(1), np.full(1, 0.1))
+    kwargs = {"learning_starts": 4, "buffer_size": 64, "batch_size": 4, "policy_kwargs": {"net_arch": [8]}}
+    TD3("MlpPolicy", "Pendulum-v1", action_noise=noise, seed=0, device="cpu", **kwargs).save(path)
+    return path.read_bytes()

@@ -97,18 +97,6 @@ def test_a_huge_count_in_pickled_statistics_is_named(tmp_path):
 # -- SB3's action noises: what the first learn step needs ------------------------------------
 
 
-@pytest.fixture(scope="module")
-def td3_saved(tmp_path_factory):
-    from stable_baselines3 import TD3
-    from stable_baselines3.common.noise import NormalActionNoise
-
-    path = tmp_path_factory.mktemp("td3") / "td3.zip"
-    noise = NormalActionNoise(np.zeros(1), np.full(1, 0.1))
-    kwargs = {"learning_starts": 4, "buffer_size": 64, "batch_size": 4, "policy_kwargs": {"net_arch": [8]}}
-    TD3("MlpPolicy", "Pendulum-v1", action_noise=noise, seed=0, device="cpu", **kwargs).save(path)
-    return path.read_bytes()
-
-
 def _with_noise(tmp_path, saved: bytes, noise) -> str:
     return _with_value(tmp_path, saved, "action_noise", noise)
 

@@ -170,17 +170,6 @@ def test_a_wrapped_her_buffer_sb3_wrote_loads(tmp_path):
 # -- action noises: SB3 1.x's, and one for another number of envs ------------------------------
 
 
-@pytest.fixture(scope="module")
-def td3_saved(tmp_path_factory):
-    from stable_baselines3.common.noise import NormalActionNoise
-
-    path = tmp_path_factory.mktemp("td3") / "td3.zip"
-    noise = NormalActionNoise(np.zeros(1), np.full(1, 0.1))
-    kwargs = {"learning_starts": 4, "buffer_size": 64, "batch_size": 4, "policy_kwargs": {"net_arch": [8]}}
-    TD3("MlpPolicy", "Pendulum-v1", action_noise=noise, seed=0, device="cpu", **kwargs).save(path)
-    return path.read_bytes()
-
-
 def _pendulums(n_envs=1):
     return make_vec_env("Pendulum-v1", n_envs=n_envs, seed=0)
 
