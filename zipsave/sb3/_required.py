@@ -143,7 +143,8 @@ def _provide(keys: list[str]) -> str:
 
 
 def _release(version: str) -> tuple[int, ...]:
-    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    # digits bounded: an archive's version of 5 000 digits is past what int() reads from text
+    match = re.match(r"(\d{1,9})\.(\d{1,9})(?:\.(\d{1,9}))?", version)
     return tuple(int(part or 0) for part in match.groups()) if match else ()
 
 
