@@ -268,3 +268,121 @@ def test_load_without_a_class_returns_the_loose_tensors_too(tmp_path):
     assert sorted(loaded["holder"]) == ["count", "log_alpha", "net"]
     assert torch.equal(loaded["holder"]["log_alpha"], holder.log_alpha)
     assert "log_alpha" not in zipsave.load(tmp_path / "app.zip", exclude=["holder/log_alpha"])["holder"]
+
+
+# -- the manifest's list of folders saved as app state ------------------------------------------
+
+
+class _ClaimsEverything(zipsave._registry.Handler):
+    """A plug-in that recognises every folder and restores into every object, and says so."""
+
+    name = "test-claims-everything"
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def recognises(self, session, folder):
+        self.asked.append(f"recognises {folder!r}")
+        return True
+
+    def build(self, session, folder, **kwargs):
+        return "built by the plug-in"
+
+    def restores(self, obj):
+        self.asked.append("restores")
+        return True
+
+    def restore(self, session, obj, folder, **kwargs):
+        self.asked.append(f"restore into {type(obj).__name__}")
+
+
+@pytest.fixture
+def plugin():
+    handler = _ClaimsEverything()
+    zipsave._registry.register(handler)
+    try:
+        yield handler
+    finally:
+        zipsave._registry.unregister(handler.name)
+
+
+def _manifest(path) -> dict:
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        return json.loads(zf.read("manifest.json"))
+
+
+def _rewrite_manifest(path, out, change) -> None:
+    import json
+    import zipfile
+
+    manifest = _manifest(path)
+    change(manifest)
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            raw = json.dumps(manifest).encode() if info.filename == "manifest.json" else src.read(info)
+            dst.writestr(info.filename, raw)
+
+
+def test_a_dict_is_listed_as_app_state_and_loads_as_one_without_asking_handlers(tmp_path, plugin):
+    model, optim = make(0)
+    path = tmp_path / "app.zip"
+    zipsave.save({"model": model, "optim": optim, "step": 3}, path)
+    assert _manifest(path)["app_state"] == [""]
+    loaded = zipsave.load(path)
+    assert loaded["step"] == 3 and set(loaded) == {"model", "optim", "step"}
+    data, params, _ = zipsave.load_archive(path)
+    assert data == {"step": 3} and set(params) == {"model", "optim"}
+    assert zipsave.inspect(path).members
+    live = {"model": make(1)[0], "optim": make(1)[1]}
+    zipsave.restore(live, path)
+    assert torch.equal(live["model"][0].weight, model[0].weight)
+    assert plugin.asked == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [lambda m: m.pop("app_state"), lambda m: m.update(app_state=""), lambda m: m.update(app_state=[1])],
+    ids=["absent (zipsave 0.2)", "not a list", "not names"],
+)
+def test_without_a_well_formed_list_handlers_are_asked_as_before(tmp_path, plugin, change):
+    model, optim = make(0)
+    zipsave.save({"model": model, "optim": optim}, tmp_path / "app.zip")
+    _rewrite_manifest(tmp_path / "app.zip", tmp_path / "old.zip", change)
+    assert zipsave.load(tmp_path / "old.zip") == "built by the plug-in"
+    assert set(plugin.asked) == {"recognises ''"}
+
+
+def test_objects_and_save_archive_are_not_listed_as_app_state(tmp_path):
+    model, optim = make(0)
+    zipsave.save_archive(tmp_path / "parts.zip", data={"gamma": 0.9}, params={"model": model.state_dict()})
+    assert "app_state" not in _manifest(tmp_path / "parts.zip")
+
+    class Agent(zipsave.Saveable):
+        def __init__(self):
+            self.model, self.optim = make(0)
+
+    Agent().save(tmp_path / "agent.zip")
+    assert "app_state" not in _manifest(tmp_path / "agent.zip")
+    zipsave.save({"agent": Agent(), "step": 1}, tmp_path / "nested.zip")
+    assert _manifest(tmp_path / "nested.zip")["app_state"] == [""]  # the component folder is the Agent's
+
+
+def test_restore_into_a_live_object_other_than_a_dict_still_asks_handlers(tmp_path, plugin):
+    model, optim = make(0)
+    zipsave.save({"model": model, "optim": optim}, tmp_path / "app.zip")
+
+    class Holder(dict):  # a dict subclass is app state too: the core fills it
+        pass
+
+    zipsave.restore(Holder(model=make(1)[0], optim=make(1)[1]), tmp_path / "app.zip")
+    assert plugin.asked == []
+
+    class Agent:
+        def __init__(self):
+            self.model, self.optim = make(1)
+
+    zipsave.restore(Agent(), tmp_path / "app.zip")
+    assert plugin.asked == ["restores", "restore into Agent"]

@@ -19,6 +19,9 @@ VERSION = "_zipsave_version"
 SB3_VERSION = "_stable_baselines3_version"
 SYSTEM_INFO = "system_info.txt"
 MANIFEST = "manifest.json"
+#: The manifest's list of the folders saved as app state (a dict: no class, no handler): a
+#: reader loads them as dicts without asking handlers whether they recognise them.
+MANIFEST_APP_STATE = "app_state"
 INIT = "init.json"
 ARRAYS_DIR = "arrays/"
 PTH_SUFFIX = ".pth"

@@ -16,10 +16,12 @@ are. Zipsave's own entry points declare all three in :data:`ENTRY_HINTS`, since 
 off the class would import it; any other entry point is imported on the first question, as
 before.
 
-The core asks, in this order: which handler claims an object being saved (:meth:`claims`);
-which one builds a class named by ``load(cls=...)`` (:meth:`builds`) or an archive folder whose
-``init.json`` names it (``"handler"``) or that it recognises (:meth:`recognises`); which one
-restores into a live object (:meth:`restores`), and what values it recognises there
+The core asks, in this order: which handler claims an object being saved (:meth:`claims`;
+never asked about a dict, which is app state); which one builds a class named by
+``load(cls=...)`` (:meth:`builds`) or an archive folder whose ``init.json`` names it
+(``"handler"``) or that it recognises (:meth:`recognises`; not asked about a folder the
+manifest lists as saved from a dict); which one restores into a live object other than a
+dict (:meth:`restores`), and what values it recognises there
 (:meth:`known_values`); and which reviewed globals each handler adds to the restricted
 unpickler's allowlist (:attr:`allowlist`): those of the handlers the load selected by the rules
 above (:func:`selected`), so a load imports no integration for its allowlist either.

@@ -240,15 +240,20 @@ def restore(
         folder = (component or "").strip("/")
         check_component(src, folder)
         # The seam: a handler that restores this kind of live object does it all (RLlib's
-        # component paths are not attribute paths); `into` names its target component.
-        handler = next((h for h in _registry.handlers(live=True) if h.restores(obj)), None)
+        # component paths are not attribute paths); `into` names its target component. A dict
+        # is app state, which the core saves without asking handlers, and so restores.
+        handler = None
+        if not isinstance(obj, dict):
+            handler = next((h for h in _registry.handlers(live=True) if h.restores(obj)), None)
         if handler is not None:
             handler.restore(
                 src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match, into=into
             )
             return
         target = _core.restore_target(src, obj, folder, into)
-        owner = next((h for h in _registry.handlers(live=True) if h.claims(target)), None)
+        owner = None
+        if not isinstance(target, dict):
+            owner = next((h for h in _registry.handlers(live=True) if h.claims(target)), None)
         if owner is not None:  # values the integration recognises without decoding them
             custom_objects = {**owner.known_values(src, target, folder), **(custom_objects or {})} or None
         if isinstance(target, dict) and strict:

@@ -12,7 +12,7 @@ from typing import Any
 from .. import _format, _registry
 from ..exceptions import ZipsaveError
 
-__all__ = ["data_bytes", "involve_handlers", "member_names"]
+__all__ = ["data_bytes", "involve_handlers", "member_names", "saved_as_app_state"]
 
 
 class _FolderMembers(AbstractSet):
@@ -57,9 +57,16 @@ def data_bytes(src: Any, folder: str) -> bytes | None:
         return None
 
 
+def saved_as_app_state(src: Any, folder: str) -> bool:
+    """Whether the manifest lists ``folder`` as saved from a dict: no handler wrote it, so none
+    is asked whether it recognises it (nor are handler entry points listed for that, 2-4 ms of
+    a first load). ``src``: an ``ArchiveSource`` or a load session."""
+    return folder.strip("/") in src.reader.app_state
+
+
 def involve_handlers(src: Any, folder: str) -> None:
     """Import the handlers a load of ``folder`` would ask about it (and so add their allowlists).
     ``src``: an ``ArchiveSource``; once a folder (each call reads the folder's ``data`` again)."""
-    if folder not in src.involved:
+    if folder not in src.involved and not saved_as_app_state(src, folder):
         _registry.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
         src.involved.add(folder)

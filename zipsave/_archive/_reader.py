@@ -87,6 +87,8 @@ class ArchiveReader:
         self._agree(self._zip.infolist())
         self.manifest: dict[str, dict] | None = None
         self.manifest_error: str | None = None
+        #: The folders the manifest lists as saved as app state (empty: none, or no such list).
+        self.app_state: frozenset[str] = frozenset()
         self._load_manifest()
 
     def _agree(self, infos: list[zipfile.ZipInfo]) -> None:
@@ -150,6 +152,9 @@ class ArchiveReader:
             if not isinstance(members, dict):
                 raise TypeError("`members` is not an object")
             self.manifest = members
+            folders = manifest.get(_format.MANIFEST_APP_STATE)
+            if isinstance(folders, list) and all(isinstance(f, str) for f in folders):
+                self.app_state = frozenset(folders)  # else as if absent: handlers are asked, as before
         except (ZipsaveError, KeyError, TypeError) as err:
             self.manifest_error = f"manifest.json is unreadable ({err})"
 

@@ -307,15 +307,22 @@ class ArchiveWriter:
             self._fp.seek(end)
         self._entries.append(entry)
 
-    def write_manifest(self) -> MemberInfo:
-        """Write ``manifest.json`` describing every member written so far."""
+    def write_manifest(self, app_state: list[str] | None = None) -> MemberInfo:
+        """Write ``manifest.json`` describing every member written so far, and the folders
+        saved as app state (``app_state``, written only when there are any)."""
         members: dict[str, dict[str, Any]] = {}
         for e in self._entries:
             entry: dict[str, Any] = {"size": e.info.size, "crc32": f"{e.info.crc32:08x}", "sha256": e.info.sha256}
             if e.info.records is not None:
                 entry["records"] = e.info.records
             members[e.info.name] = entry
-        manifest = {"format": _format.FORMAT_NAME, "format_version": _format.FORMAT_VERSION, "members": members}
+        manifest: dict[str, Any] = {
+            "format": _format.FORMAT_NAME,
+            "format_version": _format.FORMAT_VERSION,
+            "members": members,
+        }
+        if app_state:
+            manifest[_format.MANIFEST_APP_STATE] = sorted(app_state)
         return self.write_bytes(_format.MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
 
     def close(self) -> None:

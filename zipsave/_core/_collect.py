@@ -372,4 +372,4 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
             components.append((key, value))  # a model in the app state: its own folder
         else:
             data[key] = value
-    return Parts(data, state, None, components)
+    return Parts(data, state, None, components, app_state=True)

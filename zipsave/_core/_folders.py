@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _core, _format, _registry  # _core: build (a folder holds a Saveable), the exclude globs
-from .._archive import data_bytes, member_names
+from .._archive import data_bytes, member_names, saved_as_app_state
 from ..exceptions import ArchiveFormatError, MissingDependencyError, ZipsaveError
 from ._session import LoadSession
 
@@ -57,7 +57,10 @@ def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) 
 
 
 def recognising_handler(src: LoadSession, folder: str) -> _registry.Handler | None:
-    """The registered handler that recognises ``folder`` by its members or ``data`` keys."""
+    """The registered handler that recognises ``folder`` by its members or ``data`` keys; none
+    for a folder the manifest lists as saved from a dict."""
+    if saved_as_app_state(src, folder):
+        return None
     asked = _registry.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
     return next((h for h in asked if h.recognises(src, folder)), None)
 

@@ -145,10 +145,22 @@ class Parts:
       background saves (the protocol is in ``_api/_shadow.py``); ``None`` copies them whole;
     - ``rebuilt_on_load``: ``(key, encoded entry) -> bool``, code stored by value that the
       integration's loads rebuild without running it (SB3's schedule closures), so saving it
-      is not warned about.
+      is not warned about;
+    - ``app_state``: saved from a dict (no class, no handler): listed in the manifest, so that
+      a load reads the folder as a dict without asking handlers whether they recognise it.
     """
 
-    __slots__ = ("data", "state", "variables", "components", "init", "encoder_options", "snapshot", "rebuilt_on_load")
+    __slots__ = (
+        "data",
+        "state",
+        "variables",
+        "components",
+        "init",
+        "encoder_options",
+        "snapshot",
+        "rebuilt_on_load",
+        "app_state",
+    )
 
     def __init__(
         self,
@@ -160,6 +172,7 @@ class Parts:
         encoder_options: dict[str, Any] | None = None,
         snapshot: Any = None,
         rebuilt_on_load: Any = None,
+        app_state: bool = False,
     ) -> None:
         self.data = data
         self.state = state
@@ -169,6 +182,7 @@ class Parts:
         self.encoder_options = {} if encoder_options is None else encoder_options
         self.snapshot = snapshot
         self.rebuilt_on_load = rebuilt_on_load
+        self.app_state = app_state
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)

@@ -9,7 +9,7 @@ import contextlib
 import functools
 import os
 import warnings
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -32,9 +32,10 @@ __all__ = ["Encoded", "encode", "encoded_size", "write"]
 class Encoded:
     """An object encoded and ready to write; tensors are still references (no copies).
     ``snapshot`` is ``Parts.snapshot``: how a background save may copy ``arrays``. (A plain
-    class: a first save does not compile a dataclass's methods.)"""
+    class: a first save does not compile a dataclass's methods.) ``app_state`` is
+    ``Parts.app_state``."""
 
-    __slots__ = ("folder", "data", "init", "state", "variables", "arrays", "components", "snapshot")
+    __slots__ = ("folder", "data", "init", "state", "variables", "arrays", "components", "snapshot", "app_state")
 
     def __init__(
         self,
@@ -46,6 +47,7 @@ class Encoded:
         arrays: list[tuple[str, np.ndarray]],
         components: list[Encoded],
         snapshot: Any = None,
+        app_state: bool = False,
     ) -> None:
         self.folder = folder
         self.data = data
@@ -55,6 +57,7 @@ class Encoded:
         self.arrays = arrays
         self.components = components
         self.snapshot = snapshot
+        self.app_state = app_state
 
     def replace(self, **changes: Any) -> Encoded:
         """A copy with ``changes`` (``dataclasses.replace``)."""
@@ -130,8 +133,9 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
         sub = _format.join(folder, name)
         collected = collect(comp, _core.nested(exclude, name), _core.nested(include, name))
         components.append(encode(collected, sub, exclude=None, include=None))
+    data_bytes = _dump_entries(data, folder)
     return Encoded(
-        folder, _dump_entries(data, folder), init, state, parts.variables, arrays, components, parts.snapshot
+        folder, data_bytes, init, state, parts.variables, arrays, components, parts.snapshot, parts.app_state
     )
 
 
@@ -276,7 +280,15 @@ def write_encoded(writer: ArchiveWriter, enc: Encoded, *, root: bool) -> None:
     if root:
         writer.write_bytes(_format.VERSION, f"zipsave {__version__}\nformat {_format.FORMAT_VERSION}\n".encode())
         writer.write_bytes(_format.SYSTEM_INFO, _system_info_text(_system_info.get_system_info))
-        writer.write_manifest()
+        writer.write_manifest(app_state=list(_app_state_folders(enc)))
+
+
+def _app_state_folders(enc: Encoded) -> Iterator[str]:
+    """The folders of ``enc`` and its components that were saved as app state."""
+    if enc.app_state:
+        yield enc.folder
+    for comp in enc.components:
+        yield from _app_state_folders(comp)
 
 
 def write_npy(f: Any, arr: np.ndarray) -> None:
