@@ -204,7 +204,7 @@ def unregister(name: str) -> Handler | None:
 
 _SUFFIXES = (".dist-info", ".egg-info")
 _GROUP_BYTES = ENTRY_POINT_GROUP.encode()
-_SEPARATORS = re.compile(r"[-_.]+")
+_SEPARATORS = r"[-_.]+"  # compiled by `re` on first use: few names need it, and every import paid
 _O_READ = os.O_RDONLY | getattr(os, "O_BINARY", 0)
 #: Files are opened relative to their ``sys.path`` folder (not walked again for each of some 200
 #: distributions), and whether one exists is asked first: most have no entry points, and the
@@ -253,7 +253,7 @@ def _scan_entry_points() -> list[metadata.EntryPoint] | None:
             if "." in name or "__" in name or not name:  # else already as Prepared.normalize writes it
                 if not name.strip("."):
                     return None  # no name before the suffix: by its METADATA too
-                name = _SEPARATORS.sub("_", name)
+                name = re.sub(_SEPARATORS, "_", name)
             if name not in names:
                 names.add(name)
                 new.append(child)
