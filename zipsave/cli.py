@@ -299,7 +299,7 @@ def _list_args(listing: argparse.ArgumentParser) -> None:
 
 def _demo_args(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--seconds", type=float, default=3.0, help="how long to train (default: 3)")
-    demo.add_argument("--out", default=None, help="folder for the archive (default: a temporary folder)")
+    demo.add_argument("--out", default=None, help="folder to keep the archive in (default: a temporary one)")
     demo.set_defaults(func=_cmd_demo)
 
 
