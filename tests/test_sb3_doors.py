@@ -587,3 +587,38 @@ def test_an_env_id_instead_of_an_env_says_how_to_make_one(cartpole_ppo):
 def test_a_class_name_instead_of_the_class_is_a_type_error_before_reading(cartpole_ppo):
     with pytest.raises(TypeError, match=re.escape("cls must be a class, found str 'PPO'. Pass the class itself")):
         zipsave.load(cartpole_ppo, cls="PPO")
+
+
+def with_data(source, target, **changes):
+    """A copy of the archive ``source`` whose ``data`` has ``changes``, without a manifest."""
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(target, "w") as out:
+        for name in src.namelist():
+            if name == "manifest.json":
+                continue
+            payload = src.read(name)
+            if name == "data":
+                payload = json.dumps({**json.loads(payload), **changes}).encode()
+            out.writestr(name, payload)
+    return target
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "entry"),
+    [
+        ("replay_buffer_kwargs", 5, ""),
+        ("replay_buffer_kwargs", [1], ""),
+        ("rollout_buffer_kwargs", "x", ""),
+        ("policy_kwargs", {"net_arch": [8], "optimizer_kwargs": 5}, "`optimizer_kwargs` "),
+    ],
+)
+def test_keyword_arguments_that_are_no_dict_are_named(installed, trained, cartpole_ppo, tmp_path, key, value, entry):
+    # `replay_buffer_kwargs: 5` was "SAC cannot be built from this archive's data (AttributeError:
+    # 'int' object has no attribute 'copy')", naming no key
+    cls, source = (PPO, cartpole_ppo) if key == "rollout_buffer_kwargs" else (SAC, trained[1])
+    path = with_data(source, tmp_path / "edited.zip", **{key: value})
+    found = type(value if not entry else 5).__name__
+    expected = f"member `data`, key `{key}`: {entry}must be a dict of keyword arguments, found a {found}."
+    for load in (lambda: zipsave.load(path, cls=cls, device="cpu"), lambda: cls.load(path, device="cpu")):
+        with pytest.raises(zipsave.DecodeError, match=re.escape(expected)) as caught:
+            load()
+        assert caught.value.key == key
