@@ -8,9 +8,29 @@ import tempfile
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "zipsave-hypothesis"))
 # SB3's `learn()` makes a `SB3-<date>` folder in the temp dir for its logger unless SB3_LOGDIR
 # names one: thousands per run of the suite. One folder for the run (its subprocesses too),
-# removed at the end.
+# removed at the end; one that a killed run left (a timeout's SIGTERM skips atexit) is removed
+# by the next run, which finds its process gone.
+_SB3_LOGS = "zipsave-test-sb3-logs-"
+
+
+def _remove_orphaned_sb3_logs() -> None:
+    if os.name != "posix":  # os.kill(pid, 0) asks only on POSIX (on Windows it terminates)
+        return
+    for entry in os.scandir(tempfile.gettempdir()):
+        pid = entry.name[len(_SB3_LOGS) :].partition("-")[0] if entry.name.startswith(_SB3_LOGS) else ""
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:
+            pass  # alive, another user's
+
+
 if "SB3_LOGDIR" not in os.environ:
-    os.environ["SB3_LOGDIR"] = tempfile.mkdtemp(prefix="zipsave-test-sb3-logs-")
+    _remove_orphaned_sb3_logs()
+    os.environ["SB3_LOGDIR"] = tempfile.mkdtemp(prefix=f"{_SB3_LOGS}{os.getpid()}-")
     atexit.register(shutil.rmtree, os.environ["SB3_LOGDIR"], ignore_errors=True)
 
 import pytest  # noqa: E402

@@ -405,7 +405,7 @@ def test_unexpected_exceptions_print_one_line(monkeypatch: pytest.MonkeyPatch, c
     def boom(args):
         raise RuntimeError("something\nodd")
 
-    monkeypatch.setattr(cli, "_cmd_inspect", boom)
+    monkeypatch.setitem(cli._RUN, "inspect", boom)
     assert cli.main(["inspect", "x.zip"]) == 2
     err = capsys.readouterr().err
     assert err == "zipsave: error: unexpected RuntimeError: something odd (please report this as a zipsave bug)\n"

@@ -307,6 +307,36 @@ def test_a_vec_env_state_dict_of_numpy_values_loads_into_env_state():
     assert_same_statistics(statistics(other), statistics(envs))
 
 
+def test_a_vec_env_state_in_an_app_state_is_refused_with_env_state_and_the_old_archive_kept(tmp_path):
+    # it was refused with the hint for one's own stateful objects ("Return tensors ... from
+    # `state_dict`"), which a VecEnvState's user cannot change
+    pytest.importorskip("stable_baselines3")
+    import zipsave.sb3
+
+    envs = cartpole_envs()
+    envs.reset(seed=0)
+    run(envs, 20)
+    path = tmp_path / "run.zip"
+    zipsave.save({"step": 1}, path)
+    before = path.read_bytes()
+    with pytest.raises(
+        zipsave.EncodeError,
+        match=re.escape(
+            "key `envs`: holds a VecEnvState, whose `state_dict` keeps numpy arrays for a `data` value (as "
+            "`CheckpointCallback(env_state=True)` stores it), which an app-state value's `.pth` member cannot "
+            "hold; nothing was written. Put `zipsave.EnvState(env)` there, which captures the same state as "
+            "tensors: `{'envs': zipsave.EnvState(env)}`"
+        ),
+    ) as caught:
+        zipsave.save({"envs": zipsave.sb3.VecEnvState(envs), "step": 2}, path)
+    assert caught.value.key == "envs"
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["run.zip"]
+    zipsave.save({"envs": zipsave.EnvState(envs), "step": 2}, path)  # what the error says to do
+    other = cartpole_envs()
+    zipsave.restore({"envs": zipsave.sb3.VecEnvState(other), "step": 0}, path, strict=True)
+    assert_same_statistics(statistics(other), statistics(envs))
+
+
 class OddValues(gym.Env):
     """An environment whose state holds the values torch has no tensor for, or that a tensor
     would change: they come back with their type, dtype, byte order and shape."""

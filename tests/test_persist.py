@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import warnings
 import zipfile
 
@@ -435,6 +436,17 @@ def test_demo_runs(tmp_path):
     assert "demo succeeded" in out.stdout
     assert (tmp_path / "reinforce_cartpole.zip").is_file()
     assert "policy.optimizer.pth" in out.stdout and "same actions on 200 observations: True" in out.stdout
+
+
+def test_demo_without_out_leaves_nothing_behind(tmp_path, monkeypatch):
+    # `python -m zipsave demo` without --out left a zipsave-demo-* folder in the temp dir per run
+    from zipsave._demo import run_demo
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    said = io.StringIO()
+    assert run_demo(seconds=0.1, stream=said) == 0, said.getvalue()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("zipsave-demo")] == []
+    assert "removed when the demo ends: `--out FOLDER` keeps the archive" in said.getvalue()
 
 
 def test_serialized_spelling_matches_sb3(tmp_path):

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import json
 import pickle
 import re
+import struct
 import types
 import warnings
 import zipfile
@@ -144,6 +146,44 @@ def test_a_model_archive_without_the_extra_names_the_folder_and_the_fix(installe
         ),
     ):
         fresh.load_replay_buffer(not_a_buffer)
+
+
+class ReadLog(io.BytesIO):
+    """An archive as a file object that records where each read began."""
+
+    def __init__(self, payload):
+        super().__init__(payload)
+        self.starts = []
+
+    def read(self, n=-1):
+        self.starts.append(self.tell())
+        return super().read(n)
+
+    def readinto(self, buffer):
+        self.starts.append(self.tell())
+        return super().readinto(buffer)
+
+
+@pytest.mark.parametrize("which", ["replay buffer", "VecNormalize"])
+def test_a_buffer_or_statistics_file_has_its_data_read_once(installed, trained, tmp_path, which):
+    # the door's check that the file is no model archive opened it with `zipsave.inspect`, then
+    # `load_archive` opened it again: `data` was read and parsed twice (a file object, a download)
+    sac, _, _ = trained
+    path = tmp_path / "file.zip"
+    if which == "replay buffer":
+        sac.save_replay_buffer(path)
+    else:
+        sac.get_vec_normalize_env().save(path)
+    payload = path.read_bytes()
+    with zipfile.ZipFile(path) as archive:
+        at = archive.getinfo("data").header_offset
+    name_length, extra_length = struct.unpack("<HH", payload[at + 26 : at + 30])
+    log = ReadLog(payload)
+    if which == "replay buffer":
+        same_buffer(stable_baselines3.common.save_util.load_from_pkl(log), sac.replay_buffer)
+    else:
+        same_statistics(VecNormalize.load(log, venv()), sac.get_vec_normalize_env())
+    assert log.starts.count(at + 30 + name_length + extra_length) == 1  # where `data`'s bytes begin
 
 
 def test_a_plain_torch_file_through_algorithm_load(installed, tmp_path):
@@ -547,3 +587,38 @@ def test_an_env_id_instead_of_an_env_says_how_to_make_one(cartpole_ppo):
 def test_a_class_name_instead_of_the_class_is_a_type_error_before_reading(cartpole_ppo):
     with pytest.raises(TypeError, match=re.escape("cls must be a class, found str 'PPO'. Pass the class itself")):
         zipsave.load(cartpole_ppo, cls="PPO")
+
+
+def with_data(source, target, **changes):
+    """A copy of the archive ``source`` whose ``data`` has ``changes``, without a manifest."""
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(target, "w") as out:
+        for name in src.namelist():
+            if name == "manifest.json":
+                continue
+            payload = src.read(name)
+            if name == "data":
+                payload = json.dumps({**json.loads(payload), **changes}).encode()
+            out.writestr(name, payload)
+    return target
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "entry"),
+    [
+        ("replay_buffer_kwargs", 5, ""),
+        ("replay_buffer_kwargs", [1], ""),
+        ("rollout_buffer_kwargs", "x", ""),
+        ("policy_kwargs", {"net_arch": [8], "optimizer_kwargs": 5}, "`optimizer_kwargs` "),
+    ],
+)
+def test_keyword_arguments_that_are_no_dict_are_named(installed, trained, cartpole_ppo, tmp_path, key, value, entry):
+    # `replay_buffer_kwargs: 5` was "SAC cannot be built from this archive's data (AttributeError:
+    # 'int' object has no attribute 'copy')", naming no key
+    cls, source = (PPO, cartpole_ppo) if key == "rollout_buffer_kwargs" else (SAC, trained[1])
+    path = with_data(source, tmp_path / "edited.zip", **{key: value})
+    found = type(value if not entry else 5).__name__
+    expected = f"member `data`, key `{key}`: {entry}must be a dict of keyword arguments, found a {found}."
+    for load in (lambda: zipsave.load(path, cls=cls, device="cpu"), lambda: cls.load(path, device="cpu")):
+        with pytest.raises(zipsave.DecodeError, match=re.escape(expected)) as caught:
+            load()
+        assert caught.value.key == key

@@ -262,24 +262,31 @@ def test_replay_buffer_pickled_by_sb3_loads_safely(tmp_path):
     np.testing.assert_array_equal(fresh.replay_buffer.observations, model.replay_buffer.observations)
 
 
-@pytest.mark.parametrize("writer", ["sb3", "zipsave"])
+@pytest.mark.parametrize("writer", ["sb3", "zipsave", "model archive"])
 def test_a_buffer_of_another_environment_is_refused_and_the_model_keeps_its_own(tmp_path, writer):
-    # it loaded, and the next learn() failed in numpy: could not broadcast (1,3) into (1,4)
+    # it loaded, and the next learn() failed in numpy: could not broadcast (1,3) into (1,4); the
+    # model archive's replay_buffer/ folder was refused as a DecodeError ("array `observations`
+    # is float32[200, 1, 4], expected float32[200, 1, 6]"), the file as a ParameterMismatchError
     model = dqn()
     model.learn(30)
+    path, where = tmp_path / "buffer.pkl", ""
+    if writer == "model archive":
+        path, where = tmp_path / "model.zip", ", member `replay_buffer/data`"
+        zipsave.save(model, path, include=["replay_buffer"])
     with zipsave.sb3.installed() if writer == "zipsave" else contextlib.nullcontext():
-        model.save_replay_buffer(tmp_path / "buffer.pkl")
+        if writer != "model archive":
+            model.save_replay_buffer(path)
     other = DQN("MlpPolicy", "Acrobot-v1", buffer_size=200, learning_starts=0, seed=0, device="cpu")
     own = other.replay_buffer
     with zipsave.sb3.installed():
         with pytest.raises(
             zipsave.ParameterMismatchError,
             match=re.escape(
-                f"archive `{tmp_path / 'buffer.pkl'}`: holds a replay buffer of transitions with observations of "
-                "shape (4,) and actions of size 1 ("
+                f"archive `{path}`{where}: holds a replay buffer of transitions with observations of "
+                "shape (4,) and actions of size 1"
             ),
         ) as err:
-            other.load_replay_buffer(tmp_path / "buffer.pkl")
+            other.load_replay_buffer(path)
     assert "but this DQN has observation_space=Box(" in str(err.value)
     assert "whose transitions have (6,) and 1: training would fail at its first add or sample." in str(err.value)
     assert other.replay_buffer is own

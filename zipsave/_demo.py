@@ -8,6 +8,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import gymnasium as gym
@@ -111,26 +112,39 @@ def _summary(value: Any) -> str:
 
 
 def run_demo(seconds: float = 3.0, out: str | None = None, stream: TextIO = sys.stdout) -> int:
-    """Train, save, inspect, load, compare and continue; return 0 when everything held."""
+    """Train, save, inspect, load, compare and continue; return 0 when everything held.
+
+    The archive is written into the folder ``out``; without one, into a temporary folder that
+    is removed when the demo ends (a demo run leaves nothing behind)."""
 
     def say(text: str = "") -> None:
         print(text, file=stream)
 
     env = gym.make("CartPole-v1")
-    model = Reinforce(env, seed=0)
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        model.learn(5)
-    recent = model.episode_returns[-10:]
-    say(
-        f"trained REINFORCE on CartPole-v1 for {seconds:.0f} s: {len(model.episode_returns)} episodes, "
-        f"{model.num_timesteps} steps, mean return of the last 10: {np.mean(recent):.1f}"
-    )
+    try:
+        model = Reinforce(env, seed=0)
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            model.learn(5)
+        recent = model.episode_returns[-10:]
+        say(
+            f"trained REINFORCE on CartPole-v1 for {seconds:.0f} s: {len(model.episode_returns)} episodes, "
+            f"{model.num_timesteps} steps, mean return of the last 10: {np.mean(recent):.1f}"
+        )
+        if out is not None:
+            return _save_and_check(model, out, "", say)
+        with tempfile.TemporaryDirectory(prefix="zipsave-demo-") as folder:
+            kept = " (a temporary folder, removed when the demo ends: `--out FOLDER` keeps the archive)"
+            return _save_and_check(model, folder, kept, say)
+    finally:
+        env.close()
 
-    folder = out or tempfile.mkdtemp(prefix="zipsave-demo-")
+
+def _save_and_check(model: Reinforce, folder: str, note: str, say: Callable[[str], None]) -> int:
+    """Save ``model`` into ``folder``, show the archive, load it back, compare and continue."""
     path = os.path.join(folder, "reinforce_cartpole.zip")
     model.save(path)
-    say(f"\nsaved to {path}\n\nmembers:")
+    say(f"\nsaved to {path}{note}\n\nmembers:")
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
             say(f"  {info.file_size:>10,d}  {info.filename}")
@@ -151,7 +165,7 @@ def run_demo(seconds: float = 3.0, out: str | None = None, stream: TextIO = sys.
     loaded.learn(3)
     resumed = loaded.num_timesteps > before
     say(f"continued training: {before} -> {loaded.num_timesteps} steps")
+    loaded.env.close()
     ok = same and params_equal and resumed and loaded.zipsave_report is not None and loaded.zipsave_report.ok
     say("\ndemo " + ("succeeded" if ok else "FAILED"))
-    env.close()
     return 0 if ok else 1

@@ -11,6 +11,7 @@ import torch
 
 from .. import _api, _archive, _core  # the background saver, the progress bar and the sign extra, when asked for
 from .._core import Parts, check_signable, collect, encode, write
+from ..exceptions import EncodeError
 
 __all__ = ["save", "save_archive"]
 
@@ -112,7 +113,13 @@ def save(
     exclude = list(exclude or ())
     include = list(include or ())
     parts = collect(obj, exclude, include, top=True)
-    enc = encode(parts, "", exclude=exclude, include=include)
+    try:
+        enc = encode(parts, "", exclude=exclude, include=include)
+    except EncodeError as err:
+        instead = _env_state_instead(obj, err)
+        if instead is None:
+            raise
+        raise instead from err
     if background:
         save_fn = functools.partial(
             write, storage_options=storage_options, progress=progress, sha256=sha256, durable=durable, sign=signer
@@ -122,6 +129,23 @@ def save(
         _api.wait_for_pending(path)  # an earlier background save to the same place must not land last
     write(enc, path, storage_options=storage_options, progress=progress, sha256=sha256, durable=durable, sign=signer)
     return None
+
+
+def _env_state_instead(obj: Any, err: EncodeError) -> EncodeError | None:
+    """An app-state value that is an ``EnvState`` whose ``state_dict`` keeps numpy arrays
+    (``zipsave.sb3.VecEnvState``, for a ``data`` value): refused as such, with what to put there.
+    Its numpy arrays reach a ``.pth`` member, which torch's safe loader would not read back."""
+    value = obj.get(err.key) if isinstance(obj, dict) and isinstance(err.key, str) else None
+    if value is None or not isinstance(value, _api.EnvState) or type(value) is _api.EnvState:
+        return None
+    return EncodeError(
+        f"holds a {type(value).__name__}, whose `state_dict` keeps numpy arrays for a `data` value (as "
+        "`CheckpointCallback(env_state=True)` stores it), which an app-state value's `.pth` member cannot hold; "
+        "nothing was written.",
+        key=err.key,
+        hint=f"Put `zipsave.EnvState(env)` there, which captures the same state as tensors: "
+        f"`{{{err.key!r}: zipsave.EnvState(env)}}`; `restore` sets the environments from it.",
+    )
 
 
 def save_archive(

@@ -10,11 +10,14 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from .._printable import shown
-from ..exceptions import ArchiveNotFoundError, DecodeError, ZipsaveError, as_zipsave_error
+from .._tensors import NpyHeader
+from ..exceptions import ArchiveNotFoundError, DecodeError, ParameterMismatchError, ZipsaveError, as_zipsave_error
 from ._her import bookkeeping_problem, her_settings_problem, is_her
 
-__all__ = ["check_buffer", "check_statistics", "door"]
+__all__ = ["check_buffer", "check_statistics", "door", "held_transitions", "transitions_mismatch"]
 
 
 @contextlib.contextmanager
@@ -151,3 +154,38 @@ def check_buffer(buffer: Any, path: Any) -> None:
                 archive=path,
                 key=her[0],
             )
+
+
+def transitions_mismatch(model: Any, held: tuple[Any, Any], saved: str = "", **where: Any) -> Exception | None:
+    """A replay buffer whose transitions have ``held`` shapes (observations, action size) that
+    ``model``'s spaces do not make: it was filled on another environment, and training would fail
+    at its first add or sample (numpy's broadcast error). ``saved`` names the buffer's spaces
+    where they are known. Every buffer door raises this; ``None`` when the transitions fit."""
+    from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
+
+    wanted = (get_obs_shape(model.observation_space), get_action_dim(model.action_space))
+    if held == wanted:
+        return None
+    return ParameterMismatchError(
+        f"holds a replay buffer of transitions with observations of shape {shown(held[0])} and actions of size "
+        f"{shown(held[1])}{saved}, but this {type(model).__name__} has observation_space="
+        f"{shown(model.observation_space)} and action_space={shown(model.action_space)}, whose transitions have "
+        f"{shown(wanted[0])} and {shown(wanted[1])}: training would fail at its first add or sample.",
+        hint="Load it into a model of the environment it was collected on; this model keeps its own buffer.",
+        **where,
+    )
+
+
+def held_transitions(arrays: dict[str, Any]) -> tuple[Any, int] | None:
+    """The shapes (observations, action size) of the saved rows, as SB3's buffers name them."""
+
+    def row(value: Any) -> Any:
+        if isinstance(value, dict) and value:
+            rows = {key: row(inner) for key, inner in value.items()}
+            return None if None in rows.values() else rows
+        return tuple(value.shape[2:]) if isinstance(value, (np.ndarray, NpyHeader)) else None
+
+    observations, actions = row(arrays.get("observations")), row(arrays.get("actions"))
+    if observations is None or not isinstance(actions, tuple) or len(actions) != 1:
+        return None
+    return observations, actions[0]

@@ -45,6 +45,10 @@ _DATA_BASES = {
     "replay_buffer_class": ("stable_baselines3.common.buffers", "BaseBuffer"),
     "rollout_buffer_class": ("stable_baselines3.common.buffers", "BaseBuffer"),
 }
+#: ``data`` entries SB3 passes on as keyword arguments (``**replay_buffer_kwargs``), and the
+#: ``policy_kwargs`` entries a policy passes on: each a dict, or None for SB3's default.
+_DATA_DICTS = ("policy_kwargs", "replay_buffer_kwargs", "rollout_buffer_kwargs")
+_POLICY_KWARG_DICTS = ("features_extractor_kwargs", "optimizer_kwargs", "lstm_kwargs")
 #: ``data`` entries SB3 calls as functions of the progress (schedules): never a class, whose
 #: call would construct whatever the archive named.
 _CALLED = ("learning_rate", "lr_schedule", "clip_range", "clip_range_vf", "exploration_schedule")
@@ -294,10 +298,10 @@ def check_data(data: dict[str, Any], *, archive: Any, references: tuple = ()) ->
         value = data.get(key)
         if value is not None and not (isinstance(value, type) and issubclass(value, _base(spec))):
             raise DecodeError(f"must be a {spec[1]} subclass, found {_describe(value)}.", **where(key))
-    kwargs = data.get("policy_kwargs")
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise DecodeError(f"must be a dict, found {_describe(kwargs)}.", **where("policy_kwargs"))
-    check_policy_arguments(kwargs or {}, **where("policy_kwargs"))
+    for key in _DATA_DICTS:
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise DecodeError(f"must be a dict of keyword arguments, found {_describe(data[key])}.", **where(key))
+    check_policy_arguments(data.get("policy_kwargs") or {}, **where("policy_kwargs"))
     for key in _CALLED:
         if isinstance(data.get(key), type):
             raise DecodeError(f"is a schedule SB3 calls, found the class {_describe(data[key])}.", **where(key))
@@ -313,7 +317,13 @@ def check_data(data: dict[str, Any], *, archive: Any, references: tuple = ()) ->
 
 def check_policy_arguments(kwargs: dict[str, Any], **where: Any) -> None:
     """The classes a policy constructor calls (``features_extractor_class``, ``optimizer_class``,
-    ``activation_fn``) derive from what SB3 expects there, and its ``lr_schedule`` is no class."""
+    ``activation_fn``) derive from what SB3 expects there, the keyword arguments it passes on
+    (``optimizer_kwargs``...) are dicts, and its ``lr_schedule`` is no class."""
+    for name in _POLICY_KWARG_DICTS:
+        if kwargs.get(name) is not None and not isinstance(kwargs[name], dict):
+            raise DecodeError(
+                f"`{name}` must be a dict of keyword arguments, found {_describe(kwargs[name])}.", **where
+            )
     for name, spec in _POLICY_KWARG_BASES.items():
         value = kwargs.get(name)
         if value is not None and not (isinstance(value, type) and issubclass(value, _base(spec))):

@@ -24,7 +24,7 @@ from .._bounds import alloc_budget
 from .._core import LoadOptions, LoadSession
 from .._printable import shown
 from ..exceptions import ArchiveLimitError, DecodeError, ParameterMismatchError
-from ._boundary import door
+from ._boundary import door, transitions_mismatch
 from ._estimate import archive_size
 from ._extras import build_vec_normalize, restore_extra
 from ._state import current_options, original
@@ -147,24 +147,14 @@ def _check_transitions(model: Any, archive: Any) -> None:
     """A buffer file holds transitions of the spaces it was filled with: those of another
     environment would load, and fail at the first ``add`` or sample with numpy's broadcast error.
     The archive folder's door checks its arrays; this checks what SB3's door loaded."""
-    from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
-
     buffer = model.replay_buffer
-    wanted = (get_obs_shape(model.observation_space), get_action_dim(model.action_space))
     held = (getattr(buffer, "obs_shape", None), getattr(buffer, "action_dim", None))
-    if held == wanted:
-        return
-    saved = f"observation_space={shown(getattr(buffer, 'observation_space', None))} and action_space=" + shown(
+    saved = f" (observation_space={shown(getattr(buffer, 'observation_space', None))} and action_space=" + shown(
         getattr(buffer, "action_space", None)
     )
-    raise ParameterMismatchError(
-        f"holds a replay buffer of transitions with observations of shape {shown(held[0])} and actions of size "
-        f"{shown(held[1])} ({saved}), but this {type(model).__name__} has observation_space="
-        f"{shown(model.observation_space)} and action_space={shown(model.action_space)}, whose transitions have "
-        f"{shown(wanted[0])} and {shown(wanted[1])}: training would fail at its first add or sample.",
-        archive=archive,
-        hint="Load it into a model of the environment it was collected on; this model keeps its own buffer.",
-    )
+    mismatch = transitions_mismatch(model, held, f"{saved})", archive=archive)
+    if mismatch is not None:
+        raise mismatch
 
 
 def _owner() -> type:

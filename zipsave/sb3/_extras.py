@@ -13,6 +13,7 @@ from .._core import LoadSession, Parts, check_data_key, matches
 from .._printable import shown
 from .._tensors import NpyHeader
 from ..exceptions import DecodeError, EncodeError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
+from ._boundary import held_transitions, transitions_mismatch
 from ._buffer_fill import fill_buffer
 from ._her import HER_ARRAYS, bookkeeping_problem, check_her, end_unfinished_episodes, her_state, is_her, settings_note
 from ._same import same
@@ -233,6 +234,9 @@ def _restore_replay_buffer(src: LoadSession, model: Any, state: dict[str, Any]) 
     arrays = state.get("arrays")
     if not isinstance(arrays, dict) or not arrays:
         raise DecodeError(f"holds no `arrays` of the replay buffer (found {type(arrays).__name__}).")
+    held = held_transitions(arrays)  # None: arrays of no buffer's shapes, named by `_check_like`
+    if held is not None and (mismatch := transitions_mismatch(model, held)) is not None:
+        raise mismatch  # another environment's transitions, as the buffer file's door says
     for n, value in arrays.items():
         check_data_key(buffer, n, key=str(n))  # a name from the archive: the buffer's own attribute
         _check_like(n, value, getattr(buffer, n, None))

@@ -16,6 +16,7 @@ import numpy as np
 
 from .._printable import shown
 from ..exceptions import DecodeError
+from ._same import global_name
 
 __all__ = ["NOISE_CHECKS", "check_noise", "fit_noise", "noise_problem"]
 
@@ -33,10 +34,6 @@ _PARTS = {
 }
 
 
-def _name(obj: Any) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
-
-
 def _shape(value: Any) -> tuple[int, ...] | str:
     """The shape of a finite real number or array of them, else what it is instead."""
     if type(value) is np.ndarray and value.dtype.kind in "biuf":
@@ -52,8 +49,8 @@ def _shape(value: Any) -> tuple[int, ...] | str:
 
 def noise_shape(noise: Any) -> tuple[int, ...] | str:
     """The shape one call of a Normal or Ornstein-Uhlenbeck noise returns, or what is wrong."""
-    state = vars(noise)
-    required, inside = _PARTS[_name(noise)]
+    state, kind = vars(noise), global_name(type(noise))
+    required, inside = _PARTS[kind]
     missing = sorted(set(required) - set(state))
     if missing:
         return f"it lacks {missing}, which its every call reads"
@@ -73,14 +70,14 @@ def noise_shape(noise: Any) -> tuple[int, ...] | str:
             raise ValueError
     except ValueError:
         return f"its parts have the shapes {shapes}, which do not broadcast to the shape of its mean or sigma"
-    if _name(noise) == _NORMAL and drawn == ():  # SB3 >= 2.0 casts each draw (SB3 1.x did not)
+    if kind == _NORMAL and drawn == ():  # SB3 >= 2.0 casts each draw (SB3 1.x did not)
         return "its mean and sigma are scalars, of which numpy draws a Python float, which SB3 cannot cast"
-    if _name(noise) == _OU and not isinstance(state["_mu"], (np.ndarray, np.generic)):
+    if kind == _OU and not isinstance(state["_mu"], (np.ndarray, np.generic)):
         return f"`_mu` is a {type(state['_mu']).__name__}, where SB3 reads the shape of a numpy array"
     sigma = np.asarray(state["_sigma"])
-    if _name(noise) == _NORMAL and (sigma < 0).any():
+    if kind == _NORMAL and (sigma < 0).any():
         return "`_sigma` holds a negative number, where a normal distribution takes a scale of at least 0"
-    if _name(noise) == _OU and np.asarray(state["_dt"] < 0).any():
+    if kind == _OU and np.asarray(state["_dt"] < 0).any():
         return "`_dt` holds a negative number, whose square root SB3 takes"
     dtype = state.get("_dtype", np.float64)
     try:
@@ -96,14 +93,14 @@ def noise_problem(noise: Any) -> str | None:
     numbers or arrays whose shapes broadcast to that of its mean or sigma (so a call draws no
     more than the noise holds), a normal noise's sigma is at least 0, and a vectorized noise
     holds ``n_envs`` noises of its base noise's kind, each drawing the same shape."""
-    if _name(noise) != _VECTORIZED:
+    if global_name(type(noise)) != _VECTORIZED:
         drawn = noise_shape(noise)
         return drawn if isinstance(drawn, str) else None
     state = vars(noise)
     n_envs, base, noises = (state.get(k) for k in ("n_envs", "_base_noise", "_noises"))
     if type(n_envs) is not int or n_envs < 1:
         return f"`n_envs` is {shown(n_envs)}, where SB3 keeps an integer of at least 1"
-    if _name(base) not in _PARTS:
+    if global_name(type(base)) not in _PARTS:
         return f"`_base_noise` is a {type(base).__name__}, where SB3 keeps a normal or Ornstein-Uhlenbeck noise"
     if type(noises) is not list or len(noises) != n_envs or any(type(n) is not type(base) for n in noises):
         return f"`_noises` is not a list of {n_envs} noises of its base noise's kind (`n_envs` = {n_envs})"
@@ -121,7 +118,7 @@ def check_noise(noise: Any, action_space: Any, n_envs: Any, where: dict[str, Any
     of ``n_envs`` actions (a vectorized noise's own ``n_envs``), which must keep its shape."""
     import gymnasium as gym
 
-    name = _name(noise)
+    name = global_name(type(noise))
     if name not in (*_PARTS, _VECTORIZED) or not isinstance(action_space, gym.spaces.Box):
         return  # a noise of the caller's own kind (trusted), or one SB3 never adds (discrete actions)
     problem = noise_problem(noise)
@@ -157,7 +154,7 @@ def fit_noise(data: dict[str, Any], notes: list[str], *, n_envs: int | None) -> 
     onto 1 action and failed at the first step, or at the first episode end) is made again from
     its base noise for the env's number, as SB3 makes one for a new model. Each is noted."""
     noise: Any = data.get("action_noise")
-    name = _name(noise)
+    name = global_name(type(noise))
     if name not in (*_PARTS, _VECTORIZED):
         return
     inner = [noise] if name != _VECTORIZED else [noise._base_noise, *noise._noises]

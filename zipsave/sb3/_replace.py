@@ -11,6 +11,7 @@ import pathlib
 from typing import Any
 
 import zipsave
+from zipsave import _format
 from zipsave._archive import atomic_output
 from zipsave._core import LoadOptions, LoadSession, Parts, check_name, encode, write
 from zipsave._printable import visible
@@ -276,16 +277,16 @@ def load_object(path: Any, expected: type, what: str) -> Any:
         with contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb") as fp:
             obj = restricted_loads(fp, policy, archive=path, limits=options.limits)
     else:
-        _check_object_archive(path, what)
-        data, _, _ = zipsave.load_archive(
-            path,
+        checked = LoadOptions(
             allow_pickle=options.allow_pickle,
             trusted=trusted_names(),
             strict=True,
             limits=options.limits,
             trust=options.trust,
         )
-        data = dict(data or {})
+        with LoadSession(path, checked) as src:  # one open: `data` is read once, checked, then decoded
+            _check_object_archive(src, what)
+            data = dict(src.decode_data("") or {})
         if OBJECT_VALUE in data:
             return _checked(data[OBJECT_VALUE], expected, what, path)
         cls: Any = data.pop(OBJECT_CLASS, None)
@@ -321,10 +322,11 @@ _OBJECT_FILES = {
 }
 
 
-def _check_object_archive(path: Any, what: str) -> None:
+def _check_object_archive(src: LoadSession, what: str) -> None:
     """A zip that is not a file ``save_object`` wrote (most often a model archive saved without
-    the extra) is named as such before any value is decoded."""
-    keys = {entry.key for entry in zipsave.inspect(path).data}
+    the extra) is named as such before any value is decoded (the decode reuses what is read)."""
+    raw = src.read_json(_format.DATA) if src.has(_format.DATA) else {}
+    keys = set(raw) if isinstance(raw, dict) else set()
     if OBJECT_CLASS in keys or OBJECT_VALUE in keys:
         return
     folder, noun, how = _OBJECT_FILES.get(what, ("replay_buffer", what, "SB3's own save"))
@@ -334,8 +336,8 @@ def _check_object_archive(path: Any, what: str) -> None:
         found = f"has no `{OBJECT_CLASS}` in its `data` and no `{folder}/` folder"
     raise zipsave.ArchiveFormatError(
         f"{found}: it is not a {noun} file.",
-        archive=path,
-        member="data",
+        archive=src.name,
+        member=_format.DATA,
         hint=f"Pass a file written by {how} (under `zipsave.sb3.install()`), or SB3's pickle of one.",
     )
 

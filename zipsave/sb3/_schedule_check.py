@@ -16,6 +16,7 @@ import numpy as np
 
 from .._printable import shown
 from .._trust import default_allowlist
+from ._same import global_name
 
 __all__ = ["SCHEDULE_CHECKS"]
 
@@ -31,11 +32,6 @@ _SCHEDULES = (_CONSTANT, _LINEAR, _ZOO, "stable_baselines3.common.policies.BaseP
 _LIBRARIES = ("numpy", "torch", "builtins", "copyreg", "_codecs", "stable_baselines3", "gymnasium", "collections")
 
 
-def _name(obj: Any) -> str:
-    owner = obj if isinstance(obj, type) or callable(obj) and hasattr(obj, "__qualname__") else type(obj)
-    return f"{getattr(owner, '__module__', '')}.{getattr(owner, '__qualname__', '')}"
-
-
 def _number_problem(value: Any) -> str | None:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         return f"is a {type(value).__name__}"
@@ -48,14 +44,14 @@ def schedule_problem(schedule: Any) -> str | None:
     """What is wrong with an SB3 (or RL Zoo) schedule object a pickle built, or ``None``: its
     numbers are finite real numbers, and a ``FloatSchedule`` wraps a schedule, never a class
     (its call would construct one) nor another global of the allowlist (``bytearray``)."""
-    state, name = vars(schedule), _name(schedule)
+    state, name = vars(schedule), global_name(schedule)
     for part in _NUMBERS.get(name, ()):
         problem = _number_problem(state[part]) if part in state else "is missing"
         if problem:
             return f"`{part}` {problem}, where the schedule keeps a finite number"
     if name == _FLOAT:
         inner = state.get("value_schedule")
-        inner_name = _name(inner)
+        inner_name = global_name(inner)
         if isinstance(inner, type) or (
             inner_name not in _SCHEDULES
             and (
