@@ -46,7 +46,7 @@ class TorchName:
     def __setattr__(self, name: str, value: Any) -> None:
         # Shared by every reader: a pickle's BUILD must not change one (torch's refuse alike).
         kind = type(self).__name__
-        if name in ("itemsize", "is_floating_point", "is_complex"):
+        if name in ("itemsize", "is_floating_point", "is_complex") and hasattr(type(self), name):
             raise AttributeError(f"attribute '{name}' of '{kind}' objects is not writable")
         raise AttributeError(f"'{kind}' object has no attribute '{name}'")
 
