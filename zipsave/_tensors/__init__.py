@@ -8,7 +8,7 @@ from .._lazy import lazy_attributes
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._arena import AnonymousMap, host_arena
     from ._copies import copy_storages, release_copies
-    from ._device import get_device
+    from ._device import as_torch, as_torch_tree, get_device, torch_dtype
     from ._invariants import check_tensor, check_tree
     from ._npy import (
         NpyHeader,
@@ -26,7 +26,6 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._pth_mmap import mmap_tree
     from ._pth_read import load_member, load_pth
     from ._pth_records import check_member, check_stored_record, read_record, record_table
-    from ._pth_torch import as_torch, as_torch_tree, torch_dtype
     from ._pth_write import save_pth
     from ._staging import Stager
     from ._tree import check_views, dotted, lookup, walk_leaves, walk_refs
@@ -52,7 +51,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("Damaged", "PthMeta", "TensorRef", "Unsupported", "read_pth_meta"), "._pth_meta"),
     **dict.fromkeys(("load_member", "load_pth"), "._pth_read"),
     **dict.fromkeys(("check_member", "check_stored_record", "read_record", "record_table"), "._pth_records"),
-    **dict.fromkeys(("as_torch", "as_torch_tree", "torch_dtype"), "._pth_torch"),
+    **dict.fromkeys(("as_torch", "as_torch_tree", "torch_dtype"), "._device"),
     "get_device": "._device",
     "save_pth": "._pth_write",
     **dict.fromkeys(("check_views", "dotted", "walk_refs"), "._tree"),
@@ -84,7 +83,6 @@ _SUBMODULES = frozenset(
         "_pth_read",
         "_pth_records",
         "_pth_refs",
-        "_pth_torch",
         "_pth_vocab",
         "_pth_write",
         "_staging",

@@ -1,7 +1,7 @@
 """The torch names a ``.pth`` pickle uses, as fixed tables that need no ``import torch``: each
 dtype (its name, bytes per element and kind), layout and quantization scheme as a stand-in
 printed as torch prints it, the legacy storage names and the tensor class names. Where tensors
-are built, :mod:`._pth_torch` gives torch's own object for a stand-in with one dict lookup;
+are built, :mod:`._device` gives torch's own object for a stand-in with one dict lookup;
 ``tests/test_pth_dtypes.py`` checks every table against the installed torch."""
 
 from __future__ import annotations

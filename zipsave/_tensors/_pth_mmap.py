@@ -10,10 +10,10 @@ import torch
 
 from .. import _format
 from ..exceptions import ArchiveFormatError, IntegrityError
+from ._device import TORCH_OBJECTS
 from ._prefault import mapped_crcs
 from ._pth_meta import PthMeta, TensorRef
 from ._pth_records import check_record
-from ._pth_torch import TORCH_OBJECTS
 from ._tree import named, replace
 
 __all__ = ["mmap_tree"]

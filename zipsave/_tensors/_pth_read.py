@@ -17,10 +17,10 @@ from .. import _format, _tensors  # _tensors: its rarely used parts, imported on
 from .._archive import OrderedCrc, crc32
 from .._invariants import flat_bytes
 from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, UnsafeGlobalError, ZipsaveError
+from ._device import TORCH_OBJECTS, as_torch
 from ._invariants import check_tree
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_records import check_record, record_table, verify_pickle
-from ._pth_torch import TORCH_OBJECTS, as_torch
 from ._tree import NAMED, BufferView, byte_view, check_views, dotted, lookup, named, replace, walk_leaves, walk_refs
 
 if TYPE_CHECKING:
