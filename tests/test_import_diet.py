@@ -87,6 +87,7 @@ LOAD_MODULES = frozenset(
         "zipsave._record",
         "zipsave._tensors._pth_refs",
         "zipsave._tensors._pth_vocab",
+        "zipsave._tensors._pth_dtypes",  # torch's names as fixed tables: the reader needs no torch
         "zipsave._trust._torch_calls",
         # the sign extra's package only: its modules load when `trust=` is given
         "zipsave._sign",
@@ -161,6 +162,7 @@ NEVER_ON_PLAIN_READ = (
 # imports: the byte check, the pickle audit, the unpickler's stand-ins, legacy torch calls and
 # the trust policy.
 NEVER_ON_INSPECT = (
+    "zipsave._tensors._device",  # inspect builds no tensor: no device, no torch object
     "zipsave._tools._check",
     "zipsave._trust._audit",
     "zipsave._trust._substitutes",

@@ -8,7 +8,7 @@ from .._lazy import lazy_attributes
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._arena import AnonymousMap, host_arena
     from ._copies import copy_storages, release_copies
-    from ._device import get_device
+    from ._device import as_torch, as_torch_tree, get_device, torch_dtype
     from ._invariants import check_tensor, check_tree
     from ._npy import (
         NpyHeader,
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._pth_meta import Damaged, PthMeta, RefusedRef, SparseRef, TensorRef, Unsupported, read_pth_meta
     from ._pth_mmap import mmap_tree
     from ._pth_read import load_member, load_pth
-    from ._pth_records import check_member, read_record, record_table
+    from ._pth_records import check_member, check_stored_record, read_record, record_table
     from ._pth_write import save_pth
     from ._staging import Stager
     from ._tree import check_views, dotted, lookup, walk_leaves, walk_refs
@@ -50,7 +50,8 @@ _LAZY: dict[str, str] = {
     ),
     **dict.fromkeys(("Damaged", "PthMeta", "TensorRef", "Unsupported", "read_pth_meta"), "._pth_meta"),
     **dict.fromkeys(("load_member", "load_pth"), "._pth_read"),
-    **dict.fromkeys(("check_member", "read_record", "record_table"), "._pth_records"),
+    **dict.fromkeys(("check_member", "check_stored_record", "read_record", "record_table"), "._pth_records"),
+    **dict.fromkeys(("as_torch", "as_torch_tree", "torch_dtype"), "._device"),
     "get_device": "._device",
     "save_pth": "._pth_write",
     **dict.fromkeys(("check_views", "dotted", "walk_refs"), "._tree"),
@@ -76,6 +77,7 @@ _SUBMODULES = frozenset(
         "_npy",
         "_prefault",
         "_pth_fallback",
+        "_pth_dtypes",
         "_pth_meta",
         "_pth_mmap",
         "_pth_read",
@@ -105,6 +107,10 @@ __all__ = [
     "load_torch_bytes",
     "torch_load",
     "check_member",
+    "check_stored_record",
+    "as_torch",
+    "as_torch_tree",
+    "torch_dtype",
     "copy_storages",
     "release_copies",
     "TensorRef",

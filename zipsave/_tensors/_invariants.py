@@ -1,15 +1,19 @@
 """The tensor invariants (:mod:`zipsave._invariants`) applied to what the ``.pth`` metadata
-reader describes: refused values named by key, sparse tensors assembled from checked parts."""
+reader describes: refused values named by key, sparse tensors assembled from checked parts
+(torch imported only then: a metadata tree is checked without it)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from .. import _tensors  # torch's layouts, on the first sparse tensor
 from .._invariants import check_tensor, check_tree, keyed, refusal, validating_sparse, walk
 from ..exceptions import ArchiveFormatError
+from ._pth_dtypes import SPARSE_COO
 from ._pth_refs import RefusedRef, SparseRef, StorageRef
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["assemble_sparse", "check_tensor", "check_tree", "keyed", "refuse_refused", "validating_sparse"]
 
@@ -26,13 +30,15 @@ def refuse_refused(tree: Any) -> None:
 def assemble_sparse(ref: SparseRef, parts: list[torch.Tensor], *, key: str = "") -> torch.Tensor:
     """The sparse tensor ``ref`` describes, from its loaded (dense, checked) ``parts``,
     refused unless its invariants hold."""
+    import torch
+
     for part in parts:
         check_tensor(part, key=key)
-    if ref.layout == torch.sparse_coo and parts[0].dtype != torch.int64:
+    if ref.layout is SPARSE_COO and parts[0].dtype != torch.int64:
         raise refusal(key, f"a sparse COO tensor with {parts[0].dtype} indices")
     with validating_sparse():
         try:
-            if ref.layout == torch.sparse_coo:
+            if ref.layout is SPARSE_COO:
                 indices, values = parts
                 out = torch.sparse_coo_tensor(
                     indices, values, ref.size, is_coalesced=ref.coalesced, check_invariants=False
@@ -40,7 +46,7 @@ def assemble_sparse(ref: SparseRef, parts: list[torch.Tensor], *, key: str = "")
             else:
                 compressed, plain, values = parts
                 out = torch.sparse_compressed_tensor(
-                    compressed, plain, values, ref.size, layout=ref.layout, check_invariants=False
+                    compressed, plain, values, ref.size, layout=_tensors.as_torch(ref.layout), check_invariants=False
                 )
         except (RuntimeError, ValueError, TypeError, IndexError) as err:
             raise keyed(

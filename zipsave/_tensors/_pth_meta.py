@@ -1,26 +1,25 @@
 """What a ``.pth`` member holds, read from its tiny ``data.pkl`` with a metadata-only unpickler:
-tensor references (storage record, dtype, shape, strides), no tensor bytes, no foreign globals."""
+tensor references (storage record, dtype, shape, strides), no tensor bytes, no foreign globals,
+and no ``import torch`` unless the pickle names ``torch.Size`` or ``torch.device``."""
 
 from __future__ import annotations
 
 import _compat_pickle
+import importlib
 import sys
 import zipfile
 from typing import Any
-
-import torch
 
 from .._archive import DEFAULT_LIMITS
 from .._bounds import check_zip_infos
 from .._invariants import check_structure
 from .._trust import BoundedUnpickler
 from ..exceptions import ArchiveFormatError, UnsafeGlobalError, ZipsaveError
+from ._pth_dtypes import DTYPES, QSCHEMES, STORAGE_DTYPES, TENSOR_CLASSES
 from ._pth_refs import RefusedRef, SparseRef, StorageRef, TensorRef
 from ._pth_vocab import (
+    LAYOUT_GLOBAL,
     META_GLOBALS,
-    QUANTIZED_STORAGES,
-    STORAGE_DTYPES,
-    TENSOR_CLASSES,
     StorageType,
     TensorClass,
     bytearray_,
@@ -39,6 +38,7 @@ __all__ = [
     "TensorRef",
     "Unsupported",
     "check_inner_zip",
+    "parse_meta",
     "parse_pickle",
     "raw_record",
     "read_pth_meta",
@@ -64,6 +64,9 @@ class _MetaUnpickler(BoundedUnpickler):
     # It builds no slice, deque, defaultdict or array (none is among its names), and its tree's
     # depth is bounded by `check_structure`, tuples included: no check as each is built.
     checks_nesting = False
+    #: Whether the pickle named a dtype, layout or quantization scheme that its tree may hold
+    #: as a value (a stand-in, which a load turns into torch's: :attr:`PthMeta.torch_values`).
+    torch_values = False
 
     def find_class(self, module: str, name: str) -> Any:
         if self.proto < 3:  # torch pickles with protocol 2: Python 2's names (`__builtin__.set`)
@@ -73,15 +76,17 @@ class _MetaUnpickler(BoundedUnpickler):
                 module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         found = META_GLOBALS.get((module, name))
         if found is not None:
+            self.torch_values = self.torch_values or found is LAYOUT_GLOBAL
             return found
         if module == "torch":
             if name in STORAGE_DTYPES:
                 return StorageType(STORAGE_DTYPES[name])
-            if name in QUANTIZED_STORAGES:
-                return StorageType(QUANTIZED_STORAGES[name])
-            attr = getattr(torch, name, None)
-            if isinstance(attr, (torch.dtype, torch.qscheme)):
-                return attr
+            named = DTYPES.get(name) or QSCHEMES.get(name)
+            if named is not None:
+                self.torch_values = True
+                return named
+            if name in ("Size", "device"):  # rare in a state dict: torch's own, so torch's checks
+                return getattr(importlib.import_module("torch"), name)
         if f"{module}.{name}" in TENSOR_CLASSES:
             return TensorClass(f"{module}.{name}")
         plain = {
@@ -131,8 +136,15 @@ def parse_pickle(payload: bytes) -> Any:
     """The tree ``data.pkl`` describes: references for tensors, refusals for what zipsave does
     not build, plain values bounded, its shape walkable (:func:`check_structure`); a pickle
     torch.save never writes is an error."""
+    return parse_meta(payload)[0]
+
+
+def parse_meta(payload: bytes) -> tuple[Any, bool]:
+    """:func:`parse_pickle`'s tree, and whether it may hold stand-ins of torch's dtypes,
+    layouts or quantization schemes as values (:attr:`PthMeta.torch_values`)."""
     try:
-        return check_structure(_MetaUnpickler(payload).load())
+        unpickler = _MetaUnpickler(payload)
+        return check_structure(unpickler.load()), unpickler.torch_values
     except (Unsupported, ZipsaveError):
         raise
     except Exception as err:  # torch.save never writes a pickle this reader cannot follow
@@ -144,17 +156,29 @@ def parse_pickle(payload: bytes) -> Any:
 class PthMeta:
     """The structure of one ``.pth`` member: the object tree with :class:`TensorRef` leaves
     and, for each storage key, the byte offset and length of its record in the member;
-    ``pickle`` is the ``(offset, size)`` of the ``data.pkl`` record the tree was parsed from."""
+    ``pickle`` is the ``(offset, size)`` of the ``data.pkl`` record the tree was parsed from;
+    ``torch_values`` says whether the tree may hold a dtype, layout or quantization scheme as
+    a value: a stand-in (:mod:`._pth_dtypes`) that a load turns into torch's object."""
 
-    __slots__ = ("tree", "records", "pickle")
+    __slots__ = ("tree", "records", "pickle", "torch_values")
 
-    def __init__(self, tree: Any, records: dict[str, tuple[int, int]], pickle: tuple[int, int] = (0, 0)) -> None:
+    def __init__(
+        self,
+        tree: Any,
+        records: dict[str, tuple[int, int]],
+        pickle: tuple[int, int] = (0, 0),
+        torch_values: bool = False,
+    ) -> None:
         self.tree = tree
         self.records = records
         self.pickle = pickle
+        self.torch_values = torch_values
 
     def __repr__(self) -> str:
-        return f"PthMeta(tree={self.tree!r}, records={self.records!r}, pickle={self.pickle!r})"
+        return (
+            f"PthMeta(tree={self.tree!r}, records={self.records!r}, pickle={self.pickle!r}, "
+            f"torch_values={self.torch_values!r})"
+        )
 
 
 def read_pth_meta(view: Any, limits: Any = None) -> PthMeta:
@@ -183,14 +207,14 @@ def read_pth_meta(view: Any, limits: Any = None) -> PthMeta:
         if order is None and sys.byteorder != "little":
             raise Unsupported("no byteorder record on a big-endian machine")
         pickle_span = (record_start(view, pkl[0]), pkl[0].file_size)
-        tree = parse_pickle(raw_record(view, pkl[0]))
+        tree, torch_values = parse_meta(raw_record(view, pkl[0]))
         data_prefix = prefix + "data/"
         records = {
             info.filename[len(data_prefix) :]: (record_start(view, info), info.file_size)
             for info in infos
             if info.filename.startswith(data_prefix)
         }
-    return PthMeta(tree, records, pickle_span)
+    return PthMeta(tree, records, pickle_span, torch_values)
 
 
 def check_inner_zip(infos: list, size: int, limits: Any = None) -> None:

@@ -10,6 +10,7 @@ import torch
 
 from .. import _format
 from ..exceptions import ArchiveFormatError, IntegrityError
+from ._device import TORCH_OBJECTS
 from ._prefault import mapped_crcs
 from ._pth_meta import PthMeta, TensorRef
 from ._pth_records import check_record
@@ -64,14 +65,14 @@ def mmap_tree(
 
     def build(ref: TensorRef) -> Any:
         base = bases[ref.storage.key]
-        tensor = torch.empty(0, dtype=ref.dtype, device=base.device).set_(
+        tensor = torch.empty(0, dtype=TORCH_OBJECTS[ref.dtype], device=base.device).set_(
             base.untyped_storage(), ref.offset, ref.size, ref.stride
         )
         if ref.parameter:
             return torch.nn.Parameter(tensor, requires_grad=ref.requires_grad)
         return tensor.requires_grad_(ref.requires_grad) if ref.requires_grad else tensor
 
-    return replace(meta.tree, build)
+    return replace(meta.tree, build, torch_values=meta.torch_values)
 
 
 def _check_mapped(view: Any, mapped: Any, meta: PthMeta, by_storage: dict, expected: int, records: dict | None) -> None:

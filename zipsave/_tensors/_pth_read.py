@@ -17,6 +17,7 @@ from .. import _format, _tensors  # _tensors: its rarely used parts, imported on
 from .._archive import OrderedCrc, crc32
 from .._invariants import flat_bytes
 from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, UnsafeGlobalError, ZipsaveError
+from ._device import TORCH_OBJECTS, as_torch
 from ._invariants import check_tree
 from ._pth_meta import PthMeta, TensorRef, Unsupported, read_pth_meta
 from ._pth_records import check_record, record_table, verify_pickle
@@ -43,7 +44,7 @@ def _in_place_target(ref: TensorRef, target: Any, length: int) -> bool:
     return (
         isinstance(target, torch.Tensor)
         and target.device.type in ("cpu", "cuda")
-        and target.dtype == ref.dtype
+        and target.dtype == TORCH_OBJECTS[ref.dtype]
         and tuple(target.shape) == ref.size
         and target.layout == torch.strided
         and target.is_contiguous()
@@ -65,7 +66,7 @@ def _check_targets(refs: Iterable[tuple[tuple, Any]], targets: Any, *, shapes: b
             continue
         if shapes and tuple(target.shape) != tuple(ref.shape):
             problems.append((path, f"saved shape {tuple(ref.shape)}, expected {tuple(target.shape)}"))
-        elif dtypes and target.dtype != ref.dtype:
+        elif dtypes and target.dtype != as_torch(ref.dtype):
             problems.append((path, f"saved dtype {ref.dtype}, expected {target.dtype}"))
     if problems:
         listed = "; ".join(f"`{dotted(path)}`: {what}" for path, what in problems[:NAMED])
@@ -285,7 +286,7 @@ def load_pth(
         if raw is None:
             raw = storages[key] if device.type == "cpu" else storages[key].to(device)
             moved[key] = raw  # views of one storage stay views of one storage
-        tensor = torch.empty(0, dtype=ref.dtype, device=raw.device).set_(
+        tensor = torch.empty(0, dtype=TORCH_OBJECTS[ref.dtype], device=raw.device).set_(
             raw.untyped_storage(), ref.offset, ref.size, ref.stride
         )
         if ref.parameter:
@@ -295,7 +296,7 @@ def load_pth(
         return tensor
 
     try:
-        return check_tree(replace(meta.tree, build)), filled
+        return check_tree(replace(meta.tree, build, torch_values=meta.torch_values)), filled
     except ArchiveFormatError as err:
         if direct:  # a live bool never keeps a byte torch leaves undefined (2 reads as True)
             for target in direct.values():

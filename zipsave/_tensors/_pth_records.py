@@ -1,5 +1,6 @@
 """Per-tensor checksums of a ``.pth`` member: each stored record's offset, size and CRC-32,
-taken from the write calls ``torch.save`` makes (no second pass), and checked on reads."""
+taken from the write calls ``torch.save`` makes (no second pass), and checked on reads (torch
+imported only to read a record into a tensor: ``zipsave inspect --verify`` checks without it)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,23 @@ import bisect
 import io
 import mmap as _mmap
 import zipfile
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from .._archive import OrderedCrc, crc32, crc32_read
 from ..exceptions import ArchiveFormatError, IntegrityError
 
-__all__ = ["RecordingStream", "check_member", "check_record", "read_record", "record_table", "verify_pickle"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "RecordingStream",
+    "check_member",
+    "check_record",
+    "check_stored_record",
+    "read_record",
+    "record_table",
+    "verify_pickle",
+]
 
 #: Writes up to this size are kept (local headers, the central directory) to find records.
 _KEEP = 4096
@@ -219,6 +229,8 @@ def check_member(view: Any, expected: int) -> None:
 def _map(view: Any, start: int, length: int) -> torch.Tensor | None:
     """The record as a private (copy-on-write) map of the archive file, or ``None`` where it
     cannot be mapped (no file descriptor, not 64-byte aligned, a deflated member's spool)."""
+    import torch
+
     fd = getattr(view, "_fd", None)
     if fd is None or not length or (view.start + start) % 64:
         return None
@@ -243,6 +255,8 @@ def read_record(
     the manifest has per-tensor checksums (``table``), else by the whole member's CRC-32
     (``member_crc``); ``None`` for both reads it unchecked. With ``mmap`` the tensor is backed
     by the archive's own pages where the record can be mapped (copied otherwise)."""
+    import torch
+
     start, length = meta.records[key]
     mapped = _map(view, start, length) if mmap else None
     if mapped is not None:
@@ -261,3 +275,14 @@ def read_record(
     elif member_crc is not None:
         check_member(view, member_crc)
     return buf
+
+
+def check_stored_record(view: Any, meta: Any, key: str, *, table: dict, tensors: str = "") -> None:
+    """Check one storage record against its per-record CRC-32 as :func:`read_record` does (the
+    same errors, in the same order), reading it in pieces that are not kept: no tensor made."""
+    start, length = meta.records[key]
+    crc = crc32_read(view.read_at, [(start, length)])[0]
+    if crc is None:
+        raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
+    verify_pickle(view, meta, table)
+    check_record(table, "data/" + key, start, length, crc, tensors=tensors)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import torch
+from ._pth_dtypes import DType, TorchName
 
 __all__ = ["RefusedRef", "SparseRef", "StorageRef", "TensorRef"]
 
@@ -48,14 +48,15 @@ class _Frozen:
 
 
 class StorageRef(_Frozen):
-    """One storage record of a ``.pth`` member: its key, dtype and size in bytes."""
+    """One storage record of a ``.pth`` member: its key, dtype (a stand-in of torch's,
+    :mod:`._pth_dtypes`) and size in bytes."""
 
     _fields = ("key", "dtype", "nbytes")
     key: str
-    dtype: torch.dtype
+    dtype: DType
     nbytes: int
 
-    def __init__(self, key: str, dtype: torch.dtype, nbytes: int) -> None:
+    def __init__(self, key: str, dtype: DType, nbytes: int) -> None:
         self.__dict__.update(key=key, dtype=dtype, nbytes=nbytes)
 
 
@@ -93,7 +94,7 @@ class TensorRef(_Frozen):
         )
 
     @property
-    def dtype(self) -> torch.dtype:
+    def dtype(self) -> DType:
         return self.storage.dtype
 
     @property
@@ -133,7 +134,7 @@ class SparseRef(_Frozen):
     invariant checked, by :func:`~zipsave._tensors._invariants.assemble_sparse`."""
 
     _fields = ("layout", "parts", "size", "coalesced", "requires_grad", "parameter")
-    layout: torch.layout
+    layout: TorchName
     parts: tuple[TensorRef, ...]
     size: tuple[int, ...]
     coalesced: bool | None
@@ -142,7 +143,7 @@ class SparseRef(_Frozen):
 
     def __init__(
         self,
-        layout: torch.layout,
+        layout: TorchName,
         parts: tuple[TensorRef, ...],
         size: tuple[int, ...],
         coalesced: bool | None = None,
@@ -159,7 +160,7 @@ class SparseRef(_Frozen):
         )
 
     @property
-    def dtype(self) -> torch.dtype:
+    def dtype(self) -> DType:
         return self.parts[-1].dtype
 
     @property

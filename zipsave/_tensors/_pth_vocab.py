@@ -1,22 +1,20 @@
 """The names a ``torch.save`` pickle uses, as the ``.pth`` metadata reader resolves them: each
 tensor-rebuilding function builds a reference (:mod:`._pth_refs`), each kind zipsave does not
-read becomes a :class:`RefusedRef` leaf, and plain values are built with bounded inputs."""
+read becomes a :class:`RefusedRef` leaf, and plain values are built with bounded inputs. torch's
+names are stand-ins from fixed tables (:mod:`._pth_dtypes`): reading a member imports no torch."""
 
 from __future__ import annotations
 
 import collections
 from typing import Any
 
-import torch
-
 from ..exceptions import ArchiveFormatError
+from ._pth_dtypes import DTYPES, INT32, INT64, LAYOUTS, SPARSE_COO, SPARSE_LAYOUTS, DType
 from ._pth_refs import RefusedRef, SparseRef, StorageRef, TensorRef
 
 __all__ = [
+    "LAYOUT_GLOBAL",
     "META_GLOBALS",
-    "QUANTIZED_STORAGES",
-    "STORAGE_DTYPES",
-    "TENSOR_CLASSES",
     "StorageType",
     "TensorClass",
     "bytearray_",
@@ -47,7 +45,7 @@ def _rebuild_v2(storage, storage_offset, size, stride, requires_grad=False, back
 
 
 def _rebuild_v3(storage, storage_offset, size, stride, requires_grad, backward_hooks, dtype, metadata=None):
-    if not isinstance(dtype, torch.dtype) or dtype in _QUANTIZED or not isinstance(storage, StorageRef):
+    if not isinstance(dtype, DType) or dtype.quantized or not isinstance(storage, StorageRef):
         return RefusedRef(f"a tensor of dtype {short(dtype)}")
     return _rebuild_v2(
         storage.replace(dtype=dtype), storage_offset, size, stride, requires_grad, backward_hooks, metadata
@@ -74,15 +72,8 @@ def _parameter(data=None, requires_grad=True):
     return _as_parameter(data, requires_grad, False)
 
 
-_SPARSE_LAYOUTS = {
-    f"torch.{name}": getattr(torch, name)
-    for name in ("sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc")
-}
-_LAYOUTS = {"torch.strided": torch.strided, **_SPARSE_LAYOUTS}
-
-
 def _get_layout(name):
-    return _LAYOUTS.get(name, RefusedRef(f"layout {short(name)}")) if isinstance(name, str) else RefusedRef("a layout")
+    return LAYOUTS.get(name, RefusedRef(f"layout {short(name)}")) if isinstance(name, str) else RefusedRef("a layout")
 
 
 def _rebuild_sparse(layout, data):
@@ -90,11 +81,11 @@ def _rebuild_sparse(layout, data):
     by :func:`~zipsave._tensors._invariants.assemble_sparse`."""
     if isinstance(layout, RefusedRef):
         return layout
-    if layout not in _SPARSE_LAYOUTS.values() or not isinstance(data, tuple):
+    if layout not in SPARSE_LAYOUTS or not isinstance(data, tuple):
         return RefusedRef(f"a sparse tensor of layout {short(layout)}")
-    if layout == torch.sparse_coo and len(data) in (3, 4):
+    if layout is SPARSE_COO and len(data) in (3, 4):
         parts, size, coalesced = data[:2], data[2], data[3] if len(data) == 4 else None
-    elif layout != torch.sparse_coo and len(data) == 4:
+    elif layout is not SPARSE_COO and len(data) == 4:
         parts, size, coalesced = data[:3], data[3], None
     else:
         return RefusedRef(f"a {layout} tensor of {len(data)} parts")
@@ -105,7 +96,7 @@ def _rebuild_sparse(layout, data):
     ):
         return RefusedRef(f"a {layout} tensor whose parts are not plain tensors and sizes")
     index_dtypes = {p.dtype for p in parts[:-1]}
-    if index_dtypes != {torch.int64} and (layout == torch.sparse_coo or index_dtypes != {torch.int32}):
+    if index_dtypes != {INT64} and (layout is SPARSE_COO or index_dtypes != {INT32}):
         return RefusedRef(f"a {layout} tensor with {'/'.join(sorted(map(str, index_dtypes)))} indices")
     return SparseRef(layout, tuple(parts), tuple(size), coalesced)
 
@@ -159,27 +150,9 @@ _REBUILDS = {_rebuild_v2, _rebuild_v3, _rebuild_plain, _rebuild_parameter, _rebu
 
 
 class StorageType:
-    def __init__(self, dtype: torch.dtype) -> None:
+    def __init__(self, dtype: DType) -> None:
         self.dtype = dtype
 
-
-_QUANTIZED = frozenset(
-    getattr(torch, name) for name in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4") if hasattr(torch, name)
-)
-
-
-def _legacy_storage_dtypes() -> dict[str, torch.dtype]:
-    """``"FloatStorage"`` -> ``torch.float32`` etc., without touching the deprecated classes
-    (reading ``torch.FloatStorage.dtype`` warns). Quantized ones are :data:`QUANTIZED_STORAGES`:
-    named, so that the quantized tensor using one is refused by its key."""
-    try:
-        table = torch.storage._dtype_to_storage_type_map()
-    except AttributeError:  # pragma: no cover - torch moved it; everything falls back
-        return {}
-    return {name: dtype for dtype, name in table.items() if dtype not in _QUANTIZED}
-
-
-STORAGE_DTYPES = _legacy_storage_dtypes()
 
 META_GLOBALS: dict[tuple[str, str], Any] = {
     ("collections", "OrderedDict"): collections.OrderedDict,
@@ -187,15 +160,13 @@ META_GLOBALS: dict[tuple[str, str], Any] = {
     ("torch._utils", "_rebuild_tensor_v3"): _rebuild_v3,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
     ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
-    ("torch", "Size"): torch.Size,
-    ("torch", "device"): torch.device,
     ("torch", "Tensor"): _TENSOR,
     ("torch.nn.parameter", "Parameter"): _PARAMETER,
-    ("torch.storage", "UntypedStorage"): StorageType(torch.uint8),
+    ("torch.storage", "UntypedStorage"): StorageType(DTYPES["uint8"]),
     ("torch._utils", "_rebuild_tensor"): _rebuild_plain,
     ("torch._utils", "_rebuild_sparse_tensor"): _rebuild_sparse,
     ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type,
-    ("torch.serialization", "_get_layout"): _get_layout,
+    ("torch.serialization", "_get_layout"): _get_layout,  # gives a layout: LAYOUT_GLOBAL
     # torch.load(weights_only=True) builds these too; zipsave refuses them, naming the key.
     ("torch._utils", "_rebuild_qtensor"): _refused("a quantized tensor"),
     ("torch._utils", "_rebuild_meta_tensor_no_storage"): _refused("a meta tensor (it has no data)"),
@@ -224,16 +195,5 @@ def counter(counts: Any = None) -> collections.Counter:
     return collections.Counter(counts or {})
 
 
-#: ``torch.FloatTensor`` and the like, by the names a pickle spells them.
-TENSOR_CLASSES = frozenset(f"{cls.__module__}.{cls.__name__}" for cls in torch._tensor_classes) | {"torch.Tensor"}
-
-
-def _quantized_storages() -> dict[str, torch.dtype]:
-    try:
-        table = torch.storage._dtype_to_storage_type_map()
-    except AttributeError:  # pragma: no cover
-        return {}
-    return {name: dtype for dtype, name in table.items() if dtype in _QUANTIZED}
-
-
-QUANTIZED_STORAGES = _quantized_storages()
+#: The one global of :data:`META_GLOBALS` whose result a pickle may keep as a value (a layout).
+LAYOUT_GLOBAL = _get_layout

@@ -6,14 +6,16 @@ from __future__ import annotations
 import collections
 import io
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from .. import _tensors  # torch's objects for the reader's stand-ins, where tensors are built
 from .._invariants import flat_bytes
 from ..exceptions import ArchiveFormatError
 from ._invariants import assemble_sparse, keyed, refuse_refused
 from ._pth_meta import SparseRef, TensorRef
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "NAMED",
@@ -99,12 +101,15 @@ def lookup(tree: Any, path: tuple) -> Any:
     return tree
 
 
-def replace(tree: Any, build: Callable[[TensorRef], Any]) -> Any:
+def replace(tree: Any, build: Callable[[TensorRef], Any], *, torch_values: bool = False) -> Any:
     """``tree`` with every :class:`TensorRef` built by ``build``, and every sparse tensor
     assembled from its built parts (its invariants checked). A tensor the pickle holds once is
     built once, however many keys name it: one object, as ``torch.load`` gives it (tied
-    weights share the object, not only the storage)."""
-    return _replace(tree, build, (), {})
+    weights share the object, not only the storage). With ``torch_values``
+    (:attr:`~._pth_meta.PthMeta.torch_values`) the dtypes, layouts and quantization schemes
+    it holds as values become torch's own."""
+    built = _replace(tree, build, (), {})
+    return _tensors.as_torch_tree(built) if torch_values else built
 
 
 def _replace(tree: Any, build: Callable[[TensorRef], Any], path: tuple, built: dict[int, Any]) -> Any:

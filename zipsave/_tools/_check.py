@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from .. import _format
 from .._archive import ArchiveSource
-from .._tensors import Unsupported, check_member, dotted, read_pth_meta, read_record, record_table, walk_refs
+from .._tensors import (
+    Unsupported,
+    check_member,
+    check_stored_record,
+    dotted,
+    read_pth_meta,
+    record_table,
+    walk_refs,
+)
 from ..exceptions import ArchiveFormatError, ArchiveLimitError, IntegrityError, UnsafeGlobalError, ZipsaveError
 
 __all__ = ["check_archive"]
@@ -37,9 +45,7 @@ def check_archive(src: ArchiveSource) -> list[str]:
                     users.setdefault(ref.storage.key, []).append(f"`{dotted(path)}`")
                 for key in sorted(meta.records, key=lambda k: meta.records[k][0]):
                     try:
-                        read_record(
-                            view, meta, key, table=table, member_crc=None, tensors=", ".join(users.get(key, []))
-                        )
+                        check_stored_record(view, meta, key, table=table, tensors=", ".join(users.get(key, [])))
                     except ZipsaveError as err:
                         problems.append(f"`{name}`: {err.detail}")
         except ZipsaveError as err:

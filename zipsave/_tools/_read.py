@@ -24,6 +24,7 @@ from .._tensors import (
     read_array_once,
     read_record,
     record_table,
+    torch_dtype,
     walk_leaves,
 )
 from .._tensors._invariants import refuse_refused
@@ -212,9 +213,9 @@ def _read_tensor(
             f"`data.pkl` names storage record `{ref.storage.key}`, which is missing.", archive=src.name, member=member
         )
     start, length = meta.records[ref.storage.key]
-    itemsize = ref.dtype.itemsize
+    itemsize, dtype = ref.dtype.itemsize, torch_dtype(ref.dtype)
     if ref.numel == 0:
-        tensor = torch.empty(ref.size, dtype=ref.dtype)
+        tensor = torch.empty(ref.size, dtype=dtype)
     else:
         extent = 1 + sum((n - 1) * s for n, s in zip(ref.size, ref.stride))
         first, nbytes = ref.offset * itemsize, extent * itemsize
@@ -241,7 +242,7 @@ def _read_tensor(
         offset = ref.offset
         if not mmap and nbytes < length:  # the whole record was read to check it; keep the span
             buf, offset = buf[first : first + nbytes].clone(), 0
-        tensor = torch.empty(0, dtype=ref.dtype).set_(buf.untyped_storage(), offset, ref.size, ref.stride)
+        tensor = torch.empty(0, dtype=dtype).set_(buf.untyped_storage(), offset, ref.size, ref.stride)
     if device.type != "cpu":
         tensor = tensor.to(device)
     if ref.parameter:

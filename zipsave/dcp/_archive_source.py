@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.metadata import (
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlanner, ReadItem
 
 from .._archive import DEFAULT_LIMITS, ArchiveReader, Limits, open_input
-from .._tensors import SparseRef, TensorRef, read_pth_meta
+from .._tensors import SparseRef, TensorRef, as_torch_tree, read_pth_meta, torch_dtype
 from .._tensors._tree import check_views
 from ..exceptions import ArchiveFormatError, ZipsaveError
 from . import _region
@@ -79,7 +79,7 @@ class ArchiveSource:
                 view,
                 entry.start,
                 ref.size,
-                ref.dtype,
+                torch_dtype(ref.dtype),
                 item,
                 planner,
                 crc=None,
@@ -93,7 +93,8 @@ class ArchiveSource:
         raw = bytearray(ref.extent)
         if view.read_at(entry.start, raw) != len(raw):
             raise ArchiveFormatError("ends early (truncated).", archive=self.path, member=entry.member)
-        flat = torch.frombuffer(raw, dtype=ref.dtype) if raw else torch.empty(0, dtype=ref.dtype)
+        dtype = torch_dtype(ref.dtype)
+        flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
         full = flat.as_strided(ref.size, ref.stride)
         for dim, (start, length) in enumerate(zip(item.storage_offsets, item.lengths)):
             full = full.narrow(dim, start, length)
@@ -112,7 +113,7 @@ def _tree_with_meta_tensors(tree: Any, found: dict[int, TensorRef]) -> Any:
             hint="Load the archive with `zipsave.load` instead.",
         )
     if isinstance(tree, TensorRef):
-        meta = torch.empty(tree.size, dtype=tree.dtype, device="meta")
+        meta = torch.empty(tree.size, dtype=torch_dtype(tree.dtype), device="meta")
         found[id(meta)] = tree
         return meta
     if isinstance(tree, dict):
@@ -155,7 +156,8 @@ def archive_metadata(path: str, limits: Limits = DEFAULT_LIMITS) -> Metadata:
                     err.args = (err._compose(),)
                     raise
             found: dict[int, TensorRef] = {}
-            state[name[: -len(_PTH)]] = _tree_with_meta_tensors(meta.tree, found)
+            tree = as_torch_tree(meta.tree) if meta.torch_values else meta.tree  # a dtype value: torch's
+            state[name[: -len(_PTH)]] = _tree_with_meta_tensors(tree, found)
             for key, ref in found.items():
                 refs[key] = (name, ref)
                 starts[(name, ref.storage.key)] = meta.records[ref.storage.key][0]
@@ -166,7 +168,7 @@ def archive_metadata(path: str, limits: Limits = DEFAULT_LIMITS) -> Metadata:
         if isinstance(value, torch.Tensor) and id(value) in refs:
             member, ref = refs[id(value)]
             md[fqn] = TensorStorageMetadata(
-                TensorProperties(dtype=ref.dtype, requires_grad=ref.requires_grad),
+                TensorProperties(dtype=torch_dtype(ref.dtype), requires_grad=ref.requires_grad),
                 torch.Size(ref.size),
                 [ChunkStorageMetadata(torch.Size([0] * len(ref.size)), torch.Size(ref.size))],
             )

@@ -1,24 +1,25 @@
 """The SB3 handler: how the core collects, rebuilds and trusts Stable-Baselines3 algorithms
-(and sb3-contrib's, which share ``BaseAlgorithm``'s hooks)."""
+(and sb3-contrib's, which share ``BaseAlgorithm``'s hooks). What it trusts is known when it is
+imported; what saves, builds and restores models (and torch) is imported when a method needs it,
+so that inspecting an SB3 archive, which asks for the allowlist alone, imports no torch."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import _format
-from .._core import ALWAYS_EXCLUDED_PREFIXES, Component, LoadSession, Parts, recursive_getattr, unwrap
+from .. import _core, _format, sb3  # sb3: its modules that build models (`sb3._build`), on first use
 from .._registry import Handler
 from ..exceptions import ArchiveFormatError
 from ._allowlist import SB3_ALLOWLIST
 from ._allowlist_contrib import SB3_CONTRIB_ALLOWLIST
-from ._build import build_sb3
-from ._checks import restore_checks
-from ._extras import EXTRAS, collect_extras, restore_extra, sb3_stand_in
 from ._guess import import_line, suggest_algorithm
 from ._noise import NOISE_CHECKS
 from ._schedule_check import SCHEDULE_CHECKS
 from ._schedules import closures_in, rebuilt_on_load
 from ._zoo import schedules_in
+
+if TYPE_CHECKING:
+    from .._core import LoadSession, Parts
 
 __all__ = ["SB3Handler"]
 
@@ -48,33 +49,35 @@ class SB3Handler(Handler):
     value_checks = {**NOISE_CHECKS, **SCHEDULE_CHECKS}  # what a first call needs, checked once a pickle is read
 
     def claims(self, obj: Any) -> bool:
-        return not isinstance(obj, Component) and not isinstance(obj, type) and _is_sb3_like(obj)
+        return not isinstance(obj, _core.Component) and not isinstance(obj, type) and _is_sb3_like(obj)
 
     def collect(self, obj: Any, *, exclude: set[str], include: set[str]) -> Parts:
         """SB3's rules (``BaseAlgorithm.save``): its hooks decide what is torch-saved.
         ``include`` may also name the extras SB3 keeps in separate pickles (:data:`EXTRAS`)."""
-        extras = collect_extras(obj, include)
-        include = include - set(EXTRAS)
+        extras = sb3._extras.collect_extras(obj, include)
+        include = include - set(sb3._extras.EXTRAS)
         state_names, var_names = obj._get_torch_save_params()
         excluded = (set(obj._excluded_save_params()) | exclude) - include
         for name in list(state_names) + list(var_names):
             excluded.add(name.split(".")[0])
         data = {
-            k: v for k, v in obj.__dict__.items() if k not in excluded and not k.startswith(ALWAYS_EXCLUDED_PREFIXES)
+            k: v
+            for k, v in obj.__dict__.items()
+            if k not in excluded and not k.startswith(_core.ALWAYS_EXCLUDED_PREFIXES)
         }
-        state = [(name, unwrap(recursive_getattr(obj, name))) for name in state_names]
-        variables = {name: recursive_getattr(obj, name) for name in var_names}
-        return Parts(
+        state = [(name, _core.unwrap(_core.recursive_getattr(obj, name))) for name in state_names]
+        variables = {name: _core.recursive_getattr(obj, name) for name in var_names}
+        return _core.Parts(
             data,
             state,
             variables,
             list(extras),
-            encoder_options={"stand_in": sb3_stand_in},
+            encoder_options={"stand_in": sb3._extras.sb3_stand_in},
             rebuilt_on_load=rebuilt_on_load,
         )
 
     def builds(self, cls: type) -> bool:
-        return isinstance(cls, type) and not issubclass(cls, Component) and hasattr(cls, "_setup_model")
+        return isinstance(cls, type) and not issubclass(cls, _core.Component) and hasattr(cls, "_setup_model")
 
     def recognises(self, session: LoadSession, folder: str) -> bool:
         if session.has(_format.SB3_VERSION):
@@ -109,7 +112,7 @@ class SB3Handler(Handler):
                 archive=session.name,
                 hint=f"Pass it: {example}, or read the parts with `zipsave.load_archive(path)`.",
             )
-        return build_sb3(session, cls, custom_objects=custom_objects, exclude=exclude, overrides=overrides)
+        return sb3._build.build_sb3(session, cls, custom_objects=custom_objects, exclude=exclude, overrides=overrides)
 
     def known_values(self, session: LoadSession, obj: Any, folder: str) -> dict[str, Any]:
         """SB3's and the RL Zoo's schedule closures, rebuilt without running them (as ``load``)."""
@@ -123,11 +126,11 @@ class SB3Handler(Handler):
         return {**closures_in(raw), **schedules_in(raw)}
 
     def checked_data(self, session: LoadSession, obj: Any, data: dict[str, Any], given: Any) -> dict[str, Any]:
-        """What ``load`` checks of ``data``, for a live model (:func:`restore_checks`)."""
-        return restore_checks(session, obj, data, given)
+        """What ``load`` checks of ``data``, for a live model (``_checks.restore_checks``)."""
+        return sb3._checks.restore_checks(session, obj, data, given)
 
     def restore_component(self, session: LoadSession, obj: Any, name: str) -> bool:
-        if name not in EXTRAS or not hasattr(obj, "_setup_model"):
+        if name not in sb3._extras.EXTRAS or not hasattr(obj, "_setup_model"):
             return False
-        restore_extra(session, obj, name, in_place=True)  # fills the live model's own buffer / wrapper
+        sb3._extras.restore_extra(session, obj, name, in_place=True)  # fills the live model's own buffer / wrapper
         return True
