@@ -1,5 +1,6 @@
 """Round eight of the adversarial suite: values a default load hands back that fail on first use
-(a float where SB3 takes a size or a count), and what the command prints of an archive."""
+or cost more than the archive holds (a float where SB3 takes a size or a count, HER ``infos``
+whose cells are built from columns that hold no byte)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import re
 import zipfile
 
+import numpy as np
 import pytest
 
 import zipsave
@@ -106,3 +108,101 @@ def test_a_ppo_epoch_count_of_a_float_is_skipped(tmp_path):
         loaded = zipsave.load(path, cls=PPO, env=make_vec_env("CartPole-v1"), device="cpu")
     assert loaded.n_epochs == 10  # PPO's default
     loaded.learn(16)
+
+
+# -- HER's infos: what the cells hold is counted before they are built ---------------------------
+
+
+def _bits_env():
+    from stable_baselines3.common.envs import BitFlippingEnv
+
+    return make_vec_env(BitFlippingEnv, n_envs=1, seed=0, env_kwargs={"n_bits": 4, "max_steps": 4})
+
+
+def _her_model():
+    from stable_baselines3 import DQN, HerReplayBuffer
+
+    kwargs = {"n_sampled_goal": 2, "goal_selection_strategy": "future", "copy_info_dict": True}
+    return DQN(
+        "MultiInputPolicy",
+        _bits_env(),
+        buffer_size=1000,
+        learning_starts=8,
+        replay_buffer_class=HerReplayBuffer,
+        replay_buffer_kwargs=kwargs,
+        policy_kwargs={"net_arch": [8]},
+        device="cpu",
+        seed=0,
+    )
+
+
+@pytest.fixture(scope="module")
+def her_infos_saved():
+    model = _her_model()
+    model.learn(40)
+    out = io.BytesIO()
+    zipsave.save(model, out, include=["replay_buffer"])
+    return out.getvalue()
+
+
+def _with_infos(saved: bytes, path, change) -> str:
+    """``saved`` with its replay buffer's ``infos`` changed by ``change(infos, state, items)``."""
+    with zipfile.ZipFile(io.BytesIO(saved)) as zf:
+        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    state = json.loads(items["replay_buffer/data"])
+    change(state["infos"][":zipsave:"]["value"], state, items)
+    items["replay_buffer/data"] = json.dumps(state).encode()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, raw_bytes in items.items():
+            zf.writestr(name, raw_bytes)
+    return str(path)
+
+
+def _many_empty_columns(infos, state, items):
+    # every one of the 1 000 cells (a full buffer) holds 4 000 keys of None: none costs a byte
+    state["full"] = True
+    rows, out = state["buffer_size"], io.BytesIO()
+    np.save(out, np.zeros(rows, np.int64))
+    items["replay_buffer/arrays/layout.npy"] = out.getvalue()
+    infos["layout"] = {
+        ":type:": "<class 'numpy.ndarray'>",
+        ":zipsave:": {"kind": "ndarray", "dtype": "<i8", "shape": [rows], "member": "replay_buffer/arrays/layout.npy"},
+    }
+    infos["layouts"] = [list(range(4000))]
+    infos["columns"] = [{"path": [f"x{i}"], "kind": "none", "values": rows} for i in range(4000)]
+
+
+def _deep_path(infos, state, items):
+    # one more key in every cell, 5 000 dicts deep: SB3 deep-copies a sampled batch's infos
+    infos["columns"].append({"path": ["a"] * 5000, "kind": "empty", "values": state["pos"]})
+    infos["layouts"] = [layout + [len(infos["columns"]) - 1] for layout in infos["layouts"]]
+
+
+@pytest.mark.parametrize(
+    "change, error, words",
+    [
+        (_many_empty_columns, zipsave.ArchiveLimitError, "put 4000000 keys in 1000 cells"),
+        (_deep_path, zipsave.DecodeError, "expected 1 to 200 key names"),
+    ],
+    ids=["many-empty-columns", "deep-path"],
+)
+def test_her_infos_that_cost_no_bytes_are_bounded(tmp_path, her_infos_saved, change, error, words):
+    # 4 000 columns of None in 1 000 cells (a few KB of archive) built 4 million dict keys (4 000
+    # columns in 2 000 cells: 8 million, 10 s); a path of 5 000 keys loaded, and the first
+    # learn() raised RecursionError in SB3's copy.deepcopy of the sampled infos
+    path = _with_infos(her_infos_saved, tmp_path / "infos.zip", change)
+    with pytest.raises(error, match=re.escape(words)) as caught:
+        zipsave.load(path, cls=type(_her_model()), env=_bits_env(), device="cpu", strict=True)
+    assert caught.value.member == "replay_buffer/data"
+    with pytest.warns(zipsave.SkippedEntryWarning, match="replay_buffer/data"):
+        model = zipsave.load(path, cls=type(_her_model()), env=_bits_env(), device="cpu")
+    assert model.replay_buffer.pos == 0
+    model.learn(20)
+
+
+def test_her_infos_sb3_fills_load(tmp_path, her_infos_saved):
+    model = zipsave.load(
+        io.BytesIO(her_infos_saved), cls=type(_her_model()), env=_bits_env(), device="cpu", strict=True
+    )
+    assert model.replay_buffer.pos == 40 and model.replay_buffer.infos[0, 0]
+    model.learn(20)
