@@ -206,3 +206,58 @@ def test_her_infos_sb3_fills_load(tmp_path, her_infos_saved):
     )
     assert model.replay_buffer.pos == 40 and model.replay_buffer.infos[0, 0]
     model.learn(20)
+
+
+# -- zipsave.restore into a live SB3 model: what it steps and trains with ------------------------
+
+
+def _pickled(value):
+    import base64
+    import pickle
+
+    typ = f"<class '{type(value).__module__}.{type(value).__qualname__}'>"
+    return {":type:": typ, ":serialized:": base64.b64encode(pickle.dumps(value)).decode()}
+
+
+def _trained_td3():
+    kwargs = {"learning_starts": 4, "buffer_size": 64, "batch_size": 4, "policy_kwargs": {"net_arch": [8]}}
+    model = TD3("MlpPolicy", _pendulums(), device="cpu", seed=0, **kwargs)
+    model.learn(8)
+    return model
+
+
+LIVE_KINDS = {
+    "_last_obs": _pickled(np.zeros((3, 7), np.float32)),
+    "_last_episode_starts": _pickled(np.ones(5, bool)),
+    "lr_schedule": 5,
+    "lr_schedule-text": "0.001",
+}
+
+
+@pytest.mark.parametrize("key", LIVE_KINDS, ids=LIVE_KINDS)
+def test_restore_keeps_what_the_model_steps_and_trains_with(tmp_path, td3_saved, key):
+    # restore set a _last_obs of (3, 7) where the env gives (1, 3), and lr_schedule=5 (no
+    # _setup_model runs to make it a schedule): learn() went on from them and raised numpy's
+    # broadcast ValueError at the first add, TypeError ('int' object is not callable) at train
+    name = key.split("-")[0]
+    path = _rewrite(td3_saved, tmp_path / "live.zip", {name: LIVE_KINDS[key]})
+    model = _trained_td3()
+    before = getattr(model, name)
+    with pytest.raises(zipsave.DecodeError, match=re.escape("the model keeps its own")) as caught:
+        zipsave.restore(model, path, device="cpu", strict=True)
+    assert caught.value.key == name
+    model = _trained_td3()
+    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape(f"`{name}`")):
+        zipsave.restore(model, path, device="cpu")
+    assert type(getattr(model, name)) is type(before)
+    model.learn(16, reset_num_timesteps=False)
+
+
+def test_restore_of_what_sb3_saved_sets_it(tmp_path):
+    # the same model's own archive: its arrays of the same shapes and its schedule are set
+    model = _trained_td3()
+    model.save(tmp_path / "own.zip")
+    live = _trained_td3()
+    zipsave.restore(live, tmp_path / "own.zip", device="cpu", strict=True)
+    assert (live._last_obs == model._last_obs).all() and callable(live.lr_schedule)
+    live.learn(16, reset_num_timesteps=False)

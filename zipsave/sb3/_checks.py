@@ -18,7 +18,13 @@ from .._trust import space_problem
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveWarning
 from ._noise import check_noise, fit_noise
 from ._same import same
-from ._values import her_buffer_class, integral_arguments, unusable_values, upgrade_old_train_freq
+from ._values import (
+    her_buffer_class,
+    integral_arguments,
+    live_kind_problems,
+    unusable_values,
+    upgrade_old_train_freq,
+)
 
 __all__ = [
     "check_data",
@@ -142,7 +148,8 @@ def restore_checks(src: Any, model: Any, data: dict[str, Any], given: Any) -> di
     """``data`` to set on a live SB3 ``model`` (:func:`zipsave.restore`), checked as ``load``
     checks it. A key naming a live part of the model (its env, policy, buffers, logger: what
     SB3 never saves) or a space other than the model's, and a value its first ``learn`` cannot
-    use, are skipped (the model keeps its own); a class or noise SB3 would call unsafely is
+    use, or a schedule or array of another kind than the model's (:func:`live_kind_problems`),
+    are skipped (the model keeps its own); a class or noise SB3 would call unsafely is
     refused. An archive set ``env`` to a string, ``policy`` to a dict (left so when its state
     dict then failed), ``replay_buffer`` to None or ``lr_schedule`` to a class on the model."""
     parts = model._get_torch_save_params()
@@ -154,6 +161,7 @@ def restore_checks(src: Any, model: Any, data: dict[str, Any], given: Any) -> di
     for key in ("observation_space", "action_space", *(("n_envs",) if with_env else ())):
         if key in checked and key not in problems and not same(checked[key], getattr(model, key, None)):
             problems[key] = f"is {shown(checked[key])}, where the model has {shown(getattr(model, key, None))}"
+    problems.update((k, p) for k, p in live_kind_problems(model, checked).items() if k not in problems)
     for key, problem in problems.items():
         value = checked.pop(key)
         if value is not None or key not in live:  # SB3 1.x saved `env=None`: nothing to say

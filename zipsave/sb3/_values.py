@@ -12,7 +12,18 @@ import numpy as np
 
 from .._printable import shown
 
-__all__ = ["her_buffer_class", "integral_arguments", "unusable_values", "upgrade_old_train_freq", "whole_number_keys"]
+__all__ = [
+    "her_buffer_class",
+    "integral_arguments",
+    "live_kind_problems",
+    "unusable_values",
+    "upgrade_old_train_freq",
+    "whole_number_keys",
+]
+
+#: What a set-up model calls at every ``train`` (its schedules): ``_setup_model`` makes each a
+#: callable from the saved number, which a restore into a live model never runs.
+CALLED_SCHEDULES = ("lr_schedule", "clip_range", "clip_range_vf", "exploration_schedule")
 
 
 def her_buffer_class(data: dict[str, Any]) -> type | None:
@@ -145,3 +156,37 @@ def _train_freq(value: Any) -> bool:
 def _kind(value: Any) -> str:
     plain = isinstance(value, (int, float, str, tuple, np.generic))
     return shown(value) if plain else f"a {type(value).__name__}"
+
+
+def live_kind_problems(model: Any, data: dict[str, Any]) -> dict[str, str]:
+    """The ``data`` keys a restore into the live, set-up ``model`` may not set, each with what is
+    wrong: ``__dict__.update`` replaces what the model steps and trains with as it is, and no
+    ``_setup_model`` runs after it. A value SB3 calls (:data:`CALLED_SCHEDULES`) where the model
+    holds a callable is callable (``lr_schedule=5``: ``TypeError`` at the first ``train``); an
+    array, or a dict of arrays, that the model holds (``_last_obs``, ``_last_episode_starts``:
+    what the next step starts from) is replaced only by one of the same shapes (``_last_obs`` of
+    (3, 7) where the env gives (1, 3): numpy's broadcast error at the first ``add``)."""
+    out = {}
+    for key, value in data.items():
+        live = getattr(model, key, None)
+        if key in CALLED_SCHEDULES and callable(live) and not callable(value):
+            out[key] = f"is {_kind(value)}, where {type(model).__name__} calls a schedule"
+        elif value is not None and _shapes(live) is not None and _shapes(value) != _shapes(live):
+            out[key] = f"is {_described(value)}, where the model holds {_described(live)}"
+    return out
+
+
+def _shapes(value: Any) -> Any:
+    """An array's shape, a dict of arrays' keys with their shapes, else ``None``."""
+    if isinstance(value, np.ndarray):
+        return value.shape
+    if isinstance(value, dict) and value and all(isinstance(v, np.ndarray) for v in value.values()):
+        return sorted((str(k), v.shape) for k, v in value.items())
+    return None
+
+
+def _described(value: Any) -> str:
+    shapes = _shapes(value)
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {shapes}"
+    return f"a dict of arrays {shown(shapes)}" if shapes is not None else _kind(value)
