@@ -307,13 +307,39 @@ def _leaves(src: ArchiveSource, member: str) -> dict[str, Any]:
 
 
 def _spec(t: torch.Tensor) -> str:
-    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+    layout = "" if t.layout == torch.strided else f" {str(t.layout).removeprefix('torch.')}"
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}{layout}"
+
+
+def _sparse_parts(t: torch.Tensor) -> list[torch.Tensor]:
+    """The dense tensors a sparse tensor is made of (each checked when it was loaded): its
+    indices and values, a COO tensor's coalesced. A sparse tensor has no bytes of its own to
+    compare (``contiguous()`` and ``torch.equal`` refuse it), and its dense form may stand for
+    any size: a (2**31, 2**31) tensor of two values."""
+    if t.layout == torch.sparse_coo:
+        t = t.coalesce()
+        return [t.indices(), t.values()]
+    if t.layout in (torch.sparse_csr, torch.sparse_bsr):
+        return [t.crow_indices(), t.col_indices(), t.values()]
+    return [t.ccol_indices(), t.row_indices(), t.values()]
+
+
+def _compare_sparse(name: str, old: torch.Tensor, new: torch.Tensor) -> Change | None:
+    *old_index, old_values = _sparse_parts(old)
+    *new_index, new_values = _sparse_parts(new)
+    same_places = all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(old_index, new_index))
+    if not same_places or old_values.shape != new_values.shape:
+        return Change(name, _spec(old), _spec(new))  # other places hold values: no one gap to name
+    change = _compare(name, old_values, new_values)
+    return None if change is None else Change(name, _spec(old), _spec(new), change.max_abs_diff)
 
 
 def _compare(name: str, old: Any, new: Any) -> Change | None:
     if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
-        if old.shape != new.shape:
+        if old.shape != new.shape or old.layout != new.layout:
             return Change(name, _spec(old), _spec(new))
+        if old.layout != torch.strided:
+            return _compare_sparse(name, old, new)
         try:
             if old.dtype == new.dtype and torch.equal(old, new):
                 return None

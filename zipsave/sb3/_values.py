@@ -89,7 +89,9 @@ def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
 
     * where the fresh model holds a number (``int`` or ``float``) and its constructor takes no
       other kind there (``train_freq``, ``clip_range``: see the signature), a real number (a
-      ``bool``, ``int`` of at most 63 bits, ``float`` or numpy number) or ``None``;
+      ``bool``, ``int`` of at most 63 bits, ``float`` or numpy number), or ``None`` where it is
+      no constructor argument (SB3 1.x saved ``start_time=None``; ``gamma=None`` or
+      ``batch_size=None`` failed at the first ``learn`` with ``TypeError``);
     * where the constructor takes an ``int`` (:func:`whole_number_keys`), an integer of at most
       63 bits: ``batch_size=2.5`` or ``gradient_steps=1.5`` failed at the first ``learn`` with
       numpy's or ``range``'s ``TypeError`` (whole floats were made integers before);
@@ -105,14 +107,15 @@ def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
         if type(value) in (int, float)  # and no argument that may be something else (a schedule)
         and (key not in taken or taken[key].annotation in (int, float, "int", "float"))
     }
+    arguments = {key for key in numbers if key in taken}  # None where SB3's signature says a number: never
     out = {
         key: f"is {_kind(value)}, where {type(model).__name__} keeps a number"
         for key, value in data.items()
-        if key in numbers and value is not None and not _number(value, 63)
+        if key in numbers and (value is not None or key in arguments) and not _number(value, 63)
     }
     for key in whole_number_keys(type(model), data):
         value = data[key]
-        if key not in out and value is not None and not _integer(value):
+        if key not in out and not _integer(value):
             out[key] = f"is {_kind(value)}, where {type(model).__name__} keeps an integer (a size or a count)"
     if "train_freq" in data and not _train_freq(data["train_freq"]):
         out["train_freq"] = (
@@ -154,7 +157,7 @@ def _train_freq(value: Any) -> bool:
 
 
 def _kind(value: Any) -> str:
-    plain = isinstance(value, (int, float, str, tuple, np.generic))
+    plain = value is None or isinstance(value, (int, float, str, tuple, np.generic))
     return shown(value) if plain else f"a {type(value).__name__}"
 
 
