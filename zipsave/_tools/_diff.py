@@ -31,6 +31,7 @@ from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, nesting_as_error, reading
 from ._diff_records import ArchiveDiff, Change
 from ._inspect import data_folders, stored_type
+from ._shown import sparse_parts
 from ._values import rng_change, same_value
 
 __all__ = ["ArchiveDiff", "Change", "diff"]
@@ -312,16 +313,14 @@ def _spec(t: torch.Tensor) -> str:
 
 
 def _sparse_parts(t: torch.Tensor) -> list[torch.Tensor]:
-    """The dense tensors a sparse tensor is made of (each checked when it was loaded): its
-    indices and values, a COO tensor's coalesced. A sparse tensor has no bytes of its own to
-    compare (``contiguous()`` and ``torch.equal`` refuse it), and its dense form may stand for
-    any size: a (2**31, 2**31) tensor of two values."""
-    if t.layout == torch.sparse_coo:
-        t = t.coalesce()
-        return [t.indices(), t.values()]
-    if t.layout in (torch.sparse_csr, torch.sparse_bsr):
-        return [t.crow_indices(), t.col_indices(), t.values()]
-    return [t.ccol_indices(), t.row_indices(), t.values()]
+    """A sparse tensor's dense parts (:func:`sparse_parts`), a COO tensor's coalesced where
+    torch can sum its dtype (not ``bits8``, ``float8``, ``uint16``...), never its dense form."""
+    if t.layout == torch.sparse_coo and not t.is_coalesced():
+        try:
+            t = t.coalesce()
+        except (NotImplementedError, RuntimeError):
+            pass  # compared as stored
+    return list(sparse_parts(t).values())
 
 
 def _compare_sparse(name: str, old: torch.Tensor, new: torch.Tensor) -> Change | None:
