@@ -367,3 +367,12 @@ def test_read_shows_a_sparse_tensor_by_its_parts(tmp_path, kind, capsys):
     values = shown["parts"]["values"]
     assert values.get("values") == [1.0, 1.0, 1.0] or values.get("bytes") == "0709"
     assert "values" in capsys.readouterr().out
+
+
+def test_a_batch_past_memory_is_refused_before_the_model_is_built(tmp_path, td3_saved):
+    # batch_size=10**15 (63 bits, an integer) loaded, and the first learn() asked numpy for
+    # 7 PiB (MemoryError): each train step samples that many transitions
+    path = _rewrite(td3_saved, tmp_path / "batch.zip", {"batch_size": 10**15})
+    with pytest.raises(zipsave.ArchiveLimitError, match=re.escape("a batch of 1000000000000000 transitions")) as caught:
+        zipsave.load(path, cls=TD3, env=_pendulums(), device="cpu")
+    assert caught.value.key == "batch_size"
