@@ -267,6 +267,18 @@ def test_restore_keeps_what_the_model_steps_and_trains_with(tmp_path, td3_saved,
     model.learn(16, reset_num_timesteps=False)
 
 
+def test_restore_keeps_a_ppo_value_clip_it_calls(tmp_path):
+    # PPO built with clip_range_vf=None: an archive's clip_range_vf=0.2 was set as it was, and
+    # train() called it (TypeError: 'float' object is not callable)
+    model = PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=8, n_epochs=1, device="cpu")
+    model.save(tmp_path / "ppo.zip")
+    path = _rewrite((tmp_path / "ppo.zip").read_bytes(), tmp_path / "vf.zip", {"clip_range_vf": 0.2})
+    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("`clip_range_vf`")):
+        zipsave.restore(model, path, device="cpu")
+    assert model.clip_range_vf is None
+    model.learn(16)
+
+
 def test_restore_of_what_sb3_saved_sets_it(tmp_path):
     # the same model's own archive: its arrays of the same shapes and its schedule are set
     model = _trained_td3()

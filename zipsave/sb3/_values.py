@@ -164,15 +164,17 @@ def _kind(value: Any) -> str:
 def live_kind_problems(model: Any, data: dict[str, Any]) -> dict[str, str]:
     """The ``data`` keys a restore into the live, set-up ``model`` may not set, each with what is
     wrong: ``__dict__.update`` replaces what the model steps and trains with as it is, and no
-    ``_setup_model`` runs after it. A value SB3 calls (:data:`CALLED_SCHEDULES`) where the model
-    holds a callable is callable (``lr_schedule=5``: ``TypeError`` at the first ``train``); an
+    ``_setup_model`` runs after it. A value SB3 calls (:data:`CALLED_SCHEDULES`) is callable, or
+    ``None`` where the model holds ``None`` (``lr_schedule=5``, PPO's ``clip_range_vf=0.2``:
+    ``TypeError`` at the first ``train``); an
     array, or a dict of arrays, that the model holds (``_last_obs``, ``_last_episode_starts``:
     what the next step starts from) is replaced only by one of the same shapes (``_last_obs`` of
     (3, 7) where the env gives (1, 3): numpy's broadcast error at the first ``add``)."""
     out = {}
+    set_up = getattr(model, "policy", None) is not None  # its schedules made: a number stays a number
     for key, value in data.items():
         live = getattr(model, key, None)
-        if key in CALLED_SCHEDULES and callable(live) and not callable(value):
+        if key in CALLED_SCHEDULES and set_up and not callable(value) and (value is not None or callable(live)):
             out[key] = f"is {_kind(value)}, where {type(model).__name__} calls a schedule"
         elif value is not None and _shapes(live) is not None and _shapes(value) != _shapes(live):
             out[key] = f"is {_described(value)}, where the model holds {_described(live)}"
