@@ -262,6 +262,7 @@ def estimate_model(params: Mapping[str, Any]) -> Estimate:
             what = f"a replay buffer of {shown(size)} transitions" + (f" x {shown(n_envs)} envs" if rows > size else "")
             out.parts.append(("buffer_size", what, nbytes, observations))
             batch = _count(params.get("batch_size"), 0)  # each train step samples it, with replacement
+            batch = batch if batch < 2**63 else 0  # no size numpy takes: skipped as a value learn cannot use
             observations = batch * 2 * _stored(obs)  # and the next ones
             nbytes = observations + batch * (_stored_action(act) + 8 + 12)  # its row numbers too
             out.parts.append(
