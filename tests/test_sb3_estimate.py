@@ -110,7 +110,9 @@ def test_the_estimate_is_a_lower_bound_of_what_sb3_builds(name):
     assert est.of(key) <= buffer_bytes  # a lower bound: never refuses a model SB3 can build
     if _keeps_observation_dtype(buffer, model.observation_space):  # older SB3 widens them to float32
         assert 0.9 * buffer_bytes <= est.of(key)  # the buffer is counted nearly exactly
-    assert est.total == est.of("policy_kwargs") + est.of(key)
+    batch = est.of("batch_size")  # what an off-policy model samples at each train step
+    assert est.total == est.of("policy_kwargs") + est.of(key) + batch
+    assert (batch > 0) == (key == "buffer_size")
 
 
 def _keeps_observation_dtype(buffer, space) -> bool:

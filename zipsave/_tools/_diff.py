@@ -31,6 +31,7 @@ from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, nesting_as_error, reading
 from ._diff_records import ArchiveDiff, Change
 from ._inspect import data_folders, stored_type
+from ._shown import sparse_parts
 from ._values import rng_change, same_value
 
 __all__ = ["ArchiveDiff", "Change", "diff"]
@@ -307,13 +308,37 @@ def _leaves(src: ArchiveSource, member: str) -> dict[str, Any]:
 
 
 def _spec(t: torch.Tensor) -> str:
-    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+    layout = "" if t.layout == torch.strided else f" {str(t.layout).removeprefix('torch.')}"
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}{layout}"
+
+
+def _sparse_parts(t: torch.Tensor) -> list[torch.Tensor]:
+    """A sparse tensor's dense parts (:func:`sparse_parts`), a COO tensor's coalesced where
+    torch can sum its dtype (not ``bits8``, ``float8``, ``uint16``...), never its dense form."""
+    if t.layout == torch.sparse_coo and not t.is_coalesced():
+        try:
+            t = t.coalesce()
+        except (NotImplementedError, RuntimeError):
+            pass  # compared as stored
+    return list(sparse_parts(t).values())
+
+
+def _compare_sparse(name: str, old: torch.Tensor, new: torch.Tensor) -> Change | None:
+    *old_index, old_values = _sparse_parts(old)
+    *new_index, new_values = _sparse_parts(new)
+    same_places = all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(old_index, new_index))
+    if not same_places or old_values.shape != new_values.shape:
+        return Change(name, _spec(old), _spec(new))  # other places hold values: no one gap to name
+    change = _compare(name, old_values, new_values)
+    return None if change is None else Change(name, _spec(old), _spec(new), change.max_abs_diff)
 
 
 def _compare(name: str, old: Any, new: Any) -> Change | None:
     if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
-        if old.shape != new.shape:
+        if old.shape != new.shape or old.layout != new.layout:
             return Change(name, _spec(old), _spec(new))
+        if old.layout != torch.strided:
+            return _compare_sparse(name, old, new)
         try:
             if old.dtype == new.dtype and torch.equal(old, new):
                 return None

@@ -16,7 +16,7 @@ import numpy as np
 
 from .._invariants import flat_bytes
 
-__all__ = ["json_leaf", "value_json", "value_text", "whole_integers"]
+__all__ = ["json_leaf", "sparse_parts", "value_json", "value_text", "whole_integers"]
 
 #: Bytes of a tensor torch cannot print shown in text (its JSON holds them all).
 _TEXT_BYTES = 256
@@ -26,6 +26,22 @@ _NO_KERNEL = (NotImplementedError, RuntimeError, TypeError)
 
 def _is_array(value: Any) -> bool:
     return hasattr(value, "dtype") and hasattr(value, "tolist")  # a tensor, or an array from `data`
+
+
+def _is_sparse(value: Any) -> bool:
+    return hasattr(value, "detach") and str(value.layout) != "torch.strided"
+
+
+def sparse_parts(t: Any) -> dict[str, Any]:
+    """The dense tensors a sparse tensor is made of, by name, as stored (each was checked when
+    it was loaded): a sparse tensor has no block of bytes of its own (``contiguous()`` raises),
+    and its dense form may stand for any size (a (2**31, 2**31) tensor of two values)."""
+    layout = str(t.layout).removeprefix("torch.sparse_")
+    if layout == "coo":
+        return {"indices": t._indices(), "values": t._values()}
+    if layout in ("csr", "bsr"):
+        return {"crow_indices": t.crow_indices(), "col_indices": t.col_indices(), "values": t.values()}
+    return {"ccol_indices": t.ccol_indices(), "row_indices": t.row_indices(), "values": t.values()}
 
 
 def _raw(value: Any) -> bytes:
@@ -59,6 +75,9 @@ def value_text(value: Any) -> str:
     try:
         return head + repr(value)
     except (*_NO_KERNEL, ValueError):  # numpy: a generic-unit datetime64 other than NaT (np.zeros(2, "M8"))
+        if _is_sparse(value):  # its parts, each shown as a dense tensor is
+            parts = "\n".join(f"{name}: {value_text(part)}" for name, part in sparse_parts(value).items())
+            return f"{head}{value.layout} tensor of\n{parts}"
         raw = _raw(value)
         more = f" ... ({len(raw)} bytes)" if len(raw) > _TEXT_BYTES else ""
         who = "torch" if hasattr(value, "detach") else "numpy"
@@ -70,6 +89,10 @@ def value_json(value: Any) -> dict[str, Any]:
     ``bytes``, in hex, where torch cannot list them) for a tensor or an array, ``value`` for a
     JSON value, else ``repr``."""
     out: dict[str, Any] = {"type": type(value).__name__}
+    if _is_sparse(value):
+        parts = {name: value_json(part) for name, part in sparse_parts(value).items()}
+        out.update(dtype=str(value.dtype), shape=list(value.shape), layout=str(value.layout), parts=parts)
+        return out
     if _is_array(value):
         out.update(dtype=str(value.dtype), shape=list(value.shape))
         try:

@@ -26,8 +26,6 @@ from ._checks import (
     drop_her_wrapper_class,
     drop_old_her_arguments,
     drop_saved_env,
-    unusable_values,
-    upgrade_old_train_freq,
 )
 from ._estimate import check_model_size
 from ._extras import apply_vec_normalize, has_extra, restore_extra, warn_unused_vec_normalize
@@ -47,6 +45,7 @@ from ._required import (
 )
 from ._same import same
 from ._schedules import NotASchedule, recognise_schedule
+from ._values import integral_arguments, unusable_values, upgrade_old_train_freq
 from ._zoo import recognise as recognise_zoo_schedule
 
 __all__ = ["ARS_WEIGHTS", "build_sb3", "is_ars", "sync_ars_weights"]
@@ -106,6 +105,7 @@ def build_sb3(
     drop_her_wrapper_class(data, src.report.notes)
     drop_old_her_arguments(data, src.report.notes, src.name)
     upgrade_old_train_freq(data, src.report.notes)
+    integral_arguments(cls, data, src.report.notes, given=given)  # before the model's size is estimated
     check_data(data, archive=src.name, references=src.policy.references)
     check_names(cls, data=data, params=(), variables=(), archive=src.name)
     _fix_policy_kwargs(src, data, kwargs)

@@ -5,7 +5,6 @@ names safe to set on the model, no environment made from a string, spaces of pla
 from __future__ import annotations
 
 import inspect
-import math
 import warnings
 from typing import Any
 
@@ -19,6 +18,13 @@ from .._trust import space_problem
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveWarning
 from ._noise import check_noise, fit_noise
 from ._same import same
+from ._values import (
+    her_buffer_class,
+    integral_arguments,
+    live_kind_problems,
+    unusable_values,
+    upgrade_old_train_freq,
+)
 
 __all__ = [
     "check_data",
@@ -29,8 +35,6 @@ __all__ = [
     "drop_old_her_arguments",
     "drop_saved_env",
     "restore_checks",
-    "unusable_values",
-    "upgrade_old_train_freq",
 ]
 
 #: ``policy_kwargs`` entries SB3 policies call, and the base class each must derive from.
@@ -95,14 +99,6 @@ def drop_her_wrapper_class(data: dict[str, Any], notes: list[str]) -> None:
 _OLD_HER_ARGUMENTS = ("online_sampling", "max_episode_length")
 
 
-def _her_buffer(data: dict[str, Any]) -> type | None:
-    """The ``replay_buffer_class`` of ``data`` where it is SB3's ``HerReplayBuffer`` or a subclass."""
-    from stable_baselines3 import HerReplayBuffer
-
-    saved = data.get("replay_buffer_class")
-    return saved if isinstance(saved, type) and issubclass(saved, HerReplayBuffer) else None
-
-
 def drop_old_her_arguments(data: dict[str, Any], notes: list[str], archive: Any) -> None:
     """SB3 1.x's HER agents (the RL Zoo's published FetchReach and PandaReach TQC and SAC) saved
     ``replay_buffer_kwargs`` with ``online_sampling`` (and possibly ``max_episode_length``),
@@ -110,7 +106,7 @@ def drop_old_her_arguments(data: dict[str, Any], notes: list[str], archive: Any)
     ``TypeError``. They are left out, with a note; ``online_sampling=False`` (virtual
     transitions stored in the buffer) has no SB3 2.x equivalent, so that one also warns.
     Only what the installed buffer class does not name is left out."""
-    buffer = _her_buffer(data)
+    buffer = her_buffer_class(data)
     saved = data.get("replay_buffer_kwargs")
     if buffer is None or not isinstance(saved, dict):
         return
@@ -136,24 +132,10 @@ def drop_old_her_arguments(data: dict[str, Any], notes: list[str], archive: Any)
         )
 
 
-def upgrade_old_train_freq(data: dict[str, Any], notes: list[str]) -> None:
-    """SB3 before 1.0 (the RL Zoo's published SAC agents) saved ``train_freq=-1`` with
-    ``n_episodes_rollout=k`` to collect ``k`` episodes per rollout; SB3 1.0 spells that
-    ``train_freq=(k, "episode")``, and SB3 2.x's ``learn`` asserts a frequency of at least 1 (its
-    own load of such an archive fails there). The pair becomes 1.0's spelling, with a note."""
-    frequency, episodes = data.get("train_freq"), data.get("n_episodes_rollout")
-    if type(frequency) is int and frequency <= 0 and type(episodes) is int and 1 <= episodes < 2**63:
-        data["train_freq"] = (episodes, "episode")
-        notes.append(
-            f"`train_freq={frequency}` with `n_episodes_rollout={episodes}` is what SB3 before 1.0 saved for "
-            f"`train_freq=({episodes}, 'episode')`, which the model was given."
-        )
-
-
 def check_her_env(cls: type, data: dict[str, Any], archive: Any) -> None:
     """A HER model is built with an environment (SB3 asserts one: its buffer asks the env for
     ``compute_reward``); without ``env=`` say so, naming the fix, rather than blaming ``data``."""
-    buffer = _her_buffer(data)
+    buffer = her_buffer_class(data)
     if buffer is not None:
         raise DecodeError(
             f"holds a {cls.__name__} model that samples with `{buffer.__name__}`, which SB3 builds only with an "
@@ -166,76 +148,12 @@ def check_her_env(cls: type, data: dict[str, Any], archive: Any) -> None:
         )
 
 
-def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
-    """The ``data`` keys whose values the first ``learn`` of ``model`` (built, not set up) cannot
-    use, each with what is wrong. ``__dict__.update`` sets them as they are, and a model loaded
-    with ``gamma=Decimal('sNaN')``, ``batch_size`` of text or ``train_freq=0`` failed only at its
-    first ``learn`` (``InvalidOperation``, ``TypeError``, SB3's ``AssertionError``):
-
-    * where the fresh model holds a number (``int`` or ``float``) and its constructor takes no
-      other kind there (``train_freq``, ``clip_range``: see the signature), a real number (a
-      ``bool``, ``int`` of at most 63 bits, ``float`` or numpy number) or ``None``;
-    * ``train_freq``: as SB3 keeps it, a ``TrainFreq`` of an integer of at least 1 and a
-      ``TrainFrequencyUnit`` (SB3 1.x saved the integer, or a tuple with ``"step"``/``"episode"``);
-    * a ``HerReplayBuffer``'s ``n_sampled_goal`` in ``replay_buffer_kwargs``: a finite number of
-      at least 0 (``her_ratio = 1 - 1 / (n_sampled_goal + 1)`` is a fraction of each batch).
-    """
-    fresh, taken = vars(model), inspect.signature(type(model)).parameters
-    numbers = {
-        key
-        for key, value in fresh.items()
-        if type(value) in (int, float)  # and no argument that may be something else (a schedule)
-        and (key not in taken or taken[key].annotation in (int, float, "int", "float"))
-    }
-    out = {
-        key: f"is {_kind(value)}, where {type(model).__name__} keeps a number"
-        for key, value in data.items()
-        if key in numbers and value is not None and not _number(value, 63)
-    }
-    if "train_freq" in data and not _train_freq(data["train_freq"]):
-        out["train_freq"] = (
-            f"is {_kind(data['train_freq'])}, where SB3 keeps a TrainFreq of an integer of at least 1 and a unit"
-        )
-    kwargs = data.get("replay_buffer_kwargs")
-    goals = kwargs.get("n_sampled_goal", 0) if isinstance(kwargs, dict) and _her_buffer(data) else 0
-    if not (_number(goals, 63) and 0 <= goals < math.inf):  # NaN: never
-        out["replay_buffer_kwargs"] = (
-            f"holds `n_sampled_goal` = {_kind(goals)}, where SB3 keeps a finite number of at least 0"
-        )
-    return out
-
-
-def _number(value: Any, bits: int) -> bool:
-    if isinstance(value, int):
-        return value.bit_length() <= bits
-    return isinstance(value, (float, np.integer, np.floating))
-
-
-def _train_freq(value: Any) -> bool:
-    from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
-
-    if type(value) is int:
-        return 1 <= value < 2**63
-    if type(value) not in (tuple, TrainFreq) or len(value) != 2:
-        return False
-    frequency, unit = value
-    units = (TrainFrequencyUnit.STEP, TrainFrequencyUnit.EPISODE)
-    known = type(unit) is TrainFrequencyUnit or (
-        type(value) is tuple and type(unit) is str and unit in ("step", "episode")
-    )
-    return isinstance(frequency, int) and 1 <= frequency < 2**63 and known and (type(unit) is str or unit in units)
-
-
-def _kind(value: Any) -> str:
-    plain = isinstance(value, (int, float, str, tuple, np.generic))
-    return shown(value) if plain else f"a {type(value).__name__}"
-
-
 def restore_checks(src: Any, model: Any, data: dict[str, Any], given: Any) -> dict[str, Any]:
     """``data`` to set on a live SB3 ``model`` (:func:`zipsave.restore`), checked as ``load``
     checks it. A key naming a live part of the model (its env, policy, buffers, logger: what
     SB3 never saves) or a space other than the model's, and a value its first ``learn`` cannot
-    use, are skipped (the model keeps its own); a class or noise SB3 would call unsafely is
+    use, or a schedule or array of another kind than the model's (:func:`live_kind_problems`),
+    are skipped (the model keeps its own); a class or noise SB3 would call unsafely is
     refused. An archive set ``env`` to a string, ``policy`` to a dict (left so when its state
     dict then failed), ``replay_buffer`` to None or ``lr_schedule`` to a class on the model."""
     parts = model._get_torch_save_params()
@@ -247,12 +165,14 @@ def restore_checks(src: Any, model: Any, data: dict[str, Any], given: Any) -> di
     for key in ("observation_space", "action_space", *(("n_envs",) if with_env else ())):
         if key in checked and key not in problems and not same(checked[key], getattr(model, key, None)):
             problems[key] = f"is {shown(checked[key])}, where the model has {shown(getattr(model, key, None))}"
+    problems.update((k, p) for k, p in live_kind_problems(model, checked).items() if k not in problems)
     for key, problem in problems.items():
         value = checked.pop(key)
         if value is not None or key not in live:  # SB3 1.x saved `env=None`: nothing to say
             error = DecodeError(f"{problem}; the model keeps its own.", member=_format.DATA, key=key)
             src.record_skip(_format.DATA, key, str(type(value)), error)
     check_data(checked, archive=src.name, references=src.policy.references)
+    integral_arguments(type(model), checked, src.report.notes)
     for key, problem in unusable_values(model, checked).items():
         src.record_skip(_format.DATA, key, str(type(checked.pop(key))), DecodeError(problem, key=key))
     if "action_noise" in checked:

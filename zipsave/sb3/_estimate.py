@@ -5,7 +5,9 @@ A few bytes of ``data`` can ask for any size: ``n_steps=1e9`` is a rollout buffe
 gigabytes, ``net_arch=[1e5, 1e5]`` ten billion parameters that SB3 initialises (touches) one
 by one. The estimate counts what SB3's own classes build: the policy's parameters (features
 extractor, ``net_arch`` in its list and dict forms, heads) and the rollout or replay buffer
-(``n_steps`` or ``buffer_size`` times ``n_envs`` times the spaces' sizes). Every term is a
+(``n_steps`` or ``buffer_size`` times ``n_envs`` times the spaces' sizes), and the batch an
+off-policy model samples at its first ``learn`` (``batch_size`` transitions: ``batch_size=1e15``
+asked numpy for 7 PiB there). Every term is a
 lower bound of what SB3 allocates (targets, second critics and optimizer state are left out,
 an unknown features extractor counts only its output), so a real model is never refused for
 a size it does not have.
@@ -259,6 +261,18 @@ def estimate_model(params: Mapping[str, Any]) -> Estimate:
             nbytes = copies * observations + rows * (_stored_action(act) + 12)
             what = f"a replay buffer of {shown(size)} transitions" + (f" x {shown(n_envs)} envs" if rows > size else "")
             out.parts.append(("buffer_size", what, nbytes, observations))
+            batch = _count(params.get("batch_size"), 0)  # each train step samples it, with replacement
+            batch = batch if batch < 2**63 else 0  # no size numpy takes: skipped as a value learn cannot use
+            observations = batch * 2 * _stored(obs)  # and the next ones
+            nbytes = observations + batch * (_stored_action(act) + 8 + 12)  # its row numbers too
+            out.parts.append(
+                (
+                    "batch_size",
+                    f"a batch of {shown(batch)} transitions, sampled at every train step",
+                    nbytes,
+                    observations,
+                )
+            )
     except (AttributeError, TypeError, ValueError, OverflowError):
         pass  # spaces SB3 itself will refuse; nothing to estimate
     return out

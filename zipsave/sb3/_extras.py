@@ -15,6 +15,7 @@ from .._tensors import NpyHeader
 from ..exceptions import DecodeError, EncodeError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._boundary import held_transitions, transitions_mismatch
 from ._buffer_fill import fill_buffer
+from ._estimate import archive_size
 from ._her import HER_ARRAYS, bookkeeping_problem, check_her, end_unfinished_episodes, her_state, is_her, settings_note
 from ._same import same
 from ._snapshot import replay_snapshot
@@ -246,7 +247,7 @@ def _restore_replay_buffer(src: LoadSession, model: Any, state: dict[str, Any]) 
             f"holds pos={shown(pos)}, full={shown(full)}; expected 0 <= pos < {shown(buffer.buffer_size)} and a bool."
         )
     her = is_her(buffer)
-    infos = check_her(buffer, state, arrays) if her else None  # checked before anything changes
+    infos = check_her(buffer, state, arrays, nbytes=archive_size(src) or 0, limits=src.limits) if her else None
     bookkeeping = {n: _read(src, arrays.pop(n)) for n in HER_ARRAYS} if her else {}  # small: read and checked first
     problem = bookkeeping_problem(buffer.buffer_size, buffer.n_envs, bookkeeping) if her else None
     if problem:

@@ -10,8 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from .._bounds import alloc_budget
+from .._invariants import MAX_TREE_DEPTH
 from .._printable import shown
-from ..exceptions import DecodeError, EncodeError
+from ..exceptions import ArchiveLimitError, DecodeError, EncodeError
 from ._same import same
 
 __all__ = [
@@ -34,6 +36,8 @@ _ARRAY_KINDS = ("ndarray", "numpy", "bool", "int", "float")
 _KINDS = (*_ARRAY_KINDS, "str", "none", "empty")
 _PYTHON_DTYPE_KINDS = {"bool": "b", "int": "i", "float": "f"}
 _INFOS_FIELDS = {"layout": np.ndarray, "layouts": list, "columns": list}
+#: What one key of a rebuilt ``infos`` dict takes at least (a dict slot: hash, key, value).
+_ENTRY_BYTES = 24
 
 
 def is_her(buffer: Any) -> bool:
@@ -135,9 +139,13 @@ def _leaf(path: tuple, value: Any) -> tuple[str, Any, tuple]:
 
 
 # -- loading -------------------------------------------------------------------------------
-def check_her(buffer: Any, state: dict[str, Any], arrays: dict[str, Any]) -> Any:
+def check_her(
+    buffer: Any, state: dict[str, Any], arrays: dict[str, Any], *, nbytes: int = 0, limits: Any = None
+) -> Any:
     """Check the HER entries of a decoded replay-buffer component against ``buffer``; returns
-    the ``infos`` to set (``None``: keep the fresh ``{}`` cells). Nothing is changed here."""
+    the ``infos`` to set (``None``: keep the fresh ``{}`` cells). Nothing is changed here. The
+    ``infos`` rebuilt may take what :func:`~zipsave._bounds.alloc_budget` allows an archive of
+    ``nbytes`` (under ``limits``)."""
     missing = [name for name in HER_ARRAYS if name not in arrays]
     if missing:
         raise DecodeError(f"holds a HerReplayBuffer without its episode bookkeeping {missing}.")
@@ -148,7 +156,7 @@ def check_her(buffer: Any, state: dict[str, Any], arrays: dict[str, Any]) -> Any
     if "infos" not in state:
         return None
     filled = buffer.buffer_size if state.get("full") else state.get("pos")
-    return _decode_infos(state["infos"], int(filled or 0), buffer.n_envs)
+    return _decode_infos(state["infos"], int(filled or 0), buffer.n_envs, alloc_budget(nbytes, limits))
 
 
 def her_settings_problem(state: dict[str, Any]) -> tuple[str, str] | None:
@@ -213,7 +221,14 @@ def bookkeeping_problem(size: int, n_envs: int, arrays: dict[str, Any]) -> tuple
     return None
 
 
-def _decode_infos(saved: Any, rows: int, n_envs: int) -> np.ndarray:
+def _decode_infos(saved: Any, rows: int, n_envs: int, budget: int) -> np.ndarray:
+    """The ``infos`` cells ``saved`` describes. What they hold is counted before one is built:
+    a column of kind ``none`` or ``empty`` holds no byte per value, and its every key in every
+    cell, at every level of its path, is a dict slot: 4 000 such columns in 2 000 cells (35 KB
+    of archive) built 8 million, and a path of 5 000 keys nested each cell's dict past what
+    SB3's ``copy.deepcopy`` of a sampled batch can walk (``RecursionError`` at the first
+    ``learn``). A path nests at most :data:`~zipsave._invariants.MAX_TREE_DEPTH` levels, and the
+    slots of all cells take at most ``budget`` bytes."""
     cells = rows * n_envs
     if not isinstance(saved, dict) or not all(isinstance(saved.get(k), t) for k, t in _INFOS_FIELDS.items()):
         found = sorted(saved) if isinstance(saved, dict) else type(saved).__name__
@@ -235,6 +250,15 @@ def _decode_infos(saved: Any, rows: int, n_envs: int) -> np.ndarray:
         for c in layouts[number]:
             uses[c] += count
     checked = [_checked_column(i, column, int(uses[i])) for i, column in enumerate(columns)]
+    slots = sum(int(uses[i]) * len(column[0]) for i, column in enumerate(checked)) * _ENTRY_BYTES
+    if slots > budget:
+        raise ArchiveLimitError(
+            f"holds `infos` whose {len(checked)} columns put {slots // _ENTRY_BYTES} keys in {cells} cells "
+            f"({slots} bytes at least), more than the {budget} an archive of its size may ask for "
+            "(`Limits.alloc_floor` plus `Limits.alloc_ratio` times its bytes).",
+            key="infos",
+            hint="If you trust the archive, raise them: `zipsave.load(..., limits=zipsave.Limits(alloc_ratio=...))`.",
+        )
     taken = [0] * len(columns)
     out = np.empty((rows, n_envs), dtype=object)
     flat = out.reshape(-1)
@@ -267,9 +291,13 @@ def _checked_column(i: int, column: Any, count: int) -> tuple[list[str], str, An
     kind: Any = column.get("kind")
     values: Any = column.get("values")
     ordered: Any = column.get("ordered") or []
-    if not (isinstance(path, list) and path and all(isinstance(p, str) for p in path)) or kind not in _KINDS:
+    if (
+        not (isinstance(path, list) and 0 < len(path) <= MAX_TREE_DEPTH and all(isinstance(p, str) for p in path))
+        or kind not in _KINDS
+    ):
         raise DecodeError(
-            f"`infos` column {i} has path {shown(path)} and kind {shown(kind)}; expected key names and one of {list(_KINDS)}."
+            f"`infos` column {i} has path {shown(path)} and kind {shown(kind)}; expected 1 to {MAX_TREE_DEPTH} key "
+            f"names and one of {list(_KINDS)}."
         )
     if not (isinstance(ordered, list) and all(type(d) is int and 0 <= d <= len(path) for d in ordered)):
         raise DecodeError(

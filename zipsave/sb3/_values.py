@@ -1,0 +1,197 @@
+"""The values of an SB3 archive's ``data`` that the model's first ``learn`` calls with: each of
+the kind SB3 computes with there (a number, a ``TrainFreq``, an integer where SB3 takes a size
+or a count), old spellings made today's, and the rest skipped before ``__dict__.update``."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+import numpy as np
+
+from .._printable import shown
+
+__all__ = [
+    "her_buffer_class",
+    "integral_arguments",
+    "live_kind_problems",
+    "unusable_values",
+    "upgrade_old_train_freq",
+    "whole_number_keys",
+]
+
+#: What a set-up model calls at every ``train`` (its schedules): ``_setup_model`` makes each a
+#: callable from the saved number, which a restore into a live model never runs.
+CALLED_SCHEDULES = ("lr_schedule", "clip_range", "clip_range_vf", "exploration_schedule")
+
+
+def her_buffer_class(data: dict[str, Any]) -> type | None:
+    """The ``replay_buffer_class`` of ``data`` where it is SB3's ``HerReplayBuffer`` or a subclass."""
+    from stable_baselines3 import HerReplayBuffer
+
+    saved = data.get("replay_buffer_class")
+    return saved if isinstance(saved, type) and issubclass(saved, HerReplayBuffer) else None
+
+
+def upgrade_old_train_freq(data: dict[str, Any], notes: list[str]) -> None:
+    """SB3 before 1.0 (the RL Zoo's published SAC agents) saved ``train_freq=-1`` with
+    ``n_episodes_rollout=k`` to collect ``k`` episodes per rollout; SB3 1.0 spells that
+    ``train_freq=(k, "episode")``, and SB3 2.x's ``learn`` asserts a frequency of at least 1 (its
+    own load of such an archive fails there). The pair becomes 1.0's spelling, with a note."""
+    frequency, episodes = data.get("train_freq"), data.get("n_episodes_rollout")
+    if type(frequency) is int and frequency <= 0 and type(episodes) is int and 1 <= episodes < 2**63:
+        data["train_freq"] = (episodes, "episode")
+        notes.append(
+            f"`train_freq={frequency}` with `n_episodes_rollout={episodes}` is what SB3 before 1.0 saved for "
+            f"`train_freq=({episodes}, 'episode')`, which the model was given."
+        )
+
+
+def whole_number_keys(cls: type, data: dict[str, Any]) -> list[str]:
+    """The ``data`` keys holding an argument ``cls``'s constructor takes as an ``int`` (under its
+    name, or with SB3's leading underscore: ``_stats_window_size``). SB3 uses each as a size or
+    a count (``np.random.randint(size=batch_size)``, ``range(gradient_steps)``, slices,
+    ``deque(maxlen=...)``), which take integers only."""
+    taken = inspect.signature(cls).parameters
+    whole = {name for name, p in taken.items() if p.annotation in (int, "int")}
+    return [key for key in data if key in whole or (key[:1] == "_" and key[1:] in whole)]
+
+
+def integral_arguments(cls: type, data: dict[str, Any], notes: list[str], *, given: Any = ()) -> None:
+    """Give SB3 the integer a whole-number argument stands for (:func:`whole_number_keys`): a
+    float of a whole value (``batch_size=64.0``, ``learning_starts=1e4``, which a user may pass
+    and SB3 saves as it is) or a bool becomes that ``int``, with a note, before the model's size
+    is estimated from it; numpy's ``size=`` and ``range`` refuse either. What is no whole number
+    is left to :func:`unusable_values`; the caller's own values (``given``) are taken as they are."""
+    changed = []
+    for key in whole_number_keys(cls, data):
+        value = data[key]
+        if key in given or not isinstance(value, (bool, float, np.bool_, np.floating)):
+            continue
+        number = float(value)
+        if math.isfinite(number) and number.is_integer() and abs(number) < 2**63:
+            data[key] = int(number)
+            if not isinstance(value, (bool, np.bool_)):  # True is 1 to Python already
+                changed.append(f"`{key}={shown(value)}`")
+    if changed:
+        notes.append(
+            f"{', '.join(changed)}: a whole number SB3 takes as an integer (a size or a count) was saved as a float; "
+            "the model was given the integer."
+        )
+
+
+def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
+    """The ``data`` keys whose values the first ``learn`` of ``model`` (built, not set up) cannot
+    use, each with what is wrong. ``__dict__.update`` sets them as they are, and a model loaded
+    with ``gamma=Decimal('sNaN')``, ``batch_size`` of text or ``train_freq=0`` failed only at its
+    first ``learn`` (``InvalidOperation``, ``TypeError``, SB3's ``AssertionError``):
+
+    * where the fresh model holds a number (``int`` or ``float``) and its constructor takes no
+      other kind there (``train_freq``, ``clip_range``: see the signature), a real number (a
+      ``bool``, ``int`` of at most 63 bits, ``float`` or numpy number), or ``None`` where it is
+      no constructor argument (SB3 1.x saved ``start_time=None``; ``gamma=None`` or
+      ``batch_size=None`` failed at the first ``learn`` with ``TypeError``);
+    * where the constructor takes an ``int`` (:func:`whole_number_keys`), an integer of at most
+      63 bits: ``batch_size=2.5`` or ``gradient_steps=1.5`` failed at the first ``learn`` with
+      numpy's or ``range``'s ``TypeError`` (whole floats were made integers before);
+    * ``train_freq``: as SB3 keeps it, a ``TrainFreq`` of an integer of at least 1 and a
+      ``TrainFrequencyUnit`` (SB3 1.x saved the integer, or a tuple with ``"step"``/``"episode"``);
+    * a ``HerReplayBuffer``'s ``n_sampled_goal`` in ``replay_buffer_kwargs``: a finite number of
+      at least 0 (``her_ratio = 1 - 1 / (n_sampled_goal + 1)`` is a fraction of each batch).
+    """
+    fresh, taken = vars(model), inspect.signature(type(model)).parameters
+    numbers = {
+        key
+        for key, value in fresh.items()
+        if type(value) in (int, float)  # and no argument that may be something else (a schedule)
+        and (key not in taken or taken[key].annotation in (int, float, "int", "float"))
+    }
+    arguments = {key for key in numbers if key in taken}  # None where SB3's signature says a number: never
+    out = {
+        key: f"is {_kind(value)}, where {type(model).__name__} keeps a number"
+        for key, value in data.items()
+        if key in numbers and (value is not None or key in arguments) and not _number(value, 63)
+    }
+    for key in whole_number_keys(type(model), data):
+        value = data[key]
+        if key not in out and not _integer(value):
+            out[key] = f"is {_kind(value)}, where {type(model).__name__} keeps an integer (a size or a count)"
+    if "train_freq" in data and not _train_freq(data["train_freq"]):
+        out["train_freq"] = (
+            f"is {_kind(data['train_freq'])}, where SB3 keeps a TrainFreq of an integer of at least 1 and a unit"
+        )
+    kwargs = data.get("replay_buffer_kwargs")
+    goals = kwargs.get("n_sampled_goal", 0) if isinstance(kwargs, dict) and her_buffer_class(data) else 0
+    if not (_number(goals, 63) and 0 <= goals < math.inf):  # NaN: never
+        out["replay_buffer_kwargs"] = (
+            f"holds `n_sampled_goal` = {_kind(goals)}, where SB3 keeps a finite number of at least 0"
+        )
+    return out
+
+
+def _number(value: Any, bits: int) -> bool:
+    if isinstance(value, int):
+        return value.bit_length() <= bits
+    return isinstance(value, (float, np.integer, np.floating))
+
+
+def _integer(value: Any) -> bool:
+    """An integer SB3 may pass to numpy as a size: a Python or numpy integer within 64 bits."""
+    return isinstance(value, (int, np.integer)) and -(2**63) <= int(value) < 2**63
+
+
+def _train_freq(value: Any) -> bool:
+    from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
+
+    if type(value) is int:
+        return 1 <= value < 2**63
+    if type(value) not in (tuple, TrainFreq) or len(value) != 2:
+        return False
+    frequency, unit = value
+    units = (TrainFrequencyUnit.STEP, TrainFrequencyUnit.EPISODE)
+    known = type(unit) is TrainFrequencyUnit or (
+        type(value) is tuple and type(unit) is str and unit in ("step", "episode")
+    )
+    return isinstance(frequency, int) and 1 <= frequency < 2**63 and known and (type(unit) is str or unit in units)
+
+
+def _kind(value: Any) -> str:
+    plain = value is None or isinstance(value, (int, float, str, tuple, np.generic))
+    return shown(value) if plain else f"a {type(value).__name__}"
+
+
+def live_kind_problems(model: Any, data: dict[str, Any]) -> dict[str, str]:
+    """The ``data`` keys a restore into the live, set-up ``model`` may not set, each with what is
+    wrong: ``__dict__.update`` replaces what the model steps and trains with as it is, and no
+    ``_setup_model`` runs after it. A value SB3 calls (:data:`CALLED_SCHEDULES`) is callable, or
+    ``None`` where the model holds ``None`` (``lr_schedule=5``, PPO's ``clip_range_vf=0.2``:
+    ``TypeError`` at the first ``train``); an
+    array, or a dict of arrays, that the model holds (``_last_obs``, ``_last_episode_starts``:
+    what the next step starts from) is replaced only by one of the same shapes (``_last_obs`` of
+    (3, 7) where the env gives (1, 3): numpy's broadcast error at the first ``add``)."""
+    out = {}
+    set_up = getattr(model, "policy", None) is not None  # its schedules made: a number stays a number
+    for key, value in data.items():
+        live = getattr(model, key, None)
+        if key in CALLED_SCHEDULES and set_up and not callable(value) and (value is not None or callable(live)):
+            out[key] = f"is {_kind(value)}, where {type(model).__name__} calls a schedule"
+        elif value is not None and _shapes(live) is not None and _shapes(value) != _shapes(live):
+            out[key] = f"is {_described(value)}, where the model holds {_described(live)}"
+    return out
+
+
+def _shapes(value: Any) -> Any:
+    """An array's shape, a dict of arrays' keys with their shapes, else ``None``."""
+    if isinstance(value, np.ndarray):
+        return value.shape
+    if isinstance(value, dict) and value and all(isinstance(v, np.ndarray) for v in value.values()):
+        return sorted((str(k), v.shape) for k, v in value.items())
+    return None
+
+
+def _described(value: Any) -> str:
+    shapes = _shapes(value)
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {shapes}"
+    return f"a dict of arrays {shown(shapes)}" if shapes is not None else _kind(value)
