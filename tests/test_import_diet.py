@@ -265,7 +265,7 @@ def test_a_first_load_imports_only_what_it_uses(archive, verb):
 @pytest.mark.parametrize("verb", ["restore", "load", "load_archive", "inspect"])
 def test_a_first_call_on_app_state_lists_no_handler_entry_points(archive, verb):
     # The manifest lists the folder as saved from a dict, and `restore` fills a dict: no handler
-    # is asked about either, so the 2-4 ms of listing every distribution's entry points is not paid.
+    # is asked about either, so the 2-3 ms of listing every distribution's entry points is not paid.
     listed: list[bool] = []
     _first_call(archive, verb, listed=listed)
     assert listed == [False]

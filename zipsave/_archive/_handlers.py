@@ -59,7 +59,7 @@ def data_bytes(src: Any, folder: str) -> bytes | None:
 
 def saved_as_app_state(src: Any, folder: str) -> bool:
     """Whether the manifest lists ``folder`` as saved from a dict: no handler wrote it, so none
-    is asked whether it recognises it (nor are handler entry points listed for that, 2-4 ms of
+    is asked whether it recognises it (nor are handler entry points listed for that, 2-3 ms of
     a first load). ``src``: an ``ArchiveSource`` or a load session."""
     return folder.strip("/") in src.reader.app_state
 
