@@ -89,3 +89,30 @@ class ModuleAgent(zipsave.Saveable, torch.nn.Module):
         self.register_buffer("scratch", torch.zeros(2), persistent=False)
         self.optimizer = torch.optim.Adam(self.parameters(), lr=1e-3)
         self.gamma = 0.99
+
+
+def bits_env():
+    """SB3's BitFlippingEnv (4 bits, 4 steps), vectorised: a goal env for HER models."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.envs import BitFlippingEnv
+
+    return make_vec_env(BitFlippingEnv, n_envs=1, seed=0, env_kwargs={"n_bits": 4, "max_steps": 4})
+
+
+def her_model(buffer_size: int = 300, **buffer_kwargs):
+    """A small DQN with a HerReplayBuffer on :func:`bits_env` (``buffer_kwargs`` added to the
+    buffer's); SB3 is imported here, so that importing this module does not import it."""
+    from stable_baselines3 import DQN, HerReplayBuffer
+
+    kwargs = {"n_sampled_goal": 2, "goal_selection_strategy": "future", **buffer_kwargs}
+    return DQN(
+        "MultiInputPolicy",
+        bits_env(),
+        buffer_size=buffer_size,
+        learning_starts=8,
+        replay_buffer_class=HerReplayBuffer,
+        replay_buffer_kwargs=kwargs,
+        policy_kwargs={"net_arch": [8]},
+        device="cpu",
+        seed=0,
+    )

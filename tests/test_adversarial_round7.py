@@ -18,9 +18,9 @@ import zipsave
 
 pytest.importorskip("stable_baselines3")
 
-from stable_baselines3 import DQN, TD3, HerReplayBuffer  # noqa: E402
+from models import bits_env, her_model  # noqa: E402
+from stable_baselines3 import DQN, TD3  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
-from stable_baselines3.common.envs import BitFlippingEnv  # noqa: E402
 
 import zipsave.sb3  # noqa: E402
 
@@ -60,22 +60,11 @@ class _Raw:
 
 
 def _bits_env():
-    return make_vec_env(BitFlippingEnv, n_envs=1, seed=0, env_kwargs={"n_bits": 4, "max_steps": 4})
+    return bits_env()
 
 
 def _her_model(buffer_size=300):
-    kwargs = {"n_sampled_goal": 2, "goal_selection_strategy": "future"}
-    return DQN(
-        "MultiInputPolicy",
-        _bits_env(),
-        buffer_size=buffer_size,
-        learning_starts=8,
-        replay_buffer_class=HerReplayBuffer,
-        replay_buffer_kwargs=kwargs,
-        policy_kwargs={"net_arch": [8]},
-        device="cpu",
-        seed=0,
-    )
+    return her_model(buffer_size)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import zipsave
 
 pytest.importorskip("stable_baselines3")
 
+from models import bits_env, her_model  # noqa: E402
 from stable_baselines3 import PPO, TD3  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 
@@ -128,26 +129,11 @@ def test_a_ppo_epoch_count_of_a_float_is_skipped(tmp_path):
 
 
 def _bits_env():
-    from stable_baselines3.common.envs import BitFlippingEnv
-
-    return make_vec_env(BitFlippingEnv, n_envs=1, seed=0, env_kwargs={"n_bits": 4, "max_steps": 4})
+    return bits_env()
 
 
 def _her_model():
-    from stable_baselines3 import DQN, HerReplayBuffer
-
-    kwargs = {"n_sampled_goal": 2, "goal_selection_strategy": "future", "copy_info_dict": True}
-    return DQN(
-        "MultiInputPolicy",
-        _bits_env(),
-        buffer_size=1000,
-        learning_starts=8,
-        replay_buffer_class=HerReplayBuffer,
-        replay_buffer_kwargs=kwargs,
-        policy_kwargs={"net_arch": [8]},
-        device="cpu",
-        seed=0,
-    )
+    return her_model(1000, copy_info_dict=True)
 
 
 @pytest.fixture(scope="module")
