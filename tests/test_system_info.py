@@ -305,3 +305,52 @@ def test_versions_read_from_metadata_headers_are_what_importlib_metadata_says():
 def test_a_missing_distribution_is_left_out():
     with pytest.raises(metadata.PackageNotFoundError):
         _system_info._installed_version("surely-not-installed-zipsave-probe")
+
+
+# -- what a first save reads cheaply: the platform without `uname -p`, versions from folder names
+
+
+def test_the_platform_is_platforms_without_asking_uname_for_the_processor(monkeypatch):
+    processor = platform.processor()  # before the subprocess is refused below
+    expected = platform.platform()
+    monkeypatch.setattr(subprocess, "check_output", _refused)
+    monkeypatch.setattr(subprocess, "run", _refused)
+    monkeypatch.setattr(platform, "_uname_cache", None)  # as in a fresh process: nothing asked yet
+    monkeypatch.setattr(platform, "_platform_cache", {})
+    ours = _system_info._platform_text()
+    if platform.system() != "Linux" or processor in ("", platform.machine()):
+        assert ours == expected
+    else:  # a distribution whose `uname -p` names the processor: the rest is the same
+        assert ours == expected.replace(f"-{processor}", "", 1)
+
+
+def _refused(*args, **kwargs):
+    raise AssertionError(f"ran a subprocess: {args}")
+
+
+def test_versions_come_from_folder_names_as_importlib_metadata_reads_them(tmp_path, monkeypatch):
+    names = {"numpy", "cloudpickle", "gymnasium", "orjson", "stable_baselines3", "not_installed_anywhere"}
+    listed = _system_info._listed_versions(names)
+    assert listed is not None
+    for name in names - {"not_installed_anywhere"}:
+        assert listed[name] == metadata.version(name)
+    assert listed["not_installed_anywhere"] is None
+    # the first along sys.path wins, as in importlib.metadata; an egg-info or two versions side by
+    # side leave the question to importlib.metadata
+    (tmp_path / "first" / "numpy-0.0.1.dist-info").mkdir(parents=True)
+    (tmp_path / "first" / "numpy-0.0.1.dist-info" / "METADATA").write_text("Name: numpy\nVersion: 0.0.1\n")
+    for name in ("orjson-1.0.dist-info", "orjson-2.0.dist-info", "Cloudpickle.egg-info"):
+        (tmp_path / "first" / name).mkdir()
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "first"), *sys.path])
+    listed = _system_info._listed_versions(names)
+    assert listed is not None
+    assert listed["numpy"] == "0.0.1" == metadata.version("numpy")
+    assert listed["orjson"] == listed["cloudpickle"] == ""
+    assert listed["gymnasium"] == metadata.version("gymnasium")
+
+
+def test_a_folder_name_installers_do_not_write_leaves_every_version_to_importlib_metadata(tmp_path, monkeypatch):
+    (tmp_path / "stable-baselines3-2.9.2.dist-info").mkdir()
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    assert _system_info._listed_versions({"stable_baselines3"}) is None
+    assert get_system_info()["Stable-Baselines3"] == metadata.version("stable-baselines3")
