@@ -48,7 +48,7 @@ class TorchName:
         kind = type(self).__name__
         if name in ("itemsize", "is_floating_point", "is_complex") and hasattr(type(self), name):
             raise AttributeError(f"attribute '{name}' of '{kind}' objects is not writable")
-        raise AttributeError(f"'{kind}' object has no attribute '{name}'")
+        raise _no_such_attribute(kind, name)
 
     def __delattr__(self, name: str) -> None:
         self.__setattr__(name, None)
@@ -58,6 +58,17 @@ class TorchName:
 
     def __deepcopy__(self, memo: Any) -> TorchName:
         return self
+
+
+def _no_such_attribute(kind: str, name: str) -> AttributeError:
+    """The interpreter's own error for setting ``name`` on a ``kind`` object that has no such
+    attribute and no ``__dict__``, as torch's objects give it (Python 3.13 added words to it)."""
+    probe = type(kind, (), {"__slots__": ()})()
+    try:
+        object.__setattr__(probe, name, None)
+    except AttributeError as err:
+        return err
+    return AttributeError(f"'{kind}' object has no attribute '{name}'")  # pragma: no cover - never set
 
 
 class Layout(TorchName):
