@@ -11,9 +11,8 @@ import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
-import orjson
-
 from .. import _format
+from .._json import pretty_json
 from ..exceptions import ArchiveFormatError
 from . import _crc
 from ._zipfmt import (
@@ -323,7 +322,7 @@ class ArchiveWriter:
         }
         if app_state:
             manifest[_format.MANIFEST_APP_STATE] = sorted(app_state)
-        return self.write_bytes(_format.MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+        return self.write_bytes(_format.MANIFEST, pretty_json(manifest))
 
     def close(self) -> None:
         """Write the central directory; the archive is complete afterwards."""

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import orjson
 import torch
 
 # _codec: the array, pickle, space and tensor helpers load with the first value that is not
@@ -248,6 +247,8 @@ class Encoder:
                 "items": [self.encode(v, path + (i,)) for i, v in enumerate(value)],
             }
         if kind in (set, frozenset):
+            import orjson  # for sets only: a save without one need not import it (`_json.pretty_json`)
+
             items = [self.encode(v, path) for v in value]
             items.sort(key=lambda j: orjson.dumps(j, option=orjson.OPT_SORT_KEYS))
             return {"kind": kind.__name__, "items": items}
