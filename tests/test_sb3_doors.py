@@ -229,6 +229,39 @@ def test_a_door_reads_the_zip_directory_once(installed, trained, tmp_path, monke
     assert given.tell() == 0  # left where it was found
 
 
+@pytest.mark.parametrize("door", ["load_replay_buffer", "VecNormalize.load"])
+def test_the_doors_read_the_urls_zipsave_load_reads(installed, trained, tmp_path, door):
+    # a buffer file at a URL got SB3's `.pkl` suffix rule and was opened as a local pickle
+    fsspec = pytest.importorskip("fsspec")
+    sac, model_path, _ = trained
+    if door == "load_replay_buffer":
+        sac.save_replay_buffer(tmp_path / "file.pkl")
+    else:
+        sac.get_vec_normalize_env().save(tmp_path / "file.pkl")
+    fs, folder = fsspec.filesystem("memory"), f"/zipsave-doors-{tmp_path.name}"
+    fs.pipe(f"{folder}/model.zip", model_path.read_bytes())
+    fs.pipe(f"{folder}/file.pkl", (tmp_path / "file.pkl").read_bytes())
+    urls = [f"memory://{folder}/model", f"memory://{folder}/file.pkl", f"file://{tmp_path}/file.pkl"]
+    try:
+        for url in urls:
+            if door == "load_replay_buffer":
+                fresh = SAC("MlpPolicy", "Pendulum-v1", buffer_size=200, device="cpu", policy_kwargs={"net_arch": [8]})
+                fresh.load_replay_buffer(url)
+                same_buffer(fresh.replay_buffer, sac.replay_buffer)
+            else:
+                same_statistics(VecNormalize.load(url, venv()), sac.get_vec_normalize_env())
+        missing = f"memory://{folder}/file"  # a URL gets zipsave.load's suffix rule, not SB3's `.pkl`
+        with pytest.raises(zipsave.ZipsaveError) as error:
+            zipsave.load(missing)
+        with pytest.raises(zipsave.ZipsaveError, match=re.escape(str(error.value))):
+            if door == "load_replay_buffer":
+                sac.load_replay_buffer(missing)
+            else:
+                VecNormalize.load(missing, venv())
+    finally:
+        fs.rm(folder, recursive=True)
+
+
 def test_a_plain_torch_file_through_algorithm_load(installed, tmp_path):
     torch.save({"w": torch.ones(2)}, tmp_path / "plain.pth")
     with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("has no `data` member, so it holds no model")):

@@ -29,7 +29,7 @@ from ._estimate import archive_size
 from ._extras import build_vec_normalize, restore_extra
 from ._state import current_options, original
 
-__all__ = ["handed", "holds_extra", "is_zip", "load_replay_buffer", "opened", "vec_normalize_from_model"]
+__all__ = ["handed", "holds_extra", "is_address", "is_zip", "load_replay_buffer", "opened", "vec_normalize_from_model"]
 
 
 #: A stand-in last observation: the episode under way goes on (``truncate_last_traj=False``).
@@ -47,6 +47,12 @@ def _options() -> LoadOptions:
         limits=options.limits,
         trust=options.trust,
     )
+
+
+def is_address(path: Any) -> bool:
+    """A URL (fsspec's, ``file://`` too): the doors read it as :func:`zipsave.load` does (the one
+    destination rule: the URL, then with ``.zip``), never by SB3's suffix rules or as a pickle."""
+    return isinstance(path, str) and "://" in path
 
 
 def is_zip(path: Any) -> bool:
@@ -78,7 +84,7 @@ def opened(path: Any) -> Iterator[LoadSession | None]:
     the door's pickle path decides). The zip's directory is read here once: the door reads the
     extra's folder from this session, or hands it to the read of a whole file (:func:`handed`).
     Closed at the end; a file object is left where it was found."""
-    if not (isinstance(path, str) and "://" in path) and not is_zip(path):
+    if not is_address(path) and not is_zip(path):
         yield None
         return
     at = path.tell() if hasattr(path, "read") else None
@@ -115,7 +121,7 @@ def holds_extra(src: LoadSession, name: str) -> bool:
 
 def _archive_path(path: Any, *suffixes: str) -> Any:
     """The file SB3's door would open: ``path``, else ``path`` with one of ``suffixes``."""
-    if hasattr(path, "read") or (isinstance(path, str) and "://" in path) or os.path.exists(path):
+    if hasattr(path, "read") or is_address(path) or os.path.exists(path):
         return path
     for suffix in suffixes:
         candidate = f"{os.fspath(path)}.{suffix}"

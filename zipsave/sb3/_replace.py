@@ -21,7 +21,7 @@ from zipsave.exceptions import ArchiveNotFoundError, DecodeError
 from ._boundary import check_buffer, check_statistics, door
 from ._build import build_sb3
 from ._checks import check_data, check_names, drop_saved_env
-from ._doors import handed, holds_extra, is_zip, opened, vec_normalize_from_model
+from ._doors import handed, holds_extra, is_address, is_zip, opened, vec_normalize_from_model
 from ._extras import EXTRAS
 from ._keys import check_custom_objects
 from ._params import load_parameters
@@ -201,7 +201,7 @@ def algorithm_save(self: Any, path: Any, exclude: Any = None, include: Any = Non
 
 def _existing(path: Any, suffix: str) -> Any:
     """The path SB3 would open: ``path``, else ``path.<suffix>``."""
-    if hasattr(path, "read") or (isinstance(path, str) and "://" in path) or os.path.exists(path):
+    if hasattr(path, "read") or is_address(path) or os.path.exists(path):
         return path
     return f"{os.fspath(path)}.{suffix}"
 
@@ -209,7 +209,7 @@ def _existing(path: Any, suffix: str) -> Any:
 def _check_exists(path: Any, suffix: str) -> None:
     """SB3 raises ``FileNotFoundError`` for a missing path (after trying the suffix); so does
     :class:`ArchiveNotFoundError`, which names the archive as ``zipsave.load`` does."""
-    if hasattr(path, "read") or (isinstance(path, str) and "://" in path):
+    if hasattr(path, "read") or is_address(path):
         return
     text = os.fspath(path)
     if not os.path.exists(text) and not os.path.exists(f"{text}.{suffix}"):
@@ -272,7 +272,7 @@ def load_object(path: Any, expected: type, what: str, *, src: LoadSession | None
     the session a door opened on ``path`` (its zip directory read once), else it opens one."""
     options = current_options()
     src = src or handed(path)
-    if src is None and not is_zipsave_archive(path):
+    if src is None and not is_address(path) and not is_zipsave_archive(path):
         _unsigned_pickle(path, options)
         # streamed from the file: each array is read straight into the array the pickle builds
         policy = TrustPolicy.make(allow_pickle=options.allow_pickle, trusted=trusted_names())
@@ -365,7 +365,7 @@ def save_to_pkl(path: Any, obj: Any, verbose: int = 0) -> None:
 def load_from_pkl(path: Any, verbose: int = 0) -> Any:
     """SB3's ``load_from_pkl`` (``load_replay_buffer``): the path, else the path + ``.pkl``."""
     del verbose
-    if not hasattr(path, "read") and not os.path.exists(path):
+    if not hasattr(path, "read") and not is_address(path) and not os.path.exists(path):
         _check_exists(path, "pkl")
         path = f"{os.fspath(path)}.pkl"
     obj = load_object(path, object, "saved object")
