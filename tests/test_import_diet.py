@@ -56,6 +56,7 @@ LOAD_MODULES = frozenset(
         "zipsave._format",
         "zipsave._json",
         "zipsave._registry",
+        "zipsave._distributions",  # the registry's one listing of sys.path (and system info's)
         "zipsave._system_info",
         "zipsave._tensors",
         "zipsave._tensors._arena",

@@ -186,6 +186,80 @@ def test_a_buffer_or_statistics_file_has_its_data_read_once(installed, trained, 
     assert log.starts.count(at + 30 + name_length + extra_length) == 1  # where `data`'s bytes begin
 
 
+class EndLog(io.BytesIO):
+    """An archive as a file object that counts the seeks to its end (where a zip's directory is)."""
+
+    def __init__(self, payload):
+        super().__init__(payload)
+        self.ends = 0
+
+    def seek(self, offset, whence=0):
+        self.ends += whence == 2
+        return super().seek(offset, whence)
+
+
+def save_side_file(sac, door, path):
+    """The file ``door`` reads besides a model archive: a buffer or ``VecNormalize`` file."""
+    if door == "load_replay_buffer":
+        sac.save_replay_buffer(path)
+    else:
+        sac.get_vec_normalize_env().save(path)
+
+
+def through_door(sac, door, given):
+    """``door`` on ``given``, and its result is ``sac``'s buffer or statistics."""
+    if door == "load_replay_buffer":
+        fresh = SAC("MlpPolicy", "Pendulum-v1", buffer_size=200, device="cpu", policy_kwargs={"net_arch": [8]})
+        fresh.load_replay_buffer(given)
+        same_buffer(fresh.replay_buffer, sac.replay_buffer)
+    else:
+        same_statistics(VecNormalize.load(given, venv()), sac.get_vec_normalize_env())
+
+
+@pytest.mark.parametrize("door", ["load_replay_buffer", "VecNormalize.load"])
+@pytest.mark.parametrize("which", ["model archive", "file"])
+def test_a_door_reads_the_zip_directory_once(installed, trained, tmp_path, monkeypatch, door, which):
+    # the door peeked at the directory to decide between the archive's folder and a file SB3's
+    # door reads, then the read parsed it again
+    from zipsave._archive._reader import ArchiveReader
+
+    sac, model_path, _ = trained
+    path = model_path if which == "model archive" else tmp_path / "file.zip"
+    if which == "file":
+        save_side_file(sac, door, path)
+    parses = []
+    init = ArchiveReader.__init__
+    monkeypatch.setattr(ArchiveReader, "__init__", lambda self, *a, **k: parses.append(1) or init(self, *a, **k))
+    for given in (path, EndLog(path.read_bytes())):
+        parses.clear()
+        through_door(sac, door, given)
+        assert len(parses) == 1
+    assert given.ends <= 7  # zipfile's check that it is a zip (2), then the one parse (5); 11 and 14 before
+    assert given.tell() == 0  # left where it was found
+
+
+@pytest.mark.parametrize("door", ["load_replay_buffer", "VecNormalize.load"])
+def test_the_doors_read_the_urls_zipsave_load_reads(installed, trained, tmp_path, door):
+    # a buffer file at a URL got SB3's `.pkl` suffix rule and was opened as a local pickle
+    fsspec = pytest.importorskip("fsspec")
+    sac, model_path, _ = trained
+    save_side_file(sac, door, tmp_path / "file.pkl")
+    fs, folder = fsspec.filesystem("memory"), f"/zipsave-doors-{tmp_path.name}"
+    fs.pipe(f"{folder}/model.zip", model_path.read_bytes())
+    fs.pipe(f"{folder}/file.pkl", (tmp_path / "file.pkl").read_bytes())
+    urls = [f"memory://{folder}/model", f"memory://{folder}/file.pkl", f"file://{tmp_path}/file.pkl"]
+    try:
+        for url in urls:
+            through_door(sac, door, url)
+        missing = f"memory://{folder}/file"  # a URL gets zipsave.load's suffix rule, not SB3's `.pkl`
+        with pytest.raises(zipsave.ZipsaveError) as error:
+            zipsave.load(missing)
+        with pytest.raises(zipsave.ZipsaveError, match=re.escape(str(error.value))):
+            through_door(sac, door, missing)
+    finally:
+        fs.rm(folder, recursive=True)
+
+
 def test_a_plain_torch_file_through_algorithm_load(installed, tmp_path):
     torch.save({"w": torch.ones(2)}, tmp_path / "plain.pth")
     with pytest.raises(zipsave.ArchiveFormatError, match=re.escape("has no `data` member, so it holds no model")):

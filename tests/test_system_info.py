@@ -354,3 +354,15 @@ def test_a_folder_name_installers_do_not_write_leaves_every_version_to_importlib
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
     assert _system_info._listed_versions({"stable_baselines3"}) is None
     assert get_system_info()["Stable-Baselines3"] == metadata.version("stable-baselines3")
+
+
+def test_an_unpacked_egg_along_the_path_gives_importlib_metadatas_version(tmp_path, monkeypatch):
+    """An unpacked egg (``gymnasium-0.0.7-py3.11.egg/EGG-INFO``) is a distribution named by its
+    folder, found before a later ``.dist-info``: the version is the egg's, as importlib.metadata
+    says, not the one further along the path."""
+    egg = tmp_path / "gymnasium-0.0.7-py3.11.egg"
+    (egg / "EGG-INFO").mkdir(parents=True)
+    (egg / "EGG-INFO" / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: gymnasium\nVersion: 0.0.7\n")
+    monkeypatch.setattr(sys, "path", [str(egg), *sys.path])
+    assert metadata.version("gymnasium") == "0.0.7"
+    assert get_system_info()["Gymnasium"] == "0.0.7"

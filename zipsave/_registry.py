@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 import threading
 import warnings
@@ -40,6 +39,7 @@ from collections.abc import Set as AbstractSet
 from importlib import metadata
 from typing import Any, ClassVar
 
+from ._distributions import SUFFIXES, folder_parts, metadata_folders, normalized
 from .exceptions import ZipsaveWarning
 
 __all__ = [
@@ -202,9 +202,7 @@ def unregister(name: str) -> Handler | None:
         return found
 
 
-_SUFFIXES = (".dist-info", ".egg-info")
 _GROUP_BYTES = ENTRY_POINT_GROUP.encode()
-_SEPARATORS = r"[-_.]+"  # compiled by `re` on first use: few names need it, and every import paid
 _O_READ = os.O_RDONLY | getattr(os, "O_BINARY", 0)
 #: Files are opened relative to their ``sys.path`` folder (not walked again for each of some 200
 #: distributions), and whether one exists is asked first: most have no entry points, and the
@@ -220,45 +218,23 @@ def _scan_entry_points() -> list[metadata.EntryPoint] | None:
     with 190 installed). ``None`` where distributions may also come from elsewhere (a zip on
     ``sys.path``, a finder that lists its own) or where importlib.metadata would name one by its
     metadata rather than its folder: the caller then asks importlib.metadata."""
-    from importlib.machinery import PathFinder
-
-    if any(getattr(f, "find_distributions", None) is not None and f is not PathFinder for f in sys.meta_path):
+    folders = metadata_folders()
+    if folders is None:
         return None
     names: set[str] = set()
-    listed: set[str] = set()
     found: list[metadata.EntryPoint] = []
-    for entry in sys.path:
-        if not isinstance(entry, str):  # bytes or other path entries: importlib.metadata's rules
-            return None
-        try:
-            # The same folder again (written the same way, or '' and the working directory)
-            # holds no new name; telling other spellings apart (a stat each) costs more than
-            # it saves where nothing is listed twice.
-            folder = entry or os.getcwd()
-            if folder in listed:
-                continue
-            listed.add(folder)
-            children = os.listdir(entry or ".")
-        except NotADirectoryError:
-            return None  # a zip on sys.path
-        except (OSError, ValueError):  # missing, unreadable, a NUL in the path: no distributions
-            continue
-        if entry.lower().endswith(".egg") and any(child.lower() == "egg-info" for child in children):
-            return None  # an unpacked egg, named by its PKG-INFO
+    for folder, children in folders:
         new = []
-        for child in [child for child in children if child.lower().endswith(_SUFFIXES)]:
-            name = child.lower().rpartition(".")[0].partition("-")[0]
-            if not child.endswith(_SUFFIXES):
+        for child in children:
+            name = folder_parts(child)[0]
+            if not child.endswith(SUFFIXES) or not name.strip("."):
                 return None  # importlib.metadata names such a folder by its METADATA
-            if "." in name or "__" in name or not name:  # else already as Prepared.normalize writes it
-                if not name.strip("."):
-                    return None  # no name before the suffix: by its METADATA too
-                name = re.sub(_SEPARATORS, "_", name)
+            name = normalized(name)
             if name not in names:
                 names.add(name)
                 new.append(child)
         if new:
-            found.extend(_read_entries(entry or ".", new))
+            found.extend(_read_entries(folder, new))
     return found
 
 

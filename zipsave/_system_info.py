@@ -10,6 +10,7 @@ import sys
 from importlib import metadata
 from typing import TextIO
 
+from ._distributions import folder_parts, metadata_folders, normalized
 from ._printable import visible
 from ._version import __version__
 
@@ -81,9 +82,9 @@ def get_system_info() -> dict[str, str]:
         "PyTorch": str(torch.__version__),
         "GPU Enabled": str(torch.cuda.is_available()),
     }
-    listed = _listed_versions({_normalized(distribution) for _, distribution in _DISTRIBUTIONS})
+    listed = _listed_versions({normalized(distribution) for _, distribution in _DISTRIBUTIONS})
     for key, distribution in _DISTRIBUTIONS:
-        version = listed.get(_normalized(distribution), "") if listed is not None else ""
+        version = listed.get(normalized(distribution), "") if listed is not None else ""
         if version is None:  # no distribution of that name along sys.path
             continue
         try:
@@ -111,10 +112,6 @@ def _platform_text() -> str:
     return text.rstrip("-")
 
 
-def _normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
-
-
 def _listed_versions(wanted: set[str]) -> dict[str, str | None] | None:
     """The version of each ``wanted`` distribution (normalized names) as the name of its
     ``.dist-info`` folder gives it (``numpy-2.4.6.dist-info``), the first along ``sys.path``
@@ -122,30 +119,18 @@ def _listed_versions(wanted: set[str]) -> dict[str, str | None] | None:
     took 3-4.5 ms of a first save. ``""`` where a folder's name does not say it unambiguously
     (an ``.egg-info``, two versions side by side: ask the metadata), ``None`` for one that is
     not installed; ``None`` for all where distributions may come from elsewhere (a zip on
-    ``sys.path``, a finder of its own)."""
-    from importlib.machinery import PathFinder
-
-    if any(getattr(f, "find_distributions", None) is not None and f is not PathFinder for f in sys.meta_path):
+    ``sys.path``, a finder of its own, an unpacked egg)."""
+    folders = metadata_folders()
+    if folders is None:
         return None
     found: dict[str, str | None] = {}
-    for entry in sys.path:
-        if not isinstance(entry, str):
-            return None
-        try:
-            children = os.listdir(entry or ".")
-        except NotADirectoryError:
-            return None
-        except (OSError, ValueError):
-            continue
+    for _, children in folders:
         here: dict[str, list[str]] = {}
         for child in children:
-            stem, dot, suffix = child.rpartition(".")
-            if suffix.lower() not in ("dist-info", "egg-info") or not dot:
-                continue
-            name, _, version = stem.partition("-")
+            name, version, suffix = folder_parts(child)
             if suffix == "dist-info" and ("-" in version or not version):
                 return None  # not as installers write it (`name-version`): importlib.metadata's reading
-            key = _normalized(name)
+            key = normalized(name)
             if key in wanted and key not in found:
                 here.setdefault(key, []).append(version if suffix == "dist-info" else "")
         for key, versions in here.items():

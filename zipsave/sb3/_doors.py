@@ -12,6 +12,7 @@ folder through the same functions as ``zipsave.load``, so every door gives the s
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from .. import _format
-from .._archive import ArchiveSource
 from .._bounds import alloc_budget
 from .._core import LoadOptions, LoadSession
 from .._printable import shown
@@ -29,37 +29,30 @@ from ._estimate import archive_size
 from ._extras import build_vec_normalize, restore_extra
 from ._state import current_options, original
 
-__all__ = ["holds_extra", "is_zip", "load_replay_buffer", "vec_normalize_from_model"]
+__all__ = ["handed", "holds_extra", "is_address", "is_zip", "load_replay_buffer", "opened", "vec_normalize_from_model"]
 
 
 #: A stand-in last observation: the episode under way goes on (``truncate_last_traj=False``).
 _KEEP_EPISODE = object()
 
 
-def _options(*, strict: bool, peek: bool = False) -> LoadOptions:
+def _options() -> LoadOptions:
     options = current_options()
     if options is None:
-        return LoadOptions(strict=strict)
-    # a peek at member names decodes nothing: the read that follows checks the signature
+        return LoadOptions(strict=True)
     return LoadOptions(
         allow_pickle=options.allow_pickle,
         trusted=options.trusted,
-        strict=strict or options.strict,
+        strict=True,
         limits=options.limits,
-        trust=None if peek else options.trust,
+        trust=options.trust,
     )
 
 
-@contextlib.contextmanager
-def _session(path: Any, *, strict: bool, peek: bool = False) -> Iterator[LoadSession]:
-    """A load session on ``path``; a file object is left where it was found, for the next reader."""
-    at = path.tell() if hasattr(path, "read") else None
-    try:
-        with LoadSession(path, _options(strict=strict, peek=peek)) as src:
-            yield src
-    finally:
-        if at is not None:
-            path.seek(at)
+def is_address(path: Any) -> bool:
+    """A URL (fsspec's, ``file://`` too): the doors read it as :func:`zipsave.load` does (the one
+    destination rule: the URL, then with ``.zip``), never by SB3's suffix rules or as a pickle."""
+    return isinstance(path, str) and "://" in path
 
 
 def is_zip(path: Any) -> bool:
@@ -78,29 +71,57 @@ def is_zip(path: Any) -> bool:
         return False
 
 
-def holds_extra(path: Any, name: str) -> bool:
-    """Whether ``path`` is a zipsave model archive with the extra ``name`` (``"replay_buffer"``,
-    ``"vec_normalize"``) in its own folder. Never raises: the door's own read reports problems."""
-    if not hasattr(path, "read") and not (isinstance(path, str) and "://" in path):
-        if not os.path.isfile(path) or not is_zip(path):
-            return False
-    elif hasattr(path, "read") and not is_zip(path):
-        return False
+#: ``(path, session)``: the file a door opened, for SB3's own method it calls (``load_from_pkl``).
+_opened: contextvars.ContextVar[tuple[Any, LoadSession] | None] = contextvars.ContextVar(
+    "zipsave_sb3_opened", default=None
+)
+
+
+@contextlib.contextmanager
+def opened(path: Any) -> Iterator[LoadSession | None]:
+    """The one open of the file a door reads: a strict load session under the installation's
+    options when it is a zip (or a URL), ``None`` otherwise (a pickle SB3 wrote, a missing file:
+    the door's pickle path decides). The zip's directory is read here once: the door reads the
+    extra's folder from this session, or hands it to the read of a whole file (:func:`handed`).
+    Closed at the end; a file object is left where it was found."""
+    if not is_address(path) and not is_zip(path):
+        yield None
+        return
     at = path.tell() if hasattr(path, "read") else None
     try:
-        # the zip's directory only: the load that follows reads and reports its contents
-        with ArchiveSource(path) as source:
-            return source.has(_format.join(name, _format.DATA))
-    except Exception:  # noqa: BLE001 - not an archive zipsave can open: SB3's own path decides
-        return False
+        src = LoadSession(path, _options())
+        try:
+            token = _opened.set((path, src))
+            try:
+                yield src
+            finally:
+                _opened.reset(token)
+        finally:
+            src.close()
     finally:
         if at is not None:
             path.seek(at)
 
 
+def handed(path: Any) -> LoadSession | None:
+    """The session :func:`opened` holds on ``path`` (the same file object, or the same path)."""
+    held = _opened.get()
+    if held is None:
+        return None
+    at, src = held
+    paths = isinstance(at, (str, os.PathLike)) and isinstance(path, (str, os.PathLike))
+    return src if at is path or (paths and os.fspath(at) == os.fspath(path)) else None
+
+
+def holds_extra(src: LoadSession, name: str) -> bool:
+    """Whether the opened file is a zipsave model archive with the extra ``name``
+    (``"replay_buffer"``, ``"vec_normalize"``) in its own folder."""
+    return src.has(_format.join(name, _format.DATA))
+
+
 def _archive_path(path: Any, *suffixes: str) -> Any:
     """The file SB3's door would open: ``path``, else ``path`` with one of ``suffixes``."""
-    if hasattr(path, "read") or (isinstance(path, str) and "://" in path) or os.path.exists(path):
+    if hasattr(path, "read") or is_address(path) or os.path.exists(path):
         return path
     for suffix in suffixes:
         candidate = f"{os.fspath(path)}.{suffix}"
@@ -115,32 +136,36 @@ def load_replay_buffer(self: Any, path: Any, truncate_last_traj: bool = True) ->
     fills the model's buffer (as ``zipsave.load`` does); any other file goes to SB3's own
     method (a buffer file ``save_replay_buffer`` wrote, zipsave's or SB3's pickle)."""
     archive = _archive_path(path, "pkl", "zip")
-    if not holds_extra(archive, "replay_buffer"):
-        own = getattr(self, "replay_buffer", None)
-        with door(archive, f"{type(self).__name__}.load_replay_buffer"):
+    with door(archive, f"{type(self).__name__}.load_replay_buffer"), opened(archive) as src:
+        if src is None or not holds_extra(src, "replay_buffer"):
+            own = getattr(self, "replay_buffer", None)
             original(_owner(), "load_replay_buffer")(self, path, truncate_last_traj)
             try:
                 _check_transitions(self, archive)
             except ParameterMismatchError:
                 self.replay_buffer = own  # refused: the model keeps its own buffer
                 raise
-        return None
-    with door(archive, f"{type(self).__name__}.load_replay_buffer"), _session(archive, strict=True) as src:
-        buffer = getattr(self, "replay_buffer", None)
-        live = not _fit_buffer(src, self)  # a buffer built for the saved size holds untouched zeros
-        before = getattr(self, "_last_obs", None)
-        # the restore ends HER's episode under way when there is no last observation (a reset
-        # comes): what truncate_last_traj asks for, and only then
-        self._last_obs = None if truncate_last_traj else _KEEP_EPISODE
-        try:
-            restore_extra(src, self, "replay_buffer", in_place=live)  # strict: a buffer that does not fit raises
-        except BaseException:
-            if not live:  # refused: the model keeps its own buffer, not the empty one built for the saved size
-                self.replay_buffer = buffer
-            raise
-        finally:
-            self._last_obs = before
+            return None
+        with src:
+            _buffer_from_folder(self, src, truncate_last_traj)
     return None
+
+
+def _buffer_from_folder(self: Any, src: LoadSession, truncate_last_traj: bool) -> None:
+    buffer = getattr(self, "replay_buffer", None)
+    live = not _fit_buffer(src, self)  # a buffer built for the saved size holds untouched zeros
+    before = getattr(self, "_last_obs", None)
+    # the restore ends HER's episode under way when there is no last observation (a reset
+    # comes): what truncate_last_traj asks for, and only then
+    self._last_obs = None if truncate_last_traj else _KEEP_EPISODE
+    try:
+        restore_extra(src, self, "replay_buffer", in_place=live)  # strict: a buffer that does not fit raises
+    except BaseException:
+        if not live:  # refused: the model keeps its own buffer, not the empty one built for the saved size
+            self.replay_buffer = buffer
+        raise
+    finally:
+        self._last_obs = before
 
 
 def _check_transitions(model: Any, archive: Any) -> None:
@@ -225,10 +250,11 @@ def _check_buffer_fits(src: LoadSession, buffer: Any, size: int, n_envs: int) ->
 
 
 # -- VecNormalize.load -----------------------------------------------------------------------
-def vec_normalize_from_model(path: Any, venv: Any) -> Any:
-    """``VecNormalize.load(archive, venv)`` of a model archive: a new ``VecNormalize`` around
-    ``venv`` with the saved settings and statistics (what SB3's load of a pickle gives)."""
-    with _session(path, strict=True) as src:
+def vec_normalize_from_model(src: LoadSession, venv: Any) -> Any:
+    """``VecNormalize.load(archive, venv)`` of a model archive (``src``, :func:`opened`): a new
+    ``VecNormalize`` around ``venv`` with the saved settings and statistics (what SB3's load of
+    a pickle gives)."""
+    with src:
         state = src.decode_data("vec_normalize") or {}
         try:
             return build_vec_normalize(state, venv)

@@ -21,7 +21,7 @@ from zipsave.exceptions import ArchiveNotFoundError, DecodeError
 from ._boundary import check_buffer, check_statistics, door
 from ._build import build_sb3
 from ._checks import check_data, check_names, drop_saved_env
-from ._doors import holds_extra, is_zip, vec_normalize_from_model
+from ._doors import handed, holds_extra, is_address, is_zip, opened, vec_normalize_from_model
 from ._extras import EXTRAS
 from ._keys import check_custom_objects
 from ._params import load_parameters
@@ -201,7 +201,7 @@ def algorithm_save(self: Any, path: Any, exclude: Any = None, include: Any = Non
 
 def _existing(path: Any, suffix: str) -> Any:
     """The path SB3 would open: ``path``, else ``path.<suffix>``."""
-    if hasattr(path, "read") or (isinstance(path, str) and "://" in path) or os.path.exists(path):
+    if hasattr(path, "read") or is_address(path) or os.path.exists(path):
         return path
     return f"{os.fspath(path)}.{suffix}"
 
@@ -209,7 +209,7 @@ def _existing(path: Any, suffix: str) -> Any:
 def _check_exists(path: Any, suffix: str) -> None:
     """SB3 raises ``FileNotFoundError`` for a missing path (after trying the suffix); so does
     :class:`ArchiveNotFoundError`, which names the archive as ``zipsave.load`` does."""
-    if hasattr(path, "read") or (isinstance(path, str) and "://" in path):
+    if hasattr(path, "read") or is_address(path):
         return
     text = os.fspath(path)
     if not os.path.exists(text) and not os.path.exists(f"{text}.{suffix}"):
@@ -265,26 +265,30 @@ def _unsigned_pickle(path: Any, options: Any) -> None:
         )
 
 
-def load_object(path: Any, expected: type, what: str) -> Any:
+def load_object(path: Any, expected: type, what: str, *, src: LoadSession | None = None) -> Any:
     """Rebuild an object written by :func:`save_object`, or read a pickle SB3 wrote under the
     same trust rules as a ``data`` value. The object's class must be trusted and be an
-    ``expected``; a value that does not decode is an error, never a partial object."""
+    ``expected``; a value that does not decode is an error, never a partial object. ``src``:
+    the session a door opened on ``path`` (its zip directory read once), else it opens one."""
     options = current_options()
-    if not is_zipsave_archive(path):
+    src = src or handed(path)
+    if src is None and not is_address(path) and not is_zipsave_archive(path):
         _unsigned_pickle(path, options)
         # streamed from the file: each array is read straight into the array the pickle builds
         policy = TrustPolicy.make(allow_pickle=options.allow_pickle, trusted=trusted_names())
         with contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb") as fp:
             obj = restricted_loads(fp, policy, archive=path, limits=options.limits)
     else:
-        checked = LoadOptions(
-            allow_pickle=options.allow_pickle,
-            trusted=trusted_names(),
-            strict=True,
-            limits=options.limits,
-            trust=options.trust,
-        )
-        with LoadSession(path, checked) as src:  # one open: `data` is read once, checked, then decoded
+        if src is None:
+            checked = LoadOptions(
+                allow_pickle=options.allow_pickle,
+                trusted=trusted_names(),
+                strict=True,
+                limits=options.limits,
+                trust=options.trust,
+            )
+            src = LoadSession(path, checked)
+        with src:  # one open: `data` is read once, checked, then decoded
             _check_object_archive(src, what)
             data = dict(src.decode_data("") or {})
         if OBJECT_VALUE in data:
@@ -361,7 +365,7 @@ def save_to_pkl(path: Any, obj: Any, verbose: int = 0) -> None:
 def load_from_pkl(path: Any, verbose: int = 0) -> Any:
     """SB3's ``load_from_pkl`` (``load_replay_buffer``): the path, else the path + ``.pkl``."""
     del verbose
-    if not hasattr(path, "read") and not os.path.exists(path):
+    if not hasattr(path, "read") and not is_address(path) and not os.path.exists(path):
         _check_exists(path, "pkl")
         path = f"{os.fspath(path)}.pkl"
     obj = load_object(path, object, "saved object")
@@ -379,10 +383,11 @@ def vec_normalize_load(load_path: Any, venv: Any) -> Any:
     """``VecNormalize.load``: the saved wrapper around ``venv``."""
     from stable_baselines3.common.vec_env import VecNormalize
 
-    if holds_extra(load_path, "vec_normalize"):  # a model archive (or checkpoint) that holds one
-        return vec_normalize_from_model(load_path, venv)
-    with door(load_path, "VecNormalize.load"):
-        vec_normalize = load_object(load_path, VecNormalize, "VecNormalize")
-        check_statistics(vec_normalize, load_path)
-        vec_normalize.set_venv(venv)
+    with opened(load_path) as src:
+        if src is not None and holds_extra(src, "vec_normalize"):  # a model archive (or checkpoint) that holds one
+            return vec_normalize_from_model(src, venv)
+        with door(load_path, "VecNormalize.load"):
+            vec_normalize = load_object(load_path, VecNormalize, "VecNormalize", src=src)
+            check_statistics(vec_normalize, load_path)
+            vec_normalize.set_venv(venv)
     return vec_normalize
