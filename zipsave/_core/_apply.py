@@ -115,6 +115,9 @@ def restore_parts(
         member = prefix + member_of[name] + _format.PTH_SUFFIX
         if exclude and _core.matches(name, exclude):
             continue
+        if is_dict and member in src.reader.state_dict_values:
+            _restore_value(src, obj, name, member, custom_objects)
+            continue
         try:
             target = obj[name] if is_dict else _core.resolve(obj, name, archive=src.name, member=member)
         except (AttributeError, KeyError):
@@ -143,6 +146,23 @@ def restore_parts(
                 continue
             _core.set_variable(obj, name, value, archive=src.name, member=var_member, key=name)
     return live
+
+
+def _restore_value(src: LoadSession, app: dict, key: str, member: str, custom_objects: dict | None) -> None:
+    """A state dict saved as a value of the app state goes back as a ``data`` value does: into
+    the live one in place (the same tensors, the same dict), never over a stateful object;
+    ``custom_objects`` replaces it unread."""
+    if key in app and is_stateful(app[key]):
+        return
+    if custom_objects and key in custom_objects:
+        tree = custom_objects[key]
+    else:
+        try:
+            tree, _ = src.load_tensors(member)
+        except ZipsaveError as err:
+            src.skip(member, None, None, err)
+            return
+    app[key] = fill_in_place(app.get(key), adopt_live(app.get(key), tree))
 
 
 def live_parts(obj: Any) -> Parts | None:

@@ -31,10 +31,21 @@ __all__ = ["Encoded", "encode", "encoded_size", "write"]
 class Encoded:
     """An object encoded and ready to write; tensors are still references (no copies).
     ``snapshot`` is ``Parts.snapshot``: how a background save may copy ``arrays``. (A plain
-    class: a first save does not compile a dataclass's methods.) ``app_state`` is
-    ``Parts.app_state``."""
+    class: a first save does not compile a dataclass's methods.) ``app_state`` and
+    ``state_values`` are ``Parts``'s."""
 
-    __slots__ = ("folder", "data", "init", "state", "variables", "arrays", "components", "snapshot", "app_state")
+    __slots__ = (
+        "folder",
+        "data",
+        "init",
+        "state",
+        "variables",
+        "arrays",
+        "components",
+        "snapshot",
+        "app_state",
+        "state_values",
+    )
 
     def __init__(
         self,
@@ -47,6 +58,7 @@ class Encoded:
         components: list[Encoded],
         snapshot: Any = None,
         app_state: bool = False,
+        state_values: dict[str, int] | None = None,
     ) -> None:
         self.folder = folder
         self.data = data
@@ -57,6 +69,7 @@ class Encoded:
         self.components = components
         self.snapshot = snapshot
         self.app_state = app_state
+        self.state_values = {} if state_values is None else state_values
 
     def replace(self, **changes: Any) -> Encoded:
         """A copy with ``changes`` (``dataclasses.replace``)."""
@@ -134,7 +147,16 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
         components.append(encode(collected, sub, exclude=None, include=None))
     data_bytes = _dump_entries(data, folder)
     return Encoded(
-        folder, data_bytes, init, state, parts.variables, arrays, components, parts.snapshot, parts.app_state
+        folder,
+        data_bytes,
+        init,
+        state,
+        parts.variables,
+        arrays,
+        components,
+        parts.snapshot,
+        parts.app_state,
+        parts.state_values,
     )
 
 
@@ -231,15 +253,21 @@ def write_encoded(writer: ArchiveWriter, enc: Encoded, *, root: bool) -> None:
     if root:
         writer.write_bytes(_format.VERSION, f"zipsave {__version__}\nformat {_format.FORMAT_VERSION}\n".encode())
         writer.write_bytes(_format.SYSTEM_INFO, _system_info_text(_system_info.get_system_info))
-        writer.write_manifest(app_state=list(_app_state_folders(enc)))
+        writer.write_manifest(
+            app_state=[e.folder for e in _folders(enc) if e.app_state],
+            state_dict_values={
+                _format.join(e.folder, _format.state_dict_member(name)): place
+                for e in _folders(enc)
+                for name, place in e.state_values.items()
+            },
+        )
 
 
-def _app_state_folders(enc: Encoded) -> Iterator[str]:
-    """The folders of ``enc`` and its components that were saved as app state."""
-    if enc.app_state:
-        yield enc.folder
+def _folders(enc: Encoded) -> Iterator[Encoded]:
+    """``enc`` and its components, depth first."""
+    yield enc
     for comp in enc.components:
-        yield from _app_state_folders(comp)
+        yield from _folders(comp)
 
 
 def write_npy(f: Any, arr: np.ndarray) -> None:
