@@ -22,6 +22,10 @@ MANIFEST = "manifest.json"
 #: The manifest's list of the folders saved as app state (a dict: no class, no handler): a
 #: reader loads them as dicts without asking handlers whether they recognise them.
 MANIFEST_APP_STATE = "app_state"
+#: The manifest's ``{member: place}`` of the ``.pth`` members that hold a state dict given as
+#: a value of an app state (``{"model": model.state_dict()}``), not an object's, and the place
+#: of its key among the app state's keys: a load puts it back there, ``restore`` as a value.
+MANIFEST_STATE_DICT_VALUES = "state_dict_values"
 INIT = "init.json"
 ARRAYS_DIR = "arrays/"
 PTH_SUFFIX = ".pth"

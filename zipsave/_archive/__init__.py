@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._source import ArchiveSource, parse_version
     from ._views import MemberView
     from ._writer import ArchiveWriter, MemberInfo
+    from ._zipfmt import check_name as check_member_name
 
 # Each name's module, imported on first use (PEP 562), so that a load imports the modules it
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
@@ -41,6 +42,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("ArchiveSource", "parse_version"), "._source"),
     "MemberView": "._views",
     **dict.fromkeys(("ArchiveWriter", "MemberInfo"), "._writer"),
+    "check_member_name": "._zipfmt:check_name",
 }
 # Its modules, found as attributes as when this file imported them all.
 _SUBMODULES = frozenset(
@@ -74,6 +76,7 @@ __all__ = [
     "MemberView",
     "OrderedCrc",
     "atomic_output",
+    "check_member_name",
     "check_progress",
     "counting_reader",
     "counting_writer",

@@ -89,6 +89,9 @@ class ArchiveReader:
         self.manifest_error: str | None = None
         #: The folders the manifest lists as saved as app state (empty: none, or no such list).
         self.app_state: frozenset[str] = frozenset()
+        #: The ``.pth`` members the manifest lists as state dicts given as values of an app state,
+        #: each with its place among the app state's keys.
+        self.state_dict_values: dict[str, int] = {}
         self._load_manifest()
 
     def _agree(self, infos: list[zipfile.ZipInfo]) -> None:
@@ -155,6 +158,9 @@ class ArchiveReader:
             folders = manifest.get(_format.MANIFEST_APP_STATE)
             if isinstance(folders, list) and all(isinstance(f, str) for f in folders):
                 self.app_state = frozenset(folders)  # else as if absent: handlers are asked, as before
+            values = manifest.get(_format.MANIFEST_STATE_DICT_VALUES)
+            if isinstance(values, dict) and all(type(v) is int and 0 <= v < 1 << 32 for v in values.values()):
+                self.state_dict_values = values  # else as if absent: members are objects' state
         except (ZipsaveError, KeyError, TypeError) as err:
             self.manifest_error = f"manifest.json is unreadable ({err})"
 

@@ -306,9 +306,13 @@ class ArchiveWriter:
             self._fp.seek(end)
         self._entries.append(entry)
 
-    def write_manifest(self, app_state: list[str] | None = None) -> MemberInfo:
-        """Write ``manifest.json`` describing every member written so far, and the folders
-        saved as app state (``app_state``, written only when there are any)."""
+    def write_manifest(
+        self, app_state: list[str] | None = None, state_dict_values: dict[str, int] | None = None
+    ) -> MemberInfo:
+        """Write ``manifest.json`` describing every member written so far, the folders saved
+        as app state (``app_state``) and the ``.pth`` members saved from state dicts given as
+        values, each with its place among the keys of its app state (``state_dict_values``),
+        each written only when it has any."""
         members: dict[str, dict[str, Any]] = {}
         for e in self._entries:
             entry: dict[str, Any] = {"size": e.info.size, "crc32": f"{e.info.crc32:08x}", "sha256": e.info.sha256}
@@ -322,6 +326,8 @@ class ArchiveWriter:
         }
         if app_state:
             manifest[_format.MANIFEST_APP_STATE] = sorted(app_state)
+        if state_dict_values:
+            manifest[_format.MANIFEST_STATE_DICT_VALUES] = dict(sorted(state_dict_values.items()))
         return self.write_bytes(_format.MANIFEST, pretty_json(manifest))
 
     def close(self) -> None:

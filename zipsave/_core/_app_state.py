@@ -15,12 +15,14 @@ __all__ = ["check_app_state"]
 
 def check_app_state(src: LoadSession, app: dict, folder: str, exclude: Any = None) -> None:
     """A strict restore into a dict: the archive's stateful entries are the dict's, less what
-    ``exclude`` leaves out on purpose."""
+    ``exclude`` leaves out on purpose. A state dict saved as a value (``{"model":
+    model.state_dict()}``, a ``.pth`` member the manifest lists) is a value, as it was in
+    ``data`` before zipsave 0.2 wrote it so: neither side counts it."""
     prefix = f"{folder}/" if folder else ""
     saved = {
         n[len(prefix) : -len(_format.PTH_SUFFIX)]
         for n in src.source.members_in(folder)
-        if n.endswith(_format.PTH_SUFFIX)
+        if n.endswith(_format.PTH_SUFFIX) and n not in src.reader.state_dict_values
     } - {_format.PYTORCH_VARIABLES[: -len(_format.PTH_SUFFIX)]}
     wanted = {k for k, v in app.items() if is_stateful(v)}
     if exclude:

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import random
 from typing import Any
 
-import numpy as np
 import torch
 
 from .. import _core, _format, _registry  # _core: collect, imported when a live object is compared
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, UnsafeNameError, ZipsaveError
-from ._inplace import fill_in_place
-from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, PLAIN_VALUES, Parts, is_stateful, unwrap
+from ._inplace import adopt_live, fill_in_place
+from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, Parts, is_stateful, unwrap
 from ._session import LoadSession
 
 __all__ = [
@@ -68,14 +66,14 @@ def restore_parts(
             if is_dict:
                 if key in obj and is_stateful(obj[key]):
                     continue
-                obj[key] = fill_in_place(obj.get(key), _adopt_live(obj.get(key), value))
+                obj[key] = fill_in_place(obj.get(key), adopt_live(obj.get(key), value))
             elif _keeps_live_device(getattr(obj, key, None), value):
                 continue
             elif _fill_container(src, obj, folder, key, value):
                 continue
             else:
                 live = getattr(obj, key, None)
-                value = _adopt_live(live, value)
+                value = adopt_live(live, value)
                 if value is not live:
                     _set_attribute(obj, key, value)
     prefix = f"{folder}/" if folder else ""
@@ -117,6 +115,9 @@ def restore_parts(
         member = prefix + member_of[name] + _format.PTH_SUFFIX
         if exclude and _core.matches(name, exclude):
             continue
+        if is_dict and member in src.reader.state_dict_values:
+            _restore_value(src, obj, name, member, custom_objects)
+            continue
         try:
             target = obj[name] if is_dict else _core.resolve(obj, name, archive=src.name, member=member)
         except (AttributeError, KeyError):
@@ -145,6 +146,23 @@ def restore_parts(
                 continue
             _core.set_variable(obj, name, value, archive=src.name, member=var_member, key=name)
     return live
+
+
+def _restore_value(src: LoadSession, app: dict, key: str, member: str, custom_objects: dict | None) -> None:
+    """A state dict saved as a value of the app state goes back as a ``data`` value does: into
+    the live one in place (the same tensors, the same dict), never over a stateful object;
+    ``custom_objects`` replaces it unread."""
+    if key in app and is_stateful(app[key]):
+        return
+    if custom_objects and key in custom_objects:
+        tree = custom_objects[key]
+    else:
+        try:
+            tree, _ = src.load_tensors(member)
+        except ZipsaveError as err:
+            src.skip(member, None, None, err)
+            return
+    app[key] = fill_in_place(app.get(key), adopt_live(app.get(key), tree))
 
 
 def live_parts(obj: Any) -> Parts | None:
@@ -212,7 +230,7 @@ def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, below: set[st
                 if inner is not _NOT_FILLED:
                     live[k] = inner
             else:
-                live[k] = _adopt_live(live.get(k), value)
+                live[k] = adopt_live(live.get(k), value)
         return live
     if len(live) != len(saved):
         return _NOT_FILLED  # replaced whole; the members then name what does not fit
@@ -224,7 +242,7 @@ def _fill(names: list[str], live: Any, saved: Any, prefix: str, *, below: set[st
             inner = _fill(groups.get(str(i), []), live[i], value, f"{prefix}.{i}")
             merged.append(live[i] if inner is _NOT_FILLED else inner)
         else:
-            merged.append(_adopt_live(live[i], value))
+            merged.append(adopt_live(live[i], value))
     if isinstance(live, list):
         live[:] = merged
         return live
@@ -245,69 +263,6 @@ def _keeps_live_device(target: Any, value: Any) -> bool:
     own (its constructor's choice on this machine, or the live object's) stays, as the tensors
     restored into it stay on their devices (``device=`` moves them)."""
     return isinstance(target, torch.device) and isinstance(value, torch.device)
-
-
-def _adopt_live(live: Any, saved: Any, depth: int = 0) -> Any:
-    """``saved``, with each random generator and tensor in it replaced by the live one at the
-    same place in ``live`` (a dict key, a list index), that one set to the saved state: so a
-    DataLoader holding ``self.rngs["torch"]`` draws from the restored state, and an optimizer
-    over ``self.params["w"]`` goes on training the tensor the model uses."""
-    if type(saved) in PLAIN_VALUES or live is None or depth > 20:
-        return saved
-    if _restore_rng(live, saved) or _copy_tensor_into(live, saved):
-        return live
-    if type(live) is not type(saved):
-        return saved
-    if isinstance(saved, dict):
-        for k, v in saved.items():
-            if k in live:
-                saved[k] = _adopt_live(live[k], v, depth + 1)
-    elif isinstance(saved, list):
-        saved[: len(live)] = [
-            b if type(b) in PLAIN_VALUES else _adopt_live(a, b, depth + 1) for a, b in zip(live, saved)
-        ]
-    elif isinstance(saved, tuple) and len(saved) == len(live):
-        items = [b if type(b) in PLAIN_VALUES else _adopt_live(a, b, depth + 1) for a, b in zip(live, saved)]
-        if any(a is not b for a, b in zip(items, saved)):
-            return type(saved)(*items) if hasattr(type(saved), "_fields") else type(saved)(items)
-    return saved
-
-
-def _copy_tensor_into(live: Any, saved: Any) -> bool:
-    """Copy a loaded tensor into the live one of the same shape and dtype, where the live one is
-    a leaf that requires grad (what an optimizer holds); other tensors are replaced, as values."""
-    if not (isinstance(live, torch.Tensor) and isinstance(saved, torch.Tensor)) or live is saved:
-        return False
-    if not (live.requires_grad and live.is_leaf):
-        return False
-    if live.shape != saved.shape or live.dtype != saved.dtype or live.layout != torch.strided:
-        return False
-    if saved.layout != torch.strided or live.is_inference():
-        return False
-    with torch.no_grad():
-        live.copy_(saved)
-    return True
-
-
-def _restore_rng(target: Any, value: Any) -> bool:
-    """Put a loaded random generator's state into the live one of the same type, so whatever
-    else holds it (a DataLoader, an environment, a buffer) draws from the restored state too."""
-    if target is value or type(target) is not type(value):
-        return False
-    try:
-        if isinstance(target, torch.Generator):
-            target.set_state(value.get_state())
-        elif isinstance(target, random.Random):
-            target.setstate(value.getstate())
-        elif isinstance(target, np.random.Generator):
-            target.bit_generator.state = value.bit_generator.state
-        elif isinstance(target, np.random.RandomState):
-            target.set_state(value.get_state())
-        else:
-            return False
-    except (RuntimeError, TypeError, ValueError):
-        return False  # another device or bit generator: the loaded object replaces it
-    return True
 
 
 def load_state_into(src: LoadSession, member: str, target: Any, exact_match: bool) -> None:

@@ -12,8 +12,10 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from .. import _core, _registry  # _core: the glob rules and train/eval modes, on first use
-from ..exceptions import EncodeError
+from .. import _core, _format, _registry  # _core: the glob rules and train/eval modes, on first use
+from .._archive import check_member_name
+from .._tensors import is_state_dict
+from ..exceptions import EncodeError, ZipsaveError
 from ._component import Component
 from ._parts import (
     ALWAYS_EXCLUDED_PREFIXES,
@@ -347,7 +349,8 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
     data: dict[str, Any] = {}
     state: list[tuple[str, Any]] = []
     components: list[tuple[str, Any]] = []
-    for key, value in app.items():
+    values: dict[str, int] = {}
+    for place, (key, value) in enumerate(app.items()):
         if not isinstance(key, str):
             raise EncodeError(f"app-state keys must be strings, found {key!r}.")
         if key in exclude and key not in include:
@@ -370,6 +373,31 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
             state.append((key, unwrap(value)))
         elif (isinstance(value, Component) or holds_state(value)) and key and "/" not in key:
             components.append((key, value))  # a model in the app state: its own folder
+        elif names_member(key) and is_state_dict(value):
+            # `{"model": model.state_dict()}`: a `.pth` member, as the module's own would be,
+            # not tensors in JSON beside a pickled copy; a value the reader would not give back
+            # as it was (a numpy array inside) stays in `data`.
+            state.append((key, value))
+            values[key] = place
         else:
             data[key] = value
-    return Parts(data, state, None, components, app_state=True)
+    return Parts(data, state, None, components, app_state=True, state_values=values)
+
+
+#: Members of a folder whose names a state-dict member must not take (``tensors.pth`` is the
+#: legacy name of ``pytorch_variables.pth``, which readers take for it).
+_TAKEN = frozenset({_format.PYTORCH_VARIABLES, _format.LEGACY_PYTORCH_VARIABLES})
+
+
+def names_member(key: str) -> bool:
+    """Whether an app-state key can name a ``.pth`` member of its own: a name every zip reader
+    reads as one file of the folder (no ``/`` or ``\\``, nothing the archive reader refuses,
+    UTF-8), and none of the folder's fixed members."""
+    member = _format.state_dict_member(key)
+    if not key or "/" in key or "\\" in key or member in _TAKEN:
+        return False
+    try:
+        check_member_name(member, None)
+        return len(member.encode("utf-8")) < 1 << 12
+    except (UnicodeEncodeError, ZipsaveError):
+        return False

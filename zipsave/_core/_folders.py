@@ -4,6 +4,7 @@ read as dicts. A plain load needs only this; :mod:`._build` constructs objects."
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from .. import _core, _format, _registry  # _core: build (a folder holds a Saveable), the exclude globs
@@ -68,6 +69,7 @@ def recognising_handler(src: LoadSession, folder: str) -> _registry.Handler | No
 def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None, exclude: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = dict(src.decode_data(folder, custom_objects=custom_objects, exclude=exclude) or {})
     prefix = f"{folder}/" if folder else ""
+    placed: list[tuple[int, str]] = []  # state dicts given as values, and their places among the keys
     for name in src.source.members_in(folder):
         if not name.endswith(_format.PTH_SUFFIX):
             continue
@@ -77,10 +79,17 @@ def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None
             continue
         if exclude and _core.matches(key, exclude):
             continue
+        if name in src.reader.state_dict_values and key not in out:
+            placed.append((src.reader.state_dict_values[name], key))
+            if custom_objects and key in custom_objects:
+                out[key] = custom_objects[key]  # replaced unread, as the `data` key it was
+                continue
         try:
             out[key], _ = src.load_tensors(name)
         except ZipsaveError as err:
             src.skip(name, None, None, err)
+    if placed:
+        out = _in_place_order(out, placed)
     for child in src.child_components(folder):
         key = child[len(prefix) :]
         if "/" in key or (exclude and _core.matches(key, exclude)):
@@ -92,6 +101,20 @@ def load_app_state(src: LoadSession, folder: str, *, custom_objects: dict | None
         else:  # a plain object's folder: its values and state dicts, as a dict
             out[key] = load_app_state(src, child, custom_objects=None, exclude=_core.nested(exclude, key))
     return out
+
+
+def _in_place_order(out: dict[str, Any], placed: list[tuple[int, str]]) -> dict[str, Any]:
+    """``out`` with the keys of ``placed`` at their places, the others in their order (linear
+    in the keys, whatever places a manifest gives)."""
+    moved = {key for _, key in placed}
+    others = iter([k for k in out if k not in moved])
+    keys: list[str] = []
+    for place, key in sorted(placed):
+        keys.extend(itertools.islice(others, max(0, place - len(keys))))
+        if key in out:  # not skipped as broken
+            keys.append(key)
+    keys.extend(others)
+    return {k: out[k] for k in keys}
 
 
 def _add_variables(src: LoadSession, member: str, out: dict[str, Any], exclude: list[str]) -> None:

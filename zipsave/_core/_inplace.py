@@ -1,17 +1,21 @@
-"""Restoring an app state's plain values into the live ones in place, so a training loop's
-variables (``rb = ReplayBuffer(); app_state = {"rb": rb}``) see what ``restore`` loaded."""
+"""Restoring plain values into the live ones in place (an app state's values, an object's
+attributes, their random generators and tensors), so a training loop's variables
+(``rb = ReplayBuffer(); app_state = {"rb": rb}``) see what ``restore`` loaded."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
 import enum
+import random
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["fill_in_place"]
+from ._parts import PLAIN_VALUES
+
+__all__ = ["adopt_live", "fill_in_place"]
 
 
 def fill_in_place(live: Any, saved: Any, depth: int = 0) -> Any:
@@ -70,3 +74,66 @@ def _plain_object(value: Any) -> bool:
         return False
     params = getattr(cls, "__dataclass_params__", None)
     return not (dataclasses.is_dataclass(value) and params is not None and params.frozen)
+
+
+def adopt_live(live: Any, saved: Any, depth: int = 0) -> Any:
+    """``saved``, with each random generator and tensor in it replaced by the live one at the
+    same place in ``live`` (a dict key, a list index), that one set to the saved state: so a
+    DataLoader holding ``self.rngs["torch"]`` draws from the restored state, and an optimizer
+    over ``self.params["w"]`` goes on training the tensor the model uses."""
+    if type(saved) in PLAIN_VALUES or live is None or depth > 20:
+        return saved
+    if _restore_rng(live, saved) or _copy_tensor_into(live, saved):
+        return live
+    if type(live) is not type(saved):
+        return saved
+    if isinstance(saved, dict):
+        for k, v in saved.items():
+            if k in live:
+                saved[k] = adopt_live(live[k], v, depth + 1)
+    elif isinstance(saved, list):
+        saved[: len(live)] = [
+            b if type(b) in PLAIN_VALUES else adopt_live(a, b, depth + 1) for a, b in zip(live, saved)
+        ]
+    elif isinstance(saved, tuple) and len(saved) == len(live):
+        items = [b if type(b) in PLAIN_VALUES else adopt_live(a, b, depth + 1) for a, b in zip(live, saved)]
+        if any(a is not b for a, b in zip(items, saved)):
+            return type(saved)(*items) if hasattr(type(saved), "_fields") else type(saved)(items)
+    return saved
+
+
+def _copy_tensor_into(live: Any, saved: Any) -> bool:
+    """Copy a loaded tensor into the live one of the same shape and dtype, where the live one is
+    a leaf that requires grad (what an optimizer holds); other tensors are replaced, as values."""
+    if not (isinstance(live, torch.Tensor) and isinstance(saved, torch.Tensor)) or live is saved:
+        return False
+    if not (live.requires_grad and live.is_leaf):
+        return False
+    if live.shape != saved.shape or live.dtype != saved.dtype or live.layout != torch.strided:
+        return False
+    if saved.layout != torch.strided or live.is_inference():
+        return False
+    with torch.no_grad():
+        live.copy_(saved)
+    return True
+
+
+def _restore_rng(target: Any, value: Any) -> bool:
+    """Put a loaded random generator's state into the live one of the same type, so whatever
+    else holds it (a DataLoader, an environment, a buffer) draws from the restored state too."""
+    if target is value or type(target) is not type(value):
+        return False
+    try:
+        if isinstance(target, torch.Generator):
+            target.set_state(value.get_state())
+        elif isinstance(target, random.Random):
+            target.setstate(value.getstate())
+        elif isinstance(target, np.random.Generator):
+            target.bit_generator.state = value.bit_generator.state
+        elif isinstance(target, np.random.RandomState):
+            target.set_state(value.get_state())
+        else:
+            return False
+    except (RuntimeError, TypeError, ValueError):
+        return False  # another device or bit generator: the loaded object replaces it
+    return True

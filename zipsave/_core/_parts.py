@@ -147,7 +147,11 @@ class Parts:
       integration's loads rebuild without running it (SB3's schedule closures), so saving it
       is not warned about;
     - ``app_state``: saved from a dict (no class, no handler): listed in the manifest, so that
-      a load reads the folder as a dict without asking handlers whether they recognise it.
+      a load reads the folder as a dict without asking handlers whether they recognise it;
+    - ``state_values``: the names in ``state`` that are state dicts given as values of an app
+      state (``{"model": model.state_dict()}``), not objects, each with its place among the
+      app state's keys: listed in the manifest, so that a load puts them back where they were
+      and ``restore`` as the values they were.
     """
 
     __slots__ = (
@@ -160,6 +164,7 @@ class Parts:
         "snapshot",
         "rebuilt_on_load",
         "app_state",
+        "state_values",
     )
 
     def __init__(
@@ -173,6 +178,7 @@ class Parts:
         snapshot: Any = None,
         rebuilt_on_load: Any = None,
         app_state: bool = False,
+        state_values: dict[str, int] | None = None,
     ) -> None:
         self.data = data
         self.state = state
@@ -183,6 +189,7 @@ class Parts:
         self.snapshot = snapshot
         self.rebuilt_on_load = rebuilt_on_load
         self.app_state = app_state
+        self.state_values = {} if state_values is None else state_values
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)

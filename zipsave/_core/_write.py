@@ -4,7 +4,6 @@ archive at its destination."""
 from __future__ import annotations
 
 import base64
-import collections
 import contextlib
 import functools
 import os
@@ -20,7 +19,7 @@ from .. import _archive, _core, _format, _system_info  # _core: the sign extra (
 from .._archive import ArchiveWriter, is_url, open_output, with_suffix
 from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Encoder
 from .._json import dump_json
-from .._tensors import save_pth
+from .._tensors import check_weights_only, save_pth
 from .._version import __version__
 from ..exceptions import EncodeError, StorageError, ZipsaveError, ZipsaveWarning, caller_stacklevel, describe_path
 from ._collect import collect, holds_state
@@ -32,10 +31,21 @@ __all__ = ["Encoded", "encode", "encoded_size", "write"]
 class Encoded:
     """An object encoded and ready to write; tensors are still references (no copies).
     ``snapshot`` is ``Parts.snapshot``: how a background save may copy ``arrays``. (A plain
-    class: a first save does not compile a dataclass's methods.) ``app_state`` is
-    ``Parts.app_state``."""
+    class: a first save does not compile a dataclass's methods.) ``app_state`` and
+    ``state_values`` are ``Parts``'s."""
 
-    __slots__ = ("folder", "data", "init", "state", "variables", "arrays", "components", "snapshot", "app_state")
+    __slots__ = (
+        "folder",
+        "data",
+        "init",
+        "state",
+        "variables",
+        "arrays",
+        "components",
+        "snapshot",
+        "app_state",
+        "state_values",
+    )
 
     def __init__(
         self,
@@ -48,6 +58,7 @@ class Encoded:
         components: list[Encoded],
         snapshot: Any = None,
         app_state: bool = False,
+        state_values: dict[str, int] | None = None,
     ) -> None:
         self.folder = folder
         self.data = data
@@ -58,6 +69,7 @@ class Encoded:
         self.components = components
         self.snapshot = snapshot
         self.app_state = app_state
+        self.state_values = {} if state_values is None else state_values
 
     def replace(self, **changes: Any) -> Encoded:
         """A copy with ``changes`` (``dataclasses.replace``)."""
@@ -127,7 +139,7 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
                 hint=f"Fix the object, or leave it out with `exclude=[{name!r}]`.",
             ) from err
         if is_stateful(provider) and not isinstance(provider, (torch.nn.Module, torch.optim.Optimizer)):
-            _check_weights_only(name, state[-1][1])
+            check_weights_only(name, state[-1][1])
     components = []
     for name, comp in parts.components:
         sub = _format.join(folder, name)
@@ -135,7 +147,16 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
         components.append(encode(collected, sub, exclude=None, include=None))
     data_bytes = _dump_entries(data, folder)
     return Encoded(
-        folder, data_bytes, init, state, parts.variables, arrays, components, parts.snapshot, parts.app_state
+        folder,
+        data_bytes,
+        init,
+        state,
+        parts.variables,
+        arrays,
+        components,
+        parts.snapshot,
+        parts.app_state,
+        parts.state_values,
     )
 
 
@@ -187,54 +208,6 @@ def _stored_as_code(serialized: str) -> bool:
         return False
 
 
-#: What ``torch.load(weights_only=True)`` reads back, by exact type (a subclass of a container,
-#: a namedtuple, a ``defaultdict``, is a global it refuses).
-_WEIGHTS_ONLY_LEAVES = (
-    type(None),
-    bool,
-    int,
-    float,
-    complex,
-    str,
-    bytes,
-    bytearray,
-    torch.Size,
-    torch.dtype,
-    torch.device,
-    torch.layout,
-)
-_WEIGHTS_ONLY_CONTAINERS = (dict, collections.OrderedDict, list, tuple, set)
-
-
-def _check_weights_only(name: str, value: Any, path: str = "", depth: int = 0) -> None:
-    """A state dict of your own stateful object (a replay buffer) becomes a ``.pth`` member,
-    which zipsave reads only with torch's ``weights_only`` loader. Values that ``torch.save``
-    writes and that loader refuses (numpy arrays and scalars, subclasses of the builtin
-    containers) would make an archive no load can read, so they are refused here. Other
-    objects are left to ``torch.save``: most of them fail there, before the archive is in place."""
-    if isinstance(value, torch.Tensor) or type(value) in _WEIGHTS_ONLY_LEAVES or depth > 100:
-        return
-    if type(value) in _WEIGHTS_ONLY_CONTAINERS:
-        items = value.items() if isinstance(value, dict) else enumerate(value)
-        for key, item in items:
-            _check_weights_only(name, item, f"{path}[{key!r}]", depth + 1)
-        return
-    refused = isinstance(value, (np.ndarray, np.generic, dict, list, tuple, set, frozenset, collections.deque))
-    if not refused:
-        return
-    kind = f"{type(value).__module__}.{type(value).__qualname__}"
-    raise EncodeError(
-        f"`{name}.state_dict(){path}` is a {kind}, which torch's safe loader (`weights_only=True`, the only way "
-        "zipsave reads `.pth` members) refuses, so the archive could not be loaded; nothing was written.",
-        key=name,
-        hint=(
-            "Return tensors, numbers, strings and dicts/lists/tuples of them from `state_dict` (a numpy array as "
-            "`torch.from_numpy(array)`, converted back in `load_state_dict`), or keep such values as plain "
-            "app-state values (arrays, lists, deques), which `restore` fills in place."
-        ),
-    )
-
-
 def _kept_elsewhere(value: Any) -> bool:
     """A constructor argument whose state the archive holds as members: a module, an optimizer,
     another stateful object or a plain object holding them."""
@@ -280,15 +253,21 @@ def write_encoded(writer: ArchiveWriter, enc: Encoded, *, root: bool) -> None:
     if root:
         writer.write_bytes(_format.VERSION, f"zipsave {__version__}\nformat {_format.FORMAT_VERSION}\n".encode())
         writer.write_bytes(_format.SYSTEM_INFO, _system_info_text(_system_info.get_system_info))
-        writer.write_manifest(app_state=list(_app_state_folders(enc)))
+        writer.write_manifest(
+            app_state=[e.folder for e in _folders(enc) if e.app_state],
+            state_dict_values={
+                _format.join(e.folder, _format.state_dict_member(name)): place
+                for e in _folders(enc)
+                for name, place in e.state_values.items()
+            },
+        )
 
 
-def _app_state_folders(enc: Encoded) -> Iterator[str]:
-    """The folders of ``enc`` and its components that were saved as app state."""
-    if enc.app_state:
-        yield enc.folder
+def _folders(enc: Encoded) -> Iterator[Encoded]:
+    """``enc`` and its components, depth first."""
+    yield enc
     for comp in enc.components:
-        yield from _app_state_folders(comp)
+        yield from _folders(comp)
 
 
 def write_npy(f: Any, arr: np.ndarray) -> None:

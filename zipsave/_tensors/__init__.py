@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._pth_mmap import mmap_tree
     from ._pth_read import load_member, load_pth
     from ._pth_records import check_member, check_stored_record, read_record, record_table
-    from ._pth_write import save_pth
+    from ._pth_write import WEIGHTS_ONLY_CONTAINERS, WEIGHTS_ONLY_LEAVES, check_weights_only, is_state_dict, save_pth
     from ._staging import Stager
     from ._tree import check_views, dotted, lookup, walk_leaves, walk_refs
 
@@ -53,7 +53,10 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("check_member", "check_stored_record", "read_record", "record_table"), "._pth_records"),
     **dict.fromkeys(("as_torch", "as_torch_tree", "torch_dtype"), "._device"),
     "get_device": "._device",
-    "save_pth": "._pth_write",
+    **dict.fromkeys(
+        ("WEIGHTS_ONLY_CONTAINERS", "WEIGHTS_ONLY_LEAVES", "check_weights_only", "is_state_dict", "save_pth"),
+        "._pth_write",
+    ),
     **dict.fromkeys(("check_views", "dotted", "walk_refs"), "._tree"),
     "mmap_tree": "._pth_mmap",
     **dict.fromkeys(("Prefaulter", "stored_crc"), "._prefault"),
@@ -129,6 +132,10 @@ __all__ = [
     "read_record",
     "record_table",
     "save_pth",
+    "is_state_dict",
+    "check_weights_only",
+    "WEIGHTS_ONLY_CONTAINERS",
+    "WEIGHTS_ONLY_LEAVES",
     "lookup",
     "mmap_tree",
     "Stager",

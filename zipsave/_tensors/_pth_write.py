@@ -1,16 +1,22 @@
 """A state dict -> a ``.pth`` member: genuine ``torch.save`` output streamed into the
-archive with torch's own CRC pass off (zipsave's writer hashes the bytes as they go)."""
+archive with torch's own CRC pass off (zipsave's writer hashes the bytes as they go), and
+which values a member holds so that zipsave's weights-only reader reads them back."""
 
 from __future__ import annotations
 
+import collections
 import threading
 from typing import Any
 
+import numpy as np
 import torch
 
+from .. import _tensors  # _tensors: the loaded-tree check, for a state dict given as a value
+from .._bounds import MAX_INT_BITS
+from ..exceptions import EncodeError, ZipsaveError
 from ._pth_records import RecordingStream
 
-__all__ = ["save_pth"]
+__all__ = ["WEIGHTS_ONLY_CONTAINERS", "WEIGHTS_ONLY_LEAVES", "check_weights_only", "is_state_dict", "save_pth"]
 
 _crc_option_lock = threading.Lock()
 
@@ -37,4 +43,123 @@ def save_pth(stream: Any, obj: Any) -> None:
         stream.records = recorder.records()
 
 
-# -- metadata ------------------------------------------------------------------------------
+# -- what a member holds -------------------------------------------------------------------
+#: What ``torch.load(weights_only=True)`` reads back, by exact type (a subclass of a container,
+#: a namedtuple, a ``defaultdict``, is a global it refuses).
+WEIGHTS_ONLY_LEAVES = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    bytearray,
+    torch.Size,
+    torch.dtype,
+    torch.device,
+    torch.layout,
+)
+WEIGHTS_ONLY_CONTAINERS = (dict, collections.OrderedDict, list, tuple, set)
+
+#: The leaves zipsave's reader gives back as they were saved (``torch.Size`` comes back a tuple).
+_SAME_LEAVES = frozenset(WEIGHTS_ONLY_LEAVES) - {torch.Size}
+#: Dense tensors and the sparse ones the reader assembles from checked parts.
+_LAYOUTS = frozenset(
+    {torch.strided, torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc}
+)
+#: Deepest nesting of a state dict's containers: a state dict nests a few levels, the reader
+#: refuses past ``MAX_TREE_DEPTH`` (200) and hashes keys nested up to ``MAX_KEY_DEPTH`` (100).
+_MAX_DEPTH = 100
+
+
+def check_weights_only(name: str, value: Any, path: str = "", depth: int = 0) -> None:
+    """A state dict of your own stateful object (a replay buffer) becomes a ``.pth`` member,
+    which zipsave reads only with torch's ``weights_only`` loader. Values that ``torch.save``
+    writes and that loader refuses (numpy arrays and scalars, subclasses of the builtin
+    containers) would make an archive no load can read, so they are refused here. Other
+    objects are left to ``torch.save``: most of them fail there, before the archive is in place."""
+    if isinstance(value, torch.Tensor) or type(value) in WEIGHTS_ONLY_LEAVES or depth > 100:
+        return
+    if type(value) in WEIGHTS_ONLY_CONTAINERS:
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            check_weights_only(name, item, f"{path}[{key!r}]", depth + 1)
+        return
+    refused = isinstance(value, (np.ndarray, np.generic, dict, list, tuple, set, frozenset, collections.deque))
+    if not refused:
+        return
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    raise EncodeError(
+        f"`{name}.state_dict(){path}` is a {kind}, which torch's safe loader (`weights_only=True`, the only way "
+        "zipsave reads `.pth` members) refuses, so the archive could not be loaded; nothing was written.",
+        key=name,
+        hint=(
+            "Return tensors, numbers, strings and dicts/lists/tuples of them from `state_dict` (a numpy array as "
+            "`torch.from_numpy(array)`, converted back in `load_state_dict`), or keep such values as plain "
+            "app-state values (arrays, lists, deques), which `restore` fills in place."
+        ),
+    )
+
+
+def is_state_dict(value: Any) -> bool:
+    """Whether ``value`` is a state dict that a ``.pth`` member holds as it is: an exact ``dict``
+    or ``OrderedDict`` holding at least one tensor, whose whole tree zipsave's weights-only
+    reader gives back identically (types, key order, an ``OrderedDict``'s ``_metadata``,
+    tensors with their dtype, shape, ``requires_grad`` and shared storages).
+
+    Tensors (``Tensor`` or ``Parameter``, dense or sparse, on the CPU or a GPU, without
+    attributes of their own) under string or integer keys, in dicts, ``OrderedDict`` objects,
+    lists, tuples and sets, beside ``None``, booleans, integers up to the reader's bound,
+    floats, complex numbers, strings, bytes and torch dtypes, devices and layouts. Anything
+    else (a numpy array, a ``deque``, a namedtuple, a ``torch.Size``, a quantized tensor) and
+    the value is not one."""
+    if type(value) not in (dict, collections.OrderedDict) or not value:
+        return False
+    found = [0]
+    if not _same_tree(value, 0, found) or not found[0]:
+        return False
+    try:
+        _tensors.check_tree(value)  # what the reader checks every tree it returns against
+    except ZipsaveError:
+        return False
+    return True
+
+
+def _same_key(key: Any) -> bool:
+    return type(key) is str or (type(key) is int and key.bit_length() <= MAX_INT_BITS)
+
+
+def _same_metadata(value: collections.OrderedDict, depth: int) -> bool:
+    """A module's state dict carries ``_metadata`` (versions ``load_state_dict`` reads); the
+    reader keeps that attribute only, and builds no tensor inside it."""
+    attributes = vars(value)
+    tensors = [0]
+    return (
+        set(attributes) == {"_metadata"} and _same_tree(attributes["_metadata"], depth + 1, tensors) and not tensors[0]
+    )
+
+
+def _same_tree(value: Any, depth: int, found: list[int]) -> bool:
+    kind = type(value)
+    if kind in (torch.Tensor, torch.nn.Parameter):
+        found[0] += 1
+        return (
+            value.layout in _LAYOUTS
+            and value.device.type in ("cpu", "cuda")
+            and not (value.is_quantized or value.is_conj() or value.is_neg() or value.is_nested)
+            and not vars(value)
+        )
+    if kind in _SAME_LEAVES:
+        return kind is not int or value.bit_length() <= MAX_INT_BITS
+    if depth >= _MAX_DEPTH:
+        return False
+    if kind is dict or kind is collections.OrderedDict:
+        if kind is collections.OrderedDict and vars(value) and not _same_metadata(value, depth):
+            return False
+        return all(_same_key(k) and _same_tree(v, depth + 1, found) for k, v in value.items())
+    if kind is list or kind is tuple:
+        return all(_same_tree(v, depth + 1, found) for v in value)
+    if kind is set:
+        return all(_same_key(v) for v in value)
+    return False

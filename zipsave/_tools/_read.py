@@ -62,7 +62,9 @@ def read(
     ``data`` (``learning_rate``). Prefixes are tried longest first, a ``.pth`` member before
     a ``data`` member of the same folder, and the first that holds ``<rest>`` wins. The
     addresses :func:`inspect` lists (:attr:`~zipsave.TensorInfo.name`,
-    :attr:`~zipsave.DataEntry.name`) always work.
+    :attr:`~zipsave.DataEntry.name`) always work. A state dict given as a value of an app
+    state (``{"model": model.state_dict()}``) is read whole by its key (``model``), as when
+    it was a ``data`` key.
 
     Only the bytes of the tensor's storage record are read (plus the member's small
     ``data.pkl``); a ``data`` key decodes from the JSON member and, if it refers to one,
@@ -126,6 +128,9 @@ def read(
     with ArchiveSource(path, limits=limits, storage_options=storage_options) as src:
         if trust is not None:
             _tools.check_source(src, trust)
+        whole = _format.state_dict_member(name)
+        if whole in src.reader.state_dict_values and whole in src.reader:
+            return load_member(src.reader, whole, device=target, mmap=mmap)[0]
         for prefix, is_tensor in _candidates(src.reader.names()):
             if prefix and not name.startswith(prefix + "/"):
                 continue
