@@ -137,8 +137,14 @@ _OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType
 
 
 def _tree_children(value: Any) -> list:
-    """A tree's container's children (a dict's keys too, which paths spell)."""
-    return [*value, *value.values()] if isinstance(value, dict) else list(value)
+    """A tree's container's children: a dict's keys too, which paths spell, and the attributes
+    of a dict of another type (a state dict's ``_metadata``, which a load walks alike)."""
+    if not isinstance(value, dict):
+        return list(value)
+    if type(value) is dict:
+        return [*value, *value.values()]
+    state = _state(value)
+    return [*value, *value.values(), *(state.values() if state else ())]
 
 
 def _is_tree_node(value: Any) -> bool:
