@@ -5,15 +5,12 @@ the environment passed with ``force_reset=False``)."""
 
 from __future__ import annotations
 
-import base64
 import collections
 import io
 import json
-import pickle
 import re
 import zipfile
 
-import numpy as np
 import pytest
 
 import zipsave
@@ -61,3 +58,94 @@ def test_a_state_dicts_own_metadata_still_loads(tmp_path):
     _, params, _ = zipsave.load_archive(tmp_path / "m.zip")
     assert params["policy"]._metadata == module.state_dict()._metadata
     module.load_state_dict(params["policy"])
+
+
+# -- SB3: sizes and counts SB3 computes with, finite rates and coefficients ----------------------
+
+
+def _rewrite(saved: bytes, path, data: dict) -> str:
+    """``saved`` with ``data`` keys replaced by the JSON values given; no manifest."""
+    with zipfile.ZipFile(io.BytesIO(saved)) as zf:
+        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    raw = json.loads(items["data"])
+    raw.update(data)
+    items["data"] = json.dumps(raw).encode()  # NaN and Infinity as Python's json writes them
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, raw_bytes in items.items():
+            zf.writestr(name, raw_bytes)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def sb3():
+    return pytest.importorskip("stable_baselines3")
+
+
+@pytest.fixture(scope="module")
+def ppo_small(sb3, tmp_path_factory):
+    path = tmp_path_factory.mktemp("ppo") / "ppo.zip"
+    sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=8, n_epochs=1, device="cpu", seed=0).save(path)
+    return path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def sac_small(sb3, tmp_path_factory):
+    path = tmp_path_factory.mktemp("sac") / "sac.zip"
+    kwargs = {"learning_starts": 4, "buffer_size": 64, "batch_size": 4, "policy_kwargs": {"net_arch": [8]}}
+    sb3.SAC("MlpPolicy", "Pendulum-v1", device="cpu", seed=0, **kwargs).save(path)
+    return path.read_bytes()
+
+
+def _env(sb3, name):
+    from stable_baselines3.common.env_util import make_vec_env
+
+    return make_vec_env(name, n_envs=1, seed=0)
+
+
+OUT_OF_RANGE = {
+    # what the first learn() of the old tree's model did
+    "ppo-n_steps-0": ("ppo", "n_steps", 0),  # UnboundLocalError: new_obs
+    "ppo-n_epochs-0": ("ppo", "n_epochs", 0),  # UnboundLocalError: approx_kl_divs
+    "ppo-batch_size-0": ("ppo", "batch_size", 0),  # RuntimeError: cannot reshape tensor of 0 elements
+    "ppo-gamma-nan": ("ppo", "gamma", float("nan")),  # ValueError: Categorical(logits) of NaN
+    "ppo-learning_rate-inf": ("ppo", "learning_rate", float("inf")),  # the same
+    "ppo-stats-window--1": ("ppo", "_stats_window_size", -1),  # ValueError: maxlen must be non-negative
+    "td3-policy_delay-0": ("td3", "policy_delay", 0),  # ZeroDivisionError
+    "td3-batch_size--1": ("td3", "batch_size", -1),  # ValueError: negative dimensions
+    "td3-tau-nan": ("td3", "tau", float("nan")),  # learned, and its actor's weights were NaN
+    "sac-target_update_interval-0": ("sac", "target_update_interval", 0),  # ZeroDivisionError
+    "sac-ent_coef-nan": ("sac", "ent_coef", float("nan")),  # ParameterMismatchError: the whole load refused
+}
+
+
+@pytest.mark.parametrize("case", OUT_OF_RANGE.values(), ids=OUT_OF_RANGE.keys())
+def test_a_number_out_of_the_range_sb3_computes_with_is_skipped(request, sb3, tmp_path, case):
+    which, key, value = case
+    saved = request.getfixturevalue({"ppo": "ppo_small", "td3": "td3_saved", "sac": "sac_small"}[which])
+    cls = {"ppo": sb3.PPO, "td3": sb3.TD3, "sac": sb3.SAC}[which]
+    env = "CartPole-v1" if which == "ppo" else "Pendulum-v1"
+    path = _rewrite(saved, tmp_path / "range.zip", {key: value})
+    with pytest.raises(zipsave.DecodeError, match=re.escape(f"where {cls.__name__} ")) as caught:
+        zipsave.load(path, cls=cls, env=_env(sb3, env), device="cpu", strict=True)
+    assert caught.value.key == key and caught.value.member == "data"
+    with pytest.warns(zipsave.ZipsaveWarning, match=re.escape(f"`{key}`")):  # learning_rate: with its fallback
+        model = zipsave.load(path, cls=cls, env=_env(sb3, env), device="cpu")
+    model.learn(16)
+    assert all(p.detach().isfinite().all() for p in model.policy.parameters())
+
+
+SB3_MEANINGS = {
+    "td3-gradient_steps--1": ("gradient_steps", -1),  # as many gradient steps as env steps
+    "td3-learning_starts-0": ("learning_starts", 0),
+    "td3-target_noise_clip-inf": ("target_noise_clip", float("inf")),  # no clamp
+    "td3-stats-window-0": ("_stats_window_size", 0),
+}
+
+
+@pytest.mark.parametrize("case", SB3_MEANINGS.values(), ids=SB3_MEANINGS.keys())
+def test_values_sb3_gives_a_meaning_still_load(sb3, tmp_path, td3_saved, case):
+    key, value = case
+    path = _rewrite(td3_saved, tmp_path / "meaning.zip", {key: value})
+    model = zipsave.load(path, cls=sb3.TD3, env=_env(sb3, "Pendulum-v1"), device="cpu", strict=True)
+    assert getattr(model, key) == value
+    model.learn(16)

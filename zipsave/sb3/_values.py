@@ -21,6 +21,29 @@ __all__ = [
     "whole_number_keys",
 ]
 
+#: The least value SB3 computes with for a size or a count, with the class that uses it so (its
+#: name in the model's class hierarchy): a rollout of ``n_steps=0`` leaves ``collect_rollouts``'
+#: ``new_obs`` unbound, ``n_epochs=0`` PPO's ``approx_kl_divs``, a ``batch_size`` below 1 is no
+#: batch (numpy's ``size=`` and PPO's reshape refuse it), ``policy_delay`` and SAC's
+#: ``target_update_interval`` are taken modulo (``ZeroDivisionError`` at 0; DQN saves its own
+#: clamped to 1 already), and a ``deque(maxlen=stats_window_size)`` takes no negative length.
+#: Where SB3 gives values below these a meaning (``gradient_steps=-1``, ``learning_starts``,
+#: ``sde_sample_freq=-1``, an off-policy ``n_steps`` of 1 or less) it is not listed.
+LEAST: dict[str, tuple[int, str]] = {
+    "n_steps": (1, "OnPolicyAlgorithm"),
+    "n_epochs": (1, "BaseAlgorithm"),
+    "batch_size": (1, "BaseAlgorithm"),
+    "policy_delay": (1, "BaseAlgorithm"),
+    "target_update_interval": (1, "BaseAlgorithm"),
+    "stats_window_size": (0, "BaseAlgorithm"),
+}
+
+#: Float arguments SB3 reads only as a bound (``clip_grad_norm_``'s ``max_norm``, PPO's early
+#: stop at ``target_kl``, TD3's noise clamp), where ``+inf`` means no bound. Every other float
+#: argument is a discount, rate, coefficient or scale that SB3 multiplies by: an infinity there
+#: makes the losses and then the weights NaN at the first ``train``.
+BOUNDS = frozenset({"max_grad_norm", "target_kl", "target_noise_clip"})
+
 #: What a set-up model calls at every ``train`` (its schedules): ``_setup_model`` makes each a
 #: callable from the saved number, which a restore into a live model never runs.
 CALLED_SCHEDULES = ("lr_schedule", "clip_range", "clip_range_vf", "exploration_schedule")
@@ -95,6 +118,9 @@ def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
     * where the constructor takes an ``int`` (:func:`whole_number_keys`), an integer of at most
       63 bits: ``batch_size=2.5`` or ``gradient_steps=1.5`` failed at the first ``learn`` with
       numpy's or ``range``'s ``TypeError`` (whole floats were made integers before);
+    * a size or a count at least what SB3 computes with, a float argument finite or a bound
+      (:func:`_range_problems`): ``n_steps=0``, ``policy_delay=0`` or ``gamma=nan`` failed at
+      the first ``learn`` (``UnboundLocalError``, ``ZeroDivisionError``, a NaN policy);
     * ``train_freq``: as SB3 keeps it, a ``TrainFreq`` of an integer of at least 1 and a
       ``TrainFrequencyUnit`` (SB3 1.x saved the integer, or a tuple with ``"step"``/``"episode"``);
     * a ``HerReplayBuffer``'s ``n_sampled_goal`` in ``replay_buffer_kwargs``: a finite number of
@@ -117,6 +143,7 @@ def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
         value = data[key]
         if key not in out and not _integer(value):
             out[key] = f"is {_kind(value)}, where {type(model).__name__} keeps an integer (a size or a count)"
+    out.update((k, p) for k, p in _range_problems(type(model), data).items() if k not in out)
     if "train_freq" in data and not _train_freq(data["train_freq"]):
         out["train_freq"] = (
             f"is {_kind(data['train_freq'])}, where SB3 keeps a TrainFreq of an integer of at least 1 and a unit"
@@ -127,6 +154,28 @@ def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
         out["replay_buffer_kwargs"] = (
             f"holds `n_sampled_goal` = {_kind(goals)}, where SB3 keeps a finite number of at least 0"
         )
+    return out
+
+
+def _range_problems(cls: type, data: dict[str, Any]) -> dict[str, str]:
+    """The ``data`` keys of ``cls``'s constructor arguments that hold a number out of the range
+    SB3 computes with: a size or a count below its least (:data:`LEAST`), a float argument
+    (its annotation says ``float``: ``gamma``, a ``learning_rate`` or SAC's ``ent_coef`` given
+    as a number) that is NaN, or infinite where it is no bound (:data:`BOUNDS`)."""
+    taken = inspect.signature(cls).parameters
+    bases = {c.__name__ for c in cls.__mro__}
+    out = {}
+    for key, value in data.items():
+        name = key[1:] if key[:1] == "_" and key[1:] in taken else key
+        if name not in taken or isinstance(value, (bool, np.bool_)):
+            continue
+        least = LEAST.get(name)
+        if least is not None and least[1] in bases and _integer(value) and value < least[0]:
+            out[key] = f"is {_kind(value)}, where {cls.__name__} needs a size or count of at least {least[0]}"
+        elif isinstance(value, (float, np.floating)) and "float" in str(taken[name].annotation):
+            number = float(value)
+            if math.isnan(number) or (math.isinf(number) and (name not in BOUNDS or number < 0)):
+                out[key] = f"is {_kind(value)}, where {cls.__name__} computes with a finite number"
     return out
 
 
