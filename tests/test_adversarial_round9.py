@@ -5,12 +5,15 @@ the environment passed with ``force_reset=False``)."""
 
 from __future__ import annotations
 
+import base64
 import collections
 import io
 import json
+import pickle
 import re
 import zipfile
 
+import numpy as np
 import pytest
 
 import zipsave
@@ -149,3 +152,66 @@ def test_values_sb3_gives_a_meaning_still_load(sb3, tmp_path, td3_saved, case):
     model = zipsave.load(path, cls=sb3.TD3, env=_env(sb3, "Pendulum-v1"), device="cpu", strict=True)
     assert getattr(model, key) == value
     model.learn(16)
+
+
+# -- SB3: what the next step starts from, on load(env=..., force_reset=False) ---------------------
+
+
+def _pickled(value):
+    typ = f"<class '{type(value).__module__}.{type(value).__qualname__}'>"
+    return {":type:": typ, ":serialized:": base64.b64encode(pickle.dumps(value)).decode()}
+
+
+def _started_pendulum(sb3):
+    env = _env(sb3, "Pendulum-v1")
+    env.reset()  # force_reset=False steps on from the saved observation: the env is under way
+    return env
+
+
+STALE = {
+    "obs-shape": ("_last_obs", np.zeros((3, 7), np.float32)),  # Unexpected observation shape (3, 7)
+    "obs-rank": ("_last_obs", np.zeros((1, 3, 1), np.float32)),  # Unexpected observation shape (1, 3, 1)
+    "obs-objects": ("_last_obs", np.zeros((1, 3), object)),  # TypeError: can't convert np.ndarray of object_
+    "obs-text": ("_last_obs", "x"),  # Unexpected observation shape ()
+    "original-obs": ("_last_original_obs", np.zeros((2, 3), np.float32)),
+    "episode-starts": ("_last_episode_starts", np.ones(5, bool)),
+}
+
+
+@pytest.mark.parametrize("case", STALE.values(), ids=STALE.keys())
+def test_a_saved_step_the_environments_passed_cannot_continue_is_skipped(sb3, tmp_path, td3_saved, case):
+    key, value = case
+    path = _rewrite(td3_saved, tmp_path / "stale.zip", {key: value if isinstance(value, str) else _pickled(value)})
+    with pytest.raises(
+        zipsave.DecodeError, match=re.escape("where the 1 environment(s) passed step on from")
+    ) as caught:
+        zipsave.load(path, cls=sb3.TD3, env=_started_pendulum(sb3), device="cpu", force_reset=False, strict=True)
+    assert caught.value.key == key
+    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape(f"`{key}`")):
+        model = zipsave.load(path, cls=sb3.TD3, env=_started_pendulum(sb3), device="cpu", force_reset=False)
+    assert getattr(model, key) is None
+    model.learn(16, reset_num_timesteps=False)
+
+
+def test_a_saved_step_the_environments_can_continue_is_kept(sb3, tmp_path, td3_saved):
+    obs, starts = np.full((1, 3), 0.5, np.float32), np.zeros(1, bool)
+    path = _rewrite(
+        td3_saved, tmp_path / "kept.zip", {"_last_obs": _pickled(obs), "_last_episode_starts": _pickled(starts)}
+    )
+    model = zipsave.load(path, cls=sb3.TD3, env=_started_pendulum(sb3), device="cpu", force_reset=False, strict=True)
+    assert (model._last_obs == obs).all() and (model._last_episode_starts == starts).all()
+    model.learn(16, reset_num_timesteps=False)
+    other = zipsave.load(path, cls=sb3.TD3, device="cpu", strict=True)  # no environments: nothing steps from it
+    assert (other._last_obs == obs).all()
+
+
+def test_restore_into_a_model_that_has_not_stepped_checks_the_saved_step(sb3, tmp_path, td3_saved):
+    # the live model holds no _last_obs yet, so round eight's comparison had nothing to compare
+    # with: restore set (3, 7), and learn(reset_num_timesteps=False) stepped on from it
+    path = _rewrite(td3_saved, tmp_path / "stale.zip", {"_last_obs": _pickled(np.zeros((3, 7), np.float32))})
+    kwargs = {"learning_starts": 4, "buffer_size": 64, "batch_size": 4, "policy_kwargs": {"net_arch": [8]}}
+    model = sb3.TD3("MlpPolicy", _env(sb3, "Pendulum-v1"), device="cpu", seed=0, **kwargs)
+    with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("`_last_obs`")):
+        zipsave.restore(model, path, device="cpu")
+    assert model._last_obs is None
+    model.learn(16, reset_num_timesteps=False)

@@ -121,6 +121,7 @@ def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
     * a size or a count at least what SB3 computes with, a float argument finite or a bound
       (:func:`_range_problems`): ``n_steps=0``, ``policy_delay=0`` or ``gamma=nan`` failed at
       the first ``learn`` (``UnboundLocalError``, ``ZeroDivisionError``, a NaN policy);
+    * what the next step starts from, where the model has environments (:func:`_stale_observations`);
     * ``train_freq``: as SB3 keeps it, a ``TrainFreq`` of an integer of at least 1 and a
       ``TrainFrequencyUnit`` (SB3 1.x saved the integer, or a tuple with ``"step"``/``"episode"``);
     * a ``HerReplayBuffer``'s ``n_sampled_goal`` in ``replay_buffer_kwargs``: a finite number of
@@ -144,6 +145,7 @@ def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
         if key not in out and not _integer(value):
             out[key] = f"is {_kind(value)}, where {type(model).__name__} keeps an integer (a size or a count)"
     out.update((k, p) for k, p in _range_problems(type(model), data).items() if k not in out)
+    out.update((k, p) for k, p in _stale_observations(model, data).items() if k not in out)
     if "train_freq" in data and not _train_freq(data["train_freq"]):
         out["train_freq"] = (
             f"is {_kind(data['train_freq'])}, where SB3 keeps a TrainFreq of an integer of at least 1 and a unit"
@@ -176,6 +178,43 @@ def _range_problems(cls: type, data: dict[str, Any]) -> dict[str, str]:
             number = float(value)
             if math.isnan(number) or (math.isinf(number) and (name not in BOUNDS or number < 0)):
                 out[key] = f"is {_kind(value)}, where {cls.__name__} computes with a finite number"
+    return out
+
+
+#: What the next step of a model's environments starts from, as SB3 keeps it after a step.
+_STEP_STATE = ("_last_obs", "_last_original_obs", "_last_episode_starts")
+
+
+def _stale_observations(model: Any, data: dict[str, Any]) -> dict[str, str]:
+    """The ``data`` keys of what the next step starts from that the environments ``model`` holds
+    cannot continue, each with what is wrong. ``load(env=..., force_reset=False)`` (and a
+    restore into a model with environments) keeps the saved ``_last_obs`` so that ``learn``
+    steps on from it: it must be what those environments give, an array of numbers of shape
+    ``(num_envs, *observation_space.shape)`` (a dict of such arrays for a ``Dict`` space), and
+    ``_last_episode_starts`` one flag per environment. ``_last_obs`` of (3, 7) where one
+    environment gives (3,) failed at the first ``learn`` (SB3's "Unexpected observation shape").
+    Without environments (or after ``force_reset``) nothing steps from them: nothing is checked."""
+    from gymnasium import spaces
+
+    env, space = getattr(model, "env", None), getattr(model, "observation_space", None)
+    if env is None or not isinstance(space, spaces.Space):
+        return {}
+    n = env.num_envs
+    wanted: Any = (n, *space.shape) if space.shape is not None else None
+    if isinstance(space, spaces.Dict):
+        wanted = sorted((str(k), (n, *sub.shape)) for k, sub in space.spaces.items() if sub.shape is not None)
+    out = {}
+    for key in _STEP_STATE:
+        value = data.get(key)
+        expected = (n,) if key == "_last_episode_starts" else wanted
+        if value is None or expected is None:
+            continue
+        arrays = value.values() if isinstance(value, dict) else (value,)
+        if _shapes(value) != expected or any(a.dtype.kind not in "biuf" for a in arrays):
+            what = (
+                f"an array of shape {shown(expected)}" if isinstance(expected, tuple) else f"arrays {shown(expected)}"
+            )
+            out[key] = f"is {_described(value)}, where the {n} environment(s) passed step on from {what} of numbers"
     return out
 
 
