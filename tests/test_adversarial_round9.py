@@ -63,6 +63,29 @@ def test_a_state_dicts_own_metadata_still_loads(tmp_path):
     module.load_state_dict(params["policy"])
 
 
+PLAIN_KINDS = {
+    "counter": lambda: collections.Counter({"seen": 3}),
+    "counter-of-dtypes": lambda: collections.Counter({torch.float16: 3}),
+    "size": lambda: torch.Size([2, 3]),
+    "ordered": lambda: collections.OrderedDict(b=1, a=torch.ones(1)),
+}
+
+
+@pytest.mark.parametrize("kind", PLAIN_KINDS)
+def test_a_state_dicts_values_keep_the_kind_torch_load_gives(tmp_path, kind):
+    # the metadata reader handed back a Counter as a dict (a missing key: KeyError where the
+    # Counter gives 0) and a torch.Size as a tuple (no .numel()), unlike torch.load
+    value = PLAIN_KINDS[kind]()
+    state = {"w": torch.ones(2), "v": value}
+    zipsave.save_archive(tmp_path / "v.zip", data={"lr": 0.5}, params={"policy": state})
+    with zipfile.ZipFile(tmp_path / "v.zip") as zf:
+        expected = torch.load(io.BytesIO(zf.read("policy.pth")), weights_only=True)["v"]
+    _, params, _ = zipsave.load_archive(tmp_path / "v.zip")
+    loaded = params["policy"]["v"]
+    assert type(loaded) is type(expected) is type(value)
+    assert repr(loaded) == repr(expected)
+
+
 # -- SB3: sizes and counts SB3 computes with, finite rates and coefficients ----------------------
 
 
