@@ -238,3 +238,60 @@ def test_restore_into_a_model_that_has_not_stepped_checks_the_saved_step(sb3, tm
         zipsave.restore(model, path, device="cpu")
     assert model._last_obs is None
     model.learn(16, reset_num_timesteps=False)
+
+
+# -- loose variables: the tensor an optimizer steps is filled, never replaced ---------------------
+
+
+def _with_variables(saved: bytes, path, variables: dict) -> str:
+    with zipfile.ZipFile(io.BytesIO(saved)) as zf:
+        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    out = io.BytesIO()
+    torch.save(variables, out)
+    items["pytorch_variables.pth"] = out.getvalue()
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, raw_bytes in items.items():
+            zf.writestr(name, raw_bytes)
+    return str(path)
+
+
+def _small_sac(sb3):
+    kwargs = {"learning_starts": 4, "buffer_size": 64, "batch_size": 4, "policy_kwargs": {"net_arch": [8]}}
+    return sb3.SAC("MlpPolicy", _env(sb3, "Pendulum-v1"), device="cpu", seed=0, **kwargs)
+
+
+LOG_ENT_COEF = {
+    # the first learn() of the old tree's model: RuntimeError ('a Tensor with 3 elements cannot be
+    # converted to Scalar', 'element 0 of tensors does not require grad') or AttributeError
+    "three": lambda: torch.zeros(3),
+    "zero-dim": lambda: torch.tensor(0.0),
+    "empty": lambda: torch.zeros(0),
+    "a-million-from-one": lambda: torch.zeros(1).expand(10**6),
+    "number": lambda: 5,
+}
+
+
+@pytest.mark.parametrize("kind", LOG_ENT_COEF)
+def test_a_variable_an_optimizer_steps_is_refused_unless_it_fits(sb3, tmp_path, sac_small, kind):
+    import zipsave.sb3
+
+    path = _with_variables(sac_small, tmp_path / "vars.zip", {"log_ent_coef": LOG_ENT_COEF[kind]()})
+    words = re.escape("the variable `log_ent_coef` is ")
+    with pytest.raises(zipsave.ParameterMismatchError, match=words) as caught:
+        zipsave.load(path, cls=sb3.SAC, env=_env(sb3, "Pendulum-v1"), device="cpu")
+    assert caught.value.member == "pytorch_variables.pth" and caught.value.key == "log_ent_coef"
+    with zipsave.sb3.installed(), pytest.raises(zipsave.ParameterMismatchError, match=words):
+        sb3.SAC.load(path, env=_env(sb3, "Pendulum-v1"), device="cpu")
+    model = _small_sac(sb3)
+    with pytest.raises(zipsave.ParameterMismatchError, match=words):
+        zipsave.restore(model, path, device="cpu")
+
+
+def test_a_variable_of_another_dtype_is_copied_into_the_stepped_tensor(sb3, tmp_path, sac_small):
+    path = _with_variables(
+        sac_small, tmp_path / "vars.zip", {"log_ent_coef": torch.full((1,), -0.5, dtype=torch.float64)}
+    )
+    model = zipsave.load(path, cls=sb3.SAC, env=_env(sb3, "Pendulum-v1"), device="cpu", strict=True)
+    assert model.log_ent_coef.dtype == torch.float32 and model.log_ent_coef.item() == -0.5
+    assert model.log_ent_coef is model.ent_coef_optimizer.param_groups[0]["params"][0]
+    model.learn(16)
