@@ -295,3 +295,80 @@ def test_a_variable_of_another_dtype_is_copied_into_the_stepped_tensor(sb3, tmp_
     assert model.log_ent_coef.dtype == torch.float32 and model.log_ent_coef.item() == -0.5
     assert model.log_ent_coef is model.ent_coef_optimizer.param_groups[0]["params"][0]
     model.learn(16)
+
+
+# -- VecNormalize: the settings it normalizes with ------------------------------------------------
+
+
+def _normalized_pendulum(sb3):
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    venv = VecNormalize(_env(sb3, "Pendulum-v1"))
+    venv.reset()
+    for _ in range(4):
+        venv.step(np.zeros((1, 1)))
+    return venv
+
+
+def _edited(path, member: str, change: dict, out) -> str:
+    with zipfile.ZipFile(path) as zf:
+        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    raw = json.loads(items[member])
+    raw.update(change)
+    items[member] = json.dumps(raw).encode()
+    with zipfile.ZipFile(out, "w") as zf:
+        for name, raw_bytes in items.items():
+            zf.writestr(name, raw_bytes)
+    return str(out)
+
+
+SETTINGS = {
+    # the old tree loaded each; its first step raised TypeError or numpy's UFuncTypeError, or
+    # returned NaN observations and rewards
+    "clip_obs-text": ("clip_obs", "10"),
+    "gamma-text": ("gamma", "0.9"),
+    "gamma-nan": ("gamma", float("nan")),
+    "epsilon-negative": ("epsilon", -1.0),
+    "clip_reward-nan": ("clip_reward", float("nan")),
+    "norm_obs-text": ("norm_obs", "x"),
+}
+
+
+@pytest.mark.parametrize("case", SETTINGS.values(), ids=SETTINGS.keys())
+def test_vec_normalize_settings_of_another_kind_are_refused(sb3, tmp_path, case):
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    import zipsave.sb3
+
+    key, value = case
+    with zipsave.sb3.installed():
+        _normalized_pendulum(sb3).save(tmp_path / "vn.zip")
+        path = _edited(tmp_path / "vn.zip", "data", {key: value}, tmp_path / "hostile.zip")
+        with pytest.raises(zipsave.DecodeError, match=re.escape(f"`{key}` is ")) as caught:
+            VecNormalize.load(path, _env(sb3, "Pendulum-v1"))
+    assert caught.value.key == key
+    # a model archive's vec_normalize/ folder: the same check, on both doors that read it
+    model = sb3.PPO("MlpPolicy", _normalized_pendulum(sb3), n_steps=16, batch_size=8, device="cpu")
+    zipsave.save(model, tmp_path / "m.zip", include=["vec_normalize"])
+    path = _edited(tmp_path / "m.zip", "vec_normalize/data", {key: value}, tmp_path / "m-hostile.zip")
+    with pytest.raises(zipsave.DecodeError, match=re.escape(f"`{key}` is ")) as caught:
+        zipsave.load(path, cls=sb3.PPO, env=_env(sb3, "Pendulum-v1"), device="cpu", strict=True)
+    assert caught.value.member == "vec_normalize/data"
+    with zipsave.sb3.installed(), pytest.raises(zipsave.DecodeError, match=re.escape(f"`{key}` is ")):
+        VecNormalize.load(path, _env(sb3, "Pendulum-v1"))
+
+
+def test_vec_normalize_settings_sb3_takes_load(sb3, tmp_path):
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    import zipsave.sb3
+
+    with zipsave.sb3.installed():
+        _normalized_pendulum(sb3).save(tmp_path / "vn.zip")
+        change = {"clip_obs": float("inf"), "clip_reward": 5, "epsilon": 0.0, "training": False}
+        path = _edited(tmp_path / "vn.zip", "data", change, tmp_path / "ok.zip")
+        loaded = VecNormalize.load(path, _env(sb3, "Pendulum-v1"))
+    assert loaded.clip_obs == float("inf") and loaded.training is False
+    loaded.reset()
+    obs, reward, _, _ = loaded.step(np.zeros((1, 1)))
+    assert np.isfinite(obs).all() and np.isfinite(reward).all()
