@@ -188,34 +188,51 @@ _STEP_STATE = ("_last_obs", "_last_original_obs", "_last_episode_starts")
 def _stale_observations(model: Any, data: dict[str, Any]) -> dict[str, str]:
     """The ``data`` keys of what the next step starts from that the environments ``model`` holds
     cannot continue, each with what is wrong. ``load(env=..., force_reset=False)`` (and a
-    restore into a model with environments) keeps the saved ``_last_obs`` so that ``learn``
-    steps on from it: it must be what those environments give, an array of numbers of shape
-    ``(num_envs, *observation_space.shape)`` (a dict of such arrays for a ``Dict`` space), and
-    ``_last_episode_starts`` one flag per environment. ``_last_obs`` of (3, 7) where one
-    environment gives (3,) failed at the first ``learn`` (SB3's "Unexpected observation shape").
-    Without environments (or after ``force_reset``) nothing steps from them: nothing is checked."""
+    restore into a model with environments) keeps them so that ``learn`` steps on from them:
+    ``_last_obs`` and ``_last_original_obs`` hold numbers, one row of the space's size per
+    environment (the buffer reshapes a row to the space's shape; SB3 keeps a ``Discrete`` entry
+    of a ``Dict`` space as ``(n, 1)`` there), ``_last_obs`` as SB3's ``predict`` takes it
+    (``is_vectorized_observation``), and ``_last_episode_starts`` one flag per environment.
+    ``_last_obs`` of (3, 7) or (1, 3, 1) where one environment gives (3,) failed at the first
+    ``learn`` (SB3's "Unexpected observation shape"). Without environments (or after
+    ``force_reset``) nothing steps from them: nothing is checked."""
     from gymnasium import spaces
 
     env, space = getattr(model, "env", None), getattr(model, "observation_space", None)
     if env is None or not isinstance(space, spaces.Space):
         return {}
-    n = env.num_envs
-    wanted: Any = (n, *space.shape) if space.shape is not None else None
-    if isinstance(space, spaces.Dict):
-        wanted = sorted((str(k), (n, *sub.shape)) for k, sub in space.spaces.items() if sub.shape is not None)
+    n, parts = env.num_envs, dict(space.spaces) if isinstance(space, spaces.Dict) else {None: space}
+    if any(part.shape is None for part in parts.values()):
+        return {}  # a space SB3 does not step with
     out = {}
     for key in _STEP_STATE:
         value = data.get(key)
-        expected = (n,) if key == "_last_episode_starts" else wanted
-        if value is None or expected is None:
-            continue
-        arrays = value.values() if isinstance(value, dict) else (value,)
-        if _shapes(value) != expected or any(a.dtype.kind not in "biuf" for a in arrays):
-            what = (
-                f"an array of shape {shown(expected)}" if isinstance(expected, tuple) else f"arrays {shown(expected)}"
-            )
-            out[key] = f"is {_described(value)}, where the {n} environment(s) passed step on from {what} of numbers"
+        if value is not None and not _steps_on(key, value, space, parts, n):
+            rows = f"one row of {' and '.join(f'{math.prod(p.shape)}' for p in parts.values())} number(s) each"
+            wanted = f"an array of {n} flag(s)" if key == "_last_episode_starts" else rows
+            keys = f" under {sorted(map(str, parts))}" if None not in parts and key != "_last_episode_starts" else ""
+            out[key] = f"is {_described(value)}, where the {n} environment(s) passed step on from {wanted}{keys}"
     return out
+
+
+def _steps_on(key: str, value: Any, space: Any, parts: dict, n: int) -> bool:
+    from stable_baselines3.common.utils import is_vectorized_observation
+
+    if key == "_last_episode_starts":
+        return isinstance(value, np.ndarray) and value.shape == (n,) and value.dtype.kind in "biuf"
+    rows = value if isinstance(value, dict) else {None: value}
+    if set(rows) != set(parts) or not all(
+        isinstance(a, np.ndarray) and a.dtype.kind in "biuf" and a.ndim and a.shape[0] == n for a in rows.values()
+    ):
+        return False
+    if any(rows[k].size != n * math.prod(part.shape) for k, part in parts.items()):
+        return False
+    if key != "_last_obs":
+        return True
+    try:
+        return bool(is_vectorized_observation(value, space))
+    except (ValueError, KeyError, TypeError, AttributeError):  # SB3's words for a shape it cannot step
+        return False
 
 
 def _number(value: Any, bits: int) -> bool:
