@@ -202,30 +202,31 @@ def _stale_observations(model: Any, data: dict[str, Any]) -> dict[str, str]:
     if env is None or not isinstance(space, spaces.Space):
         return {}
     n, parts = env.num_envs, dict(space.spaces) if isinstance(space, spaces.Dict) else {None: space}
-    if any(part.shape is None for part in parts.values()):
+    sizes: dict[Any, int] = {k: math.prod(part.shape) for k, part in parts.items() if part.shape is not None}
+    if len(sizes) != len(parts):
         return {}  # a space SB3 does not step with
     out = {}
     for key in _STEP_STATE:
         value = data.get(key)
-        if value is not None and not _steps_on(key, value, space, parts, n):
-            rows = f"one row of {' and '.join(f'{math.prod(p.shape)}' for p in parts.values())} number(s) each"
+        if value is not None and not _steps_on(key, value, space, sizes, n):
+            rows = f"one row of {' and '.join(map(str, sizes.values()))} number(s) each"
             wanted = f"an array of {n} flag(s)" if key == "_last_episode_starts" else rows
             keys = f" under {sorted(map(str, parts))}" if None not in parts and key != "_last_episode_starts" else ""
             out[key] = f"is {_described(value)}, where the {n} environment(s) passed step on from {wanted}{keys}"
     return out
 
 
-def _steps_on(key: str, value: Any, space: Any, parts: dict, n: int) -> bool:
+def _steps_on(key: str, value: Any, space: Any, sizes: dict, n: int) -> bool:
     from stable_baselines3.common.utils import is_vectorized_observation
 
     if key == "_last_episode_starts":
         return isinstance(value, np.ndarray) and value.shape == (n,) and value.dtype.kind in "biuf"
     rows = value if isinstance(value, dict) else {None: value}
-    if set(rows) != set(parts) or not all(
+    if set(rows) != set(sizes) or not all(
         isinstance(a, np.ndarray) and a.dtype.kind in "biuf" and a.ndim and a.shape[0] == n for a in rows.values()
     ):
         return False
-    if any(rows[k].size != n * math.prod(part.shape) for k, part in parts.items()):
+    if any(rows[k].size != n * size for k, size in sizes.items()):
         return False
     if key != "_last_obs":
         return True
