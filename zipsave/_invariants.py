@@ -38,10 +38,9 @@ __all__ = [
 #: levels; zipsave's walkers recurse, and 200 levels keep them clear of the recursion limit.
 MAX_TREE_DEPTH = 200
 
-#: A tree whose containers are shared (one object under several keys, as a pickle's memo
-#: allows) is refused when a walk of all its paths would visit more than this many values and
-#: more than :data:`_SHARING` times the values it holds: 60 lists each holding the one below
-#: twice take 500 bytes of pickle and 2**61 paths.
+#: A tree whose containers are shared (one object under several keys, as a pickle's memo allows)
+#: is refused when a walk of all its paths would visit more than this many values and more than
+#: :data:`_SHARING` times the values it holds: 60 lists each holding the one below twice, 2**61.
 _PATHS_FLOOR = 1 << 18
 _SHARING = 16
 
@@ -137,8 +136,9 @@ _OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType
 
 
 def _tree_children(value: Any) -> list:
-    """A tree's container's children (a dict's keys too, which paths spell)."""
-    return [*value, *value.values()] if isinstance(value, dict) else list(value)
+    """A tree's container's children (a dict's keys, which paths spell; a state dict's ``_metadata``)."""
+    attributes = () if type(value) is dict or not isinstance(value, dict) else (_state(value) or {}).values()
+    return [*value, *value.values(), *attributes] if isinstance(value, dict) else list(value)
 
 
 def _is_tree_node(value: Any) -> bool:

@@ -197,6 +197,12 @@ def _module_state(module: torch.nn.Module) -> dict:
     return out
 
 
+def _described(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.layout} tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
 def _step(found: Any, part: str, path: str, where: dict) -> Any:
     index = index_of(part)
     if isinstance(found, (list, tuple)):
@@ -245,6 +251,15 @@ def set_variable(obj: Any, name: str, value: Any, **where: Any) -> None:
         with torch.no_grad():
             current.data.copy_(value.data)
         return
+    if isinstance(current, torch.Tensor) and (current.requires_grad or isinstance(current, torch.nn.Parameter)):
+        # An optimizer steps this very tensor (SAC's `log_ent_coef`): put in its place, another
+        # value would leave the optimizer on the old one and the first step on a tensor of
+        # another shape, or on no tensor (a RuntimeError or AttributeError at the first learn).
+        raise ParameterMismatchError(
+            f"the variable `{name}` is {_described(value)}, where {type(obj).__name__} holds a tensor of shape "
+            f"{tuple(current.shape)} that its optimizer steps; the archive's must fit it to be copied into it.",
+            **where,
+        )
     try:
         assign(obj, name, value, **where)
     except AttributeError as err:

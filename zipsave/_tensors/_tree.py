@@ -122,7 +122,8 @@ def _replace(tree: Any, build: Callable[[TensorRef], Any], path: tuple, built: d
                 built[id(tree)] = assemble_sparse(tree, parts, key=dotted(path))
         return built[id(tree)]
     if isinstance(tree, dict):
-        out = type(tree)() if isinstance(tree, collections.OrderedDict) else {}
+        # the kind the pickle built (a Counter counts a missing key as 0, an OrderedDict moves keys)
+        out = type(tree)() if type(tree) in _DICT_KINDS else {}
         for k, v in tree.items():
             out[k] = _replace(v, build, path + (k,), built)
         if hasattr(tree, "_metadata"):
@@ -131,8 +132,14 @@ def _replace(tree: Any, build: Callable[[TensorRef], Any], path: tuple, built: d
     if isinstance(tree, list):
         return [_replace(v, build, path + (i,), built) for i, v in enumerate(tree)]
     if isinstance(tree, tuple):
-        return tuple(_replace(v, build, path + (i,), built) for i, v in enumerate(tree))
+        items = tuple(_replace(v, build, path + (i,), built) for i, v in enumerate(tree))
+        # a tuple of another kind holding no tensor (torch.Size) stays what the pickle built
+        return tree if type(tree) is not tuple and all(a is b for a, b in zip(items, tree)) else items
     return tree
+
+
+#: The dicts a ``.pth`` pickle builds (``torch.load(weights_only=True)`` builds these too).
+_DICT_KINDS = (dict, collections.OrderedDict, collections.Counter)
 
 
 def dotted(path: tuple) -> str:

@@ -17,7 +17,14 @@ from .._tensors import NpyHeader
 from ..exceptions import ArchiveNotFoundError, DecodeError, ParameterMismatchError, ZipsaveError, as_zipsave_error
 from ._her import bookkeeping_problem, her_settings_problem, is_her
 
-__all__ = ["check_buffer", "check_statistics", "door", "held_transitions", "transitions_mismatch"]
+__all__ = [
+    "check_buffer",
+    "check_statistics",
+    "check_vec_normalize_settings",
+    "door",
+    "held_transitions",
+    "transitions_mismatch",
+]
 
 
 @contextlib.contextmanager
@@ -54,6 +61,44 @@ def _name(path: Any) -> Any:
     return path if isinstance(path, (str, os.PathLike)) or hasattr(path, "read") else None
 
 
+#: VecNormalize's flags, which its ``step`` and ``reset`` test.
+_FLAGS = ("training", "norm_obs", "norm_reward")
+#: VecNormalize's numbers, with the least each may be: the clips bound ``np.clip`` (``inf``: no
+#: clipping), ``gamma`` discounts the return, ``epsilon`` is the floor under ``sqrt(var + epsilon)``.
+_NUMBERS = {"clip_obs": 0.0, "clip_reward": 0.0, "gamma": -math.inf, "epsilon": 0.0}
+
+
+def check_vec_normalize_settings(values: Any, path: Any, *, member: str | None = None) -> None:
+    """The settings a ``VecNormalize`` normalizes with (a loaded one's attributes, or a model
+    archive's ``vec_normalize/data``) are of the kinds its constructor takes: each flag a bool
+    (or 0 or 1), each number a real number, not NaN, at least its least (:data:`_NUMBERS`),
+    finite but for the clips. ``clip_obs='10'`` or ``gamma='0.9'`` loaded and the first step
+    failed (``TypeError``, numpy's ``UFuncTypeError``); ``gamma=nan`` or ``epsilon=-1`` made
+    every observation or reward NaN."""
+    for key in _FLAGS:
+        value = values.get(key, True)
+        if not (isinstance(value, (bool, np.bool_)) or (type(value) is int and value in (0, 1))):
+            raise DecodeError(
+                f"`{key}` is {shown(value)}, where VecNormalize takes a bool.", archive=path, member=member, key=key
+            )
+    for key, least in _NUMBERS.items():
+        value = values.get(key, least)
+        number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+        try:
+            fine = number and float(value) >= least and (math.isfinite(float(value)) or key.startswith("clip_"))
+        except OverflowError:  # an int past float's range
+            fine = False
+        if not fine:
+            bound = "" if least == -math.inf else f" of at least {least:g}"
+            raise DecodeError(
+                f"`{key}` is {shown(value)}, where VecNormalize takes a number{bound}"
+                f"{' (inf: no clipping)' if key.startswith('clip_') else ', finite'}.",
+                archive=path,
+                member=member,
+                key=key,
+            )
+
+
 def check_statistics(vec_normalize: Any, path: Any) -> None:
     """The running statistics of a loaded ``VecNormalize`` are arrays of floats of the shapes
     its observations (one statistic per ``norm_obs_keys``) and returns have, and a finite count
@@ -61,6 +106,7 @@ def check_statistics(vec_normalize: Any, path: Any) -> None:
     observations, failed at the first step)."""
     import numpy as np
 
+    check_vec_normalize_settings(vars(vec_normalize), path)
     space = getattr(vec_normalize, "observation_space", None)
     for name in ("obs_rms", "ret_rms"):
         rms = getattr(vec_normalize, name, None)

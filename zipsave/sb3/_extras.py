@@ -13,7 +13,7 @@ from .._core import LoadSession, Parts, check_data_key, matches
 from .._printable import shown
 from .._tensors import NpyHeader
 from ..exceptions import DecodeError, EncodeError, IntegrityError, ZipsaveError, ZipsaveWarning, caller_stacklevel
-from ._boundary import held_transitions, transitions_mismatch
+from ._boundary import check_vec_normalize_settings, held_transitions, transitions_mismatch
 from ._buffer_fill import fill_buffer
 from ._estimate import archive_size
 from ._her import HER_ARRAYS, bookkeeping_problem, check_her, end_unfinished_episodes, her_state, is_her, settings_note
@@ -330,6 +330,7 @@ def build_vec_normalize(state: dict[str, Any], venv: Any) -> Any:
     from stable_baselines3.common.vec_env import VecNormalize
 
     settings = {k: state[k] for k in _VEC_NORMALIZE_SCALARS if k in state}
+    check_vec_normalize_settings(settings, None)
     wrapped = VecNormalize(venv, norm_obs_keys=state.get("norm_obs_keys"), **settings)
     _set_statistics(wrapped, state)
     for name, value in _checked_last_step(state.get("last_step"), venv.observation_space).items():

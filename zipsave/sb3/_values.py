@@ -21,6 +21,29 @@ __all__ = [
     "whole_number_keys",
 ]
 
+#: The least value SB3 computes with for a size or a count, with the class that uses it so (its
+#: name in the model's class hierarchy): a rollout of ``n_steps=0`` leaves ``collect_rollouts``'
+#: ``new_obs`` unbound, ``n_epochs=0`` PPO's ``approx_kl_divs``, a ``batch_size`` below 1 is no
+#: batch (numpy's ``size=`` and PPO's reshape refuse it), ``policy_delay`` and SAC's
+#: ``target_update_interval`` are taken modulo (``ZeroDivisionError`` at 0; DQN saves its own
+#: clamped to 1 already), and a ``deque(maxlen=stats_window_size)`` takes no negative length.
+#: Where SB3 gives values below these a meaning (``gradient_steps=-1``, ``learning_starts``,
+#: ``sde_sample_freq=-1``, an off-policy ``n_steps`` of 1 or less) it is not listed.
+LEAST: dict[str, tuple[int, str]] = {
+    "n_steps": (1, "OnPolicyAlgorithm"),
+    "n_epochs": (1, "BaseAlgorithm"),
+    "batch_size": (1, "BaseAlgorithm"),
+    "policy_delay": (1, "BaseAlgorithm"),
+    "target_update_interval": (1, "BaseAlgorithm"),
+    "stats_window_size": (0, "BaseAlgorithm"),
+}
+
+#: Float arguments SB3 reads only as a bound (``clip_grad_norm_``'s ``max_norm``, PPO's early
+#: stop at ``target_kl``, TD3's noise clamp), where ``+inf`` means no bound. Every other float
+#: argument is a discount, rate, coefficient or scale that SB3 multiplies by: an infinity there
+#: makes the losses and then the weights NaN at the first ``train``.
+BOUNDS = frozenset({"max_grad_norm", "target_kl", "target_noise_clip"})
+
 #: What a set-up model calls at every ``train`` (its schedules): ``_setup_model`` makes each a
 #: callable from the saved number, which a restore into a live model never runs.
 CALLED_SCHEDULES = ("lr_schedule", "clip_range", "clip_range_vf", "exploration_schedule")
@@ -95,6 +118,10 @@ def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
     * where the constructor takes an ``int`` (:func:`whole_number_keys`), an integer of at most
       63 bits: ``batch_size=2.5`` or ``gradient_steps=1.5`` failed at the first ``learn`` with
       numpy's or ``range``'s ``TypeError`` (whole floats were made integers before);
+    * a size or a count at least what SB3 computes with, a float argument finite or a bound
+      (:func:`_range_problems`): ``n_steps=0``, ``policy_delay=0`` or ``gamma=nan`` failed at
+      the first ``learn`` (``UnboundLocalError``, ``ZeroDivisionError``, a NaN policy);
+    * what the next step starts from, where the model has environments (:func:`_stale_observations`);
     * ``train_freq``: as SB3 keeps it, a ``TrainFreq`` of an integer of at least 1 and a
       ``TrainFrequencyUnit`` (SB3 1.x saved the integer, or a tuple with ``"step"``/``"episode"``);
     * a ``HerReplayBuffer``'s ``n_sampled_goal`` in ``replay_buffer_kwargs``: a finite number of
@@ -117,6 +144,8 @@ def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
         value = data[key]
         if key not in out and not _integer(value):
             out[key] = f"is {_kind(value)}, where {type(model).__name__} keeps an integer (a size or a count)"
+    out.update((k, p) for k, p in _range_problems(type(model), data).items() if k not in out)
+    out.update((k, p) for k, p in _stale_observations(model, data).items() if k not in out)
     if "train_freq" in data and not _train_freq(data["train_freq"]):
         out["train_freq"] = (
             f"is {_kind(data['train_freq'])}, where SB3 keeps a TrainFreq of an integer of at least 1 and a unit"
@@ -128,6 +157,83 @@ def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
             f"holds `n_sampled_goal` = {_kind(goals)}, where SB3 keeps a finite number of at least 0"
         )
     return out
+
+
+def _range_problems(cls: type, data: dict[str, Any]) -> dict[str, str]:
+    """The ``data`` keys of ``cls``'s constructor arguments that hold a number out of the range
+    SB3 computes with: a size or a count below its least (:data:`LEAST`), a float argument
+    (its annotation says ``float``: ``gamma``, a ``learning_rate`` or SAC's ``ent_coef`` given
+    as a number) that is NaN, or infinite where it is no bound (:data:`BOUNDS`)."""
+    taken = inspect.signature(cls).parameters
+    bases = {c.__name__ for c in cls.__mro__}
+    out = {}
+    for key, value in data.items():
+        name = key[1:] if key[:1] == "_" and key[1:] in taken else key
+        if name not in taken or isinstance(value, (bool, np.bool_)):
+            continue
+        least = LEAST.get(name)
+        if least is not None and least[1] in bases and _integer(value) and value < least[0]:
+            out[key] = f"is {_kind(value)}, where {cls.__name__} needs a size or count of at least {least[0]}"
+        elif isinstance(value, (float, np.floating)) and "float" in str(taken[name].annotation):
+            number = float(value)
+            if math.isnan(number) or (math.isinf(number) and (name not in BOUNDS or number < 0)):
+                out[key] = f"is {_kind(value)}, where {cls.__name__} computes with a finite number"
+    return out
+
+
+#: What the next step of a model's environments starts from, as SB3 keeps it after a step.
+_STEP_STATE = ("_last_obs", "_last_original_obs", "_last_episode_starts")
+
+
+def _stale_observations(model: Any, data: dict[str, Any]) -> dict[str, str]:
+    """The ``data`` keys of what the next step starts from that the environments ``model`` holds
+    cannot continue, each with what is wrong. ``load(env=..., force_reset=False)`` (and a
+    restore into a model with environments) keeps them so that ``learn`` steps on from them:
+    ``_last_obs`` and ``_last_original_obs`` hold numbers, one row of the space's size per
+    environment (the buffer reshapes a row to the space's shape; SB3 keeps a ``Discrete`` entry
+    of a ``Dict`` space as ``(n, 1)`` there), ``_last_obs`` as SB3's ``predict`` takes it
+    (``is_vectorized_observation``), and ``_last_episode_starts`` one flag per environment.
+    ``_last_obs`` of (3, 7) or (1, 3, 1) where one environment gives (3,) failed at the first
+    ``learn`` (SB3's "Unexpected observation shape"). Without environments (or after
+    ``force_reset``) nothing steps from them: nothing is checked."""
+    from gymnasium import spaces
+
+    env, space = getattr(model, "env", None), getattr(model, "observation_space", None)
+    if env is None or not isinstance(space, spaces.Space):
+        return {}
+    n, parts = env.num_envs, dict(space.spaces) if isinstance(space, spaces.Dict) else {None: space}
+    sizes: dict[Any, int] = {k: math.prod(part.shape) for k, part in parts.items() if part.shape is not None}
+    if len(sizes) != len(parts):
+        return {}  # a space SB3 does not step with
+    out = {}
+    for key in _STEP_STATE:
+        value = data.get(key)
+        if value is not None and not _steps_on(key, value, space, sizes, n):
+            rows = f"one row of {' and '.join(map(str, sizes.values()))} number(s) each"
+            wanted = f"an array of {n} flag(s)" if key == "_last_episode_starts" else rows
+            keys = f" under {sorted(map(str, parts))}" if None not in parts and key != "_last_episode_starts" else ""
+            out[key] = f"is {_described(value)}, where the {n} environment(s) passed step on from {wanted}{keys}"
+    return out
+
+
+def _steps_on(key: str, value: Any, space: Any, sizes: dict, n: int) -> bool:
+    from stable_baselines3.common.utils import is_vectorized_observation
+
+    if key == "_last_episode_starts":
+        return isinstance(value, np.ndarray) and value.shape == (n,) and value.dtype.kind in "biuf"
+    rows = value if isinstance(value, dict) else {None: value}
+    if set(rows) != set(sizes) or not all(
+        isinstance(a, np.ndarray) and a.dtype.kind in "biuf" and a.ndim and a.shape[0] == n for a in rows.values()
+    ):
+        return False
+    if any(rows[k].size != n * size for k, size in sizes.items()):
+        return False
+    if key != "_last_obs":
+        return True
+    try:
+        return bool(is_vectorized_observation(value, space))
+    except (ValueError, KeyError, TypeError, AttributeError):  # SB3's words for a shape it cannot step
+        return False
 
 
 def _number(value: Any, bits: int) -> bool:
