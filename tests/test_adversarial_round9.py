@@ -55,6 +55,32 @@ def test_a_state_dicts_shared_metadata_is_refused(tmp_path, capsys):
         zipsave.read(path, "policy/w")
 
 
+@pytest.mark.parametrize(
+    "hidden",
+    [torch.arange(4.0), [torch.ones(1)], torch.ones(4).to_sparse()],
+    ids=["tensor", "tensor-in-list", "sparse"],
+)
+def test_a_tensor_in_a_state_dicts_metadata_is_refused(tmp_path, hidden):
+    # The reader builds and checks a state dict's items only: a tensor in its `_metadata` came
+    # back as the reader's own placeholder (`TensorRef(...)`), never built or checked
+    state = collections.OrderedDict(w=torch.ones(2))
+    state._metadata = {"": {"version": 1}, "x": hidden}
+    pth = io.BytesIO()
+    torch.save(state, pth)
+    saved = io.BytesIO()
+    zipsave.save_archive(saved, data={"lr": 0.5}, params={"policy": {"w": torch.ones(2)}})
+    path = tmp_path / "hidden.zip"
+    with zipfile.ZipFile(io.BytesIO(saved.getvalue())) as src, zipfile.ZipFile(path, "w") as out:
+        for name in src.namelist():
+            if name != "manifest.json":
+                out.writestr(name, pth.getvalue() if name == "policy.pth" else src.read(name))
+    for call in (zipsave.load_archive, zipsave.load):
+        with pytest.raises(zipsave.ZipsaveError, match=re.escape("in a state dict's `_metadata`")) as caught:
+            call(path)
+        assert caught.value.member == "policy.pth"
+    assert torch.equal(zipsave.read(path, "policy/w"), torch.ones(2))  # one tensor: its own item
+
+
 def test_a_state_dicts_own_metadata_still_loads(tmp_path):
     module = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
     zipsave.save_archive(tmp_path / "m.zip", data={"lr": 0.5}, params={"policy": module.state_dict()})

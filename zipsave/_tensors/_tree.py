@@ -9,10 +9,11 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import _tensors  # torch's objects for the reader's stand-ins, where tensors are built
-from .._invariants import flat_bytes
+from .._invariants import flat_bytes, refusal
 from ..exceptions import ArchiveFormatError
 from ._invariants import assemble_sparse, keyed, refuse_refused
-from ._pth_meta import SparseRef, TensorRef
+from ._pth_meta import RefusedRef, SparseRef, TensorRef
+from ._pth_refs import StorageRef
 
 if TYPE_CHECKING:
     import torch
@@ -127,7 +128,7 @@ def _replace(tree: Any, build: Callable[[TensorRef], Any], path: tuple, built: d
         for k, v in tree.items():
             out[k] = _replace(v, build, path + (k,), built)
         if hasattr(tree, "_metadata"):
-            out._metadata = tree._metadata  # type: ignore[attr-defined]
+            out._metadata = _plain_metadata(tree._metadata, path)  # type: ignore[attr-defined]
         return out
     if isinstance(tree, list):
         return [_replace(v, build, path + (i,), built) for i, v in enumerate(tree)]
@@ -136,6 +137,16 @@ def _replace(tree: Any, build: Callable[[TensorRef], Any], path: tuple, built: d
         # a tuple of another kind holding no tensor (torch.Size) stays what the pickle built
         return tree if type(tree) is not tuple and all(a is b for a, b in zip(items, tree)) else items
     return tree
+
+
+def _plain_metadata(metadata: Any, path: tuple) -> Any:
+    """A state dict's ``_metadata`` (``{prefix: {"version": n}}``, which ``load_state_dict``
+    reads) as the pickle built it, refused if it holds a tensor or a storage: the reader builds
+    and checks the tensors of a state dict's items only, and would hand back its own placeholder
+    for one there."""
+    for where, _ in walk_leaves(metadata, (TensorRef, SparseRef, StorageRef, RefusedRef), path + ("_metadata",)):
+        raise refusal(dotted(where), "a tensor in a state dict's `_metadata`, which holds versions only")
+    return metadata
 
 
 #: The dicts a ``.pth`` pickle builds (``torch.load(weights_only=True)`` builds these too).
