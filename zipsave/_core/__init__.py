@@ -115,6 +115,7 @@ _SUBMODULES = frozenset(
         "_folders",
         "_inplace",
         "_modes",
+        "_names",
         "_options",
         "_parts",
         "_patterns",

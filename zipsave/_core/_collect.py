@@ -12,11 +12,11 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from .. import _core, _format, _registry  # _core: the glob rules and train/eval modes, on first use
-from .._archive import check_member_name
+from .. import _core, _registry  # _core: the glob rules and train/eval modes, on first use
 from .._tensors import is_state_dict
-from ..exceptions import EncodeError, ZipsaveError
+from ..exceptions import EncodeError
 from ._component import Component
+from ._names import check_key, check_text, name_problem, names_member
 from ._parts import (
     ALWAYS_EXCLUDED_PREFIXES,
     MODULE_INTERNALS,
@@ -100,11 +100,12 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
             components.append((name, value))
         elif isinstance(value, dict) and value and all(isinstance(v, Component) for v in value.values()):
             for key, comp in value.items():
-                if not (isinstance(key, str) and key and "/" not in key):
+                problem = name_problem(key, folder=True, prefix=f"{name}/") if isinstance(key, str) else _NOT_STR
+                if problem is not None:
                     raise EncodeError(
-                        f"the dict of components `{name}` has the key {key!r}; component keys must be "
-                        "non-empty strings without `/` (they become folder names).",
+                        f"the dict of components `{name}` has the key {key!r}: {problem[0]}; nothing was written.",
                         key=name,
+                        hint=problem[1],
                     )
                 components.append((f"{name}/{key}", comp))
         elif isinstance(value, torch.nn.Module):
@@ -156,6 +157,8 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
     return Parts(data, state, variables, components, init)
 
 
+_NOT_STR = ("component keys must be strings (they become folder names)", "Use strings, e.g. `'0'`.")
+
 # Leaves that are never stateful, skipped without a look (a list of a million floats).
 _LEAVES = PLAIN_VALUES | {torch.Tensor}
 
@@ -185,9 +188,11 @@ def _split(name: str, value: Any, state: list, components: list, seen: dict[int,
     plain = 0
     for key, item in container_items(value) or ():
         if top and (isinstance(item, Component) or holds_state(item)):
+            check_key(str(key), item, folder=True, prefix=f"{name}/")
             components.append((f"{name}/{key}", item))
             rest[key] = None
         elif is_stateful(item) and not is_live_handle(item):
+            check_key(str(key), item, prefix=f"{name}.")
             item = unwrap(item)
             if id(item) not in seen:
                 _add_state(f"{name}.{key}", item, state, seen)
@@ -355,6 +360,7 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
             raise EncodeError(f"app-state keys must be strings, found {key!r}.")
         if key in exclude and key not in include:
             continue
+        check_text(key)
         if is_live_handle(value) and key not in include:
             raise EncodeError(
                 f"holds {type(value).__module__}.{type(value).__qualname__}, a live handle (an environment, a "
@@ -370,8 +376,10 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
                 ),
             )
         if is_stateful(value):
+            check_key(key, value)
             state.append((key, unwrap(value)))
-        elif (isinstance(value, Component) or holds_state(value)) and key and "/" not in key:
+        elif isinstance(value, Component) or holds_state(value):
+            check_key(key, value, folder=True)
             components.append((key, value))  # a model in the app state: its own folder
         elif names_member(key) and is_state_dict(value):
             # `{"model": model.state_dict()}`: a `.pth` member, as the module's own would be,
@@ -382,22 +390,3 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
         else:
             data[key] = value
     return Parts(data, state, None, components, app_state=True, state_values=values)
-
-
-#: Members of a folder whose names a state-dict member must not take (``tensors.pth`` is the
-#: legacy name of ``pytorch_variables.pth``, which readers take for it).
-_TAKEN = frozenset({_format.PYTORCH_VARIABLES, _format.LEGACY_PYTORCH_VARIABLES})
-
-
-def names_member(key: str) -> bool:
-    """Whether an app-state key can name a ``.pth`` member of its own: a name every zip reader
-    reads as one file of the folder (no ``/`` or ``\\``, nothing the archive reader refuses,
-    UTF-8), and none of the folder's fixed members."""
-    member = _format.state_dict_member(key)
-    if not key or "/" in key or "\\" in key or member in _TAKEN:
-        return False
-    try:
-        check_member_name(member, None)
-        return len(member.encode("utf-8")) < 1 << 12
-    except (UnicodeEncodeError, ZipsaveError):
-        return False

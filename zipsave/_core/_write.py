@@ -23,6 +23,7 @@ from .._tensors import check_weights_only, save_pth
 from .._version import __version__
 from ..exceptions import EncodeError, StorageError, ZipsaveError, ZipsaveWarning, caller_stacklevel, describe_path
 from ._collect import collect, holds_state
+from ._names import check_names, check_text
 from ._parts import Parts, is_live_handle, is_stateful
 
 __all__ = ["Encoded", "encode", "encoded_size", "write"]
@@ -82,6 +83,7 @@ class Encoded:
 
 
 def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include: Iterable[str] | None) -> Encoded:
+    check_names(parts.state, parts.components, folder)
     arrays: list[tuple[str, np.ndarray]] = []
 
     def add_array(arr: np.ndarray) -> str:
@@ -221,9 +223,20 @@ def _dump_entries(data: dict[str, Any], folder: str) -> bytes:
         return dump_json(data)
     except TypeError:
         for key, value in data.items():
+            check_text(key, member=_format.join(folder, _format.DATA))
             try:
                 dump_json(value)
             except TypeError as err:
+                if "UTF-8" in str(err):
+                    raise EncodeError(
+                        "holds a string (or a key) that is not valid UTF-8: a lone surrogate, which `os.fsdecode` "
+                        "and `errors='surrogateescape'` make of undecodable bytes, and `data` is UTF-8 JSON; "
+                        "nothing was written.",
+                        member=_format.join(folder, _format.DATA),
+                        key=key,
+                        hint="Decode the bytes it came from with their encoding (or `errors='replace'`), or keep "
+                        "them as `bytes`.",
+                    ) from err
                 raise EncodeError(
                     f"is nested too deeply to write as JSON ({err}; at most about 250 levels, fewer for "
                     "tuples, sets and other tagged values); nothing was written.",
