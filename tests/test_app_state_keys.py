@@ -55,10 +55,8 @@ def _refused(path, obj, key, words):
         ("C:", "Windows reads `:` as a drive", "C_"),
         ("a:b", "Windows reads `:` as a drive", "a_b"),
         ("x\x00y", "zip tools cut the member `x\\x00y.pth` short at a control character", "x_y"),
-        ("a\\b", "Windows zip tools read `\\` as a folder separator", "a_b"),
-        ("", "an empty key leaves the member `.pth` with no name", None),
     ],
-    ids=["pytorch_variables", "tensors", "slash", "absolute", "drive", "colon", "nul", "backslash", "empty"],
+    ids=["pytorch_variables", "tensors", "slash", "absolute", "drive", "colon", "nul"],
 )
 def test_a_key_that_cannot_name_a_member_is_refused_and_its_hint_works(tmp_path, key, words, fixed):
     net = torch.nn.Linear(2, 2)
@@ -80,10 +78,9 @@ def test_a_key_that_cannot_name_a_member_is_refused_and_its_hint_works(tmp_path,
         ("a/b", "`/` separates folders in a zip: the folder `a/b/`"),
         ("C:", "Windows reads `:` as a drive"),
         ("x\x00y", "at a control character"),
-        ("a\\b", "Windows zip tools read `\\` as a folder separator"),
         ("", "an empty key leaves the folder"),
     ],
-    ids=["dotdot", "dot", "slash", "drive", "nul", "backslash", "empty"],
+    ids=["dotdot", "dot", "slash", "drive", "nul", "empty"],
 )
 @pytest.mark.parametrize("make", [Holder, Small], ids=["object", "saveable"])
 def test_a_key_that_cannot_name_a_folder_is_refused(tmp_path, key, words, make):
@@ -142,11 +139,9 @@ class Mixed(zipsave.Saveable):
         (Variables, "pytorch_variables", "`pytorch_variables.pth` is the folder's member"),
         (Tensors, "tensors", "`tensors.pth` is the old name"),
         (Slash, "a/b", "`/` separates folders in a zip"),
-        (Nets, "nets.C:", "Windows reads `:` as a drive"),
         (Agents, "agents", "the dict of components `agents` has the key '..': `..` names the folder above"),
-        (Mixed, "parts/x\\y", "Windows zip tools read `\\` as a folder separator"),
     ],
-    ids=["pytorch_variables", "tensors", "slash", "container", "component-dict", "component-container"],
+    ids=["pytorch_variables", "tensors", "slash", "component-dict"],
 )
 def test_an_attribute_that_cannot_name_a_member_or_folder_is_refused(tmp_path, make, key, words):
     _refused(tmp_path / "model.zip", make(), key, words)
@@ -159,3 +154,26 @@ def test_save_archive_refuses_a_params_name_a_load_would_not_find(tmp_path, key,
     with pytest.raises(zipsave.EncodeError, match=re.escape(words)):
         zipsave.save_archive(path, params={key: {"w": torch.zeros(1)}})
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "key", ["a\\b", "", "agent:0", "tab\tkey", "k" * 300], ids=["backslash", "empty", "colon", "tab", "long"]
+)
+def test_a_key_zipsave_reads_back_still_saves_a_module(tmp_path, key):
+    # Names some zip tools cannot extract on every file system, but which zipsave writes and
+    # reads back, as it did before keys were checked: a save that worked is not refused.
+    net = torch.nn.Linear(2, 2)
+    zipsave.save({key: net, "step": 3}, tmp_path / "state.zip")
+    back = zipsave.load(tmp_path / "state.zip")
+    assert torch.equal(back[key]["weight"], net.weight) and back["step"] == 3
+    live = {key: torch.nn.Linear(2, 2), "step": 0}
+    zipsave.restore(live, tmp_path / "state.zip")
+    assert torch.equal(live[key].weight, net.weight) and live["step"] == 3
+
+
+def test_a_saveable_whose_keys_zipsave_reads_back_still_saves(tmp_path):
+    nets, mixed = Nets(), Mixed()
+    nets.save(tmp_path / "nets.zip")
+    mixed.save(tmp_path / "mixed.zip")
+    assert torch.equal(Nets.load(tmp_path / "nets.zip").nets["C:"].weight, nets.nets["C:"].weight)
+    assert torch.equal(Mixed.load(tmp_path / "mixed.zip").parts["x\\y"].net.weight, mixed.parts["x\\y"].net.weight)

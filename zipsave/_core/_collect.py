@@ -100,7 +100,11 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
             components.append((name, value))
         elif isinstance(value, dict) and value and all(isinstance(v, Component) for v in value.values()):
             for key, comp in value.items():
-                problem = name_problem(key, folder=True, prefix=f"{name}/") if isinstance(key, str) else _NOT_STR
+                problem = (
+                    name_problem(key, folder=True, prefix=f"{name}/", portable=False)
+                    if isinstance(key, str)
+                    else _NOT_STR
+                )
                 if problem is not None:
                     raise EncodeError(
                         f"the dict of components `{name}` has the key {key!r}: {problem[0]}; nothing was written.",

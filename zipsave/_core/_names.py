@@ -57,19 +57,22 @@ def _bad_character(key: str) -> str | None:
     return None
 
 
-def name_problem(key: str, *, folder: bool = False, prefix: str = "") -> tuple[str, str] | None:
+def name_problem(key: str, *, folder: bool = False, prefix: str = "", portable: bool = True) -> tuple[str, str] | None:
     """Why ``key`` cannot name a ``.pth`` member of its own (``folder``: a component folder),
-    and how to fix it, or ``None`` when it can: a name every zip reader reads as one file of
-    the folder, on every file system (no ``/``, ``\\``, ``:`` or control character), that the
-    archive reader accepts, in UTF-8, and none of the folder's fixed members. ``prefix``: the
-    attribute path the key sits under (``nets.``)."""
+    and how to fix it, or ``None`` when it can: a name the archive reader accepts as one file
+    of the folder (no ``/``), in UTF-8, and none of the folder's fixed members. ``portable``
+    also asks for a name every zip tool extracts on every file system (no ``\\``, ``:`` or
+    control character, at most 255 bytes, not empty): where zipsave chooses to write a member
+    (a state dict given as a value, else kept in ``data``), not where it refuses a save that
+    zipsave reads back (a module under ``"agent:0"`` saved and loaded before this check).
+    ``prefix``: the attribute path the key sits under (``nets.``)."""
     name = prefix + key if folder else _format.state_dict_member(prefix + key)
     what = f"the folder `{name}/`" if folder else f"the member `{name}`"
     try:
         size = len(name.rpartition("/")[2].encode("utf-8"))
     except UnicodeEncodeError:
         return _NOT_TEXT
-    if not key:
+    if not key and (portable or folder):
         return f"an empty key leaves {what} with no name", "Give it a name."
     if folder and key in (".", ".."):
         return (
@@ -78,7 +81,9 @@ def name_problem(key: str, *, folder: bool = False, prefix: str = "") -> tuple[s
             "Use a name other than `.` or `..`.",
         )
     bad = _bad_character(key)
-    if bad is not None:
+    if bad is not None and (
+        portable or bad == "/" or not _loads(name if not folder else _format.join(name, _format.DATA))
+    ):
         why = _CHARACTERS.get(bad, "zip tools cut {what} short at a control character ({char}), or cannot extract it")
         fixed = "".join("_" if _bad_character(ch) else ch for ch in key)
         return (
@@ -93,7 +98,7 @@ def name_problem(key: str, *, folder: bool = False, prefix: str = "") -> tuple[s
             "loose tensors"
         )
         return f"`{name}` is {owner}", f"Rename the key, e.g. `{key + '_state'!r}`."
-    if size > _MAX_NAME_BYTES:
+    if size > _MAX_NAME_BYTES and portable:
         return (
             f"{what} would be {size} bytes long, more than the {_MAX_NAME_BYTES} most file systems allow in a name",
             "Use a shorter key.",
@@ -108,8 +113,9 @@ def names_member(key: str) -> bool:
 
 def check_key(key: str, value: Any, *, folder: bool = False, prefix: str = "") -> None:
     """Refuse, before anything is written, a key that cannot name the member or folder of the
-    stateful ``value`` it holds (:func:`name_problem`)."""
-    problem = name_problem(key, folder=folder, prefix=prefix)
+    stateful ``value`` it holds so that zipsave reads it back (:func:`name_problem`, not
+    ``portable``)."""
+    problem = name_problem(key, folder=folder, prefix=prefix, portable=False)
     if problem is not None:
         _refuse(prefix + key, value, problem, folder=folder)
 
