@@ -123,3 +123,50 @@ def test_values_sb3_takes_still_load(saved, tmp_path, case):
     cls, env = MODELS[which][0](), MODELS[which][1]
     model = zipsave.load(path, cls=cls, env=_env(env), device="cpu", strict=True)
     assert key == "clip_range_vf" or getattr(model, key) == value  # PPO makes its schedule
+
+
+# -- the manifest's state_dict_values: a word about values, never about live objects -----------
+
+
+def _remanifest(saved: bytes, change) -> io.BytesIO:
+    with zipfile.ZipFile(io.BytesIO(saved)) as zf:
+        items = {n: zf.read(n) for n in zf.namelist()}
+    manifest = json.loads(items["manifest.json"])
+    change(manifest)
+    items["manifest.json"] = json.dumps(manifest).encode()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        for name, raw_bytes in items.items():
+            zf.writestr(name, raw_bytes)
+    out.seek(0)
+    return out
+
+
+@pytest.fixture()
+def trained():
+    torch.manual_seed(0)
+    net = torch.nn.Linear(2, 2)
+    opt = torch.optim.Adam(net.parameters())
+    net(torch.ones(2)).sum().backward()
+    opt.step()
+    saved = io.BytesIO()
+    zipsave.save({"model": net, "optimizer": opt, "epoch": 3, "sd": net.state_dict()}, saved)
+    return net, saved.getvalue()
+
+
+def test_a_manifest_calling_a_live_modules_member_a_value_still_restores_it(trained):
+    # The old tree's restore took the manifest's word: `model.pth` and `optimizer.pth` were
+    # values, never loaded over a stateful object, and restore returned having restored
+    # neither, without a warning. A strict restore names them (a value where the app state
+    # holds a module), as for a state dict saved as a value.
+    net, saved = trained
+
+    def mark(manifest):
+        manifest["state_dict_values"].update({"model.pth": 0, "optimizer.pth": 1})
+
+    live = torch.nn.Linear(2, 2)
+    opt = torch.optim.Adam(live.parameters())
+    zipsave.restore({"model": live, "optimizer": opt, "epoch": 0, "sd": None}, _remanifest(saved, mark))
+    assert torch.equal(live.weight, net.weight) and len(opt.state_dict()["state"]) == 2
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("holds stateful entries []")):
+        zipsave.restore({"model": live, "optimizer": opt, "sd": None}, _remanifest(saved, mark), strict=True)
