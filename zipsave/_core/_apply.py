@@ -115,7 +115,7 @@ def restore_parts(
         member = prefix + member_of[name] + _format.PTH_SUFFIX
         if exclude and _core.matches(name, exclude):
             continue
-        if is_dict and member in src.reader.state_dict_values:
+        if is_dict and member in src.reader.state_dict_values and not is_stateful(obj.get(name)):
             _restore_value(src, obj, name, member, custom_objects)
             continue
         try:
@@ -150,10 +150,9 @@ def restore_parts(
 
 def _restore_value(src: LoadSession, app: dict, key: str, member: str, custom_objects: dict | None) -> None:
     """A state dict saved as a value of the app state goes back as a ``data`` value does: into
-    the live one in place (the same tensors, the same dict), never over a stateful object;
-    ``custom_objects`` replaces it unread."""
-    if key in app and is_stateful(app[key]):
-        return
+    the live one in place (the same tensors, the same dict); ``custom_objects`` replaces it
+    unread. A live stateful object (a module the manifest calls a value) is no value: the caller
+    loads the member into it as its state, as without the manifest's word."""
     if custom_objects and key in custom_objects:
         tree = custom_objects[key]
     else:

@@ -36,7 +36,25 @@ LEAST: dict[str, tuple[int, str]] = {
     "policy_delay": (1, "BaseAlgorithm"),
     "target_update_interval": (1, "BaseAlgorithm"),
     "stats_window_size": (0, "BaseAlgorithm"),
+    # sb3-contrib's ARS: n_delta=0 indexes an empty population (IndexError), n_top=0 divides the
+    # step by 1e-6 and makes the weights NaN
+    "n_delta": (1, "ARS"),
+    "n_top": (1, "ARS"),
 }
+
+#: The least float SB3 computes with where it asserts one or takes a root, and whether it may
+#: be equal: PPO's ``_setup_model`` asserts ``clip_range_vf > 0`` of a number (the whole load
+#: failed), TRPO's step is ``sqrt(2 * target_kl / ...)`` (NaN weights below 0).
+FLOAT_LEAST: dict[str, tuple[float, bool, str]] = {
+    "clip_range_vf": (0.0, False, "PPO"),
+    "target_kl": (0.0, True, "TRPO"),
+}
+
+#: Counts SB3 derives from another in the constructor, which ``__dict__.update`` sets apart:
+#: ARS's ``pop_size = 2 * n_delta`` (``learn`` evaluates ``pop_size`` candidates and steps the
+#: environments only there, so ``pop_size=0`` never finished). A pair that disagrees is skipped
+#: together, so the model keeps its own.
+DERIVED: dict[str, tuple[str, int]] = {"pop_size": ("n_delta", 2)}
 
 #: Float arguments SB3 reads only as a bound (``clip_grad_norm_``'s ``max_norm``, PPO's early
 #: stop at ``target_kl``, TD3's noise clamp), where ``+inf`` means no bound. Every other float
@@ -121,6 +139,10 @@ def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
     * a size or a count at least what SB3 computes with, a float argument finite or a bound
       (:func:`_range_problems`): ``n_steps=0``, ``policy_delay=0`` or ``gamma=nan`` failed at
       the first ``learn`` (``UnboundLocalError``, ``ZeroDivisionError``, a NaN policy);
+    * a float SB3 asserts or roots at least its least (:data:`FLOAT_LEAST`), a count derived from
+      another as the constructor derives it (:data:`DERIVED`), a learned ``ent_coef`` as
+      ``'auto'`` or ``'auto_<x>'`` of x above 0 (``clip_range_vf=0``, ``ent_coef='auto_nan'``: the
+      whole load failed on SB3's assert; ARS's ``pop_size=0``: ``learn`` never finished);
     * what the next step starts from, where the model has environments (:func:`_stale_observations`);
     * ``train_freq``: as SB3 keeps it, a ``TrainFreq`` of an integer of at least 1 and a
       ``TrainFrequencyUnit`` (SB3 1.x saved the integer, or a tuple with ``"step"``/``"episode"``);
@@ -145,6 +167,18 @@ def unusable_values(model: Any, data: dict[str, Any]) -> dict[str, str]:
         if key not in out and not _integer(value):
             out[key] = f"is {_kind(value)}, where {type(model).__name__} keeps an integer (a size or a count)"
     out.update((k, p) for k, p in _range_problems(type(model), data).items() if k not in out)
+    for key, (source, factor) in DERIVED.items():
+        base = data[source] if source in data and source not in out else fresh.get(source)
+        if key in data and key in fresh and key not in out and _integer(base) and data[key] != factor * base:
+            out[key] = (
+                f"is {_kind(data[key])}, where {type(model).__name__} computes {factor} * {source} = {factor * base}"
+            )
+            if source in data and source not in out:  # both go: the model keeps its own pair
+                out[source] = f"is {_kind(data[source])}, which `{key}` = {_kind(data[key])} does not match"
+    if isinstance(data.get("ent_coef"), str) and not _auto_ent_coef(data["ent_coef"]):
+        out["ent_coef"] = (
+            f"is {_kind(data['ent_coef'])}, where {type(model).__name__} takes 'auto' or 'auto_<initial value above 0>'"
+        )
     out.update((k, p) for k, p in _stale_observations(model, data).items() if k not in out)
     if "train_freq" in data and not _train_freq(data["train_freq"]):
         out["train_freq"] = (
@@ -171,8 +205,11 @@ def _range_problems(cls: type, data: dict[str, Any]) -> dict[str, str]:
         name = key[1:] if key[:1] == "_" and key[1:] in taken else key
         if name not in taken or isinstance(value, (bool, np.bool_)):
             continue
-        least = LEAST.get(name)
-        if least is not None and least[1] in bases and _integer(value) and value < least[0]:
+        least, floor = LEAST.get(name), FLOAT_LEAST.get(name)
+        if floor is not None and floor[2] in bases and _number(value, 63) and not _above(float(value), floor):
+            bound = "at least" if floor[1] else "above"
+            out[key] = f"is {_kind(value)}, where {cls.__name__} computes with a number {bound} {floor[0]}"
+        elif least is not None and least[1] in bases and _integer(value) and value < least[0]:
             out[key] = f"is {_kind(value)}, where {cls.__name__} needs a size or count of at least {least[0]}"
         elif isinstance(value, (float, np.floating)) and "float" in str(taken[name].annotation):
             number = float(value)
@@ -240,6 +277,21 @@ def _number(value: Any, bits: int) -> bool:
     if isinstance(value, int):
         return value.bit_length() <= bits
     return isinstance(value, (float, np.integer, np.floating))
+
+
+def _above(number: float, floor: tuple[float, bool, str]) -> bool:
+    return number >= floor[0] if floor[1] else number > floor[0]  # NaN: never
+
+
+def _auto_ent_coef(value: str) -> bool:
+    """SAC's (TQC's, CrossQ's) learned entropy coefficient: 'auto', or 'auto_<x>' of a float x
+    above 0 (``_setup_model`` asserts it; any other text is no float there)."""
+    if value == "auto":
+        return True
+    try:
+        return value.startswith("auto_") and float(value[5:]) > 0
+    except ValueError:
+        return False
 
 
 def _integer(value: Any) -> bool:
