@@ -18,18 +18,7 @@ import zipsave
 torch = pytest.importorskip("torch")
 sb3 = pytest.importorskip("stable_baselines3")
 
-
-def _rewrite(saved: bytes, path, data: dict) -> str:
-    """``saved`` with ``data`` keys replaced by the JSON values given; no manifest."""
-    with zipfile.ZipFile(io.BytesIO(saved)) as zf:
-        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
-    raw = json.loads(items["data"])
-    raw.update(data)
-    items["data"] = json.dumps(raw).encode()
-    with zipfile.ZipFile(path, "w") as zf:
-        for name, raw_bytes in items.items():
-            zf.writestr(name, raw_bytes)
-    return str(path)
+from models import rewrite_data  # noqa: E402
 
 
 def _env(name):
@@ -93,7 +82,7 @@ OUT_OF_RANGE = {
 @pytest.mark.parametrize("case", OUT_OF_RANGE.values(), ids=OUT_OF_RANGE.keys())
 def test_a_value_the_first_learn_cannot_use_is_one_skipped_key(saved, tmp_path, case):
     which, key, value = case
-    path = _rewrite(saved(which), tmp_path / "range.zip", {key: value})
+    path = rewrite_data(saved(which), tmp_path / "range.zip", {key: value})
     cls, env = MODELS[which][0](), MODELS[which][1]
     with pytest.raises(zipsave.DecodeError, match=re.escape(f"where {cls.__name__} ")) as caught:
         zipsave.load(path, cls=cls, env=_env(env), device="cpu", strict=True)
@@ -119,7 +108,7 @@ SB3_TAKES = {
 @pytest.mark.parametrize("case", SB3_TAKES.values(), ids=SB3_TAKES.keys())
 def test_values_sb3_takes_still_load(saved, tmp_path, case):
     which, key, value = case
-    path = _rewrite(saved(which), tmp_path / "takes.zip", {key: value})
+    path = rewrite_data(saved(which), tmp_path / "takes.zip", {key: value})
     cls, env = MODELS[which][0](), MODELS[which][1]
     model = zipsave.load(path, cls=cls, env=_env(env), device="cpu", strict=True)
     assert key == "clip_range_vf" or getattr(model, key) == value  # PPO makes its schedule

@@ -16,24 +16,11 @@ import zipsave
 
 pytest.importorskip("stable_baselines3")
 
-from models import bits_env, her_model  # noqa: E402
+from models import bits_env, her_model, rewrite_data  # noqa: E402
 from stable_baselines3 import PPO, TD3  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 
 import zipsave.sb3  # noqa: E402
-
-
-def _rewrite(saved: bytes, path, data: dict) -> str:
-    """``saved`` with ``data`` keys replaced by the JSON values given; no manifest."""
-    with zipfile.ZipFile(io.BytesIO(saved)) as zf:
-        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
-    raw = json.loads(items["data"])
-    raw.update(data)
-    items["data"] = json.dumps(raw).encode()
-    with zipfile.ZipFile(path, "w") as zf:
-        for name, raw_bytes in items.items():
-            zf.writestr(name, raw_bytes)
-    return str(path)
 
 
 def _pendulums(n_envs=1):
@@ -51,11 +38,11 @@ def test_none_where_the_signature_says_a_number_is_skipped(tmp_path, td3_saved):
     # gamma=None, tau=None loaded (None was taken for any number) and the first learn() raised
     # TypeError; SB3 1.x's start_time=None, which no learn reads before setting it, still loads
     for key in ("gamma", "tau"):
-        path = _rewrite(td3_saved, tmp_path / "none.zip", {key: None})
+        path = rewrite_data(td3_saved, tmp_path / "none.zip", {key: None})
         with pytest.raises(zipsave.DecodeError, match=re.escape("keeps a number")) as caught:
             zipsave.load(path, cls=TD3, env=_pendulums(), device="cpu", strict=True)
         assert caught.value.key == key
-    path = _rewrite(td3_saved, tmp_path / "start.zip", {"start_time": None})
+    path = rewrite_data(td3_saved, tmp_path / "start.zip", {"start_time": None})
     zipsave.load(path, cls=TD3, env=_pendulums(), device="cpu", strict=True).learn(8)
 
 
@@ -74,7 +61,7 @@ def test_a_size_that_is_no_whole_number_is_skipped(tmp_path, td3_saved, case):
     # sequence of integers or a single integer', "'float' object cannot be interpreted as an
     # integer"); the value check of round seven took any float where the model keeps a number
     key, value = case
-    path = _rewrite(td3_saved, tmp_path / "float.zip", {key: value})
+    path = rewrite_data(td3_saved, tmp_path / "float.zip", {key: value})
     with pytest.raises(zipsave.DecodeError, match="where TD3 keeps (a number|an integer)") as caught:
         zipsave.load(path, cls=TD3, env=_pendulums(), device="cpu", strict=True)
     assert caught.value.key == key and caught.value.member == "data"
@@ -96,7 +83,7 @@ def test_a_size_saved_as_a_whole_float_is_given_as_an_integer(tmp_path, td3_save
     # a user may pass batch_size=64.0 or learning_starts=1e4, which SB3 saves as it is; the
     # first learn() of such a model failed as above (True too: numpy's size= refuses a bool)
     key, value, number = case
-    path = _rewrite(td3_saved, tmp_path / "whole.zip", {key: value})
+    path = rewrite_data(td3_saved, tmp_path / "whole.zip", {key: value})
     report = zipsave.LoadReport()
     model = zipsave.load(path, cls=TD3, env=_pendulums(), device="cpu", strict=True, report=report)
     assert type(getattr(model, key)) is int and getattr(model, key) == number
@@ -105,7 +92,7 @@ def test_a_size_saved_as_a_whole_float_is_given_as_an_integer(tmp_path, td3_save
 
 
 def test_restore_gives_whole_sizes_and_skips_the_rest(tmp_path, td3_saved):
-    path = _rewrite(td3_saved, tmp_path / "restore.zip", {"batch_size": 3.0, "gradient_steps": 0.5})
+    path = rewrite_data(td3_saved, tmp_path / "restore.zip", {"batch_size": 3.0, "gradient_steps": 0.5})
     kwargs = {"learning_starts": 4, "buffer_size": 64, "policy_kwargs": {"net_arch": [8]}}
     model = TD3("MlpPolicy", _pendulums(), device="cpu", seed=0, **kwargs)
     with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("`gradient_steps`")):
@@ -118,7 +105,7 @@ def test_a_ppo_epoch_count_of_a_float_is_skipped(tmp_path):
     # PPO's n_epochs=2.5: range() raised TypeError at the first train
     model = PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=8, device="cpu")
     model.save(tmp_path / "ppo.zip")
-    path = _rewrite((tmp_path / "ppo.zip").read_bytes(), tmp_path / "epochs.zip", {"n_epochs": 2.5})
+    path = rewrite_data((tmp_path / "ppo.zip").read_bytes(), tmp_path / "epochs.zip", {"n_epochs": 2.5})
     with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("`n_epochs`")):
         loaded = zipsave.load(path, cls=PPO, env=make_vec_env("CartPole-v1"), device="cpu")
     assert loaded.n_epochs == 10  # PPO's default
@@ -240,7 +227,7 @@ def test_restore_keeps_what_the_model_steps_and_trains_with(tmp_path, td3_saved,
     # _setup_model runs to make it a schedule): learn() went on from them and raised numpy's
     # broadcast ValueError at the first add, TypeError ('int' object is not callable) at train
     name = key.split("-")[0]
-    path = _rewrite(td3_saved, tmp_path / "live.zip", {name: LIVE_KINDS[key]})
+    path = rewrite_data(td3_saved, tmp_path / "live.zip", {name: LIVE_KINDS[key]})
     model = _trained_td3()
     before = getattr(model, name)
     with pytest.raises(zipsave.DecodeError, match=re.escape("the model keeps its own")) as caught:
@@ -258,7 +245,7 @@ def test_restore_keeps_a_ppo_value_clip_it_calls(tmp_path):
     # train() called it (TypeError: 'float' object is not callable)
     model = PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=8, n_epochs=1, device="cpu")
     model.save(tmp_path / "ppo.zip")
-    path = _rewrite((tmp_path / "ppo.zip").read_bytes(), tmp_path / "vf.zip", {"clip_range_vf": 0.2})
+    path = rewrite_data((tmp_path / "ppo.zip").read_bytes(), tmp_path / "vf.zip", {"clip_range_vf": 0.2})
     with pytest.warns(zipsave.SkippedEntryWarning, match=re.escape("`clip_range_vf`")):
         zipsave.restore(model, path, device="cpu")
     assert model.clip_range_vf is None
@@ -370,7 +357,7 @@ def test_read_shows_a_sparse_tensor_by_its_parts(tmp_path, kind, capsys):
 def test_a_batch_past_memory_is_refused_before_the_model_is_built(tmp_path, td3_saved):
     # batch_size=10**15 (63 bits, an integer) loaded, and the first learn() asked numpy for
     # 7 PiB (MemoryError): each train step samples that many transitions
-    path = _rewrite(td3_saved, tmp_path / "batch.zip", {"batch_size": 10**15})
+    path = rewrite_data(td3_saved, tmp_path / "batch.zip", {"batch_size": 10**15})
     with pytest.raises(zipsave.ArchiveLimitError, match=re.escape("a batch of 1000000000000000 transitions")) as caught:
         zipsave.load(path, cls=TD3, env=_pendulums(), device="cpu")
     assert caught.value.key == "batch_size"
