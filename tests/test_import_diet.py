@@ -158,6 +158,11 @@ NEVER_ON_PLAIN_READ = (
     "zipsave._trust._torch_calls",
     "zipsave._trust._policy",  # no pickled value, no import path: the default policy is not built
     "zipsave._trust._allowlist",
+    "zipsave._registry",  # no handler is asked about a folder saved from a dict
+    "zipsave._distributions",  # so no entry point is listed either
+    "zipsave._codec._decode",  # `data` holds no list or object to decode: numbers decode to themselves
+    "zipsave._items",
+    "zipsave._booleans",
 )
 # What inspecting an archive that holds no pickled value, without ``verify=True``, never
 # imports: the byte check, the pickle audit, the unpickler's stand-ins, legacy torch calls and
@@ -170,6 +175,7 @@ NEVER_ON_INSPECT = (
     "zipsave._trust._torch_calls",
     "zipsave._trust._policy",  # asked only when a data entry names a global
     "zipsave._trust._allowlist",
+    "zipsave._registry",  # the folder was saved from a dict: no integration is involved
 )
 # What restoring an app state in place never imports: constructing objects and their modes.
 NEVER_ON_RESTORE = (
@@ -261,6 +267,16 @@ def test_a_first_load_imports_only_what_it_uses(archive, verb):
     # small members are read whole into fresh memory: no arena, no prefaulting thread
     assert sorted(ours.intersection({"zipsave._tensors._arena", "zipsave._tensors._prefault"})) == []
     assert "encodings.cp437" not in imported  # names are ASCII or flagged UTF-8
+
+
+@pytest.mark.parametrize("verb", ["load", "load_archive"])
+def test_a_first_load_of_numbers_and_strings_imports_no_value_decoder(tmp_path, verb):
+    # `data` of {"step": 1, "lr": 3e-4, "name": "run"}: each JSON scalar is its own value.
+    path = str(tmp_path / "values.zip")
+    _first_call(path, "save_values")
+    imported = _first_call(path, verb)
+    assert "zipsave._api._load" in imported  # the call did load
+    assert sorted(set(imported).intersection(NEVER_ON_PLAIN_READ)) == []
 
 
 @pytest.mark.parametrize("verb", ["restore", "load", "load_archive", "inspect"])

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .. import _core, _format, _registry  # _core: what builds or restores objects, on first use
+from .. import _core, _format  # _core: what builds or restores objects, and the registry, on first use
 from .._archive import Limits
 from .._core import (
     OPTION_DOCS,
@@ -244,7 +244,7 @@ def restore(
         # is app state, which the core saves without asking handlers, and so restores.
         handler = None
         if not isinstance(obj, dict):
-            handler = next((h for h in _registry.handlers(live=True) if h.restores(obj)), None)
+            handler = next((h for h in _core.handlers(live=True) if h.restores(obj)), None)
         if handler is not None:
             handler.restore(
                 src, obj, folder, custom_objects=custom_objects, exclude=exclude, exact_match=exact_match, into=into
@@ -253,7 +253,7 @@ def restore(
         target = _core.restore_target(src, obj, folder, into)
         owner = None
         if not isinstance(target, dict):
-            owner = next((h for h in _registry.handlers(live=True) if h.claims(target)), None)
+            owner = next((h for h in _core.handlers(live=True) if h.claims(target)), None)
         if owner is not None:  # values the integration recognises without decoding them
             custom_objects = {**owner.known_values(src, target, folder), **(custom_objects or {})} or None
         if isinstance(target, dict) and strict:

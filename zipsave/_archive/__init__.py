@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._crc import backend as crc_backend
     from ._destination import destination_key, is_url, open_output, open_source
     from ._files import atomic_output, libc_function, open_input, seekable, with_suffix
-    from ._handlers import data_bytes, involve_handlers, member_names, saved_as_app_state
+    from ._handlers import data_bytes, member_names, saved_as_app_state
     from ._limits import DEFAULT_LIMITS, Limits
     from ._progress import check as check_progress
     from ._progress import counting_reader, counting_writer, describe, make_bar
@@ -31,7 +31,7 @@ _LAZY: dict[str, str] = {
     "crc_backend": "._crc:backend",
     **dict.fromkeys(("OrderedCrc", "crc32", "crc32_combine", "crc32_many", "crc32_read", "share_work"), "._crc"),
     **dict.fromkeys(("destination_key", "is_url", "open_output", "open_source"), "._destination"),
-    **dict.fromkeys(("data_bytes", "involve_handlers", "member_names", "saved_as_app_state"), "._handlers"),
+    **dict.fromkeys(("data_bytes", "member_names", "saved_as_app_state"), "._handlers"),
     **dict.fromkeys(("atomic_output", "open_input", "seekable", "with_suffix"), "._files"),
     "libc_function": "._files",
     **dict.fromkeys(("DEFAULT_LIMITS", "Limits"), "._limits"),
@@ -87,7 +87,6 @@ __all__ = [
     "data_bytes",
     "describe",
     "destination_key",
-    "involve_handlers",
     "is_url",
     "libc_function",
     "make_bar",

@@ -1,7 +1,6 @@
-"""The integrations a folder of an archive involves, by the registry's rules for a load: those
-whose markers are among its members or whose data keys its ``data`` holds. A tool that decodes
-or judges a folder's values (``read``, ``diff``, ``inspect``) imports them first, so it uses
-their reviewed allowlists exactly as a load of that folder would, and imports no other."""
+"""What a load asks of an archive folder before it involves any integration: the names of its
+members (where a handler's markers are looked up), its ``data`` as stored (where its data keys
+are), and whether the manifest lists it as saved from a dict (then no handler is asked)."""
 
 from __future__ import annotations
 
@@ -9,10 +8,10 @@ from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from .. import _format, _registry
+from .. import _format
 from ..exceptions import ZipsaveError
 
-__all__ = ["data_bytes", "involve_handlers", "member_names", "saved_as_app_state"]
+__all__ = ["data_bytes", "member_names", "saved_as_app_state"]
 
 
 class _FolderMembers(AbstractSet):
@@ -62,11 +61,3 @@ def saved_as_app_state(src: Any, folder: str) -> bool:
     is asked whether it recognises it (nor are handler entry points listed for that, 2-3 ms of
     a first load). ``src``: an ``ArchiveSource`` or a load session."""
     return folder.strip("/") in src.reader.app_state
-
-
-def involve_handlers(src: Any, folder: str) -> None:
-    """Import the handlers a load of ``folder`` would ask about it (and so add their allowlists).
-    ``src``: an ``ArchiveSource``; once a folder (each call reads the folder's ``data`` again)."""
-    if folder not in src.involved and not saved_as_app_state(src, folder):
-        _registry.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
-        src.involved.add(folder)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
+    from .._registry import ENTRY_HINTS, by_name, handlers
     from .._sign import Trust, as_signer, check_source, embedded_signature, sign_detached
     from .._system_info import parse_system_info, print_system_info
     from .._trust import pickle_globals
@@ -65,6 +66,7 @@ _LAZY: dict[str, str] = {
             "check_component",
             "data_bytes",
             "handler_for",
+            "handlers",
             "load_app_state",
             "member_names",
             "no_model_error",
@@ -92,6 +94,9 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("flat", "matches", "nested"), "._patterns"),
     "LoadReport": "._report",
     "LoadSession": "._session",
+    # the handler registry, asked about a folder no dict was saved to or a live object other
+    # than a dict: a load of an app state lists no entry points and imports no registry
+    **dict.fromkeys(("ENTRY_HINTS", "by_name", "handlers"), ".._registry"),
     # the saved system-info report, read when a load prints it or explains a failure
     **dict.fromkeys(("parse_system_info", "print_system_info"), ".._system_info"),
     # the sign extra, imported only when a load is given `trust=` or a save `sign=`
@@ -131,6 +136,7 @@ __all__ = [
     "apply_modes",
     "check_signable",
     "ALWAYS_EXCLUDED_PREFIXES",
+    "ENTRY_HINTS",
     "OPTION_DOCS",
     "Component",
     "Encoded",
@@ -139,6 +145,7 @@ __all__ = [
     "LoadSession",
     "Parts",
     "build",
+    "by_name",
     "check_data_key",
     "check_name",
     "check_path",
@@ -154,6 +161,7 @@ __all__ = [
     "expected_state_names",
     "flat",
     "handler_for",
+    "handlers",
     "is_live_handle",
     "is_stateful",
     "load_app_state",

@@ -5,12 +5,16 @@ read as dicts. A plain load needs only this; :mod:`._build` constructs objects."
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import _core, _format, _registry  # _core: build (a folder holds a Saveable), the exclude globs
+# _core: build (a folder holds a Saveable), the exclude globs, and the registry (a folder no dict was saved to)
+from .. import _core, _format
 from .._archive import data_bytes, member_names, saved_as_app_state
 from ..exceptions import ArchiveFormatError, MissingDependencyError, ZipsaveError
 from ._session import LoadSession
+
+if TYPE_CHECKING:
+    from .._registry import Handler
 
 __all__ = ["check_component", "handler_for", "load_app_state", "no_model_error", "recognising_handler"]
 
@@ -29,7 +33,7 @@ def check_component(src: LoadSession, folder: str) -> None:
         )
 
 
-def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) -> _registry.Handler | None:
+def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) -> Handler | None:
     """The registered handler that builds ``folder``: the one its ``init.json`` names, else one
     that builds ``cls``, else (no ``cls``, no ``init.json``) one that recognises the folder."""
     init_member = _format.join(folder, _format.INIT)
@@ -39,7 +43,7 @@ def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) 
         name = record.get("handler") if isinstance(record, dict) else None
         if name is None:
             return None
-        handler = _registry.by_name(str(name))
+        handler = _core.by_name(str(name))
         if handler is None:
             raise MissingDependencyError(
                 f"was written by the zipsave integration `{name}`, which is not installed.",
@@ -48,21 +52,21 @@ def handler_for(src: LoadSession, folder: str, cls: Any, *, record: Any = None) 
                 # only zipsave's own integrations have a command to give: any other name is the
                 # archive's text, never handed back as something to paste into a shell
                 hint=f"Install it with `pip install zipsave[{name}]`."
-                if name in _registry.ENTRY_HINTS
+                if name in _core.ENTRY_HINTS
                 else "Install the package that provides a zipsave handler of that name.",
             )
         return handler
     if cls is not None:
-        return next((h for h in _registry.handlers(live=True) if h.builds(cls)), None)
+        return next((h for h in _core.handlers(live=True) if h.builds(cls)), None)
     return recognising_handler(src, folder)
 
 
-def recognising_handler(src: LoadSession, folder: str) -> _registry.Handler | None:
+def recognising_handler(src: LoadSession, folder: str) -> Handler | None:
     """The registered handler that recognises ``folder`` by its members or ``data`` keys; none
     for a folder the manifest lists as saved from a dict."""
     if saved_as_app_state(src, folder):
         return None
-    asked = _registry.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
+    asked = _core.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
     return next((h for h in asked if h.recognises(src, folder)), None)
 
 

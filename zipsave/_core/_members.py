@@ -1,14 +1,16 @@
 """What a load session says of an archive's members: which ones no reader of the format looks
-at, and which tensor member an error found broken (and the ``exclude=`` that leaves it out)."""
+at, which tensor member an error found broken (and the ``exclude=`` that leaves it out), and its checksums."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
+from typing import Any
 
 from .. import _format
 from ..exceptions import ArchiveFormatError, DecodeError, ParameterMismatchError, UnsafeGlobalError, ZipsaveError
 
-__all__ = ["KNOWN_MEMBERS", "broken_tensor_member", "leave_out", "stem", "unrecognised"]
+__all__ = ["KNOWN_MEMBERS", "broken_tensor_member", "checksums", "leave_out", "stem", "unrecognised"]
 
 #: The members of a folder that readers of the format look at, besides ``.pth`` and ``.npy``.
 KNOWN_MEMBERS = frozenset(
@@ -63,3 +65,18 @@ def unrecognised(names: Iterable[str]) -> list[str]:
             continue
         out.append(name)
     return out
+
+
+def checksums(reader: Any, member: str) -> tuple[str | None, str | None]:
+    """The CRC-32 the zip directory records for ``member`` and the one of its bytes, as shown in
+    an integrity error (``"no such member"``, or why the bytes could not be read)."""
+    if member not in reader:
+        return None, "no such member"
+    expected = f"crc32 {reader.info(member).CRC:08x}"
+    try:
+        crc = 0
+        for piece in reader.iter_chunks(member):
+            crc = zlib.crc32(piece, crc)
+    except ZipsaveError as err:
+        return expected, f"unreadable bytes ({err.detail})"
+    return expected, f"crc32 {crc:08x}"

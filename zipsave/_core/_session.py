@@ -4,7 +4,6 @@ read of a member during a load, restore or handler's build goes through it."""
 from __future__ import annotations
 
 import warnings
-import zlib
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -25,11 +24,14 @@ from ..exceptions import (
     as_zipsave_error,
     caller_stacklevel,
 )
-from ._members import broken_tensor_member, leave_out, stem, unrecognised
+from ._members import broken_tensor_member, checksums, leave_out, stem, unrecognised
 from ._options import LoadOptions
 from ._report import LoadReport
 
 __all__ = ["LoadSession"]
+
+#: The JSON values that decode to themselves (the decoder returns any but a list or dict as is).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 class LoadSession:
@@ -188,7 +190,7 @@ class LoadSession:
         if isinstance(err, IntegrityError) and (err.expected is not None or err.found is not None):
             expected, found, detail = err.expected, err.found, err.detail  # composed already
         else:
-            expected, found = self._checksums(member)
+            expected, found = checksums(self.reader, member)
             if isinstance(err, IntegrityError):
                 detail = err.detail
             else:
@@ -199,18 +201,6 @@ class LoadSession:
             else:
                 detail = f"{detail} Zip directory: {expected}; its bytes: {found}."
         return IntegrityError(detail, archive=self.name, member=member, expected=expected, found=found, hint=hint)
-
-    def _checksums(self, member: str) -> tuple[str | None, str | None]:
-        if member not in self.reader:
-            return None, "no such member"
-        expected = f"crc32 {self.reader.info(member).CRC:08x}"
-        try:
-            crc = 0
-            for piece in self.reader.iter_chunks(member):
-                crc = zlib.crc32(piece, crc)
-        except ZipsaveError as err:
-            return expected, f"unreadable bytes ({err.detail})"
-        return expected, f"crc32 {crc:08x}"
 
     def _integrity(self, message: str, member: str | None) -> None:
         if self.strict:
@@ -392,9 +382,8 @@ class LoadSession:
         rebuild a key that failed (an integration recognising its own data); it raises if not.
         The array members of a key in ``deferred`` are left unread: each decodes to its checked
         header (:class:`NpyHeader`), for a caller that reads them into memory of its choosing."""
-        decoder = self.decoder(member)
+        decoders: dict[bool, _codec.Decoder] = {}  # {deferred: decoder}, for a key not a JSON scalar
         deferred = set(deferred)
-        headers = self.decoder(member, deferred=True) if deferred else decoder
         quiet = set(quiet)
         out: dict[str, Any] = {}
         exclude = list(exclude)
@@ -404,8 +393,13 @@ class LoadSession:
                 continue
             if exclude and _core.matches(key, exclude):
                 continue
+            if type(value) in _SCALARS:  # decodes to itself: a step count needs no codec imported
+                out[key] = value
+                continue
             try:
-                out[key] = (headers if key in deferred else decoder).decode_entry(key, value)
+                later = key in deferred
+                decoder = decoders.get(later) or decoders.setdefault(later, self.decoder(member, deferred=later))
+                out[key] = decoder.decode_entry(key, value)
             except Exception as err:  # noqa: BLE001 - the skip rule covers every failure
                 if recover is not None and not isinstance(err, IntegrityError):
                     try:

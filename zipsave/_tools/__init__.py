@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
+    from .._registry import handlers
     from .._sign import check_source
     from ._check import check_archive
     from ._diff import diff
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 _LAZY: dict[str, str] = {
     "check_archive": "._check",
     "check_source": ".._sign",  # a signature, checked only when `trust=` is given
+    "handlers": ".._registry",  # the integrations of a folder not saved from a dict
     "diff": "._diff",
     "extract": "._extract",
     "inspect": "._inspect",
@@ -49,6 +51,7 @@ __all__ = [
     "describe_sharded",
     "diff",
     "extract",
+    "handlers",
     "inspect",
     "is_checkpoint_dir",
     "json_leaf",

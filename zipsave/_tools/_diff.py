@@ -23,14 +23,14 @@ import orjson
 import torch
 
 from .. import _format
-from .._archive import ArchiveSource, involve_handlers
+from .._archive import ArchiveSource
 from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Decoder
 from .._invariants import flat_bytes
 from .._tensors import load_member, read_array_once
 from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, nesting_as_error, reading
 from ._diff_records import ArchiveDiff, Change
-from ._inspect import data_folders, stored_type
+from ._inspect import data_folders, involve_handlers, stored_type
 from ._shown import sparse_parts
 from ._values import rng_change, same_value
 

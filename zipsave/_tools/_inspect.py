@@ -17,7 +17,16 @@ import numpy as np
 # On first use: the signature check (`trust=`), the byte check (`verify=True`), the pickle
 # audit, stand-ins and default trust policy (an entry that names a global).
 from .. import _format, _system_info, _tools, _trust
-from .._archive import ArchiveSource, Limits, MemberView, involve_handlers, manifest_digest, parse_version
+from .._archive import (
+    ArchiveSource,
+    Limits,
+    MemberView,
+    data_bytes,
+    manifest_digest,
+    member_names,
+    parse_version,
+    saved_as_app_state,
+)
 from .._codec import NATIVE_KEY as _N
 from .._codec import SERIALIZED_KEY as _S
 from .._codec import TYPE_KEY as _T
@@ -44,7 +53,7 @@ from ..exceptions import (
 from ._records import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo
 from ._render import format_shape, shorten
 
-__all__ = ["data_folders", "inspect", "pth_meta", "stored_type"]
+__all__ = ["data_folders", "inspect", "involve_handlers", "pth_meta", "stored_type"]
 
 _CLASS_HINT = r"<class '(.+)'>"  # compiled (and cached by `re`) on first use
 # Native kinds whose decoding imports a global by name (through the trust policy).
@@ -401,3 +410,11 @@ def _list_tensors(src: ArchiveSource, member: str, notes: list[str], damaged: li
         if isinstance(err, IntegrityError):
             damaged.append(member)
         return []
+
+
+def involve_handlers(src: Any, folder: str) -> None:
+    """Import the integrations a load of ``folder`` would ask about it, so a tool judging its values
+    uses their reviewed allowlists as that load would (none for a folder saved from a dict)."""
+    if folder not in src.involved and not saved_as_app_state(src, folder):
+        _tools.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
+        src.involved.add(folder)

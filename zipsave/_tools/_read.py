@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from .. import _format, _tools  # _tools: the signature check, imported only when `trust=` is given
-from .._archive import ArchiveSource, Limits, MemberView, involve_handlers
+from .._archive import ArchiveSource, Limits, MemberView
 from .._codec import Decoder
 from .._tensors import (
     PthMeta,
@@ -31,7 +31,7 @@ from .._tensors._invariants import refuse_refused
 from .._tensors._tree import check_views
 from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, DecodeError, ZipsaveError, nesting_as_error
-from ._inspect import data_folders, pth_meta
+from ._inspect import data_folders, involve_handlers, pth_meta
 
 __all__ = ["read"]
 
