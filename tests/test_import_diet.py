@@ -183,6 +183,8 @@ NEVER_ON_RESTORE = (
     "zipsave._core._component",
     "zipsave._core._modes",
     "zipsave._core._address",  # names are resolved only on objects, not in an app-state dict
+    "zipsave._registry",  # no handler is asked about a dict or about torch's own objects
+    "zipsave._distributions",
     "zipsave._system_info",
     "zipsave._trust._torch_calls",
     "zipsave._trust._policy",
@@ -206,6 +208,7 @@ NEVER_ON_PLAIN_SAVE = (
     "zipsave._core._modes",
     "zipsave._core._address",
     "zipsave._core._patterns",
+    "zipsave._registry",  # a dict is app state: no handler is asked to claim it or its torch objects
 )
 
 _SCRIPT = r"""

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .. import _core, _format, _registry  # _core: collect, imported when a live object is compared
+from .. import _core, _format  # _core: collect (a live object compared) and the registry (one not a dict)
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, UnsafeNameError, ZipsaveError
 from ._inplace import adopt_live, fill_in_place
 from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, Parts, is_stateful, unwrap
@@ -47,7 +47,7 @@ def restore_parts(
         # saved them in `data`); their saved parameters and buffers still load, in place.
         internals = sorted(MODULE_INTERNALS - _LEGACY_TENSOR_REGISTRIES) if isinstance(obj, torch.nn.Module) else []
         data = src.decode_data(folder, custom_objects=custom_objects, exclude=list(exclude) + internals) or {}
-        owner = None if is_dict else next((h for h in _registry.handlers(live=True) if h.claims(obj)), None)
+        owner = None if is_dict else next((h for h in _core.handlers(live=True) if h.claims(obj)), None)
         if owner is not None:  # what the integration's own load checks (SB3's: no live handle, no class where it calls)
             data = owner.checked_data(src, obj, data, set(custom_objects or ()))
         data_member = _format.join(folder, _format.DATA)

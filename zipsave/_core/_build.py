@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect as _inspect
 from typing import Any
 
-from .. import _core, _format, _registry  # _core: what only a build or a live comparison uses, on first use
+from .. import _core, _format  # _core: what only a build, a live comparison or a handler uses, on first use
 from .._codec import NATIVE_KEY
 from ..exceptions import (
     ArchiveFormatError,
@@ -252,7 +252,7 @@ def restore_tree(
             current = holder[index] if index < len(holder) else None
         else:
             current = _own(holder, last, attr_path, where)
-        if not is_dict and any(h.restore_component(src, obj, attr_path) for h in _registry.handlers(live=True)):
+        if not is_dict and any(h.restore_component(src, obj, attr_path) for h in _core.handlers(live=True)):
             continue  # a handler filled it itself (SB3's replay buffer, VecNormalize)
         if child in src.built_components and isinstance(current, _core.Component):
             continue  # built (and restored) from its folder before the constructor ran
@@ -325,7 +325,7 @@ def _check_no_missing_components(
     """Raise when ``obj`` holds a component (a sub-model, a plain object holding modules) that
     the archive has no folder for and that the caller did not ``exclude``: it was left out of
     the save, and the object would keep its constructor's state for it without a word."""
-    if any(h.claims(obj) for h in _registry.handlers(live=True)):
+    if any(h.claims(obj) for h in _core.handlers(live=True)):
         return  # SB3 models and the like: their handler knows what they hold
     if live is None:  # not collected for the state-dict check (SB3's hooks on a Saveable)
         try:

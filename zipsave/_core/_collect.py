@@ -12,7 +12,7 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from .. import _core, _registry  # _core: the glob rules and train/eval modes, on first use
+from .. import _core  # _core: the glob rules, train/eval modes and the registry (not a dict), on first use
 from .._tensors import is_state_dict
 from ..exceptions import EncodeError
 from ._component import Component
@@ -47,7 +47,7 @@ def collect(obj: Any, exclude: Iterable[str] | None, include: Iterable[str] | No
     if isinstance(obj, dict):
         return _collect_app_state(obj, exclude, include)
     if not isinstance(obj, Component):
-        for handler in _registry.handlers(live=True):
+        for handler in _core.handlers(live=True):
             if handler.claims(obj):
                 return handler.collect(obj, exclude=exclude, include=include)
     if top:
