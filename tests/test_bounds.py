@@ -57,6 +57,13 @@ def test_integer_and_size_limits():
         check_size(9, 8, "`bytes(9)`")
 
 
+def test_a_save_judges_state_dict_integers_by_the_readers_own_limit():
+    # `_pth_write` writes the limit out (a save imports no reader bounds); it must be the same
+    from zipsave._tensors import _pth_write
+
+    assert _pth_write._MAX_INT_BITS == MAX_INT_BITS
+
+
 def test_a_nested_member_declaring_more_than_its_ratio_is_a_bomb():
     info = zipfile.ZipInfo("archive/data/0")
     info.compress_type, info.compress_size, info.file_size = zipfile.ZIP_DEFLATED, 1000, 4 << 30

@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from zipsave import Limits
 from zipsave._codec import Decoder, Encoder, import_path, is_json_native
 from zipsave._codec import _decode as _codec_decode
-from zipsave._json import ORJSON_MIN_BYTES, check_cost, dump_json, nesting_exceeds, parse_json, scan
+from zipsave._json import ORJSON_MIN_BYTES, check_cost, nesting_exceeds, parse_json, scan
+from zipsave._json_write import dump_json
 from zipsave._trust import TrustPolicy
 from zipsave.exceptions import ArchiveLimitError, DecodeError, EncodeError, UnsafeGlobalError
 

@@ -1,4 +1,4 @@
-"""``_json.pretty_json``: the JSON members a save writes, byte for byte as orjson writes them,
+"""``_json_write.pretty_json``: the JSON members a save writes, byte for byte as orjson writes them,
 without importing orjson for small documents (4-5 ms of a first save), and orjson's own
 output or refusal for everything else."""
 
@@ -15,7 +15,7 @@ import struct
 import orjson
 import pytest
 
-from zipsave import _json
+from zipsave import _json_write
 
 #: Whether this orjson writes a positive exponent with its sign (``1e+20``: 3.13 does, 3.8 did not).
 _PLUS = b"e+" in orjson.dumps(1e20)
@@ -44,7 +44,7 @@ def _floats():
 
 
 def test_floats_are_written_as_orjson_writes_them_and_read_back_exactly():
-    written = [_json.pretty_json(f) for f in _floats()]
+    written = [_json_write.pretty_json(f) for f in _floats()]
     assert [_as_orjson_writes(w) for w in written] == [orjson.dumps(f) for f in _floats()]
     back = [json.loads(w) for w in written]
     assert all(
@@ -54,7 +54,7 @@ def test_floats_are_written_as_orjson_writes_them_and_read_back_exactly():
 
 def test_nan_and_the_infinities_are_null_as_orjson_writes_them():
     for value in (math.nan, math.inf, -math.inf):
-        assert _json.pretty_json([value]) == _orjson([value])
+        assert _json_write.pretty_json([value]) == _orjson([value])
 
 
 def _tree(rng: random.Random, depth: int = 0):
@@ -87,8 +87,8 @@ _CHARS = [chr(c) for c in range(128)] + ["é", "\u2028", "\u2029", "\U0001f600",
 def test_documents_are_the_bytes_orjson_writes():
     rng = random.Random(3)
     trees = [_tree(rng) for _ in range(3_000)]
-    assert [_json.pretty_json(t) for t in trees] == [_orjson(t) for t in trees]
-    assert _json.dump_json({"a": [1, {}], "b": []}) == b'{\n  "a": [\n    1,\n    {}\n  ],\n  "b": []\n}\n'
+    assert [_json_write.pretty_json(t) for t in trees] == [_orjson(t) for t in trees]
+    assert _json_write.dump_json({"a": [1, {}], "b": []}) == b'{\n  "a": [\n    1,\n    {}\n  ],\n  "b": []\n}\n'
 
 
 class _Kind(enum.IntEnum):
@@ -100,13 +100,13 @@ class _Kind(enum.IntEnum):
     [
         collections.OrderedDict(a=1),  # a dict subclass
         {"a": _Kind.ONE},  # an int subclass
-        {"a": [[[1]]] * 3, "b": "x" * (_json.WRITE_SMALL_BYTES + 1)},  # too long for Python's writer
+        {"a": [[[1]]] * 3, "b": "x" * (_json_write.WRITE_SMALL_BYTES + 1)},  # too long for Python's writer
         [[[[[]]]]],
     ],
     ids=["OrderedDict", "IntEnum", "large", "nested"],
 )
 def test_what_the_writer_leaves_to_orjson_is_orjson_s_output(value):
-    assert _json.pretty_json(value) == _orjson(value)
+    assert _json_write.pretty_json(value) == _orjson(value)
 
 
 def _nested(depth: int) -> list:
@@ -125,9 +125,9 @@ def test_what_orjson_refuses_is_refused_as_orjson_refuses_it(value):
     with pytest.raises(TypeError):
         orjson.dumps(value, option=orjson.OPT_INDENT_2)
     with pytest.raises(TypeError):
-        _json.pretty_json(value)
+        _json_write.pretty_json(value)
 
 
 def test_deep_documents_orjson_writes_are_written():
     for depth in (199, 200, 201, 254):  # orjson 3.13 refuses 255 levels, 3.8 256
-        assert _json.pretty_json(_nested(depth)) == _orjson(_nested(depth))
+        assert _json_write.pretty_json(_nested(depth)) == _orjson(_nested(depth))

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from .. import _format
-from .._json import pretty_json
+from .._json_write import pretty_json
 from ..exceptions import ArchiveFormatError
 from . import _crc
 from ._zipfmt import (

@@ -247,7 +247,7 @@ class Encoder:
                 "items": [self.encode(v, path + (i,)) for i, v in enumerate(value)],
             }
         if kind in (set, frozenset):
-            import orjson  # for sets only: a save without one need not import it (`_json.pretty_json`)
+            import orjson  # for sets only: a save without one need not import it (`_json_write.pretty_json`)
 
             items = [self.encode(v, path) for v in value]
             items.sort(key=lambda j: orjson.dumps(j, option=orjson.OPT_SORT_KEYS))

@@ -18,7 +18,7 @@ import torch
 from .. import _archive, _core, _format, _system_info  # _core: the sign extra (`sign=`), on first use
 from .._archive import ArchiveWriter, is_url, open_output, with_suffix
 from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Encoder
-from .._json import dump_json
+from .._json_write import dump_json
 from .._tensors import check_weights_only, save_pth
 from .._version import __version__
 from ..exceptions import EncodeError, StorageError, ZipsaveError, ZipsaveWarning, caller_stacklevel, describe_path

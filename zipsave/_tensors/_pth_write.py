@@ -12,13 +12,16 @@ import numpy as np
 import torch
 
 from .. import _tensors  # _tensors: the loaded-tree check, for a state dict given as a value
-from .._bounds import MAX_INT_BITS
 from ..exceptions import EncodeError, ZipsaveError
 from ._pth_records import RecordingStream
 
 __all__ = ["WEIGHTS_ONLY_CONTAINERS", "WEIGHTS_ONLY_LEAVES", "check_weights_only", "is_state_dict", "save_pth"]
 
 _crc_option_lock = threading.Lock()
+
+#: The widest integer the reader decodes (``zipsave._bounds.MAX_INT_BITS``; a test keeps the two
+#: equal), written out so that a save does not import the reader's bounds for it.
+_MAX_INT_BITS = 1 << 17
 
 
 # -- saving --------------------------------------------------------------------------------
@@ -127,7 +130,7 @@ def is_state_dict(value: Any) -> bool:
 
 
 def _same_key(key: Any) -> bool:
-    return type(key) is str or (type(key) is int and key.bit_length() <= MAX_INT_BITS)
+    return type(key) is str or (type(key) is int and key.bit_length() <= _MAX_INT_BITS)
 
 
 def _same_metadata(value: collections.OrderedDict, depth: int) -> bool:
@@ -151,7 +154,7 @@ def _same_tree(value: Any, depth: int, found: list[int]) -> bool:
             and not vars(value)
         )
     if kind in _SAME_LEAVES:
-        return kind is not int or value.bit_length() <= MAX_INT_BITS
+        return kind is not int or value.bit_length() <= _MAX_INT_BITS
     if depth >= _MAX_DEPTH:
         return False
     if kind is dict or kind is collections.OrderedDict:
