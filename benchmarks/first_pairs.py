@@ -5,8 +5,11 @@ Each process times the first call and then the same call again; a pair's ratio d
 tree's first call by the peer's. ``--verb cli_inspect`` (``cli_verify``) times the ``zipsave``
 command's module and its ``inspect`` (``verify``) subcommand instead, its output dropped; ``--verb
 save`` times a save of a 9 868-parameter MLP with its Adam state (built before the clock starts)
-to ``--archive``. ``--clock cpu`` times the process's CPU (``time.process_time``: every thread)
-instead of the wall clock. Prints medians and the median of the per-pair ratios and
+to ``--archive``, ``--verb restore`` a restore of such an archive into them. ``--clock cpu`` times the process's CPU (``time.process_time``: every thread)
+instead of the wall clock, ``--clock thread`` the calling thread's CPU (``time.thread_time``:
+neither other processes on a shared VM nor torch's intra-op threads, which spin for a while
+after an operation such as the backward pass of ``--verb save``, count; zipsave's helper threads
+do not either, and a small archive uses none). Prints medians and the median of the per-pair ratios and
 differences.
 
 Usage::
@@ -27,8 +30,8 @@ _CALL = r"""
 import contextlib, io, sys, time
 import torch
 verb, archive = sys.argv[1], sys.argv[2]
-clock = time.process_time if sys.argv[3] == "cpu" else time.perf_counter
-if verb == "save":  # the model and its stepped optimizer are built before the clock starts
+clock = {"cpu": time.process_time, "thread": time.thread_time}.get(sys.argv[3], time.perf_counter)
+if verb in ("save", "restore"):  # the model and its stepped optimizer are built before the clock starts
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 12))
     optimizer = torch.optim.Adam(model.parameters())
     model(torch.ones(1, 64)).sum().backward()
@@ -37,6 +40,9 @@ t0 = clock()
 if verb == "save":
     import zipsave
     call = lambda: zipsave.save({"model": model, "optimizer": optimizer, "step": 3}, archive)
+elif verb == "restore":  # into that model and optimizer (an archive `--verb save` wrote)
+    import zipsave
+    call = lambda: zipsave.restore({"model": model, "optimizer": optimizer}, archive)
 elif verb.startswith("cli_"):  # the command's own imports, then the subcommand (its output dropped)
     import zipsave.cli
     call = lambda: zipsave.cli.main([verb[4:], archive])
@@ -71,11 +77,13 @@ def main() -> None:
     parser.add_argument("--peer", required=True, help="the other zipsave tree")
     parser.add_argument("--tree", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     parser.add_argument(
-        "--verb", default="load", choices=("load", "load_archive", "inspect", "save", "cli_inspect", "cli_verify")
+        "--verb",
+        default="load",
+        choices=("load", "load_archive", "inspect", "restore", "save", "cli_inspect", "cli_verify"),
     )
     parser.add_argument("--archive", required=True, help="the archive read, or written by `--verb save`")
     parser.add_argument("--pairs", type=int, default=30)
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="what a call's time is")
+    parser.add_argument("--clock", choices=("wall", "cpu", "thread"), default="wall", help="what a call's time is")
     args = parser.parse_args()
     archive = os.path.abspath(args.archive)
     trees = {"peer": os.path.abspath(args.peer), "this": os.path.abspath(args.tree)}
