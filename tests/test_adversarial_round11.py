@@ -1,9 +1,17 @@
 """Round eleven of the adversarial suite: SB3's ``save_util.load_from_pkl`` under ``install()``
-(a door of its own, called by name), ..."""
+(a door of its own, called by name), and random generator states numpy and torch take without
+checking the position they read from next (``RNGState``, ``EnvState``, a ``torch.Generator``
+in ``data``)."""
 
 from __future__ import annotations
 
+import base64
+import io
+import json
+import pickle
 import re
+import struct
+import zipfile
 
 import numpy as np
 import pytest
@@ -50,3 +58,139 @@ def test_load_from_pkl_names_an_object_its_attributes_do_not_rebuild(tmp_path, n
             save_util.load_from_pkl(path)
     assert caught.value.key == "_zipsave_object_class" and caught.value.member == "data"
     assert str(tmp_path) in str(caught.value.archive)
+
+
+# -- random generator states: the position the next draw reads at -------------------------------
+
+
+def _rng_app():
+    generators = {
+        "mt": np.random.Generator(np.random.MT19937(0)),
+        "philox": np.random.Generator(np.random.Philox(0)),
+        "legacy": np.random.RandomState(0),
+        "torch": torch.Generator().manual_seed(0),
+    }
+    return {"rng": zipsave.RNGState(generators=generators)}
+
+
+def _torch_past_its_words(state) -> torch.Tensor:
+    raw = bytearray(state.numpy().tobytes())
+    struct.pack_into("<iiQ", raw, 8, 624, 1, 624)  # left, seeded, next: each within 624, not together
+    return torch.frombuffer(raw, dtype=torch.uint8).clone()
+
+
+def _rewrite_rng(saved: bytes, change) -> io.BytesIO:
+    with zipfile.ZipFile(io.BytesIO(saved)) as zf:
+        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    state = torch.load(io.BytesIO(items["rng.pth"]), weights_only=True)
+    change(state)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    items["rng.pth"] = buffer.getvalue()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        for name, raw in items.items():
+            zf.writestr(name, raw)
+    out.seek(0)
+    return out
+
+
+def _snapshot(gen) -> bytes:
+    if isinstance(gen, torch.Generator):
+        return gen.get_state().numpy().tobytes()
+    return pickle.dumps(gen.get_state() if isinstance(gen, np.random.RandomState) else gen.bit_generator.state)
+
+
+def _set(path, value):
+    def change(state):
+        node = state
+        for step in path[:-1]:
+            node = node[step]
+        node[path[-1]] = value(node[path[-1]]) if callable(value) else value
+
+    return change
+
+
+RNG_PAST_THEIR_BUFFERS = {
+    # what the next draw did after the old tree's restore
+    "numpy-pos": (("numpy", "pos"), 10**8, "MT19937 state/pos is 100000000"),  # np.random: segfault
+    "legacy-pos": (("generators", "legacy", "state", "pos"), 10**8, "MT19937 state/pos"),  # segfault
+    "mt19937-pos": (("generators", "mt", "state", "state", "pos"), 10**8, "MT19937 state/pos"),  # segfault
+    "philox-buffer_pos": (("generators", "philox", "state", "buffer_pos"), -(10**8), "Philox buffer_pos"),  # segfault
+    "mt19937-pos-tensor": (
+        ("generators", "mt", "state", "state", "pos"),
+        torch.tensor(700),
+        "MT19937 state/pos is 700",
+    ),
+    "torch-left-next": (("torch",), _torch_past_its_words, "left 624 and next 624"),  # heap bytes as numbers
+    "torch-generator": (("generators", "torch", "state"), _torch_past_its_words, "left 624 and next 624"),
+}
+
+
+@pytest.mark.parametrize("case", RNG_PAST_THEIR_BUFFERS.values(), ids=RNG_PAST_THEIR_BUFFERS.keys())
+def test_a_generator_state_read_past_its_buffer_is_refused_before_any_is_set(case):
+    # numpy stores MT19937's pos and Philox's buffer_pos unchecked, torch checks left and next
+    # of its Mersenne Twister apart: the old tree's restore set them, and the next draw read
+    # far past the generator's buffer (a segfault) or handed back heap bytes as random numbers.
+    path, value, message = case
+    saved = io.BytesIO()
+    zipsave.save(_rng_app(), saved)
+    hostile = _rewrite_rng(saved.getvalue(), _set(path, value))
+    app = _rng_app()
+    before = {name: _snapshot(gen) for name, gen in app["rng"].generators.items()}
+    numpy_before, torch_before = np.random.get_state(), torch.get_rng_state()
+    try:
+        with pytest.raises(zipsave.ZipsaveError, match=re.escape(message)) as caught:
+            zipsave.restore(app, hostile)
+    finally:  # the old tree left the process's generators so: never draw from them
+        np.random.set_state(numpy_before)
+        torch.set_rng_state(torch_before)
+    assert caught.value.member == "rng.pth"
+    for name, gen in app["rng"].generators.items():  # every state checked before any was set
+        assert _snapshot(gen) == before[name]
+
+
+def test_generator_states_numpy_and_torch_write_restore():
+    app = _rng_app()
+    for gen in app["rng"].generators.values():  # positions inside the buffers, not at their starts
+        (gen.integers(0, 9, 1001) if hasattr(gen, "integers") else gen.randint(0, 9, 1001)) if not isinstance(
+            gen, torch.Generator
+        ) else torch.rand(1001, generator=gen)
+    saved = io.BytesIO()
+    zipsave.save(app, saved)
+    expected = [
+        float(torch.rand(1, generator=app["rng"].generators["torch"])),
+        int(app["rng"].generators["mt"].integers(9**9)),
+    ]
+    other = _rng_app()
+    saved.seek(0)
+    zipsave.restore(other, saved)
+    got = [
+        float(torch.rand(1, generator=other["rng"].generators["torch"])),
+        int(other["rng"].generators["mt"].integers(9**9)),
+    ]
+    assert got == expected
+
+
+def test_a_torch_generator_in_data_read_past_its_state_is_refused():
+    # A torch.Generator saved as a value of `data` was rebuilt with the state it held: left
+    # and next of 624 each, and the generator load and read handed back drew heap bytes.
+    gen = torch.Generator().manual_seed(3)
+    saved = io.BytesIO()
+    zipsave.save_archive(saved, data={"g": gen})
+    with zipfile.ZipFile(io.BytesIO(saved.getvalue())) as zf:
+        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    data = json.loads(items["data"])
+    state = data["g"][":zipsave:"]["state"]
+    raw = _torch_past_its_words(torch.frombuffer(bytearray(base64.b64decode(state["b64"])), dtype=torch.uint8))
+    state["b64"] = base64.b64encode(raw.numpy().tobytes()).decode()
+    items["data"] = json.dumps(data).encode()
+    hostile = io.BytesIO()
+    with zipfile.ZipFile(hostile, "w") as zf:
+        for name, member in items.items():
+            zf.writestr(name, member)
+    for door in (lambda f: zipsave.read(f, "g"), lambda f: zipsave.load(f, strict=True)):
+        hostile.seek(0)
+        with pytest.raises(zipsave.DecodeError, match="left 624 and next 624") as caught:
+            door(hostile)
+        assert caught.value.key == "g" and caught.value.member == "data"
