@@ -194,3 +194,151 @@ def test_a_torch_generator_in_data_read_past_its_state_is_refused():
         with pytest.raises(zipsave.DecodeError, match="left 624 and next 624") as caught:
             door(hostile)
         assert caught.value.key == "g" and caught.value.member == "data"
+
+
+# -- an optimizer's saved state: tensors of their parameters' shapes --------------------------------
+
+
+def _optimizer_archive(make, change) -> io.BytesIO:
+    """A trained net and its optimizer saved as an app state, the optimizer's state changed."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(8, 8)
+    opt = make(net.parameters())
+    for _ in range(2):
+        opt.zero_grad()
+        net(torch.ones(8)).sum().backward()
+        opt.step()
+    saved = io.BytesIO()
+    zipsave.save({"net": net, "opt": opt}, saved)
+    with zipfile.ZipFile(io.BytesIO(saved.getvalue())) as zf:
+        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    state = torch.load(io.BytesIO(items["opt.pth"]), weights_only=True)
+    change(state)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    items["opt.pth"] = buffer.getvalue()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        for name, raw in items.items():
+            zf.writestr(name, raw)
+    out.seek(0)
+    return out
+
+
+def _state_entry(key, value):
+    def change(state):
+        state["state"][0][key] = value
+
+    return change
+
+
+def _tuple_ids(state):  # torch maps any saved id to its parameter, a tuple too
+    state["param_groups"][0]["params"] = [(0,), 1]
+    state["state"] = {(0,): {**state["state"][0], "exp_avg": torch.zeros(1)}, 1: state["state"][1]}
+
+
+_ADAM = torch.optim.Adam
+OPTIMIZER_STATES = {
+    # what the first step of the fresh optimizer did after the old tree's restore (with
+    # fused=True: wrote past the saved tensor, a segfault; these cases use the unfused kernels)
+    "adam-exp_avg-1": (_ADAM, _state_entry("exp_avg", torch.zeros(1)), "state.0.exp_avg"),  # RuntimeError
+    "adam-exp_avg-flat": (_ADAM, _state_entry("exp_avg_sq", torch.zeros(64)), "state.0.exp_avg_sq"),
+    "adam-step-empty": (_ADAM, _state_entry("step", torch.zeros(0)), "state.0.step"),  # RuntimeError
+    "adam-tuple-id": (_ADAM, _tuple_ids, "state.(0,).exp_avg"),
+    "sgd-momentum": (
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+        _state_entry("momentum_buffer", torch.zeros(9, 9)),
+        "state.0.momentum_buffer",
+    ),
+    "rmsprop-square_avg": (torch.optim.RMSprop, _state_entry("square_avg", torch.zeros(8)), "state.0.square_avg"),
+}
+
+
+@pytest.mark.parametrize("case", OPTIMIZER_STATES.values(), ids=OPTIMIZER_STATES.keys())
+def test_an_optimizer_state_that_does_not_fit_its_parameters_is_refused(case):
+    # A fresh optimizer holds no state to compare the saved one with: the old tree's restore
+    # handed torch's load_state_dict whatever tensors the archive held.
+    make, change, key = case
+    hostile = _optimizer_archive(make, change)
+    net = torch.nn.Linear(8, 8)
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(f"`{key}`: saved shape")) as caught:
+        zipsave.restore({"net": net, "opt": make(net.parameters())}, hostile)
+    assert caught.value.member == "opt.pth"
+
+
+def _optimizers():
+    optim = torch.optim
+    made = {
+        "Adam-amsgrad": lambda p: optim.Adam(p, amsgrad=True),
+        "Adam-fused": lambda p: optim.Adam(p, fused=True),
+        "AdamW": optim.AdamW,
+        "Adamax": optim.Adamax,
+        "NAdam": optim.NAdam,
+        "RAdam": optim.RAdam,
+        "SGD-momentum-fused": lambda p: optim.SGD(p, lr=0.1, momentum=0.9, fused=True),
+        "SGD": lambda p: optim.SGD(p, lr=0.1),
+        "RMSprop-centered": lambda p: optim.RMSprop(p, momentum=0.9, centered=True),
+        "Adagrad": optim.Adagrad,
+        "Adadelta": optim.Adadelta,
+        "ASGD": optim.ASGD,
+        "Rprop": optim.Rprop,
+        "LBFGS": optim.LBFGS,
+    }
+    if hasattr(optim, "Adafactor"):
+        made["Adafactor"] = optim.Adafactor
+    return made
+
+
+@pytest.mark.parametrize("name", list(_optimizers()))
+def test_what_torchs_optimizers_save_restores_into_fresh_ones(name):
+    make = _optimizers()[name]
+
+    def trained():
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
+        return net, make(net.parameters())
+
+    def step(net, opt):
+        def closure():
+            opt.zero_grad()
+            loss = net(torch.ones(2, 3)).square().sum()
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+
+    net, opt = trained()
+    for _ in range(3):
+        step(net, opt)
+    saved = io.BytesIO()
+    zipsave.save({"net": net, "opt": opt}, saved)
+    fresh_net, fresh_opt = trained()
+    saved.seek(0)
+    zipsave.restore({"net": fresh_net, "opt": fresh_opt}, saved, strict=True)
+    step(net, opt)
+    step(fresh_net, fresh_opt)
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), fresh_net.parameters()))
+
+
+def test_sb3_load_refuses_an_optimizer_state_its_first_learn_cannot_use(tmp_path):
+    import gymnasium as gym
+
+    import zipsave.sb3
+
+    model = sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=8, n_epochs=1, device="cpu", seed=0)
+    model.learn(16)
+    model.save(tmp_path / "ppo.zip")
+    with zipfile.ZipFile(tmp_path / "ppo.zip") as zf:
+        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    state = torch.load(io.BytesIO(items["policy.optimizer.pth"]), weights_only=True)
+    state["state"][0]["exp_avg"] = torch.zeros(1)  # the first learn: RuntimeError (fused: a segfault)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    items["policy.optimizer.pth"] = buffer.getvalue()
+    with zipfile.ZipFile(tmp_path / "hostile.zip", "w") as zf:
+        for name, raw in items.items():
+            zf.writestr(name, raw)
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape("`state.0.exp_avg`: saved shape (1,)")):
+        zipsave.load(tmp_path / "hostile.zip", cls=sb3.PPO, env=gym.make("CartPole-v1"), device="cpu")
+    with zipsave.sb3.installed(), pytest.raises(zipsave.ParameterMismatchError, match="state.0.exp_avg"):
+        sb3.PPO.load(tmp_path / "hostile.zip", env=gym.make("CartPole-v1"), device="cpu")
