@@ -342,3 +342,151 @@ def test_sb3_load_refuses_an_optimizer_state_its_first_learn_cannot_use(tmp_path
         zipsave.load(tmp_path / "hostile.zip", cls=sb3.PPO, env=gym.make("CartPole-v1"), device="cpu")
     with zipsave.sb3.installed(), pytest.raises(zipsave.ParameterMismatchError, match="state.0.exp_avg"):
         sb3.PPO.load(tmp_path / "hostile.zip", env=gym.make("CartPole-v1"), device="cpu")
+
+
+def _group_setting(key, value):
+    def change(state):
+        state["param_groups"][0][key] = value
+
+    return change
+
+
+OPTIMIZER_SETTINGS = {
+    # what the first step did after the old tree's restore
+    "lr-1000-elements": ("lr", torch.zeros(1000)),  # RuntimeError: a Tensor with 1000 elements
+    "lr-nan": ("lr", float("nan")),  # every weight NaN (torch's constructor refuses NaN)
+    "betas-one": ("betas", (0.9,)),  # ValueError: not enough values to unpack
+    "eps-empty": ("eps", torch.zeros(0)),  # RuntimeError
+    "amsgrad-text": ("amsgrad", "yes"),
+}
+
+
+@pytest.mark.parametrize("case", OPTIMIZER_SETTINGS.values(), ids=OPTIMIZER_SETTINGS.keys())
+def test_an_optimizer_setting_of_another_kind_is_refused(case):
+    key, value = case
+    hostile = _optimizer_archive(_ADAM, _group_setting(key, value))
+    net = torch.nn.Linear(8, 8)
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(f"`param_groups.0.{key}` is not")) as caught:
+        zipsave.restore({"net": net, "opt": _ADAM(net.parameters())}, hostile)
+    assert caught.value.key == f"param_groups.0.{key}"
+
+
+# -- a learning-rate scheduler's saved state: its own names, of their kinds ------------------------
+
+
+class _Decay:
+    """A callable object as a LambdaLR's lambda (torch saves its attributes)."""
+
+    def __init__(self, rate):
+        self.rate = rate
+
+    def __call__(self, epoch):
+        return self.rate**epoch
+
+
+def _schedulers():
+    lr = torch.optim.lr_scheduler
+    return {
+        "StepLR": lambda o: lr.StepLR(o, 2),
+        "MultiStepLR": lambda o: lr.MultiStepLR(o, [1, 3]),
+        "LambdaLR-function": lambda o: lr.LambdaLR(o, lambda e: 0.9**e),
+        "LambdaLR-object": lambda o: lr.LambdaLR(o, _Decay(0.8)),
+        "MultiplicativeLR": lambda o: lr.MultiplicativeLR(o, _Decay(0.95)),
+        "ExponentialLR": lambda o: lr.ExponentialLR(o, 0.9),
+        "CosineAnnealingLR": lambda o: lr.CosineAnnealingLR(o, 10),
+        "CosineAnnealingWarmRestarts": lambda o: lr.CosineAnnealingWarmRestarts(o, 3),
+        "OneCycleLR": lambda o: lr.OneCycleLR(o, 1.0, total_steps=20),
+        "CyclicLR": lambda o: lr.CyclicLR(o, 0.01, 0.1, step_size_up=2),
+        "ReduceLROnPlateau": lambda o: lr.ReduceLROnPlateau(o, patience=0),
+        "SequentialLR": lambda o: lr.SequentialLR(o, [lr.ConstantLR(o, 0.5), lr.ExponentialLR(o, 0.9)], [2]),
+        "ChainedScheduler": lambda o: lr.ChainedScheduler([lr.ConstantLR(o, 0.5), lr.ExponentialLR(o, 0.9)]),
+        "PolynomialLR": lambda o: lr.PolynomialLR(o, 10),
+        "LinearLR": lambda o: lr.LinearLR(o),
+    }
+
+
+def _scheduled(name):
+    torch.manual_seed(0)
+    net = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    return net, opt, _schedulers()[name](opt)
+
+
+def _advance(opt, scheduler, steps=3):
+    for i in range(steps):
+        opt.step()
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            scheduler.step(1.0 + i)
+        else:
+            scheduler.step()
+
+
+@pytest.mark.parametrize("name", list(_schedulers()))
+def test_what_torchs_schedulers_save_restores(name):
+    net, opt, scheduler = _scheduled(name)
+    _advance(opt, scheduler)
+    saved = io.BytesIO()
+    zipsave.save({"net": net, "opt": opt, "sched": scheduler}, saved)
+    fresh = dict(zip(("net", "opt", "sched"), _scheduled(name)))
+    saved.seek(0)
+    zipsave.restore(fresh, saved, strict=True)
+    _advance(opt, scheduler)
+    _advance(fresh["opt"], fresh["sched"])
+    assert fresh["opt"].param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+
+
+def _scheduler_archive(name, change) -> io.BytesIO:
+    net, opt, scheduler = _scheduled(name)
+    _advance(opt, scheduler)
+    saved = io.BytesIO()
+    zipsave.save({"net": net, "opt": opt, "sched": scheduler}, saved)
+    with zipfile.ZipFile(io.BytesIO(saved.getvalue())) as zf:
+        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    state = torch.load(io.BytesIO(items["sched.pth"]), weights_only=True)
+    change(state)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    items["sched.pth"] = buffer.getvalue()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        for item, raw in items.items():
+            zf.writestr(item, raw)
+    out.seek(0)
+    return out
+
+
+def _put(*path_and_value):
+    *path, value = path_and_value
+
+    def change(state):
+        node = state
+        for step in path[:-1]:
+            node = node[step]
+        node[path[-1]] = value
+
+    return change
+
+
+SCHEDULER_STATES = {
+    # what the old tree's restore did: torch's load_state_dict set each name as an attribute
+    "optimizer": ("StepLR", _put("optimizer", 5), "optimizer"),  # the scheduler's optimizer replaced
+    "get_lr": ("StepLR", _put("get_lr", 5), "get_lr"),  # its method shadowed: TypeError at step
+    "step": ("StepLR", _put("step", 5), "step"),
+    "dunder": ("StepLR", _put("__class__", 5), "__class__"),
+    "base_lrs-empty": ("StepLR", _put("base_lrs", []), "base_lrs"),  # lr of no group
+    "last_epoch-text": ("StepLR", _put("last_epoch", "x"), "last_epoch"),  # TypeError at step
+    "sequential-child-optimizer": ("SequentialLR", _put("_schedulers", 0, "optimizer", 5), "_schedulers.0.optimizer"),
+    "lambda-function-attributes": ("LambdaLR-function", _put("lr_lambdas", [{"__code__": 1}]), "lr_lambdas.0"),
+    "lambda-object-attributes": ("LambdaLR-object", _put("lr_lambdas", [{"rate": 0.5, "zz": 1}]), "lr_lambdas.0"),
+}
+
+
+@pytest.mark.parametrize("case", SCHEDULER_STATES.values(), ids=SCHEDULER_STATES.keys())
+def test_a_scheduler_state_naming_what_is_not_its_state_is_refused(case):
+    name, change, key = case
+    hostile = _scheduler_archive(name, change)
+    net, opt, scheduler = _scheduled(name)
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(f"`{key}`")) as caught:
+        zipsave.restore({"net": net, "opt": opt, "sched": scheduler}, hostile)
+    assert caught.value.member == "sched.pth"
+    assert scheduler.optimizer is opt and "get_lr" not in vars(scheduler)

@@ -323,6 +323,8 @@ def load_state_into(src: LoadSession, member: str, target: Any, exact_match: boo
             existing = target.state_dict()
         tree, _ = src.load_tensors(member, existing)
         try:
+            if isinstance(target, torch.optim.lr_scheduler.LRScheduler):
+                _core.check_scheduler_state(target, tree)
             target.load_state_dict(tree)
         except ParameterMismatchError as err:
             if err.archive or err.member:
