@@ -60,6 +60,21 @@ def test_load_from_pkl_names_an_object_its_attributes_do_not_rebuild(tmp_path, n
     assert str(tmp_path) in str(caught.value.archive)
 
 
+def test_vec_normalize_load_names_a_url_it_cannot_open(tmp_path):
+    # The old tree opened the file outside the door's boundary: a chained URL to a missing
+    # file raised fsspec's bare FileNotFoundError from VecNormalize.load (load_replay_buffer
+    # gave zipsave's ArchiveNotFoundError).
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    import zipsave.sb3
+
+    url = f"zip://vec_normalize.pkl::file://{tmp_path}/missing.zip"
+    with zipsave.sb3.installed(), pytest.raises(zipsave.ArchiveNotFoundError) as caught:
+        VecNormalize.load(url, make_vec_env("CartPole-v1", n_envs=1))
+    assert caught.value.archive == url
+
+
 # -- random generator states: the position the next draw reads at -------------------------------
 
 

@@ -409,11 +409,11 @@ def vec_normalize_load(load_path: Any, venv: Any) -> Any:
     """``VecNormalize.load``: the saved wrapper around ``venv``."""
     from stable_baselines3.common.vec_env import VecNormalize
 
-    with opened(load_path) as src:
+    # the door's boundary holds the open too: what opening a URL raises is a ZipsaveError as well
+    with door(load_path, "VecNormalize.load"), opened(load_path) as src:
         if src is not None and holds_extra(src, "vec_normalize"):  # a model archive (or checkpoint) that holds one
             return vec_normalize_from_model(src, venv)
-        with door(load_path, "VecNormalize.load"):
-            vec_normalize = load_object(load_path, VecNormalize, "VecNormalize", src=src)
-            check_statistics(vec_normalize, load_path)
-            vec_normalize.set_venv(venv)
+        vec_normalize = load_object(load_path, VecNormalize, "VecNormalize", src=src)
+        check_statistics(vec_normalize, load_path)
+        vec_normalize.set_venv(venv)
     return vec_normalize
