@@ -505,3 +505,68 @@ def test_a_scheduler_state_naming_what_is_not_its_state_is_refused(case):
         zipsave.restore({"net": net, "opt": opt, "sched": scheduler}, hostile)
     assert caught.value.member == "sched.pth"
     assert scheduler.optimizer is opt and "get_lr" not in vars(scheduler)
+
+
+# -- EnvState: what it sets in live environments ----------------------------------------------------
+
+
+def _normalized_cartpole():
+    import gymnasium as gym
+
+    env = gym.wrappers.NormalizeObservation(gym.make("CartPole-v1"))
+    env.reset(seed=0)
+    return env
+
+
+def _env_archive(change) -> io.BytesIO:
+    env = _normalized_cartpole()
+    for _ in range(5):
+        env.step(env.action_space.sample())
+    saved = io.BytesIO()
+    zipsave.save({"env": zipsave.EnvState(env)}, saved)
+    with zipfile.ZipFile(io.BytesIO(saved.getvalue())) as zf:
+        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    state = torch.load(io.BytesIO(items["env.pth"]), weights_only=True)
+    change(state)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    items["env.pth"] = buffer.getvalue()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        for name, raw in items.items():
+            zf.writestr(name, raw)
+    out.seek(0)
+    return out
+
+
+def _stored_array(data, dtype="<f8"):
+    return {":type:": "numpy.ndarray", "dtype": dtype, "shape": list(data.shape), "data": data}
+
+
+ENV_STATES = {
+    # what the first step did after the old tree's restore
+    "statistics-method": (_put("env.0", "objects", "obs_rms", "update", 5), "env.0.obs_rms.update"),  # TypeError
+    "statistics-shape": (
+        _put("env.0", "objects", "obs_rms", "mean", _stored_array(torch.zeros(7, dtype=torch.float64))),
+        "env.0.obs_rms.mean",  # ValueError: operands could not be broadcast
+    ),
+    "statistics-objects": (
+        _put("env.0", "objects", "obs_rms", "var", _stored_array(torch.ones(4, dtype=torch.float64), "|O")),
+        "env.0.obs_rms.var",  # TypeError: no callable sqrt method (an array of Python floats)
+    ),
+    "statistics-count-text": (_put("env.0", "objects", "obs_rms", "count", "x"), "env.0.obs_rms.count"),
+    "elapsed-steps-text": (_put("env.1", "attrs", "_elapsed_steps", "x"), "env.1._elapsed_steps"),  # TypeError
+}
+
+
+@pytest.mark.parametrize("case", ENV_STATES.values(), ids=ENV_STATES.keys())
+def test_an_env_state_that_does_not_fit_the_environments_is_refused_before_any_is_set(case):
+    change, key = case
+    hostile = _env_archive(change)
+    env = _normalized_cartpole()
+    before = env.obs_rms.mean.copy()
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(f"`{key}`")) as caught:
+        zipsave.restore({"env": zipsave.EnvState(env)}, hostile)
+    assert caught.value.member == "env.pth"
+    assert "update" not in vars(env.obs_rms) and np.array_equal(env.obs_rms.mean, before)
+    env.step(env.action_space.sample())

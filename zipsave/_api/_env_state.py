@@ -13,6 +13,7 @@ import torch
 
 from .._core import check_data_key
 from ..exceptions import EncodeError, ParameterMismatchError
+from ._env_checks import check_env_entry
 from ._rng import RNGState
 
 __all__ = ["EnvState"]
@@ -352,6 +353,8 @@ class EnvState:
                         key=key,
                         hint="Build the environments as the saved run did (same wrappers, same arguments).",
                     )
+        for name, layer in layers:
+            check_env_entry(layer, state[name], name, _live)
         for name, layer in layers:
             _apply(layer, state[name])
 
