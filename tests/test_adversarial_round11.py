@@ -555,6 +555,12 @@ ENV_STATES = {
         "env.0.obs_rms.var",  # TypeError: no callable sqrt method (an array of Python floats)
     ),
     "statistics-count-text": (_put("env.0", "objects", "obs_rms", "count", "x"), "env.0.obs_rms.count"),
+    "statistics-subarray-dtype": (  # each of the 4 stored numbers rebuilt as 216 MB (RSS 1 GB)
+        _put(
+            "env.0", "objects", "obs_rms", "var", _stored_array(torch.ones(4, dtype=torch.float64), "(300,300,300)f8")
+        ),
+        "env.0.obs_rms.var",
+    ),
     "elapsed-steps-text": (_put("env.1", "attrs", "_elapsed_steps", "x"), "env.1._elapsed_steps"),  # TypeError
 }
 
