@@ -46,6 +46,7 @@ LOAD_MODULES = frozenset(
         "zipsave._core._folders",
         "zipsave._core._inplace",
         "zipsave._core._modes",
+        "zipsave._core._optim_state",  # a saved optimizer state is checked against its parameters
         "zipsave._core._options",
         "zipsave._core._parts",
         "zipsave._core._patterns",

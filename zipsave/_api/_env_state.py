@@ -13,6 +13,7 @@ import torch
 
 from .._core import check_data_key
 from ..exceptions import EncodeError, ParameterMismatchError
+from ._env_checks import check_env_entry
 from ._rng import RNGState
 
 __all__ = ["EnvState"]
@@ -239,6 +240,12 @@ def _live(value: Any) -> Any:
     if isinstance(value, dict) and value.get(_TAG) in ("numpy.ndarray", "numpy.generic"):
         dtype = np.dtype(value["dtype"])
         data = value["data"]
+        # An item holds what the stored one held: _stored writes a tensor of the dtype's own
+        # size, or a list (texts); '(300,300,300)f8' or '<U99999999' would make each stored
+        # item a block of megabytes, '|O' an array of Python objects.
+        held = data.element_size() if isinstance(data, torch.Tensor) else max(32, np.asarray(data).dtype.itemsize)
+        if dtype.shape or dtype.hasobject or dtype.itemsize > held:
+            raise ValueError(f"the stored dtype {dtype.str!r} is not one EnvState writes for these items")
         if isinstance(data, torch.Tensor):
             arr = data.detach().cpu().numpy().copy()
         else:
@@ -352,6 +359,8 @@ class EnvState:
                         key=key,
                         hint="Build the environments as the saved run did (same wrappers, same arguments).",
                     )
+        for name, layer in layers:
+            check_env_entry(layer, state[name], name, _live)
         for name, layer in layers:
             _apply(layer, state[name])
 

@@ -11,6 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._trust import bit_generator_state_problem, torch_generator_state_problem
+from ..exceptions import DecodeError
+
 __all__ = ["RNGState"]
 
 
@@ -86,24 +89,33 @@ class RNGState:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Set the generators to ``state``. Parts this object does not capture, or that were
-        not saved (CUDA saved on a CPU machine), are left alone."""
+        not saved (CUDA saved on a CPU machine), are left alone. Every state is checked before
+        any generator is set: numpy and torch keep the position in their buffers that a
+        state names, and read there at the next draw."""
+        settings: list[tuple[Any, Any]] = []  # (setter, its checked argument), applied together
         if self.torch and "torch" in state:
-            _torch.set_rng_state(_byte_tensor(state["torch"]))
+            settings.append((_torch.set_rng_state, _checked_torch(state["torch"], "torch")))
         if self.cuda and state.get("cuda") and _torch.cuda.is_available():
             saved = list(state["cuda"])
             for index in range(min(len(saved), _torch.cuda.device_count())):
-                _torch.cuda.set_rng_state(_byte_tensor(saved[index]), index)
+                tensor = _byte_tensor(saved[index])
+                settings.append((lambda t, i=index: _torch.cuda.set_rng_state(t, i), tensor))
         if self.numpy and "numpy" in state:
-            np.random.set_state(_legacy_tuple(state["numpy"]))
+            settings.append((np.random.set_state, _legacy_tuple(state["numpy"], "numpy")))
         if self.python and "python" in state:
-            random.setstate(_python_tuple(state["python"]))
+            settings.append((random.setstate, _python_tuple(state["python"])))
         saved_generators = state.get("generators") or {}
         missing = sorted(set(self.generators) - set(saved_generators))
         if missing:
             raise KeyError(f"the saved RNG state has no generators {missing}; it has {sorted(saved_generators)}.")
         for name, gen in self.generators.items():
-            _set_generator_state(gen, saved_generators[name])
+            settings.append(_generator_setting(gen, saved_generators[name], f"generators.{name}"))
+        for setter, value in settings:
+            setter(value)
 
+
+#: What an out-of-range generator state is, and what to do.
+_HINT = "numpy and torch never write such a state; the archive was damaged or made to break readers."
 
 _torch = torch  # the constructor's keyword `torch` shadows the module inside it
 
@@ -123,9 +135,24 @@ def _legacy_state(state: tuple) -> dict[str, Any]:
     }
 
 
-def _legacy_tuple(state: Mapping[str, Any]) -> tuple:
-    key = np.asarray(torch.as_tensor(state["key"]).cpu().numpy(), dtype=np.uint32)
-    return (state["bit_generator"], key, int(state["pos"]), int(state["has_gauss"]), float(state["cached_gaussian"]))
+def _checked_torch(value: Any, key: str) -> torch.Tensor:
+    """A torch generator's saved state as the byte tensor ``set_state`` takes, checked."""
+    tensor = _byte_tensor(value)
+    problem = torch_generator_state_problem(tensor.numpy().tobytes())
+    if problem is not None:
+        raise DecodeError(f"`{key}` holds {problem}.", hint=_HINT)
+    return tensor
+
+
+def _legacy_tuple(state: Mapping[str, Any], key: str) -> tuple:
+    """numpy's legacy state (``RandomState.set_state``'s tuple), its position checked: numpy
+    stores it unchecked, and the next draw reads the key word there."""
+    key_words = np.asarray(torch.as_tensor(state["key"]).cpu().numpy(), dtype=np.uint32)
+    name, pos = state["bit_generator"], int(state["pos"])
+    problem = bit_generator_state_problem({"bit_generator": name, "state": {"pos": pos}})
+    if problem is not None:
+        raise DecodeError(f"`{key}` holds a state whose {problem}.", hint=_HINT)
+    return (name, key_words, pos, int(state["has_gauss"]), float(state["cached_gaussian"]))
 
 
 def _python_state(state: tuple) -> dict[str, Any]:
@@ -167,16 +194,22 @@ def _generator_state(gen: Any) -> Any:
     return {"kind": "python", "state": _python_state(gen.getstate())}
 
 
-def _set_generator_state(gen: Any, saved: Mapping[str, Any]) -> None:
+def _generator_setting(gen: Any, saved: Mapping[str, Any], key: str) -> tuple[Any, Any]:
+    """``(setter, checked state)`` that set ``gen`` to ``saved``."""
     kind = saved.get("kind")
     expected = _generator_state(gen)["kind"]
     if kind != expected:
         raise TypeError(f"saved a {kind} generator state, but the generator is a {type(gen).__name__}.")
     if isinstance(gen, torch.Generator):
-        gen.set_state(_byte_tensor(saved["state"]))
-    elif isinstance(gen, np.random.Generator):
-        gen.bit_generator.state = _unplain(saved["state"])
-    elif isinstance(gen, np.random.RandomState):
-        gen.set_state(_legacy_tuple(saved["state"]))
-    else:
-        gen.setstate(_python_tuple(saved["state"]))
+        if gen.device.type != "cpu":
+            return gen.set_state, _byte_tensor(saved["state"])
+        return gen.set_state, _checked_torch(saved["state"], f"{key}.state")
+    if isinstance(gen, np.random.Generator):
+        value = _unplain(saved["state"])
+        problem = bit_generator_state_problem(value)
+        if problem is not None:
+            raise DecodeError(f"`{key}.state` holds a state whose {problem}.", hint=_HINT)
+        return lambda v: setattr(gen.bit_generator, "state", v), value
+    if isinstance(gen, np.random.RandomState):
+        return gen.set_state, _legacy_tuple(saved["state"], f"{key}.state")
+    return gen.setstate, _python_tuple(saved["state"])

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from .._bounds import MAX_DECIMAL_TEXT, check_decimal, check_int
+from .._trust import torch_generator_state_problem
 from ..exceptions import DecodeError
 from ._decode import field
 
@@ -60,6 +61,12 @@ def decode_numeric(
         raise DecodeError("expected the generator `state` to be a 1-d uint8 array.")
     try:
         generator = torch.Generator(device=field(body, "device", str))
+    except (RuntimeError, ValueError) as err:
+        raise DecodeError(f"cannot restore the torch.Generator ({err}).") from None
+    problem = torch_generator_state_problem(raw.tobytes()) if generator.device.type == "cpu" else None
+    if problem is not None:  # torch would take it, and read past its state at the next draw
+        raise DecodeError(f"expected the state of a torch generator, found {problem}.")
+    try:
         generator.set_state(torch.from_numpy(raw.copy()))
     except (RuntimeError, ValueError) as err:
         raise DecodeError(f"cannot restore the torch.Generator ({err}).") from None

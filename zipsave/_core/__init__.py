@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
         recognising_handler,
     )
     from ._modes import apply_modes, module_modes
+    from ._optim_state import check_optimizer_state, check_scheduler_state
     from ._options import OPTION_DOCS, LoadOptions, check_custom_objects
     from ._parts import (
         ALWAYS_EXCLUDED_PREFIXES,
@@ -79,6 +80,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("apply_modes", "module_modes"), "._modes"),
     "Component": "._component",
     **dict.fromkeys(("OPTION_DOCS", "LoadOptions"), "._options"),
+    **dict.fromkeys(("check_optimizer_state", "check_scheduler_state"), "._optim_state"),
     **dict.fromkeys(
         (
             "ALWAYS_EXCLUDED_PREFIXES",
@@ -121,6 +123,7 @@ _SUBMODULES = frozenset(
         "_inplace",
         "_modes",
         "_names",
+        "_optim_state",
         "_options",
         "_parts",
         "_patterns",
@@ -152,6 +155,8 @@ __all__ = [
     "check_app_state",
     "check_component",
     "check_custom_objects",
+    "check_optimizer_state",
+    "check_scheduler_state",
     "collect",
     "data_bytes",
     "member_names",

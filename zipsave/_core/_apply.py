@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .. import _core, _format  # _core: collect (a live object compared) and the registry (one not a dict)
+from .. import _core, _format  # _core: collect, the optimizer-state check and the registry, when used
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, UnsafeNameError, ZipsaveError
 from ._inplace import adopt_live, fill_in_place
 from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, Parts, is_stateful, unwrap
@@ -309,6 +309,7 @@ def load_state_into(src: LoadSession, member: str, target: Any, exact_match: boo
                     "after construction with `add_param_group` must be added before loading), or leave "
                     "its state out with `exclude=`.",
                 )
+            _core.check_optimizer_state(target, tree)  # the tensors a fresh optimizer has none of yet
 
         tree, _ = src.load_tensors(member, current_state, check_shapes=True, validate=fits_optimizer)
         try:
@@ -322,6 +323,8 @@ def load_state_into(src: LoadSession, member: str, target: Any, exact_match: boo
             existing = target.state_dict()
         tree, _ = src.load_tensors(member, existing)
         try:
+            if isinstance(target, torch.optim.lr_scheduler.LRScheduler):
+                _core.check_scheduler_state(target, tree)
             target.load_state_dict(tree)
         except ParameterMismatchError as err:
             if err.archive or err.member:
@@ -355,6 +358,8 @@ def set_parameters_from_dict(obj: Any, params: dict[str, Any], *, exact_match: b
             if isinstance(target, torch.nn.Module):
                 target.load_state_dict(state, strict=exact_match)
             else:
+                if isinstance(target, torch.optim.Optimizer):
+                    _core.check_optimizer_state(target, state)
                 target.load_state_dict(state)
         except (RuntimeError, ValueError, KeyError) as err:
             raise ParameterMismatchError(f"does not fit: {err}", key=name) from err

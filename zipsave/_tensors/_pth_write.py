@@ -63,7 +63,7 @@ WEIGHTS_ONLY_LEAVES = (
     torch.device,
     torch.layout,
 )
-WEIGHTS_ONLY_CONTAINERS = (dict, collections.OrderedDict, list, tuple, set)
+WEIGHTS_ONLY_CONTAINERS = (dict, collections.OrderedDict, collections.Counter, list, tuple, set)
 
 #: The leaves zipsave's reader gives back as they were saved (``torch.Size`` comes back a tuple).
 _SAME_LEAVES = frozenset(WEIGHTS_ONLY_LEAVES) - {torch.Size}

@@ -29,6 +29,7 @@ from .._lazy import lazy_attributes
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._allowlist import CORE_ALLOWLIST, GROUPS, default_allowlist
     from ._audit import pickle_globals
+    from ._checks import bit_generator_state_problem, torch_generator_state_problem
     from ._names import BY_VALUE_MARK
     from ._policy import TrustPolicy
     from ._prescan import BoundedUnpickler, check_legacy_torch, check_torch_zip, prescan_pickle
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("CORE_ALLOWLIST", "GROUPS", "default_allowlist"), "._allowlist"),
     "pickle_globals": "._audit",
+    **dict.fromkeys(("bit_generator_state_problem", "torch_generator_state_problem"), "._checks"),
     "BY_VALUE_MARK": "._names",
     "TrustPolicy": "._policy",
     **dict.fromkeys(("BoundedUnpickler", "check_torch_zip", "prescan_pickle"), "._prescan"),
@@ -82,6 +84,7 @@ __all__ = [
     "SUBSTITUTED",
     "StorageType",
     "TrustPolicy",
+    "bit_generator_state_problem",
     "check_legacy_torch",
     "check_torch_call",
     "check_torch_zip",
@@ -91,4 +94,5 @@ __all__ = [
     "restricted_loads",
     "space_problem",
     "storage_reference",
+    "torch_generator_state_problem",
 ]

@@ -3,6 +3,8 @@ consistency, bit-generator positions, and protocol attributes planted on instanc
 
 from __future__ import annotations
 
+import operator
+import struct
 import sys
 from typing import Any
 
@@ -13,6 +15,8 @@ __all__ = [
     "Memo",
     "check_bit_generator",
     "check_bit_generator_state",
+    "bit_generator_state_problem",
+    "torch_generator_state_problem",
     "check_dtype",
     "check_seed_sequence",
     "dtype_state_problem",
@@ -105,14 +109,21 @@ _BIT_GENERATOR_INDEX_LIMITS = {"MT19937": (("state", "pos"), 624), "Philox": (("
 
 def check_bit_generator_state(obj: Any, state: Any) -> str | None:
     """The out-of-range buffer index in a bit generator's state dict (or numpy 2's
-    ``(state, seed sequence)`` pair) about to be set, checked before numpy sees it: numpy 1.x
-    stores it unchecked, newer numpy raises its own ``ValueError``; either way the user gets
-    zipsave's message. ``None`` when in range, or ``obj`` is no bit generator."""
+    ``(state, seed sequence)`` pair) about to be set, checked before numpy sees it: numpy
+    (2.4 too) stores it unchecked. ``None`` when in range, or ``obj`` is no bit generator."""
     bg_module = sys.modules.get("numpy.random.bit_generator")
     if bg_module is None or not isinstance(obj, bg_module.BitGenerator):
         return None
     if type(state) is tuple and len(state) == 2:
         state = state[0]
+    return bit_generator_state_problem(state)
+
+
+def bit_generator_state_problem(state: Any) -> str | None:
+    """The out-of-range buffer index in a numpy bit generator's state dict (MT19937's
+    ``state.pos``, Philox's ``buffer_pos``), which numpy stores unchecked and its next draw
+    reads at (past the buffer: a crash, or bytes nobody wrote); ``None`` when in range or
+    not such a state. :func:`check_bit_generator_state` without the object."""
     if type(state) is not dict:
         return None
     limit = _BIT_GENERATOR_INDEX_LIMITS.get(state.get("bit_generator"))  # type: ignore[arg-type]
@@ -124,12 +135,39 @@ def check_bit_generator_state(obj: Any, state: Any) -> str | None:
         if type(value) is not dict or step not in value:
             return None  # numpy names the missing key itself
         value = value[step]
-    numpy = sys.modules.get("numpy")
-    if isinstance(value, bool) or not isinstance(value, (int,) if numpy is None else (int, numpy.integer)):
-        return None  # numpy refuses other types with its own TypeError
-    if not 0 <= int(value) <= top:
-        return f"{state['bit_generator']} {'/'.join(path)} is {value}, outside 0..{top}"
+    try:  # numpy stores what converts to a C integer: an int, a numpy or a 0-d torch integer
+        index = operator.index(value)
+    except Exception:  # noqa: BLE001 - numpy refuses it with its own TypeError
+        return None
+    if not 0 <= index <= top:
+        return f"{state['bit_generator']} {'/'.join(path)} is {index}, outside 0..{top}"
     return None
+
+
+#: The 32-bit words of a Mersenne Twister's state (torch's CPU generator, numpy's MT19937).
+_MT_WORDS = 624
+#: The sizes of a torch CPU generator's state (``CPUGeneratorImplState``, and its legacy form
+#: ``CPUGeneratorImplStateLegacy``), which start alike: the seed, ``left``, ``seeded``, ``next``.
+_TORCH_CPU_STATES = (5056, 5048)
+
+
+def torch_generator_state_problem(raw: bytes) -> str | None:
+    """What is wrong with a torch CPU generator's state (``Generator.get_state()``'s bytes)
+    about to be set, or ``None``. torch checks ``left`` and ``next`` each within 624 words, but
+    its Mersenne Twister then reads word ``next``, ``next + 1``... for ``left - 1`` draws
+    before it regenerates them: ``left + next`` past 625 reads past the words it holds, and
+    hands the bytes found there back as random numbers. torch writes ``left`` 1 and ``next``
+    0 after seeding, ``left + next`` 625 after a draw. A state of another size (another
+    device's) is torch's to check."""
+    if len(raw) not in _TORCH_CPU_STATES:
+        return None
+    left, _seeded, next_ = struct.unpack_from("<iiQ", raw, 8)
+    if left >= 1 and left + next_ <= _MT_WORDS + 1:
+        return None
+    return (
+        f"a torch CPU generator state with left {left} and next {next_}: its next draws would read past the "
+        f"{_MT_WORDS} words it holds (torch writes left + next <= {_MT_WORDS + 1})"
+    )
 
 
 def check_bit_generator(obj: Any) -> str | None:

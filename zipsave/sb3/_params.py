@@ -10,7 +10,15 @@ from typing import Any
 import torch
 
 from .. import _format
-from .._core import LoadSession, load_state_into, recursive_getattr, resolve, set_variable, unwrap
+from .._core import (
+    LoadSession,
+    check_optimizer_state,
+    load_state_into,
+    recursive_getattr,
+    resolve,
+    set_variable,
+    unwrap,
+)
 from ..exceptions import ParameterMismatchError, ZipsaveError, ZipsaveWarning, caller_stacklevel
 from ._extras import matches_any
 from ._guess import import_line, suggest_algorithm
@@ -115,6 +123,7 @@ def _load_legacy(src: LoadSession, name: str, target: Any, err: ParameterMismatc
         groups[0]["params"] = groups[0]["params"][:n_params]
         kept = set(groups[0]["params"])
         tree["state"] = {k: v for k, v in tree.get("state", {}).items() if k in kept}
+        check_optimizer_state(target, tree)
         target.load_state_dict(tree)
         warnings.warn(
             ZipsaveWarning(

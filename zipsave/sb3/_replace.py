@@ -302,13 +302,36 @@ def load_object(path: Any, expected: type, what: str, *, src: LoadSession | None
             raise DecodeError(f"holds a {cls.__name__}, expected a {what} ({expected.__name__}).", archive=path)
         for key in data:  # the object's own attributes: never a dunder (`__deepcopy__`) nor zipsave's
             check_name(key, path=str(key), archive=path, member="data", key=str(key))
-        new: Any = cls.__new__  # what pickle does (NEWOBJ), then the state below
+        obj = _rebuilt(cls, data, path)
+    return _checked(obj, expected, what, path)
+
+
+def _rebuilt(cls: type, state: dict[str, Any], path: Any) -> Any:
+    """An instance of ``cls`` with ``state`` set as pickle sets it (NEWOBJ, then BUILD). The
+    class and the state are the archive's: what the class's own code raises on them (a
+    ``Box`` without ``low``, a ``VecNormalize`` without ``observation_space``, a class that
+    needs constructor arguments) is a :class:`DecodeError` naming the archive, never the
+    class's own exception."""
+    try:
+        new: Any = cls.__new__
         obj = new(cls)
         if hasattr(obj, "__setstate__"):
-            obj.__setstate__(data)
+            obj.__setstate__(state)
         else:
-            obj.__dict__.update(data)
-    return _checked(obj, expected, what, path)
+            obj.__dict__.update(state)
+    except Exception as err:  # noqa: BLE001 - the class's own code on the archive's values
+        if isinstance(err, MemoryError):
+            raise
+        raise DecodeError(
+            f"holds a {visible(cls.__name__)} that its saved attributes do not rebuild "
+            f"({type(err).__name__}: {visible(str(err)[:200])}).",
+            archive=path,
+            member=_format.DATA,
+            key=OBJECT_CLASS,
+            hint="It was not written by `save_replay_buffer` or `VecNormalize.save` as it is (damaged, or made to "
+            "break readers).",
+        ) from err
+    return obj
 
 
 #: What each object door reads: ``(the folder of a model archive, the file's name, how to write one)``.
@@ -368,9 +391,12 @@ def load_from_pkl(path: Any, verbose: int = 0) -> Any:
     if not hasattr(path, "read") and not is_address(path) and not os.path.exists(path):
         _check_exists(path, "pkl")
         path = f"{os.fspath(path)}.pkl"
-    obj = load_object(path, object, "saved object")
-    if any(cls.__name__ == "BaseBuffer" for cls in type(obj).__mro__):  # SB3's buffers, without importing them
-        check_buffer(obj, path)
+    # SB3's function, called by name (save_util.load_from_pkl) as well as by its
+    # load_replay_buffer: the boundary of a door, so nothing but a ZipsaveError leaves it
+    with door(path, "load_from_pkl"):
+        obj = load_object(path, object, "saved object")
+        if any(cls.__name__ == "BaseBuffer" for cls in type(obj).__mro__):  # SB3's buffers, without importing them
+            check_buffer(obj, path)
     return obj
 
 
@@ -383,11 +409,11 @@ def vec_normalize_load(load_path: Any, venv: Any) -> Any:
     """``VecNormalize.load``: the saved wrapper around ``venv``."""
     from stable_baselines3.common.vec_env import VecNormalize
 
-    with opened(load_path) as src:
+    # the door's boundary holds the open too: what opening a URL raises is a ZipsaveError as well
+    with door(load_path, "VecNormalize.load"), opened(load_path) as src:
         if src is not None and holds_extra(src, "vec_normalize"):  # a model archive (or checkpoint) that holds one
             return vec_normalize_from_model(src, venv)
-        with door(load_path, "VecNormalize.load"):
-            vec_normalize = load_object(load_path, VecNormalize, "VecNormalize", src=src)
-            check_statistics(vec_normalize, load_path)
-            vec_normalize.set_venv(venv)
+        vec_normalize = load_object(load_path, VecNormalize, "VecNormalize", src=src)
+        check_statistics(vec_normalize, load_path)
+        vec_normalize.set_venv(venv)
     return vec_normalize
