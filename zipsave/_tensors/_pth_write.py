@@ -45,7 +45,8 @@ def save_pth(stream: Any, obj: Any) -> None:
 
 # -- what a member holds -------------------------------------------------------------------
 #: What ``torch.load(weights_only=True)`` reads back, by exact type (a subclass of a container,
-#: a namedtuple, a ``defaultdict``, is a global it refuses).
+#: a namedtuple, a ``defaultdict``, is a global it refuses; ``Counter``, which ``MultiStepLR``
+#: keeps its milestones in, is one it reads).
 WEIGHTS_ONLY_LEAVES = (
     type(None),
     bool,
@@ -60,7 +61,7 @@ WEIGHTS_ONLY_LEAVES = (
     torch.device,
     torch.layout,
 )
-WEIGHTS_ONLY_CONTAINERS = (dict, collections.OrderedDict, list, tuple, set)
+WEIGHTS_ONLY_CONTAINERS = (dict, collections.OrderedDict, collections.Counter, list, tuple, set)
 
 #: The leaves zipsave's reader gives back as they were saved (``torch.Size`` comes back a tuple).
 _SAME_LEAVES = frozenset(WEIGHTS_ONLY_LEAVES) - {torch.Size}
