@@ -1,10 +1,14 @@
 """What a new user of plain torch saves in an app state and restores into live objects: LR
-schedulers whose state holds what torch's safe loader reads (a ``Counter``), ..."""
+schedulers whose state holds what torch's safe loader reads (a ``Counter``), and restores that
+cannot do what was asked (a file that is no archive, a dict whose keys the archive does not
+hold) failing with an error that says so, never returning with the objects as they were."""
 
 from __future__ import annotations
 
 import collections
+import zipfile
 
+import pytest
 import torch
 from torch import nn
 
@@ -55,3 +59,48 @@ def test_a_chained_scheduler_with_a_multistep_scheduler_inside_saves(tmp_path):
     loaded = zipsave.load(tmp_path / "chained.zip")
     milestones = loaded["scheduler"]["_schedulers"][1]["milestones"]
     assert type(milestones) is collections.Counter and milestones == collections.Counter({1: 1, 3: 1})
+
+
+def test_restore_from_a_torch_save_file_or_a_zip_of_other_files_is_an_error(tmp_path):
+    # load() named a torch.save file for what it is, but restore() returned having restored
+    # nothing: the model kept its fresh weights and the training loop went on from scratch.
+    net, _ = _net_and_optimizer()
+    torch.save(net.state_dict(), tmp_path / "model.pt")
+    fresh = nn.Linear(3, 2)
+    for target in (fresh, {"model": fresh}):
+        with pytest.raises(zipsave.ArchiveFormatError, match=r"model\.pt`: has no `data` member.*`torch\.save` file"):
+            zipsave.restore(target, tmp_path / "model.pt")
+    with zipfile.ZipFile(tmp_path / "other.zip", "w") as zf:
+        zf.writestr("notes.txt", "x")
+    with pytest.raises(zipsave.ArchiveFormatError, match=r"zip file of 1 other member\(s\) \(`notes\.txt`\)"):
+        zipsave.restore({"model": fresh}, tmp_path / "other.zip")
+
+
+def test_restore_of_an_app_state_names_a_stateful_object_the_archive_holds_no_state_for(tmp_path):
+    # restore({"model": net, "optimizer": opt, "scheduler": sched}, ckpt) of a checkpoint saved
+    # without the scheduler, or restore({"model": net}, path) of a module saved on its own,
+    # returned without a word, leaving those objects as they were built (exact_match=True).
+    net, optimizer = _net_and_optimizer()
+    zipsave.save({"model": net, "optimizer": optimizer, "step": 3}, tmp_path / "ckpt.zip")
+    zipsave.save(net, tmp_path / "net.zip")
+
+    net2, optimizer2 = _net_and_optimizer()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer2, 1)
+    app = {"model": net2, "optimizer": optimizer2, "scheduler": scheduler, "step": 0}
+    with pytest.raises(zipsave.ParameterMismatchError, match=r"holds no state for `scheduler` of the app state") as err:
+        zipsave.restore(app, tmp_path / "ckpt.zip")
+    assert "exclude=['scheduler']" in str(err.value) and "exact_match=False" in str(err.value)
+    zipsave.restore(app, tmp_path / "ckpt.zip", exclude=["scheduler"])
+    zipsave.restore(app, tmp_path / "ckpt.zip", exact_match=False)
+    assert app["step"] == 3
+
+    with pytest.raises(zipsave.ParameterMismatchError, match=r"holds no state for `model`.*saved on its own"):
+        zipsave.restore({"model": nn.Linear(3, 2)}, tmp_path / "net.zip")
+
+
+def test_restore_into_a_dict_without_the_archives_key_names_the_key_of_the_app_state(tmp_path):
+    net, optimizer = _net_and_optimizer()
+    zipsave.save({"model": net, "optimizer": optimizer}, tmp_path / "ckpt.zip")
+    with pytest.raises(zipsave.ParameterMismatchError, match=r"the app state has no key `optimizer`") as err:
+        zipsave.restore({"model": nn.Linear(3, 2)}, tmp_path / "ckpt.zip")
+    assert err.value.member == "optimizer.pth" and "exclude=['optimizer']" in str(err.value)

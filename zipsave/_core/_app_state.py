@@ -1,5 +1,6 @@
-"""What a strict restore into an app-state dict expects: the archive's stateful entries are
-the dict's."""
+"""What a restore into an app-state dict expects: every stateful object of the dict has its
+state in the archive (unless ``exact_match=False``), and, when strict, the archive's stateful
+entries are the dict's."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ..exceptions import ParameterMismatchError
 from ._parts import is_stateful
 from ._session import LoadSession
 
-__all__ = ["check_app_state"]
+__all__ = ["check_app_state", "check_live_entries"]
 
 
 def check_app_state(src: LoadSession, app: dict, folder: str, exclude: Any = None) -> None:
@@ -37,4 +38,33 @@ def check_app_state(src: LoadSession, app: dict, folder: str, exclude: Any = Non
             "`strict=False, exact_match=False` to restore the ones that match."
             if extra
             else "Pass `strict=False, exact_match=False` to restore the ones that match.",
+        )
+
+
+def check_live_entries(src: LoadSession, app: dict, folder: str, saved: list[str], exclude: Any = None) -> None:
+    """An exact restore into a dict: each stateful object the dict holds (a module, an optimizer,
+    a scheduler) finds its state in the archive, as a ``.pth`` member (``saved``) or a component
+    folder. Else it would keep the state it was built with, and the restore would return as if
+    it had restored it (an archive of other keys, of a module saved alone)."""
+    prefix = f"{folder}/" if folder else ""
+    held = set(saved) | {child[len(prefix) :].partition("/")[0] for child in src.child_components(folder)}
+    missing = sorted(
+        str(k)
+        for k, v in app.items()
+        if is_stateful(v) and k not in held and not (exclude and _core.matches(k, exclude))
+    )
+    if missing:
+        raise ParameterMismatchError(
+            f"holds no state for {', '.join(f'`{k}`' for k in missing)} of the app state (its stateful entries: "
+            f"{sorted(saved)}), so {'they' if len(missing) > 1 else 'it'} would keep the state "
+            f"{'they were' if len(missing) > 1 else 'it was'} built with.",
+            archive=src.name,
+            member=folder or None,
+            hint=(
+                "It holds one object saved on its own: restore it into that object, `zipsave.restore(obj, path)`. "
+                if not held and src.has(prefix + _format.PYTORCH_VARIABLES)
+                else "Check the path and the dict's keys; "
+            )
+            + f"pass `exclude={missing}` to keep those objects as they are, "
+            "or `exact_match=False` to restore the entries that match.",
         )

@@ -11,6 +11,7 @@ import torch
 
 from .. import _core, _format, _registry  # _core: collect, imported when a live object is compared
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, UnsafeNameError, ZipsaveError
+from ._app_state import check_live_entries
 from ._inplace import adopt_live, fill_in_place
 from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, Parts, is_stateful, unwrap
 from ._session import LoadSession
@@ -111,6 +112,8 @@ def restore_parts(
                 hint="If it was saved with `exclude=`, pass the same `exclude=` here; else pass "
                 "`exact_match=False` to load the ones that match.",
             )
+    if exact_match and is_dict:
+        check_live_entries(src, obj, folder, state_names, exclude)
     for name in state_names:
         member = prefix + member_of[name] + _format.PTH_SUFFIX
         if exclude and _core.matches(name, exclude):
@@ -121,9 +124,18 @@ def restore_parts(
         try:
             target = obj[name] if is_dict else _core.resolve(obj, name, archive=src.name, member=member)
         except (AttributeError, KeyError):
-            err = ParameterMismatchError(
-                f"`{name}` is not an attribute of {type(obj).__name__}.", archive=src.name, member=member
-            )
+            if is_dict:
+                err = ParameterMismatchError(
+                    f"the app state has no key `{name}` to restore this state dict into (its keys: {sorted(map(str, obj))}).",
+                    archive=src.name,
+                    member=member,
+                    hint=f"Pass the object it was saved from under that key, `exclude=[{name!r}]` to leave it out, "
+                    "or `exact_match=False` to restore the entries that match.",
+                )
+            else:
+                err = ParameterMismatchError(
+                    f"`{name}` is not an attribute of {type(obj).__name__}.", archive=src.name, member=member
+                )
             if exact_match:
                 raise err from None
             src.skip(member, None, None, err)
