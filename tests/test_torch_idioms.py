@@ -1,11 +1,14 @@
 """What a new user of plain torch saves in an app state and restores into live objects: LR
 schedulers whose state holds what torch's safe loader reads (a ``Counter``), and restores that
 cannot do what was asked (a file that is no archive, a dict whose keys the archive does not
-hold) failing with an error that says so, never returning with the objects as they were."""
+hold) failing with an error that says so, never returning with the objects as they were, and
+a constructor argument of the user's own class named with its fix when the build fails."""
 
 from __future__ import annotations
 
 import collections
+import dataclasses
+import warnings
 import zipfile
 
 import pytest
@@ -104,3 +107,32 @@ def test_restore_into_a_dict_without_the_archives_key_names_the_key_of_the_app_s
     with pytest.raises(zipsave.ParameterMismatchError, match=r"the app state has no key `optimizer`") as err:
         zipsave.restore({"model": nn.Linear(3, 2)}, tmp_path / "ckpt.zip")
     assert err.value.member == "optimizer.pth" and "exclude=['optimizer']" in str(err.value)
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    lr: float = 1e-3
+    hidden: int = 8
+
+
+class ConfiguredAgent(zipsave.Saveable):
+    def __init__(self, cfg: TrainConfig, env=None):
+        self.cfg = cfg
+        self.net = nn.Linear(3, cfg.hidden)
+
+
+def test_a_constructor_argument_the_safe_load_refused_is_named_with_its_fix_in_the_build_error(tmp_path):
+    # The DecodeError said only "missing 1 required positional argument: 'cfg'. Pass the missing
+    # or broken constructor arguments as keyword overrides", not that `cfg` had been refused and
+    # that `trusted=[...]` loads it.
+    ConfiguredAgent(TrainConfig(hidden=5)).save(tmp_path / "agent.zip")
+    name = f"{TrainConfig.__module__}.TrainConfig"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", zipsave.SkippedEntryWarning)
+        with pytest.raises(zipsave.DecodeError, match=r"missing 1 required positional argument: 'cfg'") as err:
+            ConfiguredAgent.load(tmp_path / "agent.zip")
+    message = str(err.value)
+    assert f"`cfg`: refusing to import untrusted global `{name}`" in message
+    assert f"trusted=[{name!r}]" in message and "custom_objects={'cfg': ...}" in message
+    loaded = ConfiguredAgent.load(tmp_path / "agent.zip", trusted=[name])
+    assert loaded.cfg == TrainConfig(hidden=5) and loaded.net.out_features == 5

@@ -14,6 +14,7 @@ from ..exceptions import (
     ParameterMismatchError,
     UnsafeNameError,
     ZipsaveError,
+    named_key,
 )
 from ._apply import restore_parts
 from ._folders import handler_for
@@ -107,7 +108,15 @@ def build(
     except Exception as err:
         unset = [key for key, value in args.items() if value is None and key not in overrides]
         hint = "Pass the missing or broken constructor arguments as keyword overrides to load()"
-        if unset:
+        skipped = [e for e in src.report.skipped if e.member == init_member and e.key in raw_args and e.key not in args]
+        if skipped:
+            # an argument the safe load refused (a class of the user's own): the fix is in its cause
+            hint = (
+                "These constructor arguments could not be decoded: "
+                + " ".join(f"`{e.key}`: {named_key(e.cause, e.key)}" for e in skipped)
+                + f" Or pass them as keyword overrides, e.g. `load(path, {skipped[0].key}=...)`"
+            )
+        elif unset:
             # Live handles (environments, loggers) are written as null: the likely culprit.
             hint += (
                 f"; these were saved as None (environments and other live handles are never saved): "
