@@ -136,3 +136,41 @@ def test_a_constructor_argument_the_safe_load_refused_is_named_with_its_fix_in_t
     assert f"trusted=[{name!r}]" in message and "custom_objects={'cfg': ...}" in message
     loaded = ConfiguredAgent.load(tmp_path / "agent.zip", trusted=[name])
     assert loaded.cfg == TrainConfig(hidden=5) and loaded.net.out_features == 5
+
+
+def test_torchs_checkpoint_idiom_restores_the_schedulers_state_dict_into_the_live_scheduler(tmp_path):
+    # {"scheduler": scheduler.state_dict()} holds no tensor, so it stays in `data` (so does a
+    # plain SGD's); restore into a live scheduler at that key skipped it without a word (the
+    # schedule started over), and a strict restore said only "holds stateful entries []".
+    net, optimizer = _net_and_optimizer()
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=10)
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step()
+    checkpoint = {
+        "model": net.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "epoch": 3,
+    }
+    zipsave.save(checkpoint, tmp_path / "ckpt.zip")
+
+    net2, optimizer2 = _net_and_optimizer()
+    scheduler2 = torch.optim.lr_scheduler.OneCycleLR(optimizer2, max_lr=0.1, total_steps=10)
+    app = {"model": net2, "optimizer": optimizer2, "scheduler": scheduler2, "epoch": 0}
+    zipsave.restore(app, tmp_path / "ckpt.zip")
+    assert scheduler2.last_epoch == 3 and scheduler2.state_dict() == scheduler.state_dict()
+    assert app["epoch"] == 3 and app["scheduler"] is scheduler2
+
+    # SGD's state dict holds no tensor before momentum: it is in `data` too, and checked by torch
+    other = nn.Linear(3, 2)
+    grouped = torch.optim.SGD([{"params": [other.weight]}, {"params": [other.bias]}], lr=1.0)
+    with pytest.raises(zipsave.ParameterMismatchError, match=r"does not fit the SGD the app state holds") as err:
+        zipsave.restore({"optimizer": grouped}, tmp_path / "ckpt.zip", exact_match=False)
+    assert err.value.key == "optimizer" and err.value.member == "data"
+
+    # strict=True counts state dicts saved as values as values, and now says so
+    with pytest.raises(
+        zipsave.ParameterMismatchError, match=r"holds `model`, `optimizer`, `scheduler` as state dicts saved as values"
+    ):
+        zipsave.restore(app, tmp_path / "ckpt.zip", strict=True)

@@ -31,13 +31,29 @@ def check_app_state(src: LoadSession, app: dict, folder: str, exclude: Any = Non
         wanted = {n for n in wanted if not _core.matches(n, exclude)}
     if saved != wanted:
         extra = sorted(saved - wanted)
+        data_member = _format.join(folder, _format.DATA)
+        raw = src.read_json(data_member) if src.has(data_member) else None
+        as_values = sorted(
+            k
+            for k in wanted - saved
+            if prefix + k + _format.PTH_SUFFIX in src.reader.state_dict_values or (isinstance(raw, dict) and k in raw)
+        )
+        values = (
+            f" The archive holds {', '.join(f'`{k}`' for k in as_values)} as state dicts saved as values "
+            "(`{'model': model.state_dict()}`), which a strict restore does not count as objects' state; "
+            "a restore without `strict=True` loads them into the live objects."
+            if as_values
+            else ""
+        )
         raise ParameterMismatchError(
-            f"holds stateful entries {sorted(saved)}, but the app state has {sorted(wanted)}.",
+            f"holds stateful entries {sorted(saved)}, but the app state has {sorted(wanted)}.{values}",
             archive=src.name,
             hint=f"Pass `exclude={extra}` to leave out the entries the app state does not hold, or "
             "`strict=False, exact_match=False` to restore the ones that match."
             if extra
-            else "Pass `strict=False, exact_match=False` to restore the ones that match.",
+            else "Pass `strict=False, exact_match=False` to restore the ones that match."
+            if not as_values
+            else None,
         )
 
 

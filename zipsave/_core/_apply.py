@@ -43,6 +43,7 @@ def restore_parts(
     the parts the live ``obj`` holds where ``exact_match`` collected them to compare."""
     is_dict = isinstance(obj, dict)
     live = None
+    from_data: list[str] = []  # the dict's stateful objects whose state dict `data` held
     if set_data:
         # A module's registries and hooks are torch's, never restored (archives before 0.2
         # saved them in `data`); their saved parameters and buffers still load, in place.
@@ -66,6 +67,9 @@ def restore_parts(
                 _core.check_data_key(obj, key, archive=src.name, member=data_member, key=key)
             if is_dict:
                 if key in obj and is_stateful(obj[key]):
+                    if isinstance(value, dict):  # a state dict without tensors (a scheduler's) stays in `data`
+                        _load_data_state(src, obj[key], value, data_member, key, exact_match)
+                        from_data.append(key)
                     continue
                 obj[key] = fill_in_place(obj.get(key), adopt_live(obj.get(key), value))
             elif _keeps_live_device(getattr(obj, key, None), value):
@@ -113,7 +117,7 @@ def restore_parts(
                 "`exact_match=False` to load the ones that match.",
             )
     if exact_match and is_dict:
-        check_live_entries(src, obj, folder, state_names, exclude)
+        check_live_entries(src, obj, folder, state_names + from_data, exclude)
     for name in state_names:
         member = prefix + member_of[name] + _format.PTH_SUFFIX
         if exclude and _core.matches(name, exclude):
@@ -158,6 +162,27 @@ def restore_parts(
                 continue
             _core.set_variable(obj, name, value, archive=src.name, member=var_member, key=name)
     return live
+
+
+def _load_data_state(src: LoadSession, target: Any, state: dict, member: str, key: str, exact_match: bool) -> None:
+    """A state dict given as a value of the app state and kept in ``data`` (one without a tensor,
+    such as an LR scheduler's: ``{"scheduler": scheduler.state_dict()}``) goes into the live
+    stateful object the dict holds at its key, as a ``.pth`` member's would."""
+    target = unwrap(target)
+    try:
+        if isinstance(target, torch.nn.Module):
+            target.load_state_dict(state, strict=exact_match)
+        else:
+            target.load_state_dict(state)
+    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError, IndexError) as err:
+        raise ParameterMismatchError(
+            f"does not fit the {type(target).__name__} the app state holds: {type(err).__name__}: {err}",
+            archive=src.name,
+            member=member,
+            key=key,
+            hint=f"Pass the object it was saved from, `exclude=[{key!r}]` to leave it out, or load the archive "
+            "with `zipsave.load(path)` to look at the value.",
+        ) from err
 
 
 def _restore_value(src: LoadSession, app: dict, key: str, member: str, custom_objects: dict | None) -> None:
