@@ -174,3 +174,20 @@ def test_torchs_checkpoint_idiom_restores_the_schedulers_state_dict_into_the_liv
         zipsave.ParameterMismatchError, match=r"holds `model`, `optimizer`, `scheduler` as state dicts saved as values"
     ):
         zipsave.restore(app, tmp_path / "ckpt.zip", strict=True)
+
+
+def test_a_lazy_module_before_its_first_call_is_refused_at_save_not_called_corrupt_at_load(tmp_path):
+    # torch.save wrote the UninitializedParameter, which torch's weights_only loader (and
+    # zipsave's reader) refuses: every load then failed with "IntegrityError: member `model.pth`
+    # is corrupt or unreadable ... The model would not be the one saved".
+    net = nn.Sequential(nn.Linear(2, 4), nn.LazyLinear(3))
+    with pytest.raises(
+        zipsave.EncodeError, match=r"`model\.state_dict\(\)\['1\.weight'\]` is an uninitialized parameter"
+    ):
+        zipsave.save({"model": net, "step": 0}, tmp_path / "lazy.zip")
+    assert not (tmp_path / "lazy.zip").exists()
+    net(torch.ones(1, 2))
+    zipsave.save({"model": net, "step": 0}, tmp_path / "lazy.zip")
+    fresh = nn.Sequential(nn.Linear(2, 4), nn.LazyLinear(3))
+    zipsave.restore({"model": fresh, "step": 0}, tmp_path / "lazy.zip")
+    assert torch.equal(fresh[1].weight, net[1].weight)
