@@ -191,3 +191,17 @@ def test_a_lazy_module_before_its_first_call_is_refused_at_save_not_called_corru
     fresh = nn.Sequential(nn.Linear(2, 4), nn.LazyLinear(3))
     zipsave.restore({"model": fresh, "step": 0}, tmp_path / "lazy.zip")
     assert torch.equal(fresh[1].weight, net[1].weight)
+
+
+def test_a_sparse_tensor_in_an_app_state_loads_and_restores_without_pickle(tmp_path):
+    # It went into `data` as SB3's pickle alone (no native form for a sparse layout), which a
+    # default load refused ("refusing to import untrusted global
+    # `torch._utils._rebuild_sparse_tensor`"): the value was lost, though a Saveable's loads.
+    adjacency = torch.eye(3).to_sparse()
+    zipsave.save({"adjacency": adjacency, "step": 2}, tmp_path / "graph.zip")
+    loaded = zipsave.load(tmp_path / "graph.zip", strict=True)
+    assert loaded["adjacency"].layout == torch.sparse_coo
+    assert torch.equal(loaded["adjacency"].to_dense(), adjacency.to_dense())
+    app = {"adjacency": None, "step": 0}
+    zipsave.restore(app, tmp_path / "graph.zip", strict=True)
+    assert app["step"] == 2 and torch.equal(app["adjacency"].to_dense(), adjacency.to_dense())

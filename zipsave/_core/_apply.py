@@ -151,6 +151,11 @@ def restore_parts(
         except ZipsaveError as err:
             src.skip(member, None, None, err)
     var_member = prefix + _format.PYTORCH_VARIABLES
+    if var_member in src.reader and is_dict:  # an app state's sparse tensors: values, as in `data`
+        variables, _ = src.load_tensors(var_member)
+        for name, value in (variables if isinstance(variables, dict) else {}).items():
+            if isinstance(name, str) and not (exclude and _core.matches(name, exclude)):
+                obj[name] = value
     if var_member in src.reader and not is_dict:
         try:
             variables, _ = src.load_tensors(var_member)

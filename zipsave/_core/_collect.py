@@ -359,6 +359,7 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
     state: list[tuple[str, Any]] = []
     components: list[tuple[str, Any]] = []
     values: dict[str, int] = {}
+    variables: dict[str, torch.Tensor] = {}
     for place, (key, value) in enumerate(app.items()):
         if not isinstance(key, str):
             raise EncodeError(f"app-state keys must be strings, found {key!r}.")
@@ -391,6 +392,8 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
             # as it was (a numpy array inside) stays in `data`.
             state.append((key, value))
             values[key] = place
+        elif isinstance(value, torch.Tensor) and value.layout != torch.strided:
+            variables[key] = value  # a sparse tensor: `pytorch_variables.pth`, as a model's (no native form)
         else:
             data[key] = value
-    return Parts(data, state, None, components, app_state=True, state_values=values)
+    return Parts(data, state, variables or None, components, app_state=True, state_values=values)
