@@ -13,7 +13,7 @@ from typing import Any
 from .. import _format
 from .._core import LoadSession
 from .._trust import BY_VALUE_MARK
-from ..exceptions import AlgorithmMismatchError, ArchiveFormatError, DecodeError
+from ..exceptions import AlgorithmMismatchError, ArchiveFormatError, DecodeError, named_key
 from ._guess import import_line, suggest_algorithm
 
 __all__ = [
@@ -178,7 +178,7 @@ def check_required(src: LoadSession, cls: type, data: dict[str, Any], given: Any
     lost = sorted(key for key in needed if key not in data and key in skipped)
     absent = sorted(key for key in needed if key not in data and key not in skipped)
     if lost:
-        causes = "; ".join(f"`{key}`: {skipped[key]}" for key in lost)
+        causes = " ".join(f"`{key}`: {named_key(skipped[key], key)}" for key in lost)
         trust = not any(BY_VALUE_MARK in skipped[key] for key in lost)  # a class stored as code: no trust helps
         raise DecodeError(
             f"cannot build {cls.__name__}: {_keys(lost)} could not be decoded and {cls.__name__} needs "
