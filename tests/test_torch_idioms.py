@@ -205,3 +205,32 @@ def test_a_sparse_tensor_in_an_app_state_loads_and_restores_without_pickle(tmp_p
     app = {"adjacency": None, "step": 0}
     zipsave.restore(app, tmp_path / "graph.zip", strict=True)
     assert app["step"] == 2 and torch.equal(app["adjacency"].to_dense(), adjacency.to_dense())
+
+
+class _Agent(zipsave.Saveable):
+    def __init__(self, gamma=0.99, with_critic=False):
+        self.gamma = gamma
+        self.steps = 0
+        self.actor = nn.Linear(2, 2)
+        if with_critic:
+            self.critic = nn.Linear(2, 1)
+
+
+def test_a_restore_that_does_not_fit_leaves_the_object_as_it_was(tmp_path):
+    # The data values were set first and the state dicts compared after: restoring a SAC archive
+    # into a PPO raised ParameterMismatchError with the PPO already holding SAC's buffer_size,
+    # policy_class and num_timesteps; an app state kept the archive's `epoch`.
+    saved = _Agent(gamma=0.5, with_critic=True)
+    saved.steps = 7
+    saved.save(tmp_path / "agent.zip")
+    live = _Agent()
+    with pytest.raises(zipsave.ParameterMismatchError, match=r"holds state dicts \['actor', 'critic'\]"):
+        zipsave.restore(live, tmp_path / "agent.zip")
+    assert (live.gamma, live.steps) == (0.99, 0)
+
+    net, optimizer = _net_and_optimizer()
+    zipsave.save({"model": net, "optimizer": optimizer, "epoch": 3}, tmp_path / "ckpt.zip")
+    app = {"model": nn.Linear(3, 2), "epoch": 0}
+    with pytest.raises(zipsave.ParameterMismatchError, match=r"the app state has no key `optimizer`"):
+        zipsave.restore(app, tmp_path / "ckpt.zip")
+    assert app["epoch"] == 0

@@ -61,9 +61,25 @@ def check_live_entries(src: LoadSession, app: dict, folder: str, saved: list[str
     """An exact restore into a dict: each stateful object the dict holds (a module, an optimizer,
     a scheduler) finds its state in the archive, as a ``.pth`` member (``saved``) or a component
     folder. Else it would keep the state it was built with, and the restore would return as if
-    it had restored it (an archive of other keys, of a module saved alone)."""
+    it had restored it (an archive of other keys, of a module saved alone). And each state dict
+    the archive holds for an object finds that object's key. Both are checked before anything is
+    set: a restore that fails leaves the dict as it was."""
     prefix = f"{folder}/" if folder else ""
-    held = set(saved) | {child[len(prefix) :].partition("/")[0] for child in src.child_components(folder)}
+    for name in saved:
+        member = prefix + name + _format.PTH_SUFFIX
+        excluded = exclude and _core.matches(name, exclude)
+        if not excluded and name not in app and member not in src.reader.state_dict_values:
+            raise ParameterMismatchError(
+                f"the app state has no key `{name}` to restore this state dict into (its keys: {sorted(map(str, app))}).",
+                archive=src.name,
+                member=member,
+                hint=f"Pass the object it was saved from under that key, `exclude=[{name!r}]` to leave it out, "
+                "or `exact_match=False` to restore the entries that match.",
+            )
+    data_member = _format.join(folder, _format.DATA)
+    raw = src.read_json(data_member) if src.has(data_member) else None
+    in_data = {k for k in (raw if isinstance(raw, dict) else ()) if is_stateful(app.get(k))}  # state dicts in `data`
+    held = set(saved) | in_data | {child[len(prefix) :].partition("/")[0] for child in src.child_components(folder)}
     missing = sorted(
         str(k)
         for k, v in app.items()
