@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import re
 import warnings
 import zipfile
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -234,3 +236,27 @@ def test_a_restore_that_does_not_fit_leaves_the_object_as_it_was(tmp_path):
     with pytest.raises(zipsave.ParameterMismatchError, match=r"the app state has no key `optimizer`"):
         zipsave.restore(app, tmp_path / "ckpt.zip")
     assert app["epoch"] == 0
+
+
+class _WithExtraState(nn.Module):
+    def __init__(self, extra):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.extra = extra
+
+    def get_extra_state(self):
+        return self.extra
+
+    def set_extra_state(self, state):
+        self.extra = state
+
+
+def test_a_modules_extra_state_that_no_safe_load_reads_is_refused_at_save(tmp_path):
+    # get_extra_state() returning a numpy array was written, and every load then called the
+    # member "corrupt or unreadable" (IntegrityError); one of tensors and plain values loads.
+    with pytest.raises(zipsave.EncodeError, match=re.escape("`model.state_dict()['_extra_state']['arr']` is a numpy")):
+        zipsave.save({"model": _WithExtraState({"arr": np.ones(2)})}, tmp_path / "extra.zip")
+    zipsave.save({"model": _WithExtraState({"count": 3, "t": torch.ones(2)})}, tmp_path / "extra.zip")
+    back = _WithExtraState(None)
+    zipsave.restore({"model": back}, tmp_path / "extra.zip")
+    assert back.extra["count"] == 3 and torch.equal(back.extra["t"], torch.ones(2))
