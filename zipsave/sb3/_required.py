@@ -14,7 +14,7 @@ from .. import _format
 from .._core import LoadSession
 from .._trust import BY_VALUE_MARK
 from ..exceptions import AlgorithmMismatchError, ArchiveFormatError, DecodeError, named_key
-from ._guess import import_line, suggest_algorithm
+from ._guess import algorithm_of_policy, import_line, suggest_algorithm
 
 __all__ = [
     "ARS_WEIGHTS",
@@ -26,6 +26,7 @@ __all__ = [
     "SCHEDULE_KEYS",
     "Needs",
     "check_required",
+    "foreign_policy",
     "is_ars",
     "named_classes",
     "needs",
@@ -101,6 +102,25 @@ def policy_hint(cls: type, policy_class: Any) -> str | None:
             f"Its `policy_class` is {policy_class.__name__}, not a {cls.__name__} policy; "
             "was it saved by another algorithm?"
         )
+    return None
+
+
+def foreign_policy(cls: type, policy_class: Any) -> str | None:
+    """The algorithm whose policy ``policy_class`` is, when it is not one of ``cls``'s: SB3 builds
+    TQC from SAC's archive (``SACPolicy``), SAC from TQC's and PPO from RecurrentPPO's (a subclass
+    of PPO's policy), and only their first ``learn`` fails, deep inside. The nearest of its bases
+    that is a policy of some algorithm decides: one of ``cls``'s aliases (a user's subclass of
+    ``ActorCriticPolicy`` for PPO, TD3's policy for DDPG), or another algorithm's."""
+    aliases = tuple(p for p in getattr(cls, "policy_aliases", {}).values() if isinstance(p, type))
+    if not aliases or not isinstance(policy_class, type):
+        return None
+    own = {k.__name__ for k in getattr(cls, "__mro__", ())}
+    for base in policy_class.__mro__:
+        if base in aliases:
+            return None
+        algorithm = algorithm_of_policy(base)
+        if algorithm is not None:
+            return None if algorithm in own or any(issubclass(a, base) for a in aliases) else algorithm
     return None
 
 
