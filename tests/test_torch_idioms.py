@@ -260,3 +260,17 @@ def test_a_modules_extra_state_that_no_safe_load_reads_is_refused_at_save(tmp_pa
     back = _WithExtraState(None)
     zipsave.restore({"model": back}, tmp_path / "extra.zip")
     assert back.extra["count"] == 3 and torch.equal(back.extra["t"], torch.ones(2))
+
+
+def test_a_numpy_memmap_saves_its_values_and_restores_into_the_live_memmap(tmp_path):
+    # A memmap (a replay buffer kept on disk) was written only as a pickle naming numpy.memmap,
+    # which a default load refuses: the values were lost. It is saved as the array it views.
+    buffer = np.memmap(tmp_path / "obs.dat", dtype=np.float32, mode="w+", shape=(20000,))
+    buffer[:] = np.arange(20000)
+    zipsave.save({"obs": buffer, "pos": 5}, tmp_path / "rb.zip")
+    loaded = zipsave.load(tmp_path / "rb.zip", strict=True)
+    assert type(loaded["obs"]) is np.ndarray and np.array_equal(loaded["obs"], buffer)
+    live = np.memmap(tmp_path / "live.dat", dtype=np.float32, mode="w+", shape=(20000,))
+    app = {"obs": live, "pos": 0}
+    zipsave.restore(app, tmp_path / "rb.zip", strict=True)
+    assert app["obs"] is live and np.array_equal(live, buffer) and app["pos"] == 5
