@@ -274,3 +274,32 @@ def test_a_numpy_memmap_saves_its_values_and_restores_into_the_live_memmap(tmp_p
     app = {"obs": live, "pos": 0}
     zipsave.restore(app, tmp_path / "rb.zip", strict=True)
     assert app["obs"] is live and np.array_equal(live, buffer) and app["pos"] == 5
+
+
+def test_a_dict_of_models_and_optimizers_in_an_app_state_saves_as_a_folder_and_restores(tmp_path):
+    # {"models": {"actor": actor, "critic": critic}} was pickled whole into `data`, modules and
+    # all, and a default load refused it ("untrusted global torch.nn.modules.linear.Linear"):
+    # restore left the live models as they were built, with a warning only.
+    torch.manual_seed(0)
+    actor, critic = nn.Linear(2, 2), nn.Linear(2, 1)
+    optimizers = {"actor": torch.optim.Adam(actor.parameters()), "critic": torch.optim.Adam(critic.parameters())}
+    saved = {"models": {"actor": actor, "critic": critic, "tau": 0.01}, "optimizers": optimizers, "step": 4}
+    zipsave.save(saved, tmp_path / "ckpt.zip")
+    with zipfile.ZipFile(tmp_path / "ckpt.zip") as zf:
+        assert {"models/actor.pth", "models/critic.pth", "optimizers/actor.pth"} <= set(zf.namelist())
+    loaded = zipsave.load(tmp_path / "ckpt.zip", strict=True)
+    assert loaded["models"]["tau"] == 0.01 and torch.equal(loaded["models"]["actor"]["weight"], actor.weight)
+
+    actor2, critic2 = nn.Linear(2, 2), nn.Linear(2, 1)
+    optimizers2 = {"actor": torch.optim.Adam(actor2.parameters()), "critic": torch.optim.Adam(critic2.parameters())}
+    app = {"models": {"actor": actor2, "critic": critic2, "tau": 0.0}, "optimizers": optimizers2, "step": 0}
+    zipsave.restore(app, tmp_path / "ckpt.zip", strict=True)
+    assert app["models"]["actor"] is actor2 and torch.equal(actor2.weight, actor.weight)
+    assert app["models"]["tau"] == 0.01 and app["step"] == 4 and app["optimizers"] is optimizers2
+
+    with pytest.raises(zipsave.ParameterMismatchError, match=r"no dict at `models`") as err:
+        zipsave.restore({"optimizers": optimizers2, "step": 0}, tmp_path / "ckpt.zip")
+    assert "exclude=['models']" in str(err.value)
+    with pytest.raises(zipsave.EncodeError, match=r"in a list or tuple, which an app state saves only in a dict"):
+        zipsave.save({"optimizers": list(optimizers.values())}, tmp_path / "list.zip")
+    assert not (tmp_path / "list.zip").exists()

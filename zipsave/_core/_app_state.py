@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _core, _format  # _core: the exclude globs
+from .._archive import saved_as_app_state
 from ..exceptions import ParameterMismatchError
 from ._parts import is_stateful
 from ._session import LoadSession
@@ -73,8 +74,18 @@ def check_live_entries(src: LoadSession, app: dict, folder: str, saved: list[str
                 f"the app state has no key `{name}` to restore this state dict into (its keys: {sorted(map(str, app))}).",
                 archive=src.name,
                 member=member,
-                hint=f"Pass the object it was saved from under that key, `exclude=[{name!r}]` to leave it out, "
+                hint=f"Pass the object it was saved from under that key, `exclude=[{prefix + name!r}]` to leave it out, "
                 "or `exact_match=False` to restore the entries that match.",
+            )
+    for child in src.child_components(folder):
+        key = child[len(prefix) :]
+        if key not in app and saved_as_app_state(src, child) and not (exclude and _core.matches(key, exclude)):
+            raise ParameterMismatchError(
+                f"the app state has no dict at `{prefix + key}` to restore this folder's state dicts into.",
+                archive=src.name,
+                member=child,
+                hint=f"Pass the dict of objects it was saved from under that key, `exclude=[{prefix + key!r}]` to "
+                "leave it out, or `exact_match=False` to restore the entries that match.",
             )
     data_member = _format.join(folder, _format.DATA)
     raw = src.read_json(data_member) if src.has(data_member) else None
@@ -97,6 +108,6 @@ def check_live_entries(src: LoadSession, app: dict, folder: str, saved: list[str
                 if not held and src.has(prefix + _format.PYTORCH_VARIABLES)
                 else "Check the path and the dict's keys; "
             )
-            + f"pass `exclude={missing}` to keep those objects as they are, "
+            + f"pass `exclude={[prefix + k for k in missing]}` to keep those objects as they are, "
             "or `exact_match=False` to restore the entries that match.",
         )

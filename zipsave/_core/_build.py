@@ -7,6 +7,7 @@ import inspect as _inspect
 from typing import Any
 
 from .. import _core, _format, _registry  # _core: what only a build or a live comparison uses, on first use
+from .._archive import saved_as_app_state
 from .._codec import NATIVE_KEY
 from ..exceptions import (
     ArchiveFormatError,
@@ -267,6 +268,7 @@ def restore_tree(
             continue  # built (and restored) from its folder before the constructor ran
         plain = not src.has(_format.join(child, _format.INIT))  # a plain object's folder (`holds_state`)
         live_plain = plain and current is not None and not isinstance(current, (dict, list, tuple))
+        live_plain = live_plain or (isinstance(current, dict) and saved_as_app_state(src, child))  # a nested dict
         if isinstance(current, _core.Component) or live_plain:
             restore_tree(
                 src,
@@ -283,6 +285,17 @@ def restore_tree(
                 record = src.read_json(child_init)
                 if isinstance(record, dict) and "modes" in record:
                     _core.apply_modes(current, record["modes"], f"archive `{src.name}`, member `{child_init}`")
+        elif plain and isinstance(holder, dict) and saved_as_app_state(src, child):
+            problem = ParameterMismatchError(  # a nested dict of stateful objects (`{"models": {...}}`)
+                f"the app state has no dict at `{attr_path}` to restore this folder's state dicts into.",
+                archive=src.name,
+                member=child,
+                hint=f"Pass the dict of objects it was saved from under that key, `exclude=[{attr_path!r}]` to leave "
+                "it out, or `exact_match=False` to restore the entries that match.",
+            )
+            if exact_match:
+                raise problem
+            src.skip(child, None, None, problem)
         elif plain and handler_for(src, child, None) is None:
             raise ParameterMismatchError(
                 f"component `{child}` was saved from a plain object (it has no init.json, so it cannot be built), "
