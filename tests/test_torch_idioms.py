@@ -303,3 +303,18 @@ def test_a_dict_of_models_and_optimizers_in_an_app_state_saves_as_a_folder_and_r
     with pytest.raises(zipsave.EncodeError, match=r"in a list or tuple, which an app state saves only in a dict"):
         zipsave.save({"optimizers": list(optimizers.values())}, tmp_path / "list.zip")
     assert not (tmp_path / "list.zip").exists()
+
+
+class _Other(zipsave.Saveable):
+    def __init__(self, width=3):
+        self.net = nn.Linear(width, 1)
+
+
+def test_loading_another_classs_archive_names_the_class_it_holds(tmp_path):
+    # Agent.load of another Saveable's archive said only "unexpected keyword argument 'width'.
+    # Pass the missing or broken constructor arguments as keyword overrides".
+    _Other(width=4).save(tmp_path / "other.zip")
+    with pytest.raises(zipsave.DecodeError, match=r"unexpected keyword argument 'width'") as err:
+        _Agent.load(tmp_path / "other.zip")
+    assert f"The archive holds a `{_Other.__module__}:_Other` (its init.json), not a _Agent" in str(err.value)
+    assert type(zipsave.load(tmp_path / "other.zip")) is _Other

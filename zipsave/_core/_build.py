@@ -123,7 +123,14 @@ def build(
                 f"; these were saved as None (environments and other live handles are never saved): "
                 f"{', '.join(unset)}, e.g. `load(path, {unset[0]}=...)`"
             )
-        elif isinstance(err, TypeError) and "missing" in str(err):
+        recorded = record.get("class")
+        if isinstance(recorded, str) and cls is not None and recorded != f"{cls.__module__}:{cls.__qualname__}":
+            # the likely cause: another class's archive (`Agent.load` of a `Learner`'s)
+            hint = (
+                f"The archive holds a `{recorded}` (its init.json), not a {klass.__name__}: load it with that "
+                f"class, or with `zipsave.load(path)`, which builds the class it records. " + hint
+            )
+        if isinstance(err, TypeError) and "missing" in str(err) and not skipped and not unset:
             hint += (
                 " (modules and optimizers passed to the constructor are not recorded, their state is: pass them again)"
             )
