@@ -15,7 +15,9 @@ import zipfile
 import zlib
 
 import pytest
+import torch
 
+import zipsave
 from zipsave import _format
 from zipsave._archive import (
     ArchiveReader,
@@ -500,6 +502,21 @@ def test_open_input_tries_the_zip_suffix(tmp_path):
         ArchiveFormatError, match=re.escape(f"archive `{tmp_path}`: is a directory, not a zip archive.")
     ):
         open_input(str(tmp_path))
+
+
+def test_an_empty_or_missing_path_is_named_before_anything_is_written(tmp_path, monkeypatch):
+    # zipsave.save(model, "") wrote a hidden `.zip` into the working directory (and load("")
+    # read it back); a path of None was "expected str, bytes or os.PathLike object" from inside.
+    monkeypatch.chdir(tmp_path)
+    model = torch.nn.Linear(2, 2)
+    for call in (lambda: zipsave.save(model, ""), lambda: zipsave.load(""), lambda: zipsave.save(model, "file://")):
+        with pytest.raises(ValueError, match=re.escape("path is empty: give a file name such as `model.zip`.")):
+            call()
+    with pytest.raises(TypeError, match=r"path must be a file path .*, got NoneType None\."):
+        zipsave.save(model, None)
+    assert list(tmp_path.iterdir()) == []
+    zipsave.save(model, os.fsencode(tmp_path / "m.zip"))  # a bytes path, as os.fspath gives one
+    assert torch.equal(zipsave.load(os.fsencode(tmp_path / "m.zip"))["weight"], model.weight)
 
 
 def test_atomic_output_replaces_and_keeps_the_mode(tmp_path):

@@ -120,6 +120,8 @@ def test_metrics_accept_numpy_and_tensor_scalars(tmp_path):
         ({"every_steps": 1.5}, "`every_steps` must be a positive integer or None, got 1.5."),
         ({"every_seconds": -1}, "`every_seconds` must be a positive number or None, got -1."),
         ({"keep_best": ("reward", "up")}, '`keep_best` must be (metric, "max" or "min") or (metric, mode, count)'),
+        # a count as for keep_last was a bare "TypeError: 'int' object is not iterable"
+        ({"keep_best": 1}, "got 1: it keeps the checkpoints with the best value of a metric"),
     ],
 )
 def test_bad_settings_are_named(tmp_path, kwargs, message):

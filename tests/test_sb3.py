@@ -480,6 +480,25 @@ def test_untrusted_policy_class_is_named_and_can_be_trusted(tmp_path):
     _same_actions(loaded, model, _fixed_observations(model.observation_space))
 
 
+class CustomActivation(torch.nn.Tanh):
+    """A user's activation function class: not on the allowlist either."""
+
+
+@needs_sb3
+def test_two_untrusted_required_keys_each_name_their_own_custom_objects_key(tmp_path):
+    # With two keys lost the error named neither in its fix: `custom_objects={key: value}`.
+    kwargs = {**_tiny(), "activation_fn": CustomActivation}
+    model = PPO(CustomPolicy, "CartPole-v1", n_steps=64, batch_size=32, n_epochs=1, policy_kwargs=kwargs, seed=0)
+    model.save(tmp_path / "custom.zip")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", zipsave.SkippedEntryWarning)
+        with pytest.raises(zipsave.DecodeError, match="`policy_class`, `policy_kwargs` could not be decoded") as info:
+            zipsave.load(tmp_path / "custom.zip", cls=PPO)
+    message = str(info.value)
+    assert "custom_objects={'policy_class': ...}" in message and "custom_objects={'policy_kwargs': ...}" in message
+    assert "{key: value}" not in message
+
+
 @needs_sb3
 def test_load_without_cls_names_the_fix(trained, tmp_path):
     cls, path, _ = trained["ppo"]

@@ -56,6 +56,19 @@ def test_is_an_sb3_callback(tmp_path):
     callback.close()
 
 
+def test_sb3s_own_arguments_say_what_this_callback_takes_instead(tmp_path):
+    # CheckpointCallback(save_freq=1000, save_path="logs", name_prefix="rl_model"), SB3's own
+    # spelling, was "unexpected keyword argument 'save_freq'" (and, without them, a missing
+    # `directory`), with no word of every_steps or of SB3's own callback under install().
+    with pytest.raises(TypeError, match=re.escape("does not take SB3's arguments ['save_freq', 'save_path']")) as err:
+        zipsave.sb3.CheckpointCallback(save_freq=1000, save_path=str(tmp_path / "logs"))
+    message = str(err.value)
+    assert "`every_steps=`" in message and "zipsave.sb3.install()" in message
+    with pytest.raises(TypeError, match=re.escape("got unexpected keyword arguments ['every_step']")):
+        zipsave.sb3.CheckpointCallback(tmp_path, every_step=5)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_importing_zipsave_does_not_import_sb3():
     code = "import sys, zipsave, zipsave.sb3; assert 'stable_baselines3' not in sys.modules, 'imported'"
     env = {"PYTHONPATH": str(REPO)}

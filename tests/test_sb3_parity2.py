@@ -212,3 +212,37 @@ def test_weights_of_another_algorithm_name_it(tmp_path):
         assert isinstance(ours.value, RuntimeError), door
         assert str(ours.value).startswith(f"archive `{path}`: holds state dicts "), door
         assert f"It holds a {saved} model: load it with `{saved}.load(path)`" in str(ours.value), door
+
+
+def test_an_archive_another_algorithm_trains_is_refused_where_it_would_build(tmp_path):
+    # TQC.load of a SAC archive, SAC.load of a TQC's and PPO.load of a RecurrentPPO's built a
+    # model (SB3 does too) that predicted, and failed only in its first `learn` (TQC: "'ContinuousCritic'
+    # object has no attribute 'quantiles_total'"; PPO: "forward() missing 2 required positional
+    # arguments"). Algorithms that share a policy (A2C and PPO, DDPG and TD3) still load each other's.
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    from stable_baselines3 import A2C, DDPG, TD3
+
+    saved = {}
+    for cls, env_id, kwargs in [
+        (SAC, "Pendulum-v1", {"buffer_size": 16}),
+        (sb3_contrib.TQC, "Pendulum-v1", {"buffer_size": 16}),
+        (TD3, "Pendulum-v1", {"buffer_size": 16}),
+        (PPO, "CartPole-v1", {"n_steps": 16, "batch_size": 16}),
+    ]:
+        saved[cls.__name__] = tmp_path / f"{cls.__name__}.zip"
+        _small(cls, env_id, **kwargs).save(saved[cls.__name__])
+    saved["RecurrentPPO"] = tmp_path / "RecurrentPPO.zip"
+    sb3_contrib.RecurrentPPO("MlpLstmPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu").save(
+        saved["RecurrentPPO"]
+    )
+    refused = [(sb3_contrib.TQC, "SAC"), (SAC, "TQC"), (PPO, "RecurrentPPO"), (A2C, "RecurrentPPO")]
+    for cls, name in refused:
+        for door, call in _through_every_door(cls, saved[name]).items():
+            with warnings.catch_warnings(), pytest.raises(zipsave.AlgorithmMismatchError) as err:
+                warnings.simplefilter("ignore", zipsave.ZipsaveWarning)
+                call()
+            assert (err.value.saved, err.value.requested) == (name, cls.__name__), door
+            assert f"is {name}'s, which {cls.__name__} does not train" in str(err.value), door
+            assert f"`{name}.load(path)`" in str(err.value), door
+    assert type(zipsave.load(saved["TD3"], cls=DDPG)) is DDPG
+    assert type(zipsave.load(saved["PPO"], cls=A2C)) is A2C

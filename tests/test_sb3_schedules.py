@@ -66,6 +66,20 @@ def test_dqn_exploration_schedule_is_rebuilt():
     assert [model.exploration_schedule(p) for p in (1.0, 0.7, 0.0)] == pytest.approx(expected["exploration_schedule"])
 
 
+def test_read_rebuilds_a_schedule_closure_as_load_archive_does():
+    # `zipsave read ppo_linear.zip lr_schedule` (cli.rst's example, `zipsave read model.zip
+    # learning_rate`) refused SB3's closure (cloudpickle's `_make_function`) that every load
+    # and load_archive rebuild without running it; a lambda is still refused.
+    data, _, _ = zipsave.load_archive(DATA / "ppo_linear.zip")
+    for key in ("learning_rate", "lr_schedule", "clip_range"):
+        assert repr(zipsave.read(DATA / "ppo_linear.zip", key)) == repr(data[key])
+    assert zipsave.read(DATA / "dqn.zip", "exploration_schedule")(0.0) == pytest.approx(
+        EXPECTED["models"]["dqn"]["exploration_schedule"][-1]
+    )
+    with pytest.raises(zipsave.UnsafeGlobalError, match="cloudpickle"):
+        zipsave.read(DATA / "ppo_lambda.zip", "learning_rate")
+
+
 def test_a_lambda_is_refused_with_one_warning_naming_the_fallback():
     with pytest.warns(zipsave.ZipsaveWarning) as caught:
         model = _load("ppo_lambda")

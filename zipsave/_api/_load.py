@@ -239,6 +239,10 @@ def restore(
     with LoadSession(path, options) as src:
         folder = (component or "").strip("/")
         check_component(src, folder)
+        if not folder and not src.has(_format.DATA) and not src.has(_format.INIT):
+            # a `torch.save` file, a zip of other files: restoring from it would change nothing
+            if not any(n.endswith(_format.PTH_SUFFIX) for n in src.source.members_in("")):
+                raise no_model_error(src, "Check the path.")
         # The seam: a handler that restores this kind of live object does it all (RLlib's
         # component paths are not attribute paths); `into` names its target component. A dict
         # is app state, which the core saves without asking handlers, and so restores.

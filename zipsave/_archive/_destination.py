@@ -27,7 +27,15 @@ def is_url(path: Any) -> bool:
 
 
 def _local(path: Any) -> str:
-    return os.fspath(path).removeprefix("file://")
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"path must be a file path (str or os.PathLike), a URL or an open binary file object, "
+            f"got {type(path).__name__} {path!r:.80}."
+        )
+    text = os.fsdecode(os.fspath(path)).removeprefix("file://")
+    if not text:  # `save(model, "")` would write a hidden `.zip` into the working directory
+        raise ValueError("path is empty: give a file name such as `model.zip`.")
+    return text
 
 
 def destination_key(path: Any) -> tuple[str, Any]:

@@ -294,8 +294,8 @@ class Encoder:
                 "seconds": value.seconds,
                 "microseconds": value.microseconds,
             }
-        if kind is np.ndarray:
-            return self._array(value)
+        if kind is np.ndarray or kind is np.memmap:  # a memmap's values: its file is this machine's
+            return self._array(np.asarray(value))
         if isinstance(value, np.generic):
             if value.dtype.hasobject:
                 raise _codec.NoNative

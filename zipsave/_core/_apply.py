@@ -11,6 +11,7 @@ import torch
 
 from .. import _core, _format  # _core: collect, the optimizer-state check and the registry, when used
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, UnsafeNameError, ZipsaveError
+from ._app_state import check_live_entries
 from ._inplace import adopt_live, fill_in_place
 from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, Parts, is_stateful, unwrap
 from ._session import LoadSession
@@ -42,6 +43,21 @@ def restore_parts(
     the parts the live ``obj`` holds where ``exact_match`` collected them to compare."""
     is_dict = isinstance(obj, dict)
     live = None
+    prefix = f"{folder}/" if folder else ""
+    members = src.source.members_in(folder)
+    names = [n[len(prefix) : -len(_format.PTH_SUFFIX)] for n in members if n.endswith(_format.PTH_SUFFIX)]
+    variables_name = _format.PYTORCH_VARIABLES[: -len(_format.PTH_SUFFIX)]
+    state_names = [n for n in names if n not in (variables_name, "tensors")]
+    member_of = {n: n for n in state_names}
+    if isinstance(obj, torch.nn.Module):
+        # Before 0.2 a module's children were saved as `_modules.<name>.pth`.
+        member_of = {n.removeprefix(LEGACY_CHILD_PREFIX): n for n in state_names}
+        state_names = list(member_of)
+    # what an exact restore needs is checked before anything is set, so that a mismatch leaves obj as it was
+    if exact_match and not is_dict:
+        live = _check_state_names(src, obj, folder, state_names, exclude)
+    if exact_match and is_dict:
+        check_live_entries(src, obj, folder, state_names, exclude)
     if set_data:
         # A module's registries and hooks are torch's, never restored (archives before 0.2
         # saved them in `data`); their saved parameters and buffers still load, in place.
@@ -65,6 +81,8 @@ def restore_parts(
                 _core.check_data_key(obj, key, archive=src.name, member=data_member, key=key)
             if is_dict:
                 if key in obj and is_stateful(obj[key]):
+                    if isinstance(value, dict) or exact_match:  # one without tensors (a scheduler's) stays in `data`
+                        _load_data_state(src, obj[key], value, data_member, key, exact_match)
                     continue
                 obj[key] = fill_in_place(obj.get(key), adopt_live(obj.get(key), value))
             elif _keeps_live_device(getattr(obj, key, None), value):
@@ -72,45 +90,10 @@ def restore_parts(
             elif _fill_container(src, obj, folder, key, value):
                 continue
             else:
-                live = getattr(obj, key, None)
-                value = adopt_live(live, value)
-                if value is not live:
+                current = getattr(obj, key, None)
+                value = adopt_live(current, value)
+                if value is not current:
                     _set_attribute(obj, key, value)
-    prefix = f"{folder}/" if folder else ""
-    members = src.source.members_in(folder)
-    names = [n[len(prefix) : -len(_format.PTH_SUFFIX)] for n in members if n.endswith(_format.PTH_SUFFIX)]
-    variables_name = _format.PYTORCH_VARIABLES[: -len(_format.PTH_SUFFIX)]
-    state_names = [n for n in names if n not in (variables_name, "tensors")]
-    member_of = {n: n for n in state_names}
-    if isinstance(obj, torch.nn.Module):
-        # Before 0.2 a module's children were saved as `_modules.<name>.pth`.
-        member_of = {n.removeprefix(LEGACY_CHILD_PREFIX): n for n in state_names}
-        state_names = list(member_of)
-    if exact_match and not is_dict:
-        live = live_parts(obj)
-        expected = expected_state_names(obj, live)
-        if expected is not None and exclude:
-            # what the caller left out (``exclude=["*.optimizer"]``) is missing on purpose
-            expected = [n for n in expected if not _core.matches(n, exclude)]
-        kept = {n for n in state_names if not (exclude and _core.matches(n, exclude))}
-        if expected is not None and set(expected) != kept:
-            recorded = src.reader.manifest or {}
-            lost = sorted(
-                n[len(prefix) : -len(_format.PTH_SUFFIX)]
-                for n in recorded
-                if n.startswith(prefix)
-                and n.endswith(_format.PTH_SUFFIX)
-                and n not in src.reader
-                and "/" not in n[len(prefix) :]
-            )
-            gone = f" manifest.json lists {lost} too, missing from the archive (removed after saving?)." if lost else ""
-            raise ParameterMismatchError(
-                f"holds state dicts {sorted(state_names)}, but the object has {sorted(expected)}.{gone}",
-                archive=src.name,
-                member=folder or None,
-                hint="If it was saved with `exclude=`, pass the same `exclude=` here; else pass "
-                "`exact_match=False` to load the ones that match.",
-            )
     for name in state_names:
         member = prefix + member_of[name] + _format.PTH_SUFFIX
         if exclude and _core.matches(name, exclude):
@@ -121,9 +104,18 @@ def restore_parts(
         try:
             target = obj[name] if is_dict else _core.resolve(obj, name, archive=src.name, member=member)
         except (AttributeError, KeyError):
-            err = ParameterMismatchError(
-                f"`{name}` is not an attribute of {type(obj).__name__}.", archive=src.name, member=member
-            )
+            if is_dict:
+                err = ParameterMismatchError(
+                    f"the app state has no key `{name}` to restore this state dict into (its keys: {sorted(map(str, obj))}).",
+                    archive=src.name,
+                    member=member,
+                    hint=f"Pass the object it was saved from under that key, `exclude=[{name!r}]` to leave it out, "
+                    "or `exact_match=False` to restore the entries that match.",
+                )
+            else:
+                err = ParameterMismatchError(
+                    f"`{name}` is not an attribute of {type(obj).__name__}.", archive=src.name, member=member
+                )
             if exact_match:
                 raise err from None
             src.skip(member, None, None, err)
@@ -135,6 +127,11 @@ def restore_parts(
         except ZipsaveError as err:
             src.skip(member, None, None, err)
     var_member = prefix + _format.PYTORCH_VARIABLES
+    if var_member in src.reader and is_dict:  # an app state's sparse tensors: values, as in `data`
+        variables, _ = src.load_tensors(var_member)
+        for name, value in (variables if isinstance(variables, dict) else {}).items():
+            if isinstance(name, str) and not (exclude and _core.matches(name, exclude)):
+                obj[name] = value
     if var_member in src.reader and not is_dict:
         try:
             variables, _ = src.load_tensors(var_member)
@@ -146,6 +143,63 @@ def restore_parts(
                 continue
             _core.set_variable(obj, name, value, archive=src.name, member=var_member, key=name)
     return live
+
+
+def _check_state_names(
+    src: LoadSession, obj: Any, folder: str, state_names: list[str], exclude: list[str]
+) -> Parts | None:
+    """An exact restore: the object holds a state dict for each the archive has, and the other
+    way round, checked before anything is set (a SAC archive restored into a PPO must leave the
+    PPO as it was). Returns the live parts collected to compare."""
+    prefix = f"{folder}/" if folder else ""
+    live = live_parts(obj)
+    expected = expected_state_names(obj, live)
+    if expected is not None and exclude:
+        # what the caller left out (``exclude=["*.optimizer"]``) is missing on purpose
+        expected = [n for n in expected if not _core.matches(n, exclude)]
+    kept = {n for n in state_names if not (exclude and _core.matches(n, exclude))}
+    if expected is not None and set(expected) != kept:
+        recorded = src.reader.manifest or {}
+        lost = sorted(
+            n[len(prefix) : -len(_format.PTH_SUFFIX)]
+            for n in recorded
+            if n.startswith(prefix)
+            and n.endswith(_format.PTH_SUFFIX)
+            and n not in src.reader
+            and "/" not in n[len(prefix) :]
+        )
+        gone = f" manifest.json lists {lost} too, missing from the archive (removed after saving?)." if lost else ""
+        raise ParameterMismatchError(
+            f"holds state dicts {sorted(state_names)}, but the object has {sorted(expected)}.{gone}",
+            archive=src.name,
+            member=folder or None,
+            hint="If it was saved with `exclude=`, pass the same `exclude=` here; else pass "
+            "`exact_match=False` to load the ones that match.",
+        )
+    return live
+
+
+def _load_data_state(src: LoadSession, target: Any, state: Any, member: str, key: str, exact_match: bool) -> None:
+    """A state dict given as a value of the app state and kept in ``data`` (one without a tensor,
+    such as an LR scheduler's: ``{"scheduler": scheduler.state_dict()}``) goes into the live
+    stateful object the dict holds at its key, as a ``.pth`` member's would."""
+    target = unwrap(target)
+    try:
+        if not isinstance(state, dict):
+            raise TypeError(f"the archive holds a {type(state).__name__} there, not a state dict")
+        if isinstance(target, torch.nn.Module):
+            target.load_state_dict(state, strict=exact_match)
+        else:
+            target.load_state_dict(state)
+    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError, IndexError) as err:
+        raise ParameterMismatchError(
+            f"does not fit the {type(target).__name__} the app state holds: {type(err).__name__}: {err}.",
+            archive=src.name,
+            member=member,
+            key=key,
+            hint=f"Pass the object it was saved from, `exclude=[{key!r}]` to leave it out, or load the archive "
+            "with `zipsave.load(path)` to look at the value.",
+        ) from err
 
 
 def _restore_value(src: LoadSession, app: dict, key: str, member: str, custom_objects: dict | None) -> None:

@@ -7,6 +7,7 @@ import inspect as _inspect
 from typing import Any
 
 from .. import _core, _format  # _core: what only a build, a live comparison or a handler uses, on first use
+from .._archive import saved_as_app_state
 from .._codec import NATIVE_KEY
 from ..exceptions import (
     ArchiveFormatError,
@@ -14,6 +15,7 @@ from ..exceptions import (
     ParameterMismatchError,
     UnsafeNameError,
     ZipsaveError,
+    named_key,
 )
 from ._apply import restore_parts
 from ._folders import handler_for
@@ -107,13 +109,28 @@ def build(
     except Exception as err:
         unset = [key for key, value in args.items() if value is None and key not in overrides]
         hint = "Pass the missing or broken constructor arguments as keyword overrides to load()"
-        if unset:
+        skipped = [e for e in src.report.skipped if e.member == init_member and e.key in raw_args and e.key not in args]
+        if skipped:
+            # an argument the safe load refused (a class of the user's own): the fix is in its cause
+            hint = (
+                "These constructor arguments could not be decoded: "
+                + " ".join(f"`{e.key}`: {named_key(e.cause, e.key)}" for e in skipped)
+                + f" Or pass them as keyword overrides, e.g. `load(path, {skipped[0].key}=...)`"
+            )
+        elif unset:
             # Live handles (environments, loggers) are written as null: the likely culprit.
             hint += (
                 f"; these were saved as None (environments and other live handles are never saved): "
                 f"{', '.join(unset)}, e.g. `load(path, {unset[0]}=...)`"
             )
-        elif isinstance(err, TypeError) and "missing" in str(err):
+        recorded = record.get("class")
+        if isinstance(recorded, str) and cls is not None and recorded != f"{cls.__module__}:{cls.__qualname__}":
+            # the likely cause: another class's archive (`Agent.load` of a `Learner`'s)
+            hint = (
+                f"The archive holds a `{recorded}` (its init.json), not a {klass.__name__}: load it with that "
+                f"class, or with `zipsave.load(path)`, which builds the class it records. " + hint
+            )
+        if isinstance(err, TypeError) and "missing" in str(err) and not skipped and not unset:
             hint += (
                 " (modules and optimizers passed to the constructor are not recorded, their state is: pass them again)"
             )
@@ -258,6 +275,7 @@ def restore_tree(
             continue  # built (and restored) from its folder before the constructor ran
         plain = not src.has(_format.join(child, _format.INIT))  # a plain object's folder (`holds_state`)
         live_plain = plain and current is not None and not isinstance(current, (dict, list, tuple))
+        live_plain = live_plain or (isinstance(current, dict) and saved_as_app_state(src, child))  # a nested dict
         if isinstance(current, _core.Component) or live_plain:
             restore_tree(
                 src,
@@ -274,6 +292,17 @@ def restore_tree(
                 record = src.read_json(child_init)
                 if isinstance(record, dict) and "modes" in record:
                     _core.apply_modes(current, record["modes"], f"archive `{src.name}`, member `{child_init}`")
+        elif plain and isinstance(holder, dict) and saved_as_app_state(src, child):
+            problem = ParameterMismatchError(  # a nested dict of stateful objects (`{"models": {...}}`)
+                f"the app state has no dict at `{attr_path}` to restore this folder's state dicts into.",
+                archive=src.name,
+                member=child,
+                hint=f"Pass the dict of objects it was saved from under that key, `exclude=[{attr_path!r}]` to leave "
+                "it out, or `exact_match=False` to restore the entries that match.",
+            )
+            if exact_match:
+                raise problem
+            src.skip(child, None, None, problem)
         elif plain and handler_for(src, child, None) is None:
             raise ParameterMismatchError(
                 f"component `{child}` was saved from a plain object (it has no init.json, so it cannot be built), "

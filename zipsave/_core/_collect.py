@@ -3,6 +3,7 @@ components), by a registered handler, as app state, or by attribute discovery.""
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import os
@@ -354,11 +355,29 @@ def _refuse_top_level(obj: Any) -> None:
     raise EncodeError(f"cannot save {what} as the object of an archive: it is {kind}; nothing was written.", hint=hint)
 
 
+def _nested_app_state(key: str, value: Any) -> bool:
+    """A dict holding stateful objects (``{"models": {"actor": actor, "critic": critic}}``) is an
+    app state of its own, a folder; before, it was pickled whole into ``data``, modules and all,
+    where no safe load could read it. A list or tuple of them has no folder form: an error that
+    says to use a dict, rather than such a pickle."""
+    if type(value) in (dict, collections.OrderedDict):
+        return _splits(value, top=True)
+    if isinstance(value, (list, tuple)) and _splits(value, top=True):
+        raise EncodeError(
+            "holds modules, optimizers or other stateful objects in a list or tuple, which an app state saves "
+            "only in a dict; nothing was written.",
+            key=key,
+            hint=f"Use a dict, `{{{key!r}: {{'0': ..., '1': ...}}}}`, or give each its own key.",
+        )
+    return False
+
+
 def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
     data: dict[str, Any] = {}
     state: list[tuple[str, Any]] = []
     components: list[tuple[str, Any]] = []
     values: dict[str, int] = {}
+    variables: dict[str, torch.Tensor] = {}
     for place, (key, value) in enumerate(app.items()):
         if not isinstance(key, str):
             raise EncodeError(f"app-state keys must be strings, found {key!r}.")
@@ -382,15 +401,17 @@ def _collect_app_state(app: dict, exclude: set, include: set) -> Parts:
         if is_stateful(value):
             check_key(key, value)
             state.append((key, unwrap(value)))
-        elif isinstance(value, Component) or holds_state(value):
+        elif isinstance(value, Component) or holds_state(value) or _nested_app_state(key, value):
             check_key(key, value, folder=True)
-            components.append((key, value))  # a model in the app state: its own folder
+            components.append((key, value))  # a model, or a dict of them, in the app state: its own folder
         elif names_member(key) and is_state_dict(value):
             # `{"model": model.state_dict()}`: a `.pth` member, as the module's own would be,
             # not tensors in JSON beside a pickled copy; a value the reader would not give back
             # as it was (a numpy array inside) stays in `data`.
             state.append((key, value))
             values[key] = place
+        elif isinstance(value, torch.Tensor) and value.layout != torch.strided:
+            variables[key] = value  # a sparse tensor: `pytorch_variables.pth`, as a model's (no native form)
         else:
             data[key] = value
-    return Parts(data, state, None, components, app_state=True, state_values=values)
+    return Parts(data, state, variables or None, components, app_state=True, state_values=values)

@@ -22,7 +22,8 @@ def fill_in_place(live: Any, saved: Any, depth: int = 0) -> Any:
     """``live`` holding ``saved``'s value where it can hold it in place (an array or tensor of
     the same shape and dtype, a list, dict or deque, an object of the same plain class), else
     ``saved``. Numbers and strings cannot change in place: the caller stores ``saved``."""
-    if live is saved or live is None or type(live) is not type(saved) or depth > 20:
+    memmap = type(live) is np.memmap and type(saved) is np.ndarray  # saved as the array it views
+    if live is saved or live is None or (type(live) is not type(saved) and not memmap) or depth > 20:
         return saved
     if isinstance(saved, np.ndarray):
         if live.shape != saved.shape or live.dtype != saved.dtype or not live.flags.writeable:

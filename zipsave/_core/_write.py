@@ -140,8 +140,8 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
                 key=name,
                 hint=f"Fix the object, or leave it out with `exclude=[{name!r}]`.",
             ) from err
-        if is_stateful(provider) and not isinstance(provider, (torch.nn.Module, torch.optim.Optimizer)):
-            check_weights_only(name, state[-1][1])
+        if is_stateful(provider) and not isinstance(provider, torch.optim.Optimizer):
+            check_weights_only(name, state[-1][1])  # a module's too: a lazy one's parameters, its extra state
     components = []
     for name, comp in parts.components:
         sub = _format.join(folder, name)

@@ -35,6 +35,12 @@ def check_keep_best(keep_best: Any) -> tuple[str, str, int] | None:
         return None
     if isinstance(keep_best, str):
         keep_best = (keep_best, "max")
+    if not isinstance(keep_best, (tuple, list)):  # `keep_best=1`, as `keep_last=1`: no metric to rank by
+        raise ValueError(
+            f'`keep_best` must be (metric, "max" or "min") or (metric, mode, count), got {keep_best!r}: it keeps '
+            'the checkpoints with the best value of a metric that `save(..., metrics={"reward": r})` records, '
+            'e.g. `keep_best=("reward", "max", 1)`.'
+        )
     items = tuple(keep_best)
     if len(items) == 2:
         items = (*items, 1)

@@ -48,7 +48,8 @@ def save_pth(stream: Any, obj: Any) -> None:
 
 # -- what a member holds -------------------------------------------------------------------
 #: What ``torch.load(weights_only=True)`` reads back, by exact type (a subclass of a container,
-#: a namedtuple, a ``defaultdict``, is a global it refuses).
+#: a namedtuple, a ``defaultdict``, is a global it refuses; ``Counter``, which ``MultiStepLR``
+#: keeps its milestones in, is one it reads).
 WEIGHTS_ONLY_LEAVES = (
     type(None),
     bool,
@@ -81,8 +82,19 @@ def check_weights_only(name: str, value: Any, path: str = "", depth: int = 0) ->
     which zipsave reads only with torch's ``weights_only`` loader. Values that ``torch.save``
     writes and that loader refuses (numpy arrays and scalars, subclasses of the builtin
     containers) would make an archive no load can read, so they are refused here. Other
-    objects are left to ``torch.save``: most of them fail there, before the archive is in place."""
-    if isinstance(value, torch.Tensor) or type(value) in WEIGHTS_ONLY_LEAVES or depth > 100:
+    objects are left to ``torch.save``: most of them fail there, before the archive is in place.
+    A module's uninitialized parameter (a lazy module before its first call) is refused too."""
+    if isinstance(value, torch.Tensor):
+        if torch.nn.parameter.is_lazy(value):
+            raise EncodeError(
+                f"`{name}.state_dict(){path}` is an uninitialized parameter (a lazy module, such as "
+                "`torch.nn.LazyLinear`, before its first call), which torch's safe loader (`weights_only=True`, "
+                "the only way zipsave reads `.pth` members) refuses; nothing was written.",
+                key=name,
+                hint="Call the model once on an example input before saving, so that its parameters have shapes.",
+            )
+        return
+    if type(value) in WEIGHTS_ONLY_LEAVES or depth > 100:
         return
     if type(value) in WEIGHTS_ONLY_CONTAINERS:
         items = value.items() if isinstance(value, dict) else enumerate(value)

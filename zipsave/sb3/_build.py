@@ -39,6 +39,7 @@ from ._required import (
     SCHEDULE_KEYS,
     build_error,
     check_required,
+    foreign_policy,
     is_ars,
     named_classes,
     needs,
@@ -164,6 +165,14 @@ def build_sb3(
                 f"`{ARS_WEIGHTS}` (a pickled tensor) was not decoded; ARS took it from the loaded policy."
             )
     load_variables(src, model, exclude)
+    # Checked last, so a model whose state dicts do not fit says so as it always did: one that
+    # fits, built with another algorithm's policy, would predict and fail at its first `learn`.
+    foreign = None if "policy_class" in given else foreign_policy(cls, model.policy_class)
+    if foreign is not None:
+        cause = TypeError(
+            f"its policy {model.policy_class.__name__} is {foreign}'s, which {cls.__name__} does not train"
+        )
+        raise build_error(src, cls, data, raw, cause, door)
     if has_extra(src, "replay_buffer", exclude):
         restore_extra(src, model, "replay_buffer")
     if model.use_sde:

@@ -30,6 +30,35 @@ _RESUME_HINT = (
 )
 
 
+#: SB3's ``CheckpointCallback`` arguments, and what this one takes instead.
+_SB3_ARGUMENTS = {
+    "save_path": "the directory, first: `CheckpointCallback(save_path, ...)`",
+    "save_freq": "`every_steps=` (counted in `model.num_timesteps`, so SB3's `save_freq` times the number of envs)",
+    "name_prefix": "nothing: checkpoints are named by their step in the directory",
+    "save_replay_buffer": '`include=["replay_buffer"]` (the default includes it), in the same archive',
+    "save_vecnormalize": '`include=["vec_normalize"]` (the default includes it), in the same archive',
+}
+
+
+def _check_arguments(directory: Any, given: dict[str, Any]) -> None:
+    """SB3's own arguments (``save_freq=``, ``save_path=``) are a ``TypeError`` that says what
+    this callback takes instead, and that SB3's callback saves through zipsave under install()."""
+    if not given and directory is not None:
+        return
+    known = [name for name in given if name in _SB3_ARGUMENTS]
+    unknown = sorted(name for name in given if name not in _SB3_ARGUMENTS)
+    if unknown:
+        raise TypeError(f"CheckpointCallback() got unexpected keyword arguments {unknown}.")
+    if not known:
+        raise TypeError("CheckpointCallback() needs the checkpoint directory: `CheckpointCallback(directory, ...)`.")
+    instead = "; ".join(f"`{name}=`: {_SB3_ARGUMENTS[name]}" for name in known)
+    raise TypeError(
+        f"zipsave.sb3.CheckpointCallback does not take SB3's arguments {known}. Instead: {instead}. "
+        "Or keep SB3's own `stable_baselines3.common.callbacks.CheckpointCallback(save_freq=..., save_path=...)`: "
+        "under `zipsave.sb3.install()` it saves through zipsave."
+    )
+
+
 class CheckpointCallback(BaseCallback):
     """Save an SB3 model every few steps (or seconds) into a checkpoint directory, and resume
     from the newest checkpoint.
@@ -74,7 +103,7 @@ class CheckpointCallback(BaseCallback):
 
     def __init__(
         self,
-        directory: Any,
+        directory: Any = None,
         *,
         every_steps: int | None = None,
         every_seconds: float | None = None,
@@ -89,7 +118,9 @@ class CheckpointCallback(BaseCallback):
         verbose: int = 0,
         sign: Any = None,
         trust: Any = None,
+        **sb3_arguments: Any,
     ) -> None:
+        _check_arguments(directory, sb3_arguments)
         super().__init__(verbose)
         if isinstance(directory, CheckpointManager):
             self.manager = directory

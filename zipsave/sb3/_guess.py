@@ -11,7 +11,7 @@ from .._codec import NATIVE_KEY, SERIALIZED_KEY
 from .._trust import pickle_globals
 from ..exceptions import ZipsaveError
 
-__all__ = ["import_line", "suggest_algorithm"]
+__all__ = ["algorithm_of_policy", "import_line", "suggest_algorithm"]
 
 # The module of a policy class -> the algorithm(s) using it.
 _BY_POLICY_MODULE = {
@@ -60,6 +60,11 @@ def suggest_algorithm(data: Any) -> str | None:
     if name is None and module == "stable_baselines3.common.policies":  # ActorCriticPolicy
         name = "PPO" if "clip_range" in data else "TRPO" if "cg_max_steps" in data else "A2C"
     return name
+
+
+def algorithm_of_policy(policy: type) -> str | None:
+    """The algorithm whose own policy module defines ``policy`` (``SACPolicy``: ``"SAC"``), if any."""
+    return _BY_POLICY_MODULE.get(getattr(policy, "__module__", ""))
 
 
 def import_line(name: str) -> str:

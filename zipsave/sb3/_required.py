@@ -13,8 +13,8 @@ from typing import Any
 from .. import _format
 from .._core import LoadSession
 from .._trust import BY_VALUE_MARK
-from ..exceptions import AlgorithmMismatchError, ArchiveFormatError, DecodeError
-from ._guess import import_line, suggest_algorithm
+from ..exceptions import AlgorithmMismatchError, ArchiveFormatError, DecodeError, named_key
+from ._guess import algorithm_of_policy, import_line, suggest_algorithm
 
 __all__ = [
     "ARS_WEIGHTS",
@@ -26,6 +26,7 @@ __all__ = [
     "SCHEDULE_KEYS",
     "Needs",
     "check_required",
+    "foreign_policy",
     "is_ars",
     "named_classes",
     "needs",
@@ -104,6 +105,25 @@ def policy_hint(cls: type, policy_class: Any) -> str | None:
     return None
 
 
+def foreign_policy(cls: type, policy_class: Any) -> str | None:
+    """The algorithm whose policy ``policy_class`` is, when it is not one of ``cls``'s: SB3 builds
+    TQC from SAC's archive (``SACPolicy``), SAC from TQC's and PPO from RecurrentPPO's (a subclass
+    of PPO's policy), and only their first ``learn`` fails, deep inside. The nearest of its bases
+    that is a policy of some algorithm decides: one of ``cls``'s aliases (a user's subclass of
+    ``ActorCriticPolicy`` for PPO, TD3's policy for DDPG), or another algorithm's."""
+    aliases = tuple(p for p in getattr(cls, "policy_aliases", {}).values() if isinstance(p, type))
+    if not aliases or not isinstance(policy_class, type):
+        return None
+    own = {k.__name__ for k in getattr(cls, "__mro__", ())}
+    for base in policy_class.__mro__:
+        if base in aliases:
+            return None
+        algorithm = algorithm_of_policy(base)
+        if algorithm is not None:
+            return None if algorithm in own or any(issubclass(a, base) for a in aliases) else algorithm
+    return None
+
+
 def build_error(src: LoadSession, cls: type, data: dict[str, Any], raw: Any, err: Exception, door: str) -> DecodeError:
     """The error for ``cls`` failing to build from the archive's values (its constructor or
     ``_setup_model`` raised ``err``): an :class:`AlgorithmMismatchError` naming both algorithms
@@ -178,7 +198,7 @@ def check_required(src: LoadSession, cls: type, data: dict[str, Any], given: Any
     lost = sorted(key for key in needed if key not in data and key in skipped)
     absent = sorted(key for key in needed if key not in data and key not in skipped)
     if lost:
-        causes = "; ".join(f"`{key}`: {skipped[key]}" for key in lost)
+        causes = " ".join(f"`{key}`: {named_key(skipped[key], key)}" for key in lost)
         trust = not any(BY_VALUE_MARK in skipped[key] for key in lost)  # a class stored as code: no trust helps
         raise DecodeError(
             f"cannot build {cls.__name__}: {_keys(lost)} could not be decoded and {cls.__name__} needs "
