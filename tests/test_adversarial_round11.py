@@ -95,13 +95,19 @@ def _torch_past_its_words(state) -> torch.Tensor:
 
 
 def _rewrite_rng(saved: bytes, change) -> io.BytesIO:
+    return _rewrite_pth(saved, "rng.pth", change)
+
+
+def _rewrite_pth(saved: bytes, member: str, change) -> io.BytesIO:
+    """The archive ``saved`` with ``change`` applied to the state dict of ``member`` (torch's
+    own writer, the manifest dropped): an archive as a hand-edited checkpoint would be."""
     with zipfile.ZipFile(io.BytesIO(saved)) as zf:
         items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
-    state = torch.load(io.BytesIO(items["rng.pth"]), weights_only=True)
+    state = torch.load(io.BytesIO(items[member]), weights_only=True)
     change(state)
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    items["rng.pth"] = buffer.getvalue()
+    items[member] = buffer.getvalue()
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as zf:
         for name, raw in items.items():
@@ -223,21 +229,14 @@ def _optimizer_archive(make, change) -> io.BytesIO:
         opt.zero_grad()
         net(torch.ones(8)).sum().backward()
         opt.step()
+    return _rewritten_pth({"net": net, "opt": opt}, "opt.pth", change)
+
+
+def _rewritten_pth(app_state, member, change) -> io.BytesIO:
+    """``app_state`` saved, then ``member`` changed (:func:`_rewrite_pth`)."""
     saved = io.BytesIO()
-    zipsave.save({"net": net, "opt": opt}, saved)
-    with zipfile.ZipFile(io.BytesIO(saved.getvalue())) as zf:
-        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
-    state = torch.load(io.BytesIO(items["opt.pth"]), weights_only=True)
-    change(state)
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    items["opt.pth"] = buffer.getvalue()
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as zf:
-        for name, raw in items.items():
-            zf.writestr(name, raw)
-    out.seek(0)
-    return out
+    zipsave.save(app_state, saved)
+    return _rewrite_pth(saved.getvalue(), member, change)
 
 
 def _state_entry(key, value):
@@ -453,21 +452,7 @@ def test_what_torchs_schedulers_save_restores(name):
 def _scheduler_archive(name, change) -> io.BytesIO:
     net, opt, scheduler = _scheduled(name)
     _advance(opt, scheduler)
-    saved = io.BytesIO()
-    zipsave.save({"net": net, "opt": opt, "sched": scheduler}, saved)
-    with zipfile.ZipFile(io.BytesIO(saved.getvalue())) as zf:
-        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
-    state = torch.load(io.BytesIO(items["sched.pth"]), weights_only=True)
-    change(state)
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    items["sched.pth"] = buffer.getvalue()
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as zf:
-        for item, raw in items.items():
-            zf.writestr(item, raw)
-    out.seek(0)
-    return out
+    return _rewritten_pth({"net": net, "opt": opt, "sched": scheduler}, "sched.pth", change)
 
 
 def _put(*path_and_value):
@@ -522,21 +507,7 @@ def _env_archive(change) -> io.BytesIO:
     env = _normalized_cartpole()
     for _ in range(5):
         env.step(env.action_space.sample())
-    saved = io.BytesIO()
-    zipsave.save({"env": zipsave.EnvState(env)}, saved)
-    with zipfile.ZipFile(io.BytesIO(saved.getvalue())) as zf:
-        items = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
-    state = torch.load(io.BytesIO(items["env.pth"]), weights_only=True)
-    change(state)
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    items["env.pth"] = buffer.getvalue()
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as zf:
-        for name, raw in items.items():
-            zf.writestr(name, raw)
-    out.seek(0)
-    return out
+    return _rewritten_pth({"env": zipsave.EnvState(env)}, "env.pth", change)
 
 
 def _stored_array(data, dtype="<f8"):
