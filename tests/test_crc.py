@@ -16,31 +16,31 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import zipsave
-from zipsave._archive import _crc
+from zipsave._archive import _crc, _crc_pool
 
 
 @given(st.binary(max_size=300), st.binary(max_size=300))
 def test_combine_matches_zlib(a, b):
-    assert _crc.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+    assert _crc_pool.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
 
 
 def test_the_written_out_shift_table_is_the_computed_one():
-    assert list(_crc._X2N) == _crc._x2n_table()
+    assert list(_crc_pool._X2N) == _crc_pool._x2n_table()
 
 
 def test_combine_long_second_part():
     b = os.urandom(3 << 20)
-    assert _crc.crc32_combine(zlib.crc32(b"x"), zlib.crc32(b), len(b)) == zlib.crc32(b"x" + b)
+    assert _crc_pool.crc32_combine(zlib.crc32(b"x"), zlib.crc32(b), len(b)) == zlib.crc32(b"x" + b)
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(0, 5000), max_size=12))
 def test_ordered_crc_of_mixed_pieces(sizes):
     data = np.random.default_rng(len(sizes)).integers(0, 256, sum(sizes) + 1, dtype=np.uint8)
-    old = (_crc.PARALLEL_MIN, _crc.PIECE)
-    _crc.PARALLEL_MIN, _crc.PIECE = 1000, 700  # small pieces go inline, others to the pool
+    old = (_crc.PARALLEL_MIN, _crc_pool.PIECE)
+    _crc.PARALLEL_MIN, _crc_pool.PIECE = 1000, 700  # small pieces go inline, others to the pool
     try:
-        crc = _crc.OrderedCrc()
+        crc = _crc_pool.OrderedCrc()
         pos = 0
         for n in sizes:
             crc.feed(memoryview(data)[pos : pos + n])
@@ -48,7 +48,7 @@ def test_ordered_crc_of_mixed_pieces(sizes):
         assert crc.value() == zlib.crc32(memoryview(data)[:pos])
         assert crc.size == pos
     finally:
-        _crc.PARALLEL_MIN, _crc.PIECE = old
+        _crc.PARALLEL_MIN, _crc_pool.PIECE = old
 
 
 @settings(max_examples=30, deadline=None)
@@ -56,12 +56,12 @@ def test_ordered_crc_of_mixed_pieces(sizes):
 def test_crc32_many_gives_each_buffer_its_own_crc(sizes):
     rng = np.random.default_rng(len(sizes))
     buffers = [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
-    old = (_crc.PARALLEL_MIN, _crc.PIECE)
-    _crc.PARALLEL_MIN, _crc.PIECE = 1000, 700  # several pieces per buffer, shared with the helper
+    old = (_crc.PARALLEL_MIN, _crc_pool.PIECE)
+    _crc.PARALLEL_MIN, _crc_pool.PIECE = 1000, 700  # several pieces per buffer, shared with the helper
     try:
-        assert _crc.crc32_many(buffers) == [zlib.crc32(b) for b in buffers]
+        assert _crc_pool.crc32_many(buffers) == [zlib.crc32(b) for b in buffers]
     finally:
-        _crc.PARALLEL_MIN, _crc.PIECE = old
+        _crc.PARALLEL_MIN, _crc_pool.PIECE = old
 
 
 def test_crc32_many_of_large_typed_buffers_uses_the_helper(monkeypatch):
@@ -74,10 +74,10 @@ def test_crc32_many_of_large_typed_buffers_uses_the_helper(monkeypatch):
         return real(piece, *args)
 
     monkeypatch.setattr(_crc, "crc32", spy)
-    monkeypatch.setattr(_crc, "PIECE", 1 << 20)
+    monkeypatch.setattr(_crc_pool, "PIECE", 1 << 20)
     for _ in range(20):  # the helper usually takes a piece at once; allow for a slow start
         threads.clear()
-        assert _crc.crc32_many(buffers) == [zlib.crc32(memoryview(b).cast("B")) for b in buffers]
+        assert _crc_pool.crc32_many(buffers) == [zlib.crc32(memoryview(b).cast("B")) for b in buffers]
         if len(threads) == 2:
             break
     assert len(threads) == 2
@@ -86,13 +86,13 @@ def test_crc32_many_of_large_typed_buffers_uses_the_helper(monkeypatch):
 def test_pool_is_remade_in_a_forked_child():
     if not hasattr(os, "fork"):
         return
-    _crc.pool()
+    _crc_pool.pool()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads running
         pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         try:
-            crc = _crc.OrderedCrc()
+            crc = _crc_pool.OrderedCrc()
             crc.feed(b"\1" * (4 << 20))
             os._exit(0 if crc.value() == zlib.crc32(b"\1" * (4 << 20)) else 1)
         except BaseException:  # noqa: BLE001 - any failure in the child is a failed test
@@ -105,9 +105,9 @@ def test_inline_ordered_crc_checksums_on_the_callers_thread(monkeypatch):
     def no_pool():
         raise AssertionError("an inline OrderedCrc used the helper pool")
 
-    monkeypatch.setattr(_crc, "pool", no_pool)
+    monkeypatch.setattr(_crc_pool, "pool", no_pool)
     buffers = [os.urandom(_crc.PARALLEL_MIN * 3 + 5), np.arange(1 << 19, dtype=np.float32), b"x" * 100]
-    crc = _crc.OrderedCrc(inline=True)
+    crc = _crc_pool.OrderedCrc(inline=True)
     for buf in buffers:
         crc.feed(buf)
     assert crc.value() == zlib.crc32(b"".join(bytes(memoryview(b).cast("B")) for b in buffers))
@@ -119,14 +119,14 @@ def test_fresh_loads_checksum_inline_and_restores_on_the_helper(tmp_path, monkey
     net = torch.nn.Linear(1024, 1024)  # a 4 MiB weight: over PARALLEL_MIN
     zipsave.save({"net": net}, tmp_path / "a.zip")
     submitted = []
-    real_pool = _crc.pool
+    real_pool = _crc_pool.pool
 
     class Counting:
         def submit(self, *args, **kwargs):
             submitted.append(args[0])
             return real_pool().submit(*args, **kwargs)
 
-    monkeypatch.setattr(_crc, "pool", Counting)
+    monkeypatch.setattr(_crc_pool, "pool", Counting)
     loaded = zipsave.load(tmp_path / "a.zip", device="cpu")  # the host path; CUDA goes through the stager
     assert torch.equal(loaded["net"]["weight"], net.weight) and submitted == []
     live = {"net": torch.nn.Linear(1024, 1024)}
@@ -147,14 +147,14 @@ def test_where_no_thread_can_start_the_callers_thread_checksums(monkeypatch, sta
         started.append(self)
         real_start(self)
 
-    monkeypatch.setattr(_crc, "_pool", None)
+    monkeypatch.setattr(_crc_pool, "_pool", None)
     monkeypatch.setattr(threading.Thread, "start", start)
     data = os.urandom(_crc.PARALLEL_MIN * 3 + 5)
-    assert _crc.crc32_many([data, data]) == [zlib.crc32(data)] * 2
-    crc = _crc.OrderedCrc()
+    assert _crc_pool.crc32_many([data, data]) == [zlib.crc32(data)] * 2
+    crc = _crc_pool.OrderedCrc()
     crc.feed(data)
     assert crc.value() == zlib.crc32(data)
-    assert isinstance(_crc.pool(), _crc._Inline)
+    assert isinstance(_crc_pool.pool(), _crc_pool._Inline)
     for thread in started:
         thread.join(10)  # the one helper that started ends: nothing waits on it
         assert not thread.is_alive()
@@ -170,17 +170,17 @@ def test_crc32_read_checks_each_span_of_a_file(spans):
         buf[: len(chunk)] = chunk
         return len(chunk)
 
-    old = (_crc.PARALLEL_MIN, _crc.READ_PIECE)
-    _crc.PARALLEL_MIN, _crc.READ_PIECE = 1000, 700  # several pieces per span, shared with the helper
+    old = (_crc.PARALLEL_MIN, _crc_pool.READ_PIECE)
+    _crc.PARALLEL_MIN, _crc_pool.READ_PIECE = 1000, 700  # several pieces per span, shared with the helper
     try:
         want = [zlib.crc32(data[o : o + n]) if o + n <= len(data) else None for o, n in spans]
-        assert _crc.crc32_read(read_at, spans) == want  # a span past the end is None
+        assert _crc_pool.crc32_read(read_at, spans) == want  # a span past the end is None
     finally:
-        _crc.PARALLEL_MIN, _crc.READ_PIECE = old
+        _crc.PARALLEL_MIN, _crc_pool.READ_PIECE = old
 
 
 def test_crc32_read_raises_a_read_error_after_both_threads_stop(monkeypatch):
-    monkeypatch.setattr(_crc, "READ_PIECE", 1 << 16)
+    monkeypatch.setattr(_crc_pool, "READ_PIECE", 1 << 16)
     calls = []
 
     def read_at(offset, buf):
@@ -190,7 +190,7 @@ def test_crc32_read_raises_a_read_error_after_both_threads_stop(monkeypatch):
         return len(buf)
 
     with pytest.raises(OSError, match="EIO"):
-        _crc.crc32_read(read_at, [(0, 64 << 20)])
+        _crc_pool.crc32_read(read_at, [(0, 64 << 20)])
     assert len(calls) < 64 << 4  # the first error stopped the rest
 
 

@@ -281,12 +281,12 @@ def test_a_truncated_buffer_member_is_a_zipsave_error(mapped, tmp_path_factory, 
 
 @pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "pread"])
 def test_a_mapped_member_is_checked_piece_by_piece(in_place, tmp_path_factory, tmp_path, monkeypatch):
-    from zipsave._archive import _crc
+    from zipsave._archive import _crc_pool
     from zipsave._tensors import _prefault
 
     monkeypatch.setattr(_prefault, "CHECK_IN_PLACE", in_place)
     monkeypatch.setattr(_prefault, "CHECK_WINDOW", 10_000)  # many windows, none on a page boundary
-    monkeypatch.setattr(_crc, "READ_PIECE", 10_000)
+    monkeypatch.setattr(_crc_pool, "READ_PIECE", 10_000)
     model, saved = _saved_model("replay", tmp_path_factory)
     _same_buffer(zipsave.load(saved, cls=DQN, mmap=True, device="cpu").replay_buffer, model.replay_buffer)
     path = tmp_path / "bad.zip"

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import zipsave
-from zipsave._archive import ArchiveWriter, _crc
+from zipsave._archive import ArchiveWriter, _crc, _crc_pool
 from zipsave._tensors import TensorRef, read_pth_meta
 from zipsave._tensors import _pth_read as _torch_io
 
@@ -94,7 +94,7 @@ def io_mode(request, monkeypatch):
         monkeypatch.setattr(_torch_io, "_SMALL_MEMBER", 0)
         monkeypatch.setattr(_torch_io, "_PIECE", 4096)
         monkeypatch.setattr(_crc, "PARALLEL_MIN", 1024)
-        monkeypatch.setattr(_crc, "PIECE", 2048)
+        monkeypatch.setattr(_crc_pool, "PIECE", 2048)
     return request.param
 
 

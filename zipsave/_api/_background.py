@@ -223,7 +223,7 @@ def _wait_at_exit() -> None:
 # threading's exit hooks run in reverse order of registration, before concurrent.futures
 # stops its pools (registered when it was imported, above), and before `atexit`. CPython
 # 3.12+ starts no new thread by then: a save whose helper pool was not made yet gets one that
-# runs its tasks on the saving thread (`_archive._crc.pool`).
+# runs its tasks on the saving thread (`_archive._crc_pool.pool`).
 try:
     threading._register_atexit(_wait_at_exit)  # type: ignore[attr-defined]
 except AttributeError:  # pragma: no cover - CPython < 3.9 or another implementation

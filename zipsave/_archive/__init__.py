@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
-    from ._crc import OrderedCrc, crc32, crc32_combine, crc32_many, crc32_read, share_work
     from ._crc import backend as crc_backend
+    from ._crc import crc32
+    from ._crc_pool import OrderedCrc, crc32_combine, crc32_many, crc32_read, share_work
+    from ._crc_pool import submit as pool_submit
     from ._destination import destination_key, is_url, open_output, open_source
     from ._files import atomic_output, libc_function, open_input, seekable, with_suffix
     from ._handlers import data_bytes, member_names, saved_as_app_state
@@ -29,7 +31,9 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
 _LAZY: dict[str, str] = {
     "crc_backend": "._crc:backend",
-    **dict.fromkeys(("OrderedCrc", "crc32", "crc32_combine", "crc32_many", "crc32_read", "share_work"), "._crc"),
+    "crc32": "._crc",
+    **dict.fromkeys(("OrderedCrc", "crc32_combine", "crc32_many", "crc32_read", "share_work"), "._crc_pool"),
+    "pool_submit": "._crc_pool:submit",
     **dict.fromkeys(("destination_key", "is_url", "open_output", "open_source"), "._destination"),
     **dict.fromkeys(("data_bytes", "member_names", "saved_as_app_state"), "._handlers"),
     **dict.fromkeys(("atomic_output", "open_input", "seekable", "with_suffix"), "._files"),
@@ -48,6 +52,7 @@ _LAZY: dict[str, str] = {
 _SUBMODULES = frozenset(
     {
         "_crc",
+        "_crc_pool",
         "_destination",
         "_files",
         "_handlers",
@@ -96,6 +101,7 @@ __all__ = [
     "open_output",
     "open_source",
     "parse_version",
+    "pool_submit",
     "remote_input",
     "remote_output",
     "saved_as_app_state",

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
-from .. import _format
+from .. import _archive, _format  # _archive: the helper threads of large members, on first use
 from .._json_write import pretty_json
 from ..exceptions import ArchiveFormatError
 from . import _crc
@@ -69,10 +69,10 @@ class MemberInfo:
 class _Hasher:
     """CRC-32 (zip's own check) and optionally SHA-256 (the manifest's) of one member.
 
-    Large buffers are hashed on the helper threads of :mod:`zipsave._crc` while the calling
+    Large buffers are hashed on the helper threads of :mod:`._crc_pool` while the calling
     thread writes them: the CRC in pieces on both helpers, the SHA-256 (inherently serial)
     on one. Each large buffer gets its own CRC (returned, so a caller can keep per-tensor
-    checksums for free) and is folded into the member's with :func:`~._crc.crc32_combine`.
+    checksums for free) and is folded into the member's with :func:`~._crc_pool.crc32_combine`.
     """
 
     def __init__(self, sha256: bool) -> None:
@@ -96,12 +96,12 @@ class _Hasher:
             write(buf)
             self.size += n
             return None
-        ordered = _crc.OrderedCrc()
+        ordered = _archive.OrderedCrc()
         sha_job = None
         try:
             ordered.feed(buf)
             if self._sha is not None:
-                sha_job = _crc.submit(self._sha.update, buf)
+                sha_job = _archive.pool_submit(self._sha.update, buf)
             write(buf)
         except BaseException:
             ordered.cancel()
@@ -110,7 +110,7 @@ class _Hasher:
             if sha_job is not None:
                 sha_job.result()
         piece = ordered.value()
-        self.crc = _crc.crc32_combine(self.crc, piece, n)
+        self.crc = _archive.crc32_combine(self.crc, piece, n)
         self.size += n
         return piece
 

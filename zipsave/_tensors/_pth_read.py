@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.autograd.graph import increment_version
 
-from .. import _format, _tensors  # _tensors: its rarely used parts, imported on first use
-from .._archive import OrderedCrc, crc32
+from .. import _archive, _format, _tensors  # _archive, _tensors: their rarely used parts, on first use
+from .._archive import crc32
 from .._invariants import flat_bytes
 from ..exceptions import ArchiveFormatError, IntegrityError, ParameterMismatchError, UnsafeGlobalError, ZipsaveError
 from ._device import TORCH_OBJECTS, as_torch
@@ -24,6 +24,7 @@ from ._pth_records import check_record, record_table, verify_pickle
 from ._tree import NAMED, BufferView, byte_view, check_views, dotted, lookup, named, replace, walk_leaves, walk_refs
 
 if TYPE_CHECKING:
+    from .._archive import OrderedCrc
     from ._prefault import Prefaulter
 
 __all__ = ["load_member", "load_pth"]
@@ -230,8 +231,8 @@ def load_pth(
     # Bytes read into fresh host memory are checksummed by this thread right after each read,
     # from the cache; into live tensors (a restore) by a helper thread beside the reads.
     inline = {key: key in storages and storages[key].device.type == "cpu" for key in dest}
-    crc = OrderedCrc(inline=all(inline.values())) if verify_crc is not None and not per_record else None
-    record_crcs = {key: OrderedCrc(inline=inline[key]) for key in dest} if per_record else None
+    crc = _archive.OrderedCrc(inline=all(inline.values())) if verify_crc is not None and not per_record else None
+    record_crcs = {key: _archive.OrderedCrc(inline=inline[key]) for key in dest} if per_record else None
     fresh = (
         [] if small or (arena is not None and not arena.fresh) else sorted(pending, key=lambda k: meta.records[k][0])
     )

@@ -1,23 +1,21 @@
-"""Per-tensor checksums of a ``.pth`` member: each stored record's offset, size and CRC-32,
-taken from the write calls ``torch.save`` makes (no second pass), and checked on reads (torch
-imported only to read a record into a tensor: ``zipsave inspect --verify`` checks without it)."""
+"""Per-tensor checksums of a ``.pth`` member, checked on reads: each stored record's offset,
+size and CRC-32, as ``_pth_write``'s :class:`~zipsave._tensors._pth_write.RecordingStream` took
+them from the write calls ``torch.save`` makes (torch imported only to read a record into a
+tensor: ``zipsave inspect --verify`` checks without it)."""
 
 from __future__ import annotations
 
-import bisect
-import io
 import mmap as _mmap
-import zipfile
 from typing import TYPE_CHECKING, Any
 
-from .._archive import OrderedCrc, crc32, crc32_read
+from .. import _archive  # _archive: the threaded CRC-32 of large records, on first use
+from .._archive import crc32
 from ..exceptions import ArchiveFormatError, IntegrityError
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "RecordingStream",
     "check_member",
     "check_record",
     "check_stored_record",
@@ -25,128 +23,6 @@ __all__ = [
     "record_table",
     "verify_pickle",
 ]
-
-#: Writes up to this size are kept (local headers, the central directory) to find records.
-_KEEP = 4096
-
-
-class RecordingStream(io.RawIOBase):
-    """Passes ``torch.save``'s writes to the archive's member stream and notes, for each
-    write, its offset, size and CRC-32 (the stream's own for large writes, which it hashes
-    anyway on its helper threads; computed here for small ones) and the bytes of tiny ones.
-
-    torch writes every record's data with one call (miniz's ``m_pWrite``), so a record is
-    one logged write; :meth:`records` finds them from the inner zip's directory.
-    """
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self._checked = getattr(stream, "write_checked", None)
-        self._pos = 0
-        self._offsets: list[int] = []
-        self._writes: list[tuple[int, int]] = []  # (size, crc)
-        self._kept: dict[int, bytes] = {}
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b: Any) -> int:
-        view = memoryview(b)
-        if view.ndim != 1 or view.format != "B":
-            view = view.cast("B")
-        if self._checked is not None:
-            n, crc = self._checked(view)
-        else:
-            n, crc = self._stream.write(view), None
-        if crc is None:
-            crc = crc32(view)
-        if n <= _KEEP:
-            self._kept[self._pos] = bytes(view)
-        self._offsets.append(self._pos)
-        self._writes.append((n, crc))
-        self._pos += n
-        return n
-
-    def tell(self) -> int:
-        return self._pos
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-    def records(self) -> dict[str, dict[str, Any]] | None:
-        """``{inner name: {"offset", "size", "crc32"}}`` for every record of the inner zip
-        (its top folder stripped: ``data.pkl``, ``data/0``), or ``None`` when a record was
-        not written as one call (then readers check the whole member instead)."""
-        try:
-            with zipfile.ZipFile(_Sparse(self._kept, self._pos)) as inner:
-                infos = inner.infolist()
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, IndexError, KeyError):
-            return None
-        table: dict[str, dict[str, Any]] = {}
-        for info in infos:
-            head = self._kept.get(info.header_offset)
-            if head is None or len(head) < 30 or head[:4] != b"PK\x03\x04" or info.compress_size != info.file_size:
-                return None
-            start = (
-                info.header_offset + 30 + int.from_bytes(head[26:28], "little") + int.from_bytes(head[28:30], "little")
-            )
-            if info.file_size == 0:
-                crc = 0
-            else:
-                i = bisect.bisect_left(self._offsets, start)
-                if i == len(self._offsets) or self._offsets[i] != start or self._writes[i][0] != info.file_size:
-                    return None
-                crc = self._writes[i][1]
-            table[info.filename.partition("/")[2] or info.filename] = {
-                "offset": start,
-                "size": info.file_size,
-                "crc32": f"{crc:08x}",
-            }
-        return table
-
-
-class _Sparse(io.RawIOBase):
-    """The kept small writes as a read-only file; reading a byte that was not kept fails."""
-
-    def __init__(self, kept: dict[int, bytes], size: int) -> None:
-        super().__init__()
-        self._kept = kept
-        self._starts = sorted(kept)
-        self._size = size
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def readinto(self, b: Any) -> int:
-        out = memoryview(b).cast("B")
-        want = max(0, min(out.nbytes, self._size - self._pos))
-        done = 0
-        while done < want:
-            pos = self._pos + done
-            i = bisect.bisect_right(self._starts, pos) - 1
-            if i < 0:
-                raise OSError("not kept")
-            start = self._starts[i]
-            chunk = self._kept[start]
-            if pos >= start + len(chunk):
-                raise OSError("not kept")
-            piece = chunk[pos - start : pos - start + want - done]
-            out[done : done + len(piece)] = piece
-            done += len(piece)
-        self._pos += done
-        return done
 
 
 def record_table(entry: dict | None) -> dict[str, dict[str, Any]] | None:
@@ -201,7 +77,7 @@ def verify_pickle(view: Any, meta: Any, table: dict) -> None:
 def check_member(view: Any, expected: int) -> None:
     """Read a whole member once and compare its CRC-32 with ``expected`` (the zip
     directory's): the check for archives without per-tensor checksums."""
-    crc = OrderedCrc()
+    crc = _archive.OrderedCrc()
     pos = 0
     pieces = []
     try:
@@ -268,7 +144,7 @@ def read_record(
     if table is not None:
         verify_pickle(view, meta, table)
         # a mapped record is checked from the file, so the check leaves none of its pages resident
-        crc = crc32_read(view.read_at, [(start, length)])[0] if mapped is not None else crc32(buf.numpy().data)
+        crc = _archive.crc32_read(view.read_at, [(start, length)])[0] if mapped is not None else crc32(buf.numpy().data)
         if crc is None:
             raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
         check_record(table, "data/" + key, start, length, crc, tensors=tensors)
@@ -281,7 +157,7 @@ def check_stored_record(view: Any, meta: Any, key: str, *, table: dict, tensors:
     """Check one storage record against its per-record CRC-32 as :func:`read_record` does (the
     same errors, in the same order), reading it in pieces that are not kept: no tensor made."""
     start, length = meta.records[key]
-    crc = crc32_read(view.read_at, [(start, length)])[0]
+    crc = _archive.crc32_read(view.read_at, [(start, length)])[0]
     if crc is None:
         raise ArchiveFormatError(f"ends inside storage record `{key}` (truncated).")
     verify_pickle(view, meta, table)

@@ -1,27 +1,164 @@
 """A state dict -> a ``.pth`` member: genuine ``torch.save`` output streamed into the
 archive with torch's own CRC pass off (zipsave's writer hashes the bytes as they go), and
-which values a member holds so that zipsave's weights-only reader reads them back."""
+which values a member holds so that zipsave's weights-only reader reads them back. Each
+record's offset, size and CRC-32 are noted from the write calls ``torch.save`` makes
+(:class:`RecordingStream`, no second pass), for ``manifest.json``'s per-tensor checksums
+that ``_pth_records`` checks on reads."""
 
 from __future__ import annotations
 
+import bisect
 import collections
+import io
 import threading
+import zipfile
 from typing import Any
 
 import numpy as np
 import torch
 
 from .. import _tensors  # _tensors: the loaded-tree check, for a state dict given as a value
+from .._archive import crc32
 from ..exceptions import EncodeError, ZipsaveError
-from ._pth_records import RecordingStream
 
-__all__ = ["WEIGHTS_ONLY_CONTAINERS", "WEIGHTS_ONLY_LEAVES", "check_weights_only", "is_state_dict", "save_pth"]
+__all__ = [
+    "WEIGHTS_ONLY_CONTAINERS",
+    "WEIGHTS_ONLY_LEAVES",
+    "RecordingStream",
+    "check_weights_only",
+    "is_state_dict",
+    "save_pth",
+]
 
 _crc_option_lock = threading.Lock()
 
 #: The widest integer the reader decodes (``zipsave._bounds.MAX_INT_BITS``; a test keeps the two
 #: equal), written out so that a save does not import the reader's bounds for it.
 _MAX_INT_BITS = 1 << 17
+
+
+# -- the records torch.save writes -------------------------------------------------------
+#: Writes up to this size are kept (local headers, the central directory) to find records.
+_KEEP = 4096
+
+
+class RecordingStream(io.RawIOBase):
+    """Passes ``torch.save``'s writes to the archive's member stream and notes, for each
+    write, its offset, size and CRC-32 (the stream's own for large writes, which it hashes
+    anyway on its helper threads; computed here for small ones) and the bytes of tiny ones.
+
+    torch writes every record's data with one call (miniz's ``m_pWrite``), so a record is
+    one logged write; :meth:`records` finds them from the inner zip's directory.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._checked = getattr(stream, "write_checked", None)
+        self._pos = 0
+        self._offsets: list[int] = []
+        self._writes: list[tuple[int, int]] = []  # (size, crc)
+        self._kept: dict[int, bytes] = {}
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        view = memoryview(b)
+        if view.ndim != 1 or view.format != "B":
+            view = view.cast("B")
+        if self._checked is not None:
+            n, crc = self._checked(view)
+        else:
+            n, crc = self._stream.write(view), None
+        if crc is None:
+            crc = crc32(view)
+        if n <= _KEEP:
+            self._kept[self._pos] = bytes(view)
+        self._offsets.append(self._pos)
+        self._writes.append((n, crc))
+        self._pos += n
+        return n
+
+    def tell(self) -> int:
+        return self._pos
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def records(self) -> dict[str, dict[str, Any]] | None:
+        """``{inner name: {"offset", "size", "crc32"}}`` for every record of the inner zip
+        (its top folder stripped: ``data.pkl``, ``data/0``), or ``None`` when a record was
+        not written as one call (then readers check the whole member instead)."""
+        try:
+            with zipfile.ZipFile(_Sparse(self._kept, self._pos)) as inner:
+                infos = inner.infolist()
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, IndexError, KeyError):
+            return None
+        table: dict[str, dict[str, Any]] = {}
+        for info in infos:
+            head = self._kept.get(info.header_offset)
+            if head is None or len(head) < 30 or head[:4] != b"PK\x03\x04" or info.compress_size != info.file_size:
+                return None
+            start = (
+                info.header_offset + 30 + int.from_bytes(head[26:28], "little") + int.from_bytes(head[28:30], "little")
+            )
+            if info.file_size == 0:
+                crc = 0
+            else:
+                i = bisect.bisect_left(self._offsets, start)
+                if i == len(self._offsets) or self._offsets[i] != start or self._writes[i][0] != info.file_size:
+                    return None
+                crc = self._writes[i][1]
+            table[info.filename.partition("/")[2] or info.filename] = {
+                "offset": start,
+                "size": info.file_size,
+                "crc32": f"{crc:08x}",
+            }
+        return table
+
+
+class _Sparse(io.RawIOBase):
+    """The kept small writes as a read-only file; reading a byte that was not kept fails."""
+
+    def __init__(self, kept: dict[int, bytes], size: int) -> None:
+        super().__init__()
+        self._kept = kept
+        self._starts = sorted(kept)
+        self._size = size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        out = memoryview(b).cast("B")
+        want = max(0, min(out.nbytes, self._size - self._pos))
+        done = 0
+        while done < want:
+            pos = self._pos + done
+            i = bisect.bisect_right(self._starts, pos) - 1
+            if i < 0:
+                raise OSError("not kept")
+            start = self._starts[i]
+            chunk = self._kept[start]
+            if pos >= start + len(chunk):
+                raise OSError("not kept")
+            piece = chunk[pos - start : pos - start + want - done]
+            out[done : done + len(piece)] = piece
+            done += len(piece)
+        self._pos += done
+        return done
 
 
 # -- saving --------------------------------------------------------------------------------
