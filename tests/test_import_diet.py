@@ -78,7 +78,7 @@ LOAD_MODULES = frozenset(
         "zipsave._trust._names",
         "zipsave._trust._nesting",
         "zipsave._trust._policy",
-        "zipsave._trust._prescan",
+        "zipsave._trust._bounded",
         "zipsave._trust._sealed",
         "zipsave._trust._substitutes",
         # the strict zip reader, the one check of every value returned, the one printer

@@ -1,4 +1,4 @@
-"""The bounded unpickler's reads (``zipsave._trust._prescan``): an operand that claims more
+"""The bounded unpickler's reads (``zipsave._trust._bounded``): an operand that claims more
 bytes than remain is refused with zipsave's message, never read short, from bytes or a file,
 inside a frame or outside; values equal pickle's own for protocols 0-5; and every truncation
 ends as it ends under pickle's own ``load`` over the same exact input."""

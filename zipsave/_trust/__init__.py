@@ -29,10 +29,11 @@ from .._lazy import lazy_attributes
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._allowlist import CORE_ALLOWLIST, GROUPS, default_allowlist
     from ._audit import pickle_globals
+    from ._bounded import BoundedUnpickler
     from ._checks import bit_generator_state_problem, torch_generator_state_problem
     from ._names import BY_VALUE_MARK
     from ._policy import TrustPolicy
-    from ._prescan import BoundedUnpickler, check_legacy_torch, check_torch_zip, prescan_pickle
+    from ._prescan import check_legacy_torch, check_torch_zip, prescan_pickle
     from ._space_check import space_problem
     from ._substitutes import SUBSTITUTED, StorageType
     from ._torch_calls import LEGACY_ITEMSIZE, check_torch_call, storage_reference
@@ -46,7 +47,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("bit_generator_state_problem", "torch_generator_state_problem"), "._checks"),
     "BY_VALUE_MARK": "._names",
     "TrustPolicy": "._policy",
-    **dict.fromkeys(("BoundedUnpickler", "check_torch_zip", "prescan_pickle"), "._prescan"),
+    "BoundedUnpickler": "._bounded",
+    **dict.fromkeys(("check_torch_zip", "prescan_pickle"), "._prescan"),
     "space_problem": "._space_check",
     **dict.fromkeys(("SUBSTITUTED", "StorageType"), "._substitutes"),
     "restricted_loads": "._unpickler",
@@ -58,6 +60,7 @@ _SUBMODULES = frozenset(
     {
         "_allowlist",
         "_audit",
+        "_bounded",
         "_checks",
         "_guards",
         "_names",

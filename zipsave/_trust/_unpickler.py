@@ -14,6 +14,7 @@ from .._bounds import check_int
 from .._invariants import check_structure
 from ..exceptions import DecodeError, UnsafeGlobalError, ZipsaveError
 from ._audit import explain_by_value
+from ._bounded import BoundedUnpickler
 from ._checks import Memo, check_bit_generator_state, check_dtype, check_seed_sequence, dtype_state_problem
 from ._guards import (
     array_state_problem,
@@ -27,7 +28,6 @@ from ._guards import (
 )
 from ._names import canonical, fix_py2_name, numpy_major
 from ._policy import TrustPolicy
-from ._prescan import BoundedUnpickler
 from ._random import random_helpers
 from ._space_check import built_problem
 from ._substitutes import Owners, legacy_space_state, owns_trusted, substitutes
