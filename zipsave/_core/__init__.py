@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
         recognising_handler,
     )
     from ._modes import apply_modes, module_modes
-    from ._optim_state import check_optimizer_state, check_scheduler_state
+    from ._optim_state import check_optimizer_state, check_scheduler_state, load_stateful
     from ._options import OPTION_DOCS, LoadOptions, check_custom_objects
     from ._parts import (
         ALWAYS_EXCLUDED_PREFIXES,
@@ -80,7 +80,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("apply_modes", "module_modes"), "._modes"),
     "Component": "._component",
     **dict.fromkeys(("OPTION_DOCS", "LoadOptions"), "._options"),
-    **dict.fromkeys(("check_optimizer_state", "check_scheduler_state"), "._optim_state"),
+    **dict.fromkeys(("check_optimizer_state", "check_scheduler_state", "load_stateful"), "._optim_state"),
     **dict.fromkeys(
         (
             "ALWAYS_EXCLUDED_PREFIXES",
@@ -157,6 +157,7 @@ __all__ = [
     "check_custom_objects",
     "check_optimizer_state",
     "check_scheduler_state",
+    "load_stateful",
     "collect",
     "data_bytes",
     "member_names",

@@ -1,0 +1,116 @@
+"""Round twelve of the adversarial suite: the values a restored learning-rate scheduler or
+optimizer computes with (ranges, flag combinations torch refuses), EnvState attributes the live
+environment holds as None, a Saveable's recorded constructor arguments, ``extract`` onto a file
+system that folds case, and the archive-level families listed with their tests below."""
+
+from __future__ import annotations
+
+import collections
+import io
+import re
+
+import pytest
+
+import zipsave
+
+torch = pytest.importorskip("torch")
+
+from test_adversarial_round11 import (  # round eleven's helpers, as they are
+    _advance,
+    _put,
+    _rewritten_pth,
+    _scheduled,
+)
+
+# -- a scheduler's saved numbers: within the ranges its step computes in ------------------------
+
+_INF, _NAN = float("inf"), float("nan")
+SCHEDULER_VALUES = {
+    # what the first steps did after the old tree's restore
+    "steplr-step_size-0": ("StepLR", _put("step_size", 0), "step_size"),  # ZeroDivisionError
+    "steplr-gamma-nan": ("StepLR", _put("gamma", _NAN), "gamma"),  # every lr NaN
+    "steplr-gamma-inf": ("StepLR", _put("gamma", _INF), "gamma"),  # every lr inf
+    "steplr-base_lrs-nan": ("StepLR", _put("base_lrs", [_NAN]), "base_lrs"),
+    "steplr-last_lr-text": ("StepLR", _put("_last_lr", ["x"]), "_last_lr"),
+    "exponential-gamma-negative": ("ExponentialLR", _put("gamma", -1.0), "gamma"),  # a negative lr
+    "multistep-milestones-text": ("MultiStepLR", _put("milestones", "ab"), "milestones"),  # TypeError
+    "multistep-negative-count": (  # OverflowError: 0.1 ** -1000000
+        "MultiStepLR",
+        _put("milestones", collections.Counter({4: -(10**6)})),
+        "milestones",
+    ),
+    "cosine-T_max-0": ("CosineAnnealingLR", _put("T_max", 0), "T_max"),  # ZeroDivisionError
+    "cosine-eta_min-nan": ("CosineAnnealingLR", _put("eta_min", _NAN), "eta_min"),
+    "restarts-T_i-0": ("CosineAnnealingWarmRestarts", _put("T_i", 0), "T_i"),  # ZeroDivisionError
+    "restarts-T_mult-0": ("CosineAnnealingWarmRestarts", _put("T_mult", 0), "T_mult"),
+    "onecycle-total_steps-0": ("OneCycleLR", _put("total_steps", 0), "total_steps"),  # ValueError
+    "onecycle-anneal-unknown": ("OneCycleLR", _put("_anneal_func_type", "x"), "_anneal_func_type"),
+    "onecycle-phases-text": ("OneCycleLR", _put("_schedule_phases", ["x", "y"]), "_schedule_phases"),
+    "onecycle-phase-names-params": (
+        "OneCycleLR",
+        _put("_schedule_phases", 0, "start_lr", "params"),
+        "_schedule_phases",
+    ),
+    "cyclic-total_size-0": ("CyclicLR", _put("total_size", 0), "total_size"),  # ZeroDivisionError
+    "cyclic-step_ratio-0": ("CyclicLR", _put("step_ratio", 0.0), "step_ratio"),
+    "cyclic-mode-unknown": ("CyclicLR", _put("mode", "x"), "mode"),
+    "cyclic-scale_fn-attributes": ("CyclicLR", _put("_scale_fn_custom", {"zz": 1}), "_scale_fn_custom"),
+    "plateau-mode-unknown": ("ReduceLROnPlateau", _put("mode", "x"), "mode"),  # ValueError at restore
+    "plateau-factor-2": ("ReduceLROnPlateau", _put("factor", 2.0), "factor"),  # the lr grows on a plateau
+    "plateau-best-nan": ("ReduceLROnPlateau", _put("best", _NAN), "best"),
+    "polynomial-power-nan": ("PolynomialLR", _put("power", _NAN), "power"),
+    "linear-start_factor-0": ("LinearLR", _put("start_factor", 0.0), "start_factor"),
+    "sequential-milestones-text": ("SequentialLR", _put("_milestones", ["x"]), "_milestones"),  # TypeError
+    "sequential-child-gamma-nan": ("SequentialLR", _put("_schedulers", 1, "gamma", _NAN), "_schedulers.1.gamma"),
+}
+
+
+@pytest.mark.parametrize("case", SCHEDULER_VALUES.values(), ids=SCHEDULER_VALUES.keys())
+def test_a_scheduler_value_its_step_cannot_compute_with_is_refused(case):
+    # torch's load_state_dict sets what it is given; its constructors check some of these
+    # (T_0 > 0, factor < 1, mode), its step divides by the others or multiplies by them.
+    name, change, key = case
+    hostile = _scheduler_archive(name, change)
+    net, opt, scheduler = _scheduled(name)
+    before = repr(scheduler.state_dict())
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(f"`{key}`")) as caught:
+        zipsave.restore({"net": net, "opt": opt, "sched": scheduler}, hostile)
+    assert caught.value.member == "sched.pth" and caught.value.key == key
+    assert repr(scheduler.state_dict()) == before  # nothing set before the refusal
+
+
+def _scheduler_archive(name, change) -> io.BytesIO:
+    net, opt, scheduler = _scheduled(name)
+    _advance(opt, scheduler)
+    return _rewritten_pth({"net": net, "opt": opt, "sched": scheduler}, "sched.pth", change)
+
+
+def test_a_scheduler_whose_own_load_raises_is_named_with_its_member():
+    # CyclicLR's load_state_dict pops `_scale_fn_custom` without a default: the old tree let
+    # its KeyError out as "could not be read", naming no member.
+    def drop(state):
+        del state["_scale_fn_custom"]
+
+    hostile = _scheduler_archive("CyclicLR", drop)
+    net, opt, scheduler = _scheduled("CyclicLR")
+    with pytest.raises(zipsave.ParameterMismatchError, match="KeyError") as caught:
+        zipsave.restore({"net": net, "opt": opt, "sched": scheduler}, hostile)
+    assert caught.value.member == "sched.pth"
+
+
+def test_scheduler_values_torch_writes_still_restore():
+    # ReduceLROnPlateau keeps best and mode_worse at infinity until a metric comes; a
+    # MultiStepLR milestone given twice is counted twice; gamma above 1 warms up.
+    lr = torch.optim.lr_scheduler
+    for make in (
+        lambda o: lr.ReduceLROnPlateau(o, mode="max"),
+        lambda o: lr.MultiStepLR(o, [2, 2, 5], gamma=0.5),
+        lambda o: lr.ExponentialLR(o, 1.01),
+        lambda o: lr.StepLR(o, 1, gamma=0.0),
+    ):
+        opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+        saved = io.BytesIO()
+        zipsave.save({"opt": opt, "sched": make(opt)}, saved)
+        fresh = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+        saved.seek(0)
+        zipsave.restore({"opt": fresh, "sched": make(fresh)}, saved, strict=True)
