@@ -10,17 +10,18 @@ import io
 import re
 
 import pytest
-
-import zipsave
-
-torch = pytest.importorskip("torch")
-
 from test_adversarial_round11 import (  # round eleven's helpers, as they are
+    _ADAM,
     _advance,
+    _optimizer_archive,
     _put,
     _rewritten_pth,
     _scheduled,
 )
+
+import zipsave
+
+torch = pytest.importorskip("torch")
 
 # -- a scheduler's saved numbers: within the ranges its step computes in ------------------------
 
@@ -114,3 +115,89 @@ def test_scheduler_values_torch_writes_still_restore():
         fresh = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
         saved.seek(0)
         zipsave.restore({"opt": fresh, "sched": make(fresh)}, saved, strict=True)
+
+
+# -- an optimizer's saved settings: a combination torch takes, and the state its step reads -------
+
+
+def _settings(**changes):
+    def change(state):
+        state["param_groups"][0].update(changes)
+
+    return change
+
+
+def _rmsprop(p):
+    return torch.optim.RMSprop(p)
+
+
+OPTIMIZER_COMBINATIONS = {
+    # what the first step did after the old tree's restore (torch's constructor refuses the first five)
+    "adam-differentiable-fused": (_ADAM, _settings(differentiable=True, fused=True), "RuntimeError"),  # at step
+    "adam-foreach-fused": (_ADAM, _settings(foreach=True, fused=True), "RuntimeError"),
+    "adam-eps-negative": (_ADAM, _settings(eps=-1.0), "ValueError"),  # every weight NaN
+    "adam-betas-past-1": (_ADAM, _settings(betas=(2.0, 0.999)), "ValueError"),
+    "sgd-nesterov-without-momentum": (
+        lambda p: torch.optim.SGD(p, lr=0.1),
+        _settings(nesterov=True),
+        "ValueError",
+    ),
+    "adam-capturable-on-cpu": (_ADAM, _settings(capturable=True), "AssertionError"),  # at step
+    "adam-lr-huge-int": (_ADAM, _settings(lr=10**400), "OverflowError"),  # at step
+}
+
+
+@pytest.mark.parametrize("case", OPTIMIZER_COMBINATIONS.values(), ids=OPTIMIZER_COMBINATIONS.keys())
+def test_optimizer_settings_torch_refuses_are_refused_at_restore(case):
+    make, change, raised = case
+    hostile = _optimizer_archive(make, change)
+    net = torch.nn.Linear(8, 8)
+    opt = make(net.parameters())
+    before = repr([{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups])
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(raised)) as caught:
+        zipsave.restore({"net": net, "opt": opt}, hostile)
+    assert caught.value.member == "opt.pth" and caught.value.key == "param_groups.0"
+    assert repr([{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]) == before
+
+
+@pytest.mark.parametrize("key", ["lr", "weight_decay"])
+def test_an_infinite_optimizer_setting_is_refused(key):
+    # torch's constructor takes lr=inf; the first step made every weight inf or NaN.
+    hostile = _optimizer_archive(_ADAM, _settings(**{key: float("inf")}))
+    net = torch.nn.Linear(8, 8)
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(f"`param_groups.0.{key}` is not a finite")):
+        zipsave.restore({"net": net, "opt": _ADAM(net.parameters())}, hostile)
+
+
+STATE_FOR_SETTINGS = {
+    # a flag turned on whose state the saved entries lack: KeyError at the first step
+    "adam-amsgrad": (_ADAM, _settings(amsgrad=True), "max_exp_avg_sq"),
+    "rmsprop-momentum": (_rmsprop, _settings(momentum=0.9), "momentum_buffer"),
+    "rmsprop-centered": (_rmsprop, _settings(centered=True), "grad_avg"),
+}
+
+
+@pytest.mark.parametrize("case", STATE_FOR_SETTINGS.values(), ids=STATE_FOR_SETTINGS.keys())
+def test_a_saved_state_without_what_its_settings_step_reads_is_refused(case):
+    make, change, missing = case
+    hostile = _optimizer_archive(make, change)
+    net = torch.nn.Linear(8, 8)
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(missing)) as caught:
+        zipsave.restore({"net": net, "opt": make(net.parameters())}, hostile)
+    assert caught.value.key == "state.0"
+
+
+def test_optimizer_settings_torch_takes_still_restore():
+    # a saved group's own choices of kernels and flags (fused, foreach, maximize, amsgrad with
+    # its state), and SGD's momentum without a buffer (its step makes one)
+    for make, change in (
+        (lambda p: torch.optim.Adam(p, amsgrad=True), _settings(fused=True, maximize=True)),
+        (_ADAM, _settings(foreach=True, lr=0.5)),
+        (lambda p: torch.optim.SGD(p, lr=0.1), _settings(momentum=0.9)),
+    ):
+        hostile = _optimizer_archive(make, change)
+        net = torch.nn.Linear(8, 8)
+        opt = make(net.parameters())
+        zipsave.restore({"net": net, "opt": opt}, hostile, strict=True)
+        net(torch.ones(8)).sum().backward()
+        opt.step()

@@ -6,11 +6,14 @@ against what its own ``state_dict`` writes (it sets any name it is given as an a
 
 from __future__ import annotations
 
+import inspect
 import math
 import types
+import warnings
 from collections import Counter
 from typing import Any, Callable
 
+import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from ..exceptions import ParameterMismatchError
@@ -69,11 +72,12 @@ def check_optimizer_state(optimizer: Any, tree: Any) -> None:
         return  # another optimizer's, or a state torch's load_state_dict refuses itself
     params = [p for group in optimizer.param_groups for p in group["params"]]
     position: dict[Any, int] = {}  # torch's id map: each saved id, its place (the last, if repeated)
+    group_of: dict[Any, int] = {}
     index = 0
-    for group in groups:
+    for number, group in enumerate(groups):
         for pid in group.get("params", ()) if isinstance(group, dict) else ():
             try:
-                position[pid] = index
+                position[pid], group_of[pid] = index, number
             except TypeError:  # unhashable: torch's own map refuses the state
                 pass
             index += 1
@@ -101,15 +105,25 @@ def check_optimizer_state(optimizer: Any, tree: Any) -> None:
             "with, or leave the optimizer's state out with `exclude=`.",
         )
     _check_groups(optimizer, groups)
+    kept = _check_combinations(optimizer, groups)
+    for pid, entry in state.items():
+        needed = kept.get(group_of.get(pid, -1), frozenset())
+        missing = sorted(needed - set(entry)) if isinstance(entry, dict) and entry else []
+        if missing:  # its step reads them: KeyError
+            raise ParameterMismatchError(
+                f"`state.{pid}` holds no {missing}, which {type(optimizer).__name__} keeps for a parameter with "
+                "the saved settings.",
+                key=f"state.{pid}",
+            )
 
 
 def _number(value: Any) -> bool:
-    """A real number an optimizer computes with: an int or float (not a bool, not NaN), or a
+    """A real number an optimizer computes with: an int or float (not a bool, NaN or inf), or a
     tensor (or the reader's reference to one) of one element."""
     if isinstance(value, bool):
         return False
     if isinstance(value, (int, float)):
-        return value == value
+        return isinstance(value, int) or math.isfinite(value)
     shape = _shape(value)
     return shape is not None and math.prod(shape) == 1
 
@@ -124,7 +138,7 @@ def _kind_problem(live: Any, saved: Any) -> str | None:
     if live is None:
         return None if saved is None or isinstance(saved, (bool, str)) else "None, a flag or a name"
     if _number(live) or isinstance(live, (int, float)):
-        return None if _number(saved) else "a number (not NaN)"
+        return None if _number(saved) else "a finite number"
     if isinstance(live, (tuple, list)) and all(_number(v) for v in live):
         fits = isinstance(saved, (tuple, list)) and len(saved) == len(live) and all(_number(v) for v in saved)
         return None if fits else f"{len(live)} numbers"
@@ -157,6 +171,65 @@ def _check_groups(optimizer: Any, groups: list) -> None:
             key=problems[0][0],
             hint="torch writes none such; leave the optimizer's state out with `exclude=` to keep its own settings.",
         )
+
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, _PLAIN) or (isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value))
+
+
+def _check_combinations(optimizer: Any, groups: list) -> dict[int, frozenset]:
+    """torch's own verdict on each saved group's settings, before its ``load_state_dict`` puts
+    them in place: the first of torch's optimizer classes among the optimizer's bases is built
+    with them over a one-element stand-in of the group's first parameter and stepped once.
+    Combinations its constructor refuses (``foreach`` with ``fused``, ``fused`` with
+    ``differentiable``, a negative ``lr`` or ``eps``, ``betas`` past 1) or its step refuses
+    (``capturable`` for parameters on the CPU: an AssertionError at the first step) are refused
+    where the live group's own settings are taken. Returns, by group, the state keys that step
+    keeps (each of which a saved parameter's state must hold: its step reads them)."""
+    base = next(
+        (c for c in type(optimizer).__mro__ if c.__module__.startswith("torch.optim.") and c.__name__ in _PARAM_SHAPED),
+        None,
+    )
+    if base is None:
+        return {}
+    accepted = [n for n in inspect.signature(base).parameters if n != "params"]
+    kept: dict[int, frozenset] = {}
+    for index, (live, saved) in enumerate(zip(optimizer.param_groups, groups)):
+        like = live["params"][0] if live["params"] else None
+        if not isinstance(saved, dict) or like is None or like.device.type == "meta" or not like.is_floating_point():
+            continue
+        own = {n: live[n] for n in accepted if n in live}
+        given = {n: saved[n] for n in own if n in saved and _plain(saved[n])}
+        refused, keys = _trial(base, {**own, **given}, like)
+        if refused is not None and _trial(base, own, like)[0] is None:
+            raise ParameterMismatchError(
+                f"`param_groups.{index}` sets {sorted(k for k in given if given[k] != own[k])} to what torch's "
+                f"{base.__name__} refuses ({refused}).",
+                key=f"param_groups.{index}",
+                hint="torch writes no such settings; leave the optimizer's state out with `exclude=` to keep its own.",
+            )
+        kept[index] = frozenset() if base.__name__ == "SGD" else keys  # SGD makes a missing momentum buffer
+    return kept
+
+
+def _trial(base: type, settings: dict, like: Any) -> tuple[str | None, frozenset]:
+    """``base`` built with ``settings`` over a one-element stand-in of ``like`` and stepped
+    once: what torch raised (``None`` if nothing), and the state keys it kept."""
+    stand_in = torch.zeros(1, dtype=like.dtype, device=like.device, requires_grad=like.requires_grad)
+    if not like.is_leaf:  # a differentiable optimizer's parameters (a leaf refuses its in-place step)
+        stand_in = stand_in.clone()
+    stand_in.grad = torch.zeros(1, dtype=like.dtype, device=like.device)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trial = base([stand_in], **settings)
+            trial.step()
+    except Exception as err:  # torch's verdict, of any kind (AssertionError for capturable)
+        return f"{type(err).__name__}: {err}", frozenset()
+    return None, frozenset(trial.state[stand_in])
 
 
 #: ReduceLROnPlateau's ``best`` and ``mode_worse`` start at infinity; no other number a torch
