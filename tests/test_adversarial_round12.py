@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import io
 import re
+import zipfile
 
 import pytest
 from test_adversarial_round11 import (  # round eleven's helpers, as they are
@@ -20,6 +21,7 @@ from test_adversarial_round11 import (  # round eleven's helpers, as they are
 )
 
 import zipsave
+from zipsave._tools import extract
 
 torch = pytest.importorskip("torch")
 
@@ -201,3 +203,39 @@ def test_optimizer_settings_torch_takes_still_restore():
         zipsave.restore({"net": net, "opt": opt}, hostile, strict=True)
         net(torch.ones(8)).sum().backward()
         opt.step()
+
+
+# -- extract where case is ignored ------------------------------------------------------------------
+
+CASE_VARIANTS = {
+    # members one file system takes for one file (macOS, Windows)
+    "case": (("policy.pth", "Policy.pth"), "Policy.pth"),
+    "normalization": (("caf\u00e9.txt", "cafe\u0301.txt"), "cafe\u0301.txt"),  # NFC and NFD spellings
+    "folder-and-file": (("data", "DATA/x"), "DATA/x"),  # a file where a folder is needed
+}
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize("case", CASE_VARIANTS.values(), ids=CASE_VARIANTS.keys())
+def test_extract_refuses_members_that_differ_only_by_case_before_writing(tmp_path, case, overwrite):
+    # On a case-insensitive file system the old tree wrote the second over the first with
+    # --overwrite (or failed halfway without it); here, where case counts, it wrote both.
+    names, refused = case
+    archive = tmp_path / "a.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for index, name in enumerate(names):
+            zf.writestr(name, f"member {index}")
+    out = tmp_path / "out"
+    with pytest.raises(zipsave.ArchiveFormatError) as caught:
+        extract(archive, out, overwrite=overwrite)
+    assert caught.value.member == refused
+    assert not out.exists() or not any(out.iterdir())  # nothing written
+
+
+def test_extract_still_writes_folders_named_by_case_variants(tmp_path):
+    archive = tmp_path / "a.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("models/", b"")
+        zf.writestr("Models/", b"")
+        zf.writestr("models/a.pth", b"a")
+    assert [p.rsplit("/", 1)[-1] for p in extract(archive, tmp_path / "out")] == ["a.pth"]
