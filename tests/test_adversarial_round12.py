@@ -18,6 +18,7 @@ from test_adversarial_round11 import (  # round eleven's helpers, as they are
     _put,
     _rewritten_pth,
     _scheduled,
+    _state_entry,
 )
 
 import zipsave
@@ -201,6 +202,90 @@ def test_optimizer_settings_torch_takes_still_restore():
         net = torch.nn.Linear(8, 8)
         opt = make(net.parameters())
         zipsave.restore({"net": net, "opt": opt}, hostile, strict=True)
+        net(torch.ones(8)).sum().backward()
+        opt.step()
+
+
+# -- an optimizer's saved state: tensors its step can write, numbers it can compute with ----------
+
+
+def _fused_adam(p):
+    return torch.optim.Adam(p, fused=True)
+
+
+def _fused_sgd(p):
+    return torch.optim.SGD(p, lr=0.1, momentum=0.9, fused=True)
+
+
+OPTIMIZER_STATE_VALUES = {
+    # what the first step did after the old tree's restore
+    "fused-adam-expanded": (  # 64 writes into a 4-byte storage: "corrupted size vs. prev_size", abort
+        _fused_adam,
+        _state_entry("exp_avg", torch.zeros(1).expand(8, 8)),
+        "state.0.exp_avg",
+        "share memory",
+    ),
+    "fused-sgd-expanded": (  # "corrupted double-linked list", abort
+        _fused_sgd,
+        _state_entry("momentum_buffer", torch.zeros(1).expand(8, 8)),
+        "state.0.momentum_buffer",
+        "share memory",
+    ),
+    "adam-expanded": (_ADAM, _state_entry("exp_avg", torch.zeros(1).expand(8, 8)), "state.0.exp_avg", "share memory"),
+    "fused-adam-gaps": (  # the kernel wrote 64 elements in a row over a view that skips every other
+        _fused_adam,
+        _state_entry("exp_avg", torch.zeros(8, 16)[:, ::2]),
+        "state.0.exp_avg",
+        "leave gaps",
+    ),
+    "adam-sparse": (_ADAM, _state_entry("exp_avg", torch.zeros(8, 8).to_sparse()), "state.0.exp_avg", "sparse"),
+    "adam-list": (_ADAM, _state_entry("exp_avg", [1.0]), "state.0.exp_avg", "a list where"),  # AttributeError
+    "adam-none": (_ADAM, _state_entry("exp_avg", None), "state.0.exp_avg", "a NoneType where"),
+    "sgd-text": (_fused_sgd, _state_entry("momentum_buffer", "x"), "state.0.momentum_buffer", "a str where"),
+    "adam-step-bool": (_ADAM, _state_entry("step", torch.tensor(True)), "state.0.step", "torch.bool"),  # RuntimeError
+    "adam-step-complex": (_ADAM, _state_entry("step", torch.tensor(1 + 1j)), "state.0.step", "complex"),
+    "adam-step-nan": (_ADAM, _state_entry("step", torch.tensor(float("nan"))), "state.0.step", "nan"),  # NaN weights
+    "adam-step-negative": (_ADAM, _state_entry("step", torch.tensor(-1.0)), "state.0.step", "0 or more"),  # 1/0
+}
+
+
+@pytest.mark.parametrize("case", OPTIMIZER_STATE_VALUES.values(), ids=OPTIMIZER_STATE_VALUES.keys())
+def test_an_optimizer_state_its_step_cannot_write_or_compute_with_is_refused(case):
+    # torch's load_state_dict keeps the saved tensors as the state its step writes in place;
+    # its fused kernels write each as one run of memory of the parameter's size.
+    make, change, key, message = case
+    hostile = _optimizer_archive(make, change)
+    net = torch.nn.Linear(8, 8)
+    opt = make(net.parameters())
+    with pytest.raises(zipsave.ParameterMismatchError, match=re.escape(message)) as caught:
+        zipsave.restore({"net": net, "opt": opt}, hostile)
+    assert caught.value.member == "opt.pth" and caught.value.key == key
+    assert not opt.state  # nothing loaded
+
+
+def test_optimizer_state_layouts_torch_writes_still_restore():
+    # a channels-last parameter's state (dense, not contiguous), a step of 0, an int step
+    # (older torch), a state tensor at an offset of its storage
+    conv = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+    opt = _fused_adam(conv.parameters())
+    conv(torch.ones(1, 3, 5, 5).to(memory_format=torch.channels_last)).sum().backward()
+    opt.step()
+    saved = io.BytesIO()
+    zipsave.save({"conv": conv, "opt": opt}, saved)
+    fresh = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+    fresh_opt = _fused_adam(fresh.parameters())
+    saved.seek(0)
+    zipsave.restore({"conv": fresh, "opt": fresh_opt}, saved, strict=True)
+    fresh_opt.step()
+    for change in (
+        _state_entry("step", torch.tensor(0.0)),
+        _state_entry("step", 3),
+        _state_entry("exp_avg", torch.zeros(100)[36:].view(8, 8)),
+    ):
+        hostile = _optimizer_archive(_fused_adam, change)
+        net = torch.nn.Linear(8, 8)
+        opt = _fused_adam(net.parameters())
+        zipsave.restore({"net": net, "opt": opt}, hostile)
         net(torch.ones(8)).sum().backward()
         opt.step()
 

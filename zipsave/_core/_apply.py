@@ -366,6 +366,7 @@ def load_state_into(src: LoadSession, member: str, target: Any, exact_match: boo
             _core.check_optimizer_state(target, tree)  # the tensors a fresh optimizer has none of yet
 
         tree, _ = src.load_tensors(member, current_state, check_shapes=True, validate=fits_optimizer)
+        _core.check_optimizer_numbers(tree, archive=src.name, member=member)  # read now
         try:
             target.load_state_dict(tree)
         except (ValueError, KeyError, RuntimeError) as err:
