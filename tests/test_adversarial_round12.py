@@ -297,6 +297,8 @@ CASE_VARIANTS = {
     "case": (("policy.pth", "Policy.pth"), "Policy.pth"),
     "normalization": (("caf\u00e9.txt", "cafe\u0301.txt"), "cafe\u0301.txt"),  # NFC and NFD spellings
     "folder-and-file": (("data", "DATA/x"), "DATA/x"),  # a file where a folder is needed
+    "trailing-dot": (("policy.pth", "policy.pth."), "policy.pth."),  # Windows drops trailing dots
+    "trailing-space": (("policy.pth", "policy.pth "), "policy.pth "),  # and spaces
 }
 
 
@@ -324,3 +326,23 @@ def test_extract_still_writes_folders_named_by_case_variants(tmp_path):
         zf.writestr("Models/", b"")
         zf.writestr("models/a.pth", b"a")
     assert [p.rsplit("/", 1)[-1] for p in extract(archive, tmp_path / "out")] == ["a.pth"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["policy\u202ecod.pth", "a\nb.pth", "x/a\x1b[2Jb.pth", "a\u200bb.pth", "a\u2028b.pth"],
+    ids=["bidi-override", "line-feed", "escape-sequence", "zero-width", "line-separator"],
+)
+def test_extract_refuses_a_file_name_a_terminal_or_file_manager_would_act_on(tmp_path, name):
+    # The old tree made such a member a file: `policy\u202ecod.pth` shows as `policyhtp.doc`
+    # in a file manager, a line feed splits what `ls | xargs` reads, an escape sequence in a
+    # name clears the terminal that lists it.
+    archive = tmp_path / "a.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("data", b"{}")
+        zf.writestr(name, b"x")
+    out = tmp_path / "out"
+    with pytest.raises(zipsave.ArchiveFormatError, match="refusing to make it a file name") as caught:
+        extract(archive, out)
+    assert caught.value.member == name and str(caught.value).isprintable()  # the name shown escaped
+    assert not out.exists() or not any(out.iterdir())

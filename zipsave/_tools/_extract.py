@@ -74,6 +74,14 @@ def extract(path: Any, folder: str | os.PathLike, *, overwrite: bool = False, li
                     archive=src.name,
                     member=name,
                 )
+            if not name.isprintable():
+                raise ArchiveFormatError(
+                    "has a name with characters a terminal or file manager acts on or hides (controls, bidi "
+                    "overrides, zero-width or separator characters; shown escaped); refusing to make it a file name.",
+                    archive=src.name,
+                    member=name,
+                    hint="zipsave.load and zipsave.read take such members as they are.",
+                )
             long = next((part for part in parts if len(os.fsencode(part)) > name_max), None)
             if long is not None:
                 raise ArchiveFormatError(
@@ -121,8 +129,10 @@ def _name_max(root: str) -> int:
 
 def _folded(path: str) -> str:
     """``path`` as a file system that ignores case and Unicode normalization takes it (macOS's
-    APFS and HFS+, Windows' NTFS): ``Policy.pth``, ``policy.pth`` and ``POLICY.pth`` are one."""
-    return unicodedata.normalize("NFC", path).casefold()
+    APFS and HFS+, Windows' NTFS): ``Policy.pth``, ``policy.pth`` and ``POLICY.pth`` are one;
+    so are ``policy.pth.`` and ``policy.pth`` (Windows drops a name's trailing dots and spaces)."""
+    parts = unicodedata.normalize("NFC", path).casefold().split(os.sep)
+    return os.sep.join(part.rstrip(" .") or part for part in parts)
 
 
 def _check_tree(plan: list[tuple[str, str, bool]], archive: str) -> None:
