@@ -20,6 +20,7 @@ from test_adversarial_round11 import (  # round eleven's helpers, as they are
     _scheduled,
     _state_entry,
 )
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 import zipsave
 from zipsave._tools import extract
@@ -204,6 +205,31 @@ def test_optimizer_settings_torch_takes_still_restore():
         zipsave.restore({"net": net, "opt": opt}, hostile, strict=True)
         net(torch.ones(8)).sum().backward()
         opt.step()
+
+
+def test_trying_the_saved_settings_runs_no_step_hook_of_the_callers():
+    # torch's verdict on the settings comes from a stand-in's step: the caller's global step
+    # hooks (a logger counting steps) must not see it
+    taken, refused = _optimizer_archive(_ADAM, _settings(lr=0.25)), _optimizer_archive(_ADAM, _settings(eps=-1.0))
+    net = torch.nn.Linear(8, 8)
+    opt = _ADAM(net.parameters())
+    seen = []
+    handles = [
+        register_optimizer_step_pre_hook(lambda opt, args, kwargs: seen.append("pre")),
+        register_optimizer_step_post_hook(lambda opt, args, kwargs: seen.append("post")),
+    ]
+    try:
+        zipsave.restore({"net": net, "opt": opt}, taken)
+        assert opt.param_groups[0]["lr"] == 0.25
+        with pytest.raises(zipsave.ParameterMismatchError, match="ValueError"):
+            zipsave.restore({"net": net, "opt": opt}, refused)
+        assert seen == []
+        net(torch.ones(8)).sum().backward()
+        opt.step()  # the hooks themselves work
+        assert seen == ["pre", "post"]
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 # -- an optimizer's saved state: tensors its step can write, numbers it can compute with ----------

@@ -36,6 +36,12 @@ _PARAM_SHAPED: dict[str, tuple[str, ...]] = {
 _SCALARS = ("step", "mu_product", "eta", "mu")
 #: The most problems one message names.
 _NAMED = 5
+#: torch's verdicts on settings already tried (:func:`_trial`), by class, settings and stand-in;
+#: emptied when full. Only plain settings are kept, so no caller's tensor is held here.
+_VERDICTS: dict[tuple, tuple[str | None, frozenset]] = {}
+_MAX_VERDICTS = 256
+#: The settings each class's constructor takes, read from its signature once.
+_ACCEPTED: dict[type, list[str]] = {}
 
 
 def _param_shaped(optimizer: Any) -> tuple[str, ...]:
@@ -240,7 +246,7 @@ def _check_combinations(optimizer: Any, groups: list) -> dict[int, frozenset]:
     )
     if base is None:
         return {}
-    accepted = [n for n in inspect.signature(base).parameters if n != "params"]
+    accepted = _accepted(base)
     kept: dict[int, frozenset] = {}
     for index, (live, saved) in enumerate(zip(optimizer.param_groups, groups)):
         like = live["params"][0] if live["params"] else None
@@ -260,9 +266,24 @@ def _check_combinations(optimizer: Any, groups: list) -> dict[int, frozenset]:
     return kept
 
 
+def _accepted(base: type) -> list[str]:
+    """The settings ``base``'s constructor takes (its signature read once per class)."""
+    if base not in _ACCEPTED:
+        _ACCEPTED[base] = [n for n in inspect.signature(base).parameters if n != "params"]
+    return _ACCEPTED[base]
+
+
 def _trial(base: type, settings: dict, like: Any) -> tuple[str | None, frozenset]:
     """``base`` built with ``settings`` over a one-element stand-in of ``like`` and stepped
-    once: what torch raised (``None`` if nothing), and the state keys it kept."""
+    once: what torch raised (``None`` if nothing), and the state keys it kept. The step is the
+    class's own, without the hooks ``Optimizer`` wraps it in: no step hook a caller registered
+    runs for the stand-in, and a first call does not pay for torch's profiler annotations. The
+    verdict on plain settings is kept for the next restore."""
+    plain = all(_plain(v) for v in settings.values())
+    given = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in settings.items()))
+    key = (base, given, like.dtype, like.device, like.requires_grad, like.is_leaf)
+    if plain and key in _VERDICTS:
+        return _VERDICTS[key]
     stand_in = torch.zeros(1, dtype=like.dtype, device=like.device, requires_grad=like.requires_grad)
     if not like.is_leaf:  # a differentiable optimizer's parameters (a leaf refuses its in-place step)
         stand_in = stand_in.clone()
@@ -271,7 +292,16 @@ def _trial(base: type, settings: dict, like: Any) -> tuple[str | None, frozenset
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             trial = base([stand_in], **settings)
-            trial.step()
+            step = getattr(type(trial).step, "__wrapped__", None)  # `Optimizer.profile_hook_step`'s
+            if step is not None:
+                step(trial)
+            else:
+                trial.step()
+        verdict: tuple[str | None, frozenset] = (None, frozenset(trial.state[stand_in]))
     except Exception as err:  # torch's verdict, of any kind (AssertionError for capturable)
-        return f"{type(err).__name__}: {err}", frozenset()
-    return None, frozenset(trial.state[stand_in])
+        verdict = (f"{type(err).__name__}: {err}", frozenset())
+    if plain:
+        if len(_VERDICTS) >= _MAX_VERDICTS:
+            _VERDICTS.clear()
+        _VERDICTS[key] = verdict
+    return verdict
