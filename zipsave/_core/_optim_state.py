@@ -260,7 +260,10 @@ def _check_combinations(optimizer: Any, groups: list) -> dict[int, frozenset]:
                 f"`param_groups.{index}` sets {sorted(k for k in given if given[k] != own[k])} to what torch's "
                 f"{base.__name__} refuses ({refused}).",
                 key=f"param_groups.{index}",
-                hint="torch writes no such settings; leave the optimizer's state out with `exclude=` to keep its own.",
+                hint=(
+                    "torch here takes no such settings for parameters on this device (an archive saved on another "
+                    "device, or not by torch); leave the optimizer's state out with `exclude=` to keep its own."
+                ),
             )
         kept[index] = frozenset() if base.__name__ == "SGD" else keys  # SGD makes a missing momentum buffer
     return kept
