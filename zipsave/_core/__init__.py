@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
         recognising_handler,
     )
     from ._modes import apply_modes, module_modes
-    from ._optim_state import check_optimizer_state, check_scheduler_state
+    from ._optim_state import check_optimizer_numbers, check_optimizer_state
     from ._options import OPTION_DOCS, LoadOptions, check_custom_objects
     from ._parts import (
         ALWAYS_EXCLUDED_PREFIXES,
@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     )
     from ._patterns import flat, matches, nested
     from ._report import LoadReport
+    from ._sched_state import check_scheduler_state, load_stateful
     from ._session import LoadSession
     from ._write import Encoded, check_signable, encode, encoded_size, write
 
@@ -80,7 +81,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("apply_modes", "module_modes"), "._modes"),
     "Component": "._component",
     **dict.fromkeys(("OPTION_DOCS", "LoadOptions"), "._options"),
-    **dict.fromkeys(("check_optimizer_state", "check_scheduler_state"), "._optim_state"),
+    **dict.fromkeys(("check_optimizer_numbers", "check_optimizer_state"), "._optim_state"),
+    **dict.fromkeys(("check_scheduler_state", "load_stateful"), "._sched_state"),
     **dict.fromkeys(
         (
             "ALWAYS_EXCLUDED_PREFIXES",
@@ -128,6 +130,7 @@ _SUBMODULES = frozenset(
         "_parts",
         "_patterns",
         "_report",
+        "_sched_state",
         "_session",
         "_write",
     }
@@ -155,8 +158,10 @@ __all__ = [
     "check_app_state",
     "check_component",
     "check_custom_objects",
+    "check_optimizer_numbers",
     "check_optimizer_state",
     "check_scheduler_state",
+    "load_stateful",
     "collect",
     "data_bytes",
     "member_names",

@@ -366,6 +366,7 @@ def load_state_into(src: LoadSession, member: str, target: Any, exact_match: boo
             _core.check_optimizer_state(target, tree)  # the tensors a fresh optimizer has none of yet
 
         tree, _ = src.load_tensors(member, current_state, check_shapes=True, validate=fits_optimizer)
+        _core.check_optimizer_numbers(tree, archive=src.name, member=member)  # read now
         try:
             target.load_state_dict(tree)
         except (ValueError, KeyError, RuntimeError) as err:
@@ -377,9 +378,7 @@ def load_state_into(src: LoadSession, member: str, target: Any, exact_match: boo
             existing = target.state_dict()
         tree, _ = src.load_tensors(member, existing)
         try:
-            if isinstance(target, torch.optim.lr_scheduler.LRScheduler):
-                _core.check_scheduler_state(target, tree)
-            target.load_state_dict(tree)
+            _core.load_stateful(target, tree)
         except ParameterMismatchError as err:
             if err.archive or err.member:
                 raise
@@ -414,6 +413,8 @@ def set_parameters_from_dict(obj: Any, params: dict[str, Any], *, exact_match: b
             else:
                 if isinstance(target, torch.optim.Optimizer):
                     _core.check_optimizer_state(target, state)
-                target.load_state_dict(state)
+                    target.load_state_dict(state)
+                else:
+                    _core.load_stateful(target, state)
         except (RuntimeError, ValueError, KeyError) as err:
             raise ParameterMismatchError(f"does not fit: {err}", key=name) from err

@@ -1,18 +1,20 @@
-"""A saved optimizer or learning-rate scheduler state, checked against the live object before
-torch's ``load_state_dict`` takes it, which checks nothing: an optimizer's per-parameter tensors
-against their parameters (its fused kernels read and write each as if it had its parameter's
-elements) and its hyper-parameters against the kinds its groups hold; a scheduler's names
-against what its own ``state_dict`` writes (it sets any name it is given as an attribute)."""
+"""A saved optimizer state, checked against the live optimizer before torch's ``load_state_dict``
+takes it, which checks nothing: its per-parameter tensors against their parameters (its fused
+kernels read and write each as if it had its parameter's elements), its hyper-parameters against
+the kinds its groups hold and against what torch's own constructor and step take."""
 
 from __future__ import annotations
 
+import inspect
 import math
-import types
+import warnings
 from typing import Any
+
+import torch
 
 from ..exceptions import ParameterMismatchError
 
-__all__ = ["check_optimizer_state", "check_scheduler_state"]
+__all__ = ["check_number", "check_optimizer_numbers", "check_optimizer_state", "real_number", "shape_of"]
 
 #: The per-parameter state each of torch's optimizers keeps in its parameter's shape (what its
 #: step creates with ``zeros_like(param)``), by class name in ``torch.optim``.
@@ -34,6 +36,12 @@ _PARAM_SHAPED: dict[str, tuple[str, ...]] = {
 _SCALARS = ("step", "mu_product", "eta", "mu")
 #: The most problems one message names.
 _NAMED = 5
+#: torch's verdicts on settings already tried (:func:`_trial`), by class, settings and stand-in;
+#: emptied when full. Only plain settings are kept, so no caller's tensor is held here.
+_VERDICTS: dict[tuple, tuple[str | None, frozenset]] = {}
+_MAX_VERDICTS = 256
+#: The settings each class's constructor takes, read from its signature once.
+_ACCEPTED: dict[type, list[str]] = {}
 
 
 def _param_shaped(optimizer: Any) -> tuple[str, ...]:
@@ -46,7 +54,7 @@ def _param_shaped(optimizer: Any) -> tuple[str, ...]:
     return ()
 
 
-def _shape(value: Any) -> tuple[int, ...] | None:
+def shape_of(value: Any) -> tuple[int, ...] | None:
     """A saved tensor's shape (a tensor reference of the reader, or a tensor); else ``None``."""
     shape = getattr(value, "shape", None)
     return tuple(shape) if isinstance(shape, tuple) and all(type(n) is int for n in shape) else None
@@ -66,11 +74,12 @@ def check_optimizer_state(optimizer: Any, tree: Any) -> None:
         return  # another optimizer's, or a state torch's load_state_dict refuses itself
     params = [p for group in optimizer.param_groups for p in group["params"]]
     position: dict[Any, int] = {}  # torch's id map: each saved id, its place (the last, if repeated)
+    group_of: dict[Any, int] = {}
     index = 0
-    for group in groups:
+    for number, group in enumerate(groups):
         for pid in group.get("params", ()) if isinstance(group, dict) else ():
             try:
-                position[pid] = index
+                position[pid], group_of[pid] = index, number
             except TypeError:  # unhashable: torch's own map refuses the state
                 pass
             index += 1
@@ -81,33 +90,92 @@ def check_optimizer_state(optimizer: Any, tree: Any) -> None:
             continue  # torch keeps what it cannot place under its id, unused
         wanted = tuple(params[at].shape)
         for name, value in entry.items():
-            shape = _shape(value)
-            if shape is None:
-                continue
-            if name in shaped and shape != wanted:
-                problems.append((f"state.{pid}.{name}", f"saved shape {shape}, the parameter's {wanted}"))
-            elif name in _SCALARS and math.prod(shape) != 1:
-                problems.append((f"state.{pid}.{name}", f"saved shape {shape}, one number expected"))
+            problem = _entry_problem(name, value, shaped, wanted) if name in shaped or name in _SCALARS else None
+            if problem is not None:
+                problems.append((f"state.{pid}.{name}", problem))
     if problems:
         listed = "; ".join(f"`{key}`: {what}" for key, what in problems[:_NAMED])
         more = f"; and {len(problems) - _NAMED} more" if len(problems) > _NAMED else ""
         raise ParameterMismatchError(
-            f"{len(problems)} saved optimizer state tensor(s) do not fit their parameters: {listed}{more}.",
+            f"{len(problems)} saved optimizer state value(s) do not fit their parameters: {listed}{more}.",
             key=problems[0][0],
             hint=f"{type(optimizer).__name__} keeps them so; build the model with the architecture it was saved "
             "with, or leave the optimizer's state out with `exclude=`.",
         )
     _check_groups(optimizer, groups)
+    check_optimizer_numbers(tree)  # those read already (a state dict in data, SB3's shims)
+    kept = _check_combinations(optimizer, groups)
+    for pid, entry in state.items():
+        needed = kept.get(group_of.get(pid, -1), frozenset())
+        missing = sorted(needed - set(entry)) if isinstance(entry, dict) and entry else []
+        if missing:  # its step reads them: KeyError
+            raise ParameterMismatchError(
+                f"`state.{pid}` holds no {missing}, which {type(optimizer).__name__} keeps for a parameter with "
+                "the saved settings.",
+                key=f"state.{pid}",
+            )
 
 
-def _number(value: Any) -> bool:
-    """A real number an optimizer computes with: an int or float (not a bool, not NaN), or a
+def _entry_problem(name: str, value: Any, shaped: tuple[str, ...], wanted: tuple[int, ...]) -> str | None:
+    """Why the step of an optimizer that keeps ``name`` for a parameter of shape ``wanted``
+    cannot compute with (or write into) ``value``, or ``None``."""
+    if name == "momentum_buffer" and value is None:
+        return None  # SGD without momentum
+    if name in _SCALARS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return check_number(name, value)  # an older torch's Python number
+    shape = shape_of(value)
+    if shape is None:
+        return f"a {type(value).__name__} where it keeps a tensor"
+    if name in shaped and shape != wanted:
+        return f"saved shape {shape}, the parameter's {wanted}"
+    if name in _SCALARS and math.prod(shape) != 1:
+        return f"saved shape {shape}, one number expected"
+    if name in _SCALARS and (value.dtype.is_complex or str(value.dtype) == "torch.bool"):
+        return f"a {value.dtype} tensor where it keeps a real number"
+    layout = getattr(value, "layout", None)
+    stride = value.stride() if layout is not None and str(layout) == "torch.strided" else getattr(value, "stride", None)
+    if layout is not None and str(layout) != "torch.strided" or not isinstance(stride, tuple):
+        return f"a {layout} tensor where it keeps a dense one"
+    expected = 1  # a dense tensor, no two elements in one place: its step writes it as one run of memory
+    for step, size in sorted((step, size) for size, step in zip(shape, stride) if size != 1):
+        if step != expected and 0 not in shape:
+            return f"a view (size {shape}, stride {stride}) whose elements share memory or leave gaps"
+        expected *= size
+    return None
+
+
+def check_number(name: str, value: Any) -> str | None:
+    """Why an optimizer's per-parameter number (a ``step``, NAdam's ``mu_product``, ASGD's
+    ``eta``) read as ``value`` is no number its step computes with, or ``None``: NaN or inf
+    made every weight NaN, a ``step`` below 0 divided by zero in Adam's bias correction."""
+    number = float(value)
+    if not math.isfinite(number):
+        return f"{number}, not a finite number"
+    return f"{number}: a step is 0 or more" if name == "step" and number < 0 else None
+
+
+def check_optimizer_numbers(tree: Any, archive: Any = None, member: str | None = None) -> None:
+    """Refuse a read optimizer state whose per-parameter numbers (:func:`check_number`) its
+    step cannot compute with: what :func:`check_optimizer_state` could not see in the tensors
+    before they were read."""
+    state = tree.get("state") if isinstance(tree, dict) else None
+    for pid, entry in state.items() if isinstance(state, dict) else ():
+        for name, value in entry.items() if isinstance(entry, dict) else ():
+            if name in _SCALARS and hasattr(value, "item") and value.numel() == 1 and not value.dtype.is_complex:
+                problem = check_number(name, value)
+                if problem is not None:
+                    where = f"state.{pid}.{name}"
+                    raise ParameterMismatchError(f"`{where}` is {problem}.", archive=archive, member=member, key=where)
+
+
+def real_number(value: Any) -> bool:
+    """A real number an optimizer computes with: an int or float (not a bool, NaN or inf), or a
     tensor (or the reader's reference to one) of one element."""
     if isinstance(value, bool):
         return False
     if isinstance(value, (int, float)):
-        return value == value
-    shape = _shape(value)
+        return isinstance(value, int) or math.isfinite(value)
+    shape = shape_of(value)
     return shape is not None and math.prod(shape) == 1
 
 
@@ -120,10 +188,10 @@ def _kind_problem(live: Any, saved: Any) -> str | None:
         return None if isinstance(saved, bool) else "a flag (True or False)"
     if live is None:
         return None if saved is None or isinstance(saved, (bool, str)) else "None, a flag or a name"
-    if _number(live) or isinstance(live, (int, float)):
-        return None if _number(saved) else "a number (not NaN)"
-    if isinstance(live, (tuple, list)) and all(_number(v) for v in live):
-        fits = isinstance(saved, (tuple, list)) and len(saved) == len(live) and all(_number(v) for v in saved)
+    if real_number(live) or isinstance(live, (int, float)):
+        return None if real_number(saved) else "a finite number"
+    if isinstance(live, (tuple, list)) and all(real_number(v) for v in live):
+        fits = isinstance(saved, (tuple, list)) and len(saved) == len(live) and all(real_number(v) for v in saved)
         return None if fits else f"{len(live)} numbers"
     if isinstance(live, str):
         return None if isinstance(saved, str) else "a name"
@@ -156,67 +224,87 @@ def _check_groups(optimizer: Any, groups: list) -> None:
         )
 
 
-def check_scheduler_state(scheduler: Any, saved: Any, path: str = "") -> None:
-    """Refuse a saved learning-rate scheduler state that names what is not the scheduler's
-    state: torch's ``load_state_dict`` sets every name it is given as an attribute, so
-    ``optimizer`` replaced the optimizer the scheduler steps and ``get_lr`` or ``step`` shadowed
-    its methods (the first ``step`` raised). A name its own ``state_dict`` writes must hold
-    the kind of value it holds (a flag, a whole number, a number, a name, a list of as many
-    values); chained schedulers' states are checked each against its scheduler, and the saved
-    state of a ``LambdaLR``'s callable objects against theirs. Names the live scheduler lacks
-    (an older torch's ``verbose``) are plain values and load."""
-    if not isinstance(saved, dict):
-        raise ParameterMismatchError(f"holds a {type(saved).__name__} for a scheduler's state, expected a dict.")
-    live = scheduler.state_dict()
-    cls = type(scheduler)
-    for key, value in saved.items():
-        where = f"{path}{key}"
-        if not isinstance(key, str) or key == "optimizer" or key.startswith("__"):
-            raise ParameterMismatchError(f"`{where}` is no state a {cls.__name__} writes.", key=str(where))
-        attribute = getattr(cls, key, None)
-        if callable(attribute) or isinstance(attribute, property):
-            raise ParameterMismatchError(
-                f"`{where}` names {cls.__name__}'s method, not its state: loading it would replace the method.",
-                key=where,
-            )
-        if key not in live:
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, _PLAIN) or (isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value))
+
+
+def _check_combinations(optimizer: Any, groups: list) -> dict[int, frozenset]:
+    """torch's own verdict on each saved group's settings, before its ``load_state_dict`` puts
+    them in place: the first of torch's optimizer classes among the optimizer's bases is built
+    with them over a one-element stand-in of the group's first parameter and stepped once.
+    Combinations its constructor refuses (``foreach`` with ``fused``, ``fused`` with
+    ``differentiable``, a negative ``lr`` or ``eps``, ``betas`` past 1) or its step refuses
+    (``capturable`` for parameters on the CPU: an AssertionError at the first step) are refused
+    where the live group's own settings are taken. Returns, by group, the state keys that step
+    keeps (each of which a saved parameter's state must hold: its step reads them)."""
+    base = next(
+        (c for c in type(optimizer).__mro__ if c.__module__.startswith("torch.optim.") and c.__name__ in _PARAM_SHAPED),
+        None,
+    )
+    if base is None:
+        return {}
+    accepted = _accepted(base)
+    kept: dict[int, frozenset] = {}
+    for index, (live, saved) in enumerate(zip(optimizer.param_groups, groups)):
+        like = live["params"][0] if live["params"] else None
+        if not isinstance(saved, dict) or like is None or like.device.type == "meta" or not like.is_floating_point():
             continue
-        problem = _scheduler_kind_problem(live[key], value)
-        if problem is not None:
-            raise ParameterMismatchError(f"`{where}` is not {problem}, as {cls.__name__} keeps it.", key=where)
-    children = saved.get("_schedulers")
-    own = getattr(scheduler, "_schedulers", None)
-    if isinstance(children, list) and isinstance(own, list):
-        for index, (child, child_state) in enumerate(zip(own, children)):
-            check_scheduler_state(child, child_state, f"{path}_schedulers.{index}.")
-    _check_lambdas(scheduler, saved.get("lr_lambdas"), path)
-
-
-def _scheduler_kind_problem(live: Any, saved: Any) -> str | None:
-    if isinstance(live, bool):
-        return None if isinstance(saved, bool) else "a flag (True or False)"
-    if isinstance(live, (int, float)) or _shape(live) is not None:  # its settings may be either
-        return None if _number(saved) or isinstance(saved, float) else "a number"
-    if isinstance(live, str):
-        return None if isinstance(saved, str) else "a name"
-    if isinstance(live, (list, tuple)):
-        return None if isinstance(saved, (list, tuple)) and len(saved) == len(live) else f"a list of {len(live)}"
-    return None
-
-
-def _check_lambdas(scheduler: Any, saved: Any, path: str) -> None:
-    """``LambdaLR``'s (``MultiplicativeLR``'s) saved ``lr_lambdas``: None for a function, the
-    attributes of a callable object; torch updates each live callable's ``__dict__`` with them."""
-    own = getattr(scheduler, "lr_lambdas", None)
-    if saved is None or not isinstance(own, list):
-        return
-    for index, (fn, state) in enumerate(zip(own, saved)):
-        if state is None:
-            continue
-        names = {} if isinstance(fn, types.FunctionType) else getattr(fn, "__dict__", {})
-        unknown = sorted(str(k) for k in state if k not in names) if isinstance(state, dict) else ["(not a dict)"]
-        if unknown:
+        own = {n: live[n] for n in accepted if n in live}
+        given = {n: saved[n] for n in own if n in saved and _plain(saved[n])}
+        refused, keys = _trial(base, {**own, **given}, like)
+        if refused is not None and _trial(base, own, like)[0] is None:
             raise ParameterMismatchError(
-                f"`{path}lr_lambdas.{index}` sets {unknown[:_NAMED]}, which its callable does not hold.",
-                key=f"{path}lr_lambdas.{index}",
+                f"`param_groups.{index}` sets {sorted(k for k in given if given[k] != own[k])} to what torch's "
+                f"{base.__name__} refuses ({refused}).",
+                key=f"param_groups.{index}",
+                hint=(
+                    "torch here takes no such settings for parameters on this device (an archive saved on another "
+                    "device, or not by torch); leave the optimizer's state out with `exclude=` to keep its own."
+                ),
             )
+        kept[index] = frozenset() if base.__name__ == "SGD" else keys  # SGD makes a missing momentum buffer
+    return kept
+
+
+def _accepted(base: type) -> list[str]:
+    """The settings ``base``'s constructor takes (its signature read once per class)."""
+    if base not in _ACCEPTED:
+        _ACCEPTED[base] = [n for n in inspect.signature(base).parameters if n != "params"]
+    return _ACCEPTED[base]
+
+
+def _trial(base: type, settings: dict, like: Any) -> tuple[str | None, frozenset]:
+    """``base`` built with ``settings`` over a one-element stand-in of ``like`` and stepped
+    once: what torch raised (``None`` if nothing), and the state keys it kept. The step is the
+    class's own, without the hooks ``Optimizer`` wraps it in: no step hook a caller registered
+    runs for the stand-in, and a first call does not pay for torch's profiler annotations. The
+    verdict on plain settings is kept for the next restore."""
+    plain = all(_plain(v) for v in settings.values())
+    given = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in settings.items()))
+    key = (base, given, like.dtype, like.device, like.requires_grad, like.is_leaf)
+    if plain and key in _VERDICTS:
+        return _VERDICTS[key]
+    stand_in = torch.zeros(1, dtype=like.dtype, device=like.device, requires_grad=like.requires_grad)
+    if not like.is_leaf:  # a differentiable optimizer's parameters (a leaf refuses its in-place step)
+        stand_in = stand_in.clone()
+    stand_in.grad = torch.zeros(1, dtype=like.dtype, device=like.device)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trial = base([stand_in], **settings)
+            step = getattr(type(trial).step, "__wrapped__", None)  # `Optimizer.profile_hook_step`'s
+            if step is not None:
+                step(trial)
+            else:
+                trial.step()
+        verdict: tuple[str | None, frozenset] = (None, frozenset(trial.state[stand_in]))
+    except Exception as err:  # torch's verdict, of any kind (AssertionError for capturable)
+        verdict = (f"{type(err).__name__}: {err}", frozenset())
+    if plain:
+        if len(_VERDICTS) >= _MAX_VERDICTS:
+            _VERDICTS.clear()
+        _VERDICTS[key] = verdict
+    return verdict

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import os
 import stat
+import unicodedata
 import warnings
 import zlib
 from typing import Any
@@ -73,6 +74,14 @@ def extract(path: Any, folder: str | os.PathLike, *, overwrite: bool = False, li
                     archive=src.name,
                     member=name,
                 )
+            if not name.isprintable():
+                raise ArchiveFormatError(
+                    "has a name with characters a terminal or file manager acts on or hides (controls, bidi "
+                    "overrides, zero-width or separator characters; shown escaped); refusing to make it a file name.",
+                    archive=src.name,
+                    member=name,
+                    hint="zipsave.load and zipsave.read take such members as they are.",
+                )
             long = next((part for part in parts if len(os.fsencode(part)) > name_max), None)
             if long is not None:
                 raise ArchiveFormatError(
@@ -118,12 +127,32 @@ def _name_max(root: str) -> int:
         return 255
 
 
+def _folded(path: str) -> str:
+    """``path`` as a file system that ignores case and Unicode normalization takes it (macOS's
+    APFS and HFS+, Windows' NTFS): ``Policy.pth``, ``policy.pth`` and ``POLICY.pth`` are one;
+    so are ``policy.pth.`` and ``policy.pth`` (Windows drops a name's trailing dots and spaces)."""
+    parts = unicodedata.normalize("NFC", path).casefold().split(os.sep)
+    return os.sep.join(part.rstrip(" .") or part for part in parts)
+
+
 def _check_tree(plan: list[tuple[str, str, bool]], archive: str) -> None:
-    """Refuse, before a byte is written, a member that is a file where another member needs a
-    folder (``a`` and ``a/b``): the second could only fail halfway."""
-    files = {target: name for name, target, is_dir in plan if not is_dir}
+    """Refuse, before a byte is written, members that one file system takes for one path: a
+    file where another member needs a folder (``a`` and ``a/b``: the second could only fail
+    halfway), or names that differ only by case or Unicode normalization (``Policy.pth`` and
+    ``policy.pth``: on macOS or Windows one overwrote the other, or failed halfway), wherever
+    the folder is, so that an archive extracts to the same files everywhere."""
+    seen: dict[str, tuple[str, bool]] = {}
+    for name, target, is_dir in plan:
+        other = seen.setdefault(_folded(target), (name, is_dir))
+        if other[0] != name and not (is_dir and other[1]):
+            raise ArchiveFormatError(
+                f"names the same file as `{other[0]}` where case is ignored (macOS, Windows); refusing to extract it.",
+                archive=archive,
+                member=name,
+            )
+    files = {folded: name for folded, (name, is_dir) in seen.items() if not is_dir}
     for name, target, _ in plan:
-        folder = os.path.dirname(target)
+        folder = _folded(os.path.dirname(target))
         while folder not in files and len(folder) > 1 and os.path.dirname(folder) != folder:
             folder = os.path.dirname(folder)
         if folder in files:
