@@ -70,6 +70,7 @@ LOAD_MODULES = frozenset(
         "zipsave._tools",
         "zipsave._tools._check",
         "zipsave._tools._inspect",
+        "zipsave._tools._known",
         "zipsave._tools._records",
         "zipsave._tools._render",
         "zipsave._trust",
@@ -87,6 +88,7 @@ LOAD_MODULES = frozenset(
         "zipsave._tensors._invariants",
         "zipsave._printable",
         "zipsave._record",
+        "zipsave._calls",
         "zipsave._tensors._pth_refs",
         "zipsave._tensors._pth_vocab",
         "zipsave._tensors._pth_dtypes",  # torch's names as fixed tables: the reader needs no torch

@@ -24,6 +24,7 @@ from .._archive import (
     manifest_digest,
     parse_version,
 )
+from .._calls import keyword_options
 from .._codec import NATIVE_KEY as _N
 from .._codec import SERIALIZED_KEY as _S
 from .._codec import TYPE_KEY as _T
@@ -181,6 +182,7 @@ def _json_text(value: Any) -> str | None:
 
 
 # -- inspect -----------------------------------------------------------------------------------
+@keyword_options("zipsave.inspect")
 @nesting_as_error
 def inspect(
     path: Any,

@@ -10,6 +10,7 @@ import torch
 
 from .. import _format, _tools  # _tools: the signature check (`trust=`) and the registry, when used
 from .._archive import ArchiveSource, Limits, MemberView
+from .._calls import keyword_options
 from .._codec import Decoder
 from .._tensors import (
     PthMeta,
@@ -39,6 +40,7 @@ __all__ = ["read"]
 _PIECE = 1 << 20
 
 
+@keyword_options("zipsave.read", order=("device",))
 @nesting_as_error
 def read(
     path: Any,
