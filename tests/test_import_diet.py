@@ -322,7 +322,7 @@ def test_a_first_plain_save_imports_no_background_saver_progress_bar_or_rare_val
 # archives, beyond what the same call from Python imports: its own modules. Never the demo
 # (gymnasium and a trained agent), the checkpoint manager (and with it the whole save side) or
 # the sign extra's modules without a signer option.
-CLI_MODULES = frozenset({"zipsave.cli", "zipsave._cli_parser", "zipsave._cli_sign"})
+CLI_MODULES = frozenset({"zipsave.cli", "zipsave._cli_parser", "zipsave._cli_sign", "zipsave._cli_hints"})
 NEVER_ON_CLI = (
     "zipsave._demo",
     "zipsave._manager",
