@@ -147,3 +147,23 @@ def test_signer_options_that_do_not_go_together_are_named_as_flags(tmp_path, cap
     assert line == "zipsave: error: --signing_certificate needs --certificate_chain: the certificates up to the root.\n"
     line = _command_error(capsys, "sign", tmp_path / "m.zip", "--sigstore", "--signing_certificate", "c.pem")
     assert line == "zipsave: error: --signing_certificate needs the --private_key it certifies.\n"
+
+
+def test_a_required_signature_names_the_signer_options_not_trust(tmp_path, capsys):
+    pytest.importorskip("model_signing")
+    from tests.signing_pki import write_key_pair
+
+    _, public = write_key_pair(tmp_path, "k")
+    zipsave.save({"step": 1}, tmp_path / "m.zip")
+    line = _command_error(capsys, "inspect", tmp_path / "m.zip", "--public_key", public)
+    assert line.rstrip().endswith(
+        "Sign it with `zipsave sign`, or leave out the signer options (--public_key, --certificate_chain, "
+        "--identity) for an unsigned archive."
+    )
+    assert cli.main(["verify", str(tmp_path / "m.zip"), "--public_key", str(public)]) == 1
+    out = capsys.readouterr().out
+    assert "leave out the signer options" in out and "Trust(" not in out
+    line = _command_error(capsys, "verify", tmp_path / "m.zip", "--public_key", tmp_path / "gone.pem")
+    assert line.rstrip().endswith("does not exist. Check the path given to --public_key.")
+    python = _python_error(lambda: zipsave.inspect(tmp_path / "m.zip", trust=zipsave.Trust(public_keys=[public])))
+    assert "or load it with `Trust(..., required=False)` to accept unsigned archives." in python

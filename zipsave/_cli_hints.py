@@ -55,6 +55,12 @@ _RULES: tuple[tuple[str, str], ...] = (
         "filesystem reads them from the environment or its configuration files.",
     ),
     (r"`zipsave\.load_archive` reads it", "`zipsave.load_archive` in Python reads it"),
+    # the signature check: the command's signer options stand for a Trust that requires a signature
+    (
+        r"or load it with `Trust\(\.\.\., required=False\)` to accept unsigned archives\.",
+        "or leave out the signer options (--public_key, --certificate_chain, --identity) for an unsigned archive.",
+    ),
+    (r" \(Trust\(\w+=\.\.\.\)\)", ""),
 )
 #: What is left of a Python call once the rules ran: said to be one.
 _PYTHON_ONLY = (
