@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import zipsave
+import zipsave.sb3
 
 
 class Algo(zipsave.Saveable):
@@ -69,3 +70,15 @@ def test_a_method_counts_its_arguments_as_its_caller_does(tmp_path):
         "keyword-only. Call it as `CheckpointManager.save(step, obj, metrics=...)`.",
     )
     _raises(lambda: zipsave.CheckpointManager(tmp_path / "run", 3), "Pass it by name (`keep_last=`, `keep_best=`")
+
+
+def test_functions_of_options_only_say_so():
+    with pytest.raises(
+        zipsave.UsageError, match=re.escape("`zipsave.sb3.install()` takes 0 positional arguments but 1 was given")
+    ):
+        zipsave.sb3.install(True)
+    with pytest.raises(zipsave.UsageError, match=re.escape("Pass it by name (`allow_pickle=`, `trusted=`, `strict=`")):
+        with zipsave.sb3.installed(True):
+            pass
+    with pytest.raises(zipsave.UsageError, match=re.escape("Call it as `zipsave.sign(path, signer, signature=...)`")):
+        zipsave.sign("m.zip", "key.pem", "m.zip.sig")  # refused before any file is looked at

@@ -31,8 +31,11 @@ def too_many(public: str, positional: Sequence[str], options: Sequence[str], ord
         elif i < len(order):  # SB3's positional order: `PPO.load(path, env)`, `model.save(path, exclude)`
             guesses.append(f"{order[i]}={_shown(value)}")
     names = ", ".join(f"`{name}`" for name in positional)
-    what = f"{len(positional)} positional argument{'s' if len(positional) != 1 else ''} ({names})"
-    text = f"`{public}()` takes {what} but {len(args)} were given: its options are keyword-only."
+    what = f"{len(positional)} positional argument{'s' if len(positional) != 1 else ''}" + (
+        f" ({names})" if names else ""
+    )
+    given = f"{len(args)} {'was' if len(args) == 1 else 'were'} given"
+    text = f"`{public}()` takes {what} but {given}: its options are keyword-only."
     if len(guesses) == len(extra):
         return f"{text} Call it as `{public}({', '.join([*positional, *guesses])})`."
     listed = ", ".join(f"`{name}=`" for name in options[:6]) + (", ..." if len(options) > 6 else "")
