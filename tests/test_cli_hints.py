@@ -167,3 +167,28 @@ def test_a_required_signature_names_the_signer_options_not_trust(tmp_path, capsy
     assert line.rstrip().endswith("does not exist. Check the path given to --public_key.")
     python = _python_error(lambda: zipsave.inspect(tmp_path / "m.zip", trust=zipsave.Trust(public_keys=[public])))
     assert "or load it with `Trust(..., required=False)` to accept unsigned archives." in python
+
+
+class _NoCredentials(MemoryFileSystem):
+    protocol = "zsnocreds"
+
+    def _refuse(self, *args, **kwargs):
+        raise RuntimeError("Unable to locate credentials")
+
+    _open = ls = exists = cat_file = info = makedirs = pipe_file = _refuse
+
+
+def test_a_checkpoint_directory_whose_filesystem_refuses_names_the_directory(capsys):
+    # `zipsave list s3://bucket/run` without credentials was "unexpected NoCredentialsError ... (please report
+    # this as a zipsave bug)", and CheckpointManager raised botocore's exception bare
+    fsspec.register_implementation("zsnocreds", _NoCredentials, clobber=True)
+    message = _python_error(lambda: zipsave.CheckpointManager("zsnocreds://bucket/run"))
+    assert message == (
+        "checkpoint directory `zsnocreds://bucket/run` could not be reached (RuntimeError: Unable to locate "
+        "credentials). Check the URL and the credentials or `storage_options` it needs."
+    )
+    line = _command_error(capsys, "list", "zsnocreds://bucket/run")
+    assert (
+        "could not be reached (RuntimeError: Unable to locate credentials). Check the URL and the credentials it "
+        in line
+    )
