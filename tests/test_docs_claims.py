@@ -188,6 +188,7 @@ def test_error_classes_derive_from_the_builtins_api_rst_names():
         "StorageError": "OSError",
         "UnsafeGlobalError": "Exception",
         "UnsafeNameError": "ValueError",
+        "UsageError": "TypeError",
         "ZipsaveError": "Exception",
     }
     api = (DOCS / "api.rst").read_text()

@@ -70,6 +70,7 @@ LOAD_MODULES = frozenset(
         "zipsave._tools",
         "zipsave._tools._check",
         "zipsave._tools._inspect",
+        "zipsave._tools._known",
         "zipsave._tools._records",
         "zipsave._tools._render",
         "zipsave._trust",
@@ -87,6 +88,7 @@ LOAD_MODULES = frozenset(
         "zipsave._tensors._invariants",
         "zipsave._printable",
         "zipsave._record",
+        "zipsave._calls",
         "zipsave._tensors._pth_refs",
         "zipsave._tensors._pth_vocab",
         "zipsave._tensors._pth_dtypes",  # torch's names as fixed tables: the reader needs no torch
@@ -320,7 +322,7 @@ def test_a_first_plain_save_imports_no_background_saver_progress_bar_or_rare_val
 # archives, beyond what the same call from Python imports: its own modules. Never the demo
 # (gymnasium and a trained agent), the checkpoint manager (and with it the whole save side) or
 # the sign extra's modules without a signer option.
-CLI_MODULES = frozenset({"zipsave.cli", "zipsave._cli_parser", "zipsave._cli_sign"})
+CLI_MODULES = frozenset({"zipsave.cli", "zipsave._cli_parser", "zipsave._cli_sign", "zipsave._cli_hints"})
 NEVER_ON_CLI = (
     "zipsave._demo",
     "zipsave._manager",

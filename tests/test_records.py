@@ -83,6 +83,7 @@ class DataEntry:
     summary: str
     globals: tuple[str, ...] = ()
     untrusted: tuple[str, ...] = ()
+    rebuilt: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

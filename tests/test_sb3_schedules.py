@@ -10,12 +10,14 @@ import json
 import pathlib
 import re
 import warnings
+import zipfile
 
 import cloudpickle
 import numpy as np
 import pytest
 
 import zipsave
+from zipsave import _tools
 
 pytest.importorskip("stable_baselines3")
 from stable_baselines3 import A2C, DQN, PPO, SAC  # noqa: E402
@@ -204,3 +206,77 @@ def test_a_lambda_schedule_is_warned_about_when_saving_and_sb3s_closures_are_not
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         zipsave.save(ppo, tmp_path / "closure.zip")
+
+
+# -- what inspect and diff say of a schedule (the load's recognition, never unpickling) ---------
+ZOO = pathlib.Path(__file__).parent / "data" / "rl_zoo"
+SB3_2 = pathlib.Path(__file__).parent / "data" / "sb3"
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (DATA / "ppo_linear.zip", {"learning_rate": "linear 0.001 to 0.0001", "lr_schedule": "linear 0.001 to 0.0001"}),
+        (DATA / "ppo_linear.zip", {"clip_range": "linear 0.3 to 0.1 over the first 50% of training"}),
+        (DATA / "dqn.zip", {"lr_schedule": "constant 0.0001"}),
+        (DATA / "dqn.zip", {"exploration_schedule": "linear 1 to 0.05 over the first 50% of training"}),
+        (SB3_2 / "ppo_cartpole.zip", {"lr_schedule": "constant 0.0003", "clip_range": "constant 0.2"}),  # FloatSchedule
+        (
+            ZOO / "ppo_CartPole-v1.zip",
+            {"learning_rate": "linear 0.001 to 0 (RL Zoo)", "clip_range": "linear 0.2 to 0 (RL Zoo)"},
+        ),
+    ],
+    ids=["sb3-1-linear", "sb3-1-end-fraction", "sb3-1-constant", "dqn-exploration", "sb3-2-objects", "rl-zoo"],
+)
+def test_inspect_says_what_a_schedule_is(path, expected):
+    entries = {e.key: e for e in zipsave.inspect(path).data}
+    for key, words in expected.items():
+        entry = entries[key]
+        assert (entry.summary, entry.rebuilt, entry.needs_pickle, entry.trusted) == (words, True, False, True)
+        assert entry.form == "pickle" and entry.globals  # stored as a pickle: what it names is still listed
+    text = str(zipsave.inspect(path))
+    for key, words in expected.items():
+        assert re.search(
+            rf"^  {key}\s+\S+\s+pickle\s+{re.escape(words)}; a load rebuilds it without unpickling$", text, re.M
+        )
+
+
+def test_inspect_still_lists_a_lambda_as_an_untrusted_pickle():
+    entry = next(e for e in zipsave.inspect(DATA / "ppo_lambda.zip").data if e.key == "learning_rate")
+    assert (entry.rebuilt, entry.needs_pickle, entry.trusted) == (False, True, False)
+    assert entry.summary.startswith("pickle, ") and "cloudpickle.cloudpickle._make_function" in entry.untrusted
+
+
+def test_diff_names_the_schedules_instead_of_function(capsys):
+    from zipsave import cli
+
+    changes = {
+        c.name: (c.old, c.new) for c in _tools.diff(DATA / "ppo_linear.zip", DATA / "ppo_constant.zip").data_changed
+    }
+    assert changes["lr_schedule"] == ("linear 0.001 to 0.0001", "constant 0.0003")
+    assert changes["clip_range"] == ("linear 0.3 to 0.1 over the first 50% of training", "constant 0.2")
+    assert changes["learning_rate"] == ("linear 0.001 to 0.0001", "0.0003")
+    assert cli.main(["diff", str(DATA / "ppo_linear.zip"), str(DATA / "ppo_constant.zip")]) == 1
+    assert "~ data    lr_schedule: linear 0.001 to 0.0001 -> constant 0.0003\n" in capsys.readouterr().out
+
+
+def _with_data(source, target, **entries):
+    """A copy of SB3's archive ``source`` with ``data`` entries replaced (SB3 writes no manifest)."""
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for info in old.infolist():
+            body = old.read(info)
+            if info.filename == "data":
+                body = json.dumps({**json.loads(body), **entries}, indent=4).encode()
+            new.writestr(info, body)
+    return target
+
+
+def test_diff_of_one_schedule_pickled_by_two_pythons_is_the_same_value(tmp_path):
+    # SB3's constant_fn closure as CPython 3.8 and 3.13 pickled it: other bytes, one schedule
+    old = _with_data(DATA / "ppo_constant.zip", tmp_path / "old.zip", lr_schedule=_pickled("3.8", "constant_fn"))
+    new = _with_data(DATA / "ppo_constant.zip", tmp_path / "new.zip", lr_schedule=_pickled("3.13", "constant_fn"))
+    result = _tools.diff(old, new)
+    assert result.data_stored_differently == ("lr_schedule",) and not result.data_changed
+    lam = _with_data(DATA / "ppo_constant.zip", tmp_path / "lambda.zip", lr_schedule=_pickled("3.13", "lambda"))
+    change = _tools.diff(old, lam).data_changed
+    assert [(c.name, c.old, c.new) for c in change] == [("lr_schedule", "constant 0.25", "<function>")]

@@ -338,3 +338,24 @@ def test_sb3_replay_buffer_door_checks_the_signature(tmp_path, keys):
         assert fresh.replay_buffer.size() == model.replay_buffer.size()
         with pytest.raises(zipsave.SignatureError, match=re.escape("is not among the trusted public keys")):
             fresh.load_replay_buffer(rewrite)
+
+
+def test_a_key_encrypted_with_a_password_signs(tmp_path):
+    # model_signing's loader takes the password as bytes: the str that Signer(password=) and
+    # `zipsave sign --password` give failed every encrypted key ("Cannot convert <class 'str'>")
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    encrypted = serialization.BestAvailableEncryption(b"s3cret")
+    (tmp_path / "k.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encrypted)
+    )
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    (tmp_path / "k.pub").write_bytes(public)
+    zipsave.save(state(), tmp_path / "m.zip")
+    zipsave.sign(tmp_path / "m.zip", private_key=tmp_path / "k.pem", password="s3cret")
+    info = zipsave.verify_signature(tmp_path / "m.zip", zipsave.Trust(public_keys=[tmp_path / "k.pub"]))
+    assert info is not None and info.kind == "key"
+    with pytest.raises(zipsave.ZipsaveError, match=re.escape("Incorrect password")):
+        zipsave.sign(tmp_path / "m.zip", private_key=tmp_path / "k.pem", password="wrong")

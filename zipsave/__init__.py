@@ -24,6 +24,7 @@ from .exceptions import (
     StorageError,
     UnsafeGlobalError,
     UnsafeNameError,
+    UsageError,
     ZipsaveError,
     ZipsaveWarning,
 )
@@ -126,6 +127,7 @@ __all__ = [
     "Trust",
     "UnsafeGlobalError",
     "UnsafeNameError",
+    "UsageError",
     "ZipsaveError",
     "ZipsaveWarning",
     "__version__",

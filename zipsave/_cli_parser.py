@@ -6,10 +6,23 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from . import _trust  # its name rule, on first use (zipsave._lazy)
 from ._cli_sign import add_signer_options
 from ._version import __version__
 
 __all__ = ["COMMANDS", "build_parser"]
+
+
+def _global_name(text: str) -> str:
+    """A ``--trust`` value, checked by the trust policy's own rule (a usage error if not)."""
+    try:
+        _trust.normalise_trusted([text])
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a global name: give pkg.module.Class, pkg.module:Class, pkg.module.* or pkg. "
+            "(a class defined in a script or inside a function cannot be trusted by name)"
+        ) from None
+    return text
 
 
 # Each command's arguments are defined only when that command runs (for help and usage errors,
@@ -44,7 +57,7 @@ def _read_args(reading: argparse.ArgumentParser) -> None:
     reading.add_argument("address", help="a tensor (member/key) or a data key")
     reading.add_argument("--json", action="store_true", help="print JSON: {address, type, value or values}")
     trust = "also trust a global that a pickled value needs (pkg.module.Class or pkg.module.*); repeatable"
-    reading.add_argument("--trust", action="append", default=[], metavar="NAME", help=trust)
+    reading.add_argument("--trust", action="append", default=[], metavar="NAME", type=_global_name, help=trust)
     add_signer_options(reading, "(an error if not)")
 
 

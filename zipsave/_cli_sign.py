@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from . import _sign, _tools  # packages whose parts load on first use (zipsave._lazy)
+from ._cli_hints import in_command_terms
 from .exceptions import SignatureError, ZipsaveError
 
 __all__ = ["add_signer_options", "check_signature", "is_directory_of", "trust_of"]
@@ -59,6 +60,7 @@ def check_signature(args: argparse.Namespace, problems: list[str]) -> Any:
     try:
         return _sign.verify_signature(args.archive, trust)
     except SignatureError as err:
+        in_command_terms(err)
         problems.append(f"signature ({err.reason}): {err.detail}" + (f" {err.hint}" if err.hint else ""))
         return None
 

@@ -156,6 +156,12 @@ class Handler:
         go in as ``custom_objects`` the caller did not name."""
         return {}
 
+    def describe_values(self, session: Any, folder: str) -> dict[str, str]:
+        """The values :meth:`known_values` rebuilds for a folder this handler :meth:`recognises`,
+        in words (``{"lr_schedule": "constant 0.0003"}``), for ``zipsave inspect`` and ``diff``:
+        found without importing the library or torch, never by unpickling."""
+        return {}
+
     def checked_data(self, session: Any, obj: Any, data: dict[str, Any], given: AbstractSet[str]) -> dict[str, Any]:
         """The decoded ``data`` :func:`zipsave.restore` is to set on a live ``obj`` this handler
         :meth:`claims`: raise to refuse it, leave a key out to keep ``obj``'s own (``given``:

@@ -7,6 +7,7 @@ Exit status: 0 on success, 1 when ``verify`` finds a problem or ``diff`` finds a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -17,10 +18,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _sign, _tools  # packages whose parts load on first use (zipsave._lazy)
+from ._cli_hints import as_flags, in_command_terms, signature_note
 from ._cli_parser import COMMANDS, build_parser
 from ._cli_sign import check_signature, is_directory_of, trust_of
 from ._printable import visible, visible_json
-from .exceptions import CheckpointDirectoryError, UnsafeGlobalError, ZipsaveError, ZipsaveWarning
+from .exceptions import CheckpointDirectoryError, ZipsaveError, ZipsaveWarning
 
 __all__ = ["build_parser", "main"]
 
@@ -70,6 +72,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         _print_json(summary) if args.json else _say(_tools.render_sharded(summary))
         return EXIT_OK
     info = _tools.inspect(args.archive, verify=args.verify, trust=trust_of(args))
+    if info.signature is not None:  # "not checked": said with this command's options
+        info = dataclasses.replace(info, signature=signature_note(info.signature))
     if args.json:
         _print_json(info.to_dict())
     else:
@@ -105,20 +109,25 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_sign(args: argparse.Namespace) -> int:
-    if args.sigstore == bool(args.private_key):
+    if args.sigstore and args.private_key:
+        raise ZipsaveError("give --private_key KEY.pem or --sigstore, not both: --sigstore signs keyless.")
+    if not (args.sigstore or args.private_key):
         raise ZipsaveError("give --private_key KEY.pem, or --sigstore to sign keyless.")
     if args.embed and args.signature:
         raise ZipsaveError("--signature names a detached signature; it cannot be combined with --embed.")
-    signer = _sign.Signer(
-        private_key=args.private_key,
-        password=args.password,
-        signing_certificate=args.signing_certificate,
-        certificate_chain=args.certificate_chain or (),
-        sigstore=args.sigstore,
-        identity_token=args.identity_token,
-        use_staging=args.use_staging,
-        embed=args.embed,
-    )
+    try:
+        signer = _sign.Signer(
+            private_key=args.private_key,
+            password=args.password,
+            signing_certificate=args.signing_certificate,
+            certificate_chain=args.certificate_chain or (),
+            sigstore=args.sigstore,
+            identity_token=args.identity_token,
+            use_staging=args.use_staging,
+            embed=args.embed,
+        )
+    except ValueError as err:  # options that do not go together: a usage mistake, said in flags
+        raise ZipsaveError(as_flags(str(err))) from None
     written = _sign.sign(args.archive, signer, signature=args.signature, embed=args.embed)
     if args.json:
         _print_json({"archive": args.archive, "signature": written, "embedded": args.embed})
@@ -154,13 +163,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
 
 
 def _cmd_read(args: argparse.Namespace) -> int:
-    try:
-        value = _tools.read(args.archive, args.address, device="cpu", trusted=args.trust, trust=trust_of(args))
-    except UnsafeGlobalError as err:
-        if not err.by_value and (err.hint or "").startswith("To allow it, pass `trusted="):  # say this command's option
-            err.hint = f"To allow it, pass `--trust {shlex.quote(err.global_name)}` (which imports it) if you trust it."
-            err.args = (err._compose(),)
-        raise  # a global that rebuilds code keeps its hint: no option of this command may trust it safely
+    value = _tools.read(args.archive, args.address, device="cpu", trusted=args.trust, trust=trust_of(args))
     with _tools.whole_integers():  # an integer of 5 000 digits is a value zipsave writes and reads
         if not args.json:
             _say(f"{visible(args.address)}: {visible(_tools.value_text(value), lines=True)}")
@@ -245,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return int(_RUN[args.command](args) or 0)
         except ZipsaveError as err:
+            in_command_terms(err)  # a hint for a Python caller, said in the command's options
             message = _one_line(err)
         except OSError as err:
             if isinstance(err, BrokenPipeError):  # `zipsave inspect x.zip | head`: not an error

@@ -34,6 +34,7 @@ __all__ = [
     "StorageError",
     "UnsafeGlobalError",
     "UnsafeNameError",
+    "UsageError",
     "ZipsaveError",
     "ZipsaveWarning",
     "as_zipsave_error",
@@ -180,6 +181,11 @@ class AlgorithmMismatchError(DecodeError, TypeError):
 
 class EncodeError(ZipsaveError, TypeError):
     """A value could not be encoded for saving."""
+
+
+class UsageError(ZipsaveError, TypeError):
+    """A zipsave function was called the wrong way (an option passed by position where it is
+    keyword-only); a ``TypeError``, as Python's own for such a call. Raised before anything is read."""
 
 
 class UnsafeGlobalError(ZipsaveError):

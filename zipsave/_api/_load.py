@@ -12,6 +12,7 @@ import torch
 
 from .. import _core, _format  # _core: what builds or restores objects, and the registry, on first use
 from .._archive import Limits
+from .._calls import keyword_options
 from .._core import (
     OPTION_DOCS,
     LoadOptions,
@@ -33,6 +34,7 @@ def _options_doc(*, skip: tuple[str, ...] = ()) -> str:
     return "\n".join(f"    {name}\n        {text}" for name, text in OPTION_DOCS.items() if name not in skip)
 
 
+@keyword_options("zipsave.load_archive", order=("load_data", "custom_objects", "device"))
 @nesting_as_error
 def load_archive(
     path: Any,
@@ -101,6 +103,7 @@ load_archive.__doc__ = f"""Read an archive's parts, as SB3's ``load_from_zip_fil
     """
 
 
+@keyword_options("zipsave.load")
 @nesting_as_error
 def load(
     path: Any,
@@ -205,6 +208,7 @@ load.__doc__ = f"""Rebuild a saved object: a :class:`~zipsave.Saveable`, an SB3 
     """
 
 
+@keyword_options("zipsave.restore")
 @nesting_as_error
 def restore(
     obj: Any,

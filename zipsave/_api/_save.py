@@ -10,6 +10,7 @@ from typing import Any, Iterable
 import torch
 
 from .. import _api, _archive, _core  # the background saver, the progress bar and the sign extra, when asked for
+from .._calls import keyword_options
 from .._core import Parts, check_signable, collect, encode, write
 from ..exceptions import EncodeError
 
@@ -19,6 +20,7 @@ __all__ = ["save", "save_archive"]
 _BACKGROUND = f"{_api.__name__}._background"
 
 
+@keyword_options("zipsave.save", order=("exclude", "include"))
 def save(
     obj: Any,
     path: Any,

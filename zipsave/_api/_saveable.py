@@ -6,12 +6,18 @@ from __future__ import annotations
 import inspect
 from typing import Any, Iterable
 
+from .._calls import keyword_options
 from .._core import Component, LoadReport, collect, set_parameters_from_dict
 from ._load import load as load_object
 from ._load import restore, set_parameters_from_archive
 from ._save import save
 
 __all__ = ["Saveable"]
+
+
+#: What SB3's ``BaseAlgorithm.load`` takes by position after the path: what an extra positional
+#: value of ``Algo.load(path, env)`` most likely means.
+_SB3_LOAD_ORDER = ("env", "device", "custom_objects")
 
 
 class _LoadMethod:
@@ -22,12 +28,14 @@ class _LoadMethod:
     def __get__(self, instance: Any, owner: type) -> Any:
         if instance is None:
 
+            @keyword_options(f"{owner.__name__}.load", order=_SB3_LOAD_ORDER)
             def load(path: Any, **kwargs: Any) -> Any:
                 return load_object(path, cls=owner, **kwargs)
 
             load.__doc__ = Saveable._load_doc
             return load
 
+        @keyword_options(f"{owner.__name__}(...).load", order=_SB3_LOAD_ORDER)
         def load_into(path: Any, **kwargs: Any) -> Any:
             overrides = {k: kwargs.pop(k) for k in list(kwargs) if k not in _RESTORE_KEYS}
             restore(instance, path, **kwargs)

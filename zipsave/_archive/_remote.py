@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from .._optional import MissingDependencyError, require
-from ..exceptions import ArchiveFormatError, ZipsaveError
+from ..exceptions import ArchiveFormatError, StorageError, ZipsaveError
 from . import _progress
 from ._files import atomic_output, open_input, seekable, with_suffix
 
@@ -126,6 +126,9 @@ def remote_input(
             yield spool
 
 
+_CREDENTIALS = "Check the URL and the credentials or `storage_options` it needs."
+
+
 def _open_first(fs: Any, url: str, candidates: list[str]) -> IO[bytes]:
     for candidate in candidates:
         try:
@@ -134,8 +137,11 @@ def _open_first(fs: Any, url: str, candidates: list[str]) -> IO[bytes]:
             continue
         except IsADirectoryError:
             raise ArchiveFormatError("is a directory, not a zip archive.", archive=url) from None
-    raise ZipsaveError(
-        "no such object (also tried with a `.zip` suffix).",
-        archive=url,
-        hint="Check the URL and the credentials or `storage_options` it needs.",
-    )
+        except Exception as err:  # the filesystem's own (botocore's NoCredentialsError, a refused request)
+            raise StorageError(
+                f"could not be opened ({type(err).__name__}: {err}).",
+                archive=url,
+                errno=getattr(err, "errno", None),
+                hint=_CREDENTIALS,
+            ) from err
+    raise ZipsaveError("no such object (also tried with a `.zip` suffix).", archive=url, hint=_CREDENTIALS)

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import _api as api
+from .._calls import keyword_options
 from .._printable import visible
 from ..exceptions import CheckpointDirectoryError, ZipsaveError
 from ._directory import open_directory
@@ -99,6 +100,7 @@ class CheckpointManager(CheckpointReading):
             return super().__new__(cls.read_only_class)
         return super().__new__(cls)
 
+    @keyword_options("CheckpointManager")
     def __init__(
         self,
         directory: Any,
@@ -182,6 +184,7 @@ class CheckpointManager(CheckpointReading):
             return True
         return self.every_seconds is not None and time.monotonic() - self._last_time >= self.every_seconds
 
+    @keyword_options("CheckpointManager.save", order=("metrics",))
     def save(
         self,
         step: int,

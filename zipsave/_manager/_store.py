@@ -4,13 +4,15 @@ operations the manager needs (list, read, durable atomic write, delete)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import posixpath
 import tempfile
 import uuid
-from typing import IO, Any
+from typing import IO, Any, Callable, TypeVar
 
 from .._optional import require
+from ..exceptions import StorageError, ZipsaveError
 
 __all__ = ["LocalStore", "RemoteStore", "Store", "open_store"]
 
@@ -128,6 +130,28 @@ class LocalStore(Store):
         return os.stat(self.target(name)).st_size
 
 
+_M = TypeVar("_M", bound=Callable[..., Any])
+
+
+def _reached(method: _M) -> _M:
+    """What the filesystem raises beyond ``OSError`` (botocore's ``NoCredentialsError``, a refused
+    request) as a :class:`StorageError` naming the directory, not a bare third-party exception."""
+
+    @functools.wraps(method)
+    def call(self: RemoteStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (OSError, ZipsaveError):
+            raise
+        except Exception as err:
+            raise StorageError(
+                f"checkpoint directory `{self.location}` could not be reached ({type(err).__name__}: {err}).",
+                hint="Check the URL and the credentials or `storage_options` it needs.",
+            ) from err
+
+    return call  # type: ignore[return-value]
+
+
 class RemoteStore(Store):
     def __init__(self, url: str, storage_options: dict[str, Any] | None) -> None:
         fsspec = require("fsspec", extra="remote", feature=f"the checkpoint directory `{url}`")
@@ -145,10 +169,12 @@ class RemoteStore(Store):
     def _path(self, name: str) -> str:
         return posixpath.join(self.path, name)
 
+    @_reached
     def exists(self) -> bool:
         self._refresh()
         return bool(self.fs.exists(self.path))
 
+    @_reached
     def create(self) -> None:
         with contextlib.suppress(FileExistsError):
             self.fs.makedirs(self.path, exist_ok=True)
@@ -157,6 +183,7 @@ class RemoteStore(Store):
         with contextlib.suppress(AttributeError):
             self.fs.invalidate_cache(self.path)
 
+    @_reached
     def names(self) -> list[str]:
         self._refresh()
         try:
@@ -165,6 +192,7 @@ class RemoteStore(Store):
             return []
         return sorted(posixpath.basename(e.rstrip("/")) for e in entries if e.rstrip("/") != self.path)
 
+    @_reached
     def read(self, name: str) -> bytes | None:
         self._refresh()
         try:
@@ -172,6 +200,7 @@ class RemoteStore(Store):
         except FileNotFoundError:
             return None
 
+    @_reached
     def write(self, name: str, payload: bytes) -> None:
         if self.atomic_put:
             self.fs.pipe_file(self._path(name), payload)
@@ -185,17 +214,21 @@ class RemoteStore(Store):
                 self.fs.rm_file(temporary)
             raise
 
+    @_reached
     def delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._path(name))
 
+    @_reached
     def rename(self, name: str, new_name: str) -> None:
         self.fs.mv(self._path(name), self._path(new_name))
 
+    @_reached
     def open(self, name: str) -> IO[bytes]:
         self._refresh()
         return self.fs.open(self._path(name), "rb")
 
+    @_reached
     def size(self, name: str) -> int:
         self._refresh()
         return int(self.fs.size(self._path(name)))

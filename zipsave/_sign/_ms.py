@@ -56,7 +56,10 @@ def _make_config(ms: Any, signer: Signer) -> Any:
             signing_certificate=signer.signing_certificate,
             certificate_chain=signer.certificate_chain,
         )
-    return config.use_elliptic_key_signer(private_key=signer.private_key, password=signer.password)
+    # model_signing (1.1) hands the password to cryptography's PEM loader, which takes bytes only:
+    # a str (what its signature and zipsave's Signer say) failed every encrypted key.
+    password = signer.password.encode() if isinstance(signer.password, str) else signer.password
+    return config.use_elliptic_key_signer(private_key=signer.private_key, password=password)
 
 
 def sign_file(path: str, signer: Signer, signature: str) -> None:

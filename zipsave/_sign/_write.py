@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import _format
 from .._archive import ArchiveReader, ArchiveWriter, MemberInfo, atomic_output, open_source
+from .._calls import keyword_options
 from ..exceptions import ArchiveFormatError
 from . import _ms
 from ._settings import Signer, as_signer
@@ -63,6 +64,7 @@ def _embed(path: str, signer: Signer) -> str:
     return name
 
 
+@keyword_options("zipsave.sign", order=("signature",))
 def sign(
     path: Any,
     signer: Signer | Any = None,

@@ -30,7 +30,8 @@ from .._tensors import load_member, read_array_once
 from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, nesting_as_error, reading
 from ._diff_records import ArchiveDiff, Change
-from ._inspect import data_folders, involve_handlers, stored_type
+from ._inspect import data_folders, stored_type
+from ._known import described_values, involve_handlers
 from ._shown import sparse_parts
 from ._values import rng_change, same_value
 
@@ -67,13 +68,14 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
             old_data = _data(left, notes)
         with reading(right.name):
             new_data = _data(right, notes)
+        said = _said(left), _said(right)  # what an integration says a value is (SB3's schedules)
         changed: list[Change] = []
         stored_differently: list[str] = []
         for key in old_data:
             if key not in new_data:
                 continue
             with reading(both, key=key):
-                found = _data_change(left, right, key, old_data[key], new_data[key], decode)
+                found = _data_change(left, right, key, old_data[key], new_data[key], decode, said)
             if found == "stored differently":
                 stored_differently.append(key)
             elif found is not None:
@@ -120,11 +122,17 @@ def diff(a: Any, b: Any, *, limits: Any = None, decode: bool = True) -> ArchiveD
     )
 
 
-def _data_change(left: ArchiveSource, right: ArchiveSource, key: str, old: Any, new: Any, decode: bool) -> Any:
+def _data_change(
+    left: ArchiveSource, right: ArchiveSource, key: str, old: Any, new: Any, decode: bool, said: Any
+) -> Any:
     """How ``data`` key ``key`` differs: ``None`` (stored alike), ``"stored differently"`` (same
-    value) or a :class:`Change`."""
+    value) or a :class:`Change`. ``said``: each side's ``{key: words}`` for the values a load
+    rebuilds without unpickling (SB3's schedules), which name them instead of ``<function>``."""
     if _comparable(left, old) == _comparable(right, new):
         return None
+    old_said, new_said = said[0].get(key), said[1].get(key)
+    if old_said is not None and old_said == new_said:
+        return "stored differently"  # one schedule, pickled by another Python or SB3
     decoded = _decoded_pair(left, right, key, old, new) if decode else None
     if decoded is not None and same_value(*decoded):
         rng = rng_change(*decoded)  # equal spaces whose generators differ: not the same value
@@ -137,7 +145,16 @@ def _data_change(left: ArchiveSource, right: ArchiveSource, key: str, old: Any, 
             old_text = _describe_decoded(decoded[0], old_text)
         if _is_tagged(new):
             new_text = _describe_decoded(decoded[1], new_text)
-    return Change(key, old_text, new_text)
+    return Change(key, old_said or old_text, new_said or new_text)
+
+
+def _said(src: ArchiveSource) -> dict[str, str]:
+    """``{key: words}`` (keys as :func:`_data` joins them) for the ``data`` values a registered
+    integration recognises without decoding them."""
+    out: dict[str, str] = {}
+    for folder in data_folders(src.reader.names()):
+        out.update((_format.join(folder, key), text) for key, text in described_values(src, folder).items())
+    return out
 
 
 def _decoded(src: ArchiveSource, key: str, value: Any) -> Any:

@@ -21,12 +21,10 @@ from .._archive import (
     ArchiveSource,
     Limits,
     MemberView,
-    data_bytes,
     manifest_digest,
-    member_names,
     parse_version,
-    saved_as_app_state,
 )
+from .._calls import keyword_options
 from .._codec import NATIVE_KEY as _N
 from .._codec import SERIALIZED_KEY as _S
 from .._codec import TYPE_KEY as _T
@@ -50,10 +48,11 @@ from ..exceptions import (
     as_zipsave_error,
     nesting_as_error,
 )
+from ._known import described_values, involve_handlers
 from ._records import ArchiveInfo, ArchiveMember, ComponentInfo, DataEntry, TensorInfo
 from ._render import format_shape, shorten
 
-__all__ = ["data_folders", "inspect", "involve_handlers", "pth_meta", "stored_type"]
+__all__ = ["data_folders", "inspect", "pth_meta", "stored_type"]
 
 _CLASS_HINT = r"<class '(.+)'>"  # compiled (and cached by `re`) on first use
 # Native kinds whose decoding imports a global by name (through the trust policy).
@@ -138,7 +137,9 @@ def _global_trusted(name: str) -> bool:
     return name in _trust.SUBSTITUTED or (bool(module) and _trust.TrustPolicy().is_trusted(module, qualname))
 
 
-def _describe_entry(component: str, key: str, value: Any) -> DataEntry:
+def _describe_entry(component: str, key: str, value: Any, known: str | None = None) -> DataEntry:
+    """``known``: what a registered integration says the value is, when a load rebuilds it
+    without unpickling (SB3's schedule closures)."""
     pickles: list[str] = []
     refs: list[str] = []
     _scan(value, pickles, refs, False)
@@ -157,14 +158,16 @@ def _describe_entry(component: str, key: str, value: Any) -> DataEntry:
         form = "native"
     else:
         form = "json"
-    if isinstance(value, dict) and _N in value:
+    if known is not None:
+        summary = known
+    elif isinstance(value, dict) and _N in value:
         summary = _native_summary(value[_N])
     elif isinstance(value, dict) and _S in value:
         summary = f"pickle, {len(value[_S]) * 3 // 4} bytes" if isinstance(value[_S], str) else "pickle"
     else:
         compact = _json_text(value)
         summary = shorten(compact if compact is not None else repr(value))
-    return DataEntry(component, key, stored_type(value), form, summary, found, untrusted)
+    return DataEntry(component, key, stored_type(value), form, summary, found, untrusted, known is not None)
 
 
 def _json_text(value: Any) -> str | None:
@@ -179,6 +182,7 @@ def _json_text(value: Any) -> str | None:
 
 
 # -- inspect -----------------------------------------------------------------------------------
+@keyword_options("zipsave.inspect")
 @nesting_as_error
 def inspect(
     path: Any,
@@ -279,7 +283,8 @@ def inspect(
             raw = _read_json(src, member, notes, check_digest=True)
             if isinstance(raw, dict):
                 involve_handlers(src, folder)  # judged by their reviewed names, as a load of the folder is
-                data += [_describe_entry(folder, key, value) for key, value in raw.items()]
+                known = described_values(src, folder)  # e.g. SB3's schedules, which a load rebuilds
+                data += [_describe_entry(folder, key, value, known.get(key)) for key, value in raw.items()]
             elif raw is not None:
                 notes.append(f"`{member}`: holds a JSON {type(raw).__name__}, expected an object")
 
@@ -410,11 +415,3 @@ def _list_tensors(src: ArchiveSource, member: str, notes: list[str], damaged: li
         if isinstance(err, IntegrityError):
             damaged.append(member)
         return []
-
-
-def involve_handlers(src: Any, folder: str) -> None:
-    """Import the integrations a load of ``folder`` would ask about it, so a tool judging its values
-    uses their reviewed allowlists as that load would (none for a folder saved from a dict)."""
-    if folder not in src.involved and not saved_as_app_state(src, folder):
-        _tools.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder))
-        src.involved.add(folder)

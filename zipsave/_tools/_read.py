@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from .. import _format, _tools  # _tools: the signature check (`trust=`) and the registry, when used
-from .._archive import ArchiveSource, Limits, MemberView, data_bytes, member_names
+from .._archive import ArchiveSource, Limits, MemberView
+from .._calls import keyword_options
 from .._codec import Decoder
 from .._tensors import (
     PthMeta,
@@ -31,13 +32,15 @@ from .._tensors._invariants import refuse_refused
 from .._tensors._tree import check_views
 from .._trust import TrustPolicy
 from ..exceptions import ArchiveFormatError, DecodeError, UnsafeGlobalError, ZipsaveError, nesting_as_error
-from ._inspect import data_folders, involve_handlers, pth_meta
+from ._inspect import data_folders, pth_meta
+from ._known import involve_handlers, known_values
 
 __all__ = ["read"]
 
 _PIECE = 1 << 20
 
 
+@keyword_options("zipsave.read", order=("device",))
 @nesting_as_error
 def read(
     path: Any,
@@ -150,7 +153,7 @@ def read(
                     try:
                         return _decode_key(src, policy, target, member, rest, raw[rest])
                     except UnsafeGlobalError:
-                        known = _known_values(src, policy, prefix)  # SB3's schedule closures, as load_archive
+                        known = known_values(src, policy, prefix)  # SB3's schedule closures, as load_archive
                         if rest in known:
                             return known[rest]
                         raise
@@ -283,30 +286,6 @@ def _decode_key(
         raise DecodeError(
             f"could not be decoded ({type(err).__name__}: {err}).", archive=src.name, member=member, key=key
         ) from err
-
-
-class _SessionView:
-    """What a handler's ``recognises`` and ``known_values`` read of a load session."""
-
-    def __init__(self, src: ArchiveSource, policy: TrustPolicy) -> None:
-        self.source, self.reader, self.policy = src, src.reader, policy
-
-    def has(self, member: str) -> bool:
-        return member in self.reader
-
-    def read_json(self, member: str) -> Any:
-        return self.source.read_json(member)
-
-
-def _known_values(src: ArchiveSource, policy: TrustPolicy, folder: str) -> dict[str, Any]:
-    """The ``data`` values a registered handler that recognises ``folder`` rebuilds without
-    decoding them (SB3's and the RL Zoo's schedule closures), as :func:`zipsave.load_archive`
-    and every load have them: a key those read is a key ``read`` reads."""
-    view = _SessionView(src, policy)
-    for handler in _tools.handlers(members=member_names(src, folder), data=lambda: data_bytes(src, folder)):
-        if handler.recognises(view, folder):
-            return handler.known_values(view, None, folder)
-    return {}
 
 
 def _what_it_holds(src: ArchiveSource) -> str:

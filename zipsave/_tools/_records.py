@@ -75,6 +75,10 @@ class DataEntry(Record):
         and from import paths in the native form.
     untrusted
         The subset of ``globals`` that the default :doc:`trust policy <security>` refuses.
+    rebuilt
+        True when a load rebuilds the value without unpickling it: a registered integration
+        recognised it from the pickle's opcodes (SB3's and the RL Zoo's schedule closures), and
+        ``summary`` says what it is (``"constant 0.0003"``, ``"linear 0.001 to 0"``).
     """
 
     component: str
@@ -84,6 +88,7 @@ class DataEntry(Record):
     summary: str
     globals: tuple[str, ...] = ()
     untrusted: tuple[str, ...] = ()
+    rebuilt: bool = False
 
     def __init__(
         self,
@@ -94,6 +99,7 @@ class DataEntry(Record):
         summary: str,
         globals: tuple[str, ...] = (),
         untrusted: tuple[str, ...] = (),
+        rebuilt: bool = False,
     ) -> None:
         set_ = object.__setattr__
         set_(self, "component", component)
@@ -103,6 +109,7 @@ class DataEntry(Record):
         set_(self, "summary", summary)
         set_(self, "globals", globals)
         set_(self, "untrusted", untrusted)
+        set_(self, "rebuilt", rebuilt)
 
     @property
     def name(self) -> str:
@@ -111,13 +118,14 @@ class DataEntry(Record):
 
     @property
     def needs_pickle(self) -> bool:
-        """True when loading it runs the (restricted) unpickler."""
-        return self.form == "pickle"
+        """True when loading it runs the (restricted) unpickler (not for a ``rebuilt`` one)."""
+        return self.form == "pickle" and not self.rebuilt
 
     @property
     def trusted(self) -> bool:
-        """True when the default policy admits every global it needs."""
-        return not self.untrusted
+        """True when the default policy admits every global it needs, or a load rebuilds it
+        without unpickling."""
+        return not self.untrusted or self.rebuilt
 
 
 @record(frozen=True, init=False, repr=False, eq=False)

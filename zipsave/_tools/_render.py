@@ -134,6 +134,8 @@ def _imports(entry: DataEntry) -> str:
 
 
 def _entry_detail(entry: DataEntry) -> str:
+    if entry.rebuilt:  # its pickle's imports are in the JSON form; a load never runs them
+        return f"{entry.summary}; a load rebuilds it without unpickling"
     return f"{entry.summary}; imports {_imports(entry)}" if entry.globals else entry.summary
 
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._audit import pickle_globals
     from ._bounded import BoundedUnpickler
     from ._checks import bit_generator_state_problem, torch_generator_state_problem
-    from ._names import BY_VALUE_MARK
+    from ._names import BY_VALUE_MARK, normalise_trusted
     from ._policy import TrustPolicy
     from ._prescan import check_legacy_torch, check_torch_zip, prescan_pickle
     from ._space_check import space_problem
@@ -45,7 +45,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("CORE_ALLOWLIST", "GROUPS", "default_allowlist"), "._allowlist"),
     "pickle_globals": "._audit",
     **dict.fromkeys(("bit_generator_state_problem", "torch_generator_state_problem"), "._checks"),
-    "BY_VALUE_MARK": "._names",
+    **dict.fromkeys(("BY_VALUE_MARK", "normalise_trusted"), "._names"),
     "TrustPolicy": "._policy",
     "BoundedUnpickler": "._bounded",
     **dict.fromkeys(("check_torch_zip", "prescan_pickle"), "._prescan"),
@@ -92,6 +92,7 @@ __all__ = [
     "check_torch_call",
     "check_torch_zip",
     "default_allowlist",
+    "normalise_trusted",
     "pickle_globals",
     "prescan_pickle",
     "restricted_loads",

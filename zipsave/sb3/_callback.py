@@ -11,6 +11,7 @@ from typing import Any
 from stable_baselines3.common.callbacks import BaseCallback
 
 from .._api import RNGState
+from .._calls import keyword_options
 from .._manager import Checkpoint, CheckpointManager
 from .._printable import visible
 from ..exceptions import CheckpointDirectoryError
@@ -101,6 +102,7 @@ class CheckpointCallback(BaseCallback):
     >>> model.learn(1_000_000 - model.num_timesteps, callback=checkpoints, reset_num_timesteps=False)  # doctest: +SKIP
     """
 
+    @keyword_options("zipsave.sb3.CheckpointCallback")
     def __init__(
         self,
         directory: Any = None,

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from zipsave._archive import Limits
+from zipsave._calls import keyword_options
 from zipsave._sign import Trust
 from zipsave._trust import TrustPolicy
 
@@ -41,6 +42,7 @@ def is_installed() -> bool:
     return _state.current_options() is not None
 
 
+@keyword_options("zipsave.sb3.install")
 def install(
     *,
     allow_pickle: bool = False,
@@ -116,6 +118,7 @@ def uninstall() -> None:
 
 
 @contextlib.contextmanager
+@keyword_options("zipsave.sb3.installed")
 def installed(
     *,
     allow_pickle: bool = False,

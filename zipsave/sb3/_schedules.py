@@ -13,9 +13,10 @@ from typing import Any
 from .._codec import SERIALIZED_KEY, TYPE_KEY
 from .._trust import prescan_pickle
 from ._codeshape import CodeShape, shape_problem
-from ._zoo import rebuild_described, schedules_in
+from ._schedule_spec import NotASchedule, Spec, buildable, built, spec_text
+from ._zoo import described_value, zoo_specs
 
-__all__ = ["NotASchedule", "closures_in", "rebuilt_on_load", "recognise_schedule"]
+__all__ = ["NotASchedule", "closures_in", "rebuilt_on_load", "recognise_schedule", "schedule_texts"]
 
 _MODULE = "stable_baselines3.common.utils"
 _CLOUDPICKLE = ("cloudpickle.cloudpickle", "cloudpickle.cloudpickle_fast")
@@ -32,10 +33,6 @@ _KNOWN: dict[str, CodeShape] = {
         "<lambda>", ("progress_remaining",), (("value_schedule",),), ("float",), (None,)
     ),
 }
-
-
-class NotASchedule(Exception):
-    """The pickle is not one of SB3's schedule closures (or not only one)."""
 
 
 class _ScheduleObject:
@@ -154,8 +151,8 @@ def _attributes(func: _Function) -> dict[str, Any]:
     return {**state, **slots}  # cloudpickle versions split them differently
 
 
-def _zoo_schedule(func: _Function) -> Any:
-    """The RL Zoo's closure (rl-zoo3 < 2.7) as the installed Zoo's schedule, or ``None``."""
+def _zoo_value(func: _Function) -> float | None:
+    """The number in the RL Zoo's closure (rl-zoo3 < 2.7), or ``None`` when it is another function."""
     cells = _attributes(func).get("__closure__")
     if not (
         isinstance(func.code, _Code)
@@ -163,7 +160,7 @@ def _zoo_schedule(func: _Function) -> Any:
         and all(isinstance(c, _Cell) and len(c.value) == 1 for c in cells)
     ):
         return None
-    return rebuild_described(func.code.args, _attributes(func), [c.value[0] for c in cells])
+    return described_value(func.code.args, _attributes(func), [c.value[0] for c in cells])
 
 
 def _closure_values(func: _Function) -> tuple[str, list[Any]]:
@@ -199,40 +196,42 @@ def _state(obj: _ScheduleObject, names: set[str]) -> dict[str, Any]:
     return state
 
 
-def _rebuild_object(obj: _ScheduleObject) -> Any:
-    from stable_baselines3.common import utils
-
-    if obj.kind == "FloatSchedule":
-        return utils.FloatSchedule(_rebuild(_state(obj, {"value_schedule"})["value_schedule"]))
-    if obj.kind == "LinearSchedule":
-        state = _state(obj, {"start", "end", "end_fraction"})
-        return utils.LinearSchedule(*(_number(state[k]) for k in ("start", "end", "end_fraction")))
-    return utils.ConstantSchedule(_number(_state(obj, {"val"})["val"]))
-
-
-def _rebuild(func: Any) -> Any:
-    from stable_baselines3.common import utils
-
+def _spec(func: Any) -> Spec:
+    """What the inert records of a pickle describe, once each part is checked to be exactly SB3's
+    (or the RL Zoo's) schedule; :class:`NotASchedule` for anything else."""
     if isinstance(func, _ScheduleObject):
-        return _rebuild_object(func)
+        if func.kind == "FloatSchedule":
+            return ("float", _spec(_state(func, {"value_schedule"})["value_schedule"]))
+        if func.kind == "LinearSchedule":
+            state = _state(func, {"start", "end", "end_fraction"})
+            return ("linear", *(_number(state[k]) for k in ("start", "end", "end_fraction")))
+        return ("constant", _number(_state(func, {"val"})["val"]))
     if not isinstance(func, _Function):
         raise NotASchedule("the pickle holds no function")
-    zoo = _zoo_schedule(func)  # the RL Zoo's own closure (rl-zoo3 < 2.7), in any cloudpickle layout
+    zoo = _zoo_value(func)  # the RL Zoo's own closure (rl-zoo3 < 2.7), in any cloudpickle layout
     if zoo is not None:
-        return zoo
+        return ("zoo", zoo)
     qualname, values = _closure_values(func)
     if qualname == "constant_fn.<locals>.func":
-        val = _number(values[0])
-        return utils.ConstantSchedule(val) if hasattr(utils, "ConstantSchedule") else utils.constant_fn(val)
+        return ("constant", _number(values[0]))
     if qualname == "get_linear_fn.<locals>.func":
         end, end_fraction, start = (_number(v) for v in values)
-        if hasattr(utils, "LinearSchedule"):
-            return utils.LinearSchedule(start, end, end_fraction)
-        return utils.get_linear_fn(start, end, end_fraction)
-    # get_schedule_fn's wrapper around one of the above, a schedule object or the Zoo's closure
-    inner = _zoo_schedule(values[0]) if isinstance(values[0], _Function) else None
-    inner = inner if inner is not None else _rebuild(values[0])
-    return utils.FloatSchedule(inner) if hasattr(utils, "FloatSchedule") else utils.get_schedule_fn(inner)
+        return ("linear", start, end, end_fraction)
+    return ("float", _spec(values[0]))  # get_schedule_fn's wrapper around one of the above
+
+
+def _entry_spec(value: Any) -> Spec:
+    if not isinstance(value, dict) or not isinstance(value.get(SERIALIZED_KEY), str):
+        raise NotASchedule("the entry holds no pickle")
+    try:
+        payload = base64.b64decode(value[SERIALIZED_KEY], validate=True)
+        prescan_pickle(payload)  # no hash flood, no length past the end: linear in the payload
+        func = _DescribingUnpickler(io.BytesIO(payload)).load()
+    except NotASchedule:
+        raise
+    except Exception as err:  # a malformed pickle is simply not a schedule
+        raise NotASchedule(f"the pickle cannot be read ({type(err).__name__}: {err})") from err
+    return _spec(func)
 
 
 def recognise_schedule(value: Any) -> Any:
@@ -248,39 +247,51 @@ def recognise_schedule(value: Any) -> Any:
     NotASchedule
         The entry is anything else (a user's lambda, another function, a damaged pickle).
     """
-    if not isinstance(value, dict) or not isinstance(value.get(SERIALIZED_KEY), str):
-        raise NotASchedule("the entry holds no pickle")
-    try:
-        payload = base64.b64decode(value[SERIALIZED_KEY], validate=True)
-        prescan_pickle(payload)  # no hash flood, no length past the end: linear in the payload
-        func = _DescribingUnpickler(io.BytesIO(payload)).load()
-    except NotASchedule:
-        raise
-    except Exception as err:  # a malformed pickle is simply not a schedule
-        raise NotASchedule(f"the pickle cannot be read ({type(err).__name__}: {err})") from err
-    return _rebuild(func)
+    return built(_entry_spec(value))
 
 
-def closures_in(raw: Any, skip: Any = ()) -> dict[str, Any]:
-    """``{key: schedule}`` for the top-level entries of a parsed ``data`` member that hold SB3's
-    schedule closures (for SB3's own ``load`` under ``install()``, as ``custom_objects``)."""
+def _specs_in(raw: Any, skip: Any = ()) -> dict[str, Spec]:
+    """``{key: spec}`` for the top-level entries of a parsed ``data`` member that hold SB3's
+    schedule closures or objects, or the RL Zoo's closures."""
     out = {}
     for key, entry in raw.items() if isinstance(raw, dict) else ():
         hint = str(entry.get(TYPE_KEY, "")) if isinstance(entry, dict) else ""
         if key in skip or not ("function" in hint or "Schedule" in hint):
             continue
         try:
-            out[key] = recognise_schedule(entry)
+            out[key] = _entry_spec(entry)
         except NotASchedule:
             continue
+    return {**zoo_specs(raw, skip={*skip, *out}), **out}
+
+
+def closures_in(raw: Any, skip: Any = ()) -> dict[str, Any]:
+    """``{key: schedule}`` for the top-level entries of a parsed ``data`` member that hold SB3's
+    or the RL Zoo's schedule closures, rebuilt (what every load takes as ``custom_objects``)."""
+    out = {}
+    for key, spec in _specs_in(raw, skip).items():
+        try:
+            out[key] = built(spec)
+        except NotASchedule:  # the RL Zoo's, without rl-zoo3
+            continue
     return out
+
+
+def schedule_texts(raw: Any) -> dict[str, str]:
+    """``{key: "constant 0.0003"}`` for the entries :func:`closures_in` rebuilds, said in words
+    from the same recognition, without importing SB3, rl-zoo3 or torch (``zipsave inspect``)."""
+    return {key: spec_text(spec) for key, spec in _specs_in(raw).items() if buildable(spec)}
 
 
 def rebuilt_on_load(key: str, entry: dict[str, Any]) -> bool:
     """Whether a load rebuilds this pickled code without running it (SB3's and the Zoo's
     schedule closures, alone or in SB3's schedule objects): what a save need not warn about."""
+    spec: Spec | None
     try:
-        recognise_schedule(entry)
+        spec = _entry_spec(entry)
     except NotASchedule:
-        return bool(schedules_in({key: entry}))
-    return True
+        spec = zoo_specs({key: entry}).get(key)
+    try:
+        return spec is not None and built(spec) is not None
+    except NotASchedule:
+        return False

@@ -21,8 +21,9 @@ from typing import Any
 from .._trust import prescan_pickle
 from ..exceptions import ZipsaveError
 from ._codeshape import CodeShape, shape_problem
+from ._schedule_spec import NotASchedule, Spec, built
 
-__all__ = ["recognise", "rebuild_described", "schedules_in"]
+__all__ = ["described_value", "recognise", "schedules_in", "zoo_spec", "zoo_specs"]
 
 _MODULES = ("rl_zoo3.utils", "utils.utils")
 _QUALNAME = "linear_schedule.<locals>.func"
@@ -204,11 +205,10 @@ def _closure_value(root: _Call, calls: list[_Call]) -> float | None:
     return float(value)
 
 
-def recognise(payload: bytes) -> Any:
-    """Rebuild a pickled Zoo schedule closure (alone, or inside SB3's ``FloatSchedule``) as
-    the installed Zoo's linear schedule (``rl_zoo3.utils.SimpleLinearSchedule``, or before
-    rl-zoo3 2.7 its ``linear_schedule``); ``None`` when the pickle is anything else or rl-zoo3
-    is not installed."""
+def zoo_spec(payload: bytes) -> Spec | None:
+    """What a pickled Zoo schedule closure is (alone, or inside SB3's ``FloatSchedule``), as a
+    spec (``("zoo", value)`` or ``("float", ("zoo", value))``); ``None`` when the pickle is
+    anything else. Imports nothing."""
     try:
         prescan_pickle(payload)  # no hash flood, no length past the end: linear in the payload
         root, calls = _evaluate(payload)
@@ -227,21 +227,26 @@ def recognise(payload: bytes) -> Any:
     value = _closure_value(root, calls)
     if value is None:
         return None
-    schedule = _installed_schedule(value)
-    if schedule is None:
+    return ("float", ("zoo", value)) if wrapped else ("zoo", value)
+
+
+def recognise(payload: bytes) -> Any:
+    """Rebuild a pickled Zoo schedule closure (alone, or inside SB3's ``FloatSchedule``) as
+    the installed Zoo's linear schedule (``rl_zoo3.utils.SimpleLinearSchedule``, or before
+    rl-zoo3 2.7 its ``linear_schedule``); ``None`` when the pickle is anything else or rl-zoo3
+    is not installed."""
+    spec = zoo_spec(payload)
+    try:
+        return None if spec is None else built(spec)
+    except NotASchedule:  # without rl-zoo3
         return None
-    if wrapped:
-        from stable_baselines3.common.utils import FloatSchedule
-
-        return FloatSchedule(schedule)
-    return schedule
 
 
-def rebuild_described(code_fields: tuple, attrs: dict, cells: list[Any]) -> Any:
-    """The installed Zoo's schedule for a closure already read as inert records (by SB3's
-    schedule recogniser, which finds the Zoo's closure inside ``get_schedule_fn``'s lambda: what
-    SB3 < 2.7 stored for ``clip_range: lin_0.2``): its code fields, its function attributes and
-    its closure cells' values. ``None`` when it is not exactly the Zoo's function."""
+def described_value(code_fields: tuple, attrs: dict, cells: list[Any]) -> float | None:
+    """The number in the Zoo's closure already read as inert records (by SB3's schedule
+    recogniser, which finds the Zoo's closure inside ``get_schedule_fn``'s lambda: what SB3 < 2.7
+    stored for ``clip_range: lin_0.2``): its code fields, its function attributes and its closure
+    cells' values. ``None`` when it is not exactly the Zoo's function."""
     if attrs.get("__qualname__") != _QUALNAME or attrs.get("__module__") not in _MODULES:
         return None
     if shape_problem(code_fields, _QUALNAME, _SHAPE) is not None or len(cells) != 1:
@@ -249,26 +254,11 @@ def rebuild_described(code_fields: tuple, attrs: dict, cells: list[Any]) -> Any:
     value = cells[0]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return _installed_schedule(float(value))
+    return float(value)
 
 
-def _installed_schedule(value: float) -> Any:
-    """The installed Zoo's own linear schedule of ``value``: ``SimpleLinearSchedule`` (rl-zoo3
-    >= 2.7), else the installed ``linear_schedule`` (the same closure the archive holds, built
-    by the installed code, not the archive's); ``None`` without rl-zoo3."""
-    try:
-        from rl_zoo3 import utils
-    except ImportError:
-        return None
-    simple = getattr(utils, "SimpleLinearSchedule", None)
-    if simple is not None:
-        return simple(value)
-    closure = getattr(utils, "linear_schedule", None)
-    return closure(value) if closure is not None else None
-
-
-def schedules_in(raw: Any, skip: Any = ()) -> dict[str, Any]:
-    """The Zoo's schedules among the entries of a parsed ``data`` member."""
+def zoo_specs(raw: Any, skip: Any = ()) -> dict[str, Spec]:
+    """The Zoo's schedules among the entries of a parsed ``data`` member, as specs."""
     out = {}
     for key, entry in raw.items() if isinstance(raw, dict) else ():
         if key in skip or not isinstance(entry, dict) or not isinstance(entry.get(":serialized:"), str):
@@ -280,7 +270,19 @@ def schedules_in(raw: Any, skip: Any = ()) -> dict[str, Any]:
             payload = base64.b64decode(entry[":serialized:"], validate=True)
         except ValueError:
             continue
-        schedule = recognise(payload)
-        if schedule is not None:
-            out[key] = schedule
+        spec = zoo_spec(payload)
+        if spec is not None:
+            out[key] = spec
+    return out
+
+
+def schedules_in(raw: Any, skip: Any = ()) -> dict[str, Any]:
+    """The Zoo's schedules among the entries of a parsed ``data`` member, rebuilt (none without
+    rl-zoo3)."""
+    out = {}
+    for key, spec in zoo_specs(raw, skip).items():
+        try:
+            out[key] = built(spec)
+        except NotASchedule:
+            continue
     return out
