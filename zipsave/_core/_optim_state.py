@@ -174,7 +174,10 @@ def real_number(value: Any) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, (int, float)):
-        return isinstance(value, int) or math.isfinite(value)
+        try:
+            return math.isfinite(value)
+        except OverflowError:  # an int past float's range (lr=10**400): torch's step cannot compute with it
+            return False
     shape = shape_of(value)
     return shape is not None and math.prod(shape) == 1
 
@@ -253,7 +256,10 @@ def _check_combinations(optimizer: Any, groups: list) -> dict[int, frozenset]:
         if not isinstance(saved, dict) or like is None or like.device.type == "meta" or not like.is_floating_point():
             continue
         own = {n: live[n] for n in accepted if n in live}
-        given = {n: saved[n] for n in own if n in saved and _plain(saved[n])}
+        # `lr` is what a schedule changes at every update, and SB3's linear schedule ends a hair
+        # below 0 (-1.4e-12 in published RL Zoo agents): torch's step computes with what its
+        # constructor refuses. Its kind and finiteness are checked above (`_check_groups`).
+        given = {n: saved[n] for n in own if n in saved and n != "lr" and _plain(saved[n])}
         refused, keys = _trial(base, {**own, **given}, like)
         if refused is not None and _trial(base, own, like)[0] is None:
             raise ParameterMismatchError(
