@@ -629,6 +629,20 @@ def test_dqn_before_2_4_optimizer_is_truncated_with_a_warning(trained, tmp_path)
     _same_actions(loaded, original, _fixed_observations(original.observation_space))
 
 
+@needs_sb3
+def test_dqn_before_2_4_optimizer_settings_torch_refuses_name_the_member(trained, tmp_path):
+    _, path, _ = trained["dqn"]
+    data, params, variables = load_from_zip_file(path, device="cpu")
+    group = params["policy.optimizer"]["param_groups"][0]
+    n = len(group["params"])
+    group["params"] = group["params"] + [i + n for i in group["params"]]  # target network too
+    group["eps"] = -1.0  # torch's Adam refuses it
+    save_to_zip_file(tmp_path / "old.zip", data=data, params=params, pytorch_variables=variables)
+    with pytest.raises(zipsave.ParameterMismatchError, match="Invalid epsilon") as caught:
+        zipsave.load(tmp_path / "old.zip", cls=DQN)
+    assert (caught.value.member, caught.value.key) == ("policy.optimizer.pth", "param_groups.0")
+
+
 def _saved(model, path):
     model.save(path)
     return path

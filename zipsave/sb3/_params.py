@@ -19,7 +19,7 @@ from .._core import (
     set_variable,
     unwrap,
 )
-from ..exceptions import ParameterMismatchError, ZipsaveError, ZipsaveWarning, caller_stacklevel
+from ..exceptions import ParameterMismatchError, ZipsaveError, ZipsaveWarning, caller_stacklevel, reading
 from ._extras import matches_any
 from ._guess import import_line, suggest_algorithm
 
@@ -123,7 +123,8 @@ def _load_legacy(src: LoadSession, name: str, target: Any, err: ParameterMismatc
         groups[0]["params"] = groups[0]["params"][:n_params]
         kept = set(groups[0]["params"])
         tree["state"] = {k: v for k, v in tree.get("state", {}).items() if k in kept}
-        check_optimizer_state(target, tree)
+        with reading(src.name, member=member):  # its refusals name the member, as the plain route's do
+            check_optimizer_state(target, tree)
         target.load_state_dict(tree)
         warnings.warn(
             ZipsaveWarning(
