@@ -615,14 +615,22 @@ def test_sb3_before_1_7_shared_extractor_loads_with_a_warning(tmp_path):
     assert torch.equal(loaded.policy.features_extractor.linear.weight, model.policy.features_extractor.linear.weight)
 
 
-@needs_sb3
-def test_dqn_before_2_4_optimizer_is_truncated_with_a_warning(trained, tmp_path):
-    _, path, original = trained["dqn"]
+def _dqn_before_2_4(path, out, **settings):
+    """SB3 < 2.4's DQN archive of the model at ``path``: its optimizer also holds the target
+    network's parameters; ``settings`` change its parameter group. Returns the live count."""
     data, params, variables = load_from_zip_file(path, device="cpu")
     group = params["policy.optimizer"]["param_groups"][0]
     n = len(group["params"])
     group["params"] = group["params"] + [i + n for i in group["params"]]  # target network too
-    save_to_zip_file(tmp_path / "old.zip", data=data, params=params, pytorch_variables=variables)
+    group.update(settings)
+    save_to_zip_file(out, data=data, params=params, pytorch_variables=variables)
+    return n
+
+
+@needs_sb3
+def test_dqn_before_2_4_optimizer_is_truncated_with_a_warning(trained, tmp_path):
+    _, path, original = trained["dqn"]
+    n = _dqn_before_2_4(path, tmp_path / "old.zip")
     with pytest.warns(zipsave.ZipsaveWarning, match=re.escape("comes from DQN of SB3 < 2.4")):
         loaded = zipsave.load(tmp_path / "old.zip", cls=DQN)
     assert len(loaded.policy.optimizer.state_dict()["param_groups"][0]["params"]) == n
@@ -632,12 +640,7 @@ def test_dqn_before_2_4_optimizer_is_truncated_with_a_warning(trained, tmp_path)
 @needs_sb3
 def test_dqn_before_2_4_optimizer_settings_torch_refuses_name_the_member(trained, tmp_path):
     _, path, _ = trained["dqn"]
-    data, params, variables = load_from_zip_file(path, device="cpu")
-    group = params["policy.optimizer"]["param_groups"][0]
-    n = len(group["params"])
-    group["params"] = group["params"] + [i + n for i in group["params"]]  # target network too
-    group["eps"] = -1.0  # torch's Adam refuses it
-    save_to_zip_file(tmp_path / "old.zip", data=data, params=params, pytorch_variables=variables)
+    _dqn_before_2_4(path, tmp_path / "old.zip", eps=-1.0)  # torch's Adam refuses it
     with pytest.raises(zipsave.ParameterMismatchError, match="Invalid epsilon") as caught:
         zipsave.load(tmp_path / "old.zip", cls=DQN)
     assert (caught.value.member, caught.value.key) == ("policy.optimizer.pth", "param_groups.0")
