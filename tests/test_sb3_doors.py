@@ -291,6 +291,14 @@ def test_a_bad_value_is_blamed_on_the_caller(installed, trained):
         zipsave.load(path, cls=SAC, env=venv(), custom_objects={"learning_rate": "fast"})
 
 
+def test_a_bad_value_names_the_kind_of_object_the_archive_holds(trained):
+    # it said "the archive holds a object", for a schedule, a TrainFreq or an action noise alike
+    _, path, _ = trained
+    expected = "(a str; the archive holds a `stable_baselines3.common.type_aliases.TrainFreq`)"
+    with pytest.raises(zipsave.DecodeError, match=re.escape(expected)):
+        zipsave.load(path, cls=SAC, env=venv(), custom_objects={"train_freq": "fast"})
+
+
 def test_unknown_and_unmatched_keys_warn_once_each(installed, trained, tmp_path):
     _, path, _ = trained
     edited = tmp_path / "edited.zip"
