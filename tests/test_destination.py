@@ -39,3 +39,17 @@ def test_a_file_open_in_text_mode_is_refused_on_save(tmp_path, background):
             zipsave.save({"step": 3}, text, background=background)
         assert "open(path, 'wb')" in str(caught.value)
     assert (tmp_path / "out.zip").read_bytes() == b""
+
+
+def test_sb3_load_under_install_names_a_text_mode_file_too(tmp_path):
+    # the door wrapped the TypeError: "PPO.load failed on this file's values ... (damaged, another
+    # model or environment, or made to break readers)"
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3 import PPO
+
+    import zipsave.sb3
+
+    PPO("MlpPolicy", "CartPole-v1", n_steps=8, batch_size=8, policy_kwargs={"net_arch": [4]}).save(tmp_path / "ppo.zip")
+    with zipsave.sb3.installed(), open(tmp_path / "ppo.zip") as text:
+        with pytest.raises(TypeError, match=re.escape("is open in text mode (mode 'r')")):
+            PPO.load(text)

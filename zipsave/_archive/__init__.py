@@ -12,7 +12,7 @@ from .._lazy import lazy_attributes
 if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out for type checkers
     from ._crc import OrderedCrc, crc32, crc32_combine, crc32_many, crc32_read, share_work
     from ._crc import backend as crc_backend
-    from ._destination import destination_key, is_url, open_output, open_source
+    from ._destination import binary_file, destination_key, is_url, open_output, open_source
     from ._files import atomic_output, libc_function, open_input, seekable, with_suffix
     from ._handlers import data_bytes, member_names, saved_as_app_state
     from ._limits import DEFAULT_LIMITS, Limits
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 _LAZY: dict[str, str] = {
     "crc_backend": "._crc:backend",
     **dict.fromkeys(("OrderedCrc", "crc32", "crc32_combine", "crc32_many", "crc32_read", "share_work"), "._crc"),
-    **dict.fromkeys(("destination_key", "is_url", "open_output", "open_source"), "._destination"),
+    **dict.fromkeys(("binary_file", "destination_key", "is_url", "open_output", "open_source"), "._destination"),
     **dict.fromkeys(("data_bytes", "member_names", "saved_as_app_state"), "._handlers"),
     **dict.fromkeys(("atomic_output", "open_input", "seekable", "with_suffix"), "._files"),
     "libc_function": "._files",
@@ -76,6 +76,7 @@ __all__ = [
     "MemberView",
     "OrderedCrc",
     "atomic_output",
+    "binary_file",
     "check_member_name",
     "check_progress",
     "counting_reader",

@@ -17,7 +17,7 @@ from .. import _archive  # its fsspec transfers (_remote), imported only for a U
 from ..exceptions import ArchiveFormatError, StorageError
 from ._files import atomic_output, open_input, seekable, with_suffix
 
-__all__ = ["destination_key", "is_url", "open_output", "open_source"]
+__all__ = ["binary_file", "destination_key", "is_url", "open_output", "open_source"]
 
 _SPOOL_CHUNK = 16 << 20
 
@@ -39,7 +39,7 @@ def _local(path: Any) -> str:
     return text
 
 
-def _binary(fileobj: Any, mode: str) -> Any:
+def binary_file(fileobj: Any, mode: str) -> Any:
     """``fileobj``, a file object an archive is read from or written to, if it is open in binary
     mode: a text one takes and gives ``str``, which would read as no zip at all."""
     if isinstance(fileobj, io.TextIOBase):
@@ -57,7 +57,7 @@ def destination_key(path: Any) -> tuple[str, Any]:
     """What makes two saves go to the same place: the file object, the URL, or the absolute
     path with the ``.zip`` suffix rule applied."""
     if hasattr(path, "write"):
-        return ("file", id(_binary(path, "wb")))
+        return ("file", id(binary_file(path, "wb")))
     if is_url(path):
         return ("url", with_suffix(path))
     return ("path", os.path.abspath(with_suffix(_local(path))))
@@ -91,7 +91,7 @@ def open_output(
     exits cleanly (an exception leaves the previous archive whole), a local path durably
     unless ``durable`` is false; a file object is used as it is."""
     if hasattr(path, "write"):
-        yield _binary(path, "wb")
+        yield binary_file(path, "wb")
     elif is_url(path):
         with _archive.remote_output(path, storage_options=storage_options, progress=progress) as fp:
             yield fp
@@ -107,7 +107,7 @@ def open_source(
     """Yield ``(seekable binary file, name for messages)`` for an archive to read. A
     non-seekable file object or remote stream is spooled to a temporary file first."""
     if hasattr(path, "read"):
-        _binary(path, "rb")
+        binary_file(path, "rb")
         name = getattr(path, "name", None)
         label = name if isinstance(name, str) else f"<{type(path).__name__}>"
         if seekable(path) and hasattr(path, "seek"):
