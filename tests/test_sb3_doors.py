@@ -309,6 +309,20 @@ def test_an_app_state_archive_is_named_as_such_by_an_sb3_load(installed, tmp_pat
         assert "`zipsave.load(path)`" in str(caught.value) and "`zipsave.restore(app_state, path)`" in str(caught.value)
 
 
+def test_a_policy_file_is_named_with_the_door_that_reads_it(trained, tmp_path):
+    # the hint was `torch.load(path, weights_only=True)`, which refuses SB3's policy.save files
+    # (their pickle names the policy's spaces and classes)
+    sac, _, _ = trained
+    sac.policy.save(tmp_path / "policy.pth")
+    for load in (lambda: zipsave.load(tmp_path / "policy.pth", cls=SAC), lambda: zipsave.load(tmp_path / "policy.pth")):
+        with pytest.raises(
+            zipsave.ArchiveFormatError, match=re.escape("a policy saved by SB3's `policy.save`")
+        ) as caught:
+            load()
+        assert "weights_only=True" not in str(caught.value)
+        assert "`zipsave.sb3.install()`" in str(caught.value)
+
+
 def test_unknown_and_unmatched_keys_warn_once_each(installed, trained, tmp_path):
     _, path, _ = trained
     edited = tmp_path / "edited.zip"
