@@ -312,6 +312,24 @@ def test_an_undecodable_positional_argument_is_an_error_not_a_shift(tmp_path):
     assert info.value.key == "*sizes" and info.value.member == "init.json"
 
 
+class Widths(zipsave.Saveable):
+    def __init__(self, width, *more, gain=1.0):
+        sizes = (width, *more)
+        self.net = torch.nn.Sequential(*[torch.nn.Linear(i, o) for i, o in zip(sizes, sizes[1:])])
+        self.width, self.more, self.gain = width, more, gain
+
+
+def test_a_parameter_before_star_args_goes_in_by_position(tmp_path):
+    # init.json keeps `width` by name and the `*more` values by position: the load called
+    # Widths(5, 2, width=4) and failed with "got multiple values for argument 'width'"
+    model = Widths(4, 5, 2, gain=0.5)
+    model.save(tmp_path / "w.zip")
+    loaded = Widths.load(tmp_path / "w.zip")
+    assert (loaded.width, loaded.more, loaded.gain) == (4, (5, 2), 0.5) and same_state(model.net, loaded.net)
+    with pytest.raises(zipsave.ParameterMismatchError):  # the override goes in at its position
+        Widths.load(tmp_path / "w.zip", width=3)
+
+
 def test_plain_keyword_constructors_write_no_positional_record(tmp_path):
     Plain(a=5).save(tmp_path / "p.zip")
     assert "positional" not in json.loads(zipfile.ZipFile(tmp_path / "p.zip").read("init.json"))

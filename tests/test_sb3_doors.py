@@ -291,6 +291,38 @@ def test_a_bad_value_is_blamed_on_the_caller(installed, trained):
         zipsave.load(path, cls=SAC, env=venv(), custom_objects={"learning_rate": "fast"})
 
 
+def test_a_bad_value_names_the_kind_of_object_the_archive_holds(trained):
+    # it said "the archive holds a object", for a schedule, a TrainFreq or an action noise alike
+    _, path, _ = trained
+    expected = "(a str; the archive holds a `stable_baselines3.common.type_aliases.TrainFreq`)"
+    with pytest.raises(zipsave.DecodeError, match=re.escape(expected)):
+        zipsave.load(path, cls=SAC, env=venv(), custom_objects={"train_freq": "fast"})
+
+
+def test_an_app_state_archive_is_named_as_such_by_an_sb3_load(installed, tmp_path):
+    # it asked "is this an SB3 model archive?" and suggested custom_objects for the three keys
+    zipsave.save({"model": torch.nn.Linear(2, 2), "step": 3}, tmp_path / "state.zip")
+    expected = "holds an app state saved by `zipsave.save` (no SB3 model): its `data` has no"
+    for load in (lambda: zipsave.load(tmp_path / "state.zip", cls=PPO), lambda: PPO.load(tmp_path / "state.zip")):
+        with pytest.raises(zipsave.ArchiveFormatError, match=re.escape(expected)) as caught:
+            load()
+        assert "`zipsave.load(path)`" in str(caught.value) and "`zipsave.restore(app_state, path)`" in str(caught.value)
+
+
+def test_a_policy_file_is_named_with_the_door_that_reads_it(trained, tmp_path):
+    # the hint was `torch.load(path, weights_only=True)`, which refuses SB3's policy.save files
+    # (their pickle names the policy's spaces and classes)
+    sac, _, _ = trained
+    sac.policy.save(tmp_path / "policy.pth")
+    for load in (lambda: zipsave.load(tmp_path / "policy.pth", cls=SAC), lambda: zipsave.load(tmp_path / "policy.pth")):
+        with pytest.raises(
+            zipsave.ArchiveFormatError, match=re.escape("a policy saved by SB3's `policy.save`")
+        ) as caught:
+            load()
+        assert "weights_only=True" not in str(caught.value)
+        assert "`zipsave.sb3.install()`" in str(caught.value)
+
+
 def test_unknown_and_unmatched_keys_warn_once_each(installed, trained, tmp_path):
     _, path, _ = trained
     edited = tmp_path / "edited.zip"

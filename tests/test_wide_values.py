@@ -646,3 +646,22 @@ def test_diff_names_a_space_whose_generator_state_differs(tmp_path):
     other.seed(1)
     zipsave.save({"space": other}, tmp_path / "c.zip")
     assert diff(tmp_path / "a.zip", tmp_path / "c.zip").identical
+
+
+def test_a_simple_namespace_is_pickled_by_its_name_and_loads_safely(tmp_path):
+    # cloudpickle writes the class as `cloudpickle.cloudpickle._builtin_type('SimpleNamespace')`:
+    # the save warned that the value "holds code that cloudpickle stores by value", and a safe
+    # load skipped it, though `types.SimpleNamespace` is on the allowlist
+    import base64
+    import types
+
+    import cloudpickle
+
+    config = types.SimpleNamespace(lr=3e-4, layers=[64, 64], name="run")
+    zipsave.save({"config": config, "nested": {"inner": types.SimpleNamespace(a=1)}}, tmp_path / "ns.zip")
+    back = zipsave.load(tmp_path / "ns.zip")
+    assert back["config"] == config and back["nested"]["inner"] == types.SimpleNamespace(a=1)
+    entry = next(e for e in zipsave.inspect(tmp_path / "ns.zip").data if e.key == "config")
+    assert entry.globals == ("types.SimpleNamespace",) and entry.trusted
+    stored = json.loads(zipfile.ZipFile(tmp_path / "ns.zip").read("data"))
+    assert cloudpickle.loads(base64.b64decode(stored["config"][":serialized:"])) == config  # as SB3 reads it

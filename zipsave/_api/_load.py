@@ -135,7 +135,7 @@ def load(
             "`from stable_baselines3 import PPO` and `zipsave.load(path, cls=PPO)`, or leave it out for an "
             "archive that records its class."
         )
-    exclude = list(exclude or ())
+    exclude = _core.pattern_list(exclude, "exclude")
     with LoadSession(path, options) as src:
         folder = (component or "").strip("/")
         check_component(src, folder)
@@ -186,8 +186,8 @@ load.__doc__ = f"""Rebuild a saved object: a :class:`~zipsave.Saveable`, an SB3 
         Load only this component folder, e.g. ``"learner/module/p0"``. A folder holding a
         dict of components (``"learner/module"``) comes back as a dict of rebuilt objects.
     exclude
-        Keys or state-dict names to skip (glob patterns), e.g. ``["*.optimizer"]`` to load
-        for inference without optimizer state. ``"learner/x"`` addresses a component; a
+        Keys or state-dict names to skip (glob patterns; a string is one), e.g.
+        ``["*.optimizer"]`` to load for inference without optimizer state. ``"learner/x"`` addresses a component; a
         pattern starting with ``*`` applies in every component.
     exact_match
         Require the object the constructor makes to hold exactly the state dicts and
@@ -239,7 +239,7 @@ def restore(
             f"a {type(path).__name__} as the path: call `zipsave.restore(obj, path)`."
         )
     options = LoadOptions.of(locals())
-    exclude = list(exclude or ())
+    exclude = _core.pattern_list(exclude, "exclude")
     with LoadSession(path, options) as src:
         folder = (component or "").strip("/")
         check_component(src, folder)

@@ -50,7 +50,7 @@ def save(
         writable binary file object (not closed).
     exclude, include
         Attribute names (glob patterns allowed; ``"learner/opt"`` addresses a component) to
-        leave out of, or force into, the archive. For an SB3 model, ``include`` may also
+        leave out of, or force into, the archive; a string is one name. For an SB3 model, ``include`` may also
         name ``"replay_buffer"`` and ``"vec_normalize"``: stored as arrays in component
         folders of the same archive and restored by :func:`load` (see :doc:`sb3`).
     background
@@ -112,8 +112,8 @@ def save(
     signer = _core.as_signer(sign) if sign is not None else None
     if signer is not None:
         check_signable(path, signer)
-    exclude = list(exclude or ())
-    include = list(include or ())
+    exclude = _core.pattern_list(exclude, "exclude")
+    include = _core.pattern_list(include, "include")
     parts = collect(obj, exclude, include, top=True)
     try:
         enc = encode(parts, "", exclude=exclude, include=include)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from ._crc import crc32
     from ._crc_pool import OrderedCrc, crc32_combine, crc32_many, crc32_read, share_work
     from ._crc_pool import submit as pool_submit
-    from ._destination import destination_key, is_url, open_output, open_source
+    from ._destination import binary_file, destination_key, is_url, open_output, open_source
     from ._files import atomic_output, libc_function, open_input, seekable, with_suffix
     from ._handlers import data_bytes, member_names, saved_as_app_state
     from ._limits import DEFAULT_LIMITS, Limits
@@ -34,7 +34,7 @@ _LAZY: dict[str, str] = {
     "crc32": "._crc",
     **dict.fromkeys(("OrderedCrc", "crc32_combine", "crc32_many", "crc32_read", "share_work"), "._crc_pool"),
     "pool_submit": "._crc_pool:submit",
-    **dict.fromkeys(("destination_key", "is_url", "open_output", "open_source"), "._destination"),
+    **dict.fromkeys(("binary_file", "destination_key", "is_url", "open_output", "open_source"), "._destination"),
     **dict.fromkeys(("data_bytes", "member_names", "saved_as_app_state"), "._handlers"),
     **dict.fromkeys(("atomic_output", "open_input", "seekable", "with_suffix"), "._files"),
     "libc_function": "._files",
@@ -81,6 +81,7 @@ __all__ = [
     "MemberView",
     "OrderedCrc",
     "atomic_output",
+    "binary_file",
     "check_member_name",
     "check_progress",
     "counting_reader",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import shutil
 import tempfile
@@ -16,7 +17,7 @@ from .. import _archive  # its fsspec transfers (_remote), imported only for a U
 from ..exceptions import ArchiveFormatError, StorageError
 from ._files import atomic_output, open_input, seekable, with_suffix
 
-__all__ = ["destination_key", "is_url", "open_output", "open_source"]
+__all__ = ["binary_file", "destination_key", "is_url", "open_output", "open_source"]
 
 _SPOOL_CHUNK = 16 << 20
 
@@ -38,11 +39,25 @@ def _local(path: Any) -> str:
     return text
 
 
+def binary_file(fileobj: Any, mode: str) -> Any:
+    """``fileobj``, a file object an archive is read from or written to, if it is open in binary
+    mode: a text one takes and gives ``str``, which would read as no zip at all."""
+    if isinstance(fileobj, io.TextIOBase):
+        name = getattr(fileobj, "name", None)
+        label = name if isinstance(name, str) else f"<{type(fileobj).__name__}>"
+        opened = getattr(fileobj, "mode", None)
+        raise TypeError(
+            f"`{label}` is open in text mode{f' (mode {opened!r})' if isinstance(opened, str) else ''}, and an "
+            f"archive is bytes: open it in binary mode, `open(path, {mode!r})`, or pass the path itself."
+        )
+    return fileobj
+
+
 def destination_key(path: Any) -> tuple[str, Any]:
     """What makes two saves go to the same place: the file object, the URL, or the absolute
     path with the ``.zip`` suffix rule applied."""
     if hasattr(path, "write"):
-        return ("file", id(path))
+        return ("file", id(binary_file(path, "wb")))
     if is_url(path):
         return ("url", with_suffix(path))
     return ("path", os.path.abspath(with_suffix(_local(path))))
@@ -76,7 +91,7 @@ def open_output(
     exits cleanly (an exception leaves the previous archive whole), a local path durably
     unless ``durable`` is false; a file object is used as it is."""
     if hasattr(path, "write"):
-        yield path
+        yield binary_file(path, "wb")
     elif is_url(path):
         with _archive.remote_output(path, storage_options=storage_options, progress=progress) as fp:
             yield fp
@@ -92,6 +107,7 @@ def open_source(
     """Yield ``(seekable binary file, name for messages)`` for an archive to read. A
     non-seekable file object or remote stream is spooled to a temporary file first."""
     if hasattr(path, "read"):
+        binary_file(path, "rb")
         name = getattr(path, "name", None)
         label = name if isinstance(name, str) else f"<{type(path).__name__}>"
         if seekable(path) and hasattr(path, "seek"):

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
     from .._invariants import flat_bytes
     from ._arrays import canonical_array, descr_dtype, dtype_descr, tz_fields
     from ._decode import Decoder
-    from ._encode import Encoder, import_path, is_json_native
+    from ._encode import Encoder, import_path, is_json_native, refuse_nested
     from ._pickling import NoNative, b64, pickle_value, type_hint, unb64
     from ._space_kinds import is_space
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
 # uses and not the whole package. ``{name: module}`` (``module:attribute`` where renamed).
 _LAZY: dict[str, str] = {
     "Decoder": "._decode",
-    **dict.fromkeys(("Encoder", "import_path", "is_json_native"), "._encode"),
+    **dict.fromkeys(("Encoder", "import_path", "is_json_native", "refuse_nested"), "._encode"),
     **dict.fromkeys(("NoNative", "b64", "pickle_value", "type_hint", "unb64"), "._pickling"),
     **dict.fromkeys(("canonical_array", "descr_dtype", "dtype_descr", "tz_fields"), "._arrays"),
     "is_space": "._space_kinds",  # the check only: the space codec (``_spaces``) loads with the first space
@@ -65,6 +65,7 @@ __all__ = [
     "flat_bytes",
     "import_path",
     "is_json_native",
+    "refuse_nested",
     "is_space",
     "pickle_value",
     "type_hint",

@@ -27,7 +27,26 @@ from .._format import SERIALIZED_KEY as S
 from .._format import TYPE_KEY as T
 from ..exceptions import EncodeError
 
-__all__ = ["Encoder", "find_cycle", "import_path", "is_json_native"]
+__all__ = ["Encoder", "find_cycle", "import_path", "is_json_native", "refuse_nested"]
+
+
+def refuse_nested(value: Any, key: str | None = None) -> None:
+    """A nested tensor has no dense form to write and no form torch's safe loader reads back.
+
+    Raises
+    ------
+    EncodeError
+        ``value`` is a nested tensor (``torch.nested``, strided or jagged).
+    """
+    if isinstance(value, torch.Tensor) and value.is_nested:
+        raise EncodeError(
+            "is a nested tensor (`torch.nested`), which has no dense form to save and which torch's safe "
+            "loader (`weights_only=True`) does not read back; nothing was written.",
+            key=key,
+            hint="Save its parts instead, `list(t.unbind())`, and rebuild it after loading with "
+            "`torch.nested.nested_tensor(parts)`.",
+        )
+
 
 #: The integers orjson writes as they are: int64 and uint64.
 _JSON_INTS = (-(2**63), 2**64 - 1)
@@ -381,6 +400,7 @@ class Encoder:
         return body
 
     def _tensor(self, t: torch.Tensor) -> dict:
+        refuse_nested(t)
         if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
             raise _codec.NoNative
         cpu = t.detach().to("cpu").resolve_conj().resolve_neg().contiguous()

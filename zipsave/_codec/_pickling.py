@@ -9,6 +9,7 @@ import copy
 import functools
 import io
 import pickle
+import types
 from typing import Any
 
 from .. import _codec  # its spaces load on first use: decoding needs only unb64
@@ -47,6 +48,10 @@ def _canonical_reduce(obj: Any) -> Any:
     an equivalent one on demand).
     """
     kind = type(obj)
+    if obj is types.SimpleNamespace:
+        # by its name, `types.SimpleNamespace` (allowlisted), rather than as cloudpickle's
+        # `_builtin_type('SimpleNamespace')`, a call no safe load makes
+        return "SimpleNamespace"
     if (kind is set or kind is frozenset) and len(obj) > 1:
         return kind, (sorted(obj, key=_pickle_bytes),)
     if kind.__module__ == "torch.storage" and kind.__name__ in ("TypedStorage", "UntypedStorage"):

@@ -104,6 +104,7 @@ def build(
             args[key] = value
         else:
             late[key] = value
+    by_position = _before_star_args(params, record.get("positional", []), by_position, args)
     try:
         obj = klass(*by_position, **args)
     except Exception as err:
@@ -156,6 +157,34 @@ def build(
     if "modes" in record:  # train/eval, as saved (`restore` leaves the live modes alone)
         _core.apply_modes(obj, record["modes"], f"archive `{src.name}`, member `{init_member}`")
     return obj
+
+
+def _before_star_args(params: Any, pairs: list, by_position: list[Any], args: dict[str, Any]) -> list[Any]:
+    """``by_position`` with the parameters that come before ``*args`` in ``params`` put in at
+    their places: a constructor that took ``*args`` values took those by position too, but
+    ``init.json`` keeps them by name (``Widths(4, 5, 2)``: ``width`` in ``args``, 5 and 2 in
+    ``positional``). Each is taken out of ``args`` (the saved value, or the override), else its
+    default, where an undecodable one was skipped."""
+    if not any(name.startswith("*") for name, _ in pairs) or not params:
+        return by_position
+    named = {name: value for (name, _), value in zip(pairs, by_position) if not name.startswith("*")}
+    stars = [value for (name, _), value in zip(pairs, by_position) if name.startswith("*")]
+    out: list[Any] = []
+    for param in list(params.values())[1:]:  # after `self`
+        if param.kind is param.VAR_POSITIONAL:
+            for name in params:
+                if params[name].kind is param.POSITIONAL_OR_KEYWORD:
+                    args.pop(name, None)
+            return out + stars
+        if param.kind is param.POSITIONAL_ONLY and param.name in named:
+            out.append(named[param.name])
+        elif param.name in args and param.kind is param.POSITIONAL_OR_KEYWORD:
+            out.append(args[param.name])
+        elif param.default is not param.empty:
+            out.append(param.default)
+        else:
+            return by_position  # nothing to put there: the call says what is missing
+    return by_position
 
 
 def _positional(src: LoadSession, pairs: list, member: str, overrides: dict[str, Any]) -> list[Any]:

@@ -143,6 +143,15 @@ def no_model_error(src: LoadSession, hint: str) -> ArchiveFormatError:
     if any(n.endswith(_format.PTH_SUFFIX) for n in names):
         return ArchiveFormatError(f"{what} (not a zipsave or SB3 model archive?).", archive=src.name, hint=hint)
     pickle = next((n for n in names if n == "data.pkl" or n.endswith("/data.pkl")), None)
+    if pickle is not None and _sb3_policy_pickle(src, pickle):
+        return ArchiveFormatError(
+            f"{what}: it is a policy saved by SB3's `policy.save` (a `torch.save` file of its constructor "
+            "arguments and weights), not a model archive.",
+            archive=src.name,
+            hint="Load it with its policy class, the `MlpPolicy` (or other) of its algorithm: `MlpPolicy.load(path)` "
+            "under `zipsave.sb3.install()`, which reads it without running its pickle; a model is loaded from "
+            "what `model.save` wrote.",
+        )
     if pickle is not None:
         return ArchiveFormatError(
             f"{what}: it is a `torch.save` file (it holds `{pickle}`), not a model archive.",
@@ -155,3 +164,13 @@ def no_model_error(src: LoadSession, hint: str) -> ArchiveFormatError:
         archive=src.name,
         hint="Check the path.",
     )
+
+
+def _sb3_policy_pickle(src: LoadSession, member: str) -> bool:
+    """Whether ``member``, a ``torch.save`` pickle, is SB3's ``policy.save``: the dict of its
+    ``state_dict`` and its constructor's ``data``, which names SB3's classes (read, not run)."""
+    try:
+        raw = src.reader.read(member, limit=1 << 20, verify=False)
+    except Exception:  # noqa: BLE001 - too large or unreadable: not named as one
+        return False
+    return b"state_dict" in raw and (b"stable_baselines3" in raw or b"sb3_contrib" in raw)

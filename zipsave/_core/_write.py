@@ -17,7 +17,7 @@ import torch
 # component's patterns and the pickle audit, on first use
 from .. import _archive, _core, _format, _system_info  # _core: the sign extra (`sign=`), on first use
 from .._archive import ArchiveWriter, is_url, open_output, with_suffix
-from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Encoder
+from .._codec import NATIVE_KEY, SERIALIZED_KEY, TYPE_KEY, Encoder, refuse_nested
 from .._json_write import dump_json
 from .._tensors import check_weights_only, save_pth
 from .._version import __version__
@@ -91,6 +91,8 @@ def encode(parts: Parts, folder: str, *, exclude: Iterable[str] | None, include:
         arrays.append((name, arr))
         return name
 
+    for key, value in (parts.variables or {}).items():
+        refuse_nested(value, key)  # torch.save would write it, and no safe load reads it back
     encoder = Encoder(add_array=add_array, **parts.encoder_options)
     data = {key: encoder.encode_entry(key, value) for key, value in parts.data.items()}
     _warn_code_by_value(data, parts.rebuilt_on_load)

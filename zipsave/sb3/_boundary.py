@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .._archive import binary_file
 from .._printable import shown
 from .._tensors import NpyHeader
 from ..exceptions import ArchiveNotFoundError, DecodeError, ParameterMismatchError, ZipsaveError, as_zipsave_error
@@ -34,7 +35,10 @@ def door(path: Any, what: str, *, member: str | None = None) -> Iterator[None]:
     own code runs on the file's values inside, so whatever it raises (an ``AssertionError``, a
     torch ``RuntimeError`` for a tensor of another shape, an ``OverflowError``) leaves as a
     :class:`DecodeError` naming the file, with the original as ``__cause__``; a missing file
-    stays a ``FileNotFoundError`` (:class:`ArchiveNotFoundError`), as SB3 raises it."""
+    stays a ``FileNotFoundError`` (:class:`ArchiveNotFoundError`), as SB3 raises it. A file
+    object open in text mode is the caller's ``TypeError``, said before anything is read."""
+    if hasattr(path, "read"):
+        binary_file(path, "rb")
     try:
         yield
     except ZipsaveError as err:

@@ -12,6 +12,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from .._api import RNGState
 from .._calls import keyword_options
+from .._core import pattern_list
 from .._manager import Checkpoint, CheckpointManager
 from .._printable import visible
 from ..exceptions import CheckpointDirectoryError
@@ -138,7 +139,7 @@ class CheckpointCallback(BaseCallback):
                 sign=sign,
                 trust=trust,
             )
-        self.include = None if include is None else list(include)
+        self.include = None if include is None else pattern_list(include, "include")
         self.env_state = env_state
         self.metrics_fn = metrics
         self.final = final

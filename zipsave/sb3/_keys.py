@@ -6,13 +6,14 @@ SB3 is silent on the first two and blames the archive for the third."""
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from .._core import LoadOptions, check_custom_objects
-from .._printable import shown
+from .._printable import shown, visible
 from ..exceptions import DecodeError, ZipsaveWarning, caller_stacklevel, describe_path
 
 __all__ = [
@@ -167,6 +168,21 @@ def _kind(value: Any) -> str:
     return "object"
 
 
+def _held(saved: Any) -> str:
+    """What a saved value is, as ``data`` names it: its kind, the class a reference names, or
+    the class of an encoded object (SB3's ``":type:"`` hint)."""
+    kind = _kind(saved)
+    if kind != "object" or not isinstance(saved, dict):
+        return f"a {kind}"
+    native, hint = saved.get(":zipsave:"), saved.get(":type:")
+    if isinstance(native, dict) and native.get("kind") == "ref" and isinstance(native.get("path"), str):
+        return f"the class `{visible(native['path'])}`"
+    match = re.fullmatch(r"<class '([\w.]+)'>", hint) if isinstance(hint, str) else None
+    if match is None or match[1] in ("type", "abc.ABCMeta"):
+        return "an object"
+    return f"a `{visible(match[1])}`"
+
+
 def blame_given(
     cls: type, err: BaseException, given: Mapping[str, tuple[str, Any]], raw: Mapping[str, Any] | None, archive: Any
 ) -> DecodeError | None:
@@ -193,7 +209,7 @@ def blame_given(
                 ""
                 if saved is _ABSENT
                 else (
-                    f"; the archive holds a {_kind(saved)}"
+                    f"; the archive holds {_held(saved)}"
                     + (f" ({shown(saved)})" if _kind(saved) in ("number", "str", "bool") else "")
                 )
             )

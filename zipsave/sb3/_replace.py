@@ -13,7 +13,7 @@ from typing import Any
 import zipsave
 from zipsave import _format
 from zipsave._archive import atomic_output
-from zipsave._core import LoadOptions, LoadSession, Parts, check_name, encode, write
+from zipsave._core import LoadOptions, LoadSession, Parts, check_name, encode, pattern_list, write
 from zipsave._printable import visible
 from zipsave._trust import TrustPolicy, restricted_loads
 from zipsave.exceptions import ArchiveNotFoundError, DecodeError
@@ -193,7 +193,7 @@ def algorithm_save(self: Any, path: Any, exclude: Any = None, include: Any = Non
     (the model loads without its buffer); zipsave's doors restore it."""
     from stable_baselines3.common.base_class import BaseAlgorithm
 
-    if not any(name in EXTRAS for name in include or ()):
+    if not any(name in EXTRAS for name in pattern_list(include, "include")):
         return original(BaseAlgorithm, "save")(self, path, exclude, include)
     zipsave.save(self, path, exclude=exclude, include=include)
     return None

@@ -224,6 +224,14 @@ def check_required(src: LoadSession, cls: type, data: dict[str, Any], given: Any
                 member=_format.DATA,
                 hint="Read it with `model.load_replay_buffer(path)` or `VecNormalize.load(path, venv)`.",
             )
+        if not _holds_sb3_keys(data) and src.has(_format.VERSION) and not src.has(_format.INIT):
+            raise ArchiveFormatError(
+                f"holds an app state saved by `zipsave.save` (no SB3 model): its `data` has no {_keys(absent)}.",
+                archive=src.name,
+                member=_format.DATA,
+                hint="Read it with `zipsave.load(path)` (a dict of its values and state dicts), or into live "
+                "objects with `zipsave.restore(app_state, path)`.",
+            )
         raise ArchiveFormatError(
             f"holds no {_keys(absent)}, which {cls.__name__} needs; is this an SB3 model archive?",
             archive=src.name,
@@ -237,3 +245,8 @@ def check_required(src: LoadSession, cls: type, data: dict[str, Any], given: Any
             f"{_keys(defaults)} could not be decoded; {cls.__name__} uses what its constructor and "
             "`_setup_model` set instead. Pass them as keyword arguments to `load` to choose."
         )
+
+
+def _holds_sb3_keys(data: dict[str, Any]) -> bool:
+    """Whether ``data`` holds any of the keys every SB3 model saves (its policy class and spaces)."""
+    return any(key in data for key in ("policy_class", "observation_space", "action_space"))

@@ -230,6 +230,8 @@ def _stale_observations(model: Any, data: dict[str, Any]) -> dict[str, str]:
     environment (the buffer reshapes a row to the space's shape; SB3 keeps a ``Discrete`` entry
     of a ``Dict`` space as ``(n, 1)`` there), ``_last_obs`` as SB3's ``predict`` takes it
     (``is_vectorized_observation``), and ``_last_episode_starts`` one flag per environment.
+    ``_last_original_obs`` is of the space of the model's ``VecNormalize`` where it has one:
+    a ``VecFrameStack`` above it stacks ``_last_obs`` only.
     ``_last_obs`` of (3, 7) or (1, 3, 1) where one environment gives (3,) failed at the first
     ``learn`` (SB3's "Unexpected observation shape"). Without environments (or after
     ``force_reset``) nothing steps from them: nothing is checked."""
@@ -238,14 +240,18 @@ def _stale_observations(model: Any, data: dict[str, Any]) -> dict[str, str]:
     env, space = getattr(model, "env", None), getattr(model, "observation_space", None)
     if env is None or not isinstance(space, spaces.Space):
         return {}
-    n, parts = env.num_envs, dict(space.spaces) if isinstance(space, spaces.Dict) else {None: space}
-    sizes: dict[Any, int] = {k: math.prod(part.shape) for k, part in parts.items() if part.shape is not None}
-    if len(sizes) != len(parts):
-        return {}  # a space SB3 does not step with
+    # `_last_original_obs` is what VecNormalize gives, of its own space: under a VecFrameStack
+    # the model's space is the stacked one
+    original = getattr(getattr(model, "_vec_normalize_env", None), "observation_space", None)
     out = {}
     for key in _STEP_STATE:
+        seen = original if key == "_last_original_obs" and isinstance(original, spaces.Space) else space
+        n, parts = env.num_envs, dict(seen.spaces) if isinstance(seen, spaces.Dict) else {None: seen}
+        sizes: dict[Any, int] = {k: math.prod(part.shape) for k, part in parts.items() if part.shape is not None}
+        if len(sizes) != len(parts):
+            continue  # a space SB3 does not step with
         value = data.get(key)
-        if value is not None and not _steps_on(key, value, space, sizes, n):
+        if value is not None and not _steps_on(key, value, seen, sizes, n):
             rows = f"one row of {' and '.join(map(str, sizes.values()))} number(s) each"
             wanted = f"an array of {n} flag(s)" if key == "_last_episode_starts" else rows
             keys = f" under {sorted(map(str, parts))}" if None not in parts and key != "_last_episode_starts" else ""
