@@ -25,6 +25,7 @@ def test_a_file_open_in_text_mode_is_refused_on_load(tmp_path):
         with pytest.raises(TypeError, match=re.escape(f"`{path}` is open in text mode (mode 'r')")) as caught:
             zipsave.load(text)
         assert "open(path, 'rb')" in str(caught.value)
+        assert isinstance(caught.value, zipsave.UsageError)  # zipsave's own, and still a TypeError
         with pytest.raises(TypeError, match=re.escape("open in text mode")):
             zipsave.inspect(text)
     with pytest.raises(TypeError, match=re.escape("`<StringIO>` is open in text mode")):
@@ -38,6 +39,7 @@ def test_a_file_open_in_text_mode_is_refused_on_save(tmp_path, background):
         with pytest.raises(TypeError, match=re.escape("is open in text mode (mode 'w')")) as caught:
             zipsave.save({"step": 3}, text, background=background)
         assert "open(path, 'wb')" in str(caught.value)
+        assert isinstance(caught.value, zipsave.UsageError)
     assert (tmp_path / "out.zip").read_bytes() == b""
 
 

@@ -53,9 +53,11 @@ def test_one_pattern_given_as_a_string_is_one_pattern_on_load(tmp_path):
 
 @pytest.mark.parametrize("option", ["exclude", "include"])
 def test_patterns_that_are_not_names_are_a_type_error(tmp_path, option):
-    with pytest.raises(TypeError, match=re.escape(f"{option} must be a name or glob pattern, or a list of them")):
+    with pytest.raises(
+        zipsave.UsageError, match=re.escape(f"{option} must be a name or glob pattern, or a list of them")
+    ):
         zipsave.save(_stepped(), tmp_path / "a.zip", **{option: 5})
-    with pytest.raises(TypeError, match=re.escape("found 5 (int) among them")):
+    with pytest.raises(zipsave.UsageError, match=re.escape("found 5 (int) among them")):
         zipsave.save(_stepped(), tmp_path / "a.zip", **{option: ["policy", 5]})
     assert not (tmp_path / "a.zip").exists()
 

@@ -184,8 +184,9 @@ class EncodeError(ZipsaveError, TypeError):
 
 
 class UsageError(ZipsaveError, TypeError):
-    """A zipsave function was called the wrong way (an option passed by position where it is
-    keyword-only); a ``TypeError``, as Python's own for such a call. Raised before anything is read."""
+    """A zipsave function was called the wrong way: an option passed by position where it is
+    keyword-only, ``exclude=`` that is no list of names, a file object open in text mode. A
+    ``TypeError``, as Python's own for such a call; raised before anything is read or written."""
 
 
 class UnsafeGlobalError(ZipsaveError):

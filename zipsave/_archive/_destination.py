@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from .. import _archive  # its fsspec transfers (_remote), imported only for a URL
-from ..exceptions import ArchiveFormatError, StorageError
+from ..exceptions import ArchiveFormatError, StorageError, UsageError
 from ._files import atomic_output, open_input, seekable, with_suffix
 
 __all__ = ["binary_file", "destination_key", "is_url", "open_output", "open_source"]
@@ -46,7 +46,7 @@ def binary_file(fileobj: Any, mode: str) -> Any:
         name = getattr(fileobj, "name", None)
         label = name if isinstance(name, str) else f"<{type(fileobj).__name__}>"
         opened = getattr(fileobj, "mode", None)
-        raise TypeError(
+        raise UsageError(
             f"`{label}` is open in text mode{f' (mode {opened!r})' if isinstance(opened, str) else ''}, and an "
             f"archive is bytes: open it in binary mode, `open(path, {mode!r})`, or pass the path itself."
         )

@@ -17,6 +17,8 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
+from ..exceptions import UsageError
+
 __all__ = [
     "index_of",
     "ALWAYS_EXCLUDED_PREFIXES",
@@ -223,8 +225,8 @@ def pattern_list(patterns: Any, option: str) -> list[str]:
 
     Raises
     ------
-    TypeError
-        Neither a string nor an iterable of strings.
+    UsageError
+        Neither a string nor an iterable of strings (a ``TypeError``).
     """
     if patterns is None:
         return []
@@ -234,8 +236,8 @@ def pattern_list(patterns: Any, option: str) -> list[str]:
     try:
         out = list(patterns)
     except TypeError:
-        raise TypeError(f"{wanted}; found {patterns!r} ({type(patterns).__name__}).") from None
+        raise UsageError(f"{wanted}; found {patterns!r} ({type(patterns).__name__}).") from None
     for p in out:
         if not isinstance(p, str):
-            raise TypeError(f"{wanted}; found {p!r} ({type(p).__name__}) among them.")
+            raise UsageError(f"{wanted}; found {p!r} ({type(p).__name__}) among them.")
     return out
