@@ -691,7 +691,9 @@ def test_an_env_id_instead_of_an_env_says_how_to_make_one(cartpole_ppo):
 
 
 def test_a_class_name_instead_of_the_class_is_a_type_error_before_reading(cartpole_ppo):
-    with pytest.raises(TypeError, match=re.escape("cls must be a class, found str 'PPO'. Pass the class itself")):
+    with pytest.raises(
+        zipsave.UsageError, match=re.escape("cls must be a class, found str 'PPO'. Pass the class itself")
+    ):
         zipsave.load(cartpole_ppo, cls="PPO")
 
 

@@ -341,7 +341,10 @@ def as_zipsave_error(
     other exception becomes: ``RecursionError`` an :class:`ArchiveFormatError` (nested too
     deep), ``OverflowError`` an :class:`ArchiveLimitError`, ``OSError`` a :class:`StorageError`
     with its ``errno``, anything else an :class:`ArchiveFormatError` naming its type and text.
-    The caller raises the result ``from err``."""
+    The caller raises the result ``from err``. A :class:`UsageError` is about the call, not
+    the archive: it passes as it is."""
+    if isinstance(err, UsageError):
+        return None
     if isinstance(err, ZipsaveError):
         name = describe_path(archive) or None
         if err.archive is None and name is not None:

@@ -24,7 +24,7 @@ from .._core import (
     no_model_error,
     recognising_handler,
 )
-from ..exceptions import ZipsaveError, nesting_as_error
+from ..exceptions import UsageError, ZipsaveError, nesting_as_error
 
 __all__ = ["load", "load_archive", "restore", "set_parameters_from_archive"]
 
@@ -130,12 +130,12 @@ def load(
 ) -> Any:
     options = LoadOptions.of(locals())
     if cls is not None and not isinstance(cls, type):
-        raise TypeError(
+        raise UsageError(
             f"cls must be a class, found {type(cls).__name__} {cls!r}. Pass the class itself, e.g. "
             "`from stable_baselines3 import PPO` and `zipsave.load(path, cls=PPO)`, or leave it out for an "
             "archive that records its class."
         )
-    exclude = _core.pattern_list(exclude, "exclude")
+    exclude = [] if exclude is None else _core.pattern_list(exclude, "exclude")
     with LoadSession(path, options) as src:
         folder = (component or "").strip("/")
         check_component(src, folder)
@@ -234,12 +234,12 @@ def restore(
     trust: Any = None,
 ) -> None:
     if isinstance(obj, (str, os.PathLike)) and not isinstance(path, (str, os.PathLike)):
-        raise TypeError(
+        raise UsageError(
             f"restore() restores into the object given first, found the path {os.fspath(obj)!r} there and "
             f"a {type(path).__name__} as the path: call `zipsave.restore(obj, path)`."
         )
     options = LoadOptions.of(locals())
-    exclude = _core.pattern_list(exclude, "exclude")
+    exclude = [] if exclude is None else _core.pattern_list(exclude, "exclude")
     with LoadSession(path, options) as src:
         folder = (component or "").strip("/")
         check_component(src, folder)

@@ -112,8 +112,8 @@ def save(
     signer = _core.as_signer(sign) if sign is not None else None
     if signer is not None:
         check_signable(path, signer)
-    exclude = _core.pattern_list(exclude, "exclude")
-    include = _core.pattern_list(include, "include")
+    exclude = [] if exclude is None else _core.pattern_list(exclude, "exclude")
+    include = [] if include is None else _core.pattern_list(include, "include")
     parts = collect(obj, exclude, include, top=True)
     try:
         enc = encode(parts, "", exclude=exclude, include=include)

@@ -37,12 +37,11 @@ if TYPE_CHECKING:  # what __getattr__ below imports on first use, spelled out fo
         Parts,
         is_live_handle,
         is_stateful,
-        pattern_list,
         recursive_getattr,
         recursive_setattr,
         unwrap,
     )
-    from ._patterns import flat, matches, nested
+    from ._patterns import flat, matches, nested, pattern_list
     from ._report import LoadReport
     from ._sched_state import check_scheduler_state, load_stateful
     from ._session import LoadSession
@@ -90,14 +89,13 @@ _LAZY: dict[str, str] = {
             "Parts",
             "is_live_handle",
             "is_stateful",
-            "pattern_list",
             "recursive_getattr",
             "recursive_setattr",
             "unwrap",
         ),
         "._parts",
     ),
-    **dict.fromkeys(("flat", "matches", "nested"), "._patterns"),
+    **dict.fromkeys(("flat", "matches", "nested", "pattern_list"), "._patterns"),
     "LoadReport": "._report",
     "LoadSession": "._session",
     # the handler registry, asked about a folder no dict was saved to or a live object other

@@ -17,8 +17,6 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from ..exceptions import UsageError
-
 __all__ = [
     "index_of",
     "ALWAYS_EXCLUDED_PREFIXES",
@@ -28,7 +26,6 @@ __all__ = [
     "is_environment",
     "is_live_handle",
     "is_stateful",
-    "pattern_list",
     "recursive_getattr",
     "recursive_setattr",
     "unwrap",
@@ -216,28 +213,3 @@ def container_items(value: Any) -> Iterable[tuple[Any, Any]] | None:
     ):
         return value.items()
     return None
-
-
-def pattern_list(patterns: Any, option: str) -> list[str]:
-    """``exclude=``/``include=`` as a verb was given them, as a list: one name or pattern may be
-    given as a string (``list("*.optimizer")`` would be eleven one-letter patterns, ``*`` among
-    them).
-
-    Raises
-    ------
-    UsageError
-        Neither a string nor an iterable of strings (a ``TypeError``).
-    """
-    if patterns is None:
-        return []
-    if isinstance(patterns, str):
-        return [patterns]
-    wanted = f"{option} must be a name or glob pattern, or a list of them, such as ['policy.optimizer', 'lr_*']"
-    try:
-        out = list(patterns)
-    except TypeError:
-        raise UsageError(f"{wanted}; found {patterns!r} ({type(patterns).__name__}).") from None
-    for p in out:
-        if not isinstance(p, str):
-            raise UsageError(f"{wanted}; found {p!r} ({type(p).__name__}) among them.")
-    return out

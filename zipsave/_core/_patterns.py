@@ -1,12 +1,39 @@
-"""The glob rules of ``exclude``/``include`` patterns: which names a pattern covers, and the
-patterns addressed to a component folder."""
+"""The glob rules of ``exclude``/``include`` patterns: the option as a list of patterns, which
+names a pattern covers, and the patterns addressed to a component folder."""
 
 from __future__ import annotations
 
 import fnmatch
-from typing import Iterable
+from typing import Any, Iterable
 
-__all__ = ["flat", "matches", "nested"]
+from ..exceptions import UsageError
+
+__all__ = ["flat", "matches", "nested", "pattern_list"]
+
+
+def pattern_list(patterns: Any, option: str) -> list[str]:
+    """``exclude=``/``include=`` as a verb was given them, as a list: one name or pattern may be
+    given as a string (``list("*.optimizer")`` would be eleven one-letter patterns, ``*`` among
+    them).
+
+    Raises
+    ------
+    UsageError
+        Neither a string nor an iterable of strings (a ``TypeError``).
+    """
+    if patterns is None:
+        return []
+    if isinstance(patterns, str):
+        return [patterns]
+    wanted = f"{option} must be a name or glob pattern, or a list of them, such as ['policy.optimizer', 'lr_*']"
+    try:
+        out = list(patterns)
+    except TypeError:
+        raise UsageError(f"{wanted}; found {patterns!r} ({type(patterns).__name__}).") from None
+    for p in out:
+        if not isinstance(p, str):
+            raise UsageError(f"{wanted}; found {p!r} ({type(p).__name__}) among them.")
+    return out
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:
