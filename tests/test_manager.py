@@ -122,6 +122,11 @@ def test_metrics_accept_numpy_and_tensor_scalars(tmp_path):
         ({"keep_best": ("reward", "up")}, '`keep_best` must be (metric, "max" or "min") or (metric, mode, count)'),
         # a count as for keep_last was a bare "TypeError: 'int' object is not iterable"
         ({"keep_best": 1}, "got 1: it keeps the checkpoints with the best value of a metric"),
+        # a metric alone meant ("loss", "max"): retention deleted the checkpoints of the lowest loss
+        (
+            {"keep_best": "loss"},
+            "`keep_best='loss'` does not say which value is best: pass `keep_best=('loss', \"min\")`",
+        ),
     ],
 )
 def test_bad_settings_are_named(tmp_path, kwargs, message):

@@ -33,8 +33,11 @@ def as_step(step: Any) -> int:
 def check_keep_best(keep_best: Any) -> tuple[str, str, int] | None:
     if keep_best is None:
         return None
-    if isinstance(keep_best, str):
-        keep_best = (keep_best, "max")
+    if isinstance(keep_best, str):  # "loss" kept the largest losses: retention deleted the best checkpoints
+        raise ValueError(
+            f'`keep_best={keep_best!r}` does not say which value is best: pass `keep_best=({keep_best!r}, "min")` '
+            f'to keep the smallest (a loss), or `({keep_best!r}, "max")` to keep the largest (a reward).'
+        )
     if not isinstance(keep_best, (tuple, list)):  # `keep_best=1`, as `keep_last=1`: no metric to rank by
         raise ValueError(
             f'`keep_best` must be (metric, "max" or "min") or (metric, mode, count), got {keep_best!r}: it keeps '
