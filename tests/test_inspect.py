@@ -516,3 +516,16 @@ def test_invalid_json_data_gives_one_error_that_says_it_was_edited(tmp_path):
         ) as raised:
             zipsave.load(tmp_path / "edited.zip")
     assert "nothing of it can be decoded key by key" in str(raised.value)
+
+
+def test_inspect_names_a_torch_save_file_for_what_it_is(tmp_path: Path):
+    # it read "zip archive (no version member)": a user who ran `zipsave inspect model.pt` was not
+    # told that the file is torch's own, as a load of it says
+    path = tmp_path / "model.pt"
+    torch.save(torch.nn.Linear(2, 2).state_dict(), path)
+    info = zipsave.inspect(path)
+    assert str(info).splitlines()[0].startswith(f"{path}: a torch.save file, not a model archive, ")
+    plain = tmp_path / "plain.zip"
+    with zipfile.ZipFile(plain, "w") as z:
+        z.writestr("notes/data.txt", "x")
+    assert "zip archive (no version member)" in str(zipsave.inspect(plain)).splitlines()[0]

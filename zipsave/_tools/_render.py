@@ -75,9 +75,18 @@ def _headline(info: ArchiveInfo) -> str:
         kind = f"zipsave archive (format {info.format_version}, zipsave {visible(info.zipsave_version)})"
     elif info.layout == "sb3":
         kind = f"Stable-Baselines3 archive (SB3 {visible(info.sb3_version)})"
+    elif _torch_save_file(info):
+        kind = "a torch.save file, not a model archive"
     else:
         kind = "zip archive (no version member)"
     return f"{visible(info.archive)}: {kind}, {len(info.members)} members, {_size(info.total_size)}"
+
+
+def _torch_save_file(info: ArchiveInfo) -> bool:
+    """Whether the archive is what ``torch.save`` writes (one ``<name>/data.pkl``, no ``data``),
+    as a load of it says (``_core._folders``)."""
+    names = [m.name for m in info.members]
+    return "data" not in names and any(n == "data.pkl" or n.endswith("/data.pkl") for n in names)
 
 
 # -- HTML ------------------------------------------------------------------------------------
