@@ -291,3 +291,46 @@ def test_the_barrier_reports_the_rows_each_method_writes():
     model.learn(1, reset_num_timesteps=False)
     unwatch()
     assert (20, 21) in seen
+
+
+@pytest.mark.parametrize("kind", ["replay", "dict", "her"])
+def test_a_save_without_incremental_copies_in_the_background_and_keeps_nothing(kind, tmp_path, caplog, gate):
+    """``background=True`` alone: the buffer's copy is made by the writer behind the barrier too
+    (the call does not wait for it), is the buffer at the call, and is given back once written:
+    the next save copies in full again, and no shadow or watch is left."""
+    model = make(kind)
+    model.learn(20)
+    for i, steps in enumerate([37, 12]):
+        held = gate(after=2)
+        path = tmp_path / f"plain{i}.zip"
+        handle = zipsave.save(model, path, include=["replay_buffer"], background=True)
+        want = plain_bytes(model, tmp_path)
+        held.wait_held()
+        model.learn(steps, reset_num_timesteps=False)
+        assert held.by_barrier > 0
+        held.open()
+        handle.wait(30)
+        assert path.read_bytes() == want, f"save {i}"
+        assert not _shadow._shadows and not _snapshot._watchers
+    assert snapshots(caplog) == ["full", "full"]
+
+
+def test_an_incremental_and_a_plain_save_of_one_buffer_in_flight_together(tmp_path, gate):
+    """Two barriers on one buffer (the kept shadow's and a plain save's own): each archive is
+    the buffer at its call."""
+    model = make("replay")
+    model.learn(20)
+    held = gate(after=1)
+    first = background(model, tmp_path / "inc.zip")
+    want_first = plain_bytes(model, tmp_path, "a.zip")
+    held.wait_held()
+    model.learn(9, reset_num_timesteps=False)
+    second = zipsave.save(model, tmp_path / "own.zip", include=["replay_buffer"], background=True)
+    want_second = plain_bytes(model, tmp_path, "b.zip")
+    model.learn(23, reset_num_timesteps=False)
+    held.open()
+    first.wait(30)
+    second.wait(30)
+    assert (tmp_path / "inc.zip").read_bytes() == want_first
+    assert (tmp_path / "own.zip").read_bytes() == want_second
+    assert len(_shadow._shadows) == 1  # the incremental save's, kept; the plain save's is gone

@@ -6,11 +6,13 @@ shows the state at the moment of the call however training changes the model aft
 Host storages are copied side by side into one mapping (``_tensors/_copies.py``); with
 ``incremental=True`` it is the mapping the last save kept once it had written, whose pages are
 in place already (faulting in fresh pages cost more than the copy).
-With ``incremental=True`` a component that offers it (an SB3 replay buffer) is copied into a
-shadow kept between saves instead, only its rows written since the last save (``_shadow.py``);
-a save that arrives while an earlier one still writes from that shadow waits for it. A large
-copy into the shadow (the first one) is finished by the writer thread before it writes, while
-a write barrier keeps the rows training writes meanwhile out of it.
+A component that offers it (an SB3 replay buffer) is copied into a shadow (``_shadow.py``):
+with ``incremental=True`` one kept between saves, into which a later save copies only the rows
+written since the last one (a save that arrives while an earlier one still writes from that
+shadow waits for it); without it, a shadow of that save's own, given back once it has written.
+A large copy into a shadow (a first one, or any without ``incremental``) is finished by the
+writer thread before it writes, while a write barrier keeps the rows training writes meanwhile
+out of it: the call does not wait for the copy of the buffer, whatever its size.
 One of ``MAX_IN_FLIGHT`` writer threads, started once and kept, writes the archive; saves to
 the same destination run one after another in call order, and the interpreter waits for
 pending saves before it exits.
@@ -138,7 +140,7 @@ def start_background_save(
     try:
         memo: dict = {}
         _copy_host_storages(enc, memo, keep=incremental)
-        snapshot = _snapshot(enc, memo, held if incremental else None, fills)
+        snapshot = _snapshot(enc, memo, held, fills, keep=incremental)
     except BaseException:
         _let_go(held)
         _slots.release()
@@ -231,14 +233,16 @@ except AttributeError:  # pragma: no cover - CPython < 3.9 or another implementa
 
 
 # -- the snapshot ------------------------------------------------------------------------------
-def _snapshot(enc: Any, memo: dict, held: list[Callable[[], None]] | None, fills: list[Callable[[], None]]) -> Any:
+def _snapshot(
+    enc: Any, memo: dict, held: list[Callable[[], None]], fills: list[Callable[[], None]], *, keep: bool
+) -> Any:
     """A copy of an encoded object whose tensors and arrays no longer share memory with the
     live model. Everything else in it (rendered JSON bytes) is immutable already. ``held``
-    (``None``: no shadows) collects the release of each shadow used for the arrays, ``fills``
-    what the writer must run to complete them."""
+    collects the release of each shadow used for the arrays, ``fills`` what the writer must run
+    to complete them; ``keep``: the shadows stay for the next save (``incremental=True``)."""
     taken = None
-    if held is not None and enc.snapshot is not None and enc.arrays:
-        taken = _api._shadow.take(enc.snapshot, enc.arrays, held)
+    if enc.snapshot is not None and enc.arrays:
+        taken = _api._shadow.take(enc.snapshot, enc.arrays, held, keep=keep)
         if taken is not None:
             held.append(taken[1])
             if taken[2] is not None:
@@ -248,7 +252,7 @@ def _snapshot(enc: Any, memo: dict, held: list[Callable[[], None]] | None, fills
         state=[(name, _copy_tree(sd, memo)) for name, sd in enc.state],
         variables=None if enc.variables is None else _copy_tree(enc.variables, memo),
         arrays=arrays,
-        components=[_snapshot(comp, memo, held, fills) for comp in enc.components],
+        components=[_snapshot(comp, memo, held, fills, keep=keep) for comp in enc.components],
         snapshot=None,  # the live model is not needed by the writer
     )
 

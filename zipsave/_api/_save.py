@@ -56,7 +56,10 @@ def save(
     background
         Return at once with a :class:`~zipsave.SaveHandle`; the archive reflects the state
         at the moment of the call (tensors are copied before returning) and is written on a
-        worker thread. Saves to the same destination are written in call order.
+        worker thread. Saves to the same destination are written in call order. An SB3
+        replay buffer of 16 MB of rows or more is copied by the worker thread, behind a write
+        barrier on SB3's buffer methods that keeps the rows written meanwhile out of the
+        archive, so the call does not wait for that copy; it is given back once written.
     storage_options
         Options for the fsspec filesystem of a URL ``path`` (e.g. ``{"key": ...,
         "client_kwargs": {"endpoint_url": ...}}`` for ``s3://``); needs the ``remote`` extra.
@@ -76,12 +79,11 @@ def save(
         an empty file. A file object is written as it is either way (flushing and syncing
         it is the caller's), and URLs are as durable as their store.
     incremental
-        With ``background=True``: keep a copy of an SB3 replay buffer (``include=
+        With ``background=True``: keep the copy of an SB3 replay buffer (``include=
         ["replay_buffer"]``) after the save has written, so that the next incremental
-        background save of the same buffer copies only the rows written since. Copies of
-        16 MB of rows or more (the first, which fills the copy) are made by the worker thread
-        while training goes on, behind a write barrier on SB3's buffer methods that keeps
-        the rows written meanwhile out of the archive. The copy stays, as much memory
+        background save of the same buffer copies only the rows written since (the first
+        fills it as any background save does: on the worker thread, behind the write
+        barrier). The copy stays, as much memory
         again as the buffer, until the buffer is freed or :func:`zipsave.release_snapshots`
         is called; :class:`~zipsave.CheckpointManager` and :class:`zipsave.sb3.CheckpointCallback`
         turn it on. A save that arrives while an earlier one is still writing from that copy

@@ -1,5 +1,8 @@
-"""Incremental snapshots for background saves: a shadow copy of a growing object's arrays kept
-between saves, so a later save copies only the rows written since the last one.
+"""Snapshots of large arrays for background saves: a shadow copy of a growing object's arrays,
+filled by the save's writer thread behind a write barrier, so the call does not wait for the
+copy. With ``incremental=True`` the shadow is kept between saves, so a later save copies only
+the rows written since the last one; without it, the shadow is the save's own and goes once it
+has written.
 
 An integration opts a component in by putting a *source* in ``Parts.snapshot`` (SB3's replay
 buffers: ``zipsave/sb3/_snapshot.py``). A source has
@@ -59,9 +62,11 @@ _shadows: weakref.WeakKeyDictionary[Any, _Shadow] = weakref.WeakKeyDictionary()
 
 
 class _Shadow:
-    """One live object's shadow arrays and the state they match."""
+    """One live object's shadow arrays and the state they match (``once``: one save's own
+    copy, made as a first snapshot is and given back when that save has written)."""
 
-    def __init__(self) -> None:
+    def __init__(self, once: bool = False) -> None:
+        self.once = once
         self.busy = threading.Lock()  # held from the copy until the writer has written
         self.state: Any = None
         self.names: list[str] = []
@@ -83,6 +88,8 @@ class _Shadow:
         fill, self.fill = self.fill, None
         if fill is not None:
             fill.cancel()
+        if self.once:
+            self.forget()
         self.busy.release()
 
     def update(self, source: Any, arrays: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
@@ -91,7 +98,7 @@ class _Shadow:
         state = source.state()
         live = [arr for _, arr in arrays]
         ranges: list[tuple[int, int]] | None = None
-        reason: str | None = "first snapshot"
+        reason: str | None = "a save without incremental=True" if self.once else "first snapshot"
         if self.state is not None:
             reason = self._arrays_changed(arrays)
             if reason is None:
@@ -314,7 +321,7 @@ def _key(arr: np.ndarray) -> tuple[Any, ...]:
 
 
 def take(
-    source: Any, arrays: list[tuple[str, np.ndarray]], held: list[Callable[[], None]]
+    source: Any, arrays: list[tuple[str, np.ndarray]], held: list[Callable[[], None]], *, keep: bool = True
 ) -> tuple[list[tuple[str, np.ndarray]], Callable[[], None], Callable[[], None] | None] | None:
     """The shadow of ``source.owner`` brought up to ``arrays`` and held for one writer, with the
     function that lets it go and the one that completes it (``None`` when it is complete): the
@@ -322,20 +329,27 @@ def take(
     is waited for.
     ``held``: the functions that let go the shadows this save holds already; a shadow among
     them (the same buffer reached twice) gives ``None``, as when the owner cannot be weakly
-    referenced: the caller copies afresh."""
-    try:
-        with _lock:
-            shadow = _shadows.get(source.owner)
-            if shadow is None:
-                shadow = _shadows[source.owner] = _Shadow()
-    except TypeError:  # not weakly referenceable
-        return None
-    if shadow.let_go in held:
-        _log.debug(
-            "background save: the shadow of %s is taken by this save already; copying afresh",
-            type(source.owner).__name__,
-        )
-        return None
+    referenced: the caller copies afresh.
+    ``keep=False`` (a background save without ``incremental=True``): a shadow of this save's
+    own, filled as a first snapshot is (a large copy by the writer, behind the write barrier,
+    so the call does not wait for it) and given back once the writer has written; no later
+    save finds it."""
+    if keep:
+        try:
+            with _lock:
+                shadow = _shadows.get(source.owner)
+                if shadow is None:
+                    shadow = _shadows[source.owner] = _Shadow()
+        except TypeError:  # not weakly referenceable
+            return None
+        if shadow.let_go in held:
+            _log.debug(
+                "background save: the shadow of %s is taken by this save already; copying afresh",
+                type(source.owner).__name__,
+            )
+            return None
+    else:
+        shadow = _Shadow(once=True)
     if not shadow.busy.acquire(blocking=False):
         _log.debug(
             "background save: waiting for the save still writing from the shadow of %s", type(source.owner).__name__
