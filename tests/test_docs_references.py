@@ -1,0 +1,97 @@
+"""Names the documentation quotes in double backquotes exist in the code: every
+``zipsave.<name>`` it writes resolves, every file of the repository it names is there, and every
+``--option`` the command's page names is one the command takes. (Sphinx checks the roles,
+:func:`zipsave.x`; these are the literals it cannot see.)"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from zipsave import _cli_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.rst", *sorted((ROOT / "docs").glob("*.rst"))]
+# Literals that look like dotted names but name something else: the entry-point group of
+# handlers and the embedded signature member.
+NOT_NAMES = {"zipsave.handlers", "zipsave.sig"}
+
+
+def _page_id(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+def _line(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def _resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attribute in parts[i:]:
+            if not hasattr(obj, attribute):
+                return False
+            obj = getattr(obj, attribute)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_every_quoted_zipsave_name_exists(page: Path):
+    text = page.read_text(encoding="utf-8")
+    missing = [
+        f"{_page_id(page)}:{_line(text, m.start())}: {m[1]}"
+        for m in re.finditer(r"``(zipsave(?:\.[A-Za-z_]\w*)+)", text)
+        if m[1] not in NOT_NAMES and not _resolves(m[1])
+    ]
+    assert missing == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_every_file_of_the_repository_a_page_names_exists(page: Path):
+    text = page.read_text(encoding="utf-8")
+    pattern = r"(?<![\w/.])((?:zipsave|tests|benchmarks|\.ci)/[\w/.\-]*\w)"
+    missing = [
+        f"{_page_id(page)}:{_line(text, m.start())}: {m[1]}"
+        for m in re.finditer(pattern, text)
+        if not (ROOT / m[1]).exists() and "<" not in m[1]
+    ]
+    assert missing == []
+
+
+def _options() -> dict[str, set[str]]:
+    parser = _cli_parser.build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    options = {name: {o for a in sub._actions for o in a.option_strings} for name, sub in commands.choices.items()}
+    options[""] = {o for a in parser._actions for o in a.option_strings}
+    return options
+
+
+def test_every_option_the_command_page_names_is_taken_by_its_subcommand():
+    """In docs/cli.rst each ``--option`` belongs to the subcommand of the section it is in
+    (``zipsave read``'s section may name the signer options: ``read`` takes them too)."""
+    options = _options()
+    text = (ROOT / "docs" / "cli.rst").read_text(encoding="utf-8")
+    wrong = []
+    for section in re.split(r"\n(?=``zipsave \w+``\n-+\n)", text):
+        heading = re.match(r"``zipsave (\w+)``", section)
+        taken = options[heading[1]] if heading else set().union(*options.values())
+        for m in re.finditer(r"(?<![\w-])(--[a-z][\w-]*)", section):
+            mentioned_elsewhere = heading and re.search(rf"``zipsave (\w+)``[^\n]*{m[1]}", section)
+            if m[1] not in taken | options[""] and not mentioned_elsewhere:
+                wrong.append(f"{heading[1] if heading else 'intro'}: {m[1]}")
+    assert wrong == []
+
+
+def test_the_command_page_has_a_section_for_every_subcommand():
+    text = (ROOT / "docs" / "cli.rst").read_text(encoding="utf-8")
+    sections = set(re.findall(r"^``zipsave (\w+)``\n-+$", text, flags=re.MULTILINE))
+    assert sections == set(_options()) - {""}
