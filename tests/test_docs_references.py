@@ -6,12 +6,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import re
 from pathlib import Path
 
 import pytest
 
+import zipsave
 from zipsave import _cli_parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,3 +97,15 @@ def test_the_command_page_has_a_section_for_every_subcommand():
     text = (ROOT / "docs" / "cli.rst").read_text(encoding="utf-8")
     sections = set(re.findall(r"^``zipsave (\w+)``\n-+$", text, flags=re.MULTILINE))
     assert sections == set(_options()) - {""}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_every_limit_a_page_names_is_a_field_of_limits(page: Path):
+    fields = {field.name for field in dataclasses.fields(zipsave.Limits)}
+    text = page.read_text(encoding="utf-8")
+    unknown = [
+        f"{_page_id(page)}:{_line(text, m.start())}: {m[1] or m[2]}"
+        for m in re.finditer(r"Limits\.(\w+)|Limits\((\w+)=", text)
+        if (m[1] or m[2]) not in fields
+    ]
+    assert unknown == []
