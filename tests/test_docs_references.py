@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import inspect
 import re
 from pathlib import Path
 
@@ -109,3 +110,32 @@ def test_every_limit_a_page_names_is_a_field_of_limits(page: Path):
         if (m[1] or m[2]) not in fields
     ]
     assert unknown == []
+
+
+def _documented_signatures() -> list[tuple[str, str, str]]:
+    """``(module, name, arguments)`` of every signature docs/api.rst writes out by hand."""
+    module, out = "zipsave", []
+    for line in (ROOT / "docs" / "api.rst").read_text(encoding="utf-8").splitlines():
+        if found := re.match(r"\.\. module:: (\S+)", line):
+            module = found[1]
+        elif found := re.match(r"\.\. (?:function|class|exception):: (\w+)\((.*)\)\s*$", line):
+            out.append((module, found[1], found[2]))
+    return out
+
+
+@pytest.mark.parametrize("module,name,arguments", _documented_signatures(), ids=lambda v: v if "(" not in v else "")
+def test_a_signature_written_in_api_rst_is_the_code_s(module: str, name: str, arguments: str):
+    """Same parameters, in order, with the same defaults (a ``**kwargs`` that only turns SB3's
+    own argument names into a clear error may go unlisted)."""
+    signature = inspect.signature(getattr(importlib.import_module(module), name))
+    written = [a.strip() for a in arguments.split(",") if a.strip() not in ("", "*", "/")]
+    names = [a.split("=")[0].lstrip("*") for a in written]
+    real = [
+        p
+        for p in signature.parameters.values()
+        if p.name != "self" and (p.kind is not p.VAR_KEYWORD or p.name in names)
+    ]
+    assert names == [p.name for p in real]
+    for argument, parameter in zip(written, real):
+        if "=" in argument:  # (one written without a default may default to None to say it is missing)
+            assert argument.split("=", 1)[1] == repr(parameter.default), argument
