@@ -186,6 +186,23 @@ def test_inspect_json_keys_are_the_ones_cli_rst_lists(tmp_path, capsys):
     assert listed == keys
 
 
+def test_list_output_in_cli_rst_is_what_the_command_prints(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    with zipsave.CheckpointManager("run-checkpoints", keep_last=2) as manager:
+        for step in (1000, 2000, 3000):
+            manager.save(step, {"policy": policy, "step": step}, metrics={"loss": 1 / step})
+    assert cli.main(["list", "run-checkpoints"]) == 0
+    printed = capsys.readouterr().out.strip("\n").splitlines()
+    shown = _shown_after((DOCS / "cli.rst").read_text(), "the times are the saves')::")
+
+    def timeless(lines: list[str]) -> list[str]:  # and sizeless: system_info.txt's length is the machine's
+        return [re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d  [\d.]+ KiB", "<time> <size>", line) for line in lines]
+
+    assert timeless(shown) == timeless(printed)
+
+
 # -- security.rst: what read checks ---------------------------------------------------------------
 
 
