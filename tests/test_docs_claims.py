@@ -203,6 +203,17 @@ def test_list_output_in_cli_rst_is_what_the_command_prints(tmp_path, capsys, mon
     assert timeless(shown) == timeless(printed)
 
 
+def test_diff_json_keys_are_the_ones_cli_rst_lists(tmp_path, capsys):
+    _cli_rst_archives(tmp_path)
+    assert cli.main(["diff", str(tmp_path / "model.zip"), str(tmp_path / "model-v2.zip"), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    page = (DOCS / "cli.rst").read_text()
+    paragraph = page[page.index("``--json`` prints ``a`` and ``b``") :].split("::")[0]
+    assert set(re.findall(r"``(\w+)``", paragraph)) - {"json"} == set(out)
+    assert list(out["tensors_changed"][0]) == ["name", "old", "new", "max_abs_diff"]
+    assert '{"name", "old", "new", "max_abs_diff"}' in paragraph
+
+
 # -- security.rst: what read checks ---------------------------------------------------------------
 
 
