@@ -139,3 +139,13 @@ def test_a_signature_written_in_api_rst_is_the_code_s(module: str, name: str, ar
     for argument, parameter in zip(written, real):
         if "=" in argument:  # (one written without a default may default to None to say it is missing)
             assert argument.split("=", 1)[1] == repr(parameter.default), argument
+
+
+def test_the_architecture_tree_names_every_module_and_package():
+    """docs/architecture.rst's tree names every top-level module and package of zipsave."""
+    text = (ROOT / "docs" / "architecture.rst").read_text(encoding="utf-8")
+    tree = text[text.index("    zipsave/\n") : text.index("\nLayers\n")]
+    names = {
+        path.name for path in (ROOT / "zipsave").iterdir() if path.suffix == ".py" or (path / "__init__.py").exists()
+    }
+    assert sorted(name for name in names if not re.search(rf"(?<![\w.]){re.escape(name)}", tree)) == []
