@@ -61,7 +61,7 @@ def test_every_quoted_zipsave_name_exists(page: Path):
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
 def test_every_file_of_the_repository_a_page_names_exists(page: Path):
     text = page.read_text(encoding="utf-8")
-    pattern = r"(?<![\w/.])((?:zipsave|tests|benchmarks|\.ci)/[\w/.\-]*\w)"
+    pattern = r"(?<![\w/.])((?:zipsave|tests|benchmarks|docs|\.ci)/[\w/.\-]*\w)"
     missing = [
         f"{_page_id(page)}:{_line(text, m.start())}: {m[1]}"
         for m in re.finditer(pattern, text)
