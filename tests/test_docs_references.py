@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import zipsave
-from zipsave import _cli_parser
+from zipsave import _cli_parser, _format
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.rst", *sorted((ROOT / "docs").glob("*.rst"))]
@@ -149,3 +149,9 @@ def test_the_architecture_tree_names_every_module_and_package():
         path.name for path in (ROOT / "zipsave").iterdir() if path.suffix == ".py" or (path / "__init__.py").exists()
     }
     assert sorted(name for name in names if not re.search(rf"(?<![\w.]){re.escape(name)}", tree)) == []
+
+
+def test_the_format_page_specifies_the_version_zipsave_writes():
+    text = (ROOT / "docs" / "format.rst").read_text(encoding="utf-8")
+    assert text.startswith(f"The archive format (version {_format.FORMAT_VERSION})\n")
+    assert f"this page specifies version **{_format.FORMAT_VERSION}**" in text
