@@ -155,3 +155,13 @@ def test_the_format_page_specifies_the_version_zipsave_writes():
     text = (ROOT / "docs" / "format.rst").read_text(encoding="utf-8")
     assert text.startswith(f"The archive format (version {_format.FORMAT_VERSION})\n")
     assert f"this page specifies version **{_format.FORMAT_VERSION}**" in text
+
+
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if p.parent.name == "docs" and p.stem not in ("index", "changelog")], ids=_page_id
+)
+def test_a_page_says_whom_it_is_for_on_its_first_screen(page: Path):
+    """A reader arriving with one question learns within the first lines whether it is the
+    page (index.rst routes by question; changelog.rst is per version)."""
+    first_screen = "\n".join(page.read_text(encoding="utf-8").splitlines()[:15])
+    assert "This page is for" in first_screen
