@@ -119,6 +119,101 @@ def test_read_output_in_cli_rst_is_what_the_command_prints(tmp_path, capsys, mon
     assert "Did you mean `policy/2.bias`?" in capsys.readouterr().err
 
 
+def _cli_rst_archives(tmp_path: Path) -> None:
+    """model.zip and model-v2.zip, made as docs/cli.rst makes them."""
+    torch.manual_seed(0)
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    zipsave.save({"policy": policy, "learning_rate": 3e-4, "num_timesteps": 1000}, tmp_path / "model.zip")
+    with torch.no_grad():
+        policy[2].bias += 0.5
+    zipsave.save({"policy": policy, "learning_rate": 1e-4, "num_timesteps": 2000}, tmp_path / "model-v2.zip")
+
+
+def _shown_after(page: str, lead: str) -> list[str]:
+    """The lines of the literal block that follows ``lead`` on a page, dedented."""
+    block = page[page.index(lead) + len(lead) :].split("\n\n", 1)[1]
+    lines = []
+    for line in block.splitlines():
+        if line and not line.startswith("    "):
+            break
+        lines.append(line[4:])
+    return "\n".join(lines).strip("\n").splitlines()
+
+
+def test_inspect_output_in_cli_rst_is_what_the_command_prints(tmp_path, capsys, monkeypatch):
+    """All but what differs by machine: the system info, which the page cuts short with
+    ``...``, and what hashes or counts it (the digest, the sizes of system_info.txt and of the
+    whole archive)."""
+    monkeypatch.chdir(tmp_path)
+    _cli_rst_archives(tmp_path)
+    assert cli.main(["inspect", "model.zip"]) == 0
+    printed = capsys.readouterr().out.strip("\n").splitlines()
+    shown = _shown_after((DOCS / "cli.rst").read_text(), "Output\nfor ``model.zip``::")
+
+    def machine_free(lines: list[str]) -> list[str]:
+        out, skipping = [], False
+        for line in lines:
+            if line == "saved with":
+                skipping = True
+            elif skipping and not line.startswith("  "):
+                skipping = False
+            if not skipping:
+                line = re.sub(r"^manifest sha256: [0-9a-f]{64}$", "manifest sha256: <digest>", line)
+                line = re.sub(r"members, [\d.]+ KiB$", "members, <size>", line)
+                out.append(re.sub(r"^ +[\d.]+ K?i?B( +stored +system_info.txt)$", r"<size>\1", line))
+        return out
+
+    assert machine_free(shown) == machine_free(printed)
+    assert "saved with" in shown and any(line.startswith("  PyTorch: ") for line in shown)
+
+
+def test_diff_output_in_cli_rst_is_what_the_command_prints(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _cli_rst_archives(tmp_path)
+    assert cli.main(["diff", "model.zip", "model-v2.zip"]) == 1
+    printed = capsys.readouterr().out.strip("\n").splitlines()
+    assert _shown_after((DOCS / "cli.rst").read_text(), "For the two archives above::") == printed
+
+
+def test_inspect_json_keys_are_the_ones_cli_rst_lists(tmp_path, capsys):
+    _cli_rst_archives(tmp_path)
+    assert cli.main(["inspect", str(tmp_path / "model.zip"), "--json"]) == 0
+    keys = set(json.loads(capsys.readouterr().out))
+    page = (DOCS / "cli.rst").read_text()
+    paragraph = page[page.index("``--json`` prints :meth:`zipsave.ArchiveInfo.to_dict`") :].split("\n\n")[0]
+    listed = set(re.findall(r"``(\w+)``", paragraph)) - {"needs_pickle", "globals", "untrusted", "rebuilt"}
+    listed -= {"dtype", "shape", "name"}
+    assert listed == keys
+
+
+def test_list_output_in_cli_rst_is_what_the_command_prints(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    with zipsave.CheckpointManager("run-checkpoints", keep_last=2) as manager:
+        for step in (1000, 2000, 3000):
+            manager.save(step, {"policy": policy, "step": step}, metrics={"loss": 1 / step})
+    assert cli.main(["list", "run-checkpoints"]) == 0
+    printed = capsys.readouterr().out.strip("\n").splitlines()
+    shown = _shown_after((DOCS / "cli.rst").read_text(), "the times are the saves')::")
+
+    def timeless(lines: list[str]) -> list[str]:  # and sizeless: system_info.txt's length is the machine's
+        return [re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d  [\d.]+ KiB", "<time> <size>", line) for line in lines]
+
+    assert timeless(shown) == timeless(printed)
+
+
+def test_diff_json_keys_are_the_ones_cli_rst_lists(tmp_path, capsys):
+    _cli_rst_archives(tmp_path)
+    assert cli.main(["diff", str(tmp_path / "model.zip"), str(tmp_path / "model-v2.zip"), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    page = (DOCS / "cli.rst").read_text()
+    paragraph = page[page.index("``--json`` prints ``a`` and ``b``") :].split("::")[0]
+    assert set(re.findall(r"``(\w+)``", paragraph)) - {"json"} == set(out)
+    assert list(out["tensors_changed"][0]) == ["name", "old", "new", "max_abs_diff"]
+    assert '{"name", "old", "new", "max_abs_diff"}' in paragraph
+
+
 # -- security.rst: what read checks ---------------------------------------------------------------
 
 
