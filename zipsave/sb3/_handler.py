@@ -145,3 +145,17 @@ class SB3Handler(Handler):
             return False
         sb3._extras.restore_extra(session, obj, name, in_place=True)  # fills the live model's own buffer / wrapper
         return True
+
+    def describe_mismatch(self, session: LoadSession, obj: Any, folder: str) -> tuple[str, str] | None:
+        """A restore of another algorithm's archive (a SAC's into a PPO, a PPO's into an A2C: the
+        same state dicts, and the first ``learn`` failed): the algorithm its ``data`` names by the
+        policy class, unless ``obj``'s class is it or derives from it."""
+        name = _suggested(session, folder)
+        own = {k.__name__ for k in type(obj).__mro__}
+        if name is None or " " in name or name in own or (name == "DDPG" and "TD3" in own):
+            return None  # DDPG is TD3 with `policy_delay=1`, which a TD3 may have too
+        return (
+            f"{'an' if name[:1] in 'AEIOU' else 'a'} {name} model",
+            f"Restore it into a model of {name}, or load it as a new model: `{name}.load(path)` or "
+            f"`zipsave.load(path, cls={name})` (`{import_line(name)}`).",
+        )
