@@ -73,3 +73,62 @@ def test_a_restore_into_the_algorithm_that_saved_it_or_a_subclass_goes_on(tmp_pa
     zipsave.restore(
         TD3("MlpPolicy", "Pendulum-v1", buffer_size=100, policy_kwargs={"net_arch": [8]}), tmp_path / "td3.zip"
     )
+
+
+# -- a SimpleNamespace that cloudpickle wrote -------------------------------------------------
+def test_a_simple_namespace_cloudpickle_wrote_loads_with_no_trust(tmp_path):
+    # SB3's own save (and zipsave before 0.2) pickles it as cloudpickle's
+    # `_builtin_type('SimpleNamespace')`: the load skipped it and asked for allow_pickle=True
+    import types
+
+    from stable_baselines3.common.save_util import save_to_zip_file
+
+    config = types.SimpleNamespace(lr=3e-4, layers=[64, 64])
+    save_to_zip_file(tmp_path / "sb3.zip", data={"config": config, "n": 1})
+    data, _, _ = zipsave.load_archive(tmp_path / "sb3.zip", strict=True)
+    assert data == {"config": config, "n": 1}
+    (entry,) = [e for e in zipsave.inspect(tmp_path / "sb3.zip").data if e.key == "config"]
+    assert entry.globals == ("types.SimpleNamespace",) and entry.trusted
+
+
+def test_cloudpickles_builtin_type_gives_only_trusted_classes_of_types():
+    import pickle
+
+    from zipsave._trust import TrustPolicy, pickle_globals, restricted_loads
+
+    def payload(argument):  # `cloudpickle.cloudpickle._builtin_type(argument)`
+        return (
+            b"\x80\x04\x8c\x17cloudpickle.cloudpickle\x8c\r_builtin_type\x93"
+            + pickle.dumps(argument, 4)[2:-1]
+            + b"\x85R."
+        )
+
+    assert restricted_loads(payload("SimpleNamespace"), TrustPolicy()) is __import__("types").SimpleNamespace
+    for name in ("CodeType", "FunctionType", "ModuleType"):
+        with pytest.raises(zipsave.UnsafeGlobalError, match=re.escape(f"untrusted global `types.{name}`")):
+            restricted_loads(payload(name), TrustPolicy())
+        assert pickle_globals(payload(name)) == [f"types.{name}"]
+    with pytest.raises(zipsave.UnsafeGlobalError, match="No module or class is named so"):
+        restricted_loads(payload(7), TrustPolicy())
+    assert pickle_globals(payload(7)) == ["cloudpickle.cloudpickle._builtin_type"]
+
+
+# -- SB3's CheckpointCallback order -----------------------------------------------------------
+def test_checkpoint_callback_in_sb3s_positional_order_says_the_call_to_make(tmp_path):
+    # `CheckpointCallback(1000, "./logs/")` said "takes 1 positional argument but 2 were given";
+    # `CheckpointCallback(1000)` raised "expected str, bytes or os.PathLike object, not int"
+    import zipsave.sb3
+
+    with pytest.raises(zipsave.UsageError) as caught:
+        zipsave.sb3.CheckpointCallback(1000, str(tmp_path / "logs"), "rl_model")
+    text = str(caught.value)
+    assert "is called in SB3's order (`save_freq`, `save_path`, `name_prefix`)" in text
+    assert f"Call it as `zipsave.sb3.CheckpointCallback({str(tmp_path / 'logs')!r}, every_steps=1000)`" in text
+    assert "`name_prefix`: nothing: checkpoints are named by their step" in text
+    with pytest.raises(zipsave.UsageError, match=re.escape("CheckpointCallback(directory, every_steps=1000)")):
+        zipsave.sb3.CheckpointCallback(1000)
+    with pytest.raises(
+        zipsave.UsageError, match=re.escape("Call it as `zipsave.sb3.CheckpointCallback(directory, every_steps=...)`")
+    ):
+        zipsave.sb3.CheckpointCallback(tmp_path / "logs", 1000)
+    assert not (tmp_path / "logs").exists()
