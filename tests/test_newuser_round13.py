@@ -132,3 +132,43 @@ def test_checkpoint_callback_in_sb3s_positional_order_says_the_call_to_make(tmp_
     ):
         zipsave.sb3.CheckpointCallback(tmp_path / "logs", 1000)
     assert not (tmp_path / "logs").exists()
+
+
+# -- paths that name a folder, and bytes passed as a path -------------------------------------
+@pytest.mark.parametrize("name", ["runs/", ".", "..", "runs/./"])
+@pytest.mark.parametrize("background", [False, True])
+def test_a_save_to_a_folder_path_is_refused_before_it_writes(tmp_path, monkeypatch, name, background):
+    # `zipsave.save(model, "runs/")` wrote a hidden `runs/.zip`, and `save(model, ".")` a `..zip`
+    import torch
+
+    work = tmp_path / "work"
+    (work / "runs").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    with pytest.raises(
+        zipsave.UsageError, match=re.escape("names a folder, not the archive's file: give a file name in it")
+    ):
+        zipsave.save({"net": torch.nn.Linear(2, 2)}, name, background=background)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["runs", "work"]
+
+
+def test_a_save_to_a_url_ending_in_a_slash_is_refused():
+    import torch
+
+    with pytest.raises(zipsave.UsageError, match=re.escape("such as `memory://round13/model.zip`")):
+        zipsave.save({"net": torch.nn.Linear(2, 2)}, "memory://round13/")
+
+
+def test_an_archive_s_bytes_passed_as_the_path_name_io_bytesio(tmp_path):
+    # it raised Python's bare `ValueError: embedded null byte`
+    import torch
+
+    zipsave.save({"net": torch.nn.Linear(2, 2)}, tmp_path / "a.zip")
+    data = (tmp_path / "a.zip").read_bytes()
+    for door in (zipsave.load, zipsave.inspect, zipsave.load_archive):
+        with pytest.raises(
+            zipsave.UsageError,
+            match=re.escape(
+                "a zip archive, not a file name: to read an archive held in memory, pass `io.BytesIO(data)`"
+            ),
+        ):
+            door(data)
