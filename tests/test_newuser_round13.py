@@ -172,3 +172,47 @@ def test_an_archive_s_bytes_passed_as_the_path_name_io_bytesio(tmp_path):
             ),
         ):
             door(data)
+
+
+# -- a damaged checkpoint index, in the index's own terms -------------------------------------
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (
+            lambda d: d["checkpoints"][0]["metrics"].update(loss=[1, 2]),
+            'the entry of step 1000 has a metric "loss" that is an array, not a number',
+        ),
+        (
+            lambda d: d["checkpoints"][0].update(metrics=[1]),
+            "the entry of step 1000 has `metrics` that are an array, not an object",
+        ),
+        (
+            lambda d: d["checkpoints"][0].update(time="yesterday"),
+            "the entry of step 1000 has a `time` that is a string, not a number of seconds",
+        ),
+        (lambda d: d["checkpoints"][0].pop("time"), "the entry of step 1000 has no `time`."),
+        (
+            lambda d: d["checkpoints"].__setitem__(0, "x"),
+            "entry 1 of `checkpoints` is a string, where each entry is an object",
+        ),
+        (lambda d: d.update(checkpoints=5), "`checkpoints` is a number, not an array."),
+    ],
+)
+def test_zipsave_list_of_a_damaged_index_names_the_entry_in_json_terms(tmp_path, capsys, change, said):
+    # it said "entry 0 is malformed (TypeError: metric 'loss' is a list, not a number, string or
+    # bool)", "(KeyError: 'time')"; `"checkpoints": 5` was "unexpected TypeError ... a zipsave bug"
+    import json
+
+    import torch
+
+    from zipsave.cli import main
+
+    with zipsave.CheckpointManager(tmp_path / "run") as manager:
+        manager.save(1000, {"net": torch.nn.Linear(2, 2)}, metrics={"loss": 0.5})
+    index = tmp_path / "run" / "zipsave-checkpoints.json"
+    doc = json.loads(index.read_text())
+    change(doc)
+    index.write_text(json.dumps(doc))
+    assert main(["list", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Error:" not in err and "'" not in err.split("zipsave-checkpoints.json`")[1].split(".")[0]
