@@ -216,3 +216,19 @@ def test_zipsave_list_of_a_damaged_index_names_the_entry_in_json_terms(tmp_path,
     assert main(["list", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert said in err and "Error:" not in err and "'" not in err.split("zipsave-checkpoints.json`")[1].split(".")[0]
+
+
+def test_include_of_a_name_the_model_does_not_have_is_said(tmp_path):
+    # `include=["replay_bufer"]` saved no buffer and said nothing; the resumed run had none
+    from stable_baselines3 import DQN
+
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=100, policy_kwargs={"net_arch": [8]})
+    with pytest.warns(
+        zipsave.ZipsaveWarning,
+        match=re.escape(
+            "include=['replay_bufer']: DQN has no attribute `replay_bufer`, so nothing was saved for it (did you mean `replay_buffer`?)."
+        ),
+    ):
+        zipsave.save(model, tmp_path / "dqn.zip", include=["replay_bufer"])
+    names = [m.name for m in zipsave.inspect(tmp_path / "dqn.zip").members]
+    assert "policy.pth" in names and not any(n.startswith("replay_buffer") for n in names)
