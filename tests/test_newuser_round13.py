@@ -232,3 +232,12 @@ def test_include_of_a_name_the_model_does_not_have_is_said(tmp_path):
         zipsave.save(model, tmp_path / "dqn.zip", include=["replay_bufer"])
     names = [m.name for m in zipsave.inspect(tmp_path / "dqn.zip").members]
     assert "policy.pth" in names and not any(n.startswith("replay_buffer") for n in names)
+
+
+def test_a_missing_remote_archive_is_a_file_not_found_error_as_a_local_one_is():
+    # `except FileNotFoundError` caught a missing local archive but not `memory://bucket/nope.zip`
+    with pytest.raises(
+        zipsave.ArchiveNotFoundError, match=re.escape("archive `memory://round13/nope.zip`: no such object")
+    ) as caught:
+        zipsave.load("memory://round13/nope.zip")
+    assert isinstance(caught.value, FileNotFoundError) and caught.value.errno == 2

@@ -9,8 +9,8 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from .. import _core, _format, sb3  # sb3: its modules that build models (`sb3._build`), on first use
-from .._registry import Handler
 from .._printable import visible
+from .._registry import Handler
 from ..exceptions import ArchiveFormatError, ZipsaveWarning, caller_stacklevel
 from ._allowlist import SB3_ALLOWLIST
 from ._allowlist_contrib import SB3_CONTRIB_ALLOWLIST
