@@ -241,3 +241,19 @@ def test_a_missing_remote_archive_is_a_file_not_found_error_as_a_local_one_is():
     ) as caught:
         zipsave.load("memory://round13/nope.zip")
     assert isinstance(caught.value, FileNotFoundError) and caught.value.errno == 2
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (lambda p: zipsave.load(p, custom_objects=["learning_rate"]), "custom_objects must be a dict of `data` keys"),
+        (lambda p: zipsave.load(42), "path must be a file path (str or os.PathLike)"),
+    ],
+)
+def test_a_call_with_an_option_of_the_wrong_kind_is_a_usage_error(tmp_path, call, said):
+    # they were Python's own TypeError, outside zipsave's hierarchy (`except zipsave.ZipsaveError` missed them)
+    import torch
+
+    zipsave.save({"net": torch.nn.Linear(2, 2)}, tmp_path / "a.zip")
+    with pytest.raises(zipsave.UsageError, match=re.escape(said)):
+        call(tmp_path / "a.zip")

@@ -29,7 +29,7 @@ def is_url(path: Any) -> bool:
 
 def _local(path: Any) -> str:
     if not isinstance(path, (str, bytes, os.PathLike)):
-        raise TypeError(
+        raise UsageError(
             f"path must be a file path (str or os.PathLike), a URL or an open binary file object, "
             f"got {type(path).__name__} {path!r:.80}."
         )
