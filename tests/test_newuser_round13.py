@@ -257,3 +257,15 @@ def test_a_call_with_an_option_of_the_wrong_kind_is_a_usage_error(tmp_path, call
     zipsave.save({"net": torch.nn.Linear(2, 2)}, tmp_path / "a.zip")
     with pytest.raises(zipsave.UsageError, match=re.escape(said)):
         call(tmp_path / "a.zip")
+
+
+def test_zipsave_verify_of_a_plain_folder_says_what_it_takes(tmp_path, capsys):
+    # it said "archive `runs`: is a directory, not a zip archive", though verify takes a
+    # CheckpointManager's folder and a sharded checkpoint's
+    from zipsave.cli import main
+
+    (tmp_path / "runs").mkdir()
+    assert main(["verify", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "is a folder, but neither a CheckpointManager's (no `zipsave-checkpoints.json`)" in err
+    assert "give an archive file" in err
