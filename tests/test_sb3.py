@@ -302,7 +302,9 @@ def test_sb3_globals_come_from_the_reviewed_allowlist(trained):
         for value in json.loads(zipfile.ZipFile(path).read("data")).values():
             if isinstance(value, dict) and ":serialized:" in value:
                 needed.update(pickle_globals(base64.b64decode(value[":serialized:"])))
-    by_value = {g for g in needed if g.startswith("cloudpickle.")}
+    # a function stored by value names its code's class as `_builtin_type("CodeType")`, which
+    # the audit lists as what it gives, `types.CodeType` (refused: no code is built)
+    by_value = {g for g in needed if g.startswith("cloudpickle.") or g == "types.CodeType"}
     assert needed - by_value <= DEFAULT_ALLOWLIST
     assert {g for g in needed if g.startswith("stable_baselines3.")} <= SB3_ALLOWLIST
     for name in SB3_ALLOWLIST:  # every reviewed entry names a real object (a class attribute too)

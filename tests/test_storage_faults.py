@@ -73,3 +73,11 @@ def test_full_tmpfs_keeps_the_previous_archive_and_leaves_no_temporary_file(smal
     assert path.read_bytes() == before
     assert sorted(os.listdir(small_tmpfs)) == ["model.zip"]
     assert zipsave.load(path)["lr"] == 0.5
+
+
+def test_a_full_disk_says_so_in_the_users_words():
+    # the error quoted only "(OSError: [Errno 28] No space left on device)"
+    with pytest.raises(
+        zipsave.StorageError, match=re.escape("is unchanged. The disk is full: free space on it, or save elsewhere.")
+    ):
+        zipsave.save(_state(), FullDisk(8000))

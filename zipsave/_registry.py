@@ -168,6 +168,12 @@ class Handler:
         the caller's ``custom_objects``, taken as they are)."""
         return data
 
+    def describe_mismatch(self, session: Any, obj: Any, folder: str) -> tuple[str, str] | None:
+        """For a restore into an ``obj`` this handler :meth:`claims` whose state dicts are not
+        the archive folder's: ``(what the folder holds, the fix)`` in the user's words (SB3's
+        ``("a SAC model", "Load it with `SAC.load(path)` ...")``), or ``None`` when it cannot tell."""
+        return None
+
     def restore_component(self, session: Any, obj: Any, name: str) -> bool:
         """Fill the component folder ``name`` of ``obj`` itself (e.g. SB3's replay buffer);
         False lets the core rebuild or restore it as usual."""

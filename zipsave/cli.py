@@ -88,6 +88,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         problems = _part("._manager").verify_directory(args.archive, require_manifest=args.require_manifest)
     elif is_directory_of(args.archive, "sharded"):
         problems = _tools.verify_sharded(args.archive)
+    elif os.path.isdir(args.archive):  # it said only "is a directory, not a zip archive"
+        raise CheckpointDirectoryError(
+            f"`{args.archive}` is a folder, but neither a CheckpointManager's (no `zipsave-checkpoints.json`) "
+            "nor a sharded zipsave.dcp checkpoint (no `index.zip`): give an archive file, "
+            f"`zipsave verify {shlex.quote(os.path.join(args.archive, 'model.zip'))}`."
+        )
     else:
         problems = _tools.verify(args.archive, require_manifest=args.require_manifest, notes=notes)
     signed = check_signature(args, problems)

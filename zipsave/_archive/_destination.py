@@ -29,9 +29,14 @@ def is_url(path: Any) -> bool:
 
 def _local(path: Any) -> str:
     if not isinstance(path, (str, bytes, os.PathLike)):
-        raise TypeError(
+        raise UsageError(
             f"path must be a file path (str or os.PathLike), a URL or an open binary file object, "
             f"got {type(path).__name__} {path!r:.80}."
+        )
+    if isinstance(path, bytes) and (path[:2] == b"PK" or b"\0" in path):  # "embedded null byte", said so
+        raise UsageError(
+            f"path is {len(path)} bytes of data{', a zip archive' if path[:2] == b'PK' else ''}, not a file name: "
+            "to read an archive held in memory, pass `io.BytesIO(data)` (an `io.BytesIO()` to save into one)."
         )
     text = os.fsdecode(os.fspath(path)).removeprefix("file://")
     if not text:  # `save(model, "")` would write a hidden `.zip` into the working directory
@@ -59,12 +64,23 @@ def destination_key(path: Any) -> tuple[str, Any]:
     if hasattr(path, "write"):
         return ("file", id(binary_file(path, "wb")))
     if is_url(path):
-        return ("url", with_suffix(path))
-    return ("path", os.path.abspath(with_suffix(_local(path))))
+        return ("url", with_suffix(_file_name(path)))
+    return ("path", os.path.abspath(with_suffix(_file_name(_local(path)))))
+
+
+def _file_name(text: str) -> str:
+    """``text`` if it names a file to write: ``runs/``, ``.`` and ``..`` name a folder, where the
+    ``.zip`` suffix rule made a hidden ``runs/.zip`` (``..zip``, ``...zip``)."""
+    if os.path.basename(text) in ("", ".", ".."):
+        raise UsageError(
+            f"names a folder, not the archive's file: give a file name in it, such as `{text.rstrip('/')}/model.zip`.",
+            archive=text,
+        )
+    return text
 
 
 def _output_path(path: Any) -> str:
-    text = with_suffix(_local(path))
+    text = with_suffix(_file_name(_local(path)))
     if os.path.isdir(text):
         raise ArchiveFormatError("is a directory; give a file name such as `model.zip`.", archive=text)
     folder = os.path.dirname(os.path.abspath(text))
@@ -93,7 +109,7 @@ def open_output(
     if hasattr(path, "write"):
         yield binary_file(path, "wb")
     elif is_url(path):
-        with _archive.remote_output(path, storage_options=storage_options, progress=progress) as fp:
+        with _archive.remote_output(_file_name(path), storage_options=storage_options, progress=progress) as fp:
             yield fp
     else:
         with atomic_output(_output_path(path), durable=durable) as fp:

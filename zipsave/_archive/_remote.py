@@ -11,6 +11,7 @@ filesystem can seek, and downloads to a temporary file when it cannot.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import posixpath
 import tempfile
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from .._optional import MissingDependencyError, require
-from ..exceptions import ArchiveFormatError, StorageError, ZipsaveError
+from ..exceptions import ArchiveFormatError, ArchiveNotFoundError, StorageError, ZipsaveError
 from . import _progress
 from ._files import atomic_output, open_input, seekable, with_suffix
 
@@ -144,4 +145,7 @@ def _open_first(fs: Any, url: str, candidates: list[str]) -> IO[bytes]:
                 errno=getattr(err, "errno", None),
                 hint=_CREDENTIALS,
             ) from err
-    raise ZipsaveError("no such object (also tried with a `.zip` suffix).", archive=url, hint=_CREDENTIALS)
+    # a FileNotFoundError, as a missing local archive is: `except FileNotFoundError` works for both
+    raise ArchiveNotFoundError(
+        "no such object (also tried with a `.zip` suffix).", archive=url, errno=errno.ENOENT, hint=_CREDENTIALS
+    )

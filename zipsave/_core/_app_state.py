@@ -1,6 +1,7 @@
-"""What a restore into an app-state dict expects: every stateful object of the dict has its
-state in the archive (unless ``exact_match=False``), and, when strict, the archive's stateful
-entries are the dict's."""
+"""What a restore expects of the live object: an object holds the archive's state dicts (said
+in the integration's words when it can tell what the archive holds instead); every stateful
+object of an app-state dict has its state in the archive (unless ``exact_match=False``), and,
+when strict, the archive's stateful entries are the dict's."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ..exceptions import ParameterMismatchError
 from ._parts import is_stateful
 from ._session import LoadSession
 
-__all__ = ["check_app_state", "check_live_entries"]
+__all__ = ["check_app_state", "check_live_entries", "check_state_names"]
 
 
 def check_app_state(src: LoadSession, app: dict, folder: str, exclude: Any = None) -> None:
@@ -111,3 +112,42 @@ def check_live_entries(src: LoadSession, app: dict, folder: str, saved: list[str
             + f"pass `exclude={[prefix + k for k in missing]}` to keep those objects as they are, "
             "or `exact_match=False` to restore the entries that match.",
         )
+
+
+def check_state_names(
+    src: LoadSession, obj: Any, folder: str, state_names: list[str], expected: list[str], kept: set[str]
+) -> None:
+    """An exact restore into ``obj``: the archive folder holds its state dicts (``expected``;
+    ``kept``: the folder's ``state_names`` less what ``exclude`` leaves out), and the integration
+    that claims ``obj`` does not say the folder holds another kind of object (a PPO's archive
+    restored into an A2C has the same state dicts, and the A2C's first ``learn`` failed). The
+    error names what the folder holds instead, and members the manifest lists but that are gone."""
+    owner = next((h for h in _core.handlers(live=True) if h.claims(obj)), None)
+    mismatch = owner.describe_mismatch(src, obj, folder) if owner is not None else None
+    if mismatch is None and set(expected) == kept:
+        return
+    prefix = f"{folder}/" if folder else ""
+    lost = sorted(
+        n[len(prefix) : -len(_format.PTH_SUFFIX)]
+        for n in src.reader.manifest or {}
+        if n.startswith(prefix)
+        and n.endswith(_format.PTH_SUFFIX)
+        and n not in src.reader
+        and "/" not in n[len(prefix) :]
+    )
+    gone = f" manifest.json lists {lost} too, missing from the archive (removed after saving?)." if lost else ""
+    what, hint = mismatch or (
+        None,
+        "If it was saved with `exclude=`, pass the same `exclude=` here; else pass "
+        "`exact_match=False` to load the ones that match.",
+    )
+    kind, names = type(obj).__name__, sorted(state_names)
+    differ = f": its state dicts are {names}, the {kind}'s {sorted(expected)}" if set(expected) != kept else ""
+    raise ParameterMismatchError(
+        f"holds {what}, which cannot be restored into the {kind} given{differ}.{gone}"
+        if what
+        else f"holds state dicts {names}, but the object has {sorted(expected)}.{gone}",
+        archive=src.name,
+        member=folder or None,
+        hint=hint,
+    )

@@ -11,7 +11,7 @@ import torch
 
 from .. import _core, _format  # _core: collect, the optimizer-state check and the registry, when used
 from ..exceptions import ArchiveFormatError, ParameterMismatchError, UnsafeNameError, ZipsaveError
-from ._app_state import check_live_entries
+from ._app_state import check_live_entries, check_state_names
 from ._inplace import adopt_live, fill_in_place
 from ._parts import LEGACY_CHILD_PREFIX, MODULE_INTERNALS, Parts, is_stateful, unwrap
 from ._session import LoadSession
@@ -151,31 +151,14 @@ def _check_state_names(
     """An exact restore: the object holds a state dict for each the archive has, and the other
     way round, checked before anything is set (a SAC archive restored into a PPO must leave the
     PPO as it was). Returns the live parts collected to compare."""
-    prefix = f"{folder}/" if folder else ""
     live = live_parts(obj)
     expected = expected_state_names(obj, live)
     if expected is not None and exclude:
         # what the caller left out (``exclude=["*.optimizer"]``) is missing on purpose
         expected = [n for n in expected if not _core.matches(n, exclude)]
     kept = {n for n in state_names if not (exclude and _core.matches(n, exclude))}
-    if expected is not None and set(expected) != kept:
-        recorded = src.reader.manifest or {}
-        lost = sorted(
-            n[len(prefix) : -len(_format.PTH_SUFFIX)]
-            for n in recorded
-            if n.startswith(prefix)
-            and n.endswith(_format.PTH_SUFFIX)
-            and n not in src.reader
-            and "/" not in n[len(prefix) :]
-        )
-        gone = f" manifest.json lists {lost} too, missing from the archive (removed after saving?)." if lost else ""
-        raise ParameterMismatchError(
-            f"holds state dicts {sorted(state_names)}, but the object has {sorted(expected)}.{gone}",
-            archive=src.name,
-            member=folder or None,
-            hint="If it was saved with `exclude=`, pass the same `exclude=` here; else pass "
-            "`exact_match=False` to load the ones that match.",
-        )
+    if expected is not None:
+        check_state_names(src, obj, folder, state_names, expected, kept)
     return live
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 # policy (`_trust.TrustPolicy`), only when `allow_pickle=`/`trusted=` is given or a load asks it.
 from .. import _core, _trust
 from .._archive import Limits
+from ..exceptions import UsageError
 from ._report import LoadReport
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def check_custom_objects(custom_objects: Any) -> None:
     keys = ""
     if isinstance(custom_objects, (list, tuple, set)) and all(isinstance(k, str) for k in custom_objects):
         keys = ", ".join(f"{k!r}: ..." for k in custom_objects)
-    raise TypeError(
+    raise UsageError(
         f"custom_objects must be a dict of `data` keys to the values used instead of the saved ones, "
         f"found a {type(custom_objects).__name__}: {custom_objects!r}. Pass e.g. "
         f"custom_objects={{{keys or repr('learning_rate') + ': 0.0'}}}."
@@ -83,7 +84,7 @@ class LoadOptions:
     ) -> None:
         check_custom_objects(custom_objects)
         if trust is not None and not isinstance(trust, _core.Trust):
-            raise TypeError(f"trust must be a zipsave.Trust or None, found {type(trust).__name__}.")
+            raise UsageError(f"trust must be a zipsave.Trust or None, found {type(trust).__name__}.")
         values = locals()
         for name in self.DEFAULTS:
             object.__setattr__(self, name, values[name])

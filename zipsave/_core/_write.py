@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import functools
 import os
 import warnings
@@ -359,6 +360,7 @@ def write(
             archive=path,
             member=member,
             errno=cause.errno,
+            hint=_STORAGE_HINTS.get(cause.errno),
         ) from err
     if sign is not None and not sign.embed:
         _core.sign_detached(with_suffix(os.fspath(path).removeprefix("file://")), sign)
@@ -371,6 +373,14 @@ def check_signable(path: Any, sign: Any) -> None:
             "a detached signature (Signer(embed=False)) is written beside a local archive; this save goes to "
             f"{'a file object' if hasattr(path, 'write') else 'a URL'}: use Signer(embed=True)."
         )
+
+
+#: What to do about the storage faults a user meets, in their words.
+_STORAGE_HINTS = {
+    errno.ENOSPC: "The disk is full: free space on it, or save elsewhere.",
+    errno.EDQUOT: "The disk quota is used up: free space in it, or save elsewhere.",
+    errno.EROFS: "The file system is read-only: save elsewhere.",
+}
 
 
 def storage_cause(err: BaseException) -> OSError | None:

@@ -165,42 +165,64 @@ def decode_index(raw: bytes, *, location: str, target: Any) -> list[Checkpoint]:
             f"{where} has version {doc.get('version')!r}; this zipsave reads version {VERSION}.",
             hint="Upgrade zipsave.",
         )
+    entries = doc.get("checkpoints") or []
+    if not isinstance(entries, list):
+        raise CheckpointDirectoryError(
+            f"{where}: `checkpoints` is {_kind(entries)}, not an array.", hint=_DAMAGED_INDEX
+        )
     out = []
-    for i, entry in enumerate(doc.get("checkpoints") or []):
+    for i, entry in enumerate(entries):
+        # said in the index's own terms (JSON's), by the step where it is readable
+        step = entry.get("step") if isinstance(entry, dict) else None
+        which = (
+            f"the entry of step {step}"
+            if type(step) is int and 0 <= step < 1 << 63
+            else f"entry {i + 1} of `checkpoints`"
+        )
         try:
-            step = entry["step"]
+            if not isinstance(entry, dict):
+                raise ValueError(f"is {_kind(entry)}, where each entry is an object")
+            missing = [f"`{k}`" for k in ("step", "file", "time", "size", "metrics") if k not in entry]
+            if missing:
+                raise ValueError(f"has no {', '.join(missing)}")
             if type(step) is not int or not 0 <= step < 1 << 63 or entry["file"] != checkpoint_name(step):
-                raise ValueError(f"step {_short(step)} and file {_short(entry['file'])} do not match")
+                raise ValueError(f"has step {_short(step)} and file {_short(entry['file'])}, which do not match")
             out.append(
                 Checkpoint(
                     step, _time(entry["time"]), _metrics(entry["metrics"]), _count(entry["size"]), target(entry["file"])
                 )
             )
-        except (KeyError, TypeError, ValueError, OverflowError) as err:
-            raise CheckpointDirectoryError(
-                f"{where}: entry {i} is malformed ({type(err).__name__}: {err}).", hint=_DAMAGED_INDEX
-            ) from err
+        except (TypeError, ValueError, OverflowError) as err:
+            raise CheckpointDirectoryError(f"{where}: {which} {err}.", hint=_DAMAGED_INDEX) from err
     return sorted(out, key=lambda c: c.step)
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind, as the index's reader sees it."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    kinds = ((dict, "an object"), (list, "an array"), (str, "a string"), ((int, float), "a number"))
+    return next((word for types, word in kinds if isinstance(value, types)), type(value).__name__)
 
 
 def _time(value: Any) -> float:
     """A save time, checked to be one ``time.gmtime`` can show (1e308 and NaN cannot)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"time {value!r} is not a number")
+        raise TypeError(f"has a `time` that is {_kind(value)}, not a number of seconds")
     seconds = float(value)
     if not math.isfinite(seconds) or not 0 <= seconds < _LATEST:
-        raise ValueError(f"time {value!r} is not a time between 1970 and 9999")
+        raise ValueError(f"has a `time` of {_short(value)} seconds, not a time between 1970 and 9999")
     return seconds
 
 
 def _count(value: Any) -> int:
     if type(value) is not int or not 0 <= value < 1 << 63:  # a file's size: what os.stat can say
-        raise ValueError(f"size {_short(value)} is not a byte count")
+        raise ValueError(f"has a `size` of {_short(value)}, not a count of bytes")
     return value
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = json.dumps(value)  # as the index spells it
     return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
 
 
@@ -208,10 +230,12 @@ def _metrics(value: Any) -> dict[str, Any]:
     """The metrics of one entry: names to numbers, strings, booleans or null (what
     :func:`plain_metrics` writes), so nothing deeper is ever shown."""
     if not isinstance(value, dict):
-        raise TypeError(f"metrics {type(value).__name__} is not an object")
+        raise TypeError(f"has `metrics` that are {_kind(value)}, not an object of names to values")
     for key, item in value.items():
         if item is not None and not isinstance(item, (str, int, float)):  # bool is an int
-            raise TypeError(f"metric {key!r} is a {type(item).__name__}, not a number, string or bool")
+            raise TypeError(
+                f"has a metric {_short(key)} that is {_kind(item)}, not a number, a string, true, false or null"
+            )
     return dict(value)
 
 

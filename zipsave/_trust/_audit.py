@@ -21,6 +21,13 @@ _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _EXT_OPS = frozenset({"EXT1", "EXT2", "EXT4"})
 _MARK = object()
 _UNKNOWN = object()
+#: cloudpickle's `_builtin_type(name)`, `getattr(types, name)`: a call of it with a literal name
+#: imports `types.<name>` (what the restricted unpickler answers it with), and is audited so.
+_BUILTIN_TYPE = "cloudpickle.cloudpickle._builtin_type"
+
+
+class _Named(str):
+    """A global on the audit's stack: its dotted name."""
 
 
 def _audit_name(module: str, qualname: str, proto: int) -> str:
@@ -73,6 +80,7 @@ def pickle_globals(payload: bytes) -> list[str]:
     proto: Any = 0
     pos: Any = 0
     arg: Any
+    uses = resolved = 0  # of `_BUILTIN_TYPE` on the stack, and of them called with a literal name
     try:
         for opcode, arg, pos in pickletools.genops(payload):
             name = opcode.name
@@ -80,7 +88,7 @@ def pickle_globals(payload: bytes) -> list[str]:
                 proto = arg
             elif name in ("GLOBAL", "INST"):
                 module, _, qualname = arg.partition(" ")
-                found.add(_audit_name(module, qualname, proto))
+                found.add(named := _audit_name(module, qualname, proto))
             elif name in _EXT_OPS:
                 found.add(f"copyreg extension {arg}")
 
@@ -120,20 +128,32 @@ def pickle_globals(payload: bytes) -> list[str]:
             elif name == "STACK_GLOBAL":
                 module, qualname = popped
                 if isinstance(module, str) and isinstance(qualname, str):
-                    found.add(_audit_name(module, qualname, proto))
+                    found.add(named := _audit_name(module, qualname, proto))
+                    pushed = [_Named(named)]
                 else:
                     found.add(DYNAMIC_GLOBAL)
+                    pushed = [_UNKNOWN]
+            elif name == "GLOBAL":
+                pushed = [_Named(named)]
+            elif name == "TUPLE1" and type(popped[0]) is str:
+                pushed = [(popped[0],)]
+            elif name == "REDUCE" and popped[0] == _BUILTIN_TYPE and isinstance(popped[1], tuple):
+                found.add(f"types.{popped[1][0]}")
+                resolved += 1
                 pushed = [_UNKNOWN]
             else:
                 pushed = [_MARK if item is pickletools.markobject else _UNKNOWN for item in after]
             for item in pushed:
                 if item is _MARK:
                     marks.append(len(stack))
+                uses += item == _BUILTIN_TYPE
                 stack.append(item)
     except DecodeError:
         raise
     except Exception as err:
         raise DecodeError(f"malformed pickle near byte {pos}: {err}.") from err
+    if uses and uses == resolved:  # each use a call with a literal name: `types.<name>` is what it imports
+        found.discard(_BUILTIN_TYPE)
     return sorted(found)
 
 

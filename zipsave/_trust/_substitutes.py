@@ -134,6 +134,9 @@ class Owners:
 
     def __init__(self) -> None:
         self.pending: dict[int, Owner] = {}
+        # id -> object and id -> dotted name of every global the pickle imported by name
+        self.imported: dict[int, Any] = {}
+        self.names: dict[int, str] = {}
         self.checks, self.made_objects = value_checks(), list[tuple[str, Any]]()
 
     def made(self, obj: Any) -> Any:
@@ -274,8 +277,20 @@ def substitutes(
             raise error("torch._utils._rebuild_parameter got arguments a saved parameter never has.")
         return torch.nn.Parameter(data, requires_grad)
 
+    def builtin_type(name: Any) -> Any:
+        # cloudpickle's `_builtin_type(name)` is `getattr(types, name)`, how it writes a class of
+        # `types` that pickle cannot name (SB3 saves a `SimpleNamespace` so, and zipsave did
+        # before 0.2): answered with the class where `types.<name>` is trusted itself.
+        shown = f"types.{name}" if type(name) is str else f"cloudpickle's _builtin_type({type(name).__name__})"
+        if type(name) is not str or not name.isidentifier() or not policy.is_trusted("types", name):
+            raise UnsafeGlobalError(shown, **where)
+        found = policy.resolve("types", name, **where)
+        owners.imported[id(found)], owners.names[id(found)] = found, shown  # as if the pickle named it
+        return found
+
     out: dict[str, Any] = {
         "builtins.getattr": attribute_getter(imported_name, policy, where, owners),
+        "cloudpickle.cloudpickle._builtin_type": builtin_type,
         "torch.storage._load_from_bytes": storage_from_bytes,
         "torch._utils._rebuild_tensor_v2": rebuild_tensor,
         "torch._utils._rebuild_parameter": rebuild_parameter,

@@ -54,9 +54,8 @@ class _RestrictedUnpickler(BoundedUnpickler):
         self._storages, self.owners, self.memo = storages, Owners(), Memo()
         self._policy = policy
         self._where = where
-        # id -> object for everything find_class returned (the references keep ids unique).
-        self._imported: dict[int, Any] = {}
-        self._names: dict[int, str] = {}
+        # id -> object (and its name) for everything find_class returned (the references keep ids unique)
+        self._imported, self._names = self.owners.imported, self.owners.names
         # id -> object for the classes the caller named, admitted as references only.
         self._references: dict[int, Any] = {}
         self._guards = {

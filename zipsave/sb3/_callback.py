@@ -5,6 +5,8 @@ same archive) and resumes a run from its newest checkpoint in one line."""
 from __future__ import annotations
 
 import collections
+import functools
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -15,7 +17,7 @@ from .._calls import keyword_options
 from .._core import pattern_list
 from .._manager import Checkpoint, CheckpointManager
 from .._printable import visible
-from ..exceptions import CheckpointDirectoryError
+from ..exceptions import CheckpointDirectoryError, UsageError
 from ._env_state import VecEnvState
 from ._her import end_unfinished_episodes
 
@@ -42,6 +44,37 @@ _SB3_ARGUMENTS = {
 }
 
 
+#: SB3's ``CheckpointCallback`` arguments in the order it takes them by position.
+_SB3_ORDER = ("save_freq", "save_path", "name_prefix", "save_replay_buffer", "save_vecnormalize", "verbose")
+
+
+def _sb3_order(init: Callable[..., None]) -> Callable[..., None]:
+    """A number first is SB3's order, ``CheckpointCallback(1000, "./logs/")`` (SB3's
+    ``save_freq``, ``save_path``): said so with the call to make, where the count of positional
+    arguments (or a directory named ``1000``) said nothing of it."""
+
+    @functools.wraps(init)
+    def call(self: Any, *args: Any, **kwargs: Any) -> None:
+        if args and type(args[0]) is int:
+            given = dict(zip(_SB3_ORDER, args))
+            path = given.get("save_path", kwargs.get("directory"))
+            shown = repr(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else "directory"
+            rest = [
+                f"`{name}`: {_SB3_ARGUMENTS[name]}" for name in given if name in _SB3_ARGUMENTS and name != "save_path"
+            ]
+            raise UsageError(
+                visible(
+                    f"`zipsave.sb3.CheckpointCallback({', '.join(map(repr, args))[:120]})` is called in SB3's order "
+                    f"({', '.join(f'`{n}`' for n in given)}): this callback takes the checkpoint directory first and "
+                    f"its options by name. Call it as `zipsave.sb3.CheckpointCallback({shown}, every_steps={args[0]})`. "
+                    f"SB3's {'; '.join(rest)}."
+                )
+            )
+        init(self, *args, **kwargs)
+
+    return call
+
+
 def _check_arguments(directory: Any, given: dict[str, Any]) -> None:
     """SB3's own arguments (``save_freq=``, ``save_path=``) are a ``TypeError`` that says what
     this callback takes instead, and that SB3's callback saves through zipsave under install()."""
@@ -50,11 +83,11 @@ def _check_arguments(directory: Any, given: dict[str, Any]) -> None:
     known = [name for name in given if name in _SB3_ARGUMENTS]
     unknown = sorted(name for name in given if name not in _SB3_ARGUMENTS)
     if unknown:
-        raise TypeError(f"CheckpointCallback() got unexpected keyword arguments {unknown}.")
+        raise UsageError(f"CheckpointCallback() got unexpected keyword arguments {unknown}.")
     if not known:
-        raise TypeError("CheckpointCallback() needs the checkpoint directory: `CheckpointCallback(directory, ...)`.")
+        raise UsageError("CheckpointCallback() needs the checkpoint directory: `CheckpointCallback(directory, ...)`.")
     instead = "; ".join(f"`{name}=`: {_SB3_ARGUMENTS[name]}" for name in known)
-    raise TypeError(
+    raise UsageError(
         f"zipsave.sb3.CheckpointCallback does not take SB3's arguments {known}. Instead: {instead}. "
         "Or keep SB3's own `stable_baselines3.common.callbacks.CheckpointCallback(save_freq=..., save_path=...)`: "
         "under `zipsave.sb3.install()` it saves through zipsave."
@@ -103,7 +136,8 @@ class CheckpointCallback(BaseCallback):
     >>> model.learn(1_000_000 - model.num_timesteps, callback=checkpoints, reset_num_timesteps=False)  # doctest: +SKIP
     """
 
-    @keyword_options("zipsave.sb3.CheckpointCallback")
+    @_sb3_order
+    @keyword_options("zipsave.sb3.CheckpointCallback", order=("every_steps",))
     def __init__(
         self,
         directory: Any = None,

@@ -5,11 +5,13 @@ so that inspecting an SB3 archive, which asks for the allowlist alone, imports n
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from .. import _core, _format, sb3  # sb3: its modules that build models (`sb3._build`), on first use
+from .._printable import visible
 from .._registry import Handler
-from ..exceptions import ArchiveFormatError
+from ..exceptions import ArchiveFormatError, ZipsaveWarning, caller_stacklevel
 from ._allowlist import SB3_ALLOWLIST
 from ._allowlist_contrib import SB3_CONTRIB_ALLOWLIST
 from ._guess import import_line, suggest_algorithm
@@ -36,6 +38,25 @@ def _is_sb3_like(obj: Any) -> bool:
     return hasattr(obj, "_get_torch_save_params") and hasattr(obj, "_excluded_save_params")
 
 
+def _warn_absent(obj: Any, include: set[str]) -> None:
+    """``include=["replay_bufer"]`` (a name the model has no attribute of) saves nothing for it:
+    SB3 is silent, and the run learns that the buffer is missing when it resumes."""
+    known = [*obj.__dict__, *sb3._extras.EXTRAS]
+    for name in sorted(n for n in include if n.split(".")[0] not in known):
+        import difflib  # only for a name that is missing
+
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        warnings.warn(
+            ZipsaveWarning(
+                visible(
+                    f"include={[name]!r}: {type(obj).__name__} has no attribute `{name}`, so nothing was saved for it"
+                    + (f" (did you mean `{close[0]}`?)." if close else ".")
+                )
+            ),
+            stacklevel=caller_stacklevel(),
+        )
+
+
 class SB3Handler(Handler):
     """Stable-Baselines3 algorithms: SB3's own rules decide what is saved (its hooks), and
     ``load(path, cls=PPO)`` rebuilds them as ``PPO.load`` does."""
@@ -54,6 +75,7 @@ class SB3Handler(Handler):
         """SB3's rules (``BaseAlgorithm.save``): its hooks decide what is torch-saved.
         ``include`` may also name the extras SB3 keeps in separate pickles (:data:`EXTRAS`)."""
         extras = sb3._extras.collect_extras(obj, include)
+        _warn_absent(obj, include)
         include = include - set(sb3._extras.EXTRAS)
         state_names, var_names = obj._get_torch_save_params()
         excluded = (set(obj._excluded_save_params()) | exclude) - include
@@ -145,3 +167,17 @@ class SB3Handler(Handler):
             return False
         sb3._extras.restore_extra(session, obj, name, in_place=True)  # fills the live model's own buffer / wrapper
         return True
+
+    def describe_mismatch(self, session: LoadSession, obj: Any, folder: str) -> tuple[str, str] | None:
+        """A restore of another algorithm's archive (a SAC's into a PPO, a PPO's into an A2C: the
+        same state dicts, and the first ``learn`` failed): the algorithm its ``data`` names by the
+        policy class, unless ``obj``'s class is it or derives from it."""
+        name = _suggested(session, folder)
+        own = {k.__name__ for k in type(obj).__mro__}
+        if name is None or " " in name or name in own or (name == "DDPG" and "TD3" in own):
+            return None  # DDPG is TD3 with `policy_delay=1`, which a TD3 may have too
+        return (
+            f"{'an' if name[:1] in 'AEIOU' else 'a'} {name} model",
+            f"Restore it into a model of {name}, or load it as a new model: `{name}.load(path)` or "
+            f"`zipsave.load(path, cls={name})` (`{import_line(name)}`).",
+        )

@@ -17,6 +17,7 @@ from zipsave._archive import Limits
 from zipsave._calls import keyword_options
 from zipsave._sign import Trust
 from zipsave._trust import TrustPolicy
+from zipsave.exceptions import UsageError
 
 from . import _doors, _policies, _replace, _state
 from ._state import Options
@@ -89,11 +90,11 @@ def install(
     # Normalise (and validate) the trust options now, not at the first load.
     policy = TrustPolicy.make(allow_pickle=allow_pickle, trusted=trusted)
     if not isinstance(strict, bool):
-        raise TypeError(f"`strict` must be True or False, got {strict!r}.")
+        raise UsageError(f"`strict` must be True or False, got {strict!r}.")
     if limits is not None and not isinstance(limits, Limits):
-        raise TypeError(f"`limits` must be a zipsave.Limits or None, got {type(limits).__name__}.")
+        raise UsageError(f"`limits` must be a zipsave.Limits or None, got {type(limits).__name__}.")
     if trust is not None and not isinstance(trust, Trust):
-        raise TypeError(f"`trust` must be a zipsave.Trust or None, got {type(trust).__name__}.")
+        raise UsageError(f"`trust` must be a zipsave.Trust or None, got {type(trust).__name__}.")
     options = Options(
         allow_pickle=policy.allow_pickle, trusted=policy.trusted, strict=strict, limits=limits, trust=trust
     )
