@@ -43,6 +43,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -187,6 +188,9 @@ def _saved_during_steps(
         full,
     )
     del loaded
+    # the check's mapped model sits in reference cycles: unmap it now, not inside the next save
+    # measured (1.69 GB of mapped pages took 0.26 s of the call's CPU there)
+    gc.collect()
     return {
         "blocked_s": blocked,
         "blocked_cpu_s": blocked_cpu,
