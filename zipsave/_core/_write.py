@@ -360,7 +360,7 @@ def write(
             archive=path,
             member=member,
             errno=cause.errno,
-            hint=_STORAGE_HINTS.get(cause.errno),
+            hint=None if cause.errno is None else _STORAGE_HINTS.get(cause.errno),
         ) from err
     if sign is not None and not sign.embed:
         _core.sign_detached(with_suffix(os.fspath(path).removeprefix("file://")), sign)
