@@ -179,5 +179,7 @@ class SB3Handler(Handler):
         return (
             f"{'an' if name[:1] in 'AEIOU' else 'a'} {name} model",
             f"Restore it into a model of {name}, or load it as a new model: `{name}.load(path)` or "
-            f"`zipsave.load(path, cls={name})` (`{import_line(name)}`).",
+            f"`zipsave.load(path, cls={name})` (`{import_line(name)}`). To start this model from its "
+            f"weights on purpose, copy the policy's: `model.policy.load_state_dict({name}.load(path)"
+            ".policy.state_dict())`.",
         )
